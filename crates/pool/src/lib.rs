@@ -1,1 +1,546 @@
-//! placeholder
+//! The strata data pool: one contiguous mapping cut into fixed-size segments.
+//!
+//! A pool lives in anonymous DRAM (the default), in a file on a DAX filesystem (PMem or CXL
+//! memory mapped with `MAP_SYNC`), in a file on tmpfs, or in an ordinary file. This crate maps
+//! it, validates its header, tells what survives what (its [`PersistenceDomain`]) and offers
+//! `persist(range)`. It is the only crate of strata with `unsafe` code, all of it about the
+//! mapping.
+//!
+//! ```text
+//!  pool offset 0        4096                      data_offset
+//!  +-------------------+-------------------------+-----------+-----------+-----+
+//!  | header page       | segment header table    | segment 0 | segment 1 | ... |
+//!  | geometry, state,  | 64 B per segment,       | segment_size_bytes each     |
+//!  | engine root area  | owned with its segment  |                             |
+//!  +-------------------+-------------------------+-----------+-----------+-----+
+//! ```
+//!
+//! Nothing in the pool is a pointer: the engine stores segment ids and offsets, so a pool can be
+//! mapped at another address on the next start. The exact format is `docs/POOL_FORMAT.md`.
+//!
+//! Ownership: [`Pool::open`] returns the pool; [`Pool::take_segments`] hands out one
+//! [`Segment`] per segment (its header line and its data), and [`Pool::take_root`] the engine's
+//! [`RootArea`]. Each piece has exactly one owner, so reads go through `&` and writes through
+//! `&mut` with no locking in this crate; the engine decides how to share them between threads.
+
+mod error;
+mod header;
+mod mapping;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use error::{PersistError, PoolError};
+pub use header::{
+    Geometry, HeaderInfo, HeaderState, FORMAT_VERSION, HEADER_SIZE_BYTES, MAGIC, ROOT_SIZE_BYTES,
+    SEGMENT_HEADER_SIZE_BYTES,
+};
+pub use mapping::{Backend, FaultPlan, FlushMethod, PersistenceDomain};
+
+use mapping::Mapping;
+
+/// Size of a CPU cache line, the unit of flushing and of crash images.
+pub const CACHE_LINE_SIZE_BYTES: usize = 64;
+/// Smallest segment: one page.
+pub const SEGMENT_SIZE_BYTES_MIN: u64 = 4096;
+/// Largest segment.
+pub const SEGMENT_SIZE_BYTES_MAX: u64 = 1 << 30;
+/// Default segment size, as in Segcache.
+pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 1 << 20;
+/// Most segments a pool may have.
+pub const SEGMENT_COUNT_MAX: u64 = 1 << 24;
+
+/// Where the pool lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// Anonymous memory (the default).
+    Dram,
+    /// A file; DAX is used when the filesystem supports `MAP_SYNC`.
+    File(PathBuf),
+    /// Anonymous memory with a simulated persistent image (tests only).
+    Simulated,
+}
+
+/// What to do when the file already holds a pool, or holds something else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Reopen a valid pool with the same geometry; create one when the file is missing or empty.
+    /// A file with other content is refused, never overwritten.
+    OpenOrCreate,
+    /// Discard whatever the file holds and create a new pool (the operator's explicit choice).
+    Fresh,
+}
+
+/// How to open a pool.
+#[derive(Debug)]
+pub struct PoolOptions {
+    /// Where the bytes live.
+    pub location: Location,
+    /// Segment size and count.
+    pub geometry: Geometry,
+    /// Reopen or start fresh.
+    pub mode: OpenMode,
+    /// Injected persist failures (tests).
+    pub faults: FaultPlan,
+}
+
+/// Whether the pool was made now or found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// A new, zeroed pool.
+    Created,
+    /// An existing pool, with the state line as the previous process left it.
+    Reopened {
+        /// What the previous owner left in the state line.
+        previous: HeaderState,
+        /// True when the previous owner ran under the same kernel boot as us: a process crash
+        /// rather than a reboot or power loss.
+        same_boot: bool,
+    },
+}
+
+/// Checks that a geometry is within the format's limits.
+pub fn validate_geometry(geometry: Geometry) -> Result<(), PoolError> {
+    let size = geometry.segment_size_bytes;
+    if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&size) || size % 4096 != 0 {
+        return Err(PoolError::InvalidGeometry {
+            reason: "segment size must be a multiple of 4 KiB between 4 KiB and 1 GiB",
+        });
+    }
+    if geometry.segment_count == 0 || geometry.segment_count > SEGMENT_COUNT_MAX {
+        return Err(PoolError::InvalidGeometry {
+            reason: "segment count must be 1..=2^24",
+        });
+    }
+    if usize::try_from(geometry.pool_size_bytes()).is_err() {
+        return Err(PoolError::InvalidGeometry {
+            reason: "pool larger than the address space",
+        });
+    }
+    Ok(())
+}
+
+/// An open pool.
+pub struct Pool {
+    mapping: Arc<Mapping>,
+    info: HeaderInfo,
+    opened: Opened,
+    state: HeaderState,
+    segments_taken: bool,
+    root_taken: bool,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("backend", &self.backend())
+            .field("path", &self.mapping.path)
+            .field("info", &self.info)
+            .field("opened", &self.opened)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// Creates or reopens a pool. A reopened pool's state line is marked not-clean with the
+    /// current boot id before this returns, so a crash from now on is recognised as one.
+    pub fn open(options: PoolOptions) -> Result<Pool, PoolError> {
+        validate_geometry(options.geometry)?;
+        let len = options.geometry.pool_size_bytes() as usize;
+        let (mapping, existing) = match &options.location {
+            Location::Dram => (Mapping::anonymous(len, false, options.faults)?, false),
+            Location::Simulated => (Mapping::anonymous(len, true, options.faults)?, false),
+            Location::File(path) => {
+                open_file(path, options.geometry, options.mode, options.faults)?
+            }
+        };
+        Self::finish_open(mapping, existing, Some(options.geometry))
+    }
+
+    /// Opens a simulated pool from a crash image made by [`Pool::crash_image`].
+    pub fn open_image(image: Vec<u8>, faults: FaultPlan) -> Result<Pool, PoolError> {
+        let mapping = Mapping::from_image(image, faults)?;
+        Self::finish_open(mapping, true, None)
+    }
+
+    fn finish_open(
+        mut mapping: Mapping,
+        existing: bool,
+        wanted: Option<Geometry>,
+    ) -> Result<Pool, PoolError> {
+        let len = mapping.len() as u64;
+        let page = &mut mapping.bytes_mut_at_open()[..HEADER_SIZE_BYTES];
+        let opened = if existing {
+            let (info, previous) = header::validate(page, len)?;
+            if let Some(wanted) = wanted.filter(|w| *w != info.geometry) {
+                return Err(PoolError::GeometryMismatch {
+                    file_segment_size_bytes: info.geometry.segment_size_bytes,
+                    file_segment_count: info.geometry.segment_count,
+                    segment_size_bytes: wanted.segment_size_bytes,
+                    segment_count: wanted.segment_count,
+                });
+            }
+            Opened::Reopened {
+                previous,
+                same_boot: previous.boot_id == current_boot_id(),
+            }
+        } else {
+            let geometry = wanted.expect("a new pool has a configured geometry");
+            header::write_new(page, geometry, unix_secs_now(), random_u64());
+            Opened::Created
+        };
+        let (info, previous) = header::validate(page, len)?;
+        let state = HeaderState {
+            state_seq: previous.state_seq + 1,
+            clean: false,
+            boot_id: current_boot_id(),
+        };
+        header::write_state(page, state);
+        let pool = Pool {
+            mapping: Arc::new(mapping),
+            info,
+            opened,
+            state,
+            segments_taken: false,
+            root_taken: false,
+        };
+        // A new file reads as zeroes past its header (set_len), so only the header page and the
+        // segment table need persisting; a reopened pool changed only its state line.
+        let persist_len = if existing {
+            HEADER_SIZE_BYTES
+        } else {
+            pool.info.geometry.data_offset() as usize
+        };
+        pool.persist_range(0, persist_len)
+            .map_err(|e| PoolError::Io {
+                op: "persist header",
+                path: pool.path(),
+                message: e.message,
+            })?;
+        Ok(pool)
+    }
+
+    /// Header fields as validated at open.
+    pub fn info(&self) -> &HeaderInfo {
+        &self.info
+    }
+
+    /// Segment size and count.
+    pub fn geometry(&self) -> Geometry {
+        self.info.geometry
+    }
+
+    /// Whether the pool was created now or reopened, and how the previous owner left it.
+    pub fn opened(&self) -> Opened {
+        self.opened
+    }
+
+    /// The backend found at open.
+    pub fn backend(&self) -> Backend {
+        self.mapping.backend
+    }
+
+    /// What survives what on this pool.
+    pub fn domain(&self) -> PersistenceDomain {
+        PersistenceDomain::of(self.mapping.backend)
+    }
+
+    /// The file path, or `(anonymous)`.
+    pub fn path(&self) -> PathBuf {
+        self.mapping.path.clone()
+    }
+
+    /// Hands out every segment, once. Panics if called twice: each segment has one owner.
+    pub fn take_segments(&mut self) -> Vec<Segment> {
+        assert!(!self.segments_taken, "segments are handed out once");
+        self.segments_taken = true;
+        let geometry = self.info.geometry;
+        (0..geometry.segment_count)
+            .map(|id| {
+                let id = u32::try_from(id).expect("segment count ≤ 2^24");
+                let header_offset = geometry.segment_table_offset() as usize
+                    + id as usize * SEGMENT_HEADER_SIZE_BYTES;
+                let data_offset = geometry.data_offset() as usize
+                    + id as usize * geometry.segment_size_bytes as usize;
+                Segment {
+                    id,
+                    header_offset,
+                    data_offset,
+                    data_len: geometry.segment_size_bytes as usize,
+                    mapping: Arc::clone(&self.mapping),
+                }
+            })
+            .collect()
+    }
+
+    /// Hands out the engine's root area, once.
+    pub fn take_root(&mut self) -> RootArea {
+        assert!(!self.root_taken, "the root area is handed out once");
+        self.root_taken = true;
+        RootArea {
+            mapping: Arc::clone(&self.mapping),
+        }
+    }
+
+    /// Marks the pool cleanly closed (or not) and persists the state line. The engine marks it
+    /// clean only after everything it needs on the next start has been persisted.
+    pub fn set_clean(&mut self, clean: bool) -> Result<(), PersistError> {
+        self.state = HeaderState {
+            state_seq: self.state.state_seq + 1,
+            clean,
+            ..self.state
+        };
+        // SAFETY: the header page is owned by `Pool` (never handed out) and `&mut self` makes
+        // this the only access to it.
+        let page = unsafe { self.mapping.slice_mut(0, HEADER_SIZE_BYTES) };
+        header::write_state(page, self.state);
+        self.persist_range(0, HEADER_SIZE_BYTES)
+    }
+
+    /// Persists the whole pool (used before a clean close).
+    pub fn persist_all(&self) -> Result<(), PersistError> {
+        self.persist_range(0, self.mapping.len())
+    }
+
+    fn persist_range(&self, offset: usize, len: usize) -> Result<(), PersistError> {
+        self.mapping.persist(offset, len)
+    }
+
+    /// For simulated pools: what a power cut now could leave behind. Every persisted byte is
+    /// kept; each cache line with unpersisted changes is kept or lost as `keep` decides.
+    /// The engine must be quiescent while this runs.
+    pub fn crash_image(&self, keep: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
+        assert_eq!(
+            self.backend(),
+            Backend::Simulated,
+            "crash images need a simulated pool"
+        );
+        self.mapping.crash_image(keep)
+    }
+
+    /// For simulated pools: the live bytes, as a process crash (no power loss) would leave them.
+    pub fn live_image(&self) -> Vec<u8> {
+        self.mapping.crash_image(&mut |_| true)
+    }
+}
+
+/// Reads and validates the header of a pool file without mapping it (for `strata pool`).
+pub fn read_header(path: &Path) -> Result<(HeaderInfo, HeaderState, Vec<u8>), PoolError> {
+    use std::io::Read;
+    let mut file = File::open(path).map_err(|e| io_err("open", path, e))?;
+    let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+    let mut page = vec![0u8; HEADER_SIZE_BYTES.min(len as usize)];
+    file.read_exact(&mut page)
+        .map_err(|e| io_err("read", path, e))?;
+    let (info, state) = header::validate(&page, len)?;
+    Ok((info, state, page))
+}
+
+fn io_err(op: &'static str, path: &Path, err: std::io::Error) -> PoolError {
+    PoolError::Io {
+        op,
+        path: path.to_path_buf(),
+        message: err.to_string(),
+    }
+}
+
+/// Opens (or creates) the file, takes its lock and maps it. Returns whether it held a pool.
+fn open_file(
+    path: &Path,
+    geometry: Geometry,
+    mode: OpenMode,
+    faults: FaultPlan,
+) -> Result<(Mapping, bool), PoolError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io_err("open", path, e))?;
+    lock_exclusive(&file, path)?;
+    let found_len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
+    let existing = found_len > 0 && mode == OpenMode::OpenOrCreate;
+    let len = if existing {
+        found_len
+    } else {
+        file.set_len(0).map_err(|e| io_err("truncate", path, e))?;
+        let len = geometry.pool_size_bytes();
+        file.set_len(len)
+            .map_err(|e| io_err("set length", path, e))?;
+        len
+    };
+    if existing && found_len < HEADER_SIZE_BYTES as u64 {
+        return Err(PoolError::Truncated {
+            expected_bytes: geometry.pool_size_bytes(),
+            found_bytes: found_len,
+        });
+    }
+    let len = usize::try_from(len).map_err(|_| PoolError::InvalidGeometry {
+        reason: "pool larger than the address space",
+    })?;
+    let mapping = Mapping::file(file, path.to_path_buf(), len, faults)?;
+    Ok((mapping, existing))
+}
+
+fn lock_exclusive(file: &File, path: &Path) -> Result<(), PoolError> {
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(PoolError::Locked {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// The kernel's boot id, or zeroes where it cannot be read.
+pub fn current_boot_id() -> [u8; 16] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
+    let mut id = [0u8; 16];
+    for (i, pair) in hex.chunks_exact(2).take(16).enumerate() {
+        let digits = std::str::from_utf8(pair).unwrap_or("00");
+        id[i] = u8::from_str_radix(digits, 16).unwrap_or(0);
+    }
+    id
+}
+
+fn unix_secs_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .elapsed()
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// One segment: its 64-byte header line in the segment table and its data.
+///
+/// A `Segment` is the only handle to those bytes. `&Segment` reads them, `&mut Segment` writes
+/// them; `persist_*` make written bytes durable on the pool's backend.
+pub struct Segment {
+    id: u32,
+    header_offset: usize,
+    data_offset: usize,
+    data_len: usize,
+    mapping: Arc<Mapping>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Segment {
+    /// The segment's index in the pool.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The data bytes.
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: this handle is the only owner of [data_offset, +data_len) (handed out once by
+        // `take_segments`), and `&self` excludes writers through `&mut self`.
+        unsafe { self.mapping.slice(self.data_offset, self.data_len) }
+    }
+
+    /// The data bytes, for writing.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`, and `&mut self` makes this the only access.
+        unsafe { self.mapping.slice_mut(self.data_offset, self.data_len) }
+    }
+
+    /// The header line.
+    pub fn header(&self) -> &[u8] {
+        // SAFETY: the header line is owned by this handle alone (see `data`).
+        unsafe {
+            self.mapping
+                .slice(self.header_offset, SEGMENT_HEADER_SIZE_BYTES)
+        }
+    }
+
+    /// The header line, for writing.
+    pub fn header_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `header`, and `&mut self` makes this the only access.
+        unsafe {
+            self.mapping
+                .slice_mut(self.header_offset, SEGMENT_HEADER_SIZE_BYTES)
+        }
+    }
+
+    /// Persists `len` data bytes starting at `offset` within the segment.
+    pub fn persist_data(&self, offset: usize, len: usize) -> Result<(), PersistError> {
+        assert!(
+            offset + len <= self.data_len,
+            "persist range inside the segment"
+        );
+        self.mapping.persist(self.data_offset + offset, len)
+    }
+
+    /// Persists the header line.
+    pub fn persist_header(&self) -> Result<(), PersistError> {
+        self.mapping
+            .persist(self.header_offset, SEGMENT_HEADER_SIZE_BYTES)
+    }
+
+    /// Zeroes the data bytes. On DRAM the pages are returned to the OS (and read as zero after);
+    /// elsewhere zeroes are written and persisted.
+    pub fn zero_data(&mut self) -> Result<(), PersistError> {
+        if self.mapping.discard(self.data_offset, self.data_len) {
+            return Ok(());
+        }
+        self.data_mut().fill(0);
+        self.persist_data(0, self.data_len)
+    }
+
+    /// Returns the data pages to the OS where the backend allows it (DRAM): used when the index
+    /// takes this segment's share of the memory budget. Returns false when it cannot.
+    pub fn release_memory(&mut self) -> bool {
+        self.mapping.discard(self.data_offset, self.data_len)
+    }
+}
+
+/// The engine's root area: [`ROOT_SIZE_BYTES`] in the header page, in the engine's own format.
+pub struct RootArea {
+    mapping: Arc<Mapping>,
+}
+
+impl RootArea {
+    /// The root bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the root area is owned by this handle alone (handed out once).
+        unsafe { self.mapping.slice(header::ROOT_OFFSET, ROOT_SIZE_BYTES) }
+    }
+
+    /// The root bytes, for writing.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes this the only access.
+        unsafe { self.mapping.slice_mut(header::ROOT_OFFSET, ROOT_SIZE_BYTES) }
+    }
+
+    /// Persists the root area.
+    pub fn persist(&self) -> Result<(), PersistError> {
+        self.mapping.persist(header::ROOT_OFFSET, ROOT_SIZE_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests;

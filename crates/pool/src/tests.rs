@@ -1,0 +1,229 @@
+//! Pool tests: create, reopen, refuse what is not ours, persistence domains, crash images.
+
+use super::*;
+
+const SMALL: Geometry = Geometry {
+    segment_size_bytes: 64 * 1024,
+    segment_count: 4,
+};
+
+fn options(location: Location, mode: OpenMode) -> PoolOptions {
+    PoolOptions {
+        location,
+        geometry: SMALL,
+        mode,
+        faults: FaultPlan::default(),
+    }
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    let dir = if Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    PathBuf::from(dir).join(format!("strata-pool-test-{}-{name}", std::process::id()))
+}
+
+struct Cleanup(PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn dram_pool_hands_out_disjoint_zeroed_segments() {
+    let mut pool = Pool::open(options(Location::Dram, OpenMode::OpenOrCreate)).unwrap();
+    assert_eq!(pool.backend(), Backend::Dram);
+    assert_eq!(pool.domain().summary(), "none");
+    let mut segments = pool.take_segments();
+    assert_eq!(segments.len(), 4);
+    for (i, segment) in segments.iter_mut().enumerate() {
+        assert!(segment.data().iter().all(|&b| b == 0));
+        segment.data_mut().fill(i as u8 + 1);
+        segment.header_mut().fill(0xF0 | i as u8);
+    }
+    for (i, segment) in segments.iter().enumerate() {
+        assert!(
+            segment.data().iter().all(|&b| b == i as u8 + 1),
+            "segment {i} was overwritten"
+        );
+        assert!(segment.header().iter().all(|&b| b == 0xF0 | i as u8));
+    }
+}
+
+#[test]
+fn zero_data_on_dram_returns_zeroes() {
+    let mut pool = Pool::open(options(Location::Dram, OpenMode::OpenOrCreate)).unwrap();
+    let mut segments = pool.take_segments();
+    segments[1].data_mut().fill(9);
+    segments[1].zero_data().unwrap();
+    assert!(segments[1].data().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn file_pool_reopens_with_its_bytes_and_knows_it_was_not_closed_cleanly() {
+    let path = temp_path("reopen");
+    let _cleanup = Cleanup(path.clone());
+    {
+        let mut pool = Pool::open(options(
+            Location::File(path.clone()),
+            OpenMode::OpenOrCreate,
+        ))
+        .unwrap();
+        assert_eq!(pool.opened(), Opened::Created);
+        let mut segments = pool.take_segments();
+        segments[2].data_mut()[..5].copy_from_slice(b"hello");
+        segments[2].persist_data(0, 5).unwrap();
+        let mut root = pool.take_root();
+        root.bytes_mut()[0] = 7;
+        root.persist().unwrap();
+    }
+    let mut pool = Pool::open(options(
+        Location::File(path.clone()),
+        OpenMode::OpenOrCreate,
+    ))
+    .unwrap();
+    match pool.opened() {
+        Opened::Reopened {
+            previous,
+            same_boot,
+        } => {
+            assert!(!previous.clean, "never marked clean");
+            assert!(same_boot);
+        }
+        other => panic!("expected a reopen, got {other:?}"),
+    }
+    assert_eq!(&pool.take_segments()[2].data()[..5], b"hello");
+    assert_eq!(pool.take_root().bytes()[0], 7);
+    pool.set_clean(true).unwrap();
+    drop(pool);
+    let (_, state, _) = read_header(&path).unwrap();
+    assert!(state.clean);
+}
+
+#[test]
+fn tmpfs_is_detected() {
+    if !Path::new("/dev/shm").is_dir() {
+        return;
+    }
+    let path = temp_path("tmpfs");
+    let _cleanup = Cleanup(path.clone());
+    let pool = Pool::open(options(Location::File(path), OpenMode::OpenOrCreate)).unwrap();
+    assert_eq!(pool.backend(), Backend::TmpfsFile);
+    assert_eq!(pool.domain().summary(), "process-crash");
+}
+
+#[test]
+fn a_second_opener_is_refused_while_the_first_holds_the_lock() {
+    let path = temp_path("lock");
+    let _cleanup = Cleanup(path.clone());
+    let _first = Pool::open(options(
+        Location::File(path.clone()),
+        OpenMode::OpenOrCreate,
+    ))
+    .unwrap();
+    let err = Pool::open(options(
+        Location::File(path.clone()),
+        OpenMode::OpenOrCreate,
+    ))
+    .unwrap_err();
+    assert_eq!(err, PoolError::Locked { path });
+}
+
+#[test]
+fn a_foreign_file_is_refused_and_left_untouched() {
+    let path = temp_path("foreign");
+    let _cleanup = Cleanup(path.clone());
+    let content = b"this is somebody's database, not a pool".repeat(200);
+    std::fs::write(&path, &content).unwrap();
+    let err = Pool::open(options(
+        Location::File(path.clone()),
+        OpenMode::OpenOrCreate,
+    ))
+    .unwrap_err();
+    assert_eq!(err, PoolError::BadMagic);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        content,
+        "the file must not be modified"
+    );
+}
+
+#[test]
+fn other_geometry_and_truncation_are_refused_with_the_numbers() {
+    let path = temp_path("geometry");
+    let _cleanup = Cleanup(path.clone());
+    drop(
+        Pool::open(options(
+            Location::File(path.clone()),
+            OpenMode::OpenOrCreate,
+        ))
+        .unwrap(),
+    );
+    let mut other = options(Location::File(path.clone()), OpenMode::OpenOrCreate);
+    other.geometry.segment_count = 8;
+    let err = Pool::open(other).unwrap_err();
+    assert!(matches!(
+        err,
+        PoolError::GeometryMismatch {
+            file_segment_count: 4,
+            segment_count: 8,
+            ..
+        }
+    ));
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(SMALL.pool_size_bytes() - 4096).unwrap();
+    let err = Pool::open(options(
+        Location::File(path.clone()),
+        OpenMode::OpenOrCreate,
+    ))
+    .unwrap_err();
+    assert!(matches!(err, PoolError::Truncated { .. }));
+    let fresh = Pool::open(options(Location::File(path.clone()), OpenMode::Fresh)).unwrap();
+    assert_eq!(fresh.opened(), Opened::Created);
+}
+
+#[test]
+fn crash_image_keeps_persisted_lines_and_chooses_among_unpersisted_ones() {
+    let mut pool = Pool::open(options(Location::Simulated, OpenMode::OpenOrCreate)).unwrap();
+    let mut segments = pool.take_segments();
+    let data = &mut segments[0];
+    data.data_mut()[..64].fill(1);
+    data.persist_data(0, 64).unwrap();
+    data.data_mut()[64..192].fill(2);
+    let base = SMALL.data_offset() as usize;
+    let none = pool.crash_image(&mut |_| false);
+    assert!(
+        none[base..base + 64].iter().all(|&b| b == 1),
+        "persisted line kept"
+    );
+    assert!(
+        none[base + 64..base + 192].iter().all(|&b| b == 0),
+        "unpersisted lines lost"
+    );
+    let second_only = pool.crash_image(&mut |line| line == base / 64 + 2);
+    assert!(second_only[base + 64..base + 128].iter().all(|&b| b == 0));
+    assert!(second_only[base + 128..base + 192].iter().all(|&b| b == 2));
+    let mut reopened = Pool::open_image(second_only, FaultPlan::default()).unwrap();
+    assert!(matches!(reopened.opened(), Opened::Reopened { .. }));
+    assert!(reopened.take_segments()[0].data()[128..192]
+        .iter()
+        .all(|&b| b == 2));
+}
+
+#[test]
+fn injected_persist_faults_start_at_the_chosen_call() {
+    let mut opts = options(Location::Simulated, OpenMode::OpenOrCreate);
+    opts.faults.fail_persist_from = Some(3); // call 1 is the open's header persist
+    let mut pool = Pool::open(opts).unwrap();
+    let segments = pool.take_segments();
+    assert!(segments[0].persist_data(0, 64).is_ok());
+    let err = segments[0].persist_data(0, 64).unwrap_err();
+    assert_eq!(err.message, "injected fault");
+    assert!(
+        segments[0].persist_header().is_err(),
+        "every call after the first failure fails"
+    );
+}
