@@ -104,7 +104,9 @@ pub enum Opened {
 /// Checks that a geometry is within the format's limits.
 pub fn validate_geometry(geometry: Geometry) -> Result<(), PoolError> {
     let size = geometry.segment_size_bytes;
-    if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&size) || size % 4096 != 0 {
+    if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&size)
+        || !size.is_multiple_of(4096)
+    {
         return Err(PoolError::InvalidGeometry {
             reason: "segment size must be a multiple of 4 KiB between 4 KiB and 1 GiB",
         });
