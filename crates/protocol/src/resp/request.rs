@@ -1,0 +1,505 @@
+//! Request parsing: multibulk (`*<count>\r\n$<len>\r\n<bytes>\r\n...`) and inline commands, as
+//! Redis 7.0's `processMultibulkBuffer` and `processInlineBuffer` (`networking.c`) accept them.
+//!
+//! The parser is stateless: on [`ParseError::Incomplete`] the caller reads more bytes and parses
+//! again from the same start. Argument positions go into a caller-owned [`Args`], reused across
+//! requests, so steady-state parsing allocates nothing.
+//!
+//! Redis behaviours kept on purpose, all checked against redis-server 7.0.15:
+//! * A request starting with `*` is multibulk; anything else is inline.
+//! * A count of zero or less (`*0`, `*-1`) is skipped silently: [`parse_command`] returns it as a
+//!   command with no arguments, which the caller must skip without replying.
+//! * The byte after each `\r` of a count line, and the two bytes after each bulk, are skipped
+//!   without being checked (`*1\r\n$4\r\nPINGxy` is a `PING`).
+//! * Line searches stop at a NUL byte as C's `strchr` does, so a NUL before the line end keeps the
+//!   request incomplete until the line limit is exceeded.
+//!
+//! One departure: Redis only checks the line limit while the line end is missing, so a longer line
+//! that arrives in a single read is accepted. strata checks the first `inline_len_max + 1` bytes
+//! whatever the read pattern, so the outcome never depends on how the stream was split.
+
+use super::error::{ParseError, ProtocolError};
+use super::inline::split_inline;
+use super::limits::{Limits, UNAUTHENTICATED_ARGS_MAX, UNAUTHENTICATED_BULK_LEN_MAX};
+use super::number::parse_i64;
+
+/// Where the bytes of one argument live: see [`Args`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    /// `buf[start..start + len]` of the buffer given to [`parse_command`]. Every multibulk
+    /// argument, and every inline argument without quotes, is of this kind.
+    Input {
+        /// Offset of the first byte in the input buffer.
+        start: usize,
+        /// Length in bytes.
+        len: usize,
+    },
+    /// `start..start + len` of the [`Args`] scratch buffer: an inline argument with quotes or
+    /// escapes, whose unescaped bytes differ from the input.
+    Scratch {
+        /// Offset of the first byte in the scratch buffer.
+        start: usize,
+        /// Length in bytes.
+        len: usize,
+    },
+}
+
+/// The arguments of the last parsed command: a reusable list of [`Arg`] positions plus a scratch
+/// buffer for unescaped inline arguments.
+///
+/// Both vectors keep their capacity across [`parse_command`] calls, so after warm-up no request
+/// allocates. Capacity grows to the largest command seen, bounded by the [`Limits`] and by the
+/// bytes actually received; a declared count alone never reserves memory.
+///
+/// Arguments are read back with the same input buffer the command was parsed from:
+/// ```
+/// use strata_protocol::resp::{parse_command, Args, Limits};
+/// let buf = b"SET k \"a b\"\r\n";
+/// let mut args = Args::new();
+/// let consumed = parse_command(buf, &Limits::default(), &mut args).unwrap();
+/// assert_eq!(consumed, buf.len());
+/// assert_eq!(args.get(buf, 2), Some(&b"a b"[..]));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Args {
+    list: Vec<Arg>,
+    scratch: Vec<u8>,
+}
+
+impl Args {
+    /// An empty argument list; it grows on first use.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An argument list that holds `args_count` arguments and `scratch_bytes` unescaped inline
+    /// bytes before growing.
+    #[must_use]
+    pub fn with_capacity(args_count: usize, scratch_bytes: usize) -> Self {
+        Self {
+            list: Vec::with_capacity(args_count),
+            scratch: Vec::with_capacity(scratch_bytes),
+        }
+    }
+
+    /// Number of arguments, command name included. Zero means "skip these bytes silently".
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// True when the parsed bytes were an empty inline line or `*0`/`*-1`: Redis replies nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The argument positions, for callers that store them.
+    #[must_use]
+    pub fn as_slice(&self) -> &[Arg] {
+        &self.list
+    }
+
+    /// Bytes of argument `index`, reading [`Arg::Input`] positions from `buf`, which must be the
+    /// buffer given to [`parse_command`]. `None` when `index >= len()`.
+    #[must_use]
+    pub fn get<'a>(&'a self, buf: &'a [u8], index: usize) -> Option<&'a [u8]> {
+        self.list.get(index).map(|&arg| self.resolve(buf, arg))
+    }
+
+    /// Bytes of argument `index`, like [`Args::get`].
+    ///
+    /// # Panics
+    /// If `index >= len()`: check the arity first.
+    #[must_use]
+    pub fn arg<'a>(&'a self, buf: &'a [u8], index: usize) -> &'a [u8] {
+        self.resolve(buf, self.list[index])
+    }
+
+    /// Bytes of every argument in order.
+    pub fn iter<'a>(&'a self, buf: &'a [u8]) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        self.list.iter().map(move |&arg| self.resolve(buf, arg))
+    }
+
+    /// Bytes of one position; panics if `buf` is not the parsed buffer and is too short.
+    #[must_use]
+    pub fn resolve<'a>(&'a self, buf: &'a [u8], arg: Arg) -> &'a [u8] {
+        match arg {
+            Arg::Input { start, len } => &buf[start..start + len],
+            Arg::Scratch { start, len } => &self.scratch[start..start + len],
+        }
+    }
+
+    /// Forgets all arguments, keeping capacity.
+    pub fn clear(&mut self) {
+        self.list.clear();
+        self.scratch.clear();
+    }
+
+    pub(crate) fn push_input(&mut self, start: usize, len: usize) {
+        self.list.push(Arg::Input { start, len });
+    }
+
+    pub(crate) fn scratch_len(&self) -> usize {
+        self.scratch.len()
+    }
+
+    pub(crate) fn scratch_push(&mut self, bytes: &[u8]) {
+        self.scratch.extend_from_slice(bytes);
+    }
+
+    /// Records `scratch[start..]` as the next argument.
+    pub(crate) fn push_scratch_from(&mut self, start: usize) {
+        debug_assert!(start <= self.scratch.len());
+        self.list.push(Arg::Scratch {
+            start,
+            len: self.scratch.len() - start,
+        });
+    }
+}
+
+/// Parses one command from the start of `buf` into `args` and returns the bytes consumed.
+///
+/// On `Ok`, `args` holds the command; it may be empty (an empty inline line, `*0`, `*-1`), in
+/// which case Redis executes and replies nothing: drop the consumed bytes and parse again.
+/// On [`ParseError::Incomplete`], read more and call again with the same start. On
+/// [`ParseError::Protocol`], send the error's reply and close the connection. `args` is
+/// unspecified after an error.
+pub fn parse_command(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize, ParseError> {
+    args.clear();
+    match buf.first() {
+        None => Err(ParseError::Incomplete),
+        Some(b'*') => parse_multibulk(buf, limits, args),
+        Some(_) => parse_inline(buf, limits, args),
+    }
+}
+
+/// Where a line search ended.
+enum Line {
+    /// The terminator is at this offset.
+    End(usize),
+    /// Not yet seen; more bytes may bring it.
+    Pending,
+    /// Not within the limit: a protocol error.
+    TooLong,
+}
+
+/// Searches `buf[start..]` for `terminator`, at most `line_len_max + 1` bytes, stopping at a NUL
+/// as `strchr` does. Redis errors once more than `line_len_max` bytes sit unterminated.
+fn find_line(buf: &[u8], start: usize, terminator: u8, line_len_max: usize) -> Line {
+    debug_assert!(start <= buf.len());
+    let window_end = buf
+        .len()
+        .min(start.saturating_add(line_len_max).saturating_add(1));
+    let window = &buf[start..window_end];
+    match window
+        .iter()
+        .position(|&byte| byte == terminator || byte == 0)
+    {
+        Some(offset) if window[offset] == terminator => Line::End(start + offset),
+        _ if buf.len() - start > line_len_max => Line::TooLong,
+        _ => Line::Pending,
+    }
+}
+
+/// Finds a `*`/`$` count line starting at `start` and parses its integer. Returns the integer
+/// (or `None` if `string2ll` rejects it) and the offset after the line, or the error to report.
+fn count_line(
+    buf: &[u8],
+    start: usize,
+    limits: &Limits,
+    too_long: ProtocolError,
+) -> Result<(Option<i64>, usize), ParseError> {
+    let carriage_return = match find_line(buf, start, b'\r', limits.inline_len_max) {
+        Line::End(offset) => offset,
+        Line::Pending => return Err(ParseError::Incomplete),
+        Line::TooLong => return Err(too_long.into()),
+    };
+    // Redis needs one more byte after '\r' and skips it unchecked.
+    if carriage_return + 1 >= buf.len() {
+        return Err(ParseError::Incomplete);
+    }
+    // A '\r' right at `start` leaves no digits; the caller reports the missing '$' first.
+    let digits = buf.get(start + 1..carriage_return).unwrap_or_default();
+    Ok((parse_i64(digits), carriage_return + 2))
+}
+
+fn parse_multibulk(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize, ParseError> {
+    debug_assert_eq!(buf[0], b'*');
+    let (count, mut position) = count_line(buf, 0, limits, ProtocolError::TooBigMbulkCountString)?;
+    let count = match count {
+        Some(count) if count <= 0 => return Ok(position),
+        Some(count) if count as u64 <= limits.args_max as u64 => count as usize,
+        _ => return Err(ProtocolError::InvalidMultibulkLength.into()),
+    };
+    if limits.auth_pending && count > UNAUTHENTICATED_ARGS_MAX {
+        return Err(ProtocolError::UnauthenticatedMultibulkLength.into());
+    }
+    for _ in 0..count {
+        position = parse_bulk(buf, position, limits, args)?;
+    }
+    debug_assert_eq!(args.len(), count);
+    debug_assert!(position <= buf.len());
+    Ok(position)
+}
+
+/// Parses one `$<len>\r\n<bytes>\r\n` at `start`, records it, and returns the offset after it.
+fn parse_bulk(
+    buf: &[u8],
+    start: usize,
+    limits: &Limits,
+    args: &mut Args,
+) -> Result<usize, ParseError> {
+    let (len, data_start) = count_line(buf, start, limits, ProtocolError::TooBigBulkCountString)?;
+    if buf[start] != b'$' {
+        return Err(ProtocolError::ExpectedDollar(buf[start]).into());
+    }
+    let len = match len {
+        Some(len) if len >= 0 && len as u64 <= limits.bulk_len_max as u64 => len as usize,
+        _ => return Err(ProtocolError::InvalidBulkLength.into()),
+    };
+    if limits.auth_pending && len > UNAUTHENTICATED_BULK_LEN_MAX {
+        return Err(ProtocolError::UnauthenticatedBulkLength.into());
+    }
+    // The two bytes after the data are Redis's "\r\n", skipped unchecked.
+    let end = data_start.saturating_add(len).saturating_add(2);
+    if buf.len() < end {
+        return Err(ParseError::Incomplete);
+    }
+    args.push_input(data_start, len);
+    Ok(end)
+}
+
+fn parse_inline(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize, ParseError> {
+    let newline = match find_line(buf, 0, b'\n', limits.inline_len_max) {
+        Line::End(offset) => offset,
+        Line::Pending => return Err(ParseError::Incomplete),
+        Line::TooLong => return Err(ProtocolError::TooBigInlineRequest.into()),
+    };
+    let line_end = if newline > 0 && buf[newline - 1] == b'\r' {
+        newline - 1
+    } else {
+        newline
+    };
+    split_inline(&buf[..line_end], args)?;
+    Ok(newline + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes consumed and owned arguments, or the error.
+    type Parsed = Result<(usize, Vec<Vec<u8>>), ParseError>;
+
+    /// Input, bytes consumed, arguments.
+    type Accepted = (&'static [u8], usize, &'static [&'static [u8]]);
+
+    fn parse(buf: &[u8]) -> Parsed {
+        parse_with(buf, &Limits::default())
+    }
+
+    fn parse_with(buf: &[u8], limits: &Limits) -> Parsed {
+        let mut args = Args::new();
+        let consumed = parse_command(buf, limits, &mut args)?;
+        Ok((consumed, args.iter(buf).map(<[u8]>::to_vec).collect()))
+    }
+
+    fn ok(consumed: usize, args: &[&[u8]]) -> Parsed {
+        Ok((consumed, args.iter().map(|a| a.to_vec()).collect()))
+    }
+
+    fn protocol(error: ProtocolError) -> Parsed {
+        Err(ParseError::Protocol(error))
+    }
+
+    #[test]
+    fn multibulk_accepted() {
+        let table: &[Accepted] = &[
+            (b"*1\r\n$4\r\nPING\r\n", 14, &[b"PING"]),
+            (b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n", 19, &[b"GET", b""]),
+            (b"*1\r\n$4\r\nPING\r\nrest", 14, &[b"PING"]),
+            (b"*1\r\n$3\r\na\r\n\r\n", 13, &[b"a\r\n"]),
+            (b"*1\r\n$2\r\n\0\0\r\n", 12, &[b"\0\0"]),
+            // Redis skips the bytes after '\r' and after a bulk without checking them.
+            (b"*1\r\n$4\r\nPINGxy", 14, &[b"PING"]),
+            (b"*1\rx$4\r\nPING\r\n", 14, &[b"PING"]),
+            // Counts of zero or less are skipped silently.
+            (b"*0\r\n", 4, &[]),
+            (b"*-1\r\n", 5, &[]),
+            (b"*-5\r\nPING\r\n", 5, &[]),
+        ];
+        for &(buf, consumed, args) in table {
+            assert_eq!(parse(buf), ok(consumed, args), "{}", buf.escape_ascii());
+        }
+    }
+
+    #[test]
+    fn multibulk_incomplete() {
+        let table: &[&[u8]] = &[
+            b"",
+            b"*",
+            b"*1",
+            b"*1\r",
+            b"*1\r\n",
+            b"*1\r\n$",
+            b"*1\r\n$4\r",
+            b"*1\r\n$4\r\n",
+            b"*1\r\n$4\r\nPING",
+            b"*1\r\n$4\r\nPING\r",
+            b"*2\r\n$1\r\na\r\n",
+            b"*1\r\nx",
+            b"*1\0\r\n",
+            b"*1\r\n$4\0\r\n",
+            b"*1\r\n$536870912\r\n",
+            b"*2147483647\r\n",
+        ];
+        for &buf in table {
+            assert_eq!(
+                parse(buf),
+                Err(ParseError::Incomplete),
+                "{}",
+                buf.escape_ascii()
+            );
+        }
+    }
+
+    #[test]
+    fn multibulk_rejected() {
+        use ProtocolError::*;
+        let table: &[(&[u8], ProtocolError)] = &[
+            (b"*abc\r\n", InvalidMultibulkLength),
+            (b"*-0\r\n", InvalidMultibulkLength),
+            (b"*+1\r\n", InvalidMultibulkLength),
+            (b"*01\r\n", InvalidMultibulkLength),
+            (b"*1 \r\n", InvalidMultibulkLength),
+            (b"*\r\n", InvalidMultibulkLength),
+            (b"*2147483648\r\n", InvalidMultibulkLength),
+            (b"*1\r\nx\r\n", ExpectedDollar(b'x')),
+            (b"*1\r\n\r\n", ExpectedDollar(b'\r')),
+            (b"*1\r\n$abc\r\n", InvalidBulkLength),
+            (b"*1\r\n$-1\r\n", InvalidBulkLength),
+            (b"*1\r\n$4 \r\n", InvalidBulkLength),
+            (b"*1\r\n$536870913\r\n", InvalidBulkLength),
+            (b"*1\r\n$99999999999999999999999\r\n", InvalidBulkLength),
+        ];
+        for &(buf, error) in table {
+            assert_eq!(parse(buf), protocol(error), "{}", buf.escape_ascii());
+        }
+    }
+
+    #[test]
+    fn count_lines_are_bounded() {
+        let limit = Limits::default().inline_len_max;
+        let mut buf = vec![b'*'];
+        buf.resize(limit, b'1');
+        assert_eq!(parse(&buf), Err(ParseError::Incomplete));
+        buf.push(b'1');
+        assert_eq!(parse(&buf), protocol(ProtocolError::TooBigMbulkCountString));
+        let mut buf = b"*1\r\n".to_vec();
+        buf.resize(4 + limit + 1, b'$');
+        assert_eq!(parse(&buf), protocol(ProtocolError::TooBigBulkCountString));
+        buf.pop();
+        assert_eq!(parse(&buf), Err(ParseError::Incomplete));
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let limits = Limits {
+            args_max: 2,
+            bulk_len_max: 3,
+            ..Limits::default()
+        };
+        let table: &[(&[u8], Parsed)] = &[
+            (b"*2\r\n$3\r\nabc\r\n$0\r\n\r\n", ok(19, &[b"abc", b""])),
+            (b"*3\r\n", protocol(ProtocolError::InvalidMultibulkLength)),
+            (b"*1\r\n$4\r\n", protocol(ProtocolError::InvalidBulkLength)),
+        ];
+        for (buf, expected) in table {
+            assert_eq!(
+                &parse_with(buf, &limits),
+                expected,
+                "{}",
+                buf.escape_ascii()
+            );
+        }
+    }
+
+    #[test]
+    fn auth_pending_limits() {
+        let limits = Limits {
+            auth_pending: true,
+            ..Limits::default()
+        };
+        let many = b"*11\r\n";
+        assert_eq!(
+            parse_with(many, &limits),
+            protocol(ProtocolError::UnauthenticatedMultibulkLength)
+        );
+        assert_eq!(parse_with(b"*10\r\n", &limits), Err(ParseError::Incomplete));
+        assert_eq!(
+            parse_with(b"*1\r\n$16385\r\n", &limits),
+            protocol(ProtocolError::UnauthenticatedBulkLength)
+        );
+        assert_eq!(
+            parse_with(b"*1\r\n$16384\r\n", &limits),
+            Err(ParseError::Incomplete)
+        );
+    }
+
+    #[test]
+    fn inline_accepted() {
+        let table: &[Accepted] = &[
+            (b"PING\r\n", 6, &[b"PING"]),
+            (b"PING\n", 5, &[b"PING"]),
+            (b"\r\n", 2, &[]),
+            (b"\n", 1, &[]),
+            (b"   \r\n", 5, &[]),
+            (b"SET  k\tv \r\nGET k\r\n", 11, &[b"SET", b"k", b"v"]),
+            (b"ECHO ab\r\r\n", 10, &[b"ECHO", b"ab"]),
+            (b"ECHO a\rb\n", 9, &[b"ECHO", b"a", b"b"]),
+        ];
+        for &(buf, consumed, args) in table {
+            assert_eq!(parse(buf), ok(consumed, args), "{}", buf.escape_ascii());
+        }
+    }
+
+    #[test]
+    fn inline_incomplete_and_rejected() {
+        for buf in [&b"PING"[..], b"PING\r", b"PING\0\r\n", b"ECHO a\0b\n"] {
+            assert_eq!(
+                parse(buf),
+                Err(ParseError::Incomplete),
+                "{}",
+                buf.escape_ascii()
+            );
+        }
+        let limit = Limits::default().inline_len_max;
+        let mut buf = vec![b'x'; limit];
+        assert_eq!(parse(&buf), Err(ParseError::Incomplete));
+        buf.push(b'x');
+        assert_eq!(parse(&buf), protocol(ProtocolError::TooBigInlineRequest));
+        buf[10] = 0;
+        assert_eq!(parse(&buf), protocol(ProtocolError::TooBigInlineRequest));
+        assert_eq!(
+            parse(b"ECHO \"a\r\n"),
+            protocol(ProtocolError::UnbalancedQuotes)
+        );
+    }
+
+    #[test]
+    fn args_are_reused() {
+        let mut args = Args::with_capacity(4, 16);
+        let limits = Limits::default();
+        let first = b"SET \"k\" v\r\n";
+        assert_eq!(parse_command(first, &limits, &mut args), Ok(first.len()));
+        assert_eq!(args.len(), 3);
+        assert_eq!(args.arg(first, 1), b"k");
+        assert!(matches!(args.as_slice()[1], Arg::Scratch { .. }));
+        let second = b"*1\r\n$4\r\nPING\r\n";
+        assert_eq!(parse_command(second, &limits, &mut args), Ok(second.len()));
+        assert_eq!(args.as_slice(), &[Arg::Input { start: 8, len: 4 }]);
+        assert_eq!(args.get(second, 1), None);
+    }
+}
