@@ -1,0 +1,1 @@
+//! The side-by-side comparison runner (filled in below).

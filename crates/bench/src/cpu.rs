@@ -1,0 +1,107 @@
+//! CPU time and memory of a process, read from `/proc`: the generator's own cost, and the
+//! server's CPU per request and resident set size.
+//!
+//! `/proc/PID/stat` counts user and system time for all of a process's threads, including
+//! threads that already exited, in clock ticks (`getconf CLK_TCK`, 100 on Linux: 10 ms), so
+//! figures are meaningful for runs of a second or more.
+
+use std::fs;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Clock ticks per second when `getconf` is unavailable (Linux's USER_HZ on every common arch).
+const CLOCK_TICKS_PER_SEC_DEFAULT: u64 = 100;
+
+/// CPU time consumed so far by `pid` (or this process for `None`), in seconds.
+///
+/// # Errors
+/// When `/proc/PID/stat` is missing (the process exited) or malformed.
+pub fn cpu_secs(pid: Option<u32>) -> std::io::Result<f64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    let text = fs::read_to_string(path)?;
+    let ticks = parse_stat_ticks(&text).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "unexpected /proc/PID/stat format",
+        )
+    })?;
+    #[allow(clippy::cast_precision_loss)]
+    let secs = ticks as f64 / clock_ticks_per_sec() as f64;
+    Ok(secs)
+}
+
+/// The resident set size of `pid`, in bytes, from `VmRSS` in `/proc/PID/status`.
+///
+/// # Errors
+/// When the file is missing or has no `VmRSS` line.
+pub fn rss_bytes(pid: u32) -> std::io::Result<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_status_rss_bytes(&text).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no VmRSS in /proc/PID/status",
+        )
+    })
+}
+
+/// utime + stime, in ticks, from the text of `/proc/PID/stat`.
+fn parse_stat_ticks(text: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may hold spaces or parentheses, so
+    // count fields from the last ')'. utime and stime are fields 14 and 15.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `VmRSS` in bytes from the text of `/proc/PID/status`.
+fn parse_status_rss_bytes(text: &str) -> Option<u64> {
+    let line = text.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Clock ticks per second, asked of `getconf` once.
+fn clock_ticks_per_sec() -> u64 {
+    static TICKS: OnceLock<u64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .and_then(|text| text.trim().parse().ok())
+            .filter(|&ticks| ticks > 0)
+            .unwrap_or(CLOCK_TICKS_PER_SEC_DEFAULT)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_awkward_command_names() {
+        let text = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 1 0";
+        assert_eq!(parse_stat_ticks(text), Some(325));
+        assert_eq!(parse_stat_ticks("1 (x) S 1"), None);
+    }
+
+    #[test]
+    fn parses_status_rss() {
+        let text = "Name:\tredis\nVmPeak:\t  100 kB\nVmRSS:\t    2048 kB\nThreads:\t4\n";
+        assert_eq!(parse_status_rss_bytes(text), Some(2048 * 1024));
+        assert_eq!(parse_status_rss_bytes("Name: x\n"), None);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        assert!(cpu_secs(None).unwrap() >= 0.0);
+        assert!(rss_bytes(std::process::id()).unwrap() > 0);
+        assert!(clock_ticks_per_sec() > 0);
+    }
+}

@@ -1,0 +1,35 @@
+//! `strata-bench`: the load generator (`run`) and the side-by-side comparison (`compare`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Load generator and side-by-side benchmark runner for strata, memcached and Redis.
+#[derive(Parser)]
+#[command(name = "strata-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a workload against one server and print (or write) the report.
+    Run(strata_bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => {
+            strata_bench::run(&args).map(|report| print!("{}", report.render_text()))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("strata-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
