@@ -1,1 +1,391 @@
-//! placeholder
+//! The strata storage engine: items appended into TTL-grouped segments of a data pool, found
+//! through a compact DRAM hash index. Embeddable: link it and call `get`/`set` directly.
+//!
+//! ```text
+//!             key ──xxh3──► hash ──► shard (RwLock) ──► index: 2 candidate buckets (64 B)
+//!                                         │                    slot = hash28 | freq | location
+//!                                         ▼
+//!   TTL chain [bucket b]: seg 7 ─► seg 12 ─► seg 30 (open)      records appended, 8-B aligned
+//!   pool: | header | segment table | seg 0 | seg 1 | ... |      (DRAM, DAX file, or file)
+//! ```
+//!
+//! Goals: a few bytes of overhead per item (an 8-byte record header and ~8.5 bytes of index),
+//! no global lock on the read or write path, an index that grows online, whole-segment expiry
+//! and eviction, and records that a restart can validate (checksums) and order (segment seq).
+//! Non-goals: data types other than byte strings; knowing any wire protocol.
+//!
+//! Concurrency: the keyspace is split into shards, each behind a reader-writer lock holding
+//! its own index, TTL chains and segments. Reads of one shard run in parallel and never wait
+//! for writes to other shards. Free segments sit in one pool-wide list touched once per
+//! segment (about once per MiB written).
+
+#![forbid(unsafe_code)]
+
+mod clock;
+mod config;
+mod error;
+mod index;
+mod record;
+mod recovery;
+mod root;
+mod segment;
+mod shard;
+mod ttl;
+
+pub use api::{parse_u64, DeleteOutcome};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{
+    Durability, EngineConfig, EvictionPolicy, PoolLocation, DATA_BYTES_MAX, MEMORY_BYTES_DEFAULT,
+    SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
+};
+pub use error::{OpenError, WriteError};
+pub use record::KEY_LEN_MAX;
+pub use recovery::RecoveryReport;
+pub use strata_pool::{Backend, PersistenceDomain};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use strata_pool::{PersistError, Pool, Segment};
+
+use shard::Shard;
+
+/// An item as returned by a read, borrowing the engine's memory for the closure's duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemRef<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The value.
+    pub value: &'a [u8],
+    /// memcached client flags.
+    pub client_flags: u32,
+    /// The item's CAS value: unique per write, across restarts.
+    pub cas: u64,
+    /// Absolute expiry in Unix ms, `None` when it never expires.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// When a written item expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// Never.
+    Never,
+    /// At this Unix time in milliseconds (a time in the past deletes the item).
+    AtMs(u64),
+    /// Keep the current item's expiry (Redis KEEPTTL; touch-free updates).
+    Keep,
+}
+
+/// The condition a store is subject to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Store unconditionally (set).
+    Always,
+    /// Only if the key is absent (add, SET NX).
+    IfAbsent,
+    /// Only if the key is present (replace, SET XX).
+    IfPresent,
+    /// Only if the key is present with this CAS (cas).
+    IfCas(u64),
+}
+
+/// What a store did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Stored; the item's new CAS.
+    Stored(u64),
+    /// The condition failed: add of a present key, or replace of an absent one.
+    NotStored,
+    /// `IfCas` with another CAS.
+    Exists,
+    /// `IfCas` on an absent key.
+    NotFound,
+}
+
+/// Options of a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// memcached client flags.
+    pub client_flags: u32,
+    /// Expiry.
+    pub expiry: Expiry,
+    /// Condition.
+    pub condition: Condition,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            client_flags: 0,
+            expiry: Expiry::Never,
+            condition: Condition::Always,
+        }
+    }
+}
+
+/// What a `modify` closure decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Leave the item as it is.
+    Keep,
+    /// Delete the item.
+    Delete,
+    /// Write the value the closure put in the buffer, with these flags and expiry. `keep_cas`
+    /// keeps the item's CAS (touch-like changes); otherwise the write gets a new one.
+    Write {
+        /// memcached client flags.
+        client_flags: u32,
+        /// Expiry (`Keep` keeps the current one).
+        expiry: Expiry,
+        /// Keep the current CAS.
+        keep_cas: bool,
+    },
+}
+
+/// Result of incr/decr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arith {
+    /// The new value and CAS.
+    Value(u64, u64),
+    /// No such key.
+    NotFound,
+    /// The value is not a decimal u64.
+    NotNumeric,
+}
+
+/// Engine-wide figures for stats, INFO and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Indexed items (some may have expired and not been reclaimed yet).
+    pub items: u64,
+    /// Bytes of live records in segments.
+    pub live_bytes: u64,
+    /// Reads that found an item.
+    pub hits: u64,
+    /// Reads that did not.
+    pub misses: u64,
+    /// Records written.
+    pub writes: u64,
+    /// Items dropped by eviction.
+    pub evicted_items: u64,
+    /// Items dropped because they expired.
+    pub expired_items: u64,
+    /// Segments evicted.
+    pub evicted_segments: u64,
+    /// Segments freed by expiry.
+    pub expired_segments: u64,
+    /// Items carried forward by merge eviction.
+    pub merged_items: u64,
+    /// Segments in the pool.
+    pub segments_total: u64,
+    /// Segments holding data.
+    pub segments_used: u64,
+    /// Segments ready for use.
+    pub segments_free: u64,
+    /// Segments taken out of service to pay for index growth.
+    pub segments_retired: u64,
+    /// Bytes per segment.
+    pub segment_size_bytes: u64,
+    /// Bytes the index holds.
+    pub index_bytes: u64,
+    /// Primary index buckets.
+    pub index_buckets: u64,
+    /// Overflow index buckets.
+    pub index_overflow_buckets: u64,
+    /// The memory budget.
+    pub memory_bytes: u64,
+    /// Shards.
+    pub shards: u64,
+}
+
+#[repr(align(128))]
+struct Padded<T>(T);
+
+struct FreePool {
+    list: Vec<Segment>,
+    in_use: usize,
+    limit: usize,
+    retired: Vec<Segment>,
+    index_bytes: usize,
+}
+
+struct SeqState {
+    next: u64,
+    reserved_until: u64,
+    root: strata_pool::RootArea,
+}
+
+/// State shared by shards (configuration, free segments, seq allocation, failure state).
+pub(crate) struct Inner {
+    shards: Box<[Padded<RwLock<Shard>>]>,
+    pub(crate) segment_size_bytes: usize,
+    units_per_segment: u64,
+    pub(crate) sync: bool,
+    pub(crate) dram: bool,
+    clock: Arc<dyn Clock>,
+    policy: EvictionPolicy,
+    free: Mutex<FreePool>,
+    seq: Mutex<SeqState>,
+    failed: AtomicBool,
+    failure: Mutex<Option<PersistError>>,
+    flush_at_ms: AtomicU64,
+    value_len_max: usize,
+}
+
+impl Inner {
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(key)
+    }
+
+    fn shard_of(&self, hash: u64) -> usize {
+        (((hash >> 32) * self.shards.len() as u64) >> 32) as usize
+    }
+
+    pub(crate) fn split_location(&self, location: u64) -> (u32, usize) {
+        let id = (location / self.units_per_segment) as u32;
+        let offset = (location % self.units_per_segment) as usize * record::RECORD_ALIGN_BYTES;
+        (id, offset)
+    }
+
+    pub(crate) fn join_location(&self, id: u32, offset: usize) -> u64 {
+        debug_assert!(offset.is_multiple_of(record::RECORD_ALIGN_BYTES));
+        u64::from(id) * self.units_per_segment + (offset / record::RECORD_ALIGN_BYTES) as u64
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<(), WriteError> {
+        if self.failed.load(Ordering::Acquire) {
+            let failure = self
+                .failure
+                .lock()
+                .clone()
+                .expect("failure recorded before the flag");
+            return Err(WriteError::Persist(failure));
+        }
+        Ok(())
+    }
+
+    /// Turns a persist result into a write result, latching the failure: after one failed
+    /// persist the engine refuses writes until reopened (its durability promise is void).
+    pub(crate) fn persisted(&self, result: Result<(), PersistError>) -> Result<(), WriteError> {
+        result.map_err(|err| {
+            self.failure.lock().get_or_insert_with(|| err.clone());
+            // Release: pairs with the Acquire in `check_writable`, which then sees `failure`.
+            self.failed.store(true, Ordering::Release);
+            WriteError::Persist(err)
+        })
+    }
+
+    pub(crate) fn next_seq(&self) -> Result<u64, WriteError> {
+        let mut seq = self.seq.lock();
+        if seq.next >= seq.reserved_until {
+            let reserved_until = seq.next + root::SEQ_RESERVATION;
+            root::write_seq_reserved(seq.root.bytes_mut(), reserved_until);
+            self.persisted(seq.root.persist())?;
+            seq.reserved_until = reserved_until;
+        }
+        seq.next += 1;
+        Ok(seq.next - 1)
+    }
+
+    /// Accounts for an index about to grow: its new size is taken from the segment budget.
+    pub(crate) fn index_growing(&self, index: &index::Index) {
+        let mut free = self.free.lock();
+        free.index_bytes += index
+            .size_bytes_after_growth()
+            .saturating_sub(index.size_bytes());
+        let total = free.list.len() + free.in_use;
+        free.limit = total
+            .saturating_sub(free.index_bytes.div_ceil(self.segment_size_bytes))
+            .max(1);
+    }
+
+    /// A zeroed free segment for `shard`, evicting if needed.
+    pub(crate) fn obtain_segment(&self, shard: &mut Shard) -> Result<Segment, WriteError> {
+        for _ in 0..64 {
+            let over_limit = {
+                let mut free = self.free.lock();
+                if free.in_use < free.limit {
+                    if let Some(segment) = free.list.pop() {
+                        free.in_use += 1;
+                        drop(free);
+                        return self.prepare(segment);
+                    }
+                }
+                free.in_use > free.limit
+            };
+            if self.policy == EvictionPolicy::None {
+                return Err(WriteError::OutOfMemory);
+            }
+            let victim = match shard.evict_one(self, self.policy, !over_limit)? {
+                Some(victim) => victim,
+                None => self
+                    .evict_elsewhere(shard.id)?
+                    .ok_or(WriteError::OutOfMemory)?,
+            };
+            if !over_limit {
+                return self.prepare(victim);
+            }
+            let mut victim = victim;
+            victim.release_memory();
+            let mut free = self.free.lock();
+            free.in_use -= 1;
+            free.retired.push(victim);
+        }
+        Err(WriteError::OutOfMemory)
+    }
+
+    fn prepare(&self, mut segment: Segment) -> Result<Segment, WriteError> {
+        if !self.dram {
+            self.persisted(segment.zero_data())?;
+        }
+        Ok(segment)
+    }
+
+    /// Evicts the oldest segment of another shard whose lock is free right now.
+    fn evict_elsewhere(&self, me: u16) -> Result<Option<Segment>, WriteError> {
+        for (i, other) in self.shards.iter().enumerate() {
+            if i == me as usize {
+                continue;
+            }
+            if let Some(mut other) = other.0.try_write() {
+                if let Some(victim) = other.evict_one(self, EvictionPolicy::Fifo, false)? {
+                    return Ok(Some(victim));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn release(&self, segments: Vec<Segment>) {
+        if segments.is_empty() {
+            return;
+        }
+        let mut free = self.free.lock();
+        free.in_use -= segments.len();
+        free.list.extend(segments);
+    }
+}
+
+/// The engine. `Send + Sync`: share it with `Arc` between threads.
+pub struct Engine {
+    inner: Inner,
+    pool: Mutex<Pool>,
+    recovery: RecoveryReport,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("pool", &*self.pool.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+mod api;
+mod open;

@@ -1,0 +1,484 @@
+//! The engine's public operations.
+
+use std::sync::atomic::Ordering;
+
+use crate::record::{self, RecordMeta, KEY_LEN_MAX};
+use crate::shard::{Found, Shard};
+use crate::{
+    Arith, Change, Condition, Engine, Expiry, Inner, ItemRef, StoreOptions, StoreOutcome,
+    WriteError,
+};
+
+fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
+    ItemRef {
+        key: found.view.key,
+        value: found.view.value,
+        client_flags: found.view.meta.client_flags,
+        cas: found.cas,
+        expires_at_ms: found.view.meta.expires_at_ms,
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), WriteError> {
+    if key.is_empty() {
+        return Err(WriteError::KeyEmpty);
+    }
+    if key.len() > KEY_LEN_MAX {
+        return Err(WriteError::KeyTooLong {
+            len: key.len(),
+            max: KEY_LEN_MAX,
+        });
+    }
+    Ok(())
+}
+
+impl Engine {
+    fn shard_for(&self, key: &[u8]) -> (u64, &parking_lot::RwLock<Shard>) {
+        let hash = self.inner.hash(key);
+        (hash, &self.inner.shards[self.inner.shard_of(hash)].0)
+    }
+
+    fn check_value(
+        &self,
+        key: &[u8],
+        value_len: usize,
+        meta: &RecordMeta,
+    ) -> Result<(), WriteError> {
+        check_key(key)?;
+        let max = self.inner.value_len_max;
+        let size = record::record_size(key.len(), value_len, meta);
+        if value_len > max || size > self.inner.segment_size_bytes {
+            return Err(WriteError::TooLarge {
+                len: value_len,
+                max: self.value_len_max(key.len()),
+            });
+        }
+        Ok(())
+    }
+
+    fn maybe_flush(&self) {
+        let flush_at_ms = self.inner.flush_at_ms.load(Ordering::Acquire);
+        if flush_at_ms != 0 && self.inner.now_ms() >= flush_at_ms {
+            let claimed = self.inner.flush_at_ms.compare_exchange(
+                flush_at_ms,
+                0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            if claimed.is_ok() {
+                let _ = self.flush_now();
+            }
+        }
+    }
+
+    /// Reads `key`, calling `f` with the item while the shard's read lock is held (copy what
+    /// you need; the borrow ends with the call). Returns `None` on a miss.
+    pub fn get<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        let now_ms = self.inner.now_ms();
+        match shard.lookup_unexpired(&self.inner, key, hash, now_ms) {
+            Some(found) => {
+                shard.index.bump_freq(found.slot);
+                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Some(f(item(&found)))
+            }
+            None => {
+                shard.counters.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Reads many keys, calling `f(i, item)` for each in order (`None` on a miss).
+    pub fn get_many<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        mut f: impl FnMut(usize, Option<ItemRef<'_>>),
+    ) {
+        for (i, key) in keys.into_iter().enumerate() {
+            let mut called = false;
+            self.get(key, |item| {
+                called = true;
+                f(i, Some(item));
+            });
+            if !called {
+                f(i, None);
+            }
+        }
+    }
+
+    /// Whether `key` is present (and unexpired), without counting a hit or a miss.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        shard
+            .lookup_unexpired(&self.inner, key, hash, self.inner.now_ms())
+            .is_some()
+    }
+
+    /// Stores `value` under `key` subject to `options.condition`.
+    pub fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        options: StoreOptions,
+    ) -> Result<StoreOutcome, WriteError> {
+        let condition = options.condition;
+        let mut outcome = StoreOutcome::NotStored;
+        self.modify(key, |current, buffer| {
+            let decision = match (condition, &current) {
+                (Condition::IfAbsent, Some(_)) | (Condition::IfPresent, None) => {
+                    Err(StoreOutcome::NotStored)
+                }
+                (Condition::IfCas(_), None) => Err(StoreOutcome::NotFound),
+                (Condition::IfCas(cas), Some(item)) if item.cas != cas => Err(StoreOutcome::Exists),
+                _ => Ok(()),
+            };
+            if let Err(refused) = decision {
+                outcome = refused;
+                return Change::Keep;
+            }
+            outcome = StoreOutcome::Stored(0);
+            buffer.extend_from_slice(value);
+            Change::Write {
+                client_flags: options.client_flags,
+                expiry: options.expiry,
+                keep_cas: false,
+            }
+        })
+        .map(|cas| match (outcome, cas) {
+            (StoreOutcome::Stored(_), Some(cas)) => StoreOutcome::Stored(cas),
+            (StoreOutcome::Stored(_), None) => StoreOutcome::Stored(0),
+            (other, _) => other,
+        })
+    }
+
+    /// Plain set: the fast path of `store` with no condition (no read-modify-write copy).
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        if expiry == Expiry::Keep {
+            let options = StoreOptions {
+                client_flags,
+                expiry,
+                condition: Condition::Always,
+            };
+            return match self.store(key, value, options)? {
+                StoreOutcome::Stored(cas) => Ok(cas),
+                _ => unreachable!("an unconditional store stores"),
+            };
+        }
+        let meta = RecordMeta {
+            expires_at_ms: self.expiry_ms(expiry, None),
+            cas: None,
+            client_flags,
+        };
+        self.check_value(key, value.len(), &meta)?;
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let mut shard = lock.write();
+        if meta
+            .expires_at_ms
+            .is_some_and(|at| at <= self.inner.now_ms())
+        {
+            shard.delete(&self.inner, key, hash)?;
+            return Ok(0);
+        }
+        shard.write(&self.inner, key, hash, Some(value), meta)
+    }
+
+    fn expiry_ms(&self, expiry: Expiry, current: Option<Option<u64>>) -> Option<u64> {
+        match expiry {
+            Expiry::Never => None,
+            Expiry::AtMs(at) => Some(at),
+            Expiry::Keep => current.flatten(),
+        }
+    }
+
+    /// The general read-modify-write: `f` sees the current item (if any, unexpired) and an
+    /// empty buffer; it returns what to do, writing the new value into the buffer for
+    /// `Change::Write`. Runs under the shard's write lock, so it is atomic with respect to
+    /// every other operation on the key. Returns the new CAS when something was written.
+    pub fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        check_key(key)?;
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let mut shard = lock.write();
+        let inner: &Inner = &self.inner;
+        let now_ms = inner.now_ms();
+        let mut buffer = std::mem::take(&mut shard.scratch);
+        buffer.clear();
+        let (change, current) = {
+            let found = shard.lookup_unexpired(inner, key, hash, now_ms);
+            let current = found.as_ref().map(|f| (f.view.meta.expires_at_ms, f.cas));
+            (f(found.as_ref().map(item), &mut buffer), current)
+        };
+        let result = self.apply(&mut shard, key, hash, change, current, &mut buffer, now_ms);
+        shard.scratch = buffer;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &self,
+        shard: &mut Shard,
+        key: &[u8],
+        hash: u64,
+        change: Change,
+        current: Option<(Option<u64>, u64)>,
+        buffer: &mut Vec<u8>,
+        now_ms: u64,
+    ) -> Result<Option<u64>, WriteError> {
+        match change {
+            Change::Keep => Ok(None),
+            Change::Delete => shard.delete(&self.inner, key, hash).map(|_| None),
+            Change::Write {
+                client_flags,
+                expiry,
+                keep_cas,
+            } => {
+                let expires_at_ms = self.expiry_ms(expiry, current.map(|c| c.0));
+                let cas = if keep_cas { current.map(|c| c.1) } else { None };
+                let meta = RecordMeta {
+                    expires_at_ms,
+                    cas,
+                    client_flags,
+                };
+                self.check_value(key, buffer.len(), &meta)?;
+                if expires_at_ms.is_some_and(|at| at <= now_ms) {
+                    shard.delete(&self.inner, key, hash)?;
+                    return Ok(None);
+                }
+                std::mem::swap(&mut shard.scratch, buffer);
+                let result = shard.write(&self.inner, key, hash, None, meta);
+                std::mem::swap(&mut shard.scratch, buffer);
+                result.map(Some)
+            }
+        }
+    }
+
+    /// Deletes `key`; with `cas`, only if the item's CAS matches. Returns whether it was
+    /// deleted (`Err(StoreOutcome::Exists)` semantics are folded into `DeleteOutcome`).
+    pub fn delete(&self, key: &[u8], cas: Option<u64>) -> Result<DeleteOutcome, WriteError> {
+        let mut outcome = DeleteOutcome::NotFound;
+        self.modify(key, |current, _| match (current, cas) {
+            (None, _) => Change::Keep,
+            (Some(item), Some(cas)) if item.cas != cas => {
+                outcome = DeleteOutcome::Exists;
+                Change::Keep
+            }
+            (Some(_), _) => {
+                outcome = DeleteOutcome::Deleted;
+                Change::Delete
+            }
+        })?;
+        Ok(outcome)
+    }
+
+    /// Sets a new expiry on `key`, keeping its value, flags and CAS. Returns whether it exists.
+    pub fn touch(&self, key: &[u8], expiry: Expiry) -> Result<bool, WriteError> {
+        let mut found = false;
+        self.modify(key, |current, buffer| match current {
+            None => Change::Keep,
+            Some(item) => {
+                found = true;
+                buffer.extend_from_slice(item.value);
+                Change::Write {
+                    client_flags: item.client_flags,
+                    expiry,
+                    keep_cas: true,
+                }
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// memcached incr/decr: the value must be a decimal u64; incr wraps at 2^64, decr stops
+    /// at 0. The new value gets a new CAS.
+    pub fn arith(&self, key: &[u8], delta: u64, decrement: bool) -> Result<Arith, WriteError> {
+        let mut result = Arith::NotFound;
+        let cas = self.modify(key, |current, buffer| {
+            let Some(item) = current else {
+                return Change::Keep;
+            };
+            let Some(number) = parse_u64(item.value) else {
+                result = Arith::NotNumeric;
+                return Change::Keep;
+            };
+            let next = if decrement {
+                number.saturating_sub(delta)
+            } else {
+                number.wrapping_add(delta)
+            };
+            result = Arith::Value(next, 0);
+            buffer.extend_from_slice(next.to_string().as_bytes());
+            Change::Write {
+                client_flags: item.client_flags,
+                expiry: Expiry::Keep,
+                keep_cas: false,
+            }
+        })?;
+        Ok(match (result, cas) {
+            (Arith::Value(value, _), Some(cas)) => Arith::Value(value, cas),
+            (other, _) => other,
+        })
+    }
+
+    /// memcached append/prepend: adds `data` to an existing value. Returns the new CAS, or
+    /// `None` when the key is absent.
+    pub fn concat(
+        &self,
+        key: &[u8],
+        data: &[u8],
+        prepend: bool,
+    ) -> Result<Option<u64>, WriteError> {
+        self.modify(key, |current, buffer| {
+            let Some(item) = current else {
+                return Change::Keep;
+            };
+            if prepend {
+                buffer.extend_from_slice(data);
+                buffer.extend_from_slice(item.value);
+            } else {
+                buffer.extend_from_slice(item.value);
+                buffer.extend_from_slice(data);
+            }
+            Change::Write {
+                client_flags: item.client_flags,
+                expiry: Expiry::Keep,
+                keep_cas: false,
+            }
+        })
+    }
+
+    /// Removes every item now (`delay_ms == 0`) or at `now + delay_ms`.
+    pub fn flush_all(&self, delay_ms: u64) -> Result<(), WriteError> {
+        if delay_ms == 0 {
+            self.inner.flush_at_ms.store(0, Ordering::Release);
+            return self.flush_now();
+        }
+        let at = self.inner.now_ms() + delay_ms;
+        self.inner.flush_at_ms.store(at, Ordering::Release);
+        Ok(())
+    }
+
+    fn flush_now(&self) -> Result<(), WriteError> {
+        for shard in self.inner.shards.iter() {
+            let freed = shard.0.write().flush(&self.inner)?;
+            self.inner.release(freed);
+        }
+        Ok(())
+    }
+
+    /// Frees segments whose items have all expired, and runs a due delayed flush. Call it
+    /// periodically (the server does, every 100 ms). Returns the segments freed.
+    pub fn expire(&self) -> Result<usize, WriteError> {
+        self.maybe_flush();
+        let now_ms = self.inner.now_ms();
+        let mut count = 0;
+        for shard in self.inner.shards.iter() {
+            let freed = shard.0.write().expire(&self.inner, now_ms)?;
+            count += freed.len();
+            self.inner.release(freed);
+        }
+        Ok(count)
+    }
+
+    /// Items indexed (including expired ones not yet reclaimed).
+    pub fn len(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| s.0.read().index.len())
+            .sum()
+    }
+
+    /// True when no item is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Iterates keys in cursor order, Redis SCAN style: visits about `count` index buckets'
+    /// worth of keys starting at `cursor` (0 to begin) and returns the next cursor (0 when
+    /// done). Every key present for the whole iteration is returned at least once.
+    pub fn scan(&self, cursor: u64, count: usize, visit: &mut dyn FnMut(&[u8])) -> u64 {
+        let shards = self.inner.shards.len() as u64;
+        let mut shard_index = cursor >> 32;
+        let mut position = (cursor & 0xFFFF_FFFF) as u32;
+        let now_ms = self.inner.now_ms();
+        let budget = count.div_ceil(7).max(1);
+        while shard_index < shards {
+            let shard = self.inner.shards[shard_index as usize].0.read();
+            match shard.scan(&self.inner, position, budget, now_ms, visit) {
+                Some(next) => return (shard_index << 32) | u64::from(next),
+                None => {
+                    shard_index += 1;
+                    position = 0;
+                    if shard_index < shards {
+                        return shard_index << 32;
+                    }
+                }
+            }
+        }
+        0
+    }
+
+    /// A key chosen at random (roughly uniformly), or `None` when empty.
+    pub fn random_key(&self, seed: u64) -> Option<Vec<u8>> {
+        let shards = self.inner.shards.len() as u64;
+        for attempt in 0..shards * 2 {
+            let mixed = seed
+                .wrapping_add(attempt)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let shard_index = (mixed >> 40) % shards;
+            let start = (mixed & 0x0FFF_FFFF) as u32;
+            let shard = self.inner.shards[shard_index as usize].0.read();
+            let mut found = None;
+            let mut cursor = Some(start);
+            while let Some(position) = cursor {
+                cursor = shard.scan(&self.inner, position, 64, self.inner.now_ms(), &mut |key| {
+                    if found.is_none() {
+                        found = Some(key.to_vec());
+                    }
+                });
+                if found.is_some() {
+                    return found;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// What a delete did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// Deleted.
+    Deleted,
+    /// No such key.
+    NotFound,
+    /// The CAS did not match.
+    Exists,
+}
+
+/// Parses a memcached counter: ASCII decimal digits (trailing spaces allowed, as memcached
+/// leaves them after a shrinking decr), at most u64::MAX.
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    let digits = bytes.strip_suffix(b" ").map_or(bytes, |d| d);
+    let digits = std::str::from_utf8(digits).ok()?.trim_end_matches(' ');
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}

@@ -1,0 +1,158 @@
+//! Engine configuration: named defaults, validated once at open.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::clock::{Clock, SystemClock};
+
+/// Default memory budget (pool + index): 64 MiB.
+pub const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
+/// Default segment size, as in Segcache.
+pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 1 << 20;
+/// Largest segment: CAS values carry the record offset in 20 bits of 8-byte units.
+pub const SEGMENT_SIZE_BYTES_MAX: u64 = 8 << 20;
+/// Default largest value: 1 MiB (an item must also fit in one segment with its header).
+pub const VALUE_LEN_MAX_DEFAULT: usize = 1 << 20;
+/// Default number of shards (each with its own lock, index and open segments).
+pub const SHARD_COUNT_DEFAULT: usize = 8;
+/// Most shards.
+pub const SHARD_COUNT_MAX: usize = 1024;
+/// Item size the initial index is sized for: small, so that the common small-item cache needs
+/// no growth. Larger items leave the index under-filled; smaller ones make it grow.
+pub const ITEM_SIZE_BYTES_EXPECTED_DEFAULT: u64 = 64;
+/// Largest data area an index slot can address (32-bit location in 8-byte units).
+pub const DATA_BYTES_MAX: u64 = 32 << 30;
+
+/// Where the engine's pool lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolLocation {
+    /// Anonymous DRAM (nothing survives a restart).
+    Dram,
+    /// A file (DAX when the filesystem supports it, else shared file or tmpfs).
+    File(PathBuf),
+    /// DRAM with a simulated persistent image (power-failure tests).
+    Simulated,
+}
+
+/// Which segment to give up when the pool is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// Refuse writes that need space (`OutOfMemory`).
+    None,
+    /// The shard's oldest segment.
+    Fifo,
+    /// A random segment of the shard.
+    Random,
+    /// Segcache-style merge: take the oldest segment but carry its items that were read since
+    /// they were written (up to half a segment) to the head, resetting their frequency.
+    Merge,
+}
+
+impl EvictionPolicy {
+    /// Parses `none`, `fifo`, `random` or `merge`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "none" => Some(EvictionPolicy::None),
+            "fifo" => Some(EvictionPolicy::Fifo),
+            "random" => Some(EvictionPolicy::Random),
+            "merge" => Some(EvictionPolicy::Merge),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictionPolicy::None => "none",
+            EvictionPolicy::Fifo => "fifo",
+            EvictionPolicy::Random => "random",
+            EvictionPolicy::Merge => "merge",
+        }
+    }
+}
+
+/// What an acknowledged write survives (see docs/DURABILITY.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Writes land in the pool; nothing is flushed before the reply.
+    None,
+    /// Every write is persisted (flush + fence, or msync) before the call returns.
+    Sync,
+}
+
+/// Everything the engine needs to open.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// The whole budget: pool segments plus index, in bytes.
+    pub memory_bytes: u64,
+    /// Bytes per segment.
+    pub segment_size_bytes: u64,
+    /// Where the pool lives.
+    pub pool: PoolLocation,
+    /// Discard an existing pool file instead of reopening it.
+    pub fresh: bool,
+    /// Eviction policy.
+    pub eviction: EvictionPolicy,
+    /// Shards; fixed when a pool is created (a reopened pool keeps its own).
+    pub shard_count: usize,
+    /// Largest value accepted.
+    pub value_len_max: usize,
+    /// Item size the initial index is sized for.
+    pub item_size_bytes_expected: u64,
+    /// What acknowledged writes survive.
+    pub durability: Durability,
+    /// Wall clock for expiry.
+    pub clock: Arc<dyn Clock>,
+    /// Fail the N-th persist and all after (tests).
+    pub fail_persist_from: Option<u64>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            memory_bytes: MEMORY_BYTES_DEFAULT,
+            segment_size_bytes: SEGMENT_SIZE_BYTES_DEFAULT,
+            pool: PoolLocation::Dram,
+            fresh: false,
+            eviction: EvictionPolicy::Merge,
+            shard_count: SHARD_COUNT_DEFAULT,
+            value_len_max: VALUE_LEN_MAX_DEFAULT,
+            item_size_bytes_expected: ITEM_SIZE_BYTES_EXPECTED_DEFAULT,
+            durability: Durability::None,
+            clock: Arc::new(SystemClock),
+            fail_persist_from: None,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Number of segments in the pool: the whole budget, in segments. The index's share is
+    /// taken out of service at run time (see `Engine`), so the file geometry does not depend on
+    /// how large the index has grown.
+    pub fn segment_count(&self) -> u64 {
+        self.memory_bytes / self.segment_size_bytes
+    }
+
+    /// Checks ranges and relations between settings.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.segment_size_bytes > SEGMENT_SIZE_BYTES_MAX {
+            return Err("segment size must be at most 8 MiB");
+        }
+        if self.segment_size_bytes < 4096 || !self.segment_size_bytes.is_multiple_of(4096) {
+            return Err("segment size must be a multiple of 4 KiB");
+        }
+        if self.segment_count() < 2 {
+            return Err("memory must hold at least two segments");
+        }
+        if self.segment_count() * self.segment_size_bytes > DATA_BYTES_MAX {
+            return Err("memory must be at most 32 GiB (the index addresses 32 GiB of segments)");
+        }
+        if self.shard_count == 0 || self.shard_count > SHARD_COUNT_MAX {
+            return Err("shard count must be 1..=1024");
+        }
+        if self.item_size_bytes_expected < 16 {
+            return Err("expected item size must be at least 16 bytes");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,562 @@
+//! The hash index of one shard: cache-line buckets of eight 64-bit slots, two candidate buckets
+//! per key, overflow chains for the rare full pair, and online growth.
+//!
+//! ```text
+//!  slot (u64):  63            36   35   34  32  31                              0
+//!              +----------------+----+-------+----------------------------------+
+//!              | hash28         |link| freq3 | location + 1 (8-byte units)      |
+//!              +----------------+----+-------+----------------------------------+
+//!  bucket: 8 slots = 64 bytes = one cache line. An all-zero slot is empty.
+//!  A link slot (link bit set) is always slot 7; its low 32 bits are an overflow bucket index.
+//! ```
+//!
+//! `hash28` is 28 bits of the key's hash. A key's two candidate buckets are
+//! `(hash28 * n) >> 28` and the same of a bijective mix of `hash28`, for `n` buckets: any `n`
+//! works, and doubling `n` maps bucket `b` onto `2b` and `2b + 1`, so growth needs no key bytes,
+//! only the stored hash. Inserts go to the first candidate with room (most hits read one cache
+//! line), then the second, then an overflow chain off the first. Lookups compare stored hashes
+//! and hand every candidate location to the caller, who compares the full key.
+//!
+//! Invariants:
+//! - Every item slot sits in the chain of one of its key's two candidate buckets, and growth
+//!   keeps it in the same candidate, so a cursor over bucket positions (`scan`) stays valid
+//!   across growth: an item present for a whole scan is returned at least once.
+//! - `items` counts item slots; link slots are not items.
+//! - Nothing here is a pointer: locations are pool offsets, links are overflow indices.
+//!
+//! Concurrency: the shard's lock guards the index. Readers (`&self`) only load slots and bump
+//! the 3-bit access frequency with a relaxed compare-exchange; writers hold `&mut self`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Slots per bucket.
+pub const SLOTS_PER_BUCKET: usize = 8;
+/// Grow when items exceed this fraction of primary slots, in percent.
+pub const LOAD_PERCENT_MAX: usize = 94;
+/// Bits of the key hash kept in a slot.
+pub const HASH_BITS: u32 = 28;
+/// Largest location (in 8-byte units) a slot can hold: the data area is at most 32 GiB.
+pub const LOCATION_MAX: u64 = u32::MAX as u64 - 1;
+/// Largest access frequency a slot counts to.
+pub const FREQ_MAX: u8 = 7;
+
+const HASH_SHIFT: u32 = 36;
+const LINK_BIT: u64 = 1 << 35;
+const FREQ_SHIFT: u32 = 32;
+const FREQ_MASK: u64 = 0x7 << FREQ_SHIFT;
+const LOCATION_MASK: u64 = 0xFFFF_FFFF;
+const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
+const LINK_SLOT: usize = SLOTS_PER_BUCKET - 1;
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Bucket([AtomicU64; SLOTS_PER_BUCKET]);
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+/// Where a slot is: a primary or overflow bucket, and the slot within it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRef {
+    overflow: bool,
+    bucket: u32,
+    slot: u8,
+}
+
+/// An item slot's contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The 28 stored hash bits.
+    pub hash28: u32,
+    /// Access frequency, 0..=FREQ_MAX.
+    pub freq: u8,
+    /// Record location in 8-byte units from the start of the data area.
+    pub location: u64,
+}
+
+fn pack(entry: Entry) -> u64 {
+    assert!(entry.location <= LOCATION_MAX);
+    debug_assert!(u64::from(entry.hash28) <= HASH_MASK && entry.freq <= FREQ_MAX);
+    (u64::from(entry.hash28) << HASH_SHIFT)
+        | (u64::from(entry.freq) << FREQ_SHIFT)
+        | (entry.location + 1)
+}
+
+fn unpack(slot: u64) -> Entry {
+    Entry {
+        hash28: (slot >> HASH_SHIFT) as u32,
+        freq: ((slot & FREQ_MASK) >> FREQ_SHIFT) as u8,
+        location: (slot & LOCATION_MASK) - 1,
+    }
+}
+
+fn is_link(slot: u64) -> bool {
+    slot & LINK_BIT != 0
+}
+
+/// The 28 index bits of a 64-bit key hash.
+pub fn hash28(hash: u64) -> u32 {
+    (hash & HASH_MASK) as u32
+}
+
+fn mix(hash28: u32) -> u32 {
+    // An odd multiplier is a bijection modulo 2^28, so the second candidate is as uniform as
+    // the first and can be recomputed from the stored bits alone.
+    (hash28.wrapping_mul(0x9E37_79B1)) & HASH_MASK as u32
+}
+
+fn position(h: u32, bucket_count: usize) -> usize {
+    ((u64::from(h) * bucket_count as u64) >> HASH_BITS) as usize
+}
+
+/// A shard's index.
+pub struct Index {
+    buckets: Vec<Bucket>,
+    overflow: Vec<Bucket>,
+    overflow_free: Vec<u32>,
+    items: usize,
+}
+
+impl Index {
+    /// An empty index sized for `items_expected` items at the growth threshold.
+    pub fn with_capacity(items_expected: usize) -> Self {
+        let per_bucket = SLOTS_PER_BUCKET * LOAD_PERCENT_MAX / 100;
+        let bucket_count = items_expected.div_ceil(per_bucket).max(2);
+        Index {
+            buckets: (0..bucket_count).map(|_| Bucket::default()).collect(),
+            overflow: Vec::new(),
+            overflow_free: Vec::new(),
+            items: 0,
+        }
+    }
+
+    /// Items indexed.
+    pub fn len(&self) -> usize {
+        self.items
+    }
+
+    /// True when no item is indexed.
+    #[allow(dead_code)]
+    pub fn is_empty(&self) -> bool {
+        self.items == 0
+    }
+
+    /// Primary buckets.
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Overflow buckets in use or free.
+    pub fn overflow_bucket_count(&self) -> usize {
+        self.overflow.len()
+    }
+
+    /// Memory the index holds.
+    pub fn size_bytes(&self) -> usize {
+        (self.buckets.capacity() + self.overflow.capacity()) * std::mem::size_of::<Bucket>()
+    }
+
+    /// Memory the index would hold after the next growth.
+    pub fn size_bytes_after_growth(&self) -> usize {
+        2 * self.buckets.len() * std::mem::size_of::<Bucket>()
+    }
+
+    /// True when the next insert should be preceded by `grow`.
+    pub fn needs_growth(&self) -> bool {
+        self.items * 100 >= self.buckets.len() * SLOTS_PER_BUCKET * LOAD_PERCENT_MAX
+    }
+
+    fn candidates(&self, hash28: u32) -> [usize; 2] {
+        let n = self.buckets.len();
+        let first = position(hash28, n);
+        let mut second = position(mix(hash28), n);
+        if second == first {
+            second = (first + 1) % n;
+        }
+        [first, second]
+    }
+
+    fn bucket(&self, overflow: bool, index: u32) -> &Bucket {
+        if overflow {
+            &self.overflow[index as usize]
+        } else {
+            &self.buckets[index as usize]
+        }
+    }
+
+    fn slot(&self, at: SlotRef) -> &AtomicU64 {
+        &self.bucket(at.overflow, at.bucket).0[at.slot as usize]
+    }
+
+    /// Calls `visit` on every item slot in the chain starting at primary bucket `head`, stopping
+    /// when it returns `Some`.
+    fn walk_chain<T>(
+        &self,
+        head: usize,
+        mut visit: impl FnMut(SlotRef, u64) -> Option<T>,
+    ) -> Option<T> {
+        let mut at = (false, head as u32);
+        loop {
+            let bucket = self.bucket(at.0, at.1);
+            for (i, slot) in bucket.0.iter().enumerate() {
+                let value = slot.load(Ordering::Relaxed);
+                if value == 0 {
+                    continue;
+                }
+                if is_link(value) {
+                    debug_assert_eq!(i, LINK_SLOT);
+                    at = (true, (value & LOCATION_MASK) as u32);
+                    break;
+                }
+                let found = visit(
+                    SlotRef {
+                        overflow: at.0,
+                        bucket: at.1,
+                        slot: i as u8,
+                    },
+                    value,
+                );
+                if found.is_some() {
+                    return found;
+                }
+            }
+            if !is_link(bucket.0[LINK_SLOT].load(Ordering::Relaxed)) {
+                return None;
+            }
+        }
+    }
+
+    /// Finds the slot whose hash matches and whose location `is_key` confirms.
+    pub fn find(
+        &self,
+        hash28: u32,
+        mut is_key: impl FnMut(u64) -> bool,
+    ) -> Option<(SlotRef, Entry)> {
+        for head in self.candidates(hash28) {
+            let found = self.walk_chain(head, |at, value| {
+                let entry = unpack(value);
+                (entry.hash28 == hash28 && is_key(entry.location)).then_some((at, entry))
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// Counts one more access to the slot (saturating; a lost race only loses a count).
+    pub fn bump_freq(&self, at: SlotRef) {
+        let slot = self.slot(at);
+        let value = slot.load(Ordering::Relaxed);
+        let entry = unpack(value);
+        if entry.freq < FREQ_MAX && !is_link(value) {
+            let bumped = pack(Entry {
+                freq: entry.freq + 1,
+                ..entry
+            });
+            // Relaxed: the frequency is a hint for eviction; the slot's location is rewritten
+            // only under the shard's write lock, which excludes this reader.
+            let _ = slot.compare_exchange(value, bumped, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Points the slot at a new location, keeping its hash and frequency.
+    pub fn relocate(&mut self, at: SlotRef, location: u64) {
+        let entry = unpack(self.slot(at).load(Ordering::Relaxed));
+        self.slot(at)
+            .store(pack(Entry { location, ..entry }), Ordering::Relaxed);
+    }
+
+    /// Sets the slot's frequency.
+    pub fn set_freq(&mut self, at: SlotRef, freq: u8) {
+        let entry = unpack(self.slot(at).load(Ordering::Relaxed));
+        self.slot(at).store(
+            pack(Entry {
+                freq: freq.min(FREQ_MAX),
+                ..entry
+            }),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Empties the slot.
+    pub fn remove(&mut self, at: SlotRef) {
+        let slot = self.slot(at);
+        assert!(!is_link(slot.load(Ordering::Relaxed)) && slot.load(Ordering::Relaxed) != 0);
+        slot.store(0, Ordering::Relaxed);
+        self.items -= 1;
+    }
+
+    /// Removes the item slot with this hash and location, if present; returns whether it was.
+    #[allow(dead_code)]
+    pub fn remove_location(&mut self, hash28: u32, location: u64) -> bool {
+        match self.find(hash28, |l| l == location) {
+            Some((at, _)) => {
+                self.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds an item. The caller has checked the key is absent and called `grow` if needed.
+    pub fn insert(&mut self, hash28: u32, location: u64, freq: u8) {
+        let value = pack(Entry {
+            hash28,
+            freq,
+            location,
+        });
+        let [first, second] = self.candidates(hash28);
+        // The emptier candidate first: balancing the pair keeps overflow rare at high load.
+        let (a, b) = if self.free_slots(second) > self.free_slots(first) {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        if !self.try_place_in_chain(a, value) && !self.try_place_in_chain(b, value) {
+            self.extend_chain(a, value);
+        }
+        self.items += 1;
+    }
+
+    fn free_slots(&self, head: usize) -> usize {
+        self.buckets[head]
+            .0
+            .iter()
+            .filter(|slot| slot.load(Ordering::Relaxed) == 0)
+            .count()
+    }
+
+    fn try_place_in_chain(&mut self, head: usize, value: u64) -> bool {
+        let mut at = (false, head as u32);
+        loop {
+            let bucket = self.bucket(at.0, at.1);
+            for slot in &bucket.0 {
+                if slot.load(Ordering::Relaxed) == 0 {
+                    slot.store(value, Ordering::Relaxed);
+                    return true;
+                }
+            }
+            let last = bucket.0[LINK_SLOT].load(Ordering::Relaxed);
+            if !is_link(last) {
+                return false;
+            }
+            at = (true, (last & LOCATION_MASK) as u32);
+        }
+    }
+
+    /// Appends an overflow bucket to the chain at `head` and puts `value` in it.
+    fn extend_chain(&mut self, head: usize, value: u64) {
+        let mut at = (false, head as u32);
+        loop {
+            let last = self.bucket(at.0, at.1).0[LINK_SLOT].load(Ordering::Relaxed);
+            if !is_link(last) {
+                break;
+            }
+            at = (true, (last & LOCATION_MASK) as u32);
+        }
+        let index = match self.overflow_free.pop() {
+            Some(index) => index,
+            None => {
+                self.overflow.push(Bucket::default());
+                u32::try_from(self.overflow.len() - 1).expect("overflow buckets fit in u32")
+            }
+        };
+        let tail = self.bucket(at.0, at.1);
+        let moved = tail.0[LINK_SLOT].load(Ordering::Relaxed);
+        tail.0[LINK_SLOT].store(LINK_BIT | u64::from(index), Ordering::Relaxed);
+        let fresh = &self.overflow[index as usize];
+        fresh.0[0].store(moved, Ordering::Relaxed);
+        fresh.0[1].store(value, Ordering::Relaxed);
+    }
+
+    /// Doubles the primary buckets, moving every item to the same candidate in the new table.
+    /// Runs under the shard's write lock; its pause is proportional to the shard's items.
+    pub fn grow(&mut self) {
+        let new_count = self.buckets.len() * 2;
+        let mut grown = Index {
+            buckets: (0..new_count).map(|_| Bucket::default()).collect(),
+            overflow: Vec::new(),
+            overflow_free: Vec::new(),
+            items: 0,
+        };
+        for head in 0..self.buckets.len() {
+            self.walk_chain::<()>(head, |_, value| {
+                let entry = unpack(value);
+                let [first, _] = self.candidates(entry.hash28);
+                let h = if head == first {
+                    entry.hash28
+                } else {
+                    mix(entry.hash28)
+                };
+                let mut target = position(h, new_count);
+                if h != entry.hash28 && target == position(entry.hash28, new_count) {
+                    target = (target + 1) % new_count;
+                }
+                if !grown.try_place_in_chain(target, value) {
+                    grown.extend_chain(target, value);
+                }
+                grown.items += 1;
+                None
+            });
+        }
+        assert_eq!(grown.items, self.items, "growth keeps every item");
+        *self = grown;
+    }
+
+    /// Visits the items of primary buckets `[cursor, cursor + bucket_budget)` (and their chains)
+    /// in bucket order. Returns the next cursor, or `None` when the table has been covered.
+    /// Cursors are bucket positions scaled to 2^28, so they survive growth.
+    pub fn scan(
+        &self,
+        cursor: u32,
+        bucket_budget: usize,
+        mut visit: impl FnMut(Entry),
+    ) -> Option<u32> {
+        let n = self.buckets.len();
+        // A cursor is the smallest hash position not yet covered; its bucket is where to resume
+        // (in a grown table too, since positions map monotonically onto buckets).
+        let mut bucket = position(cursor, n);
+        let end = (bucket + bucket_budget.max(1)).min(n);
+        while bucket < end {
+            self.walk_chain::<()>(bucket, |_, value| {
+                visit(unpack(value));
+                None
+            });
+            bucket += 1;
+        }
+        (bucket < n).then(|| ((bucket as u64) << HASH_BITS).div_ceil(n as u64) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn hashes(count: usize) -> Vec<u32> {
+        (0..count as u64)
+            .map(|i| hash28(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())))
+            .collect()
+    }
+
+    #[test]
+    fn pack_round_trips_at_the_extremes() {
+        for entry in [
+            Entry {
+                hash28: 0,
+                freq: 0,
+                location: 0,
+            },
+            Entry {
+                hash28: HASH_MASK as u32,
+                freq: FREQ_MAX,
+                location: LOCATION_MAX,
+            },
+        ] {
+            let value = pack(entry);
+            assert_ne!(value, 0, "an item slot is never empty");
+            assert!(!is_link(value));
+            assert_eq!(unpack(value), entry);
+        }
+    }
+
+    #[test]
+    fn inserted_items_are_found_by_location_through_growth_and_removal() {
+        let mut index = Index::with_capacity(16);
+        let hs = hashes(5000);
+        for (i, &h) in hs.iter().enumerate() {
+            if index.needs_growth() {
+                index.grow();
+            }
+            index.insert(h, i as u64, 0);
+        }
+        assert_eq!(index.len(), 5000);
+        for (i, &h) in hs.iter().enumerate() {
+            assert!(index.find(h, |l| l == i as u64).is_some(), "item {i} lost");
+        }
+        for (i, &h) in hs.iter().enumerate().step_by(2) {
+            assert!(index.remove_location(h, i as u64));
+        }
+        assert_eq!(index.len(), 2500);
+        for (i, &h) in hs.iter().enumerate() {
+            assert_eq!(index.find(h, |l| l == i as u64).is_some(), i % 2 == 1);
+        }
+    }
+
+    #[test]
+    fn a_full_table_overflows_into_chains_without_losing_items() {
+        let mut index = Index::with_capacity(16);
+        let hs = hashes(400);
+        for (i, &h) in hs.iter().enumerate() {
+            index.insert(h, i as u64, 1); // no growth: force long chains
+        }
+        assert!(index.overflow_bucket_count() > 0);
+        for (i, &h) in hs.iter().enumerate() {
+            let (_, entry) = index.find(h, |l| l == i as u64).expect("found");
+            assert_eq!(entry.freq, 1);
+        }
+        index.grow();
+        for (i, &h) in hs.iter().enumerate() {
+            assert!(index.find(h, |l| l == i as u64).is_some());
+        }
+    }
+
+    #[test]
+    fn scan_with_growth_in_the_middle_returns_every_item() {
+        let mut index = Index::with_capacity(100);
+        let hs = hashes(700);
+        for (i, &h) in hs.iter().enumerate() {
+            index.insert(h, i as u64, 0);
+        }
+        let mut seen = HashMap::new();
+        let mut cursor = 0;
+        let mut steps = 0;
+        loop {
+            let next = index.scan(cursor, 7, |e| *seen.entry(e.location).or_insert(0) += 1);
+            steps += 1;
+            if steps == 5 {
+                index.grow();
+            }
+            match next {
+                Some(c) => cursor = c,
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), 700, "every item returned at least once");
+    }
+
+    #[test]
+    fn frequency_saturates() {
+        let mut index = Index::with_capacity(16);
+        index.insert(5, 9, 0);
+        let (at, _) = index.find(5, |_| true).unwrap();
+        for _ in 0..20 {
+            index.bump_freq(at);
+        }
+        assert_eq!(index.find(5, |_| true).unwrap().1.freq, FREQ_MAX);
+        index.set_freq(at, 0);
+        index.relocate(at, 11);
+        assert_eq!(
+            index.find(5, |_| true).unwrap().1,
+            Entry {
+                hash28: 5,
+                freq: 0,
+                location: 11
+            }
+        );
+    }
+
+    #[test]
+    fn load_reaches_the_threshold_with_few_overflow_buckets() {
+        let items = 100_000;
+        let mut index = Index::with_capacity(items);
+        for (i, h) in hashes(items).into_iter().enumerate() {
+            index.insert(h, i as u64, 0);
+        }
+        let overflow_share = index.overflow_bucket_count() as f64 / index.bucket_count() as f64;
+        assert!(
+            overflow_share < 0.05,
+            "overflow buckets {overflow_share:.3} of primaries"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! Opening and closing the engine: pool, root area, shards, budget.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+use strata_pool::{Backend, FaultPlan, Geometry, Location, OpenMode, Opened, Pool, PoolOptions};
+
+use crate::config::{Durability, EngineConfig, PoolLocation};
+use crate::error::OpenError;
+use crate::recovery::{self, RecoveryReport};
+use crate::shard::Shard;
+use crate::{record, root, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
+
+/// Index bytes per item at the growth threshold (8-byte slots, 94% full).
+const INDEX_BYTES_PER_ITEM: u64 = 9;
+
+impl Engine {
+    /// Opens the engine: creates the pool, or reopens it and recovers its items.
+    pub fn open(config: EngineConfig) -> Result<Engine, OpenError> {
+        config.validate().map_err(OpenError::Config)?;
+        let geometry = Geometry {
+            segment_size_bytes: config.segment_size_bytes,
+            segment_count: config.segment_count(),
+        };
+        let location = match &config.pool {
+            PoolLocation::Dram => Location::Dram,
+            PoolLocation::File(path) => Location::File(path.clone()),
+            PoolLocation::Simulated => Location::Simulated,
+        };
+        let faults = FaultPlan {
+            fail_persist_from: config.fail_persist_from,
+        };
+        let mode = if config.fresh {
+            OpenMode::Fresh
+        } else {
+            OpenMode::OpenOrCreate
+        };
+        let pool = Pool::open(PoolOptions {
+            location,
+            geometry,
+            mode,
+            faults,
+        })?;
+        Self::from_pool(pool, &config)
+    }
+
+    /// Opens the engine on an already open pool (tests reopen crash images this way).
+    pub fn from_pool(mut pool: Pool, config: &EngineConfig) -> Result<Engine, OpenError> {
+        let mut root_area = pool.take_root();
+        let segments = pool.take_segments();
+        let shard_count = match pool.opened() {
+            Opened::Created => {
+                let shard_count = config.shard_count as u16;
+                root::write(
+                    root_area.bytes_mut(),
+                    root::Root {
+                        shard_count,
+                        seq_reserved: 1,
+                    },
+                );
+                root_area.persist()?;
+                shard_count
+            }
+            Opened::Reopened { .. } => {
+                root::read(root_area.bytes())
+                    .map_err(OpenError::Root)?
+                    .shard_count
+            }
+        };
+        let seq_reserved = root::read(root_area.bytes())
+            .map_err(OpenError::Root)?
+            .seq_reserved;
+        let geometry = pool.geometry();
+        let memory_bytes = geometry.segment_count * geometry.segment_size_bytes;
+        let items_expected =
+            memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
+        let per_shard = (items_expected / u64::from(shard_count)).max(16) as usize;
+        let shards: Box<[_]> = (0..shard_count)
+            .map(|id| Padded(RwLock::new(Shard::new(id, segments.len(), per_shard))))
+            .collect();
+        let index_bytes: usize = shards.iter().map(|s| s.0.read().index.size_bytes()).sum();
+        let segment_size_bytes = geometry.segment_size_bytes as usize;
+        let total = segments.len();
+        let limit = total
+            .saturating_sub(index_bytes.div_ceil(segment_size_bytes))
+            .max(1);
+        let inner = Inner {
+            shards,
+            segment_size_bytes,
+            units_per_segment: geometry.segment_size_bytes / record::RECORD_ALIGN_BYTES as u64,
+            sync: config.durability == Durability::Sync,
+            dram: pool.backend() == Backend::Dram,
+            clock: config.clock.clone(),
+            policy: config.eviction,
+            free: Mutex::new(FreePool {
+                list: Vec::new(),
+                in_use: 0,
+                limit,
+                retired: Vec::new(),
+                index_bytes,
+            }),
+            seq: Mutex::new(SeqState {
+                next: seq_reserved,
+                reserved_until: seq_reserved,
+                root: root_area,
+            }),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            flush_at_ms: AtomicU64::new(0),
+            value_len_max: config.value_len_max,
+        };
+        let recovery = recovery::recover(&inner, segments)?;
+        Ok(Engine {
+            inner,
+            pool: Mutex::new(pool),
+            recovery,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// What recovery found when the pool was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The pool's backend.
+    pub fn backend(&self) -> Backend {
+        self.pool.lock().backend()
+    }
+
+    /// What survives what.
+    pub fn persistence_domain(&self) -> strata_pool::PersistenceDomain {
+        self.pool.lock().domain()
+    }
+
+    /// The pool's path, or `(anonymous)`.
+    pub fn pool_path(&self) -> std::path::PathBuf {
+        self.pool.lock().path()
+    }
+
+    /// Largest value accepted for a key of `key_len` bytes (without TTL/flags/CAS fields).
+    pub fn value_len_max(&self, key_len: usize) -> usize {
+        let overhead = record::HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + key_len;
+        self.inner
+            .value_len_max
+            .min(self.inner.segment_size_bytes.saturating_sub(overhead))
+    }
+
+    /// Persists everything and marks the pool cleanly closed, so the next open knows nothing
+    /// was lost. Writes after this are refused.
+    pub fn close(&self) -> Result<(), strata_pool::PersistError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
+        let mut pool = self.pool.lock();
+        pool.persist_all()?;
+        pool.set_clean(true)
+    }
+
+    /// Figures for stats.
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = EngineStats::default();
+        for shard in self.inner.shards.iter() {
+            let shard = shard.0.read();
+            let c = &shard.counters;
+            let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+            stats.items += shard.index.len() as u64;
+            stats.live_bytes += shard.live_bytes;
+            stats.hits += load(&c.hits);
+            stats.misses += load(&c.misses);
+            stats.writes += load(&c.writes);
+            stats.evicted_items += load(&c.evicted_items);
+            stats.expired_items += load(&c.expired_items);
+            stats.evicted_segments += load(&c.evicted_segments);
+            stats.expired_segments += load(&c.expired_segments);
+            stats.merged_items += load(&c.merged_items);
+            stats.segments_used += shard.segment_count() as u64;
+            stats.index_bytes += shard.index.size_bytes() as u64;
+            stats.index_buckets += shard.index.bucket_count() as u64;
+            stats.index_overflow_buckets += shard.index.overflow_bucket_count() as u64;
+        }
+        let free = self.inner.free.lock();
+        stats.segments_free = free.list.len() as u64;
+        stats.segments_retired = free.retired.len() as u64;
+        stats.segments_total = (free.list.len() + free.in_use + free.retired.len()) as u64;
+        stats.segment_size_bytes = self.inner.segment_size_bytes as u64;
+        stats.memory_bytes = stats.segments_total * stats.segment_size_bytes;
+        stats.shards = self.inner.shards.len() as u64;
+        stats
+    }
+
+    /// Checks every shard's invariants (costly; tests and `strata pool verify`).
+    pub fn check_integrity(&self) -> Result<(), String> {
+        for shard in self.inner.shards.iter() {
+            shard.0.read().check_integrity(&self.inner)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,399 @@
+//! The item record: how one key/value is laid down in a segment.
+//!
+//! Records are appended at 8-byte aligned offsets. All integers are little-endian. The short
+//! form (keys ≤ 255 bytes, values ≤ 65535 bytes: nearly every cache item) has an 8-byte header:
+//!
+//! ```text
+//!  0        1        2                 4                                   8
+//!  +--------+--------+--------+--------+--------+--------+--------+--------+
+//!  | state  |key_len | value_len (u16) | crc32c (u32)                      |
+//!  | flags  |  (u8)  |                 |                                   |
+//!  +--------+--------+-----------------+-----------------------------------+
+//!  | [WIDE: key_len u32, value_len u32]           (8 bytes, only if WIDE)   |
+//!  | [EXPIRY: expires_at unix ms u64]             (8 bytes, only if EXPIRY) |
+//!  | [CAS: explicit cas u64]                      (8 bytes, only if CAS)    |
+//!  | [CLIENT_FLAGS: u32]                          (4 bytes, only if FLAGS)  |
+//!  | key bytes | value bytes | zero padding to the next multiple of 8       |
+//!  +-----------------------------------------------------------------------+
+//! ```
+//!
+//! Byte 0 holds the record state in its high nibble — `0x0` (never written: the end of the
+//! segment's log), `0xA` (live) or `0xD` (dead: deleted or overwritten) — and the optional-field
+//! flags in its low nibble. Marking a record dead rewrites only the high nibble of that one
+//! byte, which is atomic on every medium, so the checksum covers everything except that nibble:
+//! `crc32c(flags nibble, bytes 1..4, bytes 8..end of value)`.
+//!
+//! So a 16-byte key with a 32-byte value and no TTL or flags costs 56 bytes in the segment.
+
+/// Records start at multiples of this.
+pub const RECORD_ALIGN_BYTES: usize = 8;
+/// Size of the fixed header.
+pub const HEADER_SIZE_BYTES: usize = 8;
+/// Longest key the record format can hold (and the engine accepts), 64 KiB.
+pub const KEY_LEN_MAX: usize = 64 * 1024;
+
+const STATE_MASK: u8 = 0xF0;
+const STATE_EMPTY: u8 = 0x00;
+const STATE_LIVE: u8 = 0xA0;
+const STATE_DEAD: u8 = 0xD0;
+
+const FLAG_WIDE: u8 = 0x01;
+const FLAG_EXPIRY: u8 = 0x02;
+const FLAG_CAS: u8 = 0x04;
+const FLAG_CLIENT_FLAGS: u8 = 0x08;
+
+const KEY_LEN_SHORT_MAX: usize = u8::MAX as usize;
+const VALUE_LEN_SHORT_MAX: usize = u16::MAX as usize;
+
+/// The fields of a record other than its key and value bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Absolute expiry, Unix milliseconds; `None` never expires.
+    pub expires_at_ms: Option<u64>,
+    /// A CAS value that overrides the location-derived one (kept across touch).
+    pub cas: Option<u64>,
+    /// memcached client flags (0 is not stored).
+    pub client_flags: u32,
+}
+
+/// A record as decoded from segment bytes, borrowing its key and value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The value.
+    pub value: &'a [u8],
+    /// Optional fields.
+    pub meta: RecordMeta,
+    /// True unless the record was marked dead.
+    pub live: bool,
+    /// Total bytes the record occupies, padding included.
+    pub size_bytes: usize,
+}
+
+/// What is at an offset of a segment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan<'a> {
+    /// A record that passed its checksum.
+    Record(RecordView<'a>),
+    /// Zeroes: the end of the segment's log.
+    End,
+    /// Bytes that are not a valid record (torn write or corruption).
+    Invalid,
+}
+
+fn optional_fields_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> (u8, usize) {
+    let mut flags = 0u8;
+    let mut size = 0;
+    if key_len > KEY_LEN_SHORT_MAX || value_len > VALUE_LEN_SHORT_MAX {
+        flags |= FLAG_WIDE;
+        size += 8;
+    }
+    if meta.expires_at_ms.is_some() {
+        flags |= FLAG_EXPIRY;
+        size += 8;
+    }
+    if meta.cas.is_some() {
+        flags |= FLAG_CAS;
+        size += 8;
+    }
+    if meta.client_flags != 0 {
+        flags |= FLAG_CLIENT_FLAGS;
+        size += 4;
+    }
+    (flags, size)
+}
+
+/// Bytes a record with these sizes and fields occupies, padding included.
+pub fn record_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> usize {
+    let (_, optional) = optional_fields_size(key_len, value_len, meta);
+    (HEADER_SIZE_BYTES + optional + key_len + value_len).next_multiple_of(RECORD_ALIGN_BYTES)
+}
+
+/// Writes a live record into `out`, which must be exactly `record_size(..)` bytes and zeroed
+/// past what is written (segments are zeroed before reuse). Returns the bytes written.
+pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usize {
+    let size = record_size(key.len(), value.len(), meta);
+    assert_eq!(out.len(), size, "record buffer sized by record_size");
+    assert!(!key.is_empty() && key.len() <= KEY_LEN_MAX);
+    let (flags, _) = optional_fields_size(key.len(), value.len(), meta);
+    let mut at = HEADER_SIZE_BYTES;
+    if flags & FLAG_WIDE == 0 {
+        out[1] = key.len() as u8;
+        out[2..4].copy_from_slice(&(value.len() as u16).to_le_bytes());
+    } else {
+        out[1..4].fill(0);
+        out[at..at + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        out[at + 4..at + 8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        at += 8;
+    }
+    if let Some(expires_at_ms) = meta.expires_at_ms {
+        out[at..at + 8].copy_from_slice(&expires_at_ms.to_le_bytes());
+        at += 8;
+    }
+    if let Some(cas) = meta.cas {
+        out[at..at + 8].copy_from_slice(&cas.to_le_bytes());
+        at += 8;
+    }
+    if meta.client_flags != 0 {
+        out[at..at + 4].copy_from_slice(&meta.client_flags.to_le_bytes());
+        at += 4;
+    }
+    out[at..at + key.len()].copy_from_slice(key);
+    at += key.len();
+    out[at..at + value.len()].copy_from_slice(value);
+    at += value.len();
+    out[at..].fill(0);
+    out[0] = STATE_LIVE | flags;
+    let crc = checksum(out, at);
+    out[4..8].copy_from_slice(&crc.to_le_bytes());
+    size
+}
+
+fn checksum(record: &[u8], end: usize) -> u32 {
+    let crc = crc32c::crc32c(&[record[0] & !STATE_MASK]);
+    let crc = crc32c::crc32c_append(crc, &record[1..4]);
+    crc32c::crc32c_append(crc, &record[HEADER_SIZE_BYTES..end])
+}
+
+/// Decodes the record at the start of `bytes` (the rest of the segment from an offset).
+pub fn read(bytes: &[u8]) -> Scan<'_> {
+    if bytes.len() < HEADER_SIZE_BYTES {
+        return if bytes.iter().all(|&b| b == 0) {
+            Scan::End
+        } else {
+            Scan::Invalid
+        };
+    }
+    let state = bytes[0] & STATE_MASK;
+    let flags = bytes[0] & !STATE_MASK;
+    let live = match state {
+        STATE_EMPTY if bytes[..HEADER_SIZE_BYTES].iter().all(|&b| b == 0) => return Scan::End,
+        STATE_LIVE => true,
+        STATE_DEAD => false,
+        _ => return Scan::Invalid,
+    };
+    match decode(bytes, flags, live) {
+        Some(view) => Scan::Record(view),
+        None => Scan::Invalid,
+    }
+}
+
+fn decode(bytes: &[u8], flags: u8, live: bool) -> Option<RecordView<'_>> {
+    let mut at = HEADER_SIZE_BYTES;
+    let (key_len, value_len) = if flags & FLAG_WIDE == 0 {
+        (
+            bytes[1] as usize,
+            u16::from_le_bytes([bytes[2], bytes[3]]) as usize,
+        )
+    } else {
+        let lens = bytes.get(at..at + 8)?;
+        at += 8;
+        (
+            u32::from_le_bytes(lens[..4].try_into().ok()?) as usize,
+            u32::from_le_bytes(lens[4..].try_into().ok()?) as usize,
+        )
+    };
+    let mut meta = RecordMeta::default();
+    if flags & FLAG_EXPIRY != 0 {
+        meta.expires_at_ms = Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+        at += 8;
+    }
+    if flags & FLAG_CAS != 0 {
+        meta.cas = Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+        at += 8;
+    }
+    if flags & FLAG_CLIENT_FLAGS != 0 {
+        meta.client_flags = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+    }
+    if key_len == 0 || key_len > KEY_LEN_MAX {
+        return None;
+    }
+    let end = at.checked_add(key_len)?.checked_add(value_len)?;
+    let size_bytes = end.next_multiple_of(RECORD_ALIGN_BYTES);
+    if size_bytes > bytes.len() {
+        return None;
+    }
+    let stored_crc = u32::from_le_bytes(bytes[4..8].try_into().ok()?);
+    if bytes[end..size_bytes].iter().any(|&b| b != 0) || checksum(bytes, end) != stored_crc {
+        return None;
+    }
+    Some(RecordView {
+        key: &bytes[at..at + key_len],
+        value: &bytes[at + key_len..end],
+        meta,
+        live,
+        size_bytes,
+    })
+}
+
+/// Decodes a record known to be valid (written by this process) without checking its
+/// checksum: the read path. Panics if the bytes are not a record, which would be a bug.
+pub fn read_trusted(bytes: &[u8]) -> RecordView<'_> {
+    let state = bytes[0] & STATE_MASK;
+    assert!(
+        state == STATE_LIVE || state == STATE_DEAD,
+        "index points at a record"
+    );
+    let flags = bytes[0] & !STATE_MASK;
+    let mut at = HEADER_SIZE_BYTES;
+    let (key_len, value_len) = if flags & FLAG_WIDE == 0 {
+        (
+            bytes[1] as usize,
+            u16::from_le_bytes([bytes[2], bytes[3]]) as usize,
+        )
+    } else {
+        let key_len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let value_len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
+        at += 8;
+        (key_len as usize, value_len as usize)
+    };
+    let mut meta = RecordMeta::default();
+    if flags & FLAG_EXPIRY != 0 {
+        meta.expires_at_ms = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")));
+        at += 8;
+    }
+    if flags & FLAG_CAS != 0 {
+        meta.cas = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")));
+        at += 8;
+    }
+    if flags & FLAG_CLIENT_FLAGS != 0 {
+        meta.client_flags = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
+        at += 4;
+    }
+    let end = at + key_len + value_len;
+    RecordView {
+        key: &bytes[at..at + key_len],
+        value: &bytes[at + key_len..end],
+        meta,
+        live: state == STATE_LIVE,
+        size_bytes: end.next_multiple_of(RECORD_ALIGN_BYTES),
+    }
+}
+
+/// Marks the record starting at `bytes[0]` dead. Only byte 0's high nibble changes.
+pub fn mark_dead(bytes: &mut [u8]) {
+    assert_eq!(
+        bytes[0] & STATE_MASK,
+        STATE_LIVE,
+        "only live records are marked dead"
+    );
+    bytes[0] = STATE_DEAD | (bytes[0] & !STATE_MASK);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(key: &[u8], value: &[u8], meta: RecordMeta) -> Vec<u8> {
+        let mut out = vec![0u8; record_size(key.len(), value.len(), &meta)];
+        write(&mut out, key, value, &meta);
+        out
+    }
+
+    #[test]
+    fn a_small_item_costs_56_bytes() {
+        assert_eq!(record_size(16, 32, &RecordMeta::default()), 56);
+        let with_ttl = RecordMeta {
+            expires_at_ms: Some(1),
+            ..RecordMeta::default()
+        };
+        assert_eq!(record_size(16, 32, &with_ttl), 64);
+    }
+
+    #[test]
+    fn records_round_trip_in_every_form() {
+        let metas = [
+            RecordMeta::default(),
+            RecordMeta {
+                expires_at_ms: Some(1_700_000_000_123),
+                cas: None,
+                client_flags: 0,
+            },
+            RecordMeta {
+                expires_at_ms: None,
+                cas: Some(u64::MAX),
+                client_flags: 0xDEAD_BEEF,
+            },
+            RecordMeta {
+                expires_at_ms: Some(5),
+                cas: Some(6),
+                client_flags: 7,
+            },
+        ];
+        let long_key = vec![b'k'; 300];
+        let long_value = vec![b'v'; 70_000];
+        for meta in metas {
+            for (key, value) in [
+                (&b"k"[..], &b""[..]),
+                (b"key", b"value"),
+                (&long_key, b"v"),
+                (b"k", &long_value),
+            ] {
+                let bytes = encode(key, value, meta);
+                assert_eq!(bytes.len() % RECORD_ALIGN_BYTES, 0);
+                let Scan::Record(view) = read(&bytes) else {
+                    panic!("valid record refused")
+                };
+                assert_eq!((view.key, view.value, view.meta), (key, value, meta));
+                assert!(view.live);
+                assert_eq!(view.size_bytes, bytes.len());
+                assert_eq!(read_trusted(&bytes), view);
+            }
+        }
+    }
+
+    #[test]
+    fn marking_dead_keeps_the_checksum_valid() {
+        let mut bytes = encode(
+            b"key",
+            b"value",
+            RecordMeta {
+                client_flags: 3,
+                ..Default::default()
+            },
+        );
+        mark_dead(&mut bytes);
+        let Scan::Record(view) = read(&bytes) else {
+            panic!("dead record must still decode")
+        };
+        assert!(!view.live);
+        assert_eq!(view.meta.client_flags, 3);
+    }
+
+    #[test]
+    fn every_bit_flip_is_detected() {
+        let bytes = encode(
+            b"some key",
+            b"some value!",
+            RecordMeta {
+                expires_at_ms: Some(9),
+                ..Default::default()
+            },
+        );
+        for byte in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[byte] ^= 1 << bit;
+                if byte == 0 && (bad[0] & STATE_MASK) == STATE_DEAD {
+                    continue; // a live→dead flip of the state nibble is a legal state change
+                }
+                if let Scan::Record(view) = read(&bad) {
+                    panic!("flip of byte {byte} bit {bit} accepted: {view:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zeroes_are_the_end_and_garbage_is_invalid() {
+        assert_eq!(read(&[0u8; 64]), Scan::End);
+        assert_eq!(read(&[0u8; 3]), Scan::End);
+        assert_eq!(read(&[0x55u8; 64]), Scan::Invalid);
+        let mut torn = encode(b"key", b"value", RecordMeta::default());
+        let last = torn.len() - 4;
+        torn[last..].fill(0xFF);
+        assert_eq!(read(&torn), Scan::Invalid);
+    }
+}

@@ -1,0 +1,121 @@
+//! The engine's root area in the pool header page (1024 bytes; see docs/POOL_FORMAT.md).
+//!
+//! ```text
+//!  0                 8         12      14      16                24
+//!  +-----------------+---------+-------+-------+-----------------+------ ... ---+---------+
+//!  | magic STRATAEN  | version | shards| zero  | seq_reserved    | zero         | crc32c  |
+//!  +-----------------+---------+-------+-------+-----------------+------ ... ---+---------+
+//!                                                                         60 ─┘  of 0..60
+//! ```
+//!
+//! `seq_reserved` is the high-water mark of segment sequence numbers handed out: the engine
+//! reserves them in blocks of [`SEQ_RESERVATION`], persisting the mark before using any of a
+//! block, so a restart (even after a crash) never hands out a seq, and so a CAS, twice.
+
+/// Magic of an engine root area.
+pub const ROOT_MAGIC: [u8; 8] = *b"STRATAEN";
+/// Engine format version.
+pub const ROOT_VERSION: u32 = 1;
+/// Seqs reserved per root update.
+pub const SEQ_RESERVATION: u64 = 1024;
+
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
+const SHARDS_OFFSET: usize = VERSION_OFFSET + 4;
+const SEQ_RESERVED_OFFSET: usize = SHARDS_OFFSET + 4;
+const CRC_OFFSET: usize = 60;
+
+const _: () = assert!(SEQ_RESERVED_OFFSET + 8 <= CRC_OFFSET);
+
+/// The root's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Root {
+    /// Shard count the pool was created with.
+    pub shard_count: u16,
+    /// High-water mark of seqs.
+    pub seq_reserved: u64,
+}
+
+/// Writes a root.
+pub fn write(area: &mut [u8], root: Root) {
+    area.fill(0);
+    area[MAGIC_OFFSET..MAGIC_OFFSET + 8].copy_from_slice(&ROOT_MAGIC);
+    area[VERSION_OFFSET..VERSION_OFFSET + 4].copy_from_slice(&ROOT_VERSION.to_le_bytes());
+    area[SHARDS_OFFSET..SHARDS_OFFSET + 2].copy_from_slice(&root.shard_count.to_le_bytes());
+    write_seq_reserved(area, root.seq_reserved);
+}
+
+/// Updates the seq high-water mark and the checksum.
+pub fn write_seq_reserved(area: &mut [u8], seq_reserved: u64) {
+    area[SEQ_RESERVED_OFFSET..SEQ_RESERVED_OFFSET + 8].copy_from_slice(&seq_reserved.to_le_bytes());
+    let crc = crc32c::crc32c(&area[..CRC_OFFSET]);
+    area[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Reads and validates a root.
+pub fn read(area: &[u8]) -> Result<Root, &'static str> {
+    if area[MAGIC_OFFSET..MAGIC_OFFSET + 8] != ROOT_MAGIC {
+        return Err("bad root magic");
+    }
+    let crc = u32::from_le_bytes(
+        area[CRC_OFFSET..CRC_OFFSET + 4]
+            .try_into()
+            .expect("4 bytes"),
+    );
+    if crc32c::crc32c(&area[..CRC_OFFSET]) != crc {
+        return Err("root checksum mismatch");
+    }
+    let version = u32::from_le_bytes(
+        area[VERSION_OFFSET..VERSION_OFFSET + 4]
+            .try_into()
+            .expect("4"),
+    );
+    if version != ROOT_VERSION {
+        return Err("unsupported engine root version");
+    }
+    if area[SHARDS_OFFSET + 2..SEQ_RESERVED_OFFSET]
+        .iter()
+        .any(|&b| b != 0)
+        || area[CRC_OFFSET + 4..].iter().any(|&b| b != 0)
+    {
+        return Err("reserved root bytes are not zero");
+    }
+    let shard_count = u16::from_le_bytes(
+        area[SHARDS_OFFSET..SHARDS_OFFSET + 2]
+            .try_into()
+            .expect("2"),
+    );
+    if shard_count == 0 {
+        return Err("zero shards");
+    }
+    let seq_reserved = u64::from_le_bytes(
+        area[SEQ_RESERVED_OFFSET..SEQ_RESERVED_OFFSET + 8]
+            .try_into()
+            .expect("8 bytes"),
+    );
+    Ok(Root {
+        shard_count,
+        seq_reserved,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_round_trips_and_rejects_damage() {
+        let mut area = vec![0u8; 1024];
+        let root = Root {
+            shard_count: 8,
+            seq_reserved: 4096,
+        };
+        write(&mut area, root);
+        assert_eq!(read(&area), Ok(root));
+        for byte in [0, 9, 12, 20, 61, 900] {
+            let mut bad = area.clone();
+            bad[byte] ^= 4;
+            assert!(read(&bad).is_err(), "byte {byte}");
+        }
+    }
+}

@@ -1,0 +1,673 @@
+//! One shard: a lock's worth of the keyspace, with its own index, TTL chains and segments.
+//!
+//! Invariants (checked by `check_integrity` in tests):
+//! - Every index entry points at a live record, in a segment this shard owns, whose key hashes
+//!   to the entry; every live record in an owned segment is indexed exactly once, except while
+//!   a merge carries survivors (never visible: the shard's write lock is held throughout).
+//! - Each TTL chain lists segment ids in increasing `seq`; only its last segment may be open.
+//! - A key's records are ordered by `(seq, offset)`: a write never goes to an open segment
+//!   whose `seq` is below that of the key's current record (such a segment is sealed first), so
+//!   recovery can pick the newest record of a key even when its writes crossed TTL buckets.
+//! - A replaced or deleted record is marked dead in place before the call returns.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use strata_pool::Segment;
+
+use crate::config::EvictionPolicy;
+use crate::error::WriteError;
+use crate::index::{self, Entry, Index, SlotRef};
+use crate::record::{self, RecordMeta, RecordView};
+use crate::segment::{self, HeaderFields, OwnedSegment};
+use crate::ttl;
+use crate::Inner;
+
+/// Counters of one shard. Read-path counters are atomics (taken under the read lock); the rest
+/// change only under the write lock but are atomics too so stats can read them without it.
+#[derive(Debug, Default)]
+pub struct ShardCounters {
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) evicted_items: AtomicU64,
+    pub(crate) expired_items: AtomicU64,
+    pub(crate) evicted_segments: AtomicU64,
+    pub(crate) expired_segments: AtomicU64,
+    pub(crate) merged_items: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// Why a segment is being freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FreeReason {
+    Evict { keep_hot: bool },
+    Expire,
+    Flush,
+}
+
+pub(crate) struct Shard {
+    pub(crate) id: u16,
+    pub(crate) index: Index,
+    segments: Vec<Option<Box<OwnedSegment>>>,
+    chains: Vec<VecDeque<u32>>,
+    /// Owned segments in allocation order: `(id, seq)`; stale pairs are skipped lazily.
+    order: VecDeque<(u32, u64)>,
+    pub(crate) scratch: Vec<u8>,
+    survivors: Vec<u8>,
+    survivor_slots: Vec<(u32, u64)>,
+    pub(crate) live_bytes: u64,
+    pub(crate) counters: ShardCounters,
+    rng_state: u64,
+}
+
+/// A record found by a lookup.
+pub(crate) struct Found<'a> {
+    pub(crate) slot: SlotRef,
+    pub(crate) entry: Entry,
+    pub(crate) view: RecordView<'a>,
+    pub(crate) cas: u64,
+}
+
+impl Shard {
+    pub(crate) fn new(id: u16, segment_count: usize, items_expected: usize) -> Self {
+        Shard {
+            id,
+            index: Index::with_capacity(items_expected),
+            segments: (0..segment_count).map(|_| None).collect(),
+            chains: (0..ttl::TTL_BUCKET_COUNT)
+                .map(|_| VecDeque::new())
+                .collect(),
+            order: VecDeque::new(),
+            scratch: Vec::new(),
+            survivors: Vec::new(),
+            survivor_slots: Vec::new(),
+            live_bytes: 0,
+            counters: ShardCounters::default(),
+            rng_state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(id),
+        }
+    }
+
+    fn owned(&self, id: u32) -> &OwnedSegment {
+        self.segments[id as usize]
+            .as_deref()
+            .expect("index points into an owned segment")
+    }
+
+    fn owned_mut(&mut self, id: u32) -> &mut OwnedSegment {
+        self.segments[id as usize]
+            .as_deref_mut()
+            .expect("owned segment")
+    }
+
+    /// The record at an index location, with its CAS.
+    pub(crate) fn record_at(&self, inner: &Inner, location: u64) -> (RecordView<'_>, u64) {
+        let (id, offset) = inner.split_location(location);
+        let owned = self.owned(id);
+        let view = record::read_trusted(&owned.segment.data()[offset..]);
+        let cas = view.meta.cas.unwrap_or_else(|| owned.cas_at(offset));
+        (view, cas)
+    }
+
+    /// Finds the key's live record, expired or not.
+    pub(crate) fn lookup(&self, inner: &Inner, key: &[u8], hash: u64) -> Option<Found<'_>> {
+        let h28 = index::hash28(hash);
+        let (slot, entry) = self
+            .index
+            .find(h28, |location| self.record_at(inner, location).0.key == key)?;
+        let (view, cas) = self.record_at(inner, entry.location);
+        debug_assert!(view.live, "the index only points at live records");
+        Some(Found {
+            slot,
+            entry,
+            view,
+            cas,
+        })
+    }
+
+    /// Finds the key's live, unexpired record.
+    pub(crate) fn lookup_unexpired(
+        &self,
+        inner: &Inner,
+        key: &[u8],
+        hash: u64,
+        now_ms: u64,
+    ) -> Option<Found<'_>> {
+        self.lookup(inner, key, hash)
+            .filter(|found| !found.view.meta.expires_at_ms.is_some_and(|at| at <= now_ms))
+    }
+
+    /// Appends a record for `key` (value from `value` or, when `None`, from `self.scratch`),
+    /// replacing the key's current record if any. Returns the new record's CAS.
+    pub(crate) fn write(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        hash: u64,
+        value: Option<&[u8]>,
+        meta: RecordMeta,
+    ) -> Result<u64, WriteError> {
+        let scratch = std::mem::take(&mut self.scratch);
+        let value_bytes = value.unwrap_or(&scratch);
+        let result = self.write_inner(inner, key, hash, value_bytes, meta);
+        self.scratch = scratch;
+        result
+    }
+
+    fn write_inner(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        meta: RecordMeta,
+    ) -> Result<u64, WriteError> {
+        inner.check_writable()?;
+        let size = record::record_size(key.len(), value.len(), &meta);
+        assert!(
+            size <= inner.segment_size_bytes,
+            "callers check item size first"
+        );
+        let now_ms = inner.now_ms();
+        let ttl_ms = meta.expires_at_ms.map(|at| at.saturating_sub(now_ms));
+        let bucket = ttl::bucket_for(ttl_ms);
+        let current_seq = self
+            .lookup(inner, key, hash)
+            .map(|f| self.seq_at(inner, f.entry.location));
+        let id = self.reserve(inner, bucket, size, current_seq)?;
+        // Reserving may have evicted or moved the key's record: look it up again.
+        let previous = self.lookup(inner, key, hash).map(|f| (f.slot, f.entry));
+        let owned = self.owned_mut(id);
+        let offset = owned.write_offset;
+        let first_record = offset == 0;
+        record::write(
+            &mut owned.segment.data_mut()[offset..offset + size],
+            key,
+            value,
+            &meta,
+        );
+        owned.write_offset += size;
+        owned.live_items += 1;
+        owned.live_bytes += size as u64;
+        owned.cover_expiry(meta.expires_at_ms, first_record);
+        let cas = meta.cas.unwrap_or_else(|| owned.cas_at(offset));
+        if inner.sync {
+            inner.persisted(owned.segment.persist_data(offset, size))?;
+        }
+        self.live_bytes += size as u64;
+        let location = inner.join_location(id, offset);
+        match previous {
+            Some((slot, entry)) => {
+                self.kill_record(inner, entry.location)?;
+                self.index.relocate(slot, location);
+            }
+            None => self.insert_index(inner, hash, location),
+        }
+        bump(&self.counters.writes, 1);
+        Ok(cas)
+    }
+
+    fn insert_index(&mut self, inner: &Inner, hash: u64, location: u64) {
+        if self.index.needs_growth() {
+            inner.index_growing(&self.index);
+            self.index.grow();
+        }
+        self.index.insert(index::hash28(hash), location, 0);
+    }
+
+    fn seq_at(&self, inner: &Inner, location: u64) -> u64 {
+        self.owned(inner.split_location(location).0).fields.seq
+    }
+
+    /// Marks the record at `location` dead and updates its segment's counts.
+    fn kill_record(&mut self, inner: &Inner, location: u64) -> Result<(), WriteError> {
+        let (id, offset) = inner.split_location(location);
+        let owned = self.owned_mut(id);
+        let bytes = &mut owned.segment.data_mut()[offset..];
+        let size = record::read_trusted(bytes).size_bytes;
+        record::mark_dead(bytes);
+        owned.live_items -= 1;
+        owned.live_bytes -= size as u64;
+        self.live_bytes -= size as u64;
+        if inner.sync {
+            let owned = self.owned(id);
+            inner.persisted(owned.segment.persist_data(offset, 1))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the key's record. Returns whether an unexpired record was there.
+    pub(crate) fn delete(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        hash: u64,
+    ) -> Result<bool, WriteError> {
+        inner.check_writable()?;
+        let now_ms = inner.now_ms();
+        let Some(found) = self.lookup(inner, key, hash) else {
+            return Ok(false);
+        };
+        let expired = found.view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
+        let (slot, location) = (found.slot, found.entry.location);
+        self.kill_record(inner, location)?;
+        self.index.remove(slot);
+        if expired {
+            bump(&self.counters.expired_items, 1);
+        }
+        Ok(!expired)
+    }
+
+    /// Returns an open segment of `bucket` with `size` free bytes whose seq is at least
+    /// `min_seq`, sealing and opening segments as needed.
+    fn reserve(
+        &mut self,
+        inner: &Inner,
+        bucket: usize,
+        size: usize,
+        min_seq: Option<u64>,
+    ) -> Result<u32, WriteError> {
+        for _ in 0..8 {
+            if let Some(&id) = self.chains[bucket].back() {
+                let owned = self.owned(id);
+                let ordered = min_seq.is_none_or(|seq| owned.fields.seq >= seq);
+                if owned.free_bytes() >= size && ordered {
+                    return Ok(id);
+                }
+                self.owned_mut(id).sealed = true;
+            }
+            let segment = inner.obtain_segment(self)?;
+            let id = self.install(inner, segment, bucket)?;
+            self.reinsert_survivors(inner, id)?;
+        }
+        Err(WriteError::OutOfMemory)
+    }
+
+    /// Takes ownership of a free (zeroed) segment as the open head of `bucket`'s chain.
+    fn install(
+        &mut self,
+        inner: &Inner,
+        mut segment: Segment,
+        bucket: usize,
+    ) -> Result<u32, WriteError> {
+        let fields = HeaderFields {
+            ttl_bucket: bucket as u16,
+            shard: self.id,
+            seq: inner.next_seq()?,
+            created_ms: inner.now_ms(),
+        };
+        segment::write_header(segment.header_mut(), fields);
+        inner.persisted(segment.persist_header())?;
+        let id = segment.id();
+        self.adopt(OwnedSegment {
+            segment,
+            fields,
+            write_offset: 0,
+            sealed: false,
+            live_items: 0,
+            live_bytes: 0,
+            expires_at_ms: Some(0),
+        });
+        Ok(id)
+    }
+
+    /// Adds a segment to this shard's tables (at open or recovery).
+    pub(crate) fn adopt(&mut self, owned: OwnedSegment) {
+        let id = owned.segment.id();
+        let bucket = owned.fields.ttl_bucket as usize;
+        let seq = owned.fields.seq;
+        let segments = &self.segments;
+        let chain = &mut self.chains[bucket];
+        let at = chain.partition_point(|&other| {
+            segments[other as usize]
+                .as_ref()
+                .is_some_and(|s| s.fields.seq < seq)
+        });
+        chain.insert(at, id);
+        let at = self.order.partition_point(|&(_, other)| other < seq);
+        self.order.insert(at, (id, seq));
+        self.live_bytes += owned.live_bytes;
+        assert!(
+            self.segments[id as usize].is_none(),
+            "a segment has one owner"
+        );
+        self.segments[id as usize] = Some(Box::new(owned));
+    }
+
+    fn reinsert_survivors(&mut self, inner: &Inner, id: u32) -> Result<(), WriteError> {
+        if self.survivor_slots.is_empty() {
+            return Ok(());
+        }
+        let survivors = std::mem::take(&mut self.survivors);
+        let slots = std::mem::take(&mut self.survivor_slots);
+        let mut at = 0;
+        for &(h28, old_location) in &slots {
+            let view = record::read_trusted(&survivors[at..]);
+            let size = view.size_bytes;
+            let owned = self.owned_mut(id);
+            let offset = owned.write_offset;
+            assert!(
+                offset + size <= owned.segment.data().len(),
+                "survivors fit half a segment"
+            );
+            owned.segment.data_mut()[offset..offset + size]
+                .copy_from_slice(&survivors[at..at + size]);
+            owned.write_offset += size;
+            owned.live_items += 1;
+            owned.live_bytes += size as u64;
+            owned.cover_expiry(view.meta.expires_at_ms, offset == 0);
+            self.live_bytes += size as u64;
+            let location = inner.join_location(id, offset);
+            let (slot, _) = self
+                .index
+                .find(h28, |l| l == old_location)
+                .expect("survivor indexed");
+            self.index.relocate(slot, location);
+            self.index.set_freq(slot, 0);
+            at += size;
+        }
+        bump(&self.counters.merged_items, slots.len() as u64);
+        if inner.sync {
+            let owned = self.owned(id);
+            inner.persisted(owned.segment.persist_data(0, owned.write_offset))?;
+        }
+        self.survivors = survivors;
+        self.survivors.clear();
+        self.survivor_slots = slots;
+        self.survivor_slots.clear();
+        Ok(())
+    }
+
+    /// Picks a victim by `policy` and frees it. `keep_hot` carries read items (merge).
+    pub(crate) fn evict_one(
+        &mut self,
+        inner: &Inner,
+        policy: EvictionPolicy,
+        keep_hot: bool,
+    ) -> Result<Option<Segment>, WriteError> {
+        self.order.retain(|&(id, seq)| {
+            self.segments[id as usize]
+                .as_ref()
+                .is_some_and(|s| s.fields.seq == seq)
+        });
+        if self.order.is_empty() {
+            return Ok(None);
+        }
+        let pick = match policy {
+            EvictionPolicy::Random => (self.next_random() % self.order.len() as u64) as usize,
+            _ => 0,
+        };
+        let (id, _) = self.order[pick];
+        bump(&self.counters.evicted_segments, 1);
+        let reason = FreeReason::Evict {
+            keep_hot: keep_hot && policy == EvictionPolicy::Merge,
+        };
+        self.free_segment(inner, id, reason).map(Some)
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64*: eviction only needs a cheap, well-spread choice.
+        let mut x = self.rng_state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng_state = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Unindexes a segment's live records (or keeps hot ones aside), marks it free in the pool,
+    /// zeroes it and hands back the pool handle.
+    pub(crate) fn free_segment(
+        &mut self,
+        inner: &Inner,
+        id: u32,
+        reason: FreeReason,
+    ) -> Result<Segment, WriteError> {
+        let mut owned = *self.segments[id as usize]
+            .take()
+            .expect("freeing an owned segment");
+        self.chains[owned.fields.ttl_bucket as usize].retain(|&other| other != id);
+        let now_ms = inner.now_ms();
+        let survivor_budget = owned.segment.data().len() / 2;
+        let mut offset = 0;
+        while offset < owned.write_offset {
+            let view = record::read_trusted(&owned.segment.data()[offset..]);
+            let size = view.size_bytes;
+            if view.live {
+                let location = inner.join_location(id, offset);
+                self.unindex_or_keep(
+                    inner,
+                    &owned,
+                    view,
+                    location,
+                    reason,
+                    now_ms,
+                    survivor_budget,
+                );
+            }
+            offset += size;
+        }
+        self.live_bytes -= owned.live_bytes;
+        owned.segment.header_mut().fill(0);
+        inner.persisted(owned.segment.persist_header())?;
+        if inner.dram {
+            // DRAM: hand the pages back now (they read as zero on reuse). Persistent
+            // backends zero at reuse instead, after the free header is durable.
+            inner.persisted(owned.segment.zero_data())?;
+        }
+        Ok(owned.segment)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn unindex_or_keep(
+        &mut self,
+        inner: &Inner,
+        owned: &OwnedSegment,
+        view: RecordView<'_>,
+        location: u64,
+        reason: FreeReason,
+        now_ms: u64,
+        survivor_budget: usize,
+    ) {
+        let h28 = index::hash28(inner.hash(view.key));
+        let (slot, entry) = self
+            .index
+            .find(h28, |l| l == location)
+            .expect("live record indexed");
+        let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
+        let keep = matches!(reason, FreeReason::Evict { keep_hot: true })
+            && !expired
+            && entry.freq > 0
+            && self.survivors.len() + view.size_bytes + 8 <= survivor_budget;
+        if keep {
+            let (_, offset) = inner.split_location(location);
+            let meta = RecordMeta {
+                cas: Some(view.meta.cas.unwrap_or_else(|| owned.cas_at(offset))),
+                ..view.meta
+            };
+            let size = record::record_size(view.key.len(), view.value.len(), &meta);
+            if self.survivors.len() + size <= survivor_budget {
+                let start = self.survivors.len();
+                self.survivors.resize(start + size, 0);
+                record::write(&mut self.survivors[start..], view.key, view.value, &meta);
+                self.survivor_slots.push((h28, location));
+                return;
+            }
+        }
+        self.index.remove(slot);
+        let counter = match reason {
+            _ if expired => &self.counters.expired_items,
+            FreeReason::Evict { .. } => &self.counters.evicted_items,
+            FreeReason::Expire => &self.counters.expired_items,
+            FreeReason::Flush => return,
+        };
+        bump(counter, 1);
+    }
+
+    /// Frees every segment whose records have all expired. Returns the handles.
+    pub(crate) fn expire(
+        &mut self,
+        inner: &Inner,
+        now_ms: u64,
+    ) -> Result<Vec<Segment>, WriteError> {
+        let expired: Vec<u32> = self
+            .order
+            .iter()
+            .filter_map(|&(id, seq)| {
+                let owned = self.segments[id as usize].as_ref()?;
+                (owned.fields.seq == seq
+                    && owned.write_offset > 0
+                    && owned.expires_at_ms.is_some_and(|at| at <= now_ms))
+                .then_some(id)
+            })
+            .collect();
+        let mut freed = Vec::with_capacity(expired.len());
+        for id in expired {
+            bump(&self.counters.expired_segments, 1);
+            freed.push(self.free_segment(inner, id, FreeReason::Expire)?);
+        }
+        Ok(freed)
+    }
+
+    /// Frees every segment (flush_all). Returns the handles.
+    pub(crate) fn flush(&mut self, inner: &Inner) -> Result<Vec<Segment>, WriteError> {
+        let ids: Vec<u32> = self.order.iter().map(|&(id, _)| id).collect();
+        let mut freed = Vec::new();
+        for id in ids {
+            if self.segments[id as usize].is_some() {
+                freed.push(self.free_segment(inner, id, FreeReason::Flush)?);
+            }
+        }
+        self.order.clear();
+        assert_eq!(self.index.len(), 0, "flush unindexes everything");
+        Ok(freed)
+    }
+
+    /// Segments this shard owns.
+    pub(crate) fn segment_count(&self) -> usize {
+        self.segments.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Visits up to `bucket_budget` index buckets from `cursor`; see `Index::scan`.
+    pub(crate) fn scan(
+        &self,
+        inner: &Inner,
+        cursor: u32,
+        bucket_budget: usize,
+        now_ms: u64,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> Option<u32> {
+        self.index.scan(cursor, bucket_budget, |entry| {
+            let (view, _) = self.record_at(inner, entry.location);
+            if !view.meta.expires_at_ms.is_some_and(|at| at <= now_ms) {
+                visit(view.key);
+            }
+        })
+    }
+
+    /// End of a segment's log.
+    pub(crate) fn segment_end(&self, id: u32) -> usize {
+        self.owned(id).write_offset
+    }
+
+    /// The seq of an owned segment.
+    pub(crate) fn seq_of(&self, id: u32) -> u64 {
+        self.owned(id).fields.seq
+    }
+
+    /// The key of the record at `offset`.
+    pub(crate) fn key_at(&self, id: u32, offset: usize) -> &[u8] {
+        record::read_trusted(&self.owned(id).segment.data()[offset..]).key
+    }
+
+    /// Recovery: size, liveness, expiry and key hash of the record at `offset`.
+    pub(crate) fn record_facts(
+        &self,
+        inner: &Inner,
+        id: u32,
+        offset: usize,
+        now_ms: u64,
+    ) -> (usize, bool, bool, u64) {
+        let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
+        let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
+        (view.size_bytes, view.live, expired, inner.hash(view.key))
+    }
+
+    /// Recovery: counts a record as live in its segment.
+    pub(crate) fn recover_count(&mut self, id: u32, offset: usize, now_ms: u64) {
+        let owned = self.owned_mut(id);
+        let view = record::read_trusted(&owned.segment.data()[offset..]);
+        let (size, expires_at_ms) = (view.size_bytes, view.meta.expires_at_ms);
+        let first = owned.live_items == 0;
+        owned.live_items += 1;
+        owned.live_bytes += size as u64;
+        owned.cover_expiry(expires_at_ms, first);
+        let _ = now_ms;
+        self.live_bytes += size as u64;
+    }
+
+    /// Recovery: marks an uncounted record dead (superseded or expired). Not persisted: the
+    /// next recovery would reach the same decision.
+    pub(crate) fn recover_kill(&mut self, _inner: &Inner, id: u32, offset: usize) {
+        record::mark_dead(&mut self.owned_mut(id).segment.data_mut()[offset..]);
+    }
+
+    /// Recovery: un-counts and kills a record that a newer one supersedes.
+    pub(crate) fn recover_uncount_kill(&mut self, inner: &Inner, id: u32, offset: usize) {
+        let owned = self.owned_mut(id);
+        let size = record::read_trusted(&owned.segment.data()[offset..]).size_bytes as u64;
+        owned.live_items -= 1;
+        owned.live_bytes -= size;
+        self.live_bytes -= size;
+        self.recover_kill(inner, id, offset);
+    }
+
+    /// Recovery: indexes a record.
+    pub(crate) fn index_insert(&mut self, inner: &Inner, hash: u64, location: u64) {
+        self.insert_index(inner, hash, location);
+    }
+
+    /// Verifies the invariants in the module docs. Costly: tests and `strata pool verify`.
+    pub(crate) fn check_integrity(&self, inner: &Inner) -> Result<(), String> {
+        let mut live_records = 0usize;
+        for owned in self.segments.iter().flatten() {
+            let id = owned.segment.id();
+            let mut offset = 0;
+            let mut live = 0u32;
+            while offset < owned.write_offset {
+                let record::Scan::Record(view) = record::read(&owned.segment.data()[offset..])
+                else {
+                    return Err(format!("segment {id} offset {offset}: invalid record"));
+                };
+                if view.live {
+                    live += 1;
+                    let location = inner.join_location(id, offset);
+                    let h28 = index::hash28(inner.hash(view.key));
+                    if self.index.find(h28, |l| l == location).is_none() {
+                        return Err(format!(
+                            "segment {id} offset {offset}: live record not indexed"
+                        ));
+                    }
+                }
+                offset += view.size_bytes;
+            }
+            if live != owned.live_items {
+                return Err(format!(
+                    "segment {id}: {live} live records, counted {}",
+                    owned.live_items
+                ));
+            }
+            live_records += live as usize;
+        }
+        if live_records != self.index.len() {
+            return Err(format!(
+                "{live_records} live records but {} index entries",
+                self.index.len()
+            ));
+        }
+        Ok(())
+    }
+}
