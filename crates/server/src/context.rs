@@ -1,0 +1,119 @@
+//! What every connection handler shares: the engine, settings, counters.
+//!
+//! The network core (listeners, event loops, buffers) knows no protocol: for each readable
+//! connection it hands the buffered input to the connection's [`Session`] and writes back what
+//! the session appended to the output buffer. The memcached and RESP sessions
+//! (`memcache_exec`, `resp_exec`) know no sockets. Both sides meet here.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use strata_engine::Engine;
+
+use crate::stats::ServerStats;
+
+/// Settings the protocol sessions need (the full configuration lives in `config`).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Largest value a client may store.
+    pub value_len_max: usize,
+    /// Largest memcached key (memcached's limit: 250).
+    pub memcache_key_len_max: usize,
+    /// Largest Redis key.
+    pub resp_key_len_max: usize,
+    /// Redis `requirepass`; `None` means no AUTH required.
+    pub requirepass: Option<String>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Most client connections.
+    pub connections_max: usize,
+    /// Close idle connections after this many seconds (0: never).
+    pub idle_timeout_secs: u64,
+    /// Whether `flush_all` / `FLUSHALL` are allowed.
+    pub flush_enabled: bool,
+    /// TCP port of the memcached listener, if any (for INFO/stats).
+    pub memcache_port: Option<u16>,
+    /// TCP port of the RESP listener, if any.
+    pub resp_port: Option<u16>,
+    /// Eviction policy name.
+    pub eviction: &'static str,
+    /// Durability name.
+    pub durability: &'static str,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            value_len_max: 1 << 20,
+            memcache_key_len_max: 250,
+            resp_key_len_max: 64 * 1024,
+            requirepass: None,
+            threads: 1,
+            connections_max: 1024,
+            idle_timeout_secs: 0,
+            flush_enabled: true,
+            memcache_port: None,
+            resp_port: None,
+            eviction: "merge",
+            durability: "none",
+        }
+    }
+}
+
+/// Shared by all connections of a server.
+pub struct ServerContext {
+    /// The store.
+    pub engine: Arc<Engine>,
+    /// Settings (some can change at run time through CONFIG SET: those are atomics in `stats`
+    /// or behind their own lock; these are fixed at start).
+    pub settings: Settings,
+    /// Counters for stats, INFO and /metrics.
+    pub stats: ServerStats,
+    /// When the server started.
+    pub started: Instant,
+    /// Set when the server is shutting down (SHUTDOWN, SIGTERM).
+    pub shutdown: AtomicBool,
+    /// Next client id (CLIENT ID).
+    next_client_id: AtomicU64,
+}
+
+impl ServerContext {
+    /// A context for `engine` with `settings`.
+    pub fn new(engine: Arc<Engine>, settings: Settings) -> Self {
+        ServerContext {
+            engine,
+            settings,
+            stats: ServerStats::default(),
+            started: Instant::now(),
+            shutdown: AtomicBool::new(false),
+            next_client_id: AtomicU64::new(1),
+        }
+    }
+
+    /// A fresh client id.
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Seconds since start.
+    pub fn uptime_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+}
+
+/// What a session did with the input it was given.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Processed {
+    /// Bytes of input fully handled (the core drops them from the read buffer).
+    pub consumed: usize,
+    /// Close the connection after writing the output (quit, protocol error, shutdown).
+    pub close: bool,
+}
+
+/// Per-connection protocol state. `process` handles every complete request in `input`
+/// (pipelining), appends all replies to `out`, and stops at the first incomplete request.
+pub trait Session: Send {
+    /// Handles the complete requests at the start of `input`.
+    fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed;
+}
