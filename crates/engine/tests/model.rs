@@ -1,0 +1,387 @@
+//! Model-based test: random operation sequences against the engine and a `HashMap` model with
+//! a controlled clock, on a pool so small that eviction and index growth happen constantly.
+//!
+//! Invariants checked:
+//! - every value the engine returns is exactly the model's current value for that key (never a
+//!   stale, deleted, expired or torn one); flags and expiry match too;
+//! - the engine may drop an item at any time (eviction): the model then forgets it too, and
+//!   the key must stay absent until written again;
+//! - conditional stores, CAS, incr/decr and append answer as the model says when the item is
+//!   present in both;
+//! - `check_integrity` holds after every sequence (and the pool survives reopening when it is a
+//!   file: see `reopen_keeps_every_item_the_engine_still_had`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use strata_engine::*;
+
+const START_MS: u64 = 1_800_000_000_000;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Set {
+        key: u8,
+        len: u16,
+        ttl_secs: Option<u8>,
+        flags: u32,
+    },
+    Add {
+        key: u8,
+        len: u16,
+    },
+    Replace {
+        key: u8,
+        len: u16,
+    },
+    CasLast {
+        key: u8,
+        len: u16,
+    },
+    Append {
+        key: u8,
+        len: u16,
+    },
+    Incr {
+        key: u8,
+        delta: u8,
+    },
+    Delete {
+        key: u8,
+    },
+    Touch {
+        key: u8,
+        ttl_secs: Option<u8>,
+    },
+    Get {
+        key: u8,
+    },
+    Advance {
+        secs: u8,
+    },
+    Expire,
+    Flush,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0u8..24;
+    let len = prop_oneof![0u16..40, 0u16..1500, Just(3000u16)];
+    prop_oneof![
+        6 => (key.clone(), len.clone(), proptest::option::of(1u8..60), any::<u32>())
+            .prop_map(|(key, len, ttl_secs, flags)| Op::Set { key, len, ttl_secs, flags }),
+        1 => (key.clone(), len.clone()).prop_map(|(key, len)| Op::Add { key, len }),
+        1 => (key.clone(), len.clone()).prop_map(|(key, len)| Op::Replace { key, len }),
+        1 => (key.clone(), len.clone()).prop_map(|(key, len)| Op::CasLast { key, len }),
+        1 => (key.clone(), 0u16..50).prop_map(|(key, len)| Op::Append { key, len }),
+        1 => (key.clone(), any::<u8>()).prop_map(|(key, delta)| Op::Incr { key, delta }),
+        2 => key.clone().prop_map(|key| Op::Delete { key }),
+        1 => (key.clone(), proptest::option::of(1u8..60)).prop_map(|(key, ttl_secs)| Op::Touch { key, ttl_secs }),
+        6 => key.prop_map(|key| Op::Get { key }),
+        1 => (1u8..30).prop_map(|secs| Op::Advance { secs }),
+        1 => Just(Op::Expire),
+        1 => Just(Op::Flush),
+    ]
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Item {
+    value: Vec<u8>,
+    flags: u32,
+    expires_at_ms: Option<u64>,
+    cas: u64,
+}
+
+struct Harness {
+    engine: Engine,
+    clock: ManualClock,
+    model: HashMap<Vec<u8>, Item>,
+    counter: u64,
+}
+
+fn key_name(key: u8) -> Vec<u8> {
+    format!("key-{key:03}").into_bytes()
+}
+
+impl Harness {
+    fn new(policy: EvictionPolicy) -> Self {
+        let clock = ManualClock::new(START_MS);
+        let engine = Engine::open(EngineConfig {
+            memory_bytes: 48 * 4096,
+            segment_size_bytes: 4096,
+            shard_count: 2,
+            eviction: policy,
+            item_size_bytes_expected: 2048,
+            clock: Arc::new(clock.clone()),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        Harness {
+            engine,
+            clock,
+            model: HashMap::new(),
+            counter: 0,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn value(&mut self, len: u16) -> Vec<u8> {
+        self.counter += 1;
+        let stamp = self.counter.to_string();
+        let mut value = stamp.into_bytes();
+        value.resize(len as usize, b'x');
+        value
+    }
+
+    fn expiry(&self, ttl_secs: Option<u8>) -> Expiry {
+        ttl_secs.map_or(Expiry::Never, |s| {
+            Expiry::AtMs(self.now() + u64::from(s) * 1000)
+        })
+    }
+
+    /// The model's view of `key` right now (dropping it if expired).
+    fn live(&mut self, key: &[u8]) -> Option<Item> {
+        let now = self.now();
+        if self
+            .model
+            .get(key)
+            .is_some_and(|i| i.expires_at_ms.is_some_and(|at| at <= now))
+        {
+            self.model.remove(key);
+        }
+        self.model.get(key).cloned()
+    }
+
+    /// Reads from the engine and reconciles: a present item must equal the model's.
+    fn read(&mut self, key: &[u8]) -> Option<Item> {
+        let got = self.engine.get(key, |item| Item {
+            value: item.value.to_vec(),
+            flags: item.client_flags,
+            expires_at_ms: item.expires_at_ms,
+            cas: item.cas,
+        });
+        let expected = self.live(key);
+        match (&got, &expected) {
+            (Some(got), Some(expected)) => {
+                assert_eq!(got.value, expected.value, "value of {key:?}");
+                assert_eq!(got.flags, expected.flags, "flags of {key:?}");
+                assert_eq!(
+                    got.expires_at_ms, expected.expires_at_ms,
+                    "expiry of {key:?}"
+                );
+                if expected.cas != 0 {
+                    assert_eq!(got.cas, expected.cas, "cas of {key:?}");
+                }
+            }
+            (Some(got), None) => panic!("engine returned {key:?} = {got:?} which the model lacks"),
+            (None, Some(_)) => {
+                self.model.remove(key); // evicted: allowed, and final
+            }
+            (None, None) => {}
+        }
+        got
+    }
+
+    fn run(&mut self, op: Op) {
+        match op {
+            Op::Set {
+                key,
+                len,
+                ttl_secs,
+                flags,
+            } => {
+                let (key, value, expiry) = (key_name(key), self.value(len), self.expiry(ttl_secs));
+                let cas = self.engine.set(&key, &value, flags, expiry).unwrap();
+                let expires_at_ms = match expiry {
+                    Expiry::AtMs(at) => Some(at),
+                    _ => None,
+                };
+                self.model.insert(
+                    key,
+                    Item {
+                        value,
+                        flags,
+                        expires_at_ms,
+                        cas,
+                    },
+                );
+            }
+            Op::Add { key, len } | Op::Replace { key, len } | Op::CasLast { key, len } => {
+                self.conditional(op_condition(&op), key_name(key), len);
+            }
+            Op::Append { key, len } => {
+                let key = key_name(key);
+                let data = self.value(len);
+                let before = self.read(&key);
+                let result = self.engine.concat(&key, &data, false).unwrap();
+                match (before, result) {
+                    (Some(mut item), Some(cas)) => {
+                        item.value.extend_from_slice(&data);
+                        item.cas = cas;
+                        self.model.insert(key, item);
+                    }
+                    (None, None) => {}
+                    (before, result) => panic!("append {before:?} → {result:?}"),
+                }
+            }
+            Op::Incr { key, delta } => self.incr(key_name(key), u64::from(delta)),
+            Op::Delete { key } => {
+                let key = key_name(key);
+                let before = self.read(&key);
+                let outcome = self.engine.delete(&key, None).unwrap();
+                let expected = if before.is_some() {
+                    DeleteOutcome::Deleted
+                } else {
+                    DeleteOutcome::NotFound
+                };
+                assert_eq!(outcome, expected);
+                self.model.remove(&key);
+            }
+            Op::Touch { key, ttl_secs } => {
+                let key = key_name(key);
+                let before = self.read(&key);
+                let expiry = self.expiry(ttl_secs);
+                assert_eq!(self.engine.touch(&key, expiry).unwrap(), before.is_some());
+                if let Some(mut item) = before {
+                    item.expires_at_ms = match expiry {
+                        Expiry::AtMs(at) => Some(at),
+                        _ => None,
+                    };
+                    self.model.insert(key, item);
+                }
+            }
+            Op::Get { key } => {
+                self.read(&key_name(key));
+            }
+            Op::Advance { secs } => self.clock.advance_ms(u64::from(secs) * 1000),
+            Op::Expire => {
+                self.engine.expire().unwrap();
+            }
+            Op::Flush => {
+                self.engine.flush_all(0).unwrap();
+                self.model.clear();
+            }
+        }
+    }
+
+    fn conditional(&mut self, condition: fn(Option<&Item>) -> Condition, key: Vec<u8>, len: u16) {
+        let before = self.read(&key);
+        let value = self.value(len);
+        let condition = condition(before.as_ref());
+        let options = StoreOptions {
+            client_flags: 1,
+            expiry: Expiry::Never,
+            condition,
+        };
+        let outcome = self.engine.store(&key, &value, options).unwrap();
+        let expected_store = match condition {
+            Condition::Always => true,
+            Condition::IfAbsent => before.is_none(),
+            Condition::IfPresent => before.is_some(),
+            Condition::IfCas(cas) => before.as_ref().is_some_and(|b| b.cas == cas),
+        };
+        match outcome {
+            StoreOutcome::Stored(cas) => {
+                assert!(expected_store, "{condition:?} stored over {before:?}");
+                self.model.insert(
+                    key,
+                    Item {
+                        value,
+                        flags: 1,
+                        expires_at_ms: None,
+                        cas,
+                    },
+                );
+            }
+            _ => assert!(
+                !expected_store,
+                "{condition:?} refused ({outcome:?}) with {before:?}"
+            ),
+        }
+    }
+
+    fn incr(&mut self, key: Vec<u8>, delta: u64) {
+        let before = self.read(&key);
+        let result = self.engine.arith(&key, delta, false).unwrap();
+        match (before, result) {
+            (None, Arith::NotFound) => {}
+            (Some(item), Arith::NotNumeric) => assert!(parse_u64(&item.value).is_none()),
+            (Some(mut item), Arith::Value(value, cas)) => {
+                let old = parse_u64(&item.value).expect("numeric");
+                assert_eq!(value, old.wrapping_add(delta));
+                item.value = value.to_string().into_bytes();
+                item.cas = cas;
+                self.model.insert(key, item);
+            }
+            (before, result) => panic!("incr {before:?} → {result:?}"),
+        }
+    }
+}
+
+fn op_condition(op: &Op) -> fn(Option<&Item>) -> Condition {
+    match op {
+        Op::Add { .. } => |_| Condition::IfAbsent,
+        Op::Replace { .. } => |_| Condition::IfPresent,
+        _ => |before| Condition::IfCas(before.map_or(12345, |b| b.cas)),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_agrees_with_the_model_under_merge_eviction(ops in proptest::collection::vec(op(), 1..400)) {
+        let mut harness = Harness::new(EvictionPolicy::Merge);
+        for op in ops {
+            harness.run(op);
+        }
+        harness.engine.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn engine_agrees_with_the_model_under_fifo_and_random(ops in proptest::collection::vec(op(), 1..300), fifo in any::<bool>()) {
+        let policy = if fifo { EvictionPolicy::Fifo } else { EvictionPolicy::Random };
+        let mut harness = Harness::new(policy);
+        for op in ops {
+            harness.run(op);
+        }
+        harness.engine.check_integrity().unwrap();
+    }
+}
+
+#[test]
+fn a_long_run_with_counters_and_numbers_keeps_integrity() {
+    let mut harness = Harness::new(EvictionPolicy::Merge);
+    for i in 0..20_000u32 {
+        let key = (i % 37) as u8;
+        let op = match i % 7 {
+            0 => Op::Set {
+                key,
+                len: (i % 900) as u16,
+                ttl_secs: (i % 3 == 0).then_some(5),
+                flags: i,
+            },
+            1 => Op::Incr { key, delta: 3 },
+            2 => Op::Get { key },
+            3 => Op::Append { key, len: 5 },
+            4 => Op::Touch {
+                key,
+                ttl_secs: None,
+            },
+            5 if i % 500 == 5 => Op::Advance { secs: 3 },
+            _ => Op::Get {
+                key: key.wrapping_add(1),
+            },
+        };
+        harness.run(op);
+    }
+    harness.engine.check_integrity().unwrap();
+    let stats = harness.engine.stats();
+    assert!(
+        stats.evicted_segments > 0,
+        "the test must exercise eviction: {stats:?}"
+    );
+}

@@ -1,0 +1,105 @@
+//! Reopening a file pool: items, flags, expiry and CAS survive; deleted keys stay deleted;
+//! a foreign or damaged pool is refused.
+
+use strata_engine::*;
+
+struct TempPool(std::path::PathBuf);
+impl Drop for TempPool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn temp_pool(name: &str) -> TempPool {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    TempPool(
+        std::path::PathBuf::from(dir)
+            .join(format!("strata-engine-{}-{name}.pool", std::process::id())),
+    )
+}
+
+fn config(path: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        pool: PoolLocation::File(path.to_path_buf()),
+        ..EngineConfig::default()
+    }
+}
+
+#[test]
+fn reopen_keeps_every_item_and_delete_with_new_unique_cas() {
+    let pool = temp_pool("reopen");
+    let mut cas_seen = std::collections::HashSet::new();
+    {
+        let engine = Engine::open(config(&pool.0)).unwrap();
+        for i in 0..5000u32 {
+            let cas = engine
+                .set(
+                    format!("k{i}").as_bytes(),
+                    format!("v{i}").as_bytes(),
+                    i,
+                    Expiry::Never,
+                )
+                .unwrap();
+            assert!(cas_seen.insert(cas));
+        }
+        for i in (0..5000u32).step_by(3) {
+            engine.delete(format!("k{i}").as_bytes(), None).unwrap();
+        }
+        for i in (1..5000u32).step_by(3) {
+            let cas = engine
+                .set(format!("k{i}").as_bytes(), b"second", 7, Expiry::Never)
+                .unwrap();
+            assert!(cas_seen.insert(cas));
+        }
+        // No close: this is a crash (the process would die here).
+    }
+    let engine = Engine::open(config(&pool.0)).unwrap();
+    let report = engine.recovery_report().clone();
+    assert!(report.items_recovered > 3000, "{report:?}");
+    for i in 0..5000u32 {
+        let got = engine.get(format!("k{i}").as_bytes(), |item| {
+            (item.value.to_vec(), item.client_flags, item.cas)
+        });
+        match i % 3 {
+            0 => assert_eq!(got, None, "deleted key k{i} came back"),
+            1 => assert_eq!(
+                got.as_ref().map(|g| (&g.0[..], g.1)),
+                Some((&b"second"[..], 7))
+            ),
+            _ => assert_eq!(
+                got.as_ref().map(|g| (g.0.clone(), g.1)),
+                Some((format!("v{i}").into_bytes(), i))
+            ),
+        }
+        if let Some((_, _, cas)) = got {
+            assert!(cas_seen.contains(&cas), "CAS values survive the restart");
+        }
+    }
+    let cas = engine.set(b"new", b"x", 0, Expiry::Never).unwrap();
+    assert!(
+        !cas_seen.contains(&cas),
+        "a new write after restart gets a never-used CAS"
+    );
+    engine.check_integrity().unwrap();
+}
+
+#[test]
+fn a_foreign_file_is_refused_untouched() {
+    let pool = temp_pool("foreign");
+    std::fs::write(&pool.0, vec![0xAB; 100_000]).unwrap();
+    let err = Engine::open(config(&pool.0)).unwrap_err();
+    assert!(err.to_string().contains("not a strata pool"), "{err}");
+    assert!(std::fs::read(&pool.0).unwrap().iter().all(|&b| b == 0xAB));
+    let fresh = Engine::open(EngineConfig {
+        fresh: true,
+        ..config(&pool.0)
+    })
+    .unwrap();
+    assert!(fresh.is_empty());
+}
