@@ -16,6 +16,8 @@ struct Cli {
 enum Command {
     /// Run a workload against one server and print (or write) the report.
     Run(strata_bench::BenchArgs),
+    /// Start memcached, Redis and strata in turn and run the scenario matrix against each.
+    Compare(strata_bench::compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
@@ -24,6 +26,9 @@ fn main() -> ExitCode {
         Command::Run(args) => {
             strata_bench::run(&args).map(|report| print!("{}", report.render_text()))
         }
+        Command::Compare(args) => strata_bench::compare::run_compare(&args).map(|_| {
+            println!("wrote {}", args.out.join("REPORT.md").display());
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

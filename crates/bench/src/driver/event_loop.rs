@@ -141,17 +141,12 @@ impl LoadThread {
                 stop_ns = Some(now);
             }
             match stop_ns {
-                None => self.fill(now)?,
-                Some(_) if self.outstanding() == 0 => return Ok(()),
-                Some(stop) if now > stop + self.window.drain_ns => {
-                    let outstanding = self.outstanding() as u64;
-                    let drain_secs = self.window.drain_ns / 1_000_000_000;
-                    return Err(BenchError::Stalled {
-                        outstanding,
-                        drain_secs,
-                    });
+                None => self.fill(now, true)?,
+                Some(stop) => {
+                    if self.finish_step(now, stop)? {
+                        return Ok(());
+                    }
                 }
-                Some(_) => {}
             }
             let timeout = self.poll_timeout(now, stop_ns.is_none());
             poll.poll(&mut events, Some(timeout))?;
@@ -191,9 +186,44 @@ impl LoadThread {
     }
 
     /// Tops up connections with new requests and writes them.
-    fn fill(&mut self, now: u64) -> Result<(), BenchError> {
+    /// After sending stops: sends what the open-loop backlog still holds (those requests were
+    /// due inside the window, so leaving them out would flatter an overloaded server), then
+    /// waits for replies. A backlog not sent within the drain time is counted as dropped; replies
+    /// not received within a further drain time are a stall. Returns `true` when done.
+    fn finish_step(&mut self, now: u64, stop: u64) -> Result<bool, BenchError> {
+        let drain_ns = self.window.drain_ns;
+        if !self.backlog.is_empty() {
+            if now > stop + drain_ns {
+                let measure_start = self.window.measure_start_ns;
+                let dropped = self.backlog.iter().filter(|&&t| t >= measure_start).count();
+                self.tally.counts.dropped += dropped as u64;
+                self.backlog.clear();
+            } else {
+                self.fill(now, false)?;
+            }
+            return Ok(false);
+        }
+        if self.outstanding() == 0 {
+            return Ok(true);
+        }
+        if now > stop + 2 * drain_ns {
+            let outstanding = self.outstanding() as u64;
+            let drain_secs = 2 * drain_ns / 1_000_000_000;
+            return Err(BenchError::Stalled {
+                outstanding,
+                drain_secs,
+            });
+        }
+        Ok(false)
+    }
+
+    /// Tops up connections with new requests (admitting new arrivals only while `admitting`)
+    /// and writes them.
+    fn fill(&mut self, now: u64, admitting: bool) -> Result<(), BenchError> {
         if matches!(self.pace, Pace::Open { .. }) {
-            self.admit_arrivals(now);
+            if admitting {
+                self.admit_arrivals(now);
+            }
             self.fill_open();
         } else {
             self.fill_closed(now);
@@ -278,6 +308,7 @@ impl LoadThread {
                 Some(end) => Duration::from_nanos(end.saturating_sub(now)).min(POLL_TIMEOUT_MAX),
                 None => POLL_TIMEOUT_MAX,
             },
+            (Pace::Open { .. }, false) if !self.backlog.is_empty() => Duration::from_millis(1),
             (_, false) => Duration::from_millis(5),
         }
     }

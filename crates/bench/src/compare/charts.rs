@@ -1,0 +1,340 @@
+//! SVG charts, written by hand: bar charts of each scenario's headline figure per server, and
+//! latency-against-offered-load curves for sweeps. Hand-written SVG keeps the generator free
+//! of a plotting dependency (and its build time on two shared cores); the charts need only
+//! rectangles, polylines and text.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::scenarios::{Scenario, ScenarioKind};
+use super::summary::ScenarioSummary;
+use crate::error::BenchError;
+
+/// Chart width, px.
+const WIDTH_PX: f64 = 640.0;
+/// Chart height, px.
+const HEIGHT_PX: f64 = 360.0;
+/// Plot-area margins: left, right, top, bottom, px.
+const MARGIN_PX: (f64, f64, f64, f64) = (80.0, 150.0, 40.0, 60.0);
+/// One colour per series, in order.
+const COLOURS: [&str; 6] = [
+    "#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#b07aa1",
+];
+
+/// A bar: label and value (`None`: not run).
+pub type Bar = (String, Option<f64>);
+/// A series: name and points.
+pub type Series = (String, Vec<(f64, f64)>);
+
+/// Writes one chart per scenario into `out`; returns scenario name → chart file name.
+///
+/// # Errors
+/// When a file cannot be written.
+pub fn write_all(
+    out: &Path,
+    scenarios: &[Scenario],
+    summaries: &[ScenarioSummary],
+) -> Result<Vec<(String, String)>, BenchError> {
+    let mut files = Vec::new();
+    for (scenario, summary) in scenarios.iter().zip(summaries) {
+        let (name, svg) = if scenario.kind == ScenarioKind::Sweep {
+            let series: Vec<Series> = summary
+                .targets
+                .iter()
+                .filter(|t| !t.sweep.is_empty())
+                .map(|t| {
+                    let points = t
+                        .sweep
+                        .iter()
+                        .map(|p| (p.offered_per_sec, p.p999_us))
+                        .collect();
+                    (format!("{} {}", t.server, t.protocol), points)
+                })
+                .collect();
+            let slo = scenario.sweep.as_ref().map(|s| s.p999_us_max);
+            let title = format!("{}: p99.9 latency vs offered load", scenario.name);
+            let svg = line_chart(&title, "offered requests/s", "p99.9 µs (log)", &series, slo);
+            (format!("{}-latency-vs-load.svg", scenario.name), svg)
+        } else {
+            let bars: Vec<Bar> = summary
+                .targets
+                .iter()
+                .map(|t| (format!("{} {}", t.server, t.protocol), t.headline))
+                .collect();
+            let title = format!("{}: {}", scenario.name, summary.headline_label);
+            (format!("{}.svg", scenario.name), bar_chart(&title, &bars))
+        };
+        let path: PathBuf = out.join(&name);
+        std::fs::write(&path, svg).map_err(|source| BenchError::File { path, source })?;
+        files.push((scenario.name.clone(), name));
+    }
+    Ok(files)
+}
+
+/// A vertical bar chart; bars with no value are labelled "not run".
+#[must_use]
+pub fn bar_chart(title: &str, bars: &[Bar]) -> String {
+    let (left, right, top, bottom) = MARGIN_PX;
+    let plot_w = WIDTH_PX - left - right + 100.0;
+    let plot_h = HEIGHT_PX - top - bottom;
+    let max = bars
+        .iter()
+        .filter_map(|b| b.1)
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let mut svg = open_svg(title);
+    axes(&mut svg, plot_w);
+    for (tick, value) in ticks_linear(max) {
+        let y = top + plot_h * (1.0 - tick);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{y:.1}" text-anchor="end" font-size="11">{}</text>"#,
+            left - 6.0,
+            human(value)
+        );
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let slot = plot_w / bars.len().max(1) as f64;
+    for (index, (label, value)) in bars.iter().enumerate() {
+        #[allow(clippy::cast_precision_loss)]
+        let x = left + slot * index as f64 + slot * 0.15;
+        let colour = COLOURS[index % COLOURS.len()];
+        let label_y = top + plot_h + 16.0;
+        let centre = x + slot * 0.35;
+        match value {
+            Some(value) => {
+                let h = plot_h * value / max;
+                let y = top + plot_h - h;
+                let _ = writeln!(
+                    svg,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{h:.1}" fill="{colour}"/>"#,
+                    slot * 0.7
+                );
+                let _ = writeln!(
+                    svg,
+                    r#"<text x="{centre:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"#,
+                    y - 4.0,
+                    human(*value)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    svg,
+                    r##"<text x="{centre:.1}" y="{:.1}" text-anchor="middle" font-size="11" fill="#888">not run</text>"##,
+                    top + plot_h - 6.0
+                );
+            }
+        }
+        let _ = writeln!(
+            svg,
+            r#"<text x="{centre:.1}" y="{label_y:.1}" text-anchor="middle" font-size="11">{}</text>"#,
+            escape(label)
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// A line chart with a logarithmic y axis and an optional dashed horizontal objective line.
+#[must_use]
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    objective: Option<f64>,
+) -> String {
+    let (left, right, top, bottom) = MARGIN_PX;
+    let plot_w = WIDTH_PX - left - right;
+    let plot_h = HEIGHT_PX - top - bottom;
+    let points = series.iter().flat_map(|s| s.1.iter());
+    let x_max = points.clone().map(|p| p.0).fold(0.0, f64::max).max(1.0);
+    let y_values = points.map(|p| p.1).chain(objective).filter(|v| *v > 0.0);
+    let y_min = 10f64
+        .powf(
+            y_values
+                .clone()
+                .fold(f64::INFINITY, f64::min)
+                .log10()
+                .floor(),
+        )
+        .min(10.0);
+    let y_max = 10f64
+        .powf(y_values.fold(1.0, f64::max).log10().ceil())
+        .max(y_min * 10.0);
+    let to_x = |x: f64| left + plot_w * x / x_max;
+    let to_y = |y: f64| {
+        top + plot_h
+            * (1.0 - (y.max(y_min).log10() - y_min.log10()) / (y_max.log10() - y_min.log10()))
+    };
+    let mut svg = open_svg(title);
+    axes(&mut svg, plot_w);
+    let mut decade = y_min;
+    while decade <= y_max * 1.001 {
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{}</text>"#,
+            left - 6.0,
+            to_y(decade) + 4.0,
+            human(decade)
+        );
+        decade *= 10.0;
+    }
+    for (tick, value) in ticks_linear(x_max) {
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"#,
+            left + plot_w * tick,
+            top + plot_h + 16.0,
+            human(value)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="12">{}</text>"#,
+        left + plot_w / 2.0,
+        HEIGHT_PX - 18.0,
+        escape(x_label)
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="14" y="{:.1}" font-size="12" transform="rotate(-90 14 {:.1})" text-anchor="middle">{}</text>"#,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
+        escape(y_label)
+    );
+    if let Some(objective) = objective {
+        let y = to_y(objective);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#999" stroke-dasharray="4 3"/>"##,
+            left + plot_w
+        );
+    }
+    for (index, (name, points)) in series.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        let path: Vec<String> = points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", to_x(x), to_y(y)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
+        for &(x, y) in points {
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"/>"#,
+                to_x(x),
+                to_y(y)
+            );
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let legend_y = top + 16.0 * index as f64;
+        let legend_x = left + plot_w + 12.0;
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{legend_x:.1}" y="{:.1}" width="10" height="10" fill="{colour}"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
+            legend_y,
+            legend_x + 14.0,
+            legend_y + 9.0,
+            escape(name)
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn open_svg(title: &str) -> String {
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH_PX}" height="{HEIGHT_PX}" font-family="sans-serif">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{:.1}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        WIDTH_PX / 2.0,
+        escape(title)
+    );
+    svg
+}
+
+fn axes(svg: &mut String, plot_w: f64) {
+    let (left, _, top, bottom) = MARGIN_PX;
+    let base = HEIGHT_PX - bottom;
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="black"/>"#
+    );
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{left}" y1="{base}" x2="{:.1}" y2="{base}" stroke="black"/>"#,
+        left + plot_w
+    );
+}
+
+/// Five ticks at 0, 25, 50, 75, 100% of `max`, as (fraction, value).
+fn ticks_linear(max: f64) -> impl Iterator<Item = (f64, f64)> {
+    (0..=4).map(move |i| {
+        let fraction = f64::from(i) / 4.0;
+        (fraction, max * fraction)
+    })
+}
+
+/// 1234567 → "1.23M"; 0.5 → "0.50".
+#[must_use]
+pub fn human(value: f64) -> String {
+    match value.abs() {
+        v if v >= 1e6 => format!("{:.2}M", value / 1e6),
+        v if v >= 1e4 => format!("{:.0}K", value / 1e3),
+        v if v >= 1e3 => format!("{:.1}K", value / 1e3),
+        v if v >= 10.0 => format!("{value:.0}"),
+        _ => format!("{value:.2}"),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_chart_marks_missing_bars() {
+        let bars = vec![
+            ("memcached".to_owned(), Some(100.0)),
+            ("strata".to_owned(), None),
+        ];
+        let svg = bar_chart("t <1>", &bars);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert!(svg.contains("not run") && svg.contains("t &lt;1&gt;"));
+        assert_eq!(svg.matches("<rect").count(), 2, "background plus one bar");
+    }
+
+    #[test]
+    fn line_chart_draws_each_series() {
+        let series = vec![
+            ("a".to_owned(), vec![(1000.0, 50.0), (2000.0, 80.0)]),
+            ("b".to_owned(), vec![(1000.0, 40.0), (2000.0, 5000.0)]),
+        ];
+        let svg = line_chart("t", "x", "y", &series, Some(1000.0));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(svg.matches("<circle").count(), 4);
+        assert!(svg.contains("stroke-dasharray"));
+    }
+
+    #[test]
+    fn human_numbers() {
+        assert_eq!(human(1_234_567.0), "1.23M");
+        assert_eq!(human(466_000.0), "466K");
+        assert_eq!(human(1500.0), "1.5K");
+        assert_eq!(human(0.5), "0.50");
+    }
+}

@@ -1,0 +1,205 @@
+//! REPORT.md: the machine, the servers, and one table (plus chart) per scenario.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use super::charts::human;
+use super::scenarios::{Scenario, ScenarioKind};
+use super::servers::version;
+use super::summary::{ScenarioSummary, TargetSummary};
+use super::CompareArgs;
+
+/// Renders the whole report.
+#[must_use]
+pub fn render(
+    args: &CompareArgs,
+    scenarios: &[Scenario],
+    summaries: &[ScenarioSummary],
+    charts: &[(String, String)],
+) -> String {
+    let mut md = String::from("# strata vs memcached vs Redis\n\n");
+    let _ = writeln!(
+        md,
+        "Generated {} by `strata-bench compare`.\n",
+        shell("date -u '+%Y-%m-%d %H:%M UTC'")
+    );
+    md.push_str(&machine_section(args));
+    md.push_str(
+        "Each figure is the median over the repeats. \"vs best peer\" is the median, over \
+         repeats, of this server's headline figure divided by the better of memcached and Redis \
+         in the same repeat: above 1 is better for throughput, below 1 is better for latency, \
+         CPU per request and bytes per item. \"gen CPU\" is the load generator's own CPU use in \
+         cores (1.00 = its core is saturated, and the figure is then a generator limit).\n\n",
+    );
+    for (scenario, summary) in scenarios.iter().zip(summaries) {
+        let _ = writeln!(md, "## {}\n\n{}\n", scenario.name, scenario.title);
+        match scenario.kind {
+            ScenarioKind::Memory => memory_table(&mut md, scenario, summary),
+            ScenarioKind::Sweep => sweep_tables(&mut md, scenario, summary),
+            ScenarioKind::Throughput => throughput_table(&mut md, summary),
+        }
+        if let Some((_, file)) = charts.iter().find(|(name, _)| name == &scenario.name) {
+            let _ = writeln!(md, "\n![{}]({file})\n", scenario.name);
+        }
+        for target in summary.targets.iter().filter(|t| t.status != "ok") {
+            let _ = writeln!(
+                md,
+                "- {} {}: {}",
+                target.server, target.protocol, target.status
+            );
+        }
+        md.push('\n');
+    }
+    md
+}
+
+fn machine_section(args: &CompareArgs) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']))
+        })
+        .unwrap_or("unknown")
+        .to_owned();
+    let cores = cpu.lines().filter(|l| l.starts_with("processor")).count();
+    let mut md = String::from("## Machine and servers\n\n");
+    let _ = writeln!(
+        md,
+        "- CPU: {model}, {cores} logical CPUs; kernel {}",
+        shell("uname -r")
+    );
+    let _ = writeln!(md, "- memcached: {}", version("memcached", "-V"));
+    let _ = writeln!(md, "- Redis: {}", version("redis-server", "-v"));
+    let _ = writeln!(
+        md,
+        "- Every server: {} worker thread(s), {} MiB, pinned to CPU {}; generator pinned to CPU {}; loopback.",
+        args.server_threads, args.memory_mib, args.server_cpu, args.client_cpu
+    );
+    let _ = writeln!(md, "- memcached: `{}`", args.memcached_cmd);
+    let _ = writeln!(md, "- Redis: `{}`", args.redis_cmd);
+    let _ = writeln!(md, "- strata: `{}`\n", args.strata_cmd);
+    md
+}
+
+fn fmt(value: Option<f64>) -> String {
+    value.map_or_else(|| "—".to_owned(), human)
+}
+
+fn fmt_ratio(target: &TargetSummary) -> String {
+    target
+        .ratio_vs_best_peer
+        .map_or_else(|| "—".to_owned(), |r| format!("{r:.2}×"))
+}
+
+fn throughput_table(md: &mut String, summary: &ScenarioSummary) {
+    let _ = writeln!(md, "Headline: {}.\n", summary.headline_label);
+    md.push_str("| server | protocol | req/s | keys/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/req | gen CPU | hit % | errors | headline | vs best peer |\n");
+    md.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for t in &summary.targets {
+        if t.runs == 0 {
+            let _ = writeln!(
+                md,
+                "| {} | {} | not run | | | | | | | | | | |",
+                t.server, t.protocol
+            );
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.server,
+            t.protocol,
+            fmt(t.requests_per_sec),
+            fmt(t.keys_per_sec),
+            fmt(t.p50_us),
+            fmt(t.p99_us),
+            fmt(t.p999_us),
+            t.server_cpu_us_per_request
+                .map_or("—".into(), |v| format!("{v:.2}")),
+            t.client_cpu_cores.map_or("—".into(), |v| format!("{v:.2}")),
+            t.hit_ratio
+                .map_or("—".into(), |v| format!("{:.1}", v * 100.0)),
+            t.errors,
+            fmt(t.headline),
+            fmt_ratio(t),
+        );
+    }
+}
+
+fn memory_table(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary) {
+    let offered = scenario
+        .load
+        .get("keyspace")
+        .map_or("?".into(), ToString::to_string);
+    let _ = writeln!(md, "Items offered: {offered}. Bytes per item = server RSS growth from start to after the read-back, divided by items found on read-back.\n");
+    md.push_str("| server | protocol | items retained | bytes per item | server CPU µs/req (read-back) | vs best peer |\n");
+    md.push_str("|---|---|---:|---:|---:|---:|\n");
+    for t in &summary.targets {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} |",
+            t.server,
+            t.protocol,
+            t.items_retained
+                .map_or("not run".into(), |v| format!("{v:.0}")),
+            t.bytes_per_item.map_or("—".into(), |v| format!("{v:.1}")),
+            t.server_cpu_us_per_request
+                .map_or("—".into(), |v| format!("{v:.2}")),
+            fmt_ratio(t),
+        );
+    }
+}
+
+fn sweep_tables(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary) {
+    let slo = scenario.sweep.as_ref().map_or(1000.0, |s| s.p999_us_max);
+    let _ = writeln!(md, "Highest offered rate whose p99.9 ≤ {slo:.0} µs (with achieved ≥ 95% of offered, nothing dropped):\n");
+    md.push_str(
+        "| server | protocol | highest rate within SLO | vs best peer |\n|---|---|---:|---:|\n",
+    );
+    for t in &summary.targets {
+        let rate = if t.runs == 0 {
+            "not run".to_owned()
+        } else {
+            fmt(t.rate_within_slo_per_sec)
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {rate} | {} |",
+            t.server,
+            t.protocol,
+            fmt_ratio(t)
+        );
+    }
+    md.push_str(
+        "\n| server | protocol | offered/s | achieved/s | p50 µs | p99 µs | p99.9 µs | gen CPU |\n",
+    );
+    md.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for t in &summary.targets {
+        for p in &t.sweep {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2} |",
+                t.server,
+                t.protocol,
+                human(p.offered_per_sec),
+                human(p.achieved_per_sec),
+                p.p50_us,
+                p.p99_us,
+                p.p999_us,
+                p.client_cpu_cores
+            );
+        }
+    }
+}
+
+fn shell(command: &str) -> String {
+    Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map_or_else(|| "unknown".to_owned(), |text| text.trim().to_owned())
+}

@@ -1,0 +1,286 @@
+//! Runs the scenario matrix and writes the results.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::scenarios::{load_dir, Scenario, ScenarioKind};
+use super::servers::{ServerProcess, ServerResources, ServerSpec};
+use super::summary::summarise;
+use super::{charts, report, CompareArgs};
+use crate::cpu::rss_bytes;
+use crate::error::BenchError;
+use crate::protocol::Protocol;
+use crate::report::Report;
+
+/// The default number of runs per server and scenario.
+const REPEATS_DEFAULT: usize = 3;
+/// A sweep stops for a server once it completes less than this fraction of the offered rate.
+const SATURATION_FRACTION: f64 = 0.9;
+
+/// Whether a run happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "reason", rename_all = "kebab-case")]
+pub enum RunStatus {
+    /// It ran and produced a report.
+    Ok,
+    /// The server could not be started (e.g. strata's binary is not built yet).
+    NotRun(String),
+    /// The server started but the run failed.
+    Failed(String),
+}
+
+/// One run of one scenario (one sweep point) against one server and protocol.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Scenario name.
+    pub scenario: String,
+    /// Server name.
+    pub server: String,
+    /// Whether the server is a reference peer (memcached, Redis).
+    pub is_peer: bool,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// 0-based repeat.
+    pub repeat: usize,
+    /// Sweep: the offered rate of this point.
+    pub rate_per_sec: Option<f64>,
+    /// Whether it ran.
+    #[serde(flatten)]
+    pub status: RunStatus,
+    /// The generator's report.
+    pub report: Option<Report>,
+    /// Server RSS right after start, bytes.
+    pub rss_bytes_before: Option<u64>,
+    /// Server RSS after the run, bytes.
+    pub rss_bytes_after: Option<u64>,
+}
+
+/// The servers to compare, from the CLI.
+#[must_use]
+pub fn server_specs(args: &CompareArgs) -> Vec<ServerSpec> {
+    let text = [Protocol::MemcacheText, Protocol::MemcacheMeta];
+    let all = [
+        ("memcached", &args.memcached_cmd, text.to_vec(), true),
+        ("redis", &args.redis_cmd, vec![Protocol::Resp], true),
+        (
+            "strata",
+            &args.strata_cmd,
+            vec![
+                Protocol::MemcacheText,
+                Protocol::MemcacheMeta,
+                Protocol::Resp,
+            ],
+            false,
+        ),
+    ];
+    all.into_iter()
+        .filter(|(name, ..)| args.servers.is_empty() || args.servers.iter().any(|s| s == name))
+        .map(|(name, command, protocols, is_peer)| ServerSpec {
+            name: name.to_owned(),
+            command: command.clone(),
+            protocols,
+            is_peer,
+        })
+        .collect()
+}
+
+/// Runs every selected scenario and writes REPORT.md, charts and results.json under `--out`.
+///
+/// # Errors
+/// On invalid scenarios or an unwritable output directory; failed runs are recorded instead.
+pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
+    let scenarios: Vec<Scenario> = load_dir(&args.scenarios)?
+        .into_iter()
+        .filter(|s| args.only.is_empty() || args.only.contains(&s.name))
+        .collect();
+    if scenarios.is_empty() {
+        return Err(BenchError::Config(format!(
+            "no scenarios selected in {}",
+            args.scenarios.display()
+        )));
+    }
+    let logs = args.out.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|source| BenchError::File {
+        path: logs.clone(),
+        source,
+    })?;
+    let servers = server_specs(args);
+    let mut records = Vec::new();
+    for scenario in &scenarios {
+        let repeats = args
+            .repeats
+            .or(scenario.repeats)
+            .unwrap_or(REPEATS_DEFAULT)
+            .max(1);
+        for repeat in 0..repeats {
+            for server in &servers {
+                for &protocol in scenario
+                    .protocols
+                    .iter()
+                    .filter(|p| server.protocols.contains(p))
+                {
+                    eprintln!(
+                        "[{}] repeat {}/{repeats}: {} {protocol}",
+                        scenario.name,
+                        repeat + 1,
+                        server.name
+                    );
+                    let target = Target {
+                        server,
+                        protocol,
+                        repeat,
+                    };
+                    records.extend(run_target(args, scenario, &target, &logs));
+                }
+            }
+        }
+        write_json(&args.out.join("results.json"), &records)?;
+    }
+    let summaries = summarise(&scenarios, &records);
+    let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
+    let markdown = report::render(args, &scenarios, &summaries, &chart_files);
+    let path = args.out.join("REPORT.md");
+    std::fs::write(&path, markdown).map_err(|source| BenchError::File { path, source })?;
+    write_json(&args.out.join("summary.json"), &summaries)?;
+    Ok(records)
+}
+
+/// One server, protocol and repeat.
+struct Target<'a> {
+    server: &'a ServerSpec,
+    protocol: Protocol,
+    repeat: usize,
+}
+
+/// Starts the server, runs the scenario (every sweep point) against it, stops it.
+fn run_target(
+    args: &CompareArgs,
+    scenario: &Scenario,
+    target: &Target<'_>,
+    logs: &Path,
+) -> Vec<RunRecord> {
+    let rates: Vec<Option<f64>> = match (&scenario.kind, &scenario.sweep) {
+        (ScenarioKind::Sweep, Some(sweep)) => sweep.rates.iter().copied().map(Some).collect(),
+        _ => vec![None],
+    };
+    let record = |rate, status, report, rss: (Option<u64>, Option<u64>)| RunRecord {
+        scenario: scenario.name.clone(),
+        server: target.server.name.clone(),
+        is_peer: target.server.is_peer,
+        protocol: target.protocol,
+        repeat: target.repeat,
+        rate_per_sec: rate,
+        status,
+        report,
+        rss_bytes_before: rss.0,
+        rss_bytes_after: rss.1,
+    };
+    let resources = ServerResources {
+        threads: args.server_threads,
+        memory_mib: args.memory_mib,
+        cpu: args.server_cpu,
+    };
+    let log = logs.join(format!(
+        "{}-{}-{}.log",
+        scenario.name, target.server.name, target.protocol
+    ));
+    let server = match ServerProcess::start(target.server, resources, &log) {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("  not run: {error}");
+            return rates
+                .iter()
+                .map(|&rate| {
+                    record(
+                        rate,
+                        RunStatus::NotRun(error.to_string()),
+                        None,
+                        (None, None),
+                    )
+                })
+                .collect();
+        }
+    };
+    let rss_before = rss_bytes(server.pid).ok();
+    let mut records = Vec::new();
+    for (index, &rate) in rates.iter().enumerate() {
+        let result = bench_once(args, scenario, target.protocol, &server, rate, index == 0);
+        let rss_after = rss_bytes(server.pid).ok();
+        match result {
+            Ok(report) => {
+                let saturated = rate.is_some_and(|rate| is_saturated(&report, rate));
+                records.push(record(
+                    rate,
+                    RunStatus::Ok,
+                    Some(report),
+                    (rss_before, rss_after),
+                ));
+                if saturated {
+                    // Higher offered rates can only fall further behind; skip them.
+                    eprintln!(
+                        "  saturated at {} req/s; skipping higher rates",
+                        rate.unwrap_or(0.0)
+                    );
+                    break;
+                }
+            }
+            Err(error) => {
+                eprintln!("  failed: {error}");
+                records.push(record(
+                    rate,
+                    RunStatus::Failed(error.to_string()),
+                    None,
+                    (rss_before, rss_after),
+                ));
+            }
+        }
+    }
+    records
+}
+
+/// One generator run with the scenario's flags plus target, protocol, pinning and PID.
+fn bench_once(
+    args: &CompareArgs,
+    scenario: &Scenario,
+    protocol: Protocol,
+    server: &ServerProcess,
+    rate: Option<f64>,
+    first_point: bool,
+) -> Result<Report, BenchError> {
+    let mut extra = vec![
+        "--target".to_owned(),
+        format!("127.0.0.1:{}", server.port(protocol)),
+        "--protocol".to_owned(),
+        protocol.name().to_owned(),
+        "--cpu".to_owned(),
+        args.client_cpu.to_string(),
+        "--server-pid".to_owned(),
+        server.pid.to_string(),
+    ];
+    if let Some(rate) = rate {
+        extra.extend(["--rate".to_owned(), rate.to_string()]);
+    }
+    let mut bench = scenario.bench_args(&extra).map_err(BenchError::Config)?;
+    // A sweep preloads once per server, before its first point.
+    bench.preload &= first_point;
+    bench.warmup_secs *= args.time_scale;
+    bench.duration_secs *= args.time_scale;
+    crate::run(&bench)
+}
+
+/// True when an open-loop run completed less than [`SATURATION_FRACTION`] of the offered rate.
+fn is_saturated(report: &Report, rate: f64) -> bool {
+    report
+        .measured
+        .as_ref()
+        .is_some_and(|m| m.requests_per_sec < SATURATION_FRACTION * rate)
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), BenchError> {
+    let text = serde_json::to_string_pretty(value).expect("results serialise");
+    std::fs::write(path, text).map_err(|source| BenchError::File {
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,276 @@
+//! Starting and stopping the servers under test: memcached, Redis and strata, each on free
+//! loopback ports, pinned with `taskset` to the server core.
+//!
+//! A server command is a template with `{memcache_port}`, `{resp_port}`, `{threads}`,
+//! `{memory_mib}` and `{target_dir}` (`$CARGO_TARGET_DIR` or `target`) placeholders, run as `sh -c "exec taskset -c CPU <command>"`: `exec` keeps
+//! the PID, so the PID we hold is the server's own, for `/proc/PID/stat` and `/proc/PID/status`.
+//!
+//! Invariant: a [`ServerProcess`] owns its child; dropping it kills and reaps the child, so a
+//! failing run or test never leaves a server behind.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::BenchError;
+use crate::protocol::Protocol;
+
+/// How long a server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Gap between readiness probes.
+const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+
+/// memcached 1.6 as Debian ships it (`-u nobody` lets it start as root; it is ignored otherwise).
+pub const MEMCACHED_COMMAND: &str =
+    "memcached -u nobody -t {threads} -m {memory_mib} -p {memcache_port} -U 0 -l 127.0.0.1 -c 4096";
+/// Redis 7 with persistence off and an LRU memory cap.
+pub const REDIS_COMMAND: &str = "redis-server --port {resp_port} --bind 127.0.0.1 --save '' \
+     --appendonly no --maxmemory {memory_mib}mb --maxmemory-policy allkeys-lru --io-threads 1";
+/// strata's server, as the `strata` binary will offer it.
+pub const STRATA_COMMAND: &str = "{target_dir}/release/strata serve \
+     --memcache-listen 127.0.0.1:{memcache_port} --resp-listen 127.0.0.1:{resp_port} \
+     --admin-listen off --threads {threads} --memory {memory_mib}MiB";
+
+/// One server to compare.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    /// Its name in reports.
+    pub name: String,
+    /// The command template.
+    pub command: String,
+    /// The protocols it speaks.
+    pub protocols: Vec<Protocol>,
+    /// True for the reference servers strata is compared against.
+    pub is_peer: bool,
+}
+
+/// Resources every server gets.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerResources {
+    /// Worker threads.
+    pub threads: usize,
+    /// Memory budget, MiB.
+    pub memory_mib: u64,
+    /// The CPU the server is pinned to.
+    pub cpu: usize,
+}
+
+/// A running server; killed when dropped.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    /// Its PID (the server itself, not a wrapper).
+    pub pid: u32,
+    /// The memcache-protocol port.
+    pub memcache_port: u16,
+    /// The RESP port.
+    pub resp_port: u16,
+}
+
+impl ServerProcess {
+    /// Starts `spec` and waits until each port it serves accepts connections.
+    ///
+    /// # Errors
+    /// When the program is missing, exits early, or does not listen within the timeout.
+    pub fn start(
+        spec: &ServerSpec,
+        resources: ServerResources,
+        log: &Path,
+    ) -> Result<Self, BenchError> {
+        let fail = |detail: String| BenchError::Server {
+            server: spec.name.clone(),
+            detail,
+        };
+        let memcache_port = free_port()?;
+        let resp_port = free_port()?;
+        let command = expand(&spec.command, resources, memcache_port, resp_port);
+        let program = command
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        if !program_exists(&program) {
+            return Err(fail(format!(
+                "`{program}` not found (build it or install it)"
+            )));
+        }
+        let log_file = File::create(log).map_err(|source| BenchError::File {
+            path: log.to_path_buf(),
+            source,
+        })?;
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec taskset -c {} {command}", resources.cpu))
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .spawn()
+            .map_err(|e| fail(format!("spawn failed: {e}")))?;
+        let mut server = ServerProcess {
+            pid: child.id(),
+            child,
+            memcache_port,
+            resp_port,
+        };
+        let ports: Vec<u16> = spec.protocols.iter().map(|&p| server.port(p)).collect();
+        server
+            .wait_ready(&ports)
+            .map_err(|detail| fail(format!("{detail}; see {}", log.display())))?;
+        Ok(server)
+    }
+
+    /// The port serving `protocol`.
+    #[must_use]
+    pub fn port(&self, protocol: Protocol) -> u16 {
+        match protocol {
+            Protocol::MemcacheText | Protocol::MemcacheMeta => self.memcache_port,
+            Protocol::Resp => self.resp_port,
+        }
+    }
+
+    fn wait_ready(&mut self, ports: &[u16]) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        for &port in ports {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            loop {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    return Err(format!("exited during start-up ({status})"));
+                }
+                if TcpStream::connect_timeout(&addr, PROBE_INTERVAL).is_ok() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("port {port} not listening after {START_TIMEOUT:?}"));
+                }
+                std::thread::sleep(PROBE_INTERVAL);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // Kill by our own child's PID only; errors mean it already exited.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Fills the placeholders of a command template.
+#[must_use]
+pub fn expand(
+    template: &str,
+    resources: ServerResources,
+    memcache_port: u16,
+    resp_port: u16,
+) -> String {
+    template
+        .replace("{memcache_port}", &memcache_port.to_string())
+        .replace("{resp_port}", &resp_port.to_string())
+        .replace("{threads}", &resources.threads.to_string())
+        .replace("{memory_mib}", &resources.memory_mib.to_string())
+        .replace("{target_dir}", &target_dir())
+}
+
+/// Cargo's target directory: `$CARGO_TARGET_DIR`, or `target` under the current directory.
+fn target_dir() -> String {
+    std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned())
+}
+
+/// A loopback port that was free a moment ago.
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// True when `program` is a path to an existing file, or a name found on `PATH`.
+#[must_use]
+pub fn program_exists(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// The version line a server prints, for the report.
+#[must_use]
+pub fn version(program: &str, flag: &str) -> String {
+    Command::new(program)
+        .arg(flag)
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map_or_else(
+            || "unknown".to_owned(),
+            |text| text.lines().next().unwrap_or("").to_owned(),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_templates() {
+        let resources = ServerResources {
+            threads: 2,
+            memory_mib: 64,
+            cpu: 0,
+        };
+        let command = expand(MEMCACHED_COMMAND, resources, 1111, 2222);
+        assert!(command.contains("-t 2 -m 64 -p 1111"), "{command}");
+        let command = expand(STRATA_COMMAND, resources, 1111, 2222);
+        assert!(command.contains("127.0.0.1:1111") && command.contains("127.0.0.1:2222"));
+        assert!(command.contains("--memory 64MiB"));
+    }
+
+    #[test]
+    fn finds_programs() {
+        assert!(program_exists("sh"));
+        assert!(!program_exists("no-such-program-strata"));
+        assert!(!program_exists("/no/such/path"));
+        assert!(free_port().unwrap() > 0);
+    }
+
+    #[test]
+    fn missing_server_is_reported_not_started() {
+        let spec = ServerSpec {
+            name: "ghost".into(),
+            command: "/no/such/server --port {resp_port}".into(),
+            protocols: vec![Protocol::Resp],
+            is_peer: false,
+        };
+        let resources = ServerResources {
+            threads: 1,
+            memory_mib: 16,
+            cpu: 0,
+        };
+        let log = std::env::temp_dir().join("strata-bench-ghost.log");
+        let error = ServerProcess::start(&spec, resources, &log).unwrap_err();
+        assert!(error.to_string().contains("not found"), "{error}");
+    }
+
+    #[test]
+    fn early_exit_is_reported() {
+        let spec = ServerSpec {
+            name: "quitter".into(),
+            command: "true {resp_port}".into(),
+            protocols: vec![Protocol::Resp],
+            is_peer: false,
+        };
+        let resources = ServerResources {
+            threads: 1,
+            memory_mib: 16,
+            cpu: 0,
+        };
+        let log = std::env::temp_dir().join("strata-bench-quitter.log");
+        let error = ServerProcess::start(&spec, resources, &log).unwrap_err();
+        assert!(error.to_string().contains("exited"), "{error}");
+    }
+}
