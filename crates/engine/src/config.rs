@@ -17,9 +17,10 @@ pub const VALUE_LEN_MAX_DEFAULT: usize = 1 << 20;
 pub const SHARD_COUNT_DEFAULT: usize = 8;
 /// Most shards.
 pub const SHARD_COUNT_MAX: usize = 1024;
-/// Item size the initial index is sized for: small, so that the common small-item cache needs
-/// no growth. Larger items leave the index under-filled; smaller ones make it grow.
-pub const ITEM_SIZE_BYTES_EXPECTED_DEFAULT: u64 = 64;
+/// Record size the initial index is sized for: 56 bytes is a 16-byte key with a 32-byte value
+/// and the 8-byte record header, a typical small cache item. Larger items leave the index
+/// under-filled (it costs about 9 bytes per expected item); smaller ones make it grow online.
+pub const ITEM_SIZE_BYTES_EXPECTED_DEFAULT: u64 = 56;
 /// Largest data area an index slot can address (32-bit location in 8-byte units).
 pub const DATA_BYTES_MAX: u64 = 32 << 30;
 

@@ -17,10 +17,14 @@
 //! line), then the second, then an overflow chain off the first. Lookups compare stored hashes
 //! and hand every candidate location to the caller, who compares the full key.
 //!
+//! When both candidates are full, one resident item moves to its own other candidate (a single
+//! cuckoo step) before an overflow chain is started.
+//!
 //! Invariants:
 //! - Every item slot sits in the chain of one of its key's two candidate buckets, and growth
 //!   keeps it in the same candidate, so a cursor over bucket positions (`scan`) stays valid
-//!   across growth: an item present for a whole scan is returned at least once.
+//!   across growth: an item present for a whole scan is returned at least once, unless a
+//!   cuckoo step moved it behind the cursor (only inserts into two full buckets do that).
 //! - `items` counts item slots; link slots are not items.
 //! - Nothing here is a pointer: locations are pool offsets, links are overflow indices.
 //!
@@ -32,7 +36,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Slots per bucket.
 pub const SLOTS_PER_BUCKET: usize = 8;
 /// Grow when items exceed this fraction of primary slots, in percent.
-pub const LOAD_PERCENT_MAX: usize = 94;
+pub const LOAD_PERCENT_MAX: usize = 98;
+/// New tables are sized so that the expected items fill this share of slots, in percent.
+pub const LOAD_PERCENT_SIZED: usize = 95;
+/// Growth factor of the primary buckets, as a fraction: new = old * 5 / 4. Small steps keep the
+/// memory taken from the segment budget close to what the items need.
+pub const GROWTH_NUMERATOR: usize = 5;
+/// See [`GROWTH_NUMERATOR`].
+pub const GROWTH_DENOMINATOR: usize = 4;
 /// Bits of the key hash kept in a slot.
 pub const HASH_BITS: u32 = 28;
 /// Largest location (in 8-byte units) a slot can hold: the data area is at most 32 GiB.
@@ -119,8 +130,8 @@ pub struct Index {
 impl Index {
     /// An empty index sized for `items_expected` items at the growth threshold.
     pub fn with_capacity(items_expected: usize) -> Self {
-        let per_bucket = SLOTS_PER_BUCKET * LOAD_PERCENT_MAX / 100;
-        let bucket_count = items_expected.div_ceil(per_bucket).max(2);
+        let slots = (items_expected * 100).div_ceil(LOAD_PERCENT_SIZED);
+        let bucket_count = slots.div_ceil(SLOTS_PER_BUCKET).max(2);
         Index {
             buckets: (0..bucket_count).map(|_| Bucket::default()).collect(),
             overflow: Vec::new(),
@@ -157,7 +168,13 @@ impl Index {
 
     /// Memory the index would hold after the next growth.
     pub fn size_bytes_after_growth(&self) -> usize {
-        2 * self.buckets.len() * std::mem::size_of::<Bucket>()
+        Self::grown_count(self.buckets.len()) * std::mem::size_of::<Bucket>()
+    }
+
+    fn grown_count(bucket_count: usize) -> usize {
+        (bucket_count * GROWTH_NUMERATOR)
+            .div_ceil(GROWTH_DENOMINATOR)
+            .max(bucket_count + 1)
     }
 
     /// True when the next insert should be preceded by `grow`.
@@ -312,10 +329,34 @@ impl Index {
         } else {
             (first, second)
         };
-        if !self.try_place_in_chain(a, value) && !self.try_place_in_chain(b, value) {
+        if !self.try_place_in_chain(a, value)
+            && !self.try_place_in_chain(b, value)
+            && !self.displace_into(a, value)
+            && !self.displace_into(b, value)
+        {
             self.extend_chain(a, value);
         }
         self.items += 1;
+    }
+
+    /// One cuckoo step: moves an item of the full bucket `head` to its other candidate when that
+    /// one has room, and puts `value` in the freed slot. Keeps overflow chains rare at high load.
+    fn displace_into(&mut self, head: usize, value: u64) -> bool {
+        for i in 0..SLOTS_PER_BUCKET {
+            let resident = self.buckets[head].0[i].load(Ordering::Relaxed);
+            if resident == 0 || is_link(resident) {
+                continue;
+            }
+            let [first, second] = self.candidates(unpack(resident).hash28);
+            let other = if head == first { second } else { first };
+            if other != head && self.free_slots(other) > 0 {
+                let placed = self.try_place_in_chain(other, resident);
+                debug_assert!(placed);
+                self.buckets[head].0[i].store(value, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
     }
 
     fn free_slots(&self, head: usize) -> usize {
@@ -369,10 +410,11 @@ impl Index {
         fresh.0[1].store(value, Ordering::Relaxed);
     }
 
-    /// Doubles the primary buckets, moving every item to the same candidate in the new table.
+    /// Grows the primary buckets by a quarter, moving every item to the same candidate in the new
+    /// table (positions map monotonically onto buckets for any bucket count).
     /// Runs under the shard's write lock; its pause is proportional to the shard's items.
     pub fn grow(&mut self) {
-        let new_count = self.buckets.len() * 2;
+        let new_count = Self::grown_count(self.buckets.len());
         let mut grown = Index {
             buckets: (0..new_count).map(|_| Bucket::default()).collect(),
             overflow: Vec::new(),
