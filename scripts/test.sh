@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole strata test suite on a fresh Debian machine: installs what the tests use when
+# it is missing (real memcached and Redis servers and clients, for differential and protocol
+# tests), then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v memcached >/dev/null 2>&1 || need+=(memcached)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v memccapable >/dev/null 2>&1 || need+=(libmemcached-tools)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian starts the packaged servers as services; the tests start their own on free ports.
+
+cargo test --workspace --release "$@"
