@@ -1,0 +1,102 @@
+//! `delete <key> [0] [noreply]`.
+//!
+//! memcached 1.6 still accepts the legacy hold time `0` (`t/issue_108.t`): `delete a 0`,
+//! `delete a 0 noreply` and `delete a noreply` are fine; any other second argument is
+//! `CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]` (two spaces, as sent),
+//! and more than three arguments are `ERROR`. `noreply` suppresses the error replies.
+
+use super::encode::{CLIENT_ERROR_BAD_FORMAT, CLIENT_ERROR_DELETE_USAGE, ERROR};
+use super::token::key_is_valid;
+use super::{noreply_last, split_args, Limits, Line, ParseError, Parsed, Request};
+
+/// A `delete` request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delete<'a> {
+    /// The key, valid by [`super::key_is_valid`].
+    pub key: &'a [u8],
+    /// Whether to suppress the reply.
+    pub noreply: bool,
+}
+
+pub(crate) fn parse<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseError> {
+    let (args, count) = split_args::<3>(line.args);
+    if !(1..=3).contains(&count) {
+        return Err(ParseError::reply(ERROR, line.consumed, false));
+    }
+    let noreply = noreply_last(&args, count);
+    if count > 1 {
+        let hold_is_zero = args[1] == b"0";
+        let valid = (count == 2 && (hold_is_zero || noreply)) || (hold_is_zero && noreply);
+        if !valid {
+            return Err(ParseError::reply(
+                CLIENT_ERROR_DELETE_USAGE,
+                line.consumed,
+                noreply,
+            ));
+        }
+    }
+    let key = args[0];
+    if !key_is_valid(key, limits.key_len_max) {
+        return Err(ParseError::reply(
+            CLIENT_ERROR_BAD_FORMAT,
+            line.consumed,
+            noreply,
+        ));
+    }
+    let request = Request::Delete(Delete { key, noreply });
+    Ok(Parsed {
+        request,
+        consumed: line.consumed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memcache::parse;
+
+    #[test]
+    fn accepted() {
+        let cases: &[(&[u8], bool)] = &[
+            (b"delete a\r\n", false),
+            (b"delete a 0\r\n", false),
+            (b"delete a noreply\r\n", true),
+            (b"delete a 0 noreply\r\n", true),
+        ];
+        for &(input, noreply) in cases {
+            let want = Parsed {
+                request: Request::Delete(Delete { key: b"a", noreply }),
+                consumed: input.len(),
+            };
+            assert_eq!(parse(input, &Limits::default()), Ok(want), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn rejected() {
+        let mut long = b"delete ".to_vec();
+        long.extend_from_slice(&[b'k'; 251]);
+        let mut long_noreply = long.clone();
+        long.extend_from_slice(b"\r\n");
+        long_noreply.extend_from_slice(b" noreply\r\n");
+        // memcached 1.6.18's answers.
+        let cases: &[(&[u8], &[u8])] = &[
+            (b"delete\r\n", ERROR),
+            (b"delete a 0 0 0\r\n", ERROR),
+            (b"delete a 1\r\n", CLIENT_ERROR_DELETE_USAGE),
+            (b"delete a x\r\n", CLIENT_ERROR_DELETE_USAGE),
+            (b"delete a 0 x\r\n", CLIENT_ERROR_DELETE_USAGE),
+            (b"delete a 1 noreply\r\n", b""),
+            (&long, CLIENT_ERROR_BAD_FORMAT),
+            (&long_noreply, b""),
+        ];
+        for &(input, reply) in cases {
+            let want = ParseError::Reply {
+                reply,
+                consumed: input.len(),
+                swallow_len: 0,
+            };
+            assert_eq!(parse(input, &Limits::default()), Err(want), "{input:?}");
+        }
+    }
+}

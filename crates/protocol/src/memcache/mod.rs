@@ -1,0 +1,375 @@
+//! memcached text and meta protocol: parsing requests and encoding replies.
+//!
+//! [`parse`] reads one request from the front of a byte buffer and returns it with the number of
+//! bytes it used, or says that more bytes are needed, or says exactly what memcached 1.6 would
+//! do with bad input: which reply to send, how many bytes to drop and whether to close the
+//! connection. Requests borrow keys and values from the buffer; nothing is allocated. The
+//! `encode` functions append replies to a caller-owned `Vec<u8>`.
+//!
+//! ```text
+//!  read buffer ──► parse ──► Parsed { request, consumed } ──► server executes ──► encode ──► write
+//!                    │
+//!                    ├─► Err(Incomplete): read more and parse again from the same start
+//!                    ├─► Err(Reply { reply, consumed, swallow_len }): send reply, drop bytes
+//!                    └─► Err(Close): close the connection without a reply
+//! ```
+//!
+//! # What is accepted, and where it follows memcached
+//!
+//! Behaviour was checked byte for byte against a running memcached 1.6.18.
+//!
+//! - Commands are lower case and case-sensitive (`GET` is `ERROR`). Classic: `get gets gat gats
+//!   set add replace append prepend cas delete incr decr touch flush_all version verbosity quit
+//!   stats shutdown`. Meta: `mg ms md ma mn me`. Anything else is `ERROR\r\n`, including
+//!   memcached's administrative commands (`slabs`, `lru_crawler`, `watch`, ...).
+//! - Lines end in `\n`, with an optional `\r` before it, as memcached accepts. Tokens are split on
+//!   spaces only; runs of spaces and leading spaces are skipped. A data block must end in exactly
+//!   `\r\n`, or the reply is `CLIENT_ERROR bad data chunk` and exactly `<bytes> + 2` bytes are
+//!   dropped (memcached does not resynchronise on the next newline).
+//! - Wrong token counts are `ERROR`. Bad numbers and keys over [`Limits::key_len_max`] are
+//!   `CLIENT_ERROR bad command line format`. A trailing token is `noreply` only if it is exactly
+//!   that word; any other extra token in that position is ignored (`set a 0 0 1 junk` stores).
+//!   With `noreply`, memcached suppresses the error replies of that command too, and so does
+//!   this parser (the [`ParseError::Reply`] then carries an empty reply).
+//! - A store larger than [`Limits::value_len_max`] is [`Request::TooLarge`]: the server replies
+//!   `SERVER_ERROR object too large for cache` (unless `noreply`), discards the data block
+//!   without buffering it, and, for `set` and `ms`, removes the existing item, as memcached does
+//!   so a failed update leaves no stale value behind.
+//! - A line longer than [`Limits::line_len_max`] closes the connection, unless it starts with
+//!   `get ` or `gets ` (multigets may be longer).
+//!
+//! # Departures from memcached
+//!
+//! - memcached applies the 2048-byte rule to whatever is buffered when no newline has been seen,
+//!   so its outcome depends on how reads are split; strata applies it to the line itself, which
+//!   makes parsing independent of read boundaries.
+//! - memcached's text parser accepts control characters and tabs inside keys; strata refuses
+//!   them with `CLIENT_ERROR bad command line format`, as `doc/protocol.txt` asks.
+//! - memcached has no bound on multiget keys; strata refuses lines with more than
+//!   [`Limits::keys_per_get_max`] keys with `CLIENT_ERROR bad command line format`.
+//! - memcached truncates data lengths to 32 bits (`set a 0 0 4294967296` reads 0 bytes); strata
+//!   refuses lengths above `i32::MAX - 2` as malformed.
+//! - The meta flags `E` (all commands) and `x` (`md`) are accepted as in later 1.6 releases;
+//!   1.6.18 itself answers `CLIENT_ERROR invalid flag` to them.
+
+mod arith;
+mod base64;
+mod client;
+mod delete;
+pub mod encode;
+mod limits;
+mod meta;
+mod misc;
+mod retrieval;
+mod storage;
+mod token;
+
+pub use arith::{Arith, ArithCommand};
+pub use base64::{decode_key, encode_base64};
+pub use client::encode_request;
+pub use delete::Delete;
+pub use limits::{
+    Limits, KEYS_PER_GET_MAX_DEFAULT, KEY_LEN_MAX_DEFAULT, LEADING_SPACES_MAX,
+    LINE_LEN_MAX_DEFAULT, VALUE_LEN_MAX_DEFAULT,
+};
+pub use meta::{
+    ArithMode, MetaArith, MetaCommand, MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode,
+    META_TOKENS_MAX, OPAQUE_TOKEN_LEN_MAX,
+};
+pub use misc::{FlushAll, ShutdownMode, Stats, Touch, Verbosity};
+pub use retrieval::{Get, GetCommand, Keys};
+pub use storage::{Store, StoreCommand, TooLarge};
+pub use token::{key_is_valid, Tokens};
+
+use encode::ERROR;
+
+/// One parsed request. Keys and values borrow from the parsed buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request<'a> {
+    /// `get`, `gets`, `gat`, `gats`.
+    Get(Get<'a>),
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas` with their data block.
+    Store(Store<'a>),
+    /// A `set`-family or `ms` store whose value exceeds [`Limits::value_len_max`]; its data block
+    /// has not been read.
+    TooLarge(TooLarge<'a>),
+    /// `delete <key> [0] [noreply]`.
+    Delete(Delete<'a>),
+    /// `incr` / `decr`.
+    Arith(Arith<'a>),
+    /// `touch <key> <exptime> [noreply]`.
+    Touch(Touch<'a>),
+    /// `flush_all [delay] [noreply]`.
+    FlushAll(FlushAll),
+    /// `version`; memcached ignores any arguments.
+    Version,
+    /// `verbosity <level> [noreply]`.
+    Verbosity(Verbosity),
+    /// `quit`: close the connection without a reply; arguments are ignored.
+    Quit,
+    /// `stats [args...]`.
+    Stats(Stats<'a>),
+    /// `shutdown [graceful]`.
+    Shutdown(ShutdownMode),
+    /// `mg <key> <flags>*`.
+    MetaGet(MetaGet<'a>),
+    /// `ms <key> <datalen> <flags>*` with its data block.
+    MetaSet(MetaSet<'a>),
+    /// `md <key> <flags>*`.
+    MetaDelete(MetaDelete<'a>),
+    /// `ma <key> <flags>*`.
+    MetaArith(MetaArith<'a>),
+    /// `mn`: reply `MN\r\n`; arguments are ignored.
+    MetaNoop,
+    /// `me <key> [b]`: debug dump of one item.
+    MetaDebug(MetaDebug<'a>),
+}
+
+/// A request and the number of bytes of the buffer it occupied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    /// The request.
+    pub request: Request<'a>,
+    /// Bytes to drop from the front of the buffer; never more than the buffer's length.
+    pub consumed: usize,
+}
+
+/// Why [`parse`] returned no request, and what the server must do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// The line or its data block has not fully arrived. Read more and parse again from the same
+    /// start; nothing was consumed.
+    Incomplete,
+    /// The request is malformed. Send `reply` (empty when the command asked for `noreply`, as
+    /// memcached then suppresses its errors too), drop `consumed` bytes from the buffer, then
+    /// discard the next `swallow_len` bytes as they arrive (the data block of a refused store,
+    /// which may not be buffered yet), and continue with the connection.
+    Reply {
+        /// Exact reply bytes, `\r\n` included, or empty.
+        reply: &'static [u8],
+        /// Bytes to drop now; never more than the buffer's length.
+        consumed: usize,
+        /// Further bytes to discard after `consumed`, possibly not yet received.
+        swallow_len: usize,
+    },
+    /// Close the connection without a reply: a command line grew past its limit without a
+    /// newline, as memcached does in `try_read_command_ascii`.
+    Close,
+}
+
+impl ParseError {
+    /// A reply for a malformed line of `consumed` bytes, suppressed when `noreply`.
+    pub(crate) fn reply(reply: &'static [u8], consumed: usize, noreply: bool) -> Self {
+        let reply = if noreply { &b""[..] } else { reply };
+        Self::Reply {
+            reply,
+            consumed,
+            swallow_len: 0,
+        }
+    }
+}
+
+/// The command line at the front of the buffer, split into its command and arguments.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Line<'a> {
+    /// The whole buffer, for commands followed by a data block.
+    pub buf: &'a [u8],
+    /// Arguments after the command token.
+    pub args: Tokens<'a>,
+    /// Bytes through the line's `\n`.
+    pub consumed: usize,
+}
+
+/// Parses one request from the front of `buf`.
+///
+/// Returns the request and the bytes it used, or [`ParseError::Incomplete`] when more input is
+/// needed, or a [`ParseError`] that says exactly how memcached 1.6 answers the input. Never
+/// panics and never reports more bytes consumed than `buf` holds.
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
+    let (text, consumed) = next_line(buf, limits)?;
+    debug_assert!(consumed <= buf.len() && text.len() < consumed);
+    let mut args = Tokens::new(text);
+    let command = match args.next() {
+        Some(command) if command.len() >= 2 => command,
+        _ => return Err(ParseError::reply(ERROR, consumed, false)),
+    };
+    let line = Line {
+        buf,
+        args,
+        consumed,
+    };
+    let parsed = dispatch(command, line, limits)?;
+    debug_assert!(parsed.consumed >= consumed && parsed.consumed <= buf.len());
+    Ok(parsed)
+}
+
+fn dispatch<'a>(command: &[u8], line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseError> {
+    if let Some(command) = GetCommand::from_name(command) {
+        return retrieval::parse(command, line, limits);
+    }
+    if let Some(command) = StoreCommand::from_name(command) {
+        return storage::parse(command, line, limits);
+    }
+    if let Some(command) = ArithCommand::from_name(command) {
+        return arith::parse(command, line, limits);
+    }
+    match command {
+        b"delete" => delete::parse(line, limits),
+        b"touch" => misc::parse_touch(line, limits),
+        b"flush_all" => misc::parse_flush_all(line),
+        b"version" => Ok(Parsed {
+            request: Request::Version,
+            consumed: line.consumed,
+        }),
+        b"verbosity" => misc::parse_verbosity(line),
+        b"quit" => Ok(Parsed {
+            request: Request::Quit,
+            consumed: line.consumed,
+        }),
+        b"stats" => misc::parse_stats(line),
+        b"shutdown" => misc::parse_shutdown(line),
+        [b'm', _] => meta::parse(command, line, limits),
+        _ => Err(ParseError::reply(ERROR, line.consumed, false)),
+    }
+}
+
+/// Finds the command line at the front of `buf`: its text without `\r\n`, and the bytes through
+/// its `\n`. Applies memcached's line-length rule.
+fn next_line<'a>(buf: &'a [u8], limits: &Limits) -> Result<(&'a [u8], usize), ParseError> {
+    let get_line_len_max = limits.get_line_len_max();
+    let window = &buf[..buf.len().min(get_line_len_max + 1)];
+    let Some(newline) = window.iter().position(|&b| b == b'\n') else {
+        let too_long =
+            buf.len() > limits.line_len_max && (buf.len() > get_line_len_max || !is_multiget(buf));
+        return Err(if too_long {
+            ParseError::Close
+        } else {
+            ParseError::Incomplete
+        });
+    };
+    if newline > limits.line_len_max && !is_multiget(buf) {
+        return Err(ParseError::Close);
+    }
+    let text = &buf[..newline];
+    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    Ok((text, newline + 1))
+}
+
+/// Whether a long line may continue: memcached allows up to [`LEADING_SPACES_MAX`] spaces, then
+/// `get ` or `gets `.
+fn is_multiget(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[spaces..];
+    spaces <= LEADING_SPACES_MAX && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+}
+
+/// Splits up to `N` arguments into an array and counts all of them, so a command can check its
+/// arity without allocating.
+pub(crate) fn split_args<const N: usize>(args: Tokens<'_>) -> ([&[u8]; N], usize) {
+    let mut out: [&[u8]; N] = [&[]; N];
+    let mut count = 0;
+    for token in args {
+        if count < N {
+            out[count] = token;
+        }
+        count += 1;
+    }
+    (out, count)
+}
+
+/// Whether a classic command's last argument is exactly `noreply`, as memcached's
+/// `set_noreply_maybe` decides.
+pub(crate) fn noreply_last(args: &[&[u8]], count: usize) -> bool {
+    count > 0 && count <= args.len() && args[count - 1] == b"noreply"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_default(buf: &[u8]) -> Result<Parsed<'_>, ParseError> {
+        parse(buf, &Limits::default())
+    }
+
+    #[test]
+    fn unknown_and_upper_case_commands_are_errors() {
+        for input in [
+            &b"GET a\r\n"[..],
+            b"g\r\n",
+            b"\r\n",
+            b"\n",
+            b"   \r\n",
+            b"foo bar\r\n",
+        ] {
+            let want = ParseError::Reply {
+                reply: b"ERROR\r\n",
+                consumed: input.len(),
+                swallow_len: 0,
+            };
+            assert_eq!(parse_default(input), Err(want), "{input:?}");
+        }
+        assert_eq!(
+            parse_default(b"MG a\r\n").unwrap_err(),
+            ParseError::reply(ERROR, 6, false)
+        );
+        assert_eq!(
+            parse_default(b"mx a\r\n").unwrap_err(),
+            ParseError::reply(ERROR, 6, false)
+        );
+    }
+
+    #[test]
+    fn incomplete_until_newline() {
+        for input in [&b""[..], b"ge", b"get a", b"get a\r", b"version"] {
+            assert_eq!(
+                parse_default(input),
+                Err(ParseError::Incomplete),
+                "{input:?}"
+            );
+        }
+        assert_eq!(parse_default(b"version\n").unwrap().consumed, 8);
+        assert_eq!(parse_default(b"version\r\nget").unwrap().consumed, 9);
+    }
+
+    #[test]
+    fn long_lines_close_unless_multiget() {
+        let limits = Limits::default();
+        let mut set = b"set ".to_vec();
+        set.resize(2048, b'a');
+        assert_eq!(parse_default(&set), Err(ParseError::Incomplete));
+        set.push(b'a');
+        assert_eq!(parse_default(&set), Err(ParseError::Close));
+        set.extend_from_slice(b" 0 0 1\r\nx\r\n");
+        assert_eq!(parse_default(&set), Err(ParseError::Close));
+        for prefix in [&b"get "[..], b"gets ", b"   get "] {
+            let mut get = prefix.to_vec();
+            get.resize(3000, b'a');
+            assert_eq!(parse_default(&get), Err(ParseError::Incomplete));
+        }
+        for prefix in [&b"gat "[..], b"mg ", b"get"] {
+            let mut line = prefix.to_vec();
+            line.resize(3000, b'a');
+            assert_eq!(parse_default(&line), Err(ParseError::Close), "{prefix:?}");
+        }
+        let mut spaced = vec![b' '; 101];
+        spaced.extend_from_slice(b"get ");
+        spaced.resize(3000, b'a');
+        assert_eq!(parse_default(&spaced), Err(ParseError::Close));
+        let mut huge_get = b"get".to_vec();
+        while huge_get.len() <= limits.get_line_len_max() {
+            huge_get.extend_from_slice(b" a");
+        }
+        assert_eq!(parse_default(&huge_get), Err(ParseError::Close));
+    }
+
+    #[test]
+    fn split_args_counts_beyond_capacity() {
+        let (args, count) = split_args::<2>(Tokens::new(b"a b c"));
+        assert_eq!((args, count), ([&b"a"[..], b"b"], 3));
+        assert!(noreply_last(&[b"a", b"noreply"], 2));
+        assert!(!noreply_last(&[b"a", b"noreply"], 3));
+        assert!(!noreply_last(&[b"a"], 0));
+    }
+}
