@@ -1,6 +1,39 @@
 //! The strata network server: listeners, worker event loops, connection buffers, config,
 //! stats and metrics, joining the protocol parsers to the engine.
+//!
+//! ```text
+//!   memcache :11211 ─┐                       ┌─▶ worker 0: mio poll ─▶ connections ─┐
+//!   resp     :6379  ─┼─▶ acceptor thread ────┤   (read → Session::process → write) ├─▶ Engine
+//!                    │   round-robin,        └─▶ worker N-1 ...                      │  (shared,
+//!                    │   connection limit                                            │   sharded)
+//!   admin    :9121  ───▶ admin thread: GET /metrics, /health ◀── ServerStats, Metrics┘
+//!   signals thread: SIGTERM/SIGINT ─▶ ctx.shutdown + wake acceptor ─▶ wake workers ─▶ drain
+//!   maintenance thread: Engine::expire every 100 ms
+//! ```
+//!
+//! Goals: every request handled on the worker that read it, without locks of the server's
+//! own and without allocation after warm-up; pipelined requests answered in one write; bounded
+//! memory per client (request size, pending output); a clean pool after SIGTERM.
+//! Non-goals: TLS, the memcached binary protocol, UDP.
+//!
+//! The network core knows no protocol: a connection hands its input to a [`context::Session`]
+//! made by the listener's [`sessions::SessionFactory`].
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod config;
+pub mod connection;
 pub mod context;
+pub mod listener;
+pub mod logging;
+pub mod metrics;
+pub mod serve;
+pub mod sessions;
+pub mod signals;
+pub mod size;
 pub mod stats;
+pub mod worker;
+
+pub use config::{ConfigError, ServeOptions, ServerConfig};
+pub use serve::{serve, ServeError};
+pub use sessions::{Protocol, SessionFactory, Sessions};

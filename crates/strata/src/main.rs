@@ -1,1 +1,63 @@
-fn main() {}
+//! The `strata` binary: `strata serve` runs the server, `strata bench` the load generator.
+//!
+//! Exit codes: 0 after a clean shutdown, 1 when the server fails at run time (a port in use,
+//! a pool that cannot open), 2 for invalid flags or configuration.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for invalid flags or configuration (clap uses the same for usage errors).
+const EXIT_CODE_CONFIG: u8 = 2;
+
+/// strata: a memcached- and Redis-compatible key-value cache over DRAM, persistent memory and
+/// files, restarting warm.
+#[derive(Parser)]
+#[command(name = "strata", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (memcached and Redis protocols, HTTP metrics).
+    Serve(strata_server::ServeOptions),
+    /// Run a workload against a server and print the report.
+    Bench(strata_bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Serve(options) => serve(options),
+        Command::Bench(args) => match strata_bench::run(&args) {
+            Ok(report) => {
+                print!("{}", report.render_text());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("strata bench: {error}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn serve(options: strata_server::ServeOptions) -> ExitCode {
+    let config = match options.resolve() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("strata serve: invalid configuration: {error}");
+            return ExitCode::from(EXIT_CODE_CONFIG);
+        }
+    };
+    strata_server::logging::init(config.log_level, config.log_format);
+    match strata_server::serve(&config, strata_server::sessions::builtin()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "strata serve failed");
+            eprintln!("strata serve: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! `strata serve` configuration: flags, the same keys in a TOML file, named defaults and
+//! validation.
+//!
+//! [`ServeOptions`] is both the clap flag set and the TOML file's schema: a file key is the
+//! flag's long name (`memory = "256MiB"`, `memcache-listen = "off"`). Flags override the file.
+//! [`ServeOptions::resolve`] merges them, fills in the defaults below and checks every value
+//! and how values relate, returning a [`ServerConfig`] that the server trusts as it is.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use strata_engine::{
+    Durability, EngineConfig, EvictionPolicy, PoolLocation, SEGMENT_SIZE_BYTES_DEFAULT,
+    SEGMENT_SIZE_BYTES_MAX,
+};
+
+use crate::context::Settings;
+use crate::size::ByteSize;
+
+/// Default memcached listener (loopback only: exposing a cache is the operator's decision).
+pub const MEMCACHE_LISTEN_DEFAULT: &str = "127.0.0.1:11211";
+/// Default RESP listener.
+pub const RESP_LISTEN_DEFAULT: &str = "127.0.0.1:6379";
+/// Default admin (HTTP `/metrics`, `/health`) listener.
+pub const ADMIN_LISTEN_DEFAULT: &str = "127.0.0.1:9121";
+/// Default memory budget: 256 MiB.
+pub const MEMORY_BYTES_DEFAULT: u64 = 256 << 20;
+/// Most worker threads.
+pub const THREADS_MAX: usize = 256;
+/// Default connection limit (memcached's `-c` default).
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// Highest connection limit accepted.
+pub const CONNECTIONS_MAX_LIMIT: usize = 1 << 20;
+/// Default largest value (memcached's `-I` and the engine's default).
+pub const VALUE_LEN_MAX_DEFAULT: u64 = 1 << 20;
+/// Smallest `--max-value-size`.
+pub const VALUE_LEN_MAX_MIN: u64 = 1024;
+/// Room a read buffer keeps beyond the largest value, for the command line and the framing.
+/// A request larger than `value_len_max + REQUEST_OVERHEAD_BYTES_MAX` closes the connection.
+pub const REQUEST_OVERHEAD_BYTES_MAX: usize = 64 << 10;
+
+/// A listener address, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen(pub Option<SocketAddr>);
+
+impl FromStr for Listen {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.eq_ignore_ascii_case("off") {
+            return Ok(Listen(None));
+        }
+        let mut addrs = text.to_socket_addrs().map_err(|err| {
+            format!(
+                "`{text}` is not an address: expected HOST:PORT (127.0.0.1:6379) or off ({err})"
+            )
+        })?;
+        addrs
+            .next()
+            .map(|addr| Listen(Some(addr)))
+            .ok_or_else(|| format!("`{text}` resolves to no address"))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Eviction policy names, as flags and file values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvictionArg {
+    /// Refuse writes when full.
+    None,
+    /// Drop the oldest segment.
+    Fifo,
+    /// Drop a random segment.
+    Random,
+    /// Segcache merge: drop the oldest segment but keep its recently read items.
+    Merge,
+}
+
+/// Durability names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityArg {
+    /// Writes land in the pool; nothing is flushed before the reply.
+    None,
+    /// Every write is persisted before the reply.
+    Sync,
+}
+
+/// Log levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Startup, shutdown and warnings.
+    Info,
+    /// Per-connection events.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The `tracing` filter directive.
+    pub fn directive(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+/// Log formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `strata serve` options: the flags, and the schema of the `--config` TOML file.
+#[derive(Clone, Debug, Default, clap::Args, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ServeOptions {
+    /// TOML file with any of these options (key = the flag's name); flags override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// memcached protocol listener, or `off` [default: 127.0.0.1:11211].
+    #[arg(long, value_name = "ADDR")]
+    pub memcache_listen: Option<Listen>,
+    /// Redis (RESP) protocol listener, or `off` [default: 127.0.0.1:6379].
+    #[arg(long, value_name = "ADDR")]
+    pub resp_listen: Option<Listen>,
+    /// HTTP listener for /metrics and /health, or `off` [default: 127.0.0.1:9121].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<Listen>,
+    /// Worker threads [default: the number of cores].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Memory budget, pool and index together (256MiB, 4GiB) [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<ByteSize>,
+    /// Keep the data in this file (DAX, tmpfs or plain) instead of DRAM, and reopen it warm.
+    #[arg(long, value_name = "PATH")]
+    pub pool: Option<PathBuf>,
+    /// Discard the existing pool file's contents instead of reopening them.
+    #[arg(long)]
+    #[serde(default)]
+    pub fresh: bool,
+    /// Segment size (4 KiB multiple, at most 8 MiB) [default: 1MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub segment_size: Option<ByteSize>,
+    /// What to drop when memory is full [default: merge].
+    #[arg(long, value_enum)]
+    pub eviction: Option<EvictionArg>,
+    /// What an acknowledged write survives [default: none].
+    #[arg(long, value_enum)]
+    pub durability: Option<DurabilityArg>,
+    /// Most client connections [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Largest value a client may store [default: 1MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub max_value_size: Option<ByteSize>,
+    /// Close client connections idle this many seconds; 0 never [default: 0].
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Password Redis clients must send with AUTH.
+    #[arg(long, value_name = "PASS")]
+    pub requirepass: Option<String>,
+    /// Log level [default: info].
+    #[arg(long, value_enum)]
+    pub log_level: Option<LogLevel>,
+    /// Log format [default: text].
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+/// A configuration that failed validation: the message names the option and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// The validated configuration the server runs with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// memcached listener, if any.
+    pub memcache_listen: Option<SocketAddr>,
+    /// RESP listener, if any.
+    pub resp_listen: Option<SocketAddr>,
+    /// Admin HTTP listener, if any.
+    pub admin_listen: Option<SocketAddr>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Memory budget (pool segments + index).
+    pub memory_bytes: u64,
+    /// Pool file, or `None` for DRAM.
+    pub pool: Option<PathBuf>,
+    /// Discard an existing pool.
+    pub fresh: bool,
+    /// Segment size.
+    pub segment_size_bytes: u64,
+    /// Eviction policy.
+    pub eviction: EvictionPolicy,
+    /// Durability.
+    pub durability: Durability,
+    /// Most client connections.
+    pub connections_max: usize,
+    /// Largest value.
+    pub value_len_max: usize,
+    /// Idle timeout in seconds (0: never).
+    pub idle_timeout_secs: u64,
+    /// Redis AUTH password.
+    pub requirepass: Option<String>,
+    /// Log level.
+    pub log_level: LogLevel,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+impl ServeOptions {
+    /// Reads `--config` (if given), lets the flags override it, applies defaults and validates.
+    pub fn resolve(self) -> Result<ServerConfig, ConfigError> {
+        let merged = match self.config.clone() {
+            Some(path) => self.overriding(Self::read_file(&path)?),
+            None => self,
+        };
+        merged.validate()
+    }
+
+    fn read_file(path: &std::path::Path) -> Result<ServeOptions, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            ConfigError(format!("cannot read config file {}: {err}", path.display()))
+        })?;
+        toml::from_str(&text).map_err(|err| {
+            ConfigError(format!("config file {}: {}", path.display(), err.message()))
+        })
+    }
+
+    /// These options, with `file`'s where a flag was not given.
+    fn overriding(self, file: ServeOptions) -> ServeOptions {
+        ServeOptions {
+            config: self.config,
+            memcache_listen: self.memcache_listen.or(file.memcache_listen),
+            resp_listen: self.resp_listen.or(file.resp_listen),
+            admin_listen: self.admin_listen.or(file.admin_listen),
+            threads: self.threads.or(file.threads),
+            memory: self.memory.or(file.memory),
+            pool: self.pool.or(file.pool),
+            fresh: self.fresh || file.fresh,
+            segment_size: self.segment_size.or(file.segment_size),
+            eviction: self.eviction.or(file.eviction),
+            durability: self.durability.or(file.durability),
+            max_connections: self.max_connections.or(file.max_connections),
+            max_value_size: self.max_value_size.or(file.max_value_size),
+            idle_timeout: self.idle_timeout.or(file.idle_timeout),
+            requirepass: self.requirepass.or(file.requirepass),
+            log_level: self.log_level.or(file.log_level),
+            log_format: self.log_format.or(file.log_format),
+        }
+    }
+
+    fn validate(self) -> Result<ServerConfig, ConfigError> {
+        let listen = |given: Option<Listen>, default: &str| {
+            given.map_or_else(|| default.parse::<Listen>().map(|l| l.0), |l| Ok(l.0))
+        };
+        let memcache_listen =
+            listen(self.memcache_listen, MEMCACHE_LISTEN_DEFAULT).map_err(ConfigError)?;
+        let resp_listen = listen(self.resp_listen, RESP_LISTEN_DEFAULT).map_err(ConfigError)?;
+        let admin_listen = listen(self.admin_listen, ADMIN_LISTEN_DEFAULT).map_err(ConfigError)?;
+        let config = ServerConfig {
+            memcache_listen,
+            resp_listen,
+            admin_listen,
+            threads: self.threads.unwrap_or_else(cores),
+            memory_bytes: self.memory.map_or(MEMORY_BYTES_DEFAULT, |s| s.0),
+            pool: self.pool,
+            fresh: self.fresh,
+            segment_size_bytes: self
+                .segment_size
+                .map_or(SEGMENT_SIZE_BYTES_DEFAULT, |s| s.0),
+            eviction: eviction(self.eviction.unwrap_or(EvictionArg::Merge)),
+            durability: match self.durability.unwrap_or(DurabilityArg::None) {
+                DurabilityArg::None => Durability::None,
+                DurabilityArg::Sync => Durability::Sync,
+            },
+            connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
+            value_len_max: usize::try_from(
+                self.max_value_size.map_or(VALUE_LEN_MAX_DEFAULT, |s| s.0),
+            )
+            .unwrap_or(usize::MAX),
+            idle_timeout_secs: self.idle_timeout.unwrap_or(0),
+            requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
+            log_level: self.log_level.unwrap_or(LogLevel::Info),
+            log_format: self.log_format.unwrap_or(LogFormat::Text),
+        };
+        config.check()?;
+        Ok(config)
+    }
+}
+
+fn eviction(arg: EvictionArg) -> EvictionPolicy {
+    match arg {
+        EvictionArg::None => EvictionPolicy::None,
+        EvictionArg::Fifo => EvictionPolicy::Fifo,
+        EvictionArg::Random => EvictionPolicy::Random,
+        EvictionArg::Merge => EvictionPolicy::Merge,
+    }
+}
+
+/// Cores available to this process (1 if unknown).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+impl ServerConfig {
+    /// Checks ranges and relations; messages name the flag and the accepted range.
+    fn check(&self) -> Result<(), ConfigError> {
+        let fail = |message: String| Err(ConfigError(message));
+        if self.threads == 0 || self.threads > THREADS_MAX {
+            return fail(format!(
+                "--threads must be 1..={THREADS_MAX}, got {}",
+                self.threads
+            ));
+        }
+        if self.connections_max == 0 || self.connections_max > CONNECTIONS_MAX_LIMIT {
+            return fail(format!(
+                "--max-connections must be 1..={CONNECTIONS_MAX_LIMIT}, got {}",
+                self.connections_max
+            ));
+        }
+        self.engine_config().validate().map_err(|message| {
+            ConfigError(format!(
+                "--memory {} / --segment-size {}: {message}",
+                ByteSize(self.memory_bytes),
+                ByteSize(self.segment_size_bytes)
+            ))
+        })?;
+        let value_len_max = self.value_len_max as u64;
+        if !(VALUE_LEN_MAX_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&value_len_max) {
+            return fail(format!(
+                "--max-value-size must be {} ..= {} (an item lives in one segment), got {}",
+                ByteSize(VALUE_LEN_MAX_MIN),
+                ByteSize(SEGMENT_SIZE_BYTES_MAX),
+                ByteSize(value_len_max)
+            ));
+        }
+        if value_len_max > self.segment_size_bytes {
+            return fail(format!(
+                "--max-value-size ({}) must not exceed --segment-size ({}): an item lives in one \
+                 segment; raise --segment-size (at most {})",
+                ByteSize(value_len_max),
+                ByteSize(self.segment_size_bytes),
+                ByteSize(SEGMENT_SIZE_BYTES_MAX)
+            ));
+        }
+        if self.memcache_listen.is_none() && self.resp_listen.is_none() {
+            return fail(
+                "--memcache-listen and --resp-listen are both off: nothing to serve".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The engine's configuration.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            memory_bytes: self.memory_bytes,
+            segment_size_bytes: self.segment_size_bytes,
+            pool: self
+                .pool
+                .clone()
+                .map_or(PoolLocation::Dram, PoolLocation::File),
+            fresh: self.fresh,
+            eviction: self.eviction,
+            value_len_max: self.value_len_max,
+            durability: self.durability,
+            ..EngineConfig::default()
+        }
+    }
+
+    /// The settings sessions see, with the ports the listeners actually bound.
+    pub fn settings(&self, memcache_port: Option<u16>, resp_port: Option<u16>) -> Settings {
+        Settings {
+            value_len_max: self.value_len_max,
+            requirepass: self.requirepass.clone(),
+            threads: self.threads,
+            connections_max: self.connections_max,
+            idle_timeout_secs: self.idle_timeout_secs,
+            memcache_port,
+            resp_port,
+            eviction: self.eviction.name(),
+            durability: match self.durability {
+                Durability::None => "none",
+                Durability::Sync => "sync",
+            },
+            ..Settings::default()
+        }
+    }
+
+    /// Largest read buffer of a connection: the largest value plus room for its command.
+    pub fn read_buffer_bytes_max(&self) -> usize {
+        self.value_len_max + REQUEST_OVERHEAD_BYTES_MAX
+    }
+}
+
+#[cfg(test)]
+mod tests;

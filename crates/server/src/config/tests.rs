@@ -1,0 +1,164 @@
+//! Defaults, merging and validation of `strata serve` options.
+
+use std::io::Write;
+
+use clap::Parser;
+
+use super::*;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    options: ServeOptions,
+}
+
+fn parse(args: &[&str]) -> Result<ServerConfig, String> {
+    let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+        .map_err(|err| err.to_string())?;
+    cli.options.resolve().map_err(|err| err.0)
+}
+
+#[test]
+fn embedded_defaults_are_valid_and_loopback_only() {
+    let config = parse(&[]).expect("defaults are valid");
+    for addr in [
+        config.memcache_listen,
+        config.resp_listen,
+        config.admin_listen,
+    ] {
+        assert!(addr.expect("on by default").ip().is_loopback());
+    }
+    assert_eq!(config.memory_bytes, MEMORY_BYTES_DEFAULT);
+    assert_eq!(config.connections_max, CONNECTIONS_MAX_DEFAULT);
+    assert_eq!(config.eviction, EvictionPolicy::Merge);
+    assert!(config.threads >= 1);
+    assert_eq!(config.pool, None);
+}
+
+#[test]
+fn flags_are_parsed() {
+    let config = parse(&[
+        "--memory",
+        "64mb",
+        "--threads",
+        "3",
+        "--resp-listen",
+        "off",
+        "--max-value-size",
+        "512KiB",
+        "--eviction",
+        "fifo",
+        "--durability",
+        "sync",
+        "--idle-timeout",
+        "30",
+        "--requirepass",
+        "secret",
+        "--log-format",
+        "json",
+    ])
+    .expect("valid");
+    assert_eq!(config.memory_bytes, 64 << 20);
+    assert_eq!(config.threads, 3);
+    assert_eq!(config.resp_listen, None);
+    assert_eq!(config.value_len_max, 512 << 10);
+    assert_eq!(config.eviction, EvictionPolicy::Fifo);
+    assert_eq!(config.durability, Durability::Sync);
+    assert_eq!(config.idle_timeout_secs, 30);
+    assert_eq!(config.requirepass.as_deref(), Some("secret"));
+    assert_eq!(config.log_format, LogFormat::Json);
+}
+
+#[test]
+fn file_keys_are_flag_names_and_flags_override_them() {
+    let mut file = tempfile();
+    writeln!(
+        file.1,
+        "memory = \"128MiB\"\nthreads = 2\nadmin-listen = \"off\"\nmax-connections = 10\n\
+         segment-size = 2097152\neviction = \"random\"\nfresh = true"
+    )
+    .expect("write");
+    let path = file.0.to_str().expect("utf-8 path");
+    let config = parse(&["--config", path, "--threads", "1"]).expect("valid");
+    assert_eq!(config.memory_bytes, 128 << 20);
+    assert_eq!(config.threads, 1, "the flag wins");
+    assert_eq!(config.admin_listen, None);
+    assert_eq!(config.connections_max, 10);
+    assert_eq!(config.segment_size_bytes, 2 << 20);
+    assert_eq!(config.eviction, EvictionPolicy::Random);
+    assert!(config.fresh);
+    std::fs::remove_file(&file.0).expect("remove");
+}
+
+#[test]
+fn bad_values_are_refused_with_the_flag_named() {
+    for (args, needle) in [
+        (&["--threads", "0"][..], "--threads"),
+        (&["--max-connections", "0"], "--max-connections"),
+        (&["--memory", "1MiB"], "--memory"),
+        (&["--memory", "lots"], "--memory"),
+        (&["--segment-size", "5000"], "segment size"),
+        (&["--max-value-size", "4MiB"], "--segment-size"),
+        (&["--max-value-size", "10"], "--max-value-size"),
+        (&["--memcache-listen", "nowhere"], "--memcache-listen"),
+        (
+            &["--memcache-listen", "off", "--resp-listen", "off"],
+            "nothing to serve",
+        ),
+        (&["--eviction", "lru"], "--eviction"),
+    ] {
+        let message = parse(args).expect_err("invalid");
+        assert!(message.contains(needle), "{args:?}: {message}");
+    }
+}
+
+#[test]
+fn unknown_file_keys_are_refused() {
+    let mut file = tempfile();
+    writeln!(file.1, "memroy = \"1GiB\"").expect("write");
+    let path = file.0.to_str().expect("utf-8 path");
+    let message = parse(&["--config", path]).expect_err("unknown key");
+    assert!(message.contains("memroy"), "{message}");
+    std::fs::remove_file(&file.0).expect("remove");
+}
+
+fn tempfile() -> (std::path::PathBuf, std::fs::File) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("strata-config-{}-{n}.toml", std::process::id()));
+    let file = std::fs::File::create(&path).expect("create temp file");
+    (path, file)
+}
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/strata.toml");
+    let config = parse(&["--config", path]).expect("config/strata.toml is valid");
+    assert_eq!(
+        config,
+        parse(&[]).expect("defaults"),
+        "the example only shows defaults"
+    );
+}
+
+#[test]
+fn every_key_shown_in_the_example_config_is_accepted() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/strata.toml");
+    let example = std::fs::read_to_string(path).expect("read example");
+    let mut file = tempfile();
+    let mut keys = 0;
+    for line in example.lines() {
+        let Some(setting) = line.strip_prefix("# ") else {
+            continue;
+        };
+        let key = setting.split(" = ").next().unwrap_or_default();
+        if setting.contains(" = ") && key.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
+            writeln!(file.1, "{setting}").expect("write");
+            keys += 1;
+        }
+    }
+    assert!(keys >= 15, "found {keys} keys");
+    let message = parse(&["--config", file.0.to_str().expect("utf-8")]).map(|_| ());
+    std::fs::remove_file(&file.0).expect("remove");
+    message.expect("every example key is valid");
+}

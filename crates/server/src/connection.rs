@@ -1,0 +1,328 @@
+//! One client connection: its socket, buffers and protocol session, and the read → process →
+//! write cycle the worker drives it through.
+//!
+//! Invariants:
+//! - `read_buf[..read_len]` holds input not yet consumed by the session; `read_buf.len()` is the
+//!   buffer's usable size (zero-filled when it grows, so reads need no unsafe code) and never
+//!   exceeds `Limits::read_buffer_bytes_max`.
+//! - `write_buf[write_pos..]` is output not yet written. The session is not called while that
+//!   exceeds `Limits::output_pending_bytes_soft` (the client is not reading), and the connection
+//!   is closed if one batch takes it past `Limits::output_pending_bytes_hard`.
+//! - The session sees each byte once: it is called once per read batch with all unconsumed
+//!   input, answers every complete request in it (pipelining) and reports what it consumed.
+//! - Sockets are non-blocking and edge-triggered: every pass reads until `WouldBlock` (or
+//!   reports `Again` when it stopped early), so no readiness is lost.
+
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+
+use crate::context::{ServerContext, Session};
+use crate::metrics::LatencyHistogram;
+
+/// Initial size of a connection's read and write buffers.
+pub const BUFFER_BYTES_INITIAL: usize = 16 << 10;
+/// A drained buffer larger than this is shrunk back to the initial size, so a connection that
+/// once moved a large value does not keep its memory.
+pub const BUFFER_BYTES_RETAINED_MAX: usize = 1 << 20;
+/// Read/process rounds per readiness event before the worker serves other connections.
+pub const READ_ROUNDS_MAX: usize = 8;
+/// Pending output above which the connection's input is left unread until the client reads.
+pub const OUTPUT_PENDING_BYTES_SOFT: usize = 64 << 20;
+/// Pending output at which the connection is closed (Redis's client-output-buffer hard limit).
+pub const OUTPUT_PENDING_BYTES_HARD: usize = 256 << 20;
+
+const _: () = assert!(BUFFER_BYTES_INITIAL <= BUFFER_BYTES_RETAINED_MAX);
+const _: () = assert!(OUTPUT_PENDING_BYTES_SOFT < OUTPUT_PENDING_BYTES_HARD);
+
+/// Per-connection limits, fixed at startup.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Largest read buffer: a request that does not fit closes the connection.
+    pub read_buffer_bytes_max: usize,
+    /// Pending output above which input is not processed.
+    pub output_pending_bytes_soft: usize,
+    /// Pending output that closes the connection.
+    pub output_pending_bytes_hard: usize,
+    /// Close after this long without input (`None`: never).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Limits {
+    /// Limits for requests of at most `read_buffer_bytes_max` bytes.
+    pub fn new(read_buffer_bytes_max: usize, idle_timeout_secs: u64) -> Self {
+        assert!(read_buffer_bytes_max >= BUFFER_BYTES_INITIAL);
+        Limits {
+            read_buffer_bytes_max,
+            output_pending_bytes_soft: OUTPUT_PENDING_BYTES_SOFT,
+            output_pending_bytes_hard: OUTPUT_PENDING_BYTES_HARD,
+            idle_timeout: (idle_timeout_secs > 0).then(|| Duration::from_secs(idle_timeout_secs)),
+        }
+    }
+}
+
+/// Why a connection ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The client closed it.
+    PeerClosed,
+    /// The session asked (quit, fatal protocol error, shutdown).
+    Session,
+    /// A request outgrew the read buffer limit.
+    RequestTooLarge,
+    /// The client does not read its replies.
+    OutputTooLarge,
+    /// No input within the idle timeout.
+    Idle,
+    /// A socket error.
+    Error,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// What the worker should do with a connection after a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Wait for the next readiness event.
+    Open,
+    /// Input may still be waiting in the socket: run another pass soon.
+    Again,
+    /// Drop the connection.
+    Closed(CloseReason),
+}
+
+/// Bytes moved by a worker since it last published them to the shared counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Traffic {
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub written_bytes: u64,
+}
+
+/// How one fill of the read buffer ended.
+enum Fill {
+    /// The socket has no more input now.
+    Drained,
+    /// The buffer is full.
+    Full,
+    /// The client closed its side.
+    Eof,
+}
+
+/// A client connection.
+pub struct Connection {
+    stream: TcpStream,
+    session: Box<dyn Session>,
+    read_buf: Vec<u8>,
+    read_len: usize,
+    write_buf: Vec<u8>,
+    write_pos: usize,
+    /// The session asked to close, or input ended: write what is pending, then close.
+    closing: Option<CloseReason>,
+    /// Last time input arrived.
+    pub last_active: Instant,
+}
+
+/// What a pass needs besides the connection.
+pub struct PassContext<'a> {
+    /// The shared server context.
+    pub ctx: &'a ServerContext,
+    /// The limits.
+    pub limits: &'a Limits,
+    /// This worker's latency histogram.
+    pub latency: &'a LatencyHistogram,
+    /// This worker's unpublished byte counts.
+    pub traffic: &'a mut Traffic,
+    /// The time the worker woke up.
+    pub now: Instant,
+}
+
+impl Connection {
+    /// A connection with fresh buffers.
+    pub fn new(stream: TcpStream, session: Box<dyn Session>, now: Instant) -> Self {
+        Connection {
+            stream,
+            session,
+            read_buf: vec![0; BUFFER_BYTES_INITIAL],
+            read_len: 0,
+            write_buf: Vec::with_capacity(BUFFER_BYTES_INITIAL),
+            write_pos: 0,
+            closing: None,
+            last_active: now,
+        }
+    }
+
+    /// The socket, to register with the poller.
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// Output not yet written.
+    pub fn output_pending_bytes(&self) -> usize {
+        self.write_buf.len() - self.write_pos
+    }
+
+    /// Whether input is left unread because the client does not read its output.
+    fn reading_paused(&self, limits: &Limits) -> bool {
+        self.output_pending_bytes() > limits.output_pending_bytes_soft
+    }
+
+    /// Reads what the socket has, processes it and writes the replies. Called on readable
+    /// events, on writable events (output drained may resume reading), and for `Again`.
+    pub fn pass(&mut self, pass: &mut PassContext<'_>) -> Status {
+        for _ in 0..READ_ROUNDS_MAX {
+            if let Err(reason) = self.flush(pass.traffic) {
+                return Status::Closed(reason);
+            }
+            if let Some(reason) = self.closing {
+                return self.closing_status(reason);
+            }
+            if self.reading_paused(pass.limits) {
+                return Status::Open;
+            }
+            let fill = match self.fill(pass) {
+                Ok(fill) => fill,
+                Err(reason) => return Status::Closed(reason),
+            };
+            if let Err(reason) = self.process(pass) {
+                return Status::Closed(reason);
+            }
+            match fill {
+                Fill::Drained => {
+                    return match self.flush(pass.traffic) {
+                        Err(reason) => Status::Closed(reason),
+                        Ok(()) => self
+                            .closing
+                            .map_or(Status::Open, |r| self.closing_status(r)),
+                    }
+                }
+                Fill::Eof => self.closing = Some(self.closing.unwrap_or(CloseReason::PeerClosed)),
+                Fill::Full => {}
+            }
+        }
+        Status::Again
+    }
+
+    /// Closed once pending output is written; open (waiting for writable) until then.
+    fn closing_status(&self, reason: CloseReason) -> Status {
+        if self.output_pending_bytes() == 0 {
+            Status::Closed(reason)
+        } else {
+            Status::Open
+        }
+    }
+
+    /// Reads until the socket has nothing more, the buffer is full, or the input ends.
+    fn fill(&mut self, pass: &mut PassContext<'_>) -> Result<Fill, CloseReason> {
+        if self.read_len == self.read_buf.len() {
+            self.grow_read_buffer(pass.limits)?;
+        }
+        loop {
+            match self.stream.read(&mut self.read_buf[self.read_len..]) {
+                Ok(0) => return Ok(Fill::Eof),
+                Ok(n) => {
+                    self.read_len += n;
+                    pass.traffic.read_bytes += n as u64;
+                    self.last_active = pass.now;
+                    if self.read_len == self.read_buf.len() {
+                        return Ok(Fill::Full);
+                    }
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(Fill::Drained),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(CloseReason::Error),
+            }
+        }
+    }
+
+    /// Doubles the read buffer, up to the limit; a full buffer at the limit holds a request
+    /// too large to serve.
+    fn grow_read_buffer(&mut self, limits: &Limits) -> Result<(), CloseReason> {
+        debug_assert_eq!(self.read_len, self.read_buf.len());
+        if self.read_buf.len() >= limits.read_buffer_bytes_max {
+            return Err(CloseReason::RequestTooLarge);
+        }
+        let size = (self.read_buf.len() * 2).min(limits.read_buffer_bytes_max);
+        self.read_buf.resize(size, 0);
+        Ok(())
+    }
+
+    /// Hands the unconsumed input to the session once, and drops what it consumed.
+    fn process(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
+        if self.read_len == 0 {
+            return Ok(());
+        }
+        if self.write_pos > 0 && self.write_pos >= self.write_buf.len() / 2 {
+            // Keep the pending tail at the front so the buffer does not creep forward.
+            self.write_buf.drain(..self.write_pos);
+            self.write_pos = 0;
+        }
+        let started = Instant::now();
+        let processed = self.session.process(
+            &self.read_buf[..self.read_len],
+            pass.ctx,
+            &mut self.write_buf,
+        );
+        pass.latency.record(started.elapsed());
+        assert!(
+            processed.consumed <= self.read_len,
+            "session consumed more than its input"
+        );
+        self.read_buf
+            .copy_within(processed.consumed..self.read_len, 0);
+        self.read_len -= processed.consumed;
+        if self.read_len == 0 && self.read_buf.len() > BUFFER_BYTES_RETAINED_MAX {
+            self.read_buf.truncate(BUFFER_BYTES_INITIAL);
+            self.read_buf.shrink_to_fit();
+        }
+        if processed.close {
+            self.closing = Some(CloseReason::Session);
+        }
+        if self.output_pending_bytes() > pass.limits.output_pending_bytes_hard {
+            return Err(CloseReason::OutputTooLarge);
+        }
+        Ok(())
+    }
+
+    /// Writes pending output until done or the socket is full.
+    fn flush(&mut self, traffic: &mut Traffic) -> Result<(), CloseReason> {
+        while self.write_pos < self.write_buf.len() {
+            match self.stream.write(&self.write_buf[self.write_pos..]) {
+                Ok(0) => return Err(CloseReason::Error),
+                Ok(n) => {
+                    self.write_pos += n;
+                    traffic.written_bytes += n as u64;
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(CloseReason::Error),
+            }
+        }
+        self.write_buf.clear();
+        self.write_pos = 0;
+        if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX {
+            self.write_buf.shrink_to(BUFFER_BYTES_INITIAL);
+        }
+        Ok(())
+    }
+
+    /// Stops reading (shutdown): what was read is processed, pending output is still written.
+    pub fn stop_reading(&mut self, reason: CloseReason) -> Status {
+        self.closing = Some(self.closing.unwrap_or(reason));
+        self.closing_status(reason)
+    }
+
+    /// Writes pending output (writable event during shutdown or for a closing connection).
+    pub fn flush_only(&mut self, traffic: &mut Traffic) -> Status {
+        if let Err(reason) = self.flush(traffic) {
+            return Status::Closed(reason);
+        }
+        self.closing
+            .map_or(Status::Open, |r| self.closing_status(r))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,335 @@
+//! Prometheus metrics: the request latency histogram the workers fill, and the text exposition
+//! that `/metrics` serves from the same counters memcached `stats` and Redis INFO read.
+//!
+//! Invariants: a histogram is written by one worker only (one per worker, padded to its own
+//! cache lines, so recording is three uncontended relaxed adds and never allocates); readers
+//! sum the workers' histograms. Each bucket counts observations `<=` its bound; the exposition
+//! makes them cumulative, as Prometheus requires.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::context::ServerContext;
+use crate::stats::COMMAND_NAMES;
+
+/// Upper bounds of the latency buckets, in nanoseconds (1 µs to 1 s).
+pub const LATENCY_BUCKETS_NS: [u64; 16] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    250_000_000,
+    1_000_000_000,
+];
+
+/// A fixed-bucket latency histogram written by one thread.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct LatencyHistogram {
+    /// Observations per bucket; the last counts those above every bound.
+    buckets: [AtomicU64; LATENCY_BUCKETS_NS.len() + 1],
+    /// Sum of all observations in nanoseconds.
+    sum_ns: AtomicU64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Records one observation.
+    pub fn record(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = LATENCY_BUCKETS_NS.partition_point(|&bound| bound < ns);
+        // Relaxed: each counter is independent; a scrape may see one observation's bucket
+        // before its sum, which Prometheus tolerates.
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Metrics owned by the network core (the counters shared with the sessions are in `stats`).
+#[derive(Debug)]
+pub struct Metrics {
+    /// Per-batch processing latency, one histogram per worker.
+    pub latency: Box<[LatencyHistogram]>,
+}
+
+impl Metrics {
+    /// Metrics for `workers` worker threads.
+    pub fn new(workers: usize) -> Self {
+        Metrics {
+            latency: (0..workers).map(|_| LatencyHistogram::default()).collect(),
+        }
+    }
+
+    /// Cumulative bucket counts, sum in ns, and count, over all workers.
+    fn latency_totals(&self) -> ([u64; LATENCY_BUCKETS_NS.len() + 1], u64, u64) {
+        let mut buckets = [0u64; LATENCY_BUCKETS_NS.len() + 1];
+        let mut sum_ns = 0u64;
+        for histogram in self.latency.iter() {
+            for (total, bucket) in buckets.iter_mut().zip(&histogram.buckets) {
+                *total += bucket.load(Ordering::Relaxed);
+            }
+            sum_ns = sum_ns.wrapping_add(histogram.sum_ns.load(Ordering::Relaxed));
+        }
+        let mut running = 0;
+        for bucket in &mut buckets {
+            running += *bucket;
+            *bucket = running;
+        }
+        (buckets, sum_ns, running)
+    }
+}
+
+/// Appends one metric's `# HELP` and `# TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Appends a metric with one sample.
+fn single(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// Renders every metric in the Prometheus text format (version 0.0.4).
+pub fn render(ctx: &ServerContext, metrics: &Metrics) -> String {
+    let mut out = String::with_capacity(8 << 10);
+    render_server(&mut out, ctx);
+    render_engine(&mut out, ctx);
+    render_latency(&mut out, metrics);
+    out
+}
+
+fn render_server(out: &mut String, ctx: &ServerContext) {
+    let stats = &ctx.stats;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    header(
+        out,
+        "strata_commands_total",
+        "counter",
+        "Requests handled, by command.",
+    );
+    for (name, counter) in COMMAND_NAMES.iter().zip(&stats.commands) {
+        let _ = writeln!(
+            out,
+            "strata_commands_total{{command=\"{name}\"}} {}",
+            load(counter)
+        );
+    }
+    let get_keys = load(&stats.get_keys);
+    let get_hits = load(&stats.get_hits);
+    let counters = [
+        (
+            "strata_get_hits_total",
+            "Keys read that were found.",
+            get_hits,
+        ),
+        (
+            "strata_get_misses_total",
+            "Keys read that were not found.",
+            get_keys.saturating_sub(get_hits),
+        ),
+        (
+            "strata_connections_total",
+            "Client connections accepted.",
+            load(&stats.connections_total),
+        ),
+        (
+            "strata_connections_rejected_total",
+            "Client connections refused at the connection limit.",
+            load(&stats.connections_rejected),
+        ),
+        (
+            "strata_read_bytes_total",
+            "Bytes read from clients.",
+            load(&stats.bytes_read),
+        ),
+        (
+            "strata_written_bytes_total",
+            "Bytes written to clients.",
+            load(&stats.bytes_written),
+        ),
+        (
+            "strata_protocol_errors_total",
+            "Protocol errors answered.",
+            load(&stats.errors),
+        ),
+    ];
+    for (name, help, value) in counters {
+        single(out, name, "counter", help, value);
+    }
+    let current = load(&stats.connections_current);
+    single(
+        out,
+        "strata_connections_current",
+        "gauge",
+        "Client connections open.",
+        current,
+    );
+    let limit = ctx.settings.connections_max as u64;
+    single(
+        out,
+        "strata_connections_max",
+        "gauge",
+        "Client connection limit.",
+        limit,
+    );
+    single(
+        out,
+        "strata_uptime_seconds",
+        "gauge",
+        "Seconds since start.",
+        ctx.uptime_secs(),
+    );
+}
+
+fn render_engine(out: &mut String, ctx: &ServerContext) {
+    let engine = ctx.engine.stats();
+    let counters = [
+        (
+            "strata_evictions_total",
+            "Items dropped by eviction.",
+            engine.evicted_items,
+        ),
+        (
+            "strata_expirations_total",
+            "Items dropped because they expired.",
+            engine.expired_items,
+        ),
+        (
+            "strata_engine_hits_total",
+            "Engine reads that found an item.",
+            engine.hits,
+        ),
+        (
+            "strata_engine_misses_total",
+            "Engine reads that found none.",
+            engine.misses,
+        ),
+        (
+            "strata_engine_writes_total",
+            "Records written.",
+            engine.writes,
+        ),
+        (
+            "strata_merged_items_total",
+            "Items carried forward by merge eviction.",
+            engine.merged_items,
+        ),
+    ];
+    for (name, help, value) in counters {
+        single(out, name, "counter", help, value);
+    }
+    let gauges = [
+        (
+            "strata_items",
+            "Items indexed (expired ones until reclaimed).",
+            engine.items,
+        ),
+        ("strata_bytes", "Bytes of live records.", engine.live_bytes),
+        (
+            "strata_memory_bytes",
+            "Memory budget: pool segments.",
+            engine.memory_bytes,
+        ),
+        (
+            "strata_index_bytes",
+            "Bytes held by the index.",
+            engine.index_bytes,
+        ),
+        (
+            "strata_segments_used",
+            "Segments holding data.",
+            engine.segments_used,
+        ),
+        (
+            "strata_segments_free",
+            "Segments ready for use.",
+            engine.segments_free,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        single(out, name, "gauge", help, value);
+    }
+}
+
+fn render_latency(out: &mut String, metrics: &Metrics) {
+    let name = "strata_request_batch_duration_seconds";
+    header(
+        out,
+        name,
+        "histogram",
+        "Time to process one read batch of (pipelined) requests on a worker.",
+    );
+    let (cumulative, sum_ns, count) = metrics.latency_totals();
+    for (bound_ns, total) in LATENCY_BUCKETS_NS.iter().zip(&cumulative) {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"{}\"}} {total}",
+            seconds(*bound_ns)
+        );
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum {}", seconds(sum_ns));
+    let _ = writeln!(out, "{name}_count {count}");
+}
+
+/// Nanoseconds as decimal seconds without float rounding noise (`0.000025`).
+fn seconds(ns: u64) -> String {
+    let fraction = format!("{:09}", ns % 1_000_000_000);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        format!("{}", ns / 1_000_000_000)
+    } else {
+        format!("{}.{fraction}", ns / 1_000_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_the_first_bucket_at_or_above_them() {
+        let metrics = Metrics::new(2);
+        metrics.latency[0].record(Duration::from_nanos(1_000));
+        metrics.latency[1].record(Duration::from_nanos(1_001));
+        metrics.latency[1].record(Duration::from_secs(5));
+        let (cumulative, sum_ns, count) = metrics.latency_totals();
+        assert_eq!(count, 3);
+        assert_eq!(cumulative[0], 1, "1 µs is <= the 1 µs bound");
+        assert_eq!(cumulative[1], 2);
+        assert_eq!(
+            cumulative[LATENCY_BUCKETS_NS.len() - 1],
+            2,
+            "5 s is above every bound"
+        );
+        assert_eq!(sum_ns, 2_001 + 5_000_000_000);
+    }
+
+    #[test]
+    fn seconds_are_exact_decimals() {
+        assert_eq!(seconds(1_000), "0.000001");
+        assert_eq!(seconds(2_500_000), "0.0025");
+        assert_eq!(seconds(1_000_000_000), "1");
+        assert_eq!(seconds(1_500_000_000), "1.5");
+    }
+}

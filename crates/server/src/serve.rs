@@ -1,0 +1,182 @@
+//! `strata serve`: binds the listeners, opens the engine, starts the threads, and on shutdown
+//! drains the workers and closes the engine cleanly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::{Poll, Waker};
+use strata_engine::{Engine, OpenError};
+
+use crate::config::ServerConfig;
+use crate::connection::Limits;
+use crate::context::ServerContext;
+use crate::metrics::Metrics;
+use crate::sessions::{Protocol, Sessions};
+use crate::size::ByteSize;
+use crate::worker::{self, WorkerShared};
+use crate::{admin, listener, signals};
+
+/// How often the maintenance thread reclaims expired segments.
+pub const EXPIRE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// A listener could not bind.
+    #[error(
+        "cannot listen on {addr} ({name}): {source}; pass another --{name}-listen ADDR, or off"
+    )]
+    Bind {
+        /// Which listener.
+        name: &'static str,
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The engine did not open.
+    #[error("cannot open the engine: {0}")]
+    Engine(#[from] OpenError),
+    /// A thread, poller or signal handler could not be set up.
+    #[error("cannot start the server: {0}")]
+    Start(#[from] std::io::Error),
+    /// Closing the pool failed: the next start recovers it as after a crash.
+    #[error("closing the pool failed ({0}); the next start will recover it as after a crash")]
+    Close(strata_pool::PersistError),
+}
+
+/// The client listeners, bound.
+struct Bound {
+    memcache: Option<mio::net::TcpListener>,
+    resp: Option<mio::net::TcpListener>,
+    admin: Option<std::net::TcpListener>,
+}
+
+fn bind(config: &ServerConfig) -> Result<Bound, ServeError> {
+    let client = |name: &'static str, addr: Option<SocketAddr>| {
+        addr.map(|addr| {
+            mio::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind {
+                name,
+                addr,
+                source,
+            })
+        })
+        .transpose()
+    };
+    let admin = config
+        .admin_listen
+        .map(|addr| {
+            std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind {
+                name: "admin",
+                addr,
+                source,
+            })
+        })
+        .transpose()?;
+    Ok(Bound {
+        memcache: client("memcache", config.memcache_listen)?,
+        resp: client("resp", config.resp_listen)?,
+        admin,
+    })
+}
+
+/// Runs the server until SIGTERM, SIGINT or a client's SHUTDOWN, then drains and closes.
+pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError> {
+    let bound = bind(config)?;
+    let local = |l: &Option<mio::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let (memcache_addr, resp_addr) = (local(&bound.memcache), local(&bound.resp));
+    let admin_addr = bound.admin.as_ref().and_then(|l| l.local_addr().ok());
+
+    let opening = Instant::now();
+    let engine = Arc::new(Engine::open(config.engine_config())?);
+    let report = engine.recovery_report();
+    tracing::info!(
+        elapsed_ms = opening.elapsed().as_millis() as u64,
+        items_recovered = report.items_recovered,
+        segments_recovered = report.segments_recovered,
+        records_invalid = report.records_invalid,
+        segments_corrupt = report.segments_corrupt,
+        "engine open"
+    );
+    let settings = config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));
+    let ctx = Arc::new(ServerContext::new(Arc::clone(&engine), settings));
+    let metrics = Arc::new(Metrics::new(config.threads));
+
+    let poll = Poll::new()?;
+    let acceptor_waker = Arc::new(Waker::new(poll.registry(), listener::WAKER_TOKEN)?);
+    let limits = Limits::new(config.read_buffer_bytes_max(), config.idle_timeout_secs);
+    let workers = (0..config.threads)
+        .map(|id| {
+            let shared = WorkerShared {
+                ctx: Arc::clone(&ctx),
+                metrics: Arc::clone(&metrics),
+                limits,
+                sessions,
+                acceptor_waker: Arc::clone(&acceptor_waker),
+            };
+            worker::spawn(id, shared)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let listeners = [
+        (bound.memcache, Protocol::Memcache),
+        (bound.resp, Protocol::Resp),
+    ]
+    .into_iter()
+    .filter_map(|(l, protocol)| l.map(|l| (l, protocol)))
+    .collect();
+    let acceptor = listener::Acceptor::new(poll, listeners, workers, Arc::clone(&ctx))?;
+    signals::spawn(Arc::clone(&ctx), acceptor_waker)?;
+    if let Some(admin) = bound.admin {
+        admin::spawn(admin, Arc::clone(&ctx), Arc::clone(&metrics))?;
+    }
+    let maintenance = spawn_maintenance(Arc::clone(&ctx))?;
+    log_ready(config, &engine, [memcache_addr, resp_addr, admin_addr]);
+
+    for worker in acceptor.run() {
+        let _ = worker.thread.join();
+    }
+    maintenance.thread().unpark();
+    let _ = maintenance.join();
+    engine.close().map_err(ServeError::Close)?;
+    tracing::info!(
+        uptime_secs = ctx.uptime_secs(),
+        "stopped; pool closed cleanly"
+    );
+    Ok(())
+}
+
+fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>; 3]) {
+    let show = |addr: Option<SocketAddr>| addr.map_or_else(|| "off".to_string(), |a| a.to_string());
+    let domain = engine.persistence_domain();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        memcache = %show(addrs[0]),
+        resp = %show(addrs[1]),
+        admin = %show(addrs[2]),
+        threads = config.threads,
+        memory = %ByteSize(config.memory_bytes),
+        pool = %engine.pool_path().display(),
+        backend = engine.backend().name(),
+        persistence = domain.summary(),
+        eviction = config.eviction.name(),
+        connections_max = config.connections_max,
+        "strata ready"
+    );
+}
+
+/// Reclaims expired segments every [`EXPIRE_INTERVAL`] until shutdown.
+fn spawn_maintenance(ctx: Arc<ServerContext>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("strata-maintenance".into())
+        .spawn(move || {
+            while !ctx.shutdown.load(std::sync::atomic::Ordering::Acquire) {
+                if let Err(err) = ctx.engine.expire() {
+                    tracing::error!(error = %err, "expiry failed");
+                }
+                std::thread::park_timeout(EXPIRE_INTERVAL);
+            }
+        })
+}

@@ -1,0 +1,319 @@
+//! A worker thread: one mio event loop serving the connections the acceptor hands it.
+//!
+//! Invariants:
+//! - A connection belongs to one worker for its whole life; its slot index is its mio token.
+//! - `ServerStats::connections_current` counts every connection from its accept (acceptor)
+//!   to its removal here, so the acceptor can enforce the connection limit.
+//! - After warm-up the loop allocates nothing per request: the event list, the slot table, the
+//!   revisit list and the connection buffers are reused (buffers grow only for large requests
+//!   or output, and shrink back once drained).
+//! - Shutdown: once woken with `ServerContext::shutdown` set, the worker reads and answers what
+//!   each client already sent, stops reading, writes pending output for up to
+//!   [`DRAIN_TIME_MAX`], closes everything and returns.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::connection::{CloseReason, Connection, Limits, PassContext, Status, Traffic};
+use crate::context::ServerContext;
+use crate::metrics::Metrics;
+use crate::sessions::{Protocol, Sessions};
+
+/// Readiness events handled per poll.
+pub const EVENTS_MAX: usize = 1024;
+/// Longest time shutdown waits for clients to take their pending output.
+pub const DRAIN_TIME_MAX: Duration = Duration::from_secs(5);
+/// How often idle connections are looked for, when an idle timeout is set.
+const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// The token of the worker's waker (connection tokens are slot indexes).
+const WAKER_TOKEN: Token = Token(usize::MAX);
+
+/// A connection handed from the acceptor to a worker.
+pub struct Incoming {
+    /// The accepted socket (non-blocking, TCP_NODELAY set).
+    pub stream: TcpStream,
+    /// The listener's protocol.
+    pub protocol: Protocol,
+}
+
+/// The acceptor's handle on a worker.
+pub struct WorkerHandle {
+    /// Where new connections go.
+    pub sender: Sender<Incoming>,
+    /// Wakes the worker (new connection, shutdown).
+    pub waker: Arc<Waker>,
+    /// The thread.
+    pub thread: JoinHandle<()>,
+}
+
+/// What a worker shares with the rest of the server.
+pub struct WorkerShared {
+    /// The server context.
+    pub ctx: Arc<ServerContext>,
+    /// Metrics (this worker writes `latency[id]`).
+    pub metrics: Arc<Metrics>,
+    /// Connection limits.
+    pub limits: Limits,
+    /// Session factories.
+    pub sessions: Sessions,
+    /// Wakes the acceptor when a session starts a shutdown (Redis SHUTDOWN).
+    pub acceptor_waker: Arc<Waker>,
+}
+
+/// Starts worker `id`.
+pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let worker = Worker {
+        id,
+        poll,
+        incoming: receiver,
+        shared,
+        slots: Vec::new(),
+        free_slots: Vec::new(),
+        again: Vec::new(),
+        traffic: Traffic::default(),
+        drain_deadline: None,
+        next_idle_sweep: Instant::now() + IDLE_SWEEP_INTERVAL,
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("strata-worker-{id}"))
+        .spawn(move || worker.run())?;
+    Ok(WorkerHandle {
+        sender,
+        waker,
+        thread,
+    })
+}
+
+struct Worker {
+    id: usize,
+    poll: Poll,
+    incoming: Receiver<Incoming>,
+    shared: WorkerShared,
+    /// Connections by token; `None` slots are listed in `free_slots`.
+    slots: Vec<Option<Connection>>,
+    free_slots: Vec<usize>,
+    /// Connections to pass again without waiting for an event (they stopped reading early).
+    again: Vec<usize>,
+    traffic: Traffic,
+    /// Set once shutdown began.
+    drain_deadline: Option<Instant>,
+    next_idle_sweep: Instant,
+}
+
+impl Worker {
+    fn run(mut self) {
+        let mut events = Events::with_capacity(EVENTS_MAX);
+        let mut again = Vec::new();
+        loop {
+            let timeout = self.poll_timeout(Instant::now());
+            if let Err(err) = self.poll.poll(&mut events, timeout) {
+                if err.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!(worker = self.id, error = %err, "poll failed; worker stops");
+                break;
+            }
+            let now = Instant::now();
+            for event in events.iter() {
+                match event.token() {
+                    WAKER_TOKEN => self.on_wake(now),
+                    Token(slot) => self.on_ready(slot, now),
+                }
+            }
+            std::mem::swap(&mut again, &mut self.again);
+            for slot in again.drain(..) {
+                self.on_ready(slot, now);
+            }
+            self.sweep_idle(now);
+            self.publish_traffic();
+            if self.drained(now) {
+                break;
+            }
+        }
+        self.close_all();
+    }
+
+    fn poll_timeout(&self, now: Instant) -> Option<Duration> {
+        if !self.again.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let idle = self
+            .shared
+            .limits
+            .idle_timeout
+            .map(|_| self.next_idle_sweep.saturating_duration_since(now));
+        let drain = self
+            .drain_deadline
+            .map(|d| d.saturating_duration_since(now));
+        match (idle, drain) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// New connections, or shutdown.
+    fn on_wake(&mut self, now: Instant) {
+        while let Ok(incoming) = self.incoming.try_recv() {
+            self.add(incoming, now);
+        }
+        if self.drain_deadline.is_none() && self.shared.ctx.shutdown.load(Ordering::Acquire) {
+            self.start_drain(now);
+        }
+    }
+
+    fn add(&mut self, incoming: Incoming, now: Instant) {
+        if self.drain_deadline.is_some() {
+            self.closed(CloseReason::Shutdown);
+            return;
+        }
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let session = self
+            .shared
+            .sessions
+            .create(incoming.protocol, &self.shared.ctx);
+        let mut connection = Connection::new(incoming.stream, session, now);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(err) =
+            self.poll
+                .registry()
+                .register(connection.stream_mut(), Token(slot), interest)
+        {
+            tracing::warn!(error = %err, "cannot register a connection; closing it");
+            self.free_slots.push(slot);
+            self.closed(CloseReason::Error);
+            return;
+        }
+        debug_assert!(self.slots[slot].is_none());
+        self.slots[slot] = Some(connection);
+        // The client may have sent before registration: look now rather than wait for an edge.
+        self.on_ready(slot, now);
+    }
+
+    fn on_ready(&mut self, slot: usize, now: Instant) {
+        let shared = &self.shared;
+        let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            return; // Closed earlier in this round.
+        };
+        let status = if self.drain_deadline.is_some() {
+            connection.flush_only(&mut self.traffic)
+        } else {
+            let mut pass = PassContext {
+                ctx: &shared.ctx,
+                limits: &shared.limits,
+                latency: &shared.metrics.latency[self.id],
+                traffic: &mut self.traffic,
+                now,
+            };
+            let status = connection.pass(&mut pass);
+            if shared.ctx.shutdown.load(Ordering::Relaxed) {
+                // A session (Redis SHUTDOWN) asked: the acceptor stops listening and wakes
+                // every worker, this one included.
+                let _ = shared.acceptor_waker.wake();
+            }
+            status
+        };
+        match status {
+            Status::Open => {}
+            Status::Again => self.again.push(slot),
+            Status::Closed(reason) => self.remove(slot, reason),
+        }
+    }
+
+    fn remove(&mut self, slot: usize, reason: CloseReason) {
+        if let Some(mut connection) = self.slots[slot].take() {
+            let _ = self.poll.registry().deregister(connection.stream_mut());
+            self.free_slots.push(slot);
+            self.closed(reason);
+        }
+    }
+
+    /// Accounts for a connection that ends.
+    fn closed(&self, reason: CloseReason) {
+        let stats = &self.shared.ctx.stats;
+        let previous = stats.connections_current.fetch_sub(1, Ordering::Relaxed);
+        assert!(previous > 0, "connections_current underflow");
+        match reason {
+            CloseReason::RequestTooLarge | CloseReason::OutputTooLarge => {
+                tracing::info!(worker = self.id, ?reason, "closed a client over a limit");
+            }
+            _ => tracing::debug!(worker = self.id, ?reason, "connection closed"),
+        }
+    }
+
+    fn sweep_idle(&mut self, now: Instant) {
+        let Some(timeout) = self.shared.limits.idle_timeout else {
+            return;
+        };
+        if now < self.next_idle_sweep {
+            return;
+        }
+        self.next_idle_sweep = now + IDLE_SWEEP_INTERVAL;
+        for slot in 0..self.slots.len() {
+            let idle = self.slots[slot]
+                .as_ref()
+                .is_some_and(|c| now.saturating_duration_since(c.last_active) >= timeout);
+            if idle {
+                self.remove(slot, CloseReason::Idle);
+            }
+        }
+    }
+
+    /// Shutdown: answer what clients already sent, stop reading, keep writing.
+    fn start_drain(&mut self, now: Instant) {
+        for slot in 0..self.slots.len() {
+            self.on_ready(slot, now);
+        }
+        self.drain_deadline = Some(now + DRAIN_TIME_MAX);
+        for slot in 0..self.slots.len() {
+            if let Some(connection) = self.slots[slot].as_mut() {
+                if let Status::Closed(reason) = connection.stop_reading(CloseReason::Shutdown) {
+                    self.remove(slot, reason);
+                }
+            }
+        }
+    }
+
+    fn drained(&self, now: Instant) -> bool {
+        self.drain_deadline
+            .is_some_and(|deadline| now >= deadline || self.slots.iter().all(Option::is_none))
+    }
+
+    fn close_all(&mut self) {
+        for slot in 0..self.slots.len() {
+            self.remove(slot, CloseReason::Shutdown);
+        }
+        while self.incoming.try_recv().is_ok() {
+            self.closed(CloseReason::Shutdown);
+        }
+        self.publish_traffic();
+    }
+
+    /// Adds this worker's byte counts to the shared counters, once per loop iteration rather
+    /// than once per read, so workers do not contend on those cache lines per request.
+    fn publish_traffic(&mut self) {
+        let stats = &self.shared.ctx.stats;
+        if self.traffic.read_bytes > 0 {
+            stats
+                .bytes_read
+                .fetch_add(self.traffic.read_bytes, Ordering::Relaxed);
+        }
+        if self.traffic.written_bytes > 0 {
+            stats
+                .bytes_written
+                .fetch_add(self.traffic.written_bytes, Ordering::Relaxed);
+        }
+        self.traffic = Traffic::default();
+    }
+}
