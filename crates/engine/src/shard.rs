@@ -137,7 +137,7 @@ impl Shard {
         now_ms: u64,
     ) -> Option<Found<'_>> {
         self.lookup(inner, key, hash)
-            .filter(|found| !found.view.meta.expires_at_ms.is_some_and(|at| at <= now_ms))
+            .filter(|found| found.view.meta.expires_at_ms.is_none_or(|at| at > now_ms))
     }
 
     /// Appends a record for `key` (value from `value` or, when `None`, from `self.scratch`),
@@ -562,7 +562,7 @@ impl Shard {
     ) -> Option<u32> {
         self.index.scan(cursor, bucket_budget, |entry| {
             let (view, _) = self.record_at(inner, entry.location);
-            if !view.meta.expires_at_ms.is_some_and(|at| at <= now_ms) {
+            if view.meta.expires_at_ms.is_none_or(|at| at > now_ms) {
                 visit(view.key);
             }
         })
