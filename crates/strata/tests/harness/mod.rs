@@ -1,0 +1,247 @@
+//! Starts the real `strata` binary on free loopback ports and talks to it.
+//!
+//! Waits are bounded loops on a condition (a port accepting, a metric moving), never fixed
+//! sleeps that assume how fast the machine is. The child is killed when the guard drops.
+
+#![allow(dead_code)] // Each test file uses a different part of the harness.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest wait for the server to start, a condition to hold, or the process to exit.
+pub const WAIT_MAX: Duration = Duration::from_secs(60);
+/// Pause between two checks of a condition.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// A port nobody listens on right now (bound, then released).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Runs the binary with `args`, waits for it to exit, returns its status and standard error.
+pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run strata");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A running `strata serve`, killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    /// memcached listener.
+    pub memcache: SocketAddr,
+    /// RESP listener.
+    pub resp: SocketAddr,
+    /// Admin HTTP listener.
+    pub admin: SocketAddr,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts `strata serve` on free ports with `extra` flags and waits until every listener
+    /// accepts.
+    pub fn start(extra: &[&str]) -> Server {
+        let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let (memcache, resp, admin) = (addr(free_port()), addr(free_port()), addr(free_port()));
+        let log = std::env::temp_dir().join(format!(
+            "strata-test-{}-{}.log",
+            std::process::id(),
+            memcache.port()
+        ));
+        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("serve")
+            .args(["--memcache-listen", &memcache.to_string()])
+            .args(["--resp-listen", &resp.to_string()])
+            .args(["--admin-listen", &admin.to_string()])
+            .args(["--memory", "16MiB", "--threads", "2"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn strata");
+        let mut server = Server {
+            child: Some(child),
+            memcache,
+            resp,
+            admin,
+            log,
+        };
+        // The admin endpoint answers only once every listener is bound and every worker runs;
+        // probing the client listeners instead would count connections in the metrics.
+        server.wait_until(
+            |s| s.try_http_get("/health").is_some(),
+            "the admin endpoint answers",
+        );
+        server
+    }
+
+    /// The server's standard error so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Checks `condition` until it holds; panics with the server log after [`WAIT_MAX`].
+    pub fn wait_until(&mut self, mut condition: impl FnMut(&mut Self) -> bool, what: &str) {
+        let deadline = Instant::now() + WAIT_MAX;
+        while !condition(self) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "strata exited ({status}) waiting for: {what}\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for: {what}\n{}",
+                self.log()
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Sends SIGTERM (through kill(1): no unsafe code in tests).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT_MAX;
+        let child = self.child.as_mut().expect("running");
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "strata did not exit\n{}",
+                self.log()
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// `GET path` on the admin listener: status code and body.
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        self.try_http_get(path).expect("admin endpoint answers")
+    }
+
+    /// `GET path`, or `None` if the endpoint does not answer.
+    pub fn try_http_get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect(self.admin).ok()?;
+        stream.set_read_timeout(Some(WAIT_MAX)).ok()?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let status = response.split(' ').nth(1)?.parse().ok()?;
+        let body = response
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        Some((status, body))
+    }
+
+    /// The value of the sample `name` (with labels, exactly as exposed) in /metrics.
+    pub fn metric(&self, name: &str) -> u64 {
+        let (status, body) = self.http_get("/metrics");
+        assert_eq!(status, 200);
+        body.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no sample {name} in:\n{body}"))
+            .parse()
+            .expect("integer sample")
+    }
+
+    /// Waits until the sample `name` satisfies `ok`.
+    pub fn wait_metric(&mut self, name: &str, ok: impl Fn(u64) -> bool) {
+        self.wait_until(|server| ok(server.metric(name)), name);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A client connection with a read timeout, reading CRLF-terminated lines.
+pub struct Client {
+    reader: BufReader<TcpStream>,
+}
+
+impl Client {
+    /// Connects to `addr`.
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(WAIT_MAX)).expect("timeout");
+        Client {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// Sends raw bytes.
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.reader.get_mut().write_all(bytes).expect("send");
+    }
+
+    /// Reads one line, CRLF included (empty at end of stream).
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("read line");
+        line
+    }
+
+    /// Sends `request` and reads one reply line.
+    pub fn call(&mut self, request: &[u8]) -> String {
+        self.send(request);
+        self.line()
+    }
+
+    /// Reads until the server closes; true when it did (EOF or reset), false on a timeout.
+    pub fn closed_by_server(&mut self) -> bool {
+        let mut sink = [0u8; 64 << 10];
+        loop {
+            match self.reader.read(&mut sink) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The underlying stream.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        self.reader.get_mut()
+    }
+}
