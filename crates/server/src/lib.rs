@@ -27,6 +27,7 @@ pub mod context;
 pub mod listener;
 pub mod logging;
 pub mod metrics;
+pub mod resp_exec;
 pub mod serve;
 pub mod sessions;
 pub mod signals;

@@ -1,0 +1,320 @@
+//! The Redis session: executes RESP2/RESP3 commands against the engine.
+//!
+//! ```text
+//!   input ──► parse_command(rest, limits, &mut args) ──► lookup(name) ──► arity ──► auth
+//!                                                          │                          │
+//!                   unknown: data-type command on a key? ──┴─► -WRONGTYPE / -ERR unknown
+//!                                                                                     ▼
+//!                                       family handler (connection, strings, counters,
+//!                                       keyspace, server) writes its reply into `out`
+//! ```
+//!
+//! | file             | commands                                                          |
+//! |------------------|-------------------------------------------------------------------|
+//! | `table.rs`       | the command table: names, arities, flags, stats slots, handlers   |
+//! | `connection.rs`  | PING ECHO HELLO AUTH SELECT QUIT RESET CLIENT TIME SHUTDOWN       |
+//! | `strings.rs`     | GET SET GETEX GETDEL GETSET SETNX SETEX PSETEX MGET MSET MSETNX    |
+//! | `ranges.rs`      | APPEND STRLEN GETRANGE SETRANGE                                   |
+//! | `counters.rs`    | INCR DECR INCRBY DECRBY INCRBYFLOAT                               |
+//! | `keyspace.rs`    | DEL UNLINK EXISTS TYPE RENAME RENAMENX SCAN KEYS RANDOMKEY DBSIZE  |
+//! |                  | FLUSHDB FLUSHALL                                                  |
+//! | `expire.rs`      | EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME  |
+//! |                  | PERSIST, and the expiry arithmetic SET and GETEX share            |
+//! | `server.rs`      | INFO CONFIG COMMAND LASTSAVE SAVE BGSAVE                          |
+//! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, HSET, ...)  |
+//!
+//! Invariants:
+//! * Every complete command in the input gets exactly one reply, in order, except those Redis
+//!   itself answers with nothing: empty commands (`*0`, blank inline lines), `SHUTDOWN`, and
+//!   commands under `CLIENT REPLY OFF|SKIP`.
+//! * A protocol error is answered and closes the connection; nothing after it is executed.
+//! * The GET and SET paths allocate nothing: arguments are positions into the input, replies
+//!   are written straight into `out` while the engine holds the item.
+//!
+//! Replies and errors follow Redis 7.0.15 byte for byte where strata claims compatibility;
+//! `tests/resp_exec_redis_compat.rs` checks them against a real redis-server. Departures are
+//! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB).
+
+mod connection;
+mod counters;
+mod expire;
+mod keyspace;
+mod ranges;
+mod server;
+mod strings;
+mod table;
+#[cfg(test)]
+mod tests;
+mod types;
+
+use std::time::Instant;
+
+use strata_engine::{Clock, Engine, SystemClock, WriteError};
+use strata_protocol::resp::{
+    encode, errors, parse_command, Args, Limits, ParseError, Version, INLINE_LEN_MAX_DEFAULT,
+};
+
+use crate::context::{Processed, ServerContext, Session};
+
+/// The Redis version strata reports (`HELLO`, `INFO`): the release its replies are checked
+/// against, so clients enable exactly the features strata answers like Redis does.
+pub const REDIS_VERSION_COMPATIBLE: &str = "7.0.15";
+
+/// Bytes a bulk argument may exceed the largest value by: room for the key-sized arguments of
+/// commands that carry no value, so `bulk_len_max` tracks the value limit without cutting keys.
+pub const BULK_LEN_MARGIN_BYTES: usize = 64 * 1024;
+
+/// Most arguments in one command. Redis allows `INT_MAX`; strata bounds it so one `MGET`
+/// cannot make the argument list of a connection grow without limit.
+pub const ARGS_MAX: usize = 1 << 20;
+
+/// Longest client name (`CLIENT SETNAME`, `HELLO ... SETNAME`) and library name or version
+/// (`CLIENT SETINFO`) kept per connection.
+pub const CLIENT_NAME_LEN_MAX: usize = 256;
+
+const _: () = assert!(BULK_LEN_MARGIN_BYTES >= strata_engine::KEY_LEN_MAX);
+const _: () = assert!(CLIENT_NAME_LEN_MAX <= BULK_LEN_MARGIN_BYTES);
+
+/// Per-connection state the handlers read and change (everything but the argument list, so a
+/// handler can borrow both at once).
+#[derive(Debug)]
+pub(crate) struct State {
+    /// `CLIENT ID`.
+    pub client_id: u64,
+    /// RESP2 until `HELLO 3`.
+    pub version: Version,
+    /// False while `requirepass` is set and the client has not authenticated.
+    pub authenticated: bool,
+    /// `CLIENT SETNAME`.
+    pub name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO LIB-NAME`.
+    pub lib_name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO LIB-VER`.
+    pub lib_ver: Option<Vec<u8>>,
+    /// When the connection was made (`CLIENT INFO age=`).
+    pub created: Instant,
+    /// `CLIENT REPLY OFF`: replies are dropped until `CLIENT REPLY ON`.
+    pub reply_off: bool,
+    /// `CLIENT REPLY SKIP`: the next command's reply is dropped.
+    pub reply_skip_next: bool,
+    /// Close once the current reply is written (QUIT, SHUTDOWN).
+    pub close: bool,
+    /// xorshift state for RANDOMKEY.
+    pub random_state: u64,
+    /// Reusable buffer for replies whose length is known only at the end (SCAN, KEYS, INFO).
+    pub scratch: Vec<u8>,
+}
+
+/// A Redis connection's protocol state: see the module documentation.
+#[derive(Debug)]
+pub struct RespSession {
+    state: State,
+    args: Args,
+}
+
+impl RespSession {
+    /// A session for the connection with id `client_id` (from `ServerContext::next_client_id`).
+    /// It speaks RESP2 until `HELLO 3` and must `AUTH` first when `requirepass` is set.
+    #[must_use]
+    pub fn new(client_id: u64) -> Self {
+        RespSession {
+            state: State {
+                client_id,
+                version: Version::Resp2,
+                authenticated: false,
+                name: None,
+                lib_name: None,
+                lib_ver: None,
+                created: Instant::now(),
+                reply_off: false,
+                reply_skip_next: false,
+                close: false,
+                random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                scratch: Vec::new(),
+            },
+            args: Args::with_capacity(8, 0),
+        }
+    }
+
+    /// The protocol version negotiated so far.
+    #[must_use]
+    pub fn version(&self) -> Version {
+        self.state.version
+    }
+
+    /// Parse limits for the next command: the value limit plus a margin for bulks, and Redis's
+    /// small pre-authentication limits while `AUTH` is pending.
+    fn limits(&self, ctx: &ServerContext) -> Limits {
+        Limits {
+            args_max: ARGS_MAX,
+            bulk_len_max: ctx.settings.value_len_max + BULK_LEN_MARGIN_BYTES,
+            inline_len_max: INLINE_LEN_MAX_DEFAULT,
+            auth_pending: !authenticated(&self.state, ctx),
+        }
+    }
+
+    /// Runs the command in `self.args` (parsed from `input`) and appends its reply.
+    fn execute(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) {
+        debug_assert!(!self.args.is_empty());
+        let reply_start = out.len();
+        let skip_this = self.state.reply_skip_next;
+        self.state.reply_skip_next = false;
+        let name = self.args.arg(input, 0);
+        match table::lookup(name) {
+            Some(command) => {
+                let call = Call {
+                    ctx,
+                    input,
+                    args: &self.args,
+                    command,
+                };
+                run(&mut self.state, &call, out);
+            }
+            None => types::unknown(&self.state, ctx, input, &self.args, out),
+        }
+        if self.state.reply_off || skip_this {
+            out.truncate(reply_start);
+        }
+    }
+}
+
+/// Whether the connection may run commands: it authenticated, or no password is set.
+fn authenticated(state: &State, ctx: &ServerContext) -> bool {
+    state.authenticated || ctx.settings.requirepass.is_none()
+}
+
+/// Checks arity and authentication, counts the command and runs its handler.
+fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let command = call.command;
+    if !command.arity_ok(call.len()) {
+        errors::wrong_args(out, command.name.as_bytes());
+        return;
+    }
+    if !authenticated(state, call.ctx) && !command.allowed_before_auth() {
+        out.extend_from_slice(errors::ERR_NOAUTH);
+        return;
+    }
+    call.ctx.stats.count_command(command.stat);
+    (command.run)(state, call, out);
+}
+
+impl Session for RespSession {
+    fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        let mut consumed = 0;
+        while consumed < input.len() {
+            let rest = &input[consumed..];
+            let limits = self.limits(ctx);
+            match parse_command(rest, &limits, &mut self.args) {
+                Ok(len) => {
+                    debug_assert!(len > 0 && len <= rest.len());
+                    consumed += len;
+                    if self.args.is_empty() {
+                        continue;
+                    }
+                    self.execute(rest, ctx, out);
+                    if self.state.close {
+                        return Processed {
+                            consumed,
+                            close: true,
+                        };
+                    }
+                }
+                Err(ParseError::Incomplete) => break,
+                Err(ParseError::Protocol(error)) => {
+                    error.encode(out);
+                    ctx.stats
+                        .errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Processed {
+                        consumed: input.len(),
+                        close: true,
+                    };
+                }
+                Err(_) => unreachable!("ParseError has two variants"),
+            }
+        }
+        debug_assert!(consumed <= input.len());
+        Processed {
+            consumed,
+            close: false,
+        }
+    }
+}
+
+/// One command being executed: its arguments (positions into `input`), the server context and
+/// the table entry it matched.
+pub(crate) struct Call<'a> {
+    /// Engine, settings and counters.
+    pub ctx: &'a ServerContext,
+    input: &'a [u8],
+    args: &'a Args,
+    /// The table entry.
+    pub command: &'static table::Command,
+}
+
+impl<'a> Call<'a> {
+    /// Arguments, command name included.
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// Argument `index` (0 is the command name). The caller has checked the arity.
+    pub fn arg(&self, index: usize) -> &'a [u8] {
+        self.args.arg(self.input, index)
+    }
+
+    /// Arguments from `start` on.
+    pub fn args_from(&self, start: usize) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        let (input, args) = (self.input, self.args);
+        args.as_slice()[start.min(args.len())..]
+            .iter()
+            .map(move |&arg| args.resolve(input, arg))
+    }
+
+    /// The store.
+    pub fn engine(&self) -> &'a Engine {
+        &self.ctx.engine
+    }
+
+    /// The largest value a write of `key` may leave: the server's value limit and the engine's
+    /// (which depends on the key length).
+    pub fn value_len_max(&self, key: &[u8]) -> usize {
+        self.ctx
+            .settings
+            .value_len_max
+            .min(self.engine().value_len_max(key.len()))
+    }
+}
+
+/// The current Unix time in milliseconds. The engine's production clock is the system clock, so
+/// TTL arithmetic here agrees with the engine's expiry checks.
+pub(crate) fn now_ms() -> u64 {
+    SystemClock.now_ms()
+}
+
+/// Replies to a refused engine write. Empty keys, over-long keys and values, a full cache and a
+/// failed persist each get a message saying what happened.
+pub(crate) fn write_error(out: &mut Vec<u8>, error: &WriteError) {
+    match error {
+        WriteError::KeyEmpty => {
+            encode::error(out, b"ERR empty keys are not supported by strata");
+        }
+        WriteError::KeyTooLong { max, .. } => {
+            let message = format!("ERR key is longer than strata's limit of {max} bytes");
+            encode::error(out, message.as_bytes());
+        }
+        WriteError::TooLarge { .. } => out.extend_from_slice(errors::ERR_STRING_TOO_LONG),
+        WriteError::OutOfMemory => out.extend_from_slice(errors::ERR_OOM),
+        WriteError::Persist(persist) => {
+            let message = format!(
+                "MISCONF strata could not persist a write to its pool and refuses writes until \
+                 it is restarted: {persist}"
+            );
+            encode::error(out, message.as_bytes());
+        }
+        other => {
+            let message = format!("ERR {other}");
+            encode::error(out, message.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, TIME, SHUTDOWN.
+//!
+//! strata has one user (`default`) and one database (0). Departures from Redis 7.0.15:
+//! `SELECT n` for n > 0 answers `-ERR DB index is out of range` (Redis has 16 databases);
+//! `CLIENT LIST` shows only the calling connection, whose addresses the session does not know;
+//! `CLIENT SETINFO` is accepted as Redis 7.2 does, since current client libraries send it.
+
+use std::sync::atomic::Ordering;
+
+use strata_protocol::resp::{encode, errors, name_eq, parse_i64, Version};
+
+use super::{Call, State, CLIENT_NAME_LEN_MAX, REDIS_VERSION_COMPATIBLE};
+
+/// `PING [message]`: `+PONG`, or the message as a bulk string.
+pub(crate) fn ping(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    match call.len() {
+        1 => encode::simple(out, b"PONG"),
+        2 => encode::bulk(out, call.arg(1)),
+        _ => errors::wrong_args(out, b"ping"),
+    };
+}
+
+/// `ECHO message`.
+pub(crate) fn echo(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    encode::bulk(out, call.arg(1));
+}
+
+/// `QUIT`: `+OK`, then the connection closes (Redis 7.0 ignores extra arguments).
+pub(crate) fn quit(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    encode::ok(out);
+    state.close = true;
+}
+
+/// `RESET`: back to RESP2, no name, unauthenticated when a password is set.
+pub(crate) fn reset(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    state.version = Version::Resp2;
+    state.name = None;
+    state.authenticated = false;
+    state.reply_off = false;
+    state.reply_skip_next = false;
+    encode::simple(out, b"RESET");
+}
+
+/// `SELECT index`: only database 0 exists.
+pub(crate) fn select(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    match parse_i64(call.arg(1)).and_then(|index| i32::try_from(index).ok()) {
+        None => out.extend_from_slice(errors::ERR_NOT_INTEGER),
+        Some(0) => {
+            encode::ok(out);
+        }
+        Some(_) => out.extend_from_slice(errors::ERR_DB_INDEX),
+    }
+}
+
+/// `TIME`: Unix seconds and microseconds, as two bulk strings.
+pub(crate) fn time(_: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    encode::array_len(out, 2);
+    encode::bulk(out, now.as_secs().to_string().as_bytes());
+    encode::bulk(out, now.subsec_micros().to_string().as_bytes());
+}
+
+/// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]`: sets the server's shutdown flag and closes
+/// the connection without a reply, as Redis does when it exits. strata has no RDB, so SAVE and
+/// NOSAVE mean the same; the pool is persisted by the server's orderly shutdown.
+pub(crate) fn shutdown(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let (mut save, mut nosave, mut other, mut abort) = (false, false, false, false);
+    for option in call.args_from(1) {
+        if name_eq(option, b"nosave") {
+            nosave = true;
+        } else if name_eq(option, b"save") {
+            save = true;
+        } else if name_eq(option, b"now") || name_eq(option, b"force") {
+            other = true;
+        } else if name_eq(option, b"abort") {
+            abort = true;
+        } else {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return;
+        }
+    }
+    if (abort && (save || nosave || other)) || (save && nosave) {
+        out.extend_from_slice(errors::ERR_SYNTAX);
+        return;
+    }
+    if abort {
+        encode::error(out, b"ERR No shutdown in progress.");
+        return;
+    }
+    // Release: pairs with the Acquire load in the server's event loops.
+    call.ctx.shutdown.store(true, Ordering::Release);
+    state.close = true;
+}
+
+/// Checks a password for `user` against `requirepass`. With no password configured, the
+/// default user accepts any password (Redis's `nopass`); other users never exist.
+fn password_ok(call: &Call<'_>, user: &[u8], password: &[u8]) -> bool {
+    if user != b"default" {
+        return false;
+    }
+    match &call.ctx.settings.requirepass {
+        None => true,
+        Some(required) => required.as_bytes() == password,
+    }
+}
+
+/// `AUTH [user] password`.
+pub(crate) fn auth(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let (user, password) = match call.len() {
+        2 if call.ctx.settings.requirepass.is_none() => {
+            out.extend_from_slice(errors::ERR_AUTH_NOT_CONFIGURED);
+            return;
+        }
+        2 => (&b"default"[..], call.arg(1)),
+        3 => (call.arg(1), call.arg(2)),
+        _ => {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return;
+        }
+    };
+    if password_ok(call, user, password) {
+        state.authenticated = true;
+        encode::ok(out);
+    } else {
+        out.extend_from_slice(errors::ERR_WRONGPASS);
+    }
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`: switches protocol and answers with the
+/// server map Redis 7.0 gives.
+pub(crate) fn hello(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let mut version = None;
+    if call.len() >= 2 {
+        match parse_i64(call.arg(1)) {
+            None => {
+                encode::error(
+                    out,
+                    b"ERR Protocol version is not an integer or out of range",
+                );
+                return;
+            }
+            Some(2) => version = Some(Version::Resp2),
+            Some(3) => version = Some(Version::Resp3),
+            Some(_) => {
+                out.extend_from_slice(errors::ERR_NOPROTO);
+                return;
+            }
+        }
+    }
+    let Some((credentials, name)) = hello_options(call, out) else {
+        return;
+    };
+    if let Some((user, password)) = credentials {
+        if !password_ok(call, user, password) {
+            out.extend_from_slice(errors::ERR_WRONGPASS);
+            return;
+        }
+        state.authenticated = true;
+    }
+    if !state.authenticated && call.ctx.settings.requirepass.is_some() {
+        encode::error(
+            out,
+            b"NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the \
+RESP protocol version at the same time",
+        );
+        return;
+    }
+    if let Some(name) = name {
+        if !set_name(state, name, out) {
+            return;
+        }
+    }
+    if let Some(version) = version {
+        state.version = version;
+    }
+    hello_reply(state, out);
+}
+
+/// Credentials and client name of a HELLO, or `None` after replying with a syntax error.
+type HelloOptions<'a> = (Option<(&'a [u8], &'a [u8])>, Option<&'a [u8]>);
+
+fn hello_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<HelloOptions<'a>> {
+    let (mut credentials, mut name) = (None, None);
+    let mut index = 2;
+    while index < call.len() {
+        let option = call.arg(index);
+        let more = call.len() - 1 - index;
+        if name_eq(option, b"auth") && more >= 2 {
+            credentials = Some((call.arg(index + 1), call.arg(index + 2)));
+            index += 3;
+        } else if name_eq(option, b"setname") && more >= 1 {
+            name = Some(call.arg(index + 1));
+            index += 2;
+        } else {
+            let mut message = b"ERR Syntax error in HELLO option '".to_vec();
+            message.extend_from_slice(option);
+            message.push(b'\'');
+            encode::error(out, &message);
+            return None;
+        }
+    }
+    Some((credentials, name))
+}
+
+fn hello_reply(state: &State, out: &mut Vec<u8>) {
+    encode::map_len(out, state.version, 7);
+    encode::bulk(out, b"server");
+    encode::bulk(out, b"redis");
+    encode::bulk(out, b"version");
+    encode::bulk(out, REDIS_VERSION_COMPATIBLE.as_bytes());
+    encode::bulk(out, b"proto");
+    encode::integer(
+        out,
+        match state.version {
+            Version::Resp2 => 2,
+            Version::Resp3 => 3,
+        },
+    );
+    encode::bulk(out, b"id");
+    encode::integer(out, i64::try_from(state.client_id).unwrap_or(i64::MAX));
+    encode::bulk(out, b"mode");
+    encode::bulk(out, b"standalone");
+    encode::bulk(out, b"role");
+    encode::bulk(out, b"master");
+    encode::bulk(out, b"modules");
+    encode::array_len(out, 0);
+}
+
+/// Sets (or with an empty name clears) the client name; replies with Redis's error and returns
+/// false when the name has spaces, control bytes, or is too long.
+fn set_name(state: &mut State, name: &[u8], out: &mut Vec<u8>) -> bool {
+    if name.iter().any(|&byte| !(b'!'..=b'~').contains(&byte)) {
+        encode::error(
+            out,
+            b"ERR Client names cannot contain spaces, newlines or special characters.",
+        );
+        return false;
+    }
+    if name.len() > CLIENT_NAME_LEN_MAX {
+        encode::error(out, b"ERR Client names are limited to 256 bytes in strata.");
+        return false;
+    }
+    state.name = (!name.is_empty()).then(|| name.to_vec());
+    true
+}
+
+/// `CLIENT <subcommand> ...`.
+pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let sub = call.arg(1);
+    let len = call.len();
+    let arity = |exact: usize| len == exact;
+    if name_eq(sub, b"id") && arity(2) {
+        encode::integer(out, i64::try_from(state.client_id).unwrap_or(i64::MAX));
+    } else if name_eq(sub, b"getname") && arity(2) {
+        match &state.name {
+            Some(name) => encode::bulk(out, name),
+            None => encode::null(out, state.version),
+        };
+    } else if name_eq(sub, b"setname") && arity(3) {
+        if set_name(state, call.arg(2), out) {
+            encode::ok(out);
+        }
+    } else if (name_eq(sub, b"info") && arity(2)) || (name_eq(sub, b"list") && len >= 2) {
+        let command = if name_eq(sub, b"info") {
+            "info"
+        } else {
+            "list"
+        };
+        let line = client_line(state, command);
+        encode::verbatim(out, state.version, b"txt", line.as_bytes());
+    } else if name_eq(sub, b"setinfo") && arity(4) {
+        client_setinfo(state, call, out);
+    } else if name_eq(sub, b"no-evict") && arity(3) {
+        on_off(call.arg(2), out);
+    } else if name_eq(sub, b"reply") && arity(3) {
+        client_reply(state, call.arg(2), out);
+    } else if name_eq(sub, b"kill") && len >= 3 {
+        encode::error(out, b"ERR No such client");
+    } else {
+        client_wrong(sub, out);
+    }
+}
+
+/// Replies to a CLIENT call that matched no form: wrong arity for a known subcommand, or
+/// unknown subcommand.
+fn client_wrong(sub: &[u8], out: &mut Vec<u8>) {
+    const KNOWN: &[&str] = &[
+        "id", "getname", "setname", "info", "list", "setinfo", "no-evict", "reply", "kill",
+    ];
+    match KNOWN.iter().find(|name| name_eq(sub, name.as_bytes())) {
+        Some(name) => errors::wrong_args(out, format!("client|{name}").as_bytes()),
+        None => errors::unknown_subcommand(out, b"client", sub),
+    };
+}
+
+fn on_off(value: &[u8], out: &mut Vec<u8>) {
+    if name_eq(value, b"on") || name_eq(value, b"off") {
+        encode::ok(out);
+    } else {
+        out.extend_from_slice(errors::ERR_SYNTAX);
+    }
+}
+
+fn client_reply(state: &mut State, mode: &[u8], out: &mut Vec<u8>) {
+    if name_eq(mode, b"on") {
+        state.reply_off = false;
+        encode::ok(out);
+    } else if name_eq(mode, b"off") {
+        state.reply_off = true;
+    } else if name_eq(mode, b"skip") {
+        state.reply_skip_next = !state.reply_off;
+    } else {
+        out.extend_from_slice(errors::ERR_SYNTAX);
+    }
+}
+
+/// `CLIENT SETINFO LIB-NAME|LIB-VER value` (Redis 7.2).
+fn client_setinfo(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let (attribute, value) = (call.arg(2), call.arg(3));
+    let valid = value.len() <= CLIENT_NAME_LEN_MAX
+        && value.iter().all(|&byte| (b'!'..=b'~').contains(&byte));
+    if !valid {
+        let mut message = b"ERR ".to_vec();
+        message.extend_from_slice(attribute);
+        message.extend_from_slice(b" cannot contain spaces, newlines or special characters.");
+        encode::error(out, &message);
+        return;
+    }
+    let value = (!value.is_empty()).then(|| value.to_vec());
+    if name_eq(attribute, b"lib-name") {
+        state.lib_name = value;
+    } else if name_eq(attribute, b"lib-ver") {
+        state.lib_ver = value;
+    } else {
+        let mut message = b"ERR Unrecognized option '".to_vec();
+        message.extend_from_slice(attribute);
+        message.push(b'\'');
+        encode::error(out, &message);
+        return;
+    }
+    encode::ok(out);
+}
+
+/// The `CLIENT INFO` / `CLIENT LIST` line of this connection, in Redis 7.2's field order.
+fn client_line(state: &State, command: &str) -> String {
+    let text = |bytes: &Option<Vec<u8>>| {
+        bytes
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    };
+    let resp = match state.version {
+        Version::Resp2 => 2,
+        Version::Resp3 => 3,
+    };
+    format!(
+        "id={} addr= laddr= fd=-1 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
+         multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+         tot-mem=0 events=r cmd=client|{command} user=default redir=-1 resp={resp} lib-name={} \
+         lib-ver={}\n",
+        state.client_id,
+        text(&state.name),
+        state.created.elapsed().as_secs(),
+        text(&state.lib_name),
+        text(&state.lib_ver),
+    )
+}

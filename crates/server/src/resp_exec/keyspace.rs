@@ -1,0 +1,307 @@
+//! The keyspace: DEL, UNLINK, EXISTS, TYPE, RENAME, RENAMENX, SCAN, KEYS, RANDOMKEY, DBSIZE,
+//! FLUSHDB, FLUSHALL.
+//!
+//! strata stores only strings in one database, so TYPE answers `string` or `none`, and SCAN's
+//! TYPE filter keeps keys only for `string`. SCAN cursors are the engine's (`Engine::scan`:
+//! shard in the high 32 bits, bucket position in the low), printed in decimal. DBSIZE counts
+//! indexed items, including expired ones not yet reclaimed, as Redis counts keys not yet
+//! expired by its active cycle.
+//!
+//! Departure: RENAME and RENAMENX copy the value to the new key and then delete the old one;
+//! the two keys may live in different shards, so another client can briefly see both.
+
+use strata_engine::{DeleteOutcome, Expiry, StoreOptions, WriteError};
+use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_i64};
+
+use super::{write_error, Call, State};
+
+/// Keys visited per engine call while KEYS walks the whole keyspace.
+const KEYS_SCAN_COUNT: usize = 1024;
+
+/// SCAN's default COUNT, as in Redis.
+const SCAN_COUNT_DEFAULT: usize = 10;
+
+/// `DEL key [key ...]` and `UNLINK key [key ...]`: how many existed.
+pub(crate) fn del(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let mut deleted = 0;
+    for key in call.args_from(1) {
+        match call.engine().delete(key, None) {
+            Ok(DeleteOutcome::Deleted) => deleted += 1,
+            Ok(_) => {}
+            Err(error) => {
+                write_error(out, &error);
+                return;
+            }
+        }
+    }
+    encode::integer(out, deleted);
+}
+
+/// `EXISTS key [key ...]`: how many of the arguments exist, counting repeats.
+pub(crate) fn exists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let count = call
+        .args_from(1)
+        .filter(|key| call.engine().contains(key))
+        .count();
+    encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
+}
+
+/// `TYPE key`: `+string` or `+none`.
+pub(crate) fn type_(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let kind: &[u8] = if call.engine().contains(call.arg(1)) {
+        b"string"
+    } else {
+        b"none"
+    };
+    encode::simple(out, kind);
+}
+
+/// The value, flags and expiry of a key, copied out of the engine.
+struct Copied {
+    value: Vec<u8>,
+    client_flags: u32,
+    expiry: Expiry,
+}
+
+fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
+    call.engine().get(key, |item| Copied {
+        value: item.value.to_vec(),
+        client_flags: item.client_flags,
+        expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+    })
+}
+
+/// Moves `source` to `target` (keeping its expiry); `Ok(false)` when `source` is missing.
+fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, WriteError> {
+    let Some(copied) = copy_out(call, source) else {
+        return Ok(false);
+    };
+    if source == target {
+        return Ok(true);
+    }
+    let options = StoreOptions {
+        client_flags: copied.client_flags,
+        expiry: copied.expiry,
+        ..StoreOptions::default()
+    };
+    call.engine().store(target, &copied.value, options)?;
+    call.engine().delete(source, None)?;
+    Ok(true)
+}
+
+/// `RENAME key newkey`.
+pub(crate) fn rename(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    match move_key(call, call.arg(1), call.arg(2)) {
+        Ok(true) => {
+            encode::ok(out);
+        }
+        Ok(false) => out.extend_from_slice(errors::ERR_NO_SUCH_KEY),
+        Err(error) => write_error(out, &error),
+    }
+}
+
+/// `RENAMENX key newkey`: 1 when renamed, 0 when `newkey` exists.
+pub(crate) fn renamenx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let (source, target) = (call.arg(1), call.arg(2));
+    if !call.engine().contains(source) {
+        out.extend_from_slice(errors::ERR_NO_SUCH_KEY);
+        return;
+    }
+    if call.engine().contains(target) {
+        encode::integer(out, 0);
+        return;
+    }
+    match move_key(call, source, target) {
+        Ok(true) => {
+            encode::integer(out, 1);
+        }
+        Ok(false) => out.extend_from_slice(errors::ERR_NO_SUCH_KEY),
+        Err(error) => write_error(out, &error),
+    }
+}
+
+/// Parses a SCAN cursor as Redis's `strtoul` does: optional sign, decimal digits, wrapping
+/// negation; `None` (`-ERR invalid cursor`) on other bytes or overflow.
+fn parse_cursor(text: &[u8]) -> Option<u64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, text),
+    };
+    let mut value: u64 = 0;
+    for &byte in digits {
+        if !byte.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
+    }
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
+}
+
+/// SCAN's options.
+struct ScanOptions<'a> {
+    count: usize,
+    pattern: Option<&'a [u8]>,
+    strings_only: bool,
+}
+
+fn parse_scan_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<ScanOptions<'a>> {
+    let mut options = ScanOptions {
+        count: SCAN_COUNT_DEFAULT,
+        pattern: None,
+        strings_only: true,
+    };
+    let mut index = 2;
+    while index < call.len() {
+        let option = call.arg(index);
+        let has_value = index + 1 < call.len();
+        if name_eq(option, b"count") && has_value {
+            match parse_i64(call.arg(index + 1)) {
+                None => {
+                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
+                    return None;
+                }
+                Some(count) if count < 1 => {
+                    out.extend_from_slice(errors::ERR_SYNTAX);
+                    return None;
+                }
+                Some(count) => options.count = usize::try_from(count).unwrap_or(usize::MAX),
+            }
+        } else if name_eq(option, b"match") && has_value {
+            let pattern = call.arg(index + 1);
+            options.pattern = (pattern != b"*").then_some(pattern);
+        } else if name_eq(option, b"type") && has_value {
+            options.strings_only = name_eq(call.arg(index + 1), b"string");
+        } else {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return None;
+        }
+        index += 2;
+    }
+    Some(options)
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
+pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let Some(cursor) = parse_cursor(call.arg(1)) else {
+        encode::error(out, b"ERR invalid cursor");
+        return;
+    };
+    let Some(options) = parse_scan_options(call, out) else {
+        return;
+    };
+    let keys = &mut state.scratch;
+    keys.clear();
+    let mut found = 0usize;
+    let next = call.engine().scan(cursor, options.count, &mut |key| {
+        let matches = match options.pattern {
+            None => true,
+            Some(pattern) => glob_match(pattern, key, false),
+        };
+        if options.strings_only && matches {
+            encode::bulk(keys, key);
+            found += 1;
+        }
+    });
+    encode::array_len(out, 2);
+    encode::bulk(out, next.to_string().as_bytes());
+    encode::array_len(out, found);
+    out.extend_from_slice(keys);
+}
+
+/// `KEYS pattern`: every key matching, in engine order.
+pub(crate) fn keys(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let pattern = call.arg(1);
+    let everything = pattern == b"*";
+    let keys = &mut state.scratch;
+    keys.clear();
+    let mut found = 0usize;
+    let mut cursor = 0;
+    loop {
+        cursor = call.engine().scan(cursor, KEYS_SCAN_COUNT, &mut |key| {
+            if everything || glob_match(pattern, key, false) {
+                encode::bulk(keys, key);
+                found += 1;
+            }
+        });
+        if cursor == 0 {
+            break;
+        }
+    }
+    encode::array_len(out, found);
+    out.extend_from_slice(keys);
+}
+
+/// `RANDOMKEY`: a key, or null when the cache is empty.
+pub(crate) fn randomkey(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    // xorshift64: cheap, and different per connection and per call.
+    let mut seed = state.random_state;
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    state.random_state = seed;
+    match call.engine().random_key(seed) {
+        Some(key) => encode::bulk(out, &key),
+        None => encode::null(out, state.version),
+    };
+}
+
+/// `DBSIZE`.
+pub(crate) fn dbsize(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    encode::integer(out, i64::try_from(call.engine().len()).unwrap_or(i64::MAX));
+}
+
+/// `FLUSHDB [ASYNC|SYNC]` and `FLUSHALL [ASYNC|SYNC]`: both empty the one database, at once
+/// (ASYNC is accepted and done synchronously: segments are freed in bulk, not key by key).
+pub(crate) fn flush(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let mode_ok = match call.len() {
+        1 => true,
+        2 => name_eq(call.arg(1), b"async") || name_eq(call.arg(1), b"sync"),
+        _ => false,
+    };
+    if !mode_ok {
+        out.extend_from_slice(errors::ERR_SYNTAX);
+        return;
+    }
+    if !call.ctx.settings.flush_enabled {
+        encode::error(
+            out,
+            b"ERR flushing is disabled on this server (enable it in strata's configuration)",
+        );
+        return;
+    }
+    match call.engine().flush_all(0) {
+        Ok(()) => {
+            encode::ok(out);
+        }
+        Err(error) => write_error(out, &error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cursor;
+
+    #[test]
+    fn cursors_parse_as_strtoul() {
+        let table: &[(&[u8], Option<u64>)] = &[
+            (b"0", Some(0)),
+            (b"", Some(0)),
+            (b"007", Some(7)),
+            (b"+5", Some(5)),
+            (b"-1", Some(u64::MAX)),
+            (b"18446744073709551615", Some(u64::MAX)),
+            (b"18446744073709551616", None),
+            (b"x", None),
+            (b" 1", None),
+            (b"1 ", None),
+        ];
+        for &(text, expected) in table {
+            assert_eq!(parse_cursor(text), expected, "{}", text.escape_ascii());
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! Server commands: INFO, CONFIG GET/SET/RESETSTAT, COMMAND (COUNT, INFO, DOCS, LIST),
+//! LASTSAVE, SAVE, BGSAVE.
+//!
+//! INFO's figures come from the same counters as memcached `stats` and `/metrics`
+//! (`ServerStats`, `Engine::stats`), so the three agree. strata has no RDB or AOF: SAVE and
+//! BGSAVE answer an error saying so rather than pretending, and LASTSAVE reports the start time.
+//! CONFIG SET accepts the settings strata knows, but only their current values: none of them
+//! can change while the server runs (the pool and index are sized at start).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use strata_engine::EngineStats;
+use strata_protocol::resp::{encode, errors, glob_match, name_eq, Version};
+
+use super::table::{Command, COMMANDS};
+use super::{now_ms, Call, State, REDIS_VERSION_COMPATIBLE};
+use crate::context::ServerContext;
+
+/// INFO sections, in the order Redis prints them, and whether `INFO` alone includes them.
+const SECTIONS: &[(&str, bool)] = &[
+    ("server", true),
+    ("clients", true),
+    ("memory", true),
+    ("persistence", true),
+    ("stats", true),
+    ("replication", true),
+    ("keyspace", true),
+    ("strata", true),
+];
+
+/// `INFO [section ...]`.
+pub(crate) fn info(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let everything = call.len() == 1
+        || call.args_from(1).any(|arg| {
+            name_eq(arg, b"all") || name_eq(arg, b"everything") || name_eq(arg, b"default")
+        });
+    let engine = call.engine().stats();
+    let mut text = InfoText(String::new());
+    for &(section, default) in SECTIONS {
+        let wanted = (everything && default)
+            || call
+                .args_from(1)
+                .any(|arg| name_eq(arg, section.as_bytes()));
+        if !wanted {
+            continue;
+        }
+        if !text.0.is_empty() {
+            text.0.push_str("\r\n");
+        }
+        write_section(&mut text, section, call.ctx, &engine);
+    }
+    encode::verbatim(out, state.version, b"txt", text.0.as_bytes());
+}
+
+/// INFO text being built: `# Section` headers and `field:value` lines, each ending in CRLF.
+struct InfoText(String);
+
+impl InfoText {
+    fn header(&mut self, name: &str) {
+        self.0.push_str("# ");
+        self.0.push_str(name);
+        self.0.push_str("\r\n");
+    }
+
+    fn field(&mut self, name: &str, value: impl std::fmt::Display) {
+        // Writing to a String cannot fail.
+        let _ = write!(self.0, "{name}:{value}\r\n");
+    }
+}
+
+/// Appends one INFO section.
+fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine: &EngineStats) {
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    match section {
+        "server" => {
+            text.header("Server");
+            text.field("redis_version", REDIS_VERSION_COMPATIBLE);
+            text.field("strata_version", env!("CARGO_PKG_VERSION"));
+            text.field("redis_mode", "standalone");
+            text.field("arch_bits", usize::BITS);
+            text.field("multiplexing_api", "epoll");
+            text.field("process_id", std::process::id());
+            text.field("tcp_port", ctx.settings.resp_port.unwrap_or(0));
+            text.field("server_time_usec", now_ms() * 1000);
+            text.field("uptime_in_seconds", ctx.uptime_secs());
+            text.field("uptime_in_days", ctx.uptime_secs() / 86_400);
+            text.field("strata_threads", ctx.settings.threads);
+        }
+        "clients" => {
+            text.header("Clients");
+            text.field("connected_clients", load(&ctx.stats.connections_current));
+            text.field("maxclients", ctx.settings.connections_max);
+            text.field("blocked_clients", 0);
+        }
+        "memory" => write_memory(text, ctx, engine),
+        "persistence" => {
+            text.header("Persistence");
+            text.field("loading", 0);
+            text.field("rdb_changes_since_last_save", 0);
+            text.field("rdb_bgsave_in_progress", 0);
+            text.field("rdb_last_save_time", start_unix_secs(ctx));
+            text.field("aof_enabled", 0);
+            text.field("strata_pool_backend", ctx.engine.backend().name());
+            let domain = ctx.engine.persistence_domain();
+            text.field("strata_persistence_domain", domain.summary());
+            text.field("strata_durability", ctx.settings.durability);
+        }
+        "stats" => write_stats(text, ctx, engine),
+        "replication" => {
+            text.header("Replication");
+            text.field("role", "master");
+            text.field("connected_slaves", 0);
+            text.field("master_repl_offset", 0);
+        }
+        "keyspace" => {
+            text.header("Keyspace");
+            if engine.items > 0 {
+                let db = format!("keys={},expires=0,avg_ttl=0", engine.items);
+                text.field("db0", db);
+            }
+        }
+        _ => write_strata(text, ctx, engine),
+    }
+}
+
+fn write_memory(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
+    let used = engine.segments_used * engine.segment_size_bytes + engine.index_bytes;
+    text.header("Memory");
+    text.field("used_memory", used);
+    text.field("used_memory_human", human_bytes(used));
+    text.field("used_memory_dataset", engine.live_bytes);
+    text.field("maxmemory", engine.memory_bytes);
+    text.field("maxmemory_human", human_bytes(engine.memory_bytes));
+    text.field("maxmemory_policy", policy_name(ctx));
+    text.field("mem_allocator", "strata-segments");
+}
+
+fn write_stats(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
+    let stats = &ctx.stats;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let commands: u64 = stats.commands.iter().map(load).sum();
+    let (keys, hits) = (load(&stats.get_keys), load(&stats.get_hits));
+    text.header("Stats");
+    text.field("total_connections_received", load(&stats.connections_total));
+    text.field("total_commands_processed", commands);
+    text.field("total_net_input_bytes", load(&stats.bytes_read));
+    text.field("total_net_output_bytes", load(&stats.bytes_written));
+    text.field("rejected_connections", load(&stats.connections_rejected));
+    text.field("expired_keys", engine.expired_items);
+    text.field("evicted_keys", engine.evicted_items);
+    text.field("keyspace_hits", hits);
+    text.field("keyspace_misses", keys.saturating_sub(hits));
+    text.field("total_error_replies", load(&stats.errors));
+}
+
+fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
+    let backend = ctx.engine.backend().name();
+    let segment_bytes = engine.segment_size_bytes;
+    text.header("Strata");
+    text.field("pool_backend", backend);
+    text.field("pool_path", ctx.engine.pool_path().display());
+    text.field(
+        "persistence_domain",
+        ctx.engine.persistence_domain().summary(),
+    );
+    text.field("durability", ctx.settings.durability);
+    text.field("eviction_policy", ctx.settings.eviction);
+    text.field("shards", engine.shards);
+    text.field("items", engine.items);
+    text.field("live_bytes", engine.live_bytes);
+    text.field("writes", engine.writes);
+    text.field("segment_size_bytes", segment_bytes);
+    text.field("segments_total", engine.segments_total);
+    text.field("segments_used", engine.segments_used);
+    text.field("segments_free", engine.segments_free);
+    text.field("segments_retired", engine.segments_retired);
+    text.field("evicted_segments", engine.evicted_segments);
+    text.field("expired_segments", engine.expired_segments);
+    text.field("merged_items", engine.merged_items);
+    text.field("index_bytes", engine.index_bytes);
+    text.field("index_buckets", engine.index_buckets);
+    text.field("index_overflow_buckets", engine.index_overflow_buckets);
+    let index_tier = format!("medium=dram,bytes={}", engine.index_bytes);
+    text.field("tier_index", index_tier);
+    let pool_tier = format!(
+        "medium={backend},bytes={},used_bytes={},live_bytes={}",
+        engine.segments_total * segment_bytes,
+        engine.segments_used * segment_bytes,
+        engine.live_bytes
+    );
+    text.field("tier_pool", pool_tier);
+}
+
+/// Redis's `bytesToHuman`: two decimals and a B/K/M/G/T suffix.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: &[(u64, &str)] = &[
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    for &(size, suffix) in UNITS {
+        if bytes >= size {
+            return format!("{:.2}{suffix}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// The eviction policy as CONFIG and INFO report it: Redis's `noeviction` when strata evicts
+/// nothing, else strata's own policy name (`merge`, `fifo`, `random`).
+fn policy_name(ctx: &ServerContext) -> &'static str {
+    match ctx.settings.eviction {
+        "none" => "noeviction",
+        other => other,
+    }
+}
+
+fn start_unix_secs(ctx: &ServerContext) -> u64 {
+    (now_ms() / 1000).saturating_sub(ctx.uptime_secs())
+}
+
+/// `LASTSAVE`: strata never snapshots; the pool has held the data since the server started.
+pub(crate) fn lastsave(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    encode::integer(out, i64::try_from(start_unix_secs(call.ctx)).unwrap_or(0));
+}
+
+/// `SAVE`, `BGSAVE`: strata has no RDB file to write.
+pub(crate) fn save(_: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    encode::error(
+        out,
+        b"ERR strata writes no RDB snapshot: items live in its pool; see INFO persistence for \
+what survives a restart",
+    );
+}
+
+/// The settings CONFIG GET reports, with their current values.
+fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
+    let settings = &ctx.settings;
+    vec![
+        ("maxmemory", ctx.engine.stats().memory_bytes.to_string()),
+        ("maxmemory-policy", policy_name(ctx).to_string()),
+        (
+            "requirepass",
+            settings.requirepass.clone().unwrap_or_default(),
+        ),
+        ("save", String::new()),
+        ("appendonly", "no".to_string()),
+        ("databases", "1".to_string()),
+        ("port", settings.resp_port.unwrap_or(0).to_string()),
+        ("proto-max-bulk-len", settings.value_len_max.to_string()),
+        ("maxclients", settings.connections_max.to_string()),
+        ("timeout", settings.idle_timeout_secs.to_string()),
+        ("io-threads", settings.threads.to_string()),
+    ]
+}
+
+/// `CONFIG GET|SET|RESETSTAT|HELP ...`.
+pub(crate) fn config(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let sub = call.arg(1);
+    if name_eq(sub, b"get") {
+        if call.len() < 3 {
+            errors::wrong_args(out, b"config|get");
+        } else {
+            config_get(state, call, out);
+        }
+    } else if name_eq(sub, b"set") {
+        if call.len() < 4 || !call.len().is_multiple_of(2) {
+            errors::wrong_args(out, b"config|set");
+        } else {
+            config_set(call, out);
+        }
+    } else if name_eq(sub, b"resetstat") {
+        if call.len() == 2 {
+            call.ctx.stats.reset();
+            encode::ok(out);
+        } else {
+            errors::wrong_args(out, b"config|resetstat");
+        }
+    } else {
+        errors::unknown_subcommand(out, b"config", sub);
+    }
+}
+
+fn config_get(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let values = config_values(call.ctx);
+    let matched: Vec<&(&str, String)> = values
+        .iter()
+        .filter(|(name, _)| {
+            call.args_from(2)
+                .any(|pattern| glob_match(pattern, name.as_bytes(), true))
+        })
+        .collect();
+    encode::map_len(out, state.version, matched.len());
+    for (name, value) in matched {
+        encode::bulk(out, name.as_bytes());
+        encode::bulk(out, value.as_bytes());
+    }
+}
+
+fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
+    let values = config_values(call.ctx);
+    for pair in 0..(call.len() - 2) / 2 {
+        let (name, value) = (call.arg(2 + 2 * pair), call.arg(3 + 2 * pair));
+        let Some((known, current)) = values
+            .iter()
+            .find(|(known, _)| name_eq(name, known.as_bytes()))
+        else {
+            let mut message =
+                b"ERR Unknown option or number of arguments for CONFIG SET - '".to_vec();
+            message.extend_from_slice(name);
+            message.push(b'\'');
+            encode::error(out, &message);
+            return;
+        };
+        if current.as_bytes() != value {
+            let message = format!(
+                "ERR CONFIG SET failed (possibly related to argument '{known}') - strata cannot \
+                 change this setting while running; restart it with the new value"
+            );
+            encode::error(out, message.as_bytes());
+            return;
+        }
+    }
+    encode::ok(out);
+}
+
+/// `COMMAND [COUNT | INFO name ... | DOCS [name ...] | LIST]`.
+pub(crate) fn command(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if call.len() == 1 {
+        encode::array_len(out, COMMANDS.len());
+        for command in COMMANDS {
+            command_info(state.version, command, out);
+        }
+        return;
+    }
+    let sub = call.arg(1);
+    if name_eq(sub, b"count") && call.len() == 2 {
+        encode::integer(out, i64::try_from(COMMANDS.len()).unwrap_or(0));
+    } else if name_eq(sub, b"info") {
+        command_info_reply(state.version, call, out);
+    } else if name_eq(sub, b"docs") {
+        // Redis allows an empty reply; clients then fall back to COMMAND INFO.
+        encode::map_len(out, state.version, 0);
+    } else if name_eq(sub, b"list") && call.len() == 2 {
+        encode::array_len(out, COMMANDS.len());
+        for command in COMMANDS {
+            encode::bulk(out, command.name.as_bytes());
+        }
+    } else if name_eq(sub, b"count") || name_eq(sub, b"list") {
+        let name = format!("command|{}", String::from_utf8_lossy(sub).to_lowercase());
+        errors::wrong_args(out, name.as_bytes());
+    } else {
+        errors::unknown_subcommand(out, b"command", sub);
+    }
+}
+
+fn command_info_reply(version: Version, call: &Call<'_>, out: &mut Vec<u8>) {
+    if call.len() == 2 {
+        encode::array_len(out, COMMANDS.len());
+        for command in COMMANDS {
+            command_info(version, command, out);
+        }
+        return;
+    }
+    encode::array_len(out, call.len() - 2);
+    for name in call.args_from(2) {
+        match super::table::lookup(name) {
+            Some(command) => command_info(version, command, out),
+            None => {
+                encode::null(out, version);
+            }
+        }
+    }
+}
+
+/// One `COMMAND INFO` entry in Redis 7.0's ten-field shape (no tips, key specs or
+/// subcommands).
+fn command_info(version: Version, command: &Command, out: &mut Vec<u8>) {
+    encode::array_len(out, 10);
+    encode::bulk(out, command.name.as_bytes());
+    encode::integer(out, i64::from(command.arity));
+    encode::set_len(out, version, command.flags.len());
+    for flag in command.flags {
+        encode::simple(out, flag.as_bytes());
+    }
+    let (first, last, step) = command.keys;
+    encode::integer(out, i64::from(first));
+    encode::integer(out, i64::from(last));
+    encode::integer(out, i64::from(step));
+    let access = if command.flags.contains(&"write") {
+        "@write"
+    } else if command.flags.contains(&"readonly") {
+        "@read"
+    } else {
+        "@slow"
+    };
+    let group = format!("@{}", command.group);
+    encode::set_len(out, version, 2);
+    encode::simple(out, access.as_bytes());
+    encode::simple(out, group.as_bytes());
+    encode::array_len(out, 0);
+    encode::array_len(out, 0);
+    encode::array_len(out, 0);
+}

@@ -1,0 +1,612 @@
+//! The command table: what `COMMAND` reports and what the dispatcher runs.
+//!
+//! Lookup lowers the name into a stack buffer and scans the table, hottest commands first, so
+//! `GET` and `SET` are found after one or two length comparisons and nothing is allocated.
+
+use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
+
+use super::{connection, counters, expire, keyspace, ranges, server, strings, Call, State};
+use crate::stats::COMMAND_NAMES;
+
+/// A command handler: reads the call's arguments and appends exactly one reply to `out`.
+pub(crate) type Handler = fn(&mut State, &Call<'_>, &mut Vec<u8>);
+
+/// One command, as `COMMAND INFO` describes it.
+#[derive(Debug)]
+pub(crate) struct Command {
+    /// Lower-case name, as Redis names it in errors.
+    pub name: &'static str,
+    /// Redis arity: `n` exactly n arguments (name included), `-n` at least n.
+    pub arity: i32,
+    /// `COMMAND INFO` flags (`write`, `readonly`, `fast`, ...).
+    pub flags: &'static [&'static str],
+    /// First key, last key (negative: from the end) and key step; zeros for no keys.
+    pub keys: (i32, i32, i32),
+    /// ACL category group (`string`, `keyspace`, `connection`, `server`).
+    pub group: &'static str,
+    /// Slot in `ServerStats::commands`.
+    pub stat: usize,
+    /// The handler.
+    pub run: Handler,
+}
+
+impl Command {
+    /// Whether `len` arguments (name included) satisfy the arity.
+    pub fn arity_ok(&self, len: usize) -> bool {
+        let arity = self.arity.unsigned_abs() as usize;
+        if self.arity >= 0 {
+            len == arity
+        } else {
+            len >= arity
+        }
+    }
+
+    /// Commands a client may send before authenticating, as in Redis (`CMD_NO_AUTH`).
+    pub fn allowed_before_auth(&self) -> bool {
+        matches!(self.name, "auth" | "hello" | "quit")
+    }
+}
+
+/// Index of `name` in [`COMMAND_NAMES`], at compile time ("other" when absent).
+const fn stat(name: &str) -> usize {
+    let mut index = 0;
+    while index < COMMAND_NAMES.len() {
+        if bytes_eq(COMMAND_NAMES[index].as_bytes(), name.as_bytes()) {
+            return index;
+        }
+        index += 1;
+    }
+    COMMAND_NAMES.len() - 1
+}
+
+const fn bytes_eq(left: &[u8], right: &[u8]) -> bool {
+    if left.len() != right.len() {
+        return false;
+    }
+    let mut index = 0;
+    while index < left.len() {
+        if left[index] != right[index] {
+            return false;
+        }
+        index += 1;
+    }
+    true
+}
+
+const READ: &[&str] = &["readonly", "fast"];
+const READ_SLOW: &[&str] = &["readonly"];
+const WRITE: &[&str] = &["write", "denyoom", "fast"];
+const WRITE_SLOW: &[&str] = &["write", "denyoom"];
+const DELETE: &[&str] = &["write", "fast"];
+const CONNECTION: &[&str] = &["noscript", "loading", "stale", "fast"];
+const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+
+const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
+const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
+const PAIRS: (i32, i32, i32) = (1, -1, 2);
+const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+
+/// Shorthand for a table row.
+const fn row(
+    name: &'static str,
+    arity: i32,
+    flags: &'static [&'static str],
+    keys: (i32, i32, i32),
+    group: &'static str,
+    stat_name: &str,
+    run: Handler,
+) -> Command {
+    Command {
+        name,
+        arity,
+        flags,
+        keys,
+        group,
+        stat: stat(stat_name),
+        run,
+    }
+}
+
+/// Every command strata executes, hottest first.
+pub(crate) static COMMANDS: &[Command] = &[
+    row("get", 2, READ, ONE_KEY, "string", "get", strings::get),
+    row(
+        "set",
+        -3,
+        WRITE_SLOW,
+        ONE_KEY,
+        "string",
+        "set",
+        strings::set,
+    ),
+    row("mget", -2, READ, ALL_KEYS, "string", "get", strings::mget),
+    row(
+        "mset",
+        -3,
+        WRITE_SLOW,
+        PAIRS,
+        "string",
+        "set",
+        strings::mset,
+    ),
+    row(
+        "ping",
+        -1,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::ping,
+    ),
+    row("incr", 2, WRITE, ONE_KEY, "string", "incr", counters::incr),
+    row("decr", 2, WRITE, ONE_KEY, "string", "decr", counters::decr),
+    row(
+        "incrby",
+        3,
+        WRITE,
+        ONE_KEY,
+        "string",
+        "incr",
+        counters::incrby,
+    ),
+    row(
+        "decrby",
+        3,
+        WRITE,
+        ONE_KEY,
+        "string",
+        "decr",
+        counters::decrby,
+    ),
+    row(
+        "incrbyfloat",
+        3,
+        WRITE,
+        ONE_KEY,
+        "string",
+        "incr",
+        counters::incrbyfloat,
+    ),
+    row(
+        "del",
+        -2,
+        WRITE_SLOW,
+        ALL_KEYS,
+        "keyspace",
+        "delete",
+        keyspace::del,
+    ),
+    row(
+        "unlink",
+        -2,
+        DELETE,
+        ALL_KEYS,
+        "keyspace",
+        "delete",
+        keyspace::del,
+    ),
+    row(
+        "exists",
+        -2,
+        READ,
+        ALL_KEYS,
+        "keyspace",
+        "other",
+        keyspace::exists,
+    ),
+    row(
+        "expire",
+        -3,
+        DELETE,
+        ONE_KEY,
+        "keyspace",
+        "touch",
+        expire::expire,
+    ),
+    row(
+        "pexpire",
+        -3,
+        DELETE,
+        ONE_KEY,
+        "keyspace",
+        "touch",
+        expire::pexpire,
+    ),
+    row(
+        "expireat",
+        -3,
+        DELETE,
+        ONE_KEY,
+        "keyspace",
+        "touch",
+        expire::expireat,
+    ),
+    row(
+        "pexpireat",
+        -3,
+        DELETE,
+        ONE_KEY,
+        "keyspace",
+        "touch",
+        expire::pexpireat,
+    ),
+    row("ttl", 2, READ, ONE_KEY, "keyspace", "other", expire::ttl),
+    row("pttl", 2, READ, ONE_KEY, "keyspace", "other", expire::pttl),
+    row(
+        "expiretime",
+        2,
+        READ,
+        ONE_KEY,
+        "keyspace",
+        "other",
+        expire::expiretime,
+    ),
+    row(
+        "pexpiretime",
+        2,
+        READ,
+        ONE_KEY,
+        "keyspace",
+        "other",
+        expire::pexpiretime,
+    ),
+    row(
+        "persist",
+        2,
+        DELETE,
+        ONE_KEY,
+        "keyspace",
+        "touch",
+        expire::persist,
+    ),
+    row("setnx", 3, WRITE, ONE_KEY, "string", "add", strings::setnx),
+    row(
+        "setex",
+        4,
+        WRITE_SLOW,
+        ONE_KEY,
+        "string",
+        "set",
+        strings::setex,
+    ),
+    row(
+        "psetex",
+        4,
+        WRITE_SLOW,
+        ONE_KEY,
+        "string",
+        "set",
+        strings::psetex,
+    ),
+    row(
+        "getex",
+        -2,
+        DELETE,
+        ONE_KEY,
+        "string",
+        "get",
+        strings::getex,
+    ),
+    row(
+        "getdel",
+        2,
+        DELETE,
+        ONE_KEY,
+        "string",
+        "get",
+        strings::getdel,
+    ),
+    row(
+        "getset",
+        3,
+        WRITE,
+        ONE_KEY,
+        "string",
+        "set",
+        strings::getset,
+    ),
+    row(
+        "msetnx",
+        -3,
+        WRITE_SLOW,
+        PAIRS,
+        "string",
+        "add",
+        strings::msetnx,
+    ),
+    row(
+        "append",
+        3,
+        WRITE,
+        ONE_KEY,
+        "string",
+        "append",
+        ranges::append,
+    ),
+    row(
+        "strlen",
+        2,
+        READ,
+        ONE_KEY,
+        "string",
+        "other",
+        ranges::strlen,
+    ),
+    row(
+        "getrange",
+        4,
+        READ_SLOW,
+        ONE_KEY,
+        "string",
+        "get",
+        ranges::getrange,
+    ),
+    row(
+        "substr",
+        4,
+        READ_SLOW,
+        ONE_KEY,
+        "string",
+        "get",
+        ranges::getrange,
+    ),
+    row(
+        "setrange",
+        4,
+        WRITE_SLOW,
+        ONE_KEY,
+        "string",
+        "set",
+        ranges::setrange,
+    ),
+    row(
+        "type",
+        2,
+        READ,
+        ONE_KEY,
+        "keyspace",
+        "other",
+        keyspace::type_,
+    ),
+    row(
+        "rename",
+        3,
+        WRITE_SLOW,
+        (1, 2, 1),
+        "keyspace",
+        "other",
+        keyspace::rename,
+    ),
+    row(
+        "renamenx",
+        3,
+        WRITE,
+        (1, 2, 1),
+        "keyspace",
+        "other",
+        keyspace::renamenx,
+    ),
+    row(
+        "scan",
+        -2,
+        READ_SLOW,
+        NO_KEYS,
+        "keyspace",
+        "other",
+        keyspace::scan,
+    ),
+    row(
+        "keys",
+        2,
+        READ_SLOW,
+        NO_KEYS,
+        "keyspace",
+        "other",
+        keyspace::keys,
+    ),
+    row(
+        "randomkey",
+        1,
+        READ_SLOW,
+        NO_KEYS,
+        "keyspace",
+        "other",
+        keyspace::randomkey,
+    ),
+    row(
+        "dbsize",
+        1,
+        READ,
+        NO_KEYS,
+        "keyspace",
+        "other",
+        keyspace::dbsize,
+    ),
+    row(
+        "flushdb",
+        -1,
+        &["write"],
+        NO_KEYS,
+        "keyspace",
+        "flush",
+        keyspace::flush,
+    ),
+    row(
+        "flushall",
+        -1,
+        &["write"],
+        NO_KEYS,
+        "keyspace",
+        "flush",
+        keyspace::flush,
+    ),
+    row(
+        "echo",
+        2,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::echo,
+    ),
+    row(
+        "hello",
+        -1,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::hello,
+    ),
+    row(
+        "auth",
+        -2,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::auth,
+    ),
+    row(
+        "select",
+        2,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::select,
+    ),
+    row(
+        "quit",
+        -1,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::quit,
+    ),
+    row(
+        "reset",
+        1,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::reset,
+    ),
+    row(
+        "client",
+        -2,
+        CONNECTION,
+        NO_KEYS,
+        "connection",
+        "other",
+        connection::client,
+    ),
+    row(
+        "time",
+        1,
+        CONNECTION,
+        NO_KEYS,
+        "server",
+        "other",
+        connection::time,
+    ),
+    row(
+        "shutdown",
+        -1,
+        ADMIN,
+        NO_KEYS,
+        "server",
+        "other",
+        connection::shutdown,
+    ),
+    row(
+        "info",
+        -1,
+        &["loading", "stale"],
+        NO_KEYS,
+        "server",
+        "stats",
+        server::info,
+    ),
+    row(
+        "config",
+        -2,
+        ADMIN,
+        NO_KEYS,
+        "server",
+        "other",
+        server::config,
+    ),
+    row(
+        "command",
+        -1,
+        &["loading", "stale"],
+        NO_KEYS,
+        "server",
+        "other",
+        server::command,
+    ),
+    row(
+        "lastsave",
+        1,
+        CONNECTION,
+        NO_KEYS,
+        "server",
+        "other",
+        server::lastsave,
+    ),
+    row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save),
+    row(
+        "bgsave",
+        -1,
+        ADMIN,
+        NO_KEYS,
+        "server",
+        "other",
+        server::save,
+    ),
+];
+
+/// The table entry for a command name in any case, or `None`.
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
+    let mut buf = [0u8; COMMAND_NAME_LEN_MAX];
+    let lower = lowercase_name(name, &mut buf)?;
+    COMMANDS
+        .iter()
+        .find(|command| command.name.as_bytes() == lower)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_lower_case_and_short() {
+        for (index, command) in COMMANDS.iter().enumerate() {
+            assert!(command.name.len() <= COMMAND_NAME_LEN_MAX);
+            assert_eq!(command.name, command.name.to_ascii_lowercase());
+            assert!(COMMANDS[..index].iter().all(|c| c.name != command.name));
+            assert_ne!(command.arity, 0);
+        }
+    }
+
+    #[test]
+    fn stats_slots_match_names() {
+        assert_eq!(COMMAND_NAMES[lookup(b"GET").unwrap().stat], "get");
+        assert_eq!(COMMAND_NAMES[lookup(b"set").unwrap().stat], "set");
+        assert_eq!(COMMAND_NAMES[lookup(b"DeL").unwrap().stat], "delete");
+        assert_eq!(COMMAND_NAMES[lookup(b"ping").unwrap().stat], "other");
+        assert!(lookup(b"lpush").is_none());
+        assert!(lookup(&[b'g'; 40]).is_none());
+    }
+
+    #[test]
+    fn arity() {
+        let get = lookup(b"get").unwrap();
+        assert!(get.arity_ok(2) && !get.arity_ok(1) && !get.arity_ok(3));
+        let set = lookup(b"set").unwrap();
+        assert!(set.arity_ok(3) && set.arity_ok(9) && !set.arity_ok(2));
+    }
+}

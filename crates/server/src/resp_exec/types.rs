@@ -1,0 +1,178 @@
+//! Commands strata does not execute.
+//!
+//! Redis data-type commands (lists, hashes, sets, sorted sets, streams, HyperLogLog, geo) on a
+//! key that exists answer `-WRONGTYPE`, which is true: the key holds a string. Every other
+//! unknown command, including a data-type command on a missing key (Redis would create the
+//! value, strata cannot), answers Redis 7.0's `-ERR unknown command '<name>', with args
+//! beginning with: ...`, which client libraries already report clearly.
+
+use strata_protocol::resp::{errors, lowercase_name, Args, COMMAND_NAME_LEN_MAX};
+
+use super::State;
+use crate::context::ServerContext;
+
+/// Redis 7.0 commands whose first argument is a key of a type strata does not store.
+const DATA_TYPE_COMMANDS: &[&str] = &[
+    // Lists.
+    "lpush",
+    "rpush",
+    "lpushx",
+    "rpushx",
+    "lpop",
+    "rpop",
+    "llen",
+    "lrange",
+    "lindex",
+    "lset",
+    "linsert",
+    "lrem",
+    "ltrim",
+    "lpos",
+    "lmove",
+    "blmove",
+    "rpoplpush",
+    "brpoplpush",
+    "blpop",
+    "brpop",
+    "lmpop",
+    "blmpop",
+    // Hashes.
+    "hset",
+    "hsetnx",
+    "hget",
+    "hmset",
+    "hmget",
+    "hdel",
+    "hlen",
+    "hstrlen",
+    "hexists",
+    "hkeys",
+    "hvals",
+    "hgetall",
+    "hincrby",
+    "hincrbyfloat",
+    "hrandfield",
+    "hscan",
+    // Sets.
+    "sadd",
+    "srem",
+    "smembers",
+    "sismember",
+    "smismember",
+    "scard",
+    "spop",
+    "srandmember",
+    "smove",
+    "sinter",
+    "sintercard",
+    "sinterstore",
+    "sunion",
+    "sunionstore",
+    "sdiff",
+    "sdiffstore",
+    "sscan",
+    // Sorted sets.
+    "zadd",
+    "zincrby",
+    "zrem",
+    "zcard",
+    "zcount",
+    "zscore",
+    "zmscore",
+    "zrank",
+    "zrevrank",
+    "zrange",
+    "zrangestore",
+    "zrevrange",
+    "zrangebyscore",
+    "zrevrangebyscore",
+    "zrangebylex",
+    "zrevrangebylex",
+    "zlexcount",
+    "zremrangebyrank",
+    "zremrangebyscore",
+    "zremrangebylex",
+    "zpopmin",
+    "zpopmax",
+    "bzpopmin",
+    "bzpopmax",
+    "zrandmember",
+    "zunion",
+    "zunionstore",
+    "zinter",
+    "zinterstore",
+    "zintercard",
+    "zdiff",
+    "zdiffstore",
+    "zscan",
+    "zmpop",
+    "bzmpop",
+    // Streams.
+    "xadd",
+    "xlen",
+    "xrange",
+    "xrevrange",
+    "xread",
+    "xreadgroup",
+    "xdel",
+    "xtrim",
+    "xack",
+    "xpending",
+    "xclaim",
+    "xautoclaim",
+    "xinfo",
+    "xgroup",
+    "xsetid",
+    // HyperLogLog and geo.
+    "pfadd",
+    "pfcount",
+    "pfmerge",
+    "geoadd",
+    "geodist",
+    "geohash",
+    "geopos",
+    "georadius",
+    "georadiusbymember",
+    "geosearch",
+    "geosearchstore",
+];
+
+/// Answers a command that is not in the table: `-WRONGTYPE` for a data-type command on an
+/// existing key, else Redis's unknown-command error.
+pub(crate) fn unknown(
+    _: &State,
+    ctx: &ServerContext,
+    input: &[u8],
+    args: &Args,
+    out: &mut Vec<u8>,
+) {
+    let name = args.arg(input, 0);
+    if args.len() >= 2 && is_data_type_command(name) && ctx.engine.contains(args.arg(input, 1)) {
+        out.extend_from_slice(errors::ERR_WRONGTYPE);
+        return;
+    }
+    errors::unknown_command(out, name, args.iter(input).skip(1));
+}
+
+fn is_data_type_command(name: &[u8]) -> bool {
+    let mut buf = [0u8; COMMAND_NAME_LEN_MAX];
+    lowercase_name(name, &mut buf)
+        .is_some_and(|lower| DATA_TYPE_COMMANDS.iter().any(|c| c.as_bytes() == lower))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_type_names_are_known_to_redis_not_to_strata() {
+        for name in DATA_TYPE_COMMANDS {
+            assert!(
+                super::super::table::lookup(name.as_bytes()).is_none(),
+                "{name}"
+            );
+            assert!(is_data_type_command(name.to_ascii_uppercase().as_bytes()));
+        }
+        assert!(!is_data_type_command(b"get"));
+    }
+}
