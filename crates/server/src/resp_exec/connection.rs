@@ -43,12 +43,19 @@ pub(crate) fn reset(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
 
 /// `SELECT index`: only database 0 exists.
 pub(crate) fn select(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    match parse_i64(call.arg(1)).and_then(|index| i32::try_from(index).ok()) {
+    match parse_i64(call.arg(1)).map(i32::try_from) {
         None => out.extend_from_slice(errors::ERR_NOT_INTEGER),
-        Some(0) => {
+        // Redis's getIntFromObjectOrReply wording, typo included.
+        Some(Err(_)) => {
+            encode::error(
+                out,
+                b"ERR value is out of range, value must between -2147483648 and 2147483647",
+            );
+        }
+        Some(Ok(0)) => {
             encode::ok(out);
         }
-        Some(_) => out.extend_from_slice(errors::ERR_DB_INDEX),
+        Some(Ok(_)) => out.extend_from_slice(errors::ERR_DB_INDEX),
     }
 }
 
@@ -163,7 +170,7 @@ pub(crate) fn hello(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         encode::error(
             out,
             b"NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the \
+HELLO AUTH <user> <pass> option can be used to authenticate the client and select the \
 RESP protocol version at the same time",
         );
         return;
@@ -263,7 +270,7 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         if set_name(state, call.arg(2), out) {
             encode::ok(out);
         }
-    } else if (name_eq(sub, b"info") && arity(2)) || (name_eq(sub, b"list") && len >= 2) {
+    } else if (name_eq(sub, b"info") || name_eq(sub, b"list")) && arity(2) {
         let command = if name_eq(sub, b"info") {
             "info"
         } else {
@@ -277,6 +284,9 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         on_off(call.arg(2), out);
     } else if name_eq(sub, b"reply") && arity(3) {
         client_reply(state, call.arg(2), out);
+    } else if name_eq(sub, b"list") {
+        // Filters (TYPE, ID) select among connections, which a session cannot see.
+        out.extend_from_slice(errors::ERR_SYNTAX);
     } else if name_eq(sub, b"kill") && len >= 3 {
         encode::error(out, b"ERR No such client");
     } else {

@@ -21,6 +21,11 @@ const KEYS_SCAN_COUNT: usize = 1024;
 /// SCAN's default COUNT, as in Redis.
 const SCAN_COUNT_DEFAULT: usize = 10;
 
+/// Most engine scan steps one SCAN takes while it has found fewer than COUNT keys. The engine's
+/// index is sized for the configured memory, not for the keys present, so a sparse cache would
+/// otherwise need one round trip per few empty buckets; this bounds the work of one call.
+const SCAN_STEPS_MAX: usize = 1024;
+
 /// `DEL key [key ...]` and `UNLINK key [key ...]`: how many existed.
 pub(crate) fn del(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mut deleted = 0;
@@ -196,17 +201,24 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     };
     let keys = &mut state.scratch;
     keys.clear();
-    let mut found = 0usize;
-    let next = call.engine().scan(cursor, options.count, &mut |key| {
-        let matches = match options.pattern {
-            None => true,
-            Some(pattern) => glob_match(pattern, key, false),
-        };
-        if options.strings_only && matches {
-            encode::bulk(keys, key);
-            found += 1;
+    let (mut found, mut visited) = (0usize, 0usize);
+    let mut next = cursor;
+    for _ in 0..SCAN_STEPS_MAX {
+        next = call.engine().scan(next, options.count, &mut |key| {
+            visited += 1;
+            let matches = match options.pattern {
+                None => true,
+                Some(pattern) => glob_match(pattern, key, false),
+            };
+            if options.strings_only && matches {
+                encode::bulk(keys, key);
+                found += 1;
+            }
+        });
+        if next == 0 || visited >= options.count {
+            break;
         }
-    });
+    }
     encode::array_len(out, 2);
     encode::bulk(out, next.to_string().as_bytes());
     encode::array_len(out, found);

@@ -266,8 +266,10 @@ pub(crate) fn config(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             config_get(state, call, out);
         }
     } else if name_eq(sub, b"set") {
-        if call.len() < 4 || !call.len().is_multiple_of(2) {
+        if call.len() < 4 {
             errors::wrong_args(out, b"config|set");
+        } else if !call.len().is_multiple_of(2) {
+            out.extend_from_slice(errors::ERR_SYNTAX);
         } else {
             config_set(call, out);
         }
@@ -348,9 +350,11 @@ pub(crate) fn command(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         for command in COMMANDS {
             encode::bulk(out, command.name.as_bytes());
         }
-    } else if name_eq(sub, b"count") || name_eq(sub, b"list") {
-        let name = format!("command|{}", String::from_utf8_lossy(sub).to_lowercase());
-        errors::wrong_args(out, name.as_bytes());
+    } else if name_eq(sub, b"count") {
+        errors::wrong_args(out, b"command|count");
+    } else if name_eq(sub, b"list") {
+        // FILTERBY needs module and ACL data strata does not have.
+        out.extend_from_slice(errors::ERR_SYNTAX);
     } else {
         errors::unknown_subcommand(out, b"command", sub);
     }

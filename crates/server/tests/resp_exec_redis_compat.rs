@@ -1,0 +1,878 @@
+//! Differential test: the same command scripts go to a real redis-server 7.0.15 over TCP and
+//! to a `RespSession` over a real engine, and every reply where strata claims compatibility
+//! must be byte-identical.
+//!
+//! Steps that legitimately differ are not compared: anything with time, ids or addresses
+//! (TIME, CLIENT LIST, INFO beyond keyspace), Redis features strata leaves out on purpose
+//! (16 databases, data types, RDB), and key order (SCAN and KEYS are compared as sets).
+//!
+//! Needs `/usr/bin/redis-server` (Debian `redis-server`); without it the test fails and says
+//! how to install it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strata_engine::{Engine, EngineConfig};
+use strata_protocol::resp::{encode_command, parse_reply, Reply, ReplyError};
+use strata_server::context::{ServerContext, Session, Settings};
+use strata_server::resp_exec::RespSession;
+
+/// How long redis-server may take to accept connections.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one reply may take.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A redis-server child process on a free loopback port, killed on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let binary = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+            .into_iter()
+            .find(|path| Path::new(path).exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "redis-server not found: this differential test needs Redis 7.0.15. Run the \
+                     README's setup (`apt-get install -y redis-server redis-tools`)."
+                )
+            });
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let child = Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--dir", &std::env::temp_dir().display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn connect(&self) -> RedisClient {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to redis");
+        stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        RedisClient {
+            stream,
+            buffer: Vec::new(),
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain socket to redis-server.
+struct RedisClient {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl RedisClient {
+    /// Sends `request` and returns the bytes of the next `replies` replies, plus whether the
+    /// server then closed the connection (checked only when `closes_expected`).
+    fn call(&mut self, request: &[u8], replies: usize, closes_expected: bool) -> (Vec<u8>, bool) {
+        self.stream.write_all(request).expect("write to redis");
+        let mut out = Vec::new();
+        for _ in 0..replies {
+            loop {
+                match parse_reply(&self.buffer) {
+                    Ok((_, len)) => {
+                        out.extend(self.buffer.drain(..len));
+                        break;
+                    }
+                    Err(ReplyError::Incomplete) => self.fill(),
+                    Err(error) => panic!("redis sent invalid RESP: {error}"),
+                }
+            }
+        }
+        let closed = closes_expected && {
+            let mut byte = [0u8; 1];
+            matches!(self.stream.read(&mut byte), Ok(0))
+        };
+        (out, closed)
+    }
+
+    fn fill(&mut self) {
+        let mut chunk = [0u8; 64 * 1024];
+        let len = self.stream.read(&mut chunk).expect("read from redis");
+        assert!(len > 0, "redis closed the connection");
+        self.buffer.extend_from_slice(&chunk[..len]);
+    }
+}
+
+/// The strata side: a session over a real engine.
+struct Strata {
+    ctx: ServerContext,
+    session: RespSession,
+}
+
+impl Strata {
+    fn new(settings: Settings) -> Strata {
+        let engine = Engine::open(EngineConfig::default()).expect("DRAM engine");
+        let ctx = ServerContext::new(Arc::new(engine), settings);
+        let session = RespSession::new(ctx.next_client_id());
+        Strata { ctx, session }
+    }
+
+    fn reconnect(&mut self) {
+        self.session = RespSession::new(self.ctx.next_client_id());
+    }
+
+    fn call(&mut self, request: &[u8]) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let processed = self.session.process(request, &self.ctx, &mut out);
+        assert_eq!(
+            processed.consumed,
+            request.len(),
+            "strata left input unparsed"
+        );
+        (out, processed.close)
+    }
+}
+
+/// How a step's replies are compared.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Compare {
+    /// Byte for byte.
+    Exact,
+    /// Both are arrays with the same elements in any order (KEYS).
+    Unordered,
+    /// Not compared (setup whose reply legitimately differs).
+    Skip,
+}
+
+/// Splits a script line into arguments: space separated, `""` is an empty argument.
+fn request(line: &str) -> Vec<u8> {
+    let args: Vec<&[u8]> = line
+        .split(' ')
+        .map(|arg| {
+            if arg == "\"\"" {
+                &b""[..]
+            } else {
+                arg.as_bytes()
+            }
+        })
+        .collect();
+    let mut out = Vec::new();
+    encode_command(&mut out, &args);
+    out
+}
+
+fn sorted_elements(bytes: &[u8]) -> Vec<String> {
+    match parse_reply(bytes) {
+        Ok((Reply::Array(items), _)) => {
+            let mut items: Vec<String> = items.iter().map(|item| format!("{item:?}")).collect();
+            items.sort();
+            items
+        }
+        other => vec![format!("not an array: {other:?}")],
+    }
+}
+
+/// Runs a script on both sides and returns a description of every mismatch.
+struct Differ {
+    redis: RedisClient,
+    strata: Strata,
+    mismatches: Vec<String>,
+    steps: usize,
+}
+
+impl Differ {
+    fn step_bytes(&mut self, label: &str, bytes: &[u8], compare: Compare, closes: bool) {
+        let (redis, redis_closed) = self.redis.call(bytes, 1, closes);
+        let (strata, strata_closed) = self.strata.call(bytes);
+        self.steps += 1;
+        let same = match compare {
+            Compare::Exact => redis == strata,
+            Compare::Unordered => sorted_elements(&redis) == sorted_elements(&strata),
+            Compare::Skip => true,
+        };
+        if !same || redis_closed != strata_closed {
+            self.mismatches.push(format!(
+                "{label}\n    redis:  {} (closed: {redis_closed})\n    strata: {} (closed: \
+                 {strata_closed})",
+                redis.escape_ascii(),
+                strata.escape_ascii()
+            ));
+        }
+    }
+
+    fn exact(&mut self, lines: &[&str]) {
+        for line in lines {
+            self.step_bytes(line, &request(line), Compare::Exact, false);
+        }
+    }
+
+    fn unordered(&mut self, line: &str) {
+        self.step_bytes(line, &request(line), Compare::Unordered, false);
+    }
+
+    fn skip(&mut self, line: &str) {
+        self.step_bytes(line, &request(line), Compare::Skip, false);
+    }
+
+    /// Walks SCAN to the end on both sides with `options` and compares the key sets.
+    fn scan_all(&mut self, options: &str) {
+        let redis = scan_keys(options, |bytes| self.redis.call(bytes, 1, false).0);
+        let strata = scan_keys(options, |bytes| self.strata.call(bytes).0);
+        self.steps += 1;
+        if redis != strata {
+            self.mismatches
+                .push(format!("SCAN {options}: redis {redis:?} strata {strata:?}"));
+        }
+    }
+
+    fn finish(self, name: &str) {
+        assert!(
+            self.mismatches.is_empty(),
+            "{name}: {} of {} steps differ from redis-server:\n{}",
+            self.mismatches.len(),
+            self.steps,
+            self.mismatches.join("\n")
+        );
+    }
+}
+
+/// Keys a full SCAN iteration returns, sorted and deduplicated.
+fn scan_keys(options: &str, mut call: impl FnMut(&[u8]) -> Vec<u8>) -> Vec<Vec<u8>> {
+    const SCAN_CALLS_MAX: usize = 100_000;
+    let mut cursor = b"0".to_vec();
+    let mut keys = Vec::new();
+    for _ in 0..SCAN_CALLS_MAX {
+        let line = format!("SCAN {} {options}", String::from_utf8_lossy(&cursor));
+        let reply = call(&request(line.trim_end()));
+        let Ok((Reply::Array(parts), _)) = parse_reply(&reply) else {
+            panic!("SCAN reply is not an array: {}", reply.escape_ascii());
+        };
+        let [Reply::Bulk(next), Reply::Array(batch)] = &parts[..] else {
+            panic!("SCAN reply shape: {parts:?}");
+        };
+        keys.extend(batch.iter().map(|key| match key {
+            Reply::Bulk(key) => key.clone(),
+            other => panic!("SCAN key: {other:?}"),
+        }));
+        if next == b"0" {
+            keys.sort();
+            keys.dedup();
+            return keys;
+        }
+        cursor.clone_from(next);
+    }
+    panic!("SCAN did not finish");
+}
+
+fn differ(server: &RedisServer, settings: Settings) -> Differ {
+    Differ {
+        redis: server.connect(),
+        strata: Strata::new(settings),
+        mismatches: Vec::new(),
+        steps: 0,
+    }
+}
+
+#[test]
+fn strings_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "PING",
+        "PING hello",
+        "PING a b",
+        "ECHO hi",
+        "ECHO",
+        "GET k",
+        "GET",
+        "GET a b",
+        "SET k v",
+        "GET k",
+        "set k V2",
+        "gEt k",
+        "SET k",
+        "SET k v NX",
+        "SET k v XX",
+        "SET nk v XX",
+        "GET nk",
+        "SET k v NX XX",
+        "SET k v XX NX",
+        "SET k v FOO",
+        "SET k v EX",
+        "SET k v EX 10 PX 20",
+        "SET k v KEEPTTL EX 1",
+        "SET k v PX 100 KEEPTTL",
+        "SET k v PERSIST",
+        "SET k v EX 0",
+        "SET k v EX -1",
+        "SET k v PX 0",
+        "SET k v EX abc",
+        "SET k v EX abc FOO",
+        "SET k v PX 9223372036854775807",
+        "SET k v EX 9223372036854775",
+        "SET k v EXAT 0",
+        "SET k v EXAT 1",
+        "GET k",
+        "SET k v1 NX GET",
+        "SET k v2 NX GET",
+        "SET k v3 XX GET",
+        "SET k v4 GET",
+        "SET nk2 v XX GET",
+        "SET k v GET GET",
+        "SET k v NX NX",
+        "SET k v KEEPTTL KEEPTTL",
+        "SET k v EX 100",
+        "TTL k",
+        "SET k v EX 10 EX 100",
+        "TTL k",
+        "SET k v2 KEEPTTL",
+        "TTL k",
+        "SET k v EXAT 4000000000",
+        "EXPIRETIME k",
+        "PEXPIRETIME k",
+        "SET k v PXAT 4000000000123",
+        "PEXPIRETIME k",
+        "EXPIRETIME k",
+        "SET k v",
+        "TTL k",
+        "GETEX k",
+        "GETEX missing",
+        "GETEX missing EX 10",
+        "GETEX k FOO",
+        "GETEX k PERSIST EX 1",
+        "GETEX k EX 1 PERSIST",
+        "GETEX k NX",
+        "GETEX k KEEPTTL",
+        "GETEX k EX 0",
+        "GETEX k EX abc",
+        "GETEX k EXAT 4000000000",
+        "EXPIRETIME k",
+        "GETEX k PERSIST",
+        "TTL k",
+        "GETEX k PXAT 1 PXAT 2",
+        "GET k",
+        "SET k v",
+        "GETDEL k",
+        "GETDEL k",
+        "GETDEL",
+        "GETSET k a",
+        "GETSET k b",
+        "GET k",
+        "SET k v EX 100",
+        "GETSET k c",
+        "TTL k",
+        "SETNX k x",
+        "SETNX k2 x",
+        "GET k2",
+        "SETEX k3 100 v",
+        "TTL k3",
+        "SETEX k3 0 v",
+        "SETEX k3 -5 v",
+        "SETEX k3 abc v",
+        "SETEX k3 100",
+        "PSETEX k3 100000 v",
+        "TTL k3",
+        "PSETEX k3 -5 v",
+        "PSETEX k3 0 v",
+        "MSET a 1 b 2 c 3",
+        "MSET a",
+        "MSET a 1 b",
+        "MGET a b c nope",
+        "MGET",
+        "MSETNX a 1 z 2",
+        "MSETNX y 1 z 2",
+        "MSETNX a 1 b",
+        "MGET y z",
+    ]);
+    d.finish("strings");
+}
+
+#[test]
+fn ranges_and_counters_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "APPEND s Hello",
+        "APPEND s _World",
+        "GET s",
+        "STRLEN s",
+        "STRLEN nope",
+        "APPEND s",
+        "SET h Hello_World",
+        "GETRANGE h 0 3",
+        "GETRANGE h -3 -1",
+        "GETRANGE h 0 -1",
+        "GETRANGE h 10 100",
+        "GETRANGE h 5 3",
+        "GETRANGE h -1 -5",
+        "GETRANGE h -100 -50",
+        "GETRANGE h 11 20",
+        "GETRANGE h -100 100",
+        "GETRANGE h -9223372036854775808 9223372036854775807",
+        "GETRANGE h x 1",
+        "GETRANGE h 1 x",
+        "GETRANGE nope 0 10",
+        "GETRANGE h 0",
+        "SUBSTR h 0 4",
+        "SETRANGE h 6 Redis",
+        "GET h",
+        "SETRANGE h 20 pad",
+        "GET h",
+        "SETRANGE new 3 x",
+        "GET new",
+        "SETRANGE new2 0 \"\"",
+        "EXISTS new2",
+        "SETRANGE h 1 \"\"",
+        "SETRANGE h -1 x",
+        "SETRANGE h x y",
+        "SETRANGE h 536870911 xx",
+        "SETRANGE h 536870912 \"\"",
+        "INCR n",
+        "INCR n",
+        "INCRBY n 10",
+        "INCRBY n -20",
+        "DECR n",
+        "DECRBY n 5",
+        "DECRBY n -5",
+        "GET n",
+        "INCRBY n abc",
+        "INCRBY n 1.5",
+        "INCRBY n ''",
+        "DECRBY n -9223372036854775808",
+        "SET n 9223372036854775807",
+        "INCR n",
+        "INCRBY n 1",
+        "DECR n",
+        "SET n -9223372036854775808",
+        "DECR n",
+        "INCRBY n -1",
+        "SET n 007",
+        "INCR n",
+        "SET n \"\"",
+        "INCR n",
+        "SET n 12345678901234567890",
+        "INCR n",
+        "SET n abc",
+        "INCR n",
+        "DECR n",
+        "INCRBYFLOAT n 1",
+        "SET f 10.50",
+        "INCRBYFLOAT f 0.1",
+        "SET f 5.0e3",
+        "INCRBYFLOAT f 2.0e2",
+        "INCRBYFLOAT f -5200",
+        "INCRBYFLOAT f 1.5",
+        "INCRBYFLOAT f -3",
+        "INCRBYFLOAT f inf",
+        "INCRBYFLOAT f -inf",
+        "INCRBYFLOAT f abc",
+        "INCRBYFLOAT f \"\"",
+        "INCRBYFLOAT f",
+        "INCRBYFLOAT newf 3.0e0",
+        "INCRBYFLOAT newf2 -0.5",
+        "INCRBYFLOAT newf2 0.5",
+        "SET i 3",
+        "INCRBYFLOAT i 1",
+        "INCR i",
+        "SET e 1e3",
+        "INCR e",
+        "INCRBYFLOAT e 24",
+        "SET k v EX 100",
+        "INCR k",
+        "SET c 1 EX 100",
+        "INCR c",
+        "TTL c",
+        "APPEND c 0",
+        "TTL c",
+    ]);
+    d.finish("ranges and counters");
+}
+
+#[test]
+fn keyspace_and_expiry_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "DBSIZE",
+        "INFO keyspace",
+        "RANDOMKEY",
+        "SET only 1",
+        "RANDOMKEY",
+        "INFO keyspace",
+        "SET a 1",
+        "SET b 2",
+        "DEL a a c",
+        "DEL",
+        "EXISTS a b b b",
+        "EXISTS",
+        "UNLINK b nope",
+        "UNLINK",
+        "TYPE only",
+        "TYPE nope",
+        "TYPE",
+        "RENAME nope x",
+        "RENAME only only",
+        "RENAME only moved",
+        "GET only",
+        "GET moved",
+        "RENAME moved",
+        "SET t v EXAT 4000000000",
+        "RENAME t t2",
+        "EXPIRETIME t2",
+        "RENAMENX nope x",
+        "SET r1 1",
+        "SET r2 2",
+        "RENAMENX r1 r2",
+        "RENAMENX r1 r1",
+        "RENAMENX r1 r3",
+        "GET r3",
+        "SET k v",
+        "EXPIRE k 100 NX XX",
+        "EXPIRE k 100 NX GT",
+        "EXPIRE k 100 GT LT",
+        "EXPIRE k 100 FOO",
+        "EXPIRE k abc FOO",
+        "EXPIRE k abc",
+        "EXPIRE k 9223372036854775807",
+        "EXPIRE k -9223372036854775808",
+        "PEXPIRE k 9223372036854775807",
+        "EXPIRE k",
+        "EXPIRE nope 100",
+        "EXPIRE k 100 XX",
+        "EXPIRE k 100 GT",
+        "EXPIRE k 100 LT",
+        "TTL k",
+        "EXPIRE k 50 NX",
+        "EXPIRE k 200 GT",
+        "TTL k",
+        "EXPIRE k 100 lt",
+        "TTL k",
+        "EXPIRE k 300 LT",
+        "EXPIRE k 10 gt",
+        "TTL k",
+        "PERSIST k",
+        "PERSIST k",
+        "PERSIST nope",
+        "TTL k",
+        "PTTL k",
+        "EXPIRETIME k",
+        "PEXPIRETIME k",
+        "TTL nope",
+        "PTTL nope",
+        "EXPIRETIME nope",
+        "PEXPIRETIME nope",
+        "EXPIRETIME k x",
+        "EXPIREAT k 4000000000",
+        "EXPIRETIME k",
+        "PEXPIREAT k 4000000000500",
+        "PEXPIRETIME k",
+        "EXPIRETIME k",
+        "PEXPIREAT k 4000000000499",
+        "EXPIRETIME k",
+        "EXPIREAT k 1",
+        "EXISTS k",
+        "SET k v",
+        "EXPIRE k 0",
+        "EXISTS k",
+        "SET k v",
+        "EXPIRE k -1",
+        "EXISTS k",
+        "SET k v",
+        "PEXPIRE k -100 XX",
+        "EXISTS k",
+        "PEXPIRE k -100",
+        "EXISTS k",
+        "SET lk 1",
+        "LPUSH lk x",
+        "HGET lk f",
+        "SADD lk m",
+        "ZADD lk 1 m",
+        "XADD lk * f v",
+        "FOO",
+        "FOO bar baz",
+        "foo \"\"",
+        "BITCOUNTX lk",
+        "FLUSHALL FOO",
+        "FLUSHALL SYNC ASYNC",
+        "FLUSHDB async",
+        "DBSIZE",
+        "FLUSHALL SYNC",
+        "DBSIZE x",
+    ]);
+    let long_arg = "x".repeat(200);
+    d.exact(&[
+        &format!("NOPE {long_arg} b"),
+        &format!("{long_arg} a"),
+        "NOPE aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb c",
+    ]);
+    d.exact(&["MSET ka 1 kb 2 kc 3 other 4 k?x 5"]);
+    d.unordered("KEYS *");
+    d.unordered("KEYS k*");
+    d.unordered("KEYS k?");
+    d.unordered("KEYS k[ab]");
+    d.unordered("KEYS k\\?x");
+    d.unordered("KEYS nomatch*");
+    d.exact(&[
+        "KEYS",
+        "SCAN x",
+        "SCAN 0 COUNT 0",
+        "SCAN 0 COUNT x",
+        "SCAN 0 FOO",
+    ]);
+    d.exact(&[
+        "SCAN 0 MATCH",
+        "SCAN 18446744073709551616",
+        "SCAN",
+        "SCAN 0 TYPE",
+    ]);
+    d.scan_all("");
+    d.scan_all("MATCH k*");
+    d.scan_all("MATCH k* COUNT 1");
+    d.scan_all("COUNT 1000");
+    d.scan_all("TYPE string");
+    d.scan_all("TYPE list");
+    d.scan_all("MATCH nomatch* TYPE string");
+    d.finish("keyspace");
+}
+
+#[test]
+fn connection_and_server_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "SELECT 0",
+        "SELECT -1",
+        "SELECT x",
+        "SELECT 99999999999",
+        "SELECT",
+        "AUTH x",
+        "AUTH a b",
+        "AUTH default anything",
+        "AUTH a b c",
+        "AUTH",
+        "HELLO 4",
+        "HELLO 1",
+        "HELLO x",
+        "HELLO 3 BOGUS",
+        "HELLO 2 AUTH default",
+        "HELLO 2 SETNAME",
+        "HELLO 3 AUTH nouser x",
+        "CLIENT GETNAME",
+        "CLIENT SETNAME ab",
+        "CLIENT GETNAME",
+        "CLIENT SETNAME \"\"",
+        "CLIENT GETNAME",
+        "CLIENT SETNAME a\tb",
+        "CLIENT SETNAME",
+        "CLIENT GETNAME x",
+        "CLIENT ID x",
+        "CLIENT INFO x",
+        "CLIENT LIST x",
+        "CLIENT FOO",
+        "CLIENT",
+        "CLIENT NO-EVICT on",
+        "CLIENT NO-EVICT OFF",
+        "CLIENT NO-EVICT maybe",
+        "CLIENT REPLY FOO",
+        "CLIENT REPLY ON",
+        "CLIENT KILL 1.2.3.4:5",
+        "TIME x",
+        "SHUTDOWN FOO",
+        "SHUTDOWN ABORT",
+        "SHUTDOWN NOSAVE ABORT",
+        "SHUTDOWN SAVE NOSAVE",
+        "CONFIG",
+        "CONFIG FOO",
+        "CONFIG GET",
+        "CONFIG GET save",
+        "CONFIG GET appendonly",
+        "CONFIG GET nosuchparam",
+        "CONFIG GET requirepass",
+        "CONFIG SET",
+        "CONFIG SET maxmemory",
+        "CONFIG SET foo bar",
+        "CONFIG SET save \"\"",
+        "CONFIG SET appendonly no",
+        "CONFIG SET save \"\" foo",
+        "CONFIG RESETSTAT",
+        "CONFIG RESETSTAT x",
+        "COMMAND FOO",
+        "COMMAND COUNT x",
+        "COMMAND LIST x",
+        "COMMAND DOCS nosuch",
+        "COMMAND INFO nosuch",
+        "LASTSAVE x",
+    ]);
+    d.skip("TIME");
+    d.skip("CLIENT ID");
+    d.skip("HELLO 2 SETNAME myname");
+    d.exact(&["CLIENT GETNAME"]);
+    // Inline requests and empty multibulks, as redis-cli and telnet users send them.
+    for raw in [
+        &b"PING\r\n"[..],
+        b"SET inl \"a b\"\r\n",
+        b"GET inl\r\n",
+        b"*0\r\nPING\r\n",
+        b"\r\nECHO x\n",
+        b"*-1\r\nGET inl\r\n",
+        b"GET\r\n",
+    ] {
+        d.step_bytes(&raw.escape_ascii().to_string(), raw, Compare::Exact, false);
+    }
+    d.step_bytes("QUIT x", &request("QUIT x"), Compare::Exact, true);
+    d.finish("connection and server");
+}
+
+#[test]
+fn resp3_matches_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&["FLUSHALL"]);
+    // HELLO's map holds the client id, which differs; its shape is checked below.
+    let (redis, _) = d.redis.call(&request("HELLO 3"), 1, false);
+    let (strata, _) = d.strata.call(&request("HELLO 3"));
+    assert_eq!(hello_without_id(&redis), hello_without_id(&strata));
+    d.exact(&[
+        "GET nope",
+        "SET k v",
+        "GET k",
+        "MGET k nope",
+        "SET k v2 GET",
+        "SET nk v XX",
+        "SET nk2 v XX GET",
+        "GETDEL nope",
+        "GETEX nope",
+        "RANDOMKEY",
+        "CLIENT GETNAME",
+        "CONFIG GET save",
+        "CONFIG GET nosuchparam",
+        "COMMAND DOCS nosuch",
+        "INCRBYFLOAT f 1.5",
+        "TTL k",
+        "EXISTS k",
+        "SCAN 0 COUNT 0",
+        "PING",
+        "LPUSH k x",
+    ]);
+    let (redis, _) = d.redis.call(&request("HELLO 2"), 1, false);
+    let (strata, _) = d.strata.call(&request("HELLO 2"));
+    assert_eq!(hello_without_id(&redis), hello_without_id(&strata));
+    d.exact(&["GET nope", "CONFIG GET save"]);
+    d.finish("resp3");
+}
+
+/// HELLO's reply as text with the `id` value blanked out.
+fn hello_without_id(reply: &[u8]) -> String {
+    let text = reply.escape_ascii().to_string();
+    let id_at = text.find("$2\\r\\nid\\r\\n:").expect("HELLO names the id");
+    let value_start = id_at + "$2\\r\\nid\\r\\n:".len();
+    let value_end = value_start + text[value_start..].find('\\').expect("a line end");
+    format!("{}{}", &text[..value_start], &text[value_end..])
+}
+
+#[test]
+fn auth_matches_redis() {
+    let server = RedisServer::start();
+    let mut admin = server.connect();
+    let (reply, _) = admin.call(&request("CONFIG SET requirepass secret"), 1, false);
+    assert_eq!(reply, b"+OK\r\n");
+    let settings = Settings {
+        requirepass: Some("secret".to_string()),
+        ..Settings::default()
+    };
+    let mut d = differ(&server, settings);
+    d.exact(&[
+        "GET k",
+        "PING",
+        "FOO bar",
+        "GET",
+        "SET k v",
+        "AUTH wrong",
+        "AUTH default wrong",
+        "AUTH nouser secret",
+        "HELLO 3",
+        "HELLO 3 AUTH default wrong",
+        "HELLO 2 SETNAME x",
+        "CLIENT GETNAME",
+        "AUTH secret",
+        "GET k",
+        "AUTH default secret",
+        "AUTH x",
+        "SET k v",
+        "GET k",
+    ]);
+    // HELLO with credentials authenticates a fresh connection.
+    d.redis = server.connect();
+    d.strata.reconnect();
+    d.exact(&["GET k"]);
+    let (redis, _) = d
+        .redis
+        .call(&request("HELLO 2 AUTH default secret"), 1, false);
+    let (strata, _) = d.strata.call(&request("HELLO 2 AUTH default secret"));
+    assert_eq!(hello_without_id(&redis), hello_without_id(&strata));
+    d.exact(&["GET k"]);
+    // Before AUTH, Redis refuses big requests as protocol errors and closes.
+    for raw in [&b"*11\r\n"[..], b"*1\r\n$16385\r\n"] {
+        d.redis = server.connect();
+        d.strata.reconnect();
+        d.step_bytes(&raw.escape_ascii().to_string(), raw, Compare::Exact, true);
+    }
+    d.finish("auth");
+}
+
+#[test]
+fn protocol_errors_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    let cases: &[&[u8]] = &[
+        b"*abc\r\n",
+        b"*1\r\n$x\r\n",
+        b"*1\r\nx\r\n",
+        b"*1\r\n$-1\r\n",
+        b"*1\r\n$536870913\r\n",
+        b"*2147483648\r\n",
+        b"ECHO \"a\r\n",
+        b"ECHO 'a'b\r\n",
+        b"PING\r\n*1\r\n$4 \r\n",
+    ];
+    for &raw in cases {
+        d.redis = server.connect();
+        d.strata.reconnect();
+        let replies = if raw.starts_with(b"PING") { 2 } else { 1 };
+        let (redis, redis_closed) = d.redis.call(raw, replies, true);
+        let (strata, strata_closed) = d.strata.call(raw);
+        d.steps += 1;
+        if redis != strata || !redis_closed || !strata_closed {
+            d.mismatches.push(format!(
+                "{}\n    redis:  {} (closed: {redis_closed})\n    strata: {} (closed: \
+                 {strata_closed})",
+                raw.escape_ascii(),
+                redis.escape_ascii(),
+                strata.escape_ascii()
+            ));
+        }
+    }
+    d.finish("protocol errors");
+}
