@@ -250,9 +250,15 @@ pub fn write_meta_flags(out: &mut Vec<u8>, request: &MetaFlags<'_>, ret: &MetaRe
     out.len() - start
 }
 
+/// A return-flag value: `t` may be -1, the others are unsigned.
+enum FlagValue {
+    Signed(i64),
+    Unsigned(u64),
+}
+
 fn write_meta_flag(out: &mut Vec<u8>, token: &[u8], ret: &MetaReturn<'_>) {
     let Some(&letter) = token.first() else { return };
-    let value: Option<Result<i64, u64>> = match letter {
+    let value = match letter {
         b'k' => {
             if let Some(key) = ret.key {
                 out.extend_from_slice(b" k");
@@ -270,19 +276,23 @@ fn write_meta_flag(out: &mut Vec<u8>, token: &[u8], ret: &MetaReturn<'_>) {
             out.extend_from_slice(token);
             return;
         }
-        b'h' => ret.hit_before.map(|hit| Ok(i64::from(hit))),
-        b'c' => ret.cas.map(Err),
-        b'f' => ret.client_flags.map(|flags| Err(u64::from(flags))),
-        b's' => ret.size.map(|size| Err(size as u64)),
-        b't' => ret.ttl_secs.map(Ok),
-        b'l' => ret.last_access_secs.map(Err),
+        b'h' => ret
+            .hit_before
+            .map(|hit| FlagValue::Unsigned(u64::from(hit))),
+        b'c' => ret.cas.map(FlagValue::Unsigned),
+        b'f' => ret
+            .client_flags
+            .map(|flags| FlagValue::Unsigned(u64::from(flags))),
+        b's' => ret.size.map(|size| FlagValue::Unsigned(size as u64)),
+        b't' => ret.ttl_secs.map(FlagValue::Signed),
+        b'l' => ret.last_access_secs.map(FlagValue::Unsigned),
         _ => None,
     };
     if let Some(value) = value {
         out.extend_from_slice(&[b' ', letter]);
         match value {
-            Ok(signed) => write_i64(out, signed),
-            Err(unsigned) => write_u64(out, unsigned),
+            FlagValue::Signed(signed) => write_i64(out, signed),
+            FlagValue::Unsigned(unsigned) => write_u64(out, unsigned),
         };
     }
 }

@@ -16,7 +16,8 @@
 //!
 //! # What is accepted, and where it follows memcached
 //!
-//! Behaviour was checked byte for byte against a running memcached 1.6.18.
+//! Behaviour was checked byte for byte against a running memcached 1.6.18; the test
+//! `tests/memcache_vs_memcached.rs` repeats those checks whenever `memcached` is installed.
 //!
 //! - Commands are lower case and case-sensitive (`GET` is `ERROR`). Classic: `get gets gat gats
 //!   set add replace append prepend cas delete incr decr touch flush_all version verbosity quit
@@ -158,6 +159,24 @@ pub enum ParseError {
     /// newline, as memcached does in `try_read_command_ascii`.
     Close,
 }
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Incomplete => f.write_str("incomplete memcached request"),
+            Self::Reply { reply: [], .. } => {
+                f.write_str("malformed memcached request (reply suppressed by noreply)")
+            }
+            Self::Reply { reply, .. } => {
+                let text = String::from_utf8_lossy(reply);
+                write!(f, "malformed memcached request: {}", text.trim_end())
+            }
+            Self::Close => f.write_str("memcached command line too long; closing the connection"),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
 
 impl ParseError {
     /// A reply for a malformed line of `consumed` bytes, suppressed when `noreply`.
