@@ -194,8 +194,9 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_NOAUTH);
         return;
     }
-    call.ctx.stats.count_command(command.stat);
     (command.run)(state, call, out);
+    // Counted after running, as Redis does, so INFO does not count itself.
+    call.ctx.stats.count_command(command.stat);
 }
 
 impl Session for RespSession {
@@ -230,7 +231,13 @@ impl Session for RespSession {
                         close: true,
                     };
                 }
-                Err(_) => unreachable!("ParseError has two variants"),
+                // A parse failure this session does not know: nothing after it can be trusted.
+                Err(_) => {
+                    return Processed {
+                        consumed: input.len(),
+                        close: true,
+                    };
+                }
             }
         }
         debug_assert!(consumed <= input.len());

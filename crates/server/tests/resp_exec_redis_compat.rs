@@ -292,7 +292,7 @@ fn differ(server: &RedisServer, settings: Settings) -> Differ {
 }
 
 #[test]
-fn strings_match_redis() {
+fn resp_strings_match_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
     d.exact(&[
@@ -407,7 +407,7 @@ fn strings_match_redis() {
 }
 
 #[test]
-fn ranges_and_counters_match_redis() {
+fn resp_ranges_and_counters_match_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
     d.exact(&[
@@ -509,7 +509,7 @@ fn ranges_and_counters_match_redis() {
 }
 
 #[test]
-fn keyspace_and_expiry_match_redis() {
+fn resp_keyspace_and_expiry_match_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
     d.exact(&[
@@ -657,7 +657,7 @@ fn keyspace_and_expiry_match_redis() {
 }
 
 #[test]
-fn connection_and_server_match_redis() {
+fn resp_connection_and_server_match_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
     d.exact(&[
@@ -746,7 +746,7 @@ fn connection_and_server_match_redis() {
 }
 
 #[test]
-fn resp3_matches_redis() {
+fn resp_compat_resp3_matches_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
     d.exact(&["FLUSHALL"]);
@@ -793,7 +793,7 @@ fn hello_without_id(reply: &[u8]) -> String {
 }
 
 #[test]
-fn auth_matches_redis() {
+fn resp_auth_matches_redis() {
     let server = RedisServer::start();
     let mut admin = server.connect();
     let (reply, _) = admin.call(&request("CONFIG SET requirepass secret"), 1, false);
@@ -843,7 +843,7 @@ fn auth_matches_redis() {
 }
 
 #[test]
-fn protocol_errors_match_redis() {
+fn resp_protocol_errors_match_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
     let cases: &[&[u8]] = &[

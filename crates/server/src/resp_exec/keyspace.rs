@@ -256,10 +256,28 @@ pub(crate) fn randomkey(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     seed ^= seed >> 7;
     seed ^= seed << 17;
     state.random_state = seed;
-    match call.engine().random_key(seed) {
+    // `Engine::random_key` probes a few random stretches of the index and can miss the only
+    // keys of a sparse cache; a walk from the start then finds one if any exists.
+    match call.engine().random_key(seed).or_else(|| first_key(call)) {
         Some(key) => encode::bulk(out, &key),
         None => encode::null(out, state.version),
     };
+}
+
+/// The first live key in engine order, or `None` when the cache is empty.
+fn first_key(call: &Call<'_>) -> Option<Vec<u8>> {
+    let mut found = None;
+    let mut cursor = 0;
+    loop {
+        cursor = call.engine().scan(cursor, KEYS_SCAN_COUNT, &mut |key| {
+            if found.is_none() {
+                found = Some(key.to_vec());
+            }
+        });
+        if found.is_some() || cursor == 0 {
+            return found;
+        }
+    }
 }
 
 /// `DBSIZE`.

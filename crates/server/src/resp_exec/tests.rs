@@ -76,3 +76,452 @@ fn pipelined_and_incomplete_input() {
     );
     assert_eq!(out, b"+OK\r\n$1\r\n1\r\n");
 }
+
+#[test]
+fn protocol_error_replies_and_closes() {
+    let ctx = context(Settings::default());
+    let table: &[(&[u8], &[u8])] = &[
+        (
+            b"*abc\r\n",
+            b"-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*1\r\nx\r\n",
+            b"-ERR Protocol error: expected '$', got 'x'\r\n",
+        ),
+        (
+            b"PING\r\n*1\r\n$-1\r\nPING\r\n",
+            b"+PONG\r\n-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"ECHO \"a\r\n",
+            b"-ERR Protocol error: unbalanced quotes in request\r\n",
+        ),
+    ];
+    for &(input, reply) in table {
+        let mut session = RespSession::new(1);
+        let mut out = Vec::new();
+        let processed = session.process(input, &ctx, &mut out);
+        assert_eq!(
+            processed,
+            Processed {
+                consumed: input.len(),
+                close: true
+            }
+        );
+        assert_eq!(
+            out.escape_ascii().to_string(),
+            reply.escape_ascii().to_string()
+        );
+    }
+    // A bulk longer than the value limit plus the margin is refused while parsing.
+    let settings = Settings {
+        value_len_max: 1024,
+        ..Settings::default()
+    };
+    let ctx = context(settings);
+    let mut session = RespSession::new(1);
+    let mut out = Vec::new();
+    let too_long = format!("*1\r\n${}\r\n", 1024 + super::BULK_LEN_MARGIN_BYTES + 1);
+    let processed = session.process(too_long.as_bytes(), &ctx, &mut out);
+    assert!(processed.close);
+    assert_eq!(out, b"-ERR Protocol error: invalid bulk length\r\n");
+}
+
+#[test]
+fn incomplete_input_consumes_nothing_and_resumes() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let full = command(&["SET", "key", "value"]);
+    for cut in 1..full.len() {
+        let mut out = Vec::new();
+        let processed = session.process(&full[..cut], &ctx, &mut out);
+        assert_eq!(
+            processed,
+            Processed {
+                consumed: 0,
+                close: false
+            },
+            "cut at {cut}"
+        );
+        assert!(out.is_empty());
+    }
+    let mut out = Vec::new();
+    assert_eq!(session.process(&full, &ctx, &mut out).consumed, full.len());
+    assert_eq!(out, b"+OK\r\n");
+    // Empty commands are consumed without a reply.
+    let mut out = Vec::new();
+    let processed = session.process(b"*0\r\n\r\n*-1\r\n", &ctx, &mut out);
+    assert_eq!(
+        processed,
+        Processed {
+            consumed: 11,
+            close: false
+        }
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn strings_accepted_and_rejected() {
+    let ctx = context(Settings::default());
+    check(
+        &ctx,
+        &[
+            ("SET k v NX", "+OK\r\n"),
+            ("SET k v NX", "$-1\r\n"),
+            ("SET k w XX GET", "$1\r\nv\r\n"),
+            ("SET k v NX XX", "-ERR syntax error\r\n"),
+            (
+                "SET k v EX 0",
+                "-ERR invalid expire time in 'set' command\r\n",
+            ),
+            (
+                "SET k v EX x",
+                "-ERR value is not an integer or out of range\r\n",
+            ),
+            ("SET k v KEEPTTL PX 5", "-ERR syntax error\r\n"),
+            (
+                "SETEX k 0 v",
+                "-ERR invalid expire time in 'setex' command\r\n",
+            ),
+            ("GETEX k PERSIST EX 1", "-ERR syntax error\r\n"),
+            ("GETEX k EX 100", "$1\r\nw\r\n"),
+            ("TTL k", ":100\r\n"),
+            ("GETEX k PERSIST", "$1\r\nw\r\n"),
+            ("TTL k", ":-1\r\n"),
+            ("GETDEL k", "$1\r\nw\r\n"),
+            ("GETDEL k", "$-1\r\n"),
+            ("MSET a 1 b 2", "+OK\r\n"),
+            (
+                "MSET a 1 b",
+                "-ERR wrong number of arguments for 'mset' command\r\n",
+            ),
+            ("MGET a x b", "*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n2\r\n"),
+            ("MSETNX a 1 c 3", ":0\r\n"),
+            ("MSETNX c 3 d 4", ":1\r\n"),
+            ("SETNX c 9", ":0\r\n"),
+            ("GETSET c 5", "$1\r\n3\r\n"),
+            ("SET  v", "-ERR empty keys are not supported by strata\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn values_over_the_limit_are_refused() {
+    let settings = Settings {
+        value_len_max: 8,
+        ..Settings::default()
+    };
+    let ctx = context(settings);
+    let too_long = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
+    check(
+        &ctx,
+        &[
+            ("SET k 123456789", too_long),
+            ("SET k 12345678", "+OK\r\n"),
+            ("APPEND k 9", too_long),
+            ("SETRANGE k 8 x", too_long),
+            ("SETRANGE k 7 x", ":8\r\n"),
+            ("MSET a 1 b 123456789", too_long),
+            ("EXISTS a", ":0\r\n"),
+            ("GET k", "$8\r\n1234567x\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn counters_accepted_and_rejected() {
+    let ctx = context(Settings::default());
+    check(
+        &ctx,
+        &[
+            ("INCR n", ":1\r\n"),
+            ("INCRBY n 41", ":42\r\n"),
+            ("DECRBY n 50", ":-8\r\n"),
+            (
+                "INCRBY n x",
+                "-ERR value is not an integer or out of range\r\n",
+            ),
+            (
+                "DECRBY n -9223372036854775808",
+                "-ERR decrement would overflow\r\n",
+            ),
+            ("SET n 9223372036854775807", "+OK\r\n"),
+            ("INCR n", "-ERR increment or decrement would overflow\r\n"),
+            ("SET f 10.50", "+OK\r\n"),
+            ("INCRBYFLOAT f 0.1", "$4\r\n10.6\r\n"),
+            ("INCRBYFLOAT f x", "-ERR value is not a valid float\r\n"),
+            (
+                "INCRBYFLOAT f inf",
+                "-ERR increment would produce NaN or Infinity\r\n",
+            ),
+            ("INCR f", "-ERR value is not an integer or out of range\r\n"),
+            ("SET c 1 EX 100", "+OK\r\n"),
+            ("INCR c", ":2\r\n"),
+            ("TTL c", ":100\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn keyspace_and_expiry() {
+    let ctx = context(Settings::default());
+    check(
+        &ctx,
+        &[
+            ("SET k v", "+OK\r\n"),
+            ("EXISTS k k x", ":2\r\n"),
+            ("TYPE k", "+string\r\n"),
+            ("TYPE x", "+none\r\n"),
+            (
+                "EXPIRE k 100 NX GT",
+                "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n",
+            ),
+            ("EXPIRE k 100 GT", ":0\r\n"),
+            ("EXPIRE k 100 NX", ":1\r\n"),
+            ("EXPIRE k 200 LT", ":0\r\n"),
+            ("PERSIST k", ":1\r\n"),
+            ("PTTL k", ":-1\r\n"),
+            ("PTTL x", ":-2\r\n"),
+            ("EXPIREAT k 4000000000", ":1\r\n"),
+            ("RENAME k j", "+OK\r\n"),
+            ("EXPIRETIME j", ":4000000000\r\n"),
+            ("RENAME k j", "-ERR no such key\r\n"),
+            ("EXPIRE j -1", ":1\r\n"),
+            ("DBSIZE", ":0\r\n"),
+            (
+                "LPUSH j x",
+                "-ERR unknown command 'LPUSH', with args beginning with: 'j' 'x' \r\n",
+            ),
+            ("SET j v", "+OK\r\n"),
+            (
+                "LPUSH j x",
+                "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            ),
+            ("KEYS j*", "*1\r\n$1\r\nj\r\n"),
+            (
+                "SCAN 0 MATCH j COUNT 1000000",
+                "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nj\r\n",
+            ),
+            ("SCAN 0 TYPE hash COUNT 1000000", "*2\r\n$1\r\n0\r\n*0\r\n"),
+            ("RANDOMKEY", "$1\r\nj\r\n"),
+            ("DEL j j", ":1\r\n"),
+            ("FLUSHALL ASYNC", "+OK\r\n"),
+        ],
+    );
+    let settings = Settings {
+        flush_enabled: false,
+        ..Settings::default()
+    };
+    let ctx = context(settings);
+    let mut session = RespSession::new(1);
+    let out = run(&mut session, &ctx, "FLUSHDB");
+    assert!(out.starts_with(b"-ERR flushing is disabled"));
+}
+
+#[test]
+fn auth_gates_commands() {
+    let settings = Settings {
+        requirepass: Some("pw".to_string()),
+        ..Settings::default()
+    };
+    let ctx = context(settings);
+    check(
+        &ctx,
+        &[
+            ("GET k", "-NOAUTH Authentication required.\r\n"),
+            (
+                "NOPE",
+                "-ERR unknown command 'NOPE', with args beginning with: \r\n",
+            ),
+            (
+                "AUTH x",
+                "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+            ),
+            ("AUTH pw", "+OK\r\n"),
+            ("GET k", "$-1\r\n"),
+            ("RESET", "+RESET\r\n"),
+            ("GET k", "-NOAUTH Authentication required.\r\n"),
+            ("QUIT", "+OK\r\n"),
+        ],
+    );
+    // While unauthenticated, Redis's small request limits apply.
+    let mut session = RespSession::new(1);
+    let mut out = Vec::new();
+    let processed = session.process(b"*11\r\n", &ctx, &mut out);
+    assert!(processed.close);
+    assert_eq!(
+        out,
+        b"-ERR Protocol error: unauthenticated multibulk length\r\n"
+    );
+}
+
+#[test]
+fn resp3_after_hello_3() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(7);
+    let hello = run(&mut session, &ctx, "HELLO 3 SETNAME app");
+    let expected = "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\
+                    $5\r\nproto\r\n:3\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n\
+                    $4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n";
+    assert_eq!(hello, expected.as_bytes());
+    assert_eq!(run(&mut session, &ctx, "GET nope"), b"_\r\n");
+    assert_eq!(run(&mut session, &ctx, "CLIENT GETNAME"), b"$3\r\napp\r\n");
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG GET save"),
+        b"%1\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    let info = run(&mut session, &ctx, "INFO keyspace");
+    assert_eq!(info, b"=16\r\ntxt:# Keyspace\r\n\r\n");
+    assert!(run(&mut session, &ctx, "HELLO 2").starts_with(
+        b"*14
+"
+    ));
+    assert_eq!(run(&mut session, &ctx, "GET nope"), b"$-1\r\n");
+}
+
+#[test]
+fn client_reply_off_and_skip() {
+    let ctx = context(Settings::default());
+    check(
+        &ctx,
+        &[
+            ("CLIENT REPLY OFF", ""),
+            ("PING", ""),
+            ("CLIENT REPLY ON", "+OK\r\n"),
+            ("CLIENT REPLY SKIP", ""),
+            ("PING", ""),
+            ("PING", "+PONG\r\n"),
+        ],
+    );
+}
+
+#[test]
+fn shutdown_sets_the_flag_and_closes_silently() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let input = command(&["SHUTDOWN", "NOSAVE"]);
+    let mut out = Vec::new();
+    let processed = session.process(&input, &ctx, &mut out);
+    assert_eq!(
+        processed,
+        Processed {
+            consumed: input.len(),
+            close: true
+        }
+    );
+    assert!(out.is_empty());
+    assert!(ctx.shutdown.load(std::sync::atomic::Ordering::Acquire));
+}
+
+#[test]
+fn quit_stops_the_pipeline() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let mut input = command(&["QUIT"]);
+    input.extend_from_slice(&command(&["PING"]));
+    let mut out = Vec::new();
+    let processed = session.process(&input, &ctx, &mut out);
+    assert_eq!(
+        processed,
+        Processed {
+            consumed: 14,
+            close: true
+        }
+    );
+    assert_eq!(out, b"+OK\r\n");
+}
+
+#[test]
+fn info_config_and_command() {
+    let settings = Settings {
+        resp_port: Some(6400),
+        ..Settings::default()
+    };
+    let ctx = context(settings);
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "SET k v");
+    run(&mut session, &ctx, "GET k");
+    run(&mut session, &ctx, "GET nope");
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO")).unwrap();
+    for needle in [
+        "# Server\r\nredis_version:7.0.15\r\n",
+        "tcp_port:6400\r\n",
+        "# Memory\r\n",
+        "loading:0\r\n",
+        "strata_pool_backend:dram\r\n",
+        "keyspace_hits:1\r\nkeyspace_misses:1\r\n",
+        "db0:keys=1,expires=0,avg_ttl=0\r\n",
+        "# Strata\r\npool_backend:dram\r\n",
+        "tier_pool:medium=dram,",
+    ] {
+        assert!(info.contains(needle), "{needle:?} missing from {info}");
+    }
+    let stats_only = String::from_utf8(run(&mut session, &ctx, "INFO STATS")).unwrap();
+    assert!(
+        stats_only.contains("total_commands_processed:4\r\n"),
+        "{stats_only}"
+    );
+    assert!(!stats_only.contains("# Server"));
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG GET port"),
+        b"*2\r\n$4\r\nport\r\n$4\r\n6400\r\n"
+    );
+    assert_eq!(run(&mut session, &ctx, "CONFIG SET port 6400"), b"+OK\r\n");
+    let refused = run(&mut session, &ctx, "CONFIG SET port 1");
+    assert!(refused.starts_with(b"-ERR CONFIG SET failed (possibly related to argument 'port')"));
+    assert_eq!(run(&mut session, &ctx, "CONFIG RESETSTAT"), b"+OK\r\n");
+    let count = format!(":{}\r\n", super::table::COMMANDS.len());
+    assert_eq!(run(&mut session, &ctx, "COMMAND COUNT"), count.as_bytes());
+    let get_info = run(&mut session, &ctx, "COMMAND INFO get nope");
+    assert!(get_info.starts_with(b"*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n"));
+    assert!(get_info.ends_with(b"$-1\r\n"));
+    assert_eq!(run(&mut session, &ctx, "COMMAND DOCS"), b"*0\r\n");
+    assert!(run(&mut session, &ctx, "SAVE").starts_with(b"-ERR strata writes no RDB"));
+}
+
+#[test]
+fn stats_count_commands_and_gets() {
+    use std::sync::atomic::Ordering;
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "SET a 1");
+    run(&mut session, &ctx, "MGET a b c");
+    run(&mut session, &ctx, "DEL a");
+    let count =
+        |name| ctx.stats.commands[crate::stats::command_index(name)].load(Ordering::Relaxed);
+    assert_eq!((count("set"), count("get"), count("delete")), (1, 1, 1));
+    assert_eq!(ctx.stats.get_keys.load(Ordering::Relaxed), 3);
+    assert_eq!(ctx.stats.get_hits.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn case_insensitive_names_and_wrong_arity() {
+    let ctx = context(Settings::default());
+    check(
+        &ctx,
+        &[
+            ("pInG", "+PONG\r\n"),
+            (
+                "get",
+                "-ERR wrong number of arguments for 'get' command\r\n",
+            ),
+            (
+                "CONFIG GET",
+                "-ERR wrong number of arguments for 'config|get' command\r\n",
+            ),
+            (
+                "CLIENT ID x",
+                "-ERR wrong number of arguments for 'client|id' command\r\n",
+            ),
+            (
+                "CLIENT NOPE",
+                "-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n",
+            ),
+            ("SELECT 0", "+OK\r\n"),
+            ("SELECT 1", "-ERR DB index is out of range\r\n"),
+            ("ECHO hi", "$2\r\nhi\r\n"),
+        ],
+    );
+}
