@@ -374,10 +374,7 @@ fn resp3_after_hello_3() {
     );
     let info = run(&mut session, &ctx, "INFO keyspace");
     assert_eq!(info, b"=16\r\ntxt:# Keyspace\r\n\r\n");
-    assert!(run(&mut session, &ctx, "HELLO 2").starts_with(
-        b"*14
-"
-    ));
+    assert!(run(&mut session, &ctx, "HELLO 2").starts_with(b"*14\r\n"));
     assert_eq!(run(&mut session, &ctx, "GET nope"), b"$-1\r\n");
 }
 
