@@ -409,57 +409,91 @@ impl Engine {
         self.len() == 0
     }
 
-    /// Iterates keys in cursor order, Redis SCAN style: visits about `count` index buckets'
-    /// worth of keys starting at `cursor` (0 to begin) and returns the next cursor (0 when
-    /// done). Every key present for the whole iteration is returned at least once.
+    /// The engine clock's current Unix time in milliseconds (expiry is measured against it).
+    pub fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    /// Iterates keys in cursor order, Redis SCAN style: returns at least `count` keys when that
+    /// many remain (or after visiting [`SCAN_BUCKETS_PER_CALL_MAX`] index buckets), starting at
+    /// `cursor` (0 to begin), and returns the next cursor (0 when done). Every key present for
+    /// the whole iteration is returned at least once.
     pub fn scan(&self, cursor: u64, count: usize, visit: &mut dyn FnMut(&[u8])) -> u64 {
         let shards = self.inner.shards.len() as u64;
         let mut shard_index = cursor >> 32;
         let mut position = (cursor & 0xFFFF_FFFF) as u32;
         let now_ms = self.inner.now_ms();
-        let budget = count.div_ceil(7).max(1);
+        let returned = std::cell::Cell::new(0usize);
+        let mut buckets_visited = 0usize;
+        let mut counting = |key: &[u8]| {
+            returned.set(returned.get() + 1);
+            visit(key);
+        };
         while shard_index < shards {
             let shard = self.inner.shards[shard_index as usize].0.read();
-            match shard.scan(&self.inner, position, budget, now_ms, visit) {
-                Some(next) => return (shard_index << 32) | u64::from(next),
+            let next = shard.scan(
+                &self.inner,
+                position,
+                SCAN_BUCKETS_PER_STEP,
+                now_ms,
+                &mut counting,
+            );
+            drop(shard);
+            buckets_visited += SCAN_BUCKETS_PER_STEP;
+            match next {
+                Some(next) => position = next,
                 None => {
                     shard_index += 1;
                     position = 0;
-                    if shard_index < shards {
-                        return shard_index << 32;
-                    }
                 }
+            }
+            if shard_index >= shards {
+                return 0;
+            }
+            if returned.get() >= count || buckets_visited >= SCAN_BUCKETS_PER_CALL_MAX {
+                return (shard_index << 32) | u64::from(position);
             }
         }
         0
     }
 
-    /// A key chosen at random (roughly uniformly), or `None` when empty.
+    /// A key chosen at random (roughly uniformly among shards and buckets), or `None` when the
+    /// engine is empty.
     pub fn random_key(&self, seed: u64) -> Option<Vec<u8>> {
         let shards = self.inner.shards.len() as u64;
-        for attempt in 0..shards * 2 {
-            let mixed = seed
-                .wrapping_add(attempt)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let shard_index = (mixed >> 40) % shards;
-            let start = (mixed & 0x0FFF_FFFF) as u32;
-            let shard = self.inner.shards[shard_index as usize].0.read();
-            let mut found = None;
-            let mut cursor = Some(start);
-            while let Some(position) = cursor {
-                cursor = shard.scan(&self.inner, position, 64, self.inner.now_ms(), &mut |key| {
-                    if found.is_none() {
-                        found = Some(key.to_vec());
+        let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let first_shard = (mixed >> 40) % shards;
+        let start = (mixed & 0x0FFF_FFFF) as u32;
+        let now_ms = self.inner.now_ms();
+        for step in 0..shards {
+            let shard = self.inner.shards[((first_shard + step) % shards) as usize]
+                .0
+                .read();
+            // From a random position to the end of the shard, then from its start around.
+            for (from, stop_at) in [(start, None), (0, Some(start))] {
+                let mut found = None;
+                let mut cursor = Some(from);
+                while let Some(position) = cursor {
+                    if stop_at.is_some_and(|stop| position >= stop) {
+                        break;
                     }
-                });
-                if found.is_some() {
-                    return found;
+                    cursor = shard.scan(&self.inner, position, 64, now_ms, &mut |key| {
+                        found.get_or_insert_with(|| key.to_vec());
+                    });
+                    if found.is_some() {
+                        return found;
+                    }
                 }
             }
         }
         None
     }
 }
+
+/// Index buckets one scan step visits under a shard's read lock.
+pub const SCAN_BUCKETS_PER_STEP: usize = 64;
+/// Most index buckets one `scan` call visits, however sparse the cache.
+pub const SCAN_BUCKETS_PER_CALL_MAX: usize = 64 * 1024;
 
 /// What a delete did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,7 +32,7 @@ mod segment;
 mod shard;
 mod ttl;
 
-pub use api::{parse_u64, DeleteOutcome};
+pub use api::{parse_u64, DeleteOutcome, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_STEP};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     Durability, EngineConfig, EvictionPolicy, PoolLocation, DATA_BYTES_MAX, MEMORY_BYTES_DEFAULT,

@@ -171,3 +171,42 @@ fn a_failed_persist_refuses_every_later_write() {
         "reads still work"
     );
 }
+
+#[test]
+fn scan_returns_every_key_and_random_key_finds_a_lone_key() {
+    let engine = engine();
+    assert_eq!(engine.random_key(1), None);
+    engine.set(b"lonely", b"v", 0, Expiry::Never).unwrap();
+    for seed in 0..50 {
+        assert_eq!(
+            engine.random_key(seed),
+            Some(b"lonely".to_vec()),
+            "seed {seed}"
+        );
+    }
+    for i in 0..3000u32 {
+        engine
+            .set(format!("k{i}").as_bytes(), b"v", 0, Expiry::Never)
+            .unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut cursor = 0;
+    let mut calls = 0;
+    loop {
+        let mut batch = 0;
+        cursor = engine.scan(cursor, 10, &mut |key| {
+            batch += 1;
+            seen.insert(key.to_vec());
+        });
+        calls += 1;
+        if cursor == 0 {
+            break;
+        }
+        assert!(
+            batch >= 10,
+            "a call returns at least COUNT keys while keys remain"
+        );
+    }
+    assert_eq!(seen.len(), 3001);
+    assert!(calls <= 3001 / 10 + 10, "{calls} calls");
+}
