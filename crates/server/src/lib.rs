@@ -26,6 +26,7 @@ pub mod connection;
 pub mod context;
 pub mod listener;
 pub mod logging;
+pub mod memcache_exec;
 pub mod metrics;
 pub mod resp_exec;
 pub mod serve;

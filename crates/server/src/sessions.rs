@@ -76,12 +76,6 @@ impl crate::context::Session for Unavailable {
     }
 }
 
-fn memcache_unavailable(_ctx: &ServerContext) -> Box<dyn Session> {
-    Box::new(Unavailable {
-        reply: b"SERVER_ERROR memcached protocol not available in this build\r\n",
-    })
-}
-
 fn resp_unavailable(_ctx: &ServerContext) -> Box<dyn Session> {
     Box::new(Unavailable {
         reply: b"-ERR RESP protocol not available in this build\r\n",
@@ -91,7 +85,7 @@ fn resp_unavailable(_ctx: &ServerContext) -> Box<dyn Session> {
 /// The sessions built into this crate.
 pub fn builtin() -> Sessions {
     Sessions {
-        memcache: memcache_unavailable,
+        memcache: crate::memcache_exec::MemcacheSession::factory,
         resp: resp_unavailable,
     }
 }

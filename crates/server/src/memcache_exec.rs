@@ -1,0 +1,279 @@
+//! The memcached session: executes memcached text and meta commands against the engine.
+//!
+//! ```text
+//!   input ──► swallow (rest of a refused data block) ──► parse ──► execute ──► reply into `out`
+//!                                                          │
+//!            ParseError::Reply: exact error, drop bytes ───┤  Incomplete: wait for more input
+//!            ParseError::Close: close without a reply  ────┘
+//! ```
+//!
+//! | file             | commands                                                        |
+//! |------------------|-----------------------------------------------------------------|
+//! | `retrieval.rs`   | get gets gat gats                                               |
+//! | `storage.rs`     | set add replace append prepend cas, and too-large stores        |
+//! | `keys.rs`        | delete touch                                                    |
+//! | `arith.rs`       | incr decr, and memcached's counter rules `ma` shares            |
+//! | `admin.rs`       | flush_all version verbosity shutdown                            |
+//! | `stats.rs`       | stats, stats settings / items / slabs / sizes / conns / reset   |
+//! | `meta.rs`        | mg ms md ma mn me (one submodule each), and their shared parts  |
+//! | `lease.rs`       | the stale / win-token state of the meta protocol (`X W Z`)      |
+//!
+//! Invariants:
+//! * Every complete request in the input gets exactly the reply memcached 1.6.18 sends for it
+//!   (none for `quit`, `noreply` and quiet-mode successes), in request order.
+//! * A refused data block (too large, or after a meta flag error) is discarded byte for byte,
+//!   even when it arrives in later reads: `swallow_len` counts what is still to come.
+//! * The GET path allocates nothing: hits are written into `out` from inside the engine's read
+//!   closure, while the item is borrowed.
+//! * A write the engine refused (out of memory, failed persist) is never acknowledged.
+//!
+//! `tests/memcache_differential.rs` runs the same scripts through this session and a real
+//! memcached 1.6.18 and compares the replies byte for byte. Departures from memcached are listed
+//! where they happen; the main ones: `stats` reports strata's own figures, the `h`, `l` and `me`
+//! access statistics are not tracked (always "not fetched"), and the meta `E` flag is refused as
+//! 1.6.18 refuses it because the engine assigns every CAS itself.
+
+mod admin;
+mod arith;
+mod keys;
+mod lease;
+mod meta;
+mod retrieval;
+mod stats;
+mod storage;
+#[cfg(test)]
+mod tests;
+
+use strata_engine::{Expiry, WriteError};
+use strata_protocol::memcache::{encode, parse, Limits, ParseError, Parsed, Request};
+
+use crate::context::{Processed, ServerContext, Session};
+use crate::stats::command_index;
+
+/// The memcached release whose replies strata reproduces.
+pub const MEMCACHED_VERSION_COMPATIBLE: &str = "1.6.18";
+
+/// What `version` and `stats` report: the compatible memcached release first, so clients that
+/// parse `major.minor.patch` see 1.6.18, then strata's own version.
+pub const VERSION: &str = concat!("1.6.18-strata-", env!("CARGO_PKG_VERSION"));
+
+/// Largest expiry that is relative to now, in seconds (30 days, memcached's
+/// `REALTIME_MAXDELTA`); larger values are absolute Unix times.
+pub const EXPTIME_RELATIVE_SECS_MAX: i64 = 60 * 60 * 24 * 30;
+
+/// Longest key, decoded: base64 keys (meta `b` flag) are decoded into a buffer of this size.
+pub const KEY_LEN_MAX: usize = strata_engine::KEY_LEN_MAX;
+
+const _: () = assert!(strata_protocol::memcache::KEY_LEN_MAX_DEFAULT <= KEY_LEN_MAX);
+
+/// `SERVER_ERROR` for a write the engine could not make durable; the engine refuses writes
+/// until it is reopened, so the message tells the operator what to do.
+pub const SERVER_ERROR_PERSIST: &[u8] =
+    b"SERVER_ERROR persist failed; writes refused until strata restarts\r\n";
+
+/// `SERVER_ERROR` for any other refused write (a key the engine does not accept).
+pub const SERVER_ERROR_WRITE: &[u8] = b"SERVER_ERROR write refused by the store\r\n";
+
+/// One memcached connection's protocol state.
+#[derive(Debug)]
+pub struct MemcacheSession {
+    /// Bytes of a refused data block still to discard before the next command.
+    swallow_len: usize,
+    /// Scratch space for decoding base64 keys (meta `b` flag), so decoding allocates nothing.
+    key_scratch: [u8; KEY_LEN_MAX],
+}
+
+impl Default for MemcacheSession {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemcacheSession {
+    /// A session for a new connection.
+    pub fn new() -> Self {
+        MemcacheSession {
+            swallow_len: 0,
+            key_scratch: [0; KEY_LEN_MAX],
+        }
+    }
+
+    /// The session factory the network core calls for each memcached connection.
+    pub fn factory(_ctx: &ServerContext) -> Box<dyn Session> {
+        Box::new(Self::new())
+    }
+
+    /// Discards up to `swallow_len` bytes from the front of `input`; returns how many.
+    fn swallow(&mut self, input: &[u8]) -> usize {
+        let dropped = self.swallow_len.min(input.len());
+        self.swallow_len -= dropped;
+        dropped
+    }
+
+    /// Runs one request; returns whether to close the connection.
+    fn execute(&mut self, request: Request<'_>, ctx: &ServerContext, out: &mut Vec<u8>) -> bool {
+        match request {
+            Request::Get(get) => retrieval::execute(get, ctx, out),
+            Request::Store(store) => storage::execute(store, ctx, out),
+            Request::TooLarge(too_large) => {
+                storage::too_large(too_large, &mut self.key_scratch, ctx, out);
+                self.swallow_len = too_large.swallow_len;
+            }
+            Request::Delete(delete) => keys::delete(delete, ctx, out),
+            Request::Touch(touch) => keys::touch(touch, ctx, out),
+            Request::Arith(request) => arith::execute(request, ctx, out),
+            Request::FlushAll(flush) => admin::flush_all(flush, ctx, out),
+            Request::Version => admin::version(ctx, out),
+            Request::Verbosity(verbosity) => admin::verbosity(verbosity, ctx, out),
+            Request::Quit => return true,
+            Request::Stats(request) => stats::execute(request, ctx, out),
+            Request::Shutdown(mode) => admin::shutdown(mode, ctx, out),
+            Request::MetaGet(get) => meta::get::execute(get, &mut self.key_scratch, ctx, out),
+            Request::MetaSet(set) => meta::set::execute(set, &mut self.key_scratch, ctx, out),
+            Request::MetaDelete(delete) => {
+                meta::delete::execute(delete, &mut self.key_scratch, ctx, out);
+            }
+            Request::MetaArith(request) => {
+                meta::arith::execute(request, &mut self.key_scratch, ctx, out);
+            }
+            Request::MetaNoop => {
+                ctx.stats.count_command(command_index("meta"));
+                out.extend_from_slice(encode::MN);
+            }
+            Request::MetaDebug(debug) => meta::debug(debug, &mut self.key_scratch, ctx, out),
+            _ => out.extend_from_slice(encode::ERROR),
+        }
+        false
+    }
+}
+
+impl Session for MemcacheSession {
+    fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        let limits = limits(ctx);
+        let mut consumed = self.swallow(input);
+        while self.swallow_len == 0 && consumed < input.len() {
+            match parse(&input[consumed..], &limits) {
+                Ok(Parsed {
+                    request,
+                    consumed: used,
+                }) => {
+                    consumed += used;
+                    if self.execute(request, ctx, out) {
+                        return Processed {
+                            consumed,
+                            close: true,
+                        };
+                    }
+                }
+                Err(ParseError::Reply {
+                    reply,
+                    consumed: used,
+                    swallow_len,
+                }) => {
+                    ctx.stats
+                        .errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    out.extend_from_slice(reply);
+                    consumed += used;
+                    self.swallow_len = swallow_len;
+                }
+                Err(ParseError::Incomplete) => break,
+                Err(_) => {
+                    return Processed {
+                        consumed,
+                        close: true,
+                    }
+                }
+            }
+            consumed += self.swallow(&input[consumed..]);
+        }
+        debug_assert!(consumed <= input.len());
+        Processed {
+            consumed,
+            close: false,
+        }
+    }
+}
+
+/// The parser limits from the server's settings.
+fn limits(ctx: &ServerContext) -> Limits {
+    Limits {
+        key_len_max: ctx.settings.memcache_key_len_max.min(KEY_LEN_MAX),
+        value_len_max: ctx.settings.value_len_max,
+        ..Limits::default()
+    }
+}
+
+/// The current Unix time in milliseconds on the engine's clock, which expiry is measured
+/// against.
+fn now_ms(ctx: &ServerContext) -> u64 {
+    ctx.engine.now_ms()
+}
+
+/// Converts a memcached expiry to the engine's: 0 never; negative already expired; up to 30
+/// days relative seconds; larger an absolute Unix time (in the past: already expired).
+///
+/// memcached reads expiries into a 32-bit `int32_t` (`safe_strtol`), so larger numbers wrap:
+/// `4000000000` becomes negative and expires at once, `4294967396` becomes 100 seconds. strata
+/// wraps them the same way so that clients see the same items live and die.
+fn expiry(exptime: i64, now_ms: u64) -> Expiry {
+    /// A time certainly in the past, so the engine drops the item at once.
+    const EXPIRED_AT_MS: u64 = 1;
+    let low = exptime.to_le_bytes();
+    let exptime = i64::from(i32::from_le_bytes([low[0], low[1], low[2], low[3]]));
+    match exptime {
+        0 => Expiry::Never,
+        secs if secs < 0 => Expiry::AtMs(EXPIRED_AT_MS),
+        secs if secs <= EXPTIME_RELATIVE_SECS_MAX => {
+            Expiry::AtMs(now_ms.saturating_add(secs.unsigned_abs() * 1000))
+        }
+        secs => Expiry::AtMs(secs.unsigned_abs().saturating_mul(1000).max(EXPIRED_AT_MS)),
+    }
+}
+
+/// The absolute expiry (Unix ms) `expiry` gives an item that now expires at `current`.
+fn expires_at(expiry: Expiry, current: Option<u64>) -> Option<u64> {
+    match expiry {
+        Expiry::Never => None,
+        Expiry::AtMs(at_ms) => Some(at_ms),
+        Expiry::Keep => current,
+    }
+}
+
+/// Seconds an item has left, as memcached's meta `t` flag reports it: -1 for never, rounded up
+/// so an item set with `T30` reports 30 right away.
+fn ttl_secs(expires_at_ms: Option<u64>, now_ms: u64) -> i64 {
+    match expires_at_ms {
+        None => -1,
+        Some(at) => i64::try_from(at.saturating_sub(now_ms).div_ceil(1000)).unwrap_or(i64::MAX),
+    }
+}
+
+/// The `SERVER_ERROR` for a write the engine refused.
+fn write_error_reply(error: &WriteError) -> &'static [u8] {
+    match error {
+        WriteError::TooLarge { .. } => encode::SERVER_ERROR_TOO_LARGE,
+        WriteError::OutOfMemory => encode::SERVER_ERROR_OUT_OF_MEMORY,
+        WriteError::Persist(_) => SERVER_ERROR_PERSIST,
+        WriteError::KeyEmpty | WriteError::KeyTooLong { .. } => encode::CLIENT_ERROR_BAD_FORMAT,
+        _ => SERVER_ERROR_WRITE,
+    }
+}
+
+/// Appends `reply` unless the request asked for `noreply`.
+fn reply(out: &mut Vec<u8>, reply: &[u8], noreply: bool) {
+    if !noreply {
+        out.extend_from_slice(reply);
+    }
+}
+
+/// Logs a refused write once per request, at the level its cause deserves, and answers it.
+fn write_failed(error: &WriteError, ctx: &ServerContext, out: &mut Vec<u8>, noreply: bool) {
+    if let WriteError::Persist(_) = error {
+        tracing::error!(%error, "memcache write not acknowledged");
+    }
+    ctx.stats
+        .errors
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    reply(out, write_error_reply(error), noreply);
+}

@@ -1,0 +1,68 @@
+//! `md <key> <flags>*`.
+//!
+//! Deletes the item (`HD`, hidden by `q`), or answers `NF` when absent and `EX` when `C<cas>`
+//! does not match. With `I` the item is kept but marked stale, with a new CAS and, with
+//! `T<ttl>`, a new expiry: the next `mg` sees `X` and wins the recache token (`W`), later ones
+//! see `Z`. Return flags: `k` (base64 with `b`) and `O`.
+
+use strata_engine::{Change, Expiry};
+use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
+use strata_protocol::memcache::MetaDelete;
+
+use super::super::{expiry, lease, now_ms, write_error_reply, KEY_LEN_MAX};
+use super::{begin, fail};
+use crate::context::ServerContext;
+
+/// Runs `md`.
+pub(in super::super) fn execute(
+    delete: MetaDelete<'_>,
+    scratch: &mut [u8; KEY_LEN_MAX],
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+) {
+    let flags = delete.flags;
+    let refusal = encode::CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG;
+    let key = match begin(delete.key, &flags, b"Ex", refusal, scratch, ctx) {
+        Ok(key) => key,
+        Err(reply) => return fail(reply, ctx, out),
+    };
+    let invalidate = flags.has(b'I');
+    let new_expiry = flags
+        .ttl
+        .map_or(Expiry::Keep, |ttl| expiry(ttl, now_ms(ctx)));
+    let mut status = MetaStatus::Nf;
+    let result = ctx.engine.modify(key, |current, buffer| match current {
+        None => Change::Keep,
+        Some(item) if flags.compare_cas.is_some_and(|cas| cas != item.cas) => {
+            status = MetaStatus::Ex;
+            Change::Keep
+        }
+        Some(item) if invalidate => {
+            status = MetaStatus::Hd;
+            buffer.extend_from_slice(item.value);
+            Change::Write {
+                client_flags: item.client_flags,
+                expiry: new_expiry,
+                keep_cas: false,
+            }
+        }
+        Some(_) => {
+            status = MetaStatus::Hd;
+            Change::Delete
+        }
+    });
+    match result {
+        Ok(Some(cas)) => lease::record(ctx, key, cas, true, false),
+        Ok(None) => {}
+        Err(error) => return fail(write_error_reply(&error), ctx, out),
+    }
+    if status == MetaStatus::Hd && flags.quiet() {
+        return;
+    }
+    let ret = MetaReturn {
+        key: Some(key),
+        key_binary: flags.key_base64(),
+        ..MetaReturn::default()
+    };
+    encode::write_meta_status(out, status, &flags, &ret);
+}

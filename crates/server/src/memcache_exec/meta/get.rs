@@ -1,0 +1,184 @@
+//! `mg <key> <flags>*`.
+//!
+//! A hit answers `VA <size> <flags>` and the value with `v`, else `HD <flags>`; a miss answers
+//! `EN` (hidden by `q`). Return flags: `k c f s t l h O`, then `Z X W`. `T` changes the expiry
+//! (keeping the CAS, like `touch`); `N<ttl>` turns a miss into an empty item this client wins
+//! the right to fill (`W`), and later readers see `Z`; `R<secs>` hands the token to the first
+//! reader once fewer than `secs` remain.
+//!
+//! Without `T` or `N` the read runs under the shard's read lock and the reply is written from
+//! inside the engine's closure (no copy, no allocation); with them it runs under the write lock.
+
+use strata_engine::{Change, Expiry, ItemRef};
+use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
+use strata_protocol::memcache::MetaGet;
+
+use super::super::{expires_at, expiry, lease, now_ms, ttl_secs, write_error_reply, KEY_LEN_MAX};
+use super::{begin, fail};
+use crate::context::ServerContext;
+
+/// Runs `mg`.
+pub(in super::super) fn execute(
+    get: MetaGet<'_>,
+    scratch: &mut [u8; KEY_LEN_MAX],
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+) {
+    let flags = get.flags;
+    let key = match begin(
+        get.key,
+        &flags,
+        b"E",
+        encode::CLIENT_ERROR_INVALID_FLAG,
+        scratch,
+        ctx,
+    ) {
+        Ok(key) => key,
+        Err(reply) => return fail(reply, ctx, out),
+    };
+    let now_ms = now_ms(ctx);
+    let touch = flags.ttl.map(|ttl| expiry(ttl, now_ms));
+    if touch.is_none() && flags.vivify_ttl.is_none() {
+        let hit = ctx
+            .engine
+            .get(key, |item| {
+                write_item(&get, key, &item, None, now_ms, ctx, out)
+            })
+            .is_some();
+        ctx.stats.count_gets(1, u64::from(hit));
+        if !hit {
+            write_miss(&get, key, out);
+        }
+        return;
+    }
+    read_write(&get, key, touch, now_ms, ctx, out);
+}
+
+/// `mg` with `T` or `N`: under the write lock.
+fn read_write(
+    get: &MetaGet<'_>,
+    key: &[u8],
+    touch: Option<Expiry>,
+    now_ms: u64,
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+) {
+    let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, now_ms));
+    let start = out.len();
+    let mut hit = false;
+    let result = ctx
+        .engine
+        .modify(key, |current, buffer| match (current, vivify) {
+            (Some(item), _) => {
+                hit = true;
+                let expires_at_ms = touch.map(|expiry| expires_at(expiry, item.expires_at_ms));
+                write_item(get, key, &item, expires_at_ms, now_ms, ctx, out);
+                match touch {
+                    None => Change::Keep,
+                    Some(expiry) => {
+                        buffer.extend_from_slice(item.value);
+                        Change::Write {
+                            client_flags: item.client_flags,
+                            expiry,
+                            keep_cas: true,
+                        }
+                    }
+                }
+            }
+            (None, Some(expiry)) => Change::Write {
+                client_flags: 0,
+                expiry,
+                keep_cas: false,
+            },
+            (None, None) => Change::Keep,
+        });
+    ctx.stats.count_gets(1, u64::from(hit));
+    match (result, vivify) {
+        (Err(error), _) => {
+            out.truncate(start);
+            fail(write_error_reply(&error), ctx, out);
+        }
+        (Ok(_), _) if hit => {}
+        (Ok(cas), Some(expiry)) => {
+            let cas = cas.unwrap_or(0);
+            lease::record(ctx, key, cas, false, true);
+            let item = ItemRef {
+                key,
+                value: b"",
+                client_flags: 0,
+                cas,
+                expires_at_ms: expires_at(expiry, None),
+            };
+            let won = lease::Flags {
+                won: true,
+                ..lease::Flags::default()
+            };
+            write_reply(get, key, &item, None, won, now_ms, out);
+        }
+        (Ok(_), None) => write_miss(get, key, out),
+    }
+}
+
+/// Writes the reply to a hit, consulting the lease table for `W X Z`.
+fn write_item(
+    get: &MetaGet<'_>,
+    key: &[u8],
+    item: &ItemRef<'_>,
+    expires_at_ms: Option<Option<u64>>,
+    now_ms: u64,
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+) {
+    let ttl = ttl_secs(expires_at_ms.unwrap_or(item.expires_at_ms), now_ms);
+    let want_win = get
+        .flags
+        .recache_ttl
+        .is_some_and(|recache| ttl != -1 && ttl < recache);
+    let lease = lease::read(ctx, key, item.cas, want_win);
+    write_reply(get, key, item, expires_at_ms, lease, now_ms, out);
+}
+
+fn write_reply(
+    get: &MetaGet<'_>,
+    key: &[u8],
+    item: &ItemRef<'_>,
+    expires_at_ms: Option<Option<u64>>,
+    lease: lease::Flags,
+    now_ms: u64,
+    out: &mut Vec<u8>,
+) {
+    let ret = MetaReturn {
+        key: Some(key),
+        key_binary: get.flags.key_base64(),
+        cas: Some(item.cas),
+        client_flags: Some(item.client_flags),
+        size: Some(item.value.len()),
+        ttl_secs: Some(ttl_secs(
+            expires_at_ms.unwrap_or(item.expires_at_ms),
+            now_ms,
+        )),
+        last_access_secs: Some(0),
+        hit_before: Some(false),
+        win_sent: lease.win_sent,
+        stale: lease.stale,
+        won: lease.won,
+    };
+    if get.flags.has(b'v') {
+        encode::write_meta_value(out, &get.flags, &ret, item.value);
+    } else {
+        encode::write_meta_status(out, MetaStatus::Hd, &get.flags, &ret);
+    }
+}
+
+/// `EN` with `k` and `O`, unless quiet.
+fn write_miss(get: &MetaGet<'_>, key: &[u8], out: &mut Vec<u8>) {
+    if get.flags.quiet() {
+        return;
+    }
+    let ret = MetaReturn {
+        key: Some(key),
+        key_binary: get.flags.key_base64(),
+        ..MetaReturn::default()
+    };
+    encode::write_meta_status(out, MetaStatus::En, &get.flags, &ret);
+}

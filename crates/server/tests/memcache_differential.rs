@@ -1,0 +1,367 @@
+//! The same command scripts through a `MemcacheSession` and through a socket to a real
+//! memcached 1.6.18, asserting identical reply bytes.
+//!
+//! What is normalised before comparing, and why: CAS values (each server numbers its writes
+//! its own way), and nothing else. Scripts avoid what legitimately differs: `stats` contents,
+//! `version`, `me` on a hit (slab figures), timing-dependent expiry, and values near the size
+//! limit (memcached counts its item header against `-I`, strata counts the value).
+//!
+//! Each step is followed by `mn`, and both sides are read up to its `MN`, so a step's replies
+//! are compared on their own and a missing or extra reply shows up at the step that caused it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strata_engine::{Engine, EngineConfig};
+use strata_server::context::{ServerContext, Session, Settings};
+use strata_server::memcache_exec::MemcacheSession;
+
+/// Longest wait for memcached to accept connections or to answer a step.
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// A memcached child process, killed on drop.
+struct Memcached {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+impl Memcached {
+    fn start() -> Memcached {
+        let port = free_port();
+        let mut command = Command::new("memcached");
+        command.args([
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-t",
+            "1",
+        ]);
+        if running_as_root() {
+            command.args(["-u", "root"]);
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot run memcached ({error}): the differential tests need memcached \
+                     1.6.18; run ./scripts/test.sh, which installs it"
+                )
+            });
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let memcached = Memcached { child, addr };
+        let deadline = Instant::now() + WAIT_MAX;
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "memcached did not start on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        memcached
+    }
+}
+
+/// Both servers, driven step by step.
+struct Pair {
+    _memcached: Memcached,
+    socket: TcpStream,
+    ctx: ServerContext,
+    session: MemcacheSession,
+    /// Input the session has not consumed yet (a step may end mid-request).
+    pending: Vec<u8>,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let memcached = Memcached::start();
+        let socket = TcpStream::connect(memcached.addr).expect("connect to memcached");
+        socket.set_read_timeout(Some(WAIT_MAX)).expect("timeout");
+        let engine = Engine::open(EngineConfig::default()).expect("open engine");
+        Pair {
+            _memcached: memcached,
+            socket,
+            ctx: ServerContext::new(Arc::new(engine), Settings::default()),
+            session: MemcacheSession::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// memcached's reply to `step`, read up to the `MN` of the `mn` sent after it.
+    fn memcached(&mut self, step: &[u8]) -> Vec<u8> {
+        self.socket.write_all(step).expect("write");
+        self.socket.write_all(b"mn\r\n").expect("write");
+        let noops = 1 + step
+            .split(|&b| b == b'\n')
+            .filter(|line| *line == b"mn\r")
+            .count();
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        while count_lines(&reply, b"MN\r\n") < noops {
+            let n = self
+                .socket
+                .read(&mut buf)
+                .unwrap_or_else(|error| panic!("no reply from memcached to {step:?}: {error}"));
+            assert!(n > 0, "memcached closed the connection after {step:?}");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        reply
+    }
+
+    /// strata's reply to `step` followed by `mn`, fed in one piece.
+    fn strata(&mut self, step: &[u8]) -> Vec<u8> {
+        self.pending.extend_from_slice(step);
+        self.pending.extend_from_slice(b"mn\r\n");
+        let mut out = Vec::new();
+        let processed = self.session.process(&self.pending, &self.ctx, &mut out);
+        assert!(
+            !processed.close,
+            "strata closed the connection after {step:?}"
+        );
+        self.pending.drain(..processed.consumed);
+        out
+    }
+
+    /// Runs every step on both servers and compares the normalised replies.
+    fn check(&mut self, steps: &[&[u8]]) {
+        for step in steps {
+            let want = normalise(&self.memcached(step));
+            let got = normalise(&self.strata(step));
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&want),
+                "step {:?}",
+                String::from_utf8_lossy(step)
+            );
+        }
+    }
+}
+
+/// How many lines of `reply` are exactly `line`.
+fn count_lines(reply: &[u8], line: &[u8]) -> usize {
+    reply
+        .split_inclusive(|&b| b == b'\n')
+        .filter(|l| *l == line)
+        .count()
+}
+
+/// Replaces CAS values: the fifth token of `VALUE` lines and `c<digits>` meta return flags.
+fn normalise(reply: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(reply);
+    let mut out = String::new();
+    for line in text.split_inclusive("\r\n") {
+        let body = line.strip_suffix("\r\n").unwrap_or(line);
+        let tokens: Vec<&str> = body.split(' ').collect();
+        let is_meta = matches!(tokens[0], "VA" | "HD" | "EN" | "NF" | "NS" | "EX");
+        let normalised: Vec<String> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, token)| {
+                let cas_flag = is_meta
+                    && i > 0
+                    && token.len() > 1
+                    && token.starts_with('c')
+                    && token[1..].bytes().all(|b| b.is_ascii_digit());
+                if (tokens[0] == "VALUE" && i == 4) || cas_flag {
+                    "<cas>".to_string()
+                } else {
+                    (*token).to_string()
+                }
+            })
+            .collect();
+        out.push_str(&normalised.join(" "));
+        if line.ends_with("\r\n") {
+            out.push_str("\r\n");
+        }
+    }
+    out.into_bytes()
+}
+
+#[test]
+fn memcache_retrieval_and_storage() {
+    Pair::new().check(&[
+        b"get a\r\n",
+        b"get a b c\r\n",
+        b"set a 5 0 3\r\nabc\r\n",
+        b"get a\r\n",
+        b"gets a\r\n",
+        b"get a a zz a\r\n",
+        b"set a 4294967295 0 0\r\n\r\nget a\r\n",
+        b"add a 0 0 1\r\nx\r\n",
+        b"add b 7 0 1\r\ny\r\nget b\r\n",
+        b"replace c 0 0 1\r\nz\r\n",
+        b"replace b 1 0 2\r\nyy\r\ngets b\r\n",
+        b"append c 0 0 1\r\nz\r\n",
+        b"prepend c 0 0 1\r\nz\r\n",
+        b"set c 3 0 2\r\nmi\r\nappend c 9 0 2\r\n>>\r\nprepend c 9 0 2\r\n<<\r\nget c\r\n",
+        b"cas zz 0 0 1 1\r\nx\r\n",
+        b"cas c 0 0 1 1\r\nx\r\n",
+        b"set n 0 0 1 noreply\r\n1\r\nadd n 0 0 1 noreply\r\n2\r\nget n\r\n",
+        b"set neg 0 -1 1\r\nx\r\nget neg\r\n",
+        b"set past 0 1000000000 1\r\nx\r\nget past\r\n",
+        b"set future 0 4000000000 1\r\nx\r\nget future\r\n",
+        b"set wraps 0 99999999999 1\r\nx\r\nget wraps\r\n",
+        b"set wraps 0 4294967396 1\r\nx\r\nget wraps\r\n",
+        b"set a 0 0 1\r\nx\r\nadd a 0 -1 1\r\ny\r\nget a\r\n",
+        b"set rel 0 100 2\r\nhi\r\nget rel\r\n",
+    ]);
+}
+
+#[test]
+fn memcache_cas_round_trip() {
+    let mut pair = Pair::new();
+    pair.check(&[b"set k 0 0 1\r\nx\r\n"]);
+    // Each side's own CAS, fetched and sent back: both must store, then refuse the stale one.
+    let cas_of = |reply: &[u8]| -> String {
+        let text = String::from_utf8_lossy(reply);
+        let line = text.lines().next().unwrap_or_default().to_string();
+        line.split(' ').nth(4).unwrap_or_default().to_string()
+    };
+    let memcached_cas = cas_of(&pair.memcached(b"gets k\r\n"));
+    let strata_cas = cas_of(&pair.strata(b"gets k\r\n"));
+    for (cas, is_memcached) in [(memcached_cas, true), (strata_cas, false)] {
+        let step = format!("cas k 0 0 1 {cas}\r\ny\r\ncas k 0 0 1 {cas}\r\nz\r\nget k\r\n");
+        let reply = if is_memcached {
+            pair.memcached(step.as_bytes())
+        } else {
+            pair.strata(step.as_bytes())
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&reply),
+            "STORED\r\nEXISTS\r\nVALUE k 0 1\r\ny\r\nEND\r\nMN\r\n"
+        );
+    }
+}
+
+#[test]
+fn memcache_delete_touch_arith() {
+    Pair::new().check(&[
+        b"delete a\r\n",
+        b"set a 0 0 1\r\nx\r\ndelete a\r\nget a\r\n",
+        b"set a 0 0 1\r\nx\r\ndelete a 0\r\ndelete a noreply\r\n",
+        b"delete a 1\r\n",
+        b"touch a 10\r\n",
+        b"set a 0 0 1\r\nx\r\ntouch a 100\r\ngets a\r\n",
+        b"touch a -1\r\nget a\r\n",
+        b"incr n 1\r\ndecr n 1\r\n",
+        b"set n 3 0 2\r\n10\r\nincr n 5\r\nincr n 18446744073709551615\r\ndecr n 100\r\nget n\r\n",
+        b"set n 0 0 3\r\n100\r\ndecr n 1\r\nget n\r\nincr n 901\r\nget n\r\n",
+        b"set n 0 0 2\r\n99\r\nincr n 1\r\nget n\r\n",
+        b"set big 0 0 20\r\n18446744073709551615\r\nincr big 1\r\nget big\r\n",
+        b"set x 0 0 2\r\n1x\r\nincr x 1\r\nset x 0 0 2\r\n-1\r\nincr x 1\r\n",
+        b"set x 0 0 0\r\n\r\nincr x 1\r\nset x 0 0 3\r\n 12\r\nincr x 1\r\nget x\r\n",
+        b"set x 0 0 3\r\n1 2\r\nincr x 1 noreply\r\nget x\r\n",
+        b"incr x abc\r\nincr x -1\r\n",
+    ]);
+}
+
+#[test]
+fn memcache_admin_and_errors() {
+    Pair::new().check(&[
+        b"verbosity 1\r\nverbosity 1 noreply\r\nverbosity\r\n",
+        b"flush_all\r\nflush_all noreply\r\nflush_all 0\r\nflush_all -1\r\n",
+        b"set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\n",
+        b"shutdown\r\nshutdown graceful\r\nshutdown now\r\n",
+        b"stats nonsense\r\nstats detail\r\nstats detail on\r\nstats detail off\r\n",
+        b"stats detail dump\r\nstats reset\r\nstats sizes\r\n",
+        b"GET a\r\nfoo\r\n\r\nget\r\n",
+        b"set a 0 0 2\r\nxyz\r\nget a\r\n",
+        b"set a x 0 1\r\n",
+        b"get a\r\n",
+        b"set a 0 0 1 noreply\r\nxy\r\n",
+    ]);
+}
+
+#[test]
+fn memcache_too_large_value_is_swallowed_and_old_value_removed() {
+    let mut pair = Pair::new();
+    for command in [
+        "set k 0 0 2000000",
+        "add k 0 0 2000000 noreply",
+        "ms k 2000000 T0",
+    ] {
+        let mut step = format!("set k 0 0 1\r\nx\r\n{command}\r\n").into_bytes();
+        step.extend(std::iter::repeat_n(b'v', 2_000_000));
+        step.extend_from_slice(b"\r\nget k\r\n");
+        pair.check(&[&step]);
+    }
+}
+
+#[test]
+fn memcache_meta_get_set_delete() {
+    Pair::new().check(&[
+        b"mg a\r\nmg a v\r\nmg a q v\r\nmg a k O1 q\r\nmg a k O1 v\r\nmn\r\n",
+        b"ms a 2 T0 F5\r\nhi\r\nmg a\r\nmg a s v f t k O9 q\r\nmg a c\r\n",
+        b"mg a q\r\nmg a q k\r\nmg a l\r\n",
+        b"ms a 2 q\r\nho\r\nms a 2 C1\r\nhi\r\nms b 2 MA\r\nhi\r\nms b 2 MR\r\nhi\r\n",
+        b"ms a 2 ME\r\nhi\r\nms a 2 MA q\r\n!!\r\nmg a v\r\n",
+        b"ms b 2 MA q\r\nhi\r\nms b 2 ME q\r\nhi\r\nms b 2 ME q\r\nhi\r\n",
+        b"ms a 2 MP k c O5\r\n<<\r\nmg a v\r\n",
+        b"ms zz 1 C5\r\nx\r\nms a 1 MS\r\nx\r\nms a 1 T-1\r\nx\r\nmg a v\r\n",
+        b"ms a 2 T100\r\nhi\r\nmg a t v\r\nmg a T50 t\r\nmg a t\r\n",
+        b"md a q\r\nmd a\r\nmd a q\r\nmd a C1 O5 k\r\n",
+        b"ms a 1\r\nx\r\nmd a C1 q\r\nmd a k O2\r\n",
+        b"mg YQ== b k v\r\nms YQ== 1 b k c\r\ny\r\nmg YQ== b k v\r\nget a\r\n",
+        b"md YQ== b k\r\nmd YQ== b k q\r\nmg a v\r\n",
+        b"mg a E5\r\nms a 1 E5\r\nx\r\nmd a E5\r\nmd a x\r\n",
+        b"me zz\r\nmn extra\r\n",
+    ]);
+}
+
+#[test]
+fn memcache_meta_arith() {
+    Pair::new().check(&[
+        b"ma c\r\nma c q\r\nma c N0 J10 v\r\nma c v\r\nma c MD D20 v\r\n",
+        b"ma c q D5\r\nma c v k O1 s f\r\nma c t\r\nma c T100 t v\r\n",
+        b"ma d N0 q\r\nma d v\r\nma d q v\r\nma d M- D9 v\r\n",
+        b"set x 0 0 1\r\nz\r\nma x\r\nma x q\r\n",
+        b"set n 0 0 3\r\n100\r\nma n MD v\r\nget n\r\nma n C1\r\n",
+        b"ma e N0 J18446744073709551615 v\r\nma e v\r\n",
+    ]);
+}
+
+#[test]
+fn memcache_meta_stale_while_revalidate() {
+    Pair::new().check(&[
+        b"mg v1 N30 v t\r\nmg v1 N30 v t\r\nmg v1 v\r\n",
+        b"ms v1 3\r\nnew\r\nmg v1 v t\r\n",
+        b"mg v2 N30 t\r\nmg v2 t\r\n",
+        b"ms k 2 T100\r\nhi\r\nmd k I T30\r\nmg k v t\r\nmg k v t\r\nmg k v\r\n",
+        b"ms k 2 T100\r\nhi\r\nmg k R30 v\r\nmg k R200 v\r\nmg k R200 v\r\n",
+    ]);
+}
+
+#[test]
+fn memcache_pipelined_in_one_write() {
+    Pair::new().check(&[
+        b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\nget a b\r\nincr a 1\r\nmg b v\r\nmn\r\n\
+          delete b\r\nget a b\r\n",
+    ]);
+}
