@@ -10,8 +10,9 @@
 //!   is closed if one batch takes it past `Limits::output_pending_bytes_hard`.
 //! - The session sees each byte once: it is called once per read batch with all unconsumed
 //!   input, answers every complete request in it (pipelining) and reports what it consumed.
-//! - Sockets are non-blocking and edge-triggered: every pass reads until `WouldBlock` (or
-//!   reports `Again` when it stopped early), so no readiness is lost.
+//! - Sockets are non-blocking and edge-triggered: every pass reads until the receive queue is
+//!   empty (a short read or `WouldBlock`), or reports `Again` when it stopped early, so no
+//!   readiness is lost.
 
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
@@ -103,7 +104,7 @@ pub struct Traffic {
 
 /// How one fill of the read buffer ended.
 enum Fill {
-    /// The socket has no more input now.
+    /// The socket had no more input (a short read, or `WouldBlock`).
     Drained,
     /// The buffer is full.
     Full,
@@ -169,6 +170,12 @@ impl Connection {
         self.output_pending_bytes() > limits.output_pending_bytes_soft
     }
 
+    /// Whether a writable event concerns this connection: output is waiting, or reading is
+    /// paused until it drains. Otherwise the event is ignored without a system call.
+    pub fn wants_writable(&self) -> bool {
+        self.output_pending_bytes() > 0
+    }
+
     /// Reads what the socket has, processes it and writes the replies. Called on readable
     /// events, on writable events (output drained may resume reading), and for `Again`.
     pub fn pass(&mut self, pass: &mut PassContext<'_>) -> Status {
@@ -215,6 +222,7 @@ impl Connection {
     }
 
     /// Reads until the socket has nothing more, the buffer is full, or the input ends.
+    /// Usually one system call: a read that does not fill the buffer drains the socket.
     fn fill(&mut self, pass: &mut PassContext<'_>) -> Result<Fill, CloseReason> {
         if self.read_len == self.read_buf.len() {
             self.grow_read_buffer(pass.limits)?;
@@ -229,6 +237,10 @@ impl Connection {
                     if self.read_len == self.read_buf.len() {
                         return Ok(Fill::Full);
                     }
+                    // A short read emptied the socket's receive queue. Input that arrives
+                    // later raises a new edge, so reading on only to see WouldBlock would
+                    // cost a system call per batch for nothing.
+                    return Ok(Fill::Drained);
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(Fill::Drained),
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}

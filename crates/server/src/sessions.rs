@@ -76,16 +76,20 @@ impl crate::context::Session for Unavailable {
     }
 }
 
-fn resp_unavailable(_ctx: &ServerContext) -> Box<dyn Session> {
+fn memcache_unavailable(_ctx: &ServerContext) -> Box<dyn Session> {
     Box::new(Unavailable {
-        reply: b"-ERR RESP protocol not available in this build\r\n",
+        reply: b"SERVER_ERROR memcached protocol not available in this build\r\n",
     })
+}
+
+fn resp_session(ctx: &ServerContext) -> Box<dyn Session> {
+    Box::new(crate::resp_exec::RespSession::new(ctx.next_client_id()))
 }
 
 /// The sessions built into this crate.
 pub fn builtin() -> Sessions {
     Sessions {
-        memcache: crate::memcache_exec::MemcacheSession::factory,
-        resp: resp_unavailable,
+        memcache: memcache_unavailable,
+        resp: resp_session,
     }
 }

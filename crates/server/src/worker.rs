@@ -126,7 +126,15 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER_TOKEN => self.on_wake(now),
-                    Token(slot) => self.on_ready(slot, now),
+                    Token(slot)
+                        if event.is_readable()
+                            || event.is_read_closed()
+                            || event.is_error()
+                            || self.wants_writable(slot) =>
+                    {
+                        self.on_ready(slot, now);
+                    }
+                    Token(_) => {} // Writable with nothing to write: no work, no syscall.
                 }
             }
             std::mem::swap(&mut again, &mut self.again);
@@ -199,6 +207,13 @@ impl Worker {
         self.slots[slot] = Some(connection);
         // The client may have sent before registration: look now rather than wait for an edge.
         self.on_ready(slot, now);
+    }
+
+    fn wants_writable(&self, slot: usize) -> bool {
+        self.slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(Connection::wants_writable)
     }
 
     fn on_ready(&mut self, slot: usize, now: Instant) {

@@ -22,6 +22,15 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// Small settings for tests, for each flag that `extra` does not set itself.
+fn defaults(extra: &[&str]) -> Vec<&'static str> {
+    [["--memory", "16MiB"], ["--threads", "2"]]
+        .into_iter()
+        .filter(|[flag, _]| !extra.contains(flag))
+        .flatten()
+        .collect()
+}
+
 /// Runs the binary with `args`, waits for it to exit, returns its status and standard error.
 pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -63,7 +72,7 @@ impl Server {
             .args(["--memcache-listen", &memcache.to_string()])
             .args(["--resp-listen", &resp.to_string()])
             .args(["--admin-listen", &admin.to_string()])
-            .args(["--memory", "16MiB", "--threads", "2"])
+            .args(defaults(extra))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

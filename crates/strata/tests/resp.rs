@@ -1,0 +1,127 @@
+//! Redis protocol end to end over TCP against the real binary: a smoke test of the wiring
+//! (the protocol-exact suites live with the session and its differential tests).
+
+mod harness;
+
+use harness::{Client, Server};
+
+/// A RESP command as a multibulk request.
+fn command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+    }
+    out
+}
+
+#[test]
+fn ping_set_get_over_tcp() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    assert_eq!(client.call(&command(&["PING"])), "+PONG\r\n");
+    assert_eq!(
+        client.call(&command(&["SET", "greeting", "hello"])),
+        "+OK\r\n"
+    );
+    assert_eq!(client.call(&command(&["GET", "greeting"])), "$5\r\n");
+    assert_eq!(client.line(), "hello\r\n");
+    assert_eq!(
+        client.call(b"PING\r\n"),
+        "+PONG\r\n",
+        "inline commands work too"
+    );
+}
+
+#[test]
+fn pipelined_commands_are_answered_in_order() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend(command(&["SET", &format!("k{i}"), &format!("v{i}")]));
+        batch.extend(command(&["GET", &format!("k{i}")]));
+    }
+    client.send(&batch);
+    for i in 0..100 {
+        assert_eq!(client.line(), "+OK\r\n");
+        let value = format!("v{i}");
+        assert_eq!(client.line(), format!("${}\r\n", value.len()));
+        assert_eq!(client.line(), format!("{value}\r\n"));
+    }
+}
+
+#[test]
+fn connections_spread_over_workers_all_work() {
+    let server = Server::start(&["--threads", "3"]);
+    let mut clients: Vec<Client> = (0..6).map(|_| Client::connect(server.resp)).collect();
+    for (i, client) in clients.iter_mut().enumerate() {
+        let key = format!("client{i}");
+        assert_eq!(client.call(&command(&["SET", &key, "x"])), "+OK\r\n");
+    }
+    for client in &mut clients {
+        assert_eq!(client.call(&command(&["DBSIZE"])), ":6\r\n");
+    }
+}
+
+#[test]
+fn requirepass_is_enforced() {
+    let server = Server::start(&["--requirepass", "sesame"]);
+    let mut client = Client::connect(server.resp);
+    assert!(client.call(&command(&["GET", "k"])).starts_with("-NOAUTH"));
+    assert!(client
+        .call(&command(&["AUTH", "wrong"]))
+        .starts_with("-WRONGPASS"));
+    assert_eq!(client.call(&command(&["AUTH", "sesame"])), "+OK\r\n");
+    assert_eq!(client.call(&command(&["GET", "k"])), "$-1\r\n");
+}
+
+#[test]
+fn commands_move_the_metrics() {
+    let mut server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    assert_eq!(client.call(&command(&["SET", "k", "v"])), "+OK\r\n");
+    assert_eq!(client.call(&command(&["GET", "k"])), "$1\r\n");
+    assert_eq!(client.line(), "v\r\n");
+    server.wait_metric("strata_commands_total{command=\"set\"}", |n| n == 1);
+    server.wait_metric("strata_commands_total{command=\"get\"}", |n| n == 1);
+    server.wait_metric("strata_items", |n| n == 1);
+}
+
+#[test]
+fn shutdown_command_stops_the_server_cleanly() {
+    let mut server = Server::start(&[]);
+    let mut bystander = Client::connect(server.memcache);
+    let mut client = Client::connect(server.resp);
+    assert_eq!(client.call(&command(&["SET", "k", "v"])), "+OK\r\n");
+    client.send(&command(&["SHUTDOWN", "NOSAVE"]));
+    assert!(client.closed_by_server());
+    assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+    assert!(bystander.closed_by_server());
+    assert!(
+        server.log().contains("pool closed cleanly"),
+        "{}",
+        server.log()
+    );
+}
+
+#[test]
+fn a_file_pool_restarts_warm_after_sigterm() {
+    let path = std::env::temp_dir().join(format!("strata-warm-{}.pool", std::process::id()));
+    let pool = path.to_str().expect("utf-8 path");
+    {
+        let mut server = Server::start(&["--pool", pool, "--fresh"]);
+        let mut client = Client::connect(server.resp);
+        assert_eq!(
+            client.call(&command(&["SET", "kept", "across restarts"])),
+            "+OK\r\n"
+        );
+        server.signal("TERM");
+        assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+    }
+    let server = Server::start(&["--pool", pool]);
+    let mut client = Client::connect(server.resp);
+    assert_eq!(client.call(&command(&["GET", "kept"])), "$15\r\n");
+    assert_eq!(client.line(), "across restarts\r\n");
+    drop(server);
+    let _ = std::fs::remove_file(&path);
+}
