@@ -120,7 +120,7 @@ impl Pair {
         self.socket.write_all(b"mn\r\n").expect("write");
         let noops = 1 + step
             .split(|&b| b == b'\n')
-            .filter(|line| *line == b"mn\r")
+            .filter(|line| line.starts_with(b"mn ") || line.starts_with(b"mn\r"))
             .count();
         let mut reply = Vec::new();
         let mut buf = [0u8; 64 * 1024];
