@@ -1,4 +1,5 @@
-//! The `strata` binary: `strata serve` runs the server, `strata bench` the load generator.
+//! The `strata` binary: `strata serve` runs the server, `strata bench` the load generator,
+//! `strata pool inspect|verify` looks at a pool file.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 when the server fails at run time (a port in use,
 //! a pool that cannot open), 2 for invalid flags or configuration.
@@ -6,6 +7,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+mod pool_cmd;
 
 /// Exit code for invalid flags or configuration (clap uses the same for usage errors).
 const EXIT_CODE_CONFIG: u8 = 2;
@@ -25,11 +28,15 @@ enum Command {
     Serve(strata_server::ServeOptions),
     /// Run a workload against a server and print the report.
     Bench(strata_bench::BenchArgs),
+    /// Inspect or verify a pool file.
+    #[command(subcommand)]
+    Pool(pool_cmd::PoolCommand),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(options) => serve(options),
+        Command::Pool(command) => pool_cmd::run(command),
         Command::Bench(args) => match strata_bench::run(&args) {
             Ok(report) => {
                 print!("{}", report.render_text());

@@ -33,15 +33,19 @@ fn defaults(extra: &[&str]) -> Vec<&'static str> {
 
 /// Runs the binary with `args`, waits for it to exit, returns its status and standard error.
 pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let (status, _, stderr) = run_output(args);
+    (status, stderr)
+}
+
+/// Runs the binary with `args` to its exit: status, standard output, standard error.
+pub fn run_output(args: &[&str]) -> (ExitStatus, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(args)
         .stdin(Stdio::null())
         .output()
         .expect("run strata");
-    (
-        output.status,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status, text(&output.stdout), text(&output.stderr))
 }
 
 /// A running `strata serve`, killed on drop.

@@ -1,0 +1,41 @@
+//! `strata pool inspect|verify` on a pool the real server wrote and closed.
+
+mod harness;
+
+use harness::{run_output, Client, Server};
+
+#[test]
+fn inspect_and_verify_a_cleanly_closed_pool() {
+    let path = std::env::temp_dir().join(format!("strata-inspect-{}.pool", std::process::id()));
+    let pool = path.to_str().expect("utf-8 path");
+    {
+        let mut server = Server::start(&["--pool", pool, "--fresh", "--segment-size", "1MiB"]);
+        let mut client = Client::connect(server.resp);
+        assert_eq!(client.call(b"SET k v\r\n"), "+OK\r\n");
+        server.signal("TERM");
+        assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+    }
+    let (status, stdout, stderr) = run_output(&["pool", "inspect", pool]);
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("closed cleanly:  true"), "{stdout}");
+    assert!(
+        stdout.contains("segment size:    1048576 bytes"),
+        "{stdout}"
+    );
+
+    let (status, stdout, stderr) = run_output(&["pool", "verify", pool]);
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("items: 1 "), "{stdout}");
+    assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn inspect_refuses_a_file_that_is_not_a_pool() {
+    let path = std::env::temp_dir().join(format!("strata-not-a-pool-{}", std::process::id()));
+    std::fs::write(&path, vec![7u8; 8192]).expect("write");
+    let (status, _, stderr) = run_output(&["pool", "inspect", path.to_str().expect("utf-8")]);
+    assert_eq!(status.code(), Some(1));
+    assert!(stderr.starts_with("strata pool: "), "{stderr}");
+    let _ = std::fs::remove_file(&path);
+}
