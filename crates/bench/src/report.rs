@@ -55,6 +55,8 @@ pub struct RunConfig {
 pub struct PhaseReport {
     /// The measured window (timed phase) or wall time (preload, read-back), in seconds.
     pub elapsed_secs: f64,
+    /// From the window's start to the last measured reply, in seconds.
+    pub completion_secs: f64,
     /// Raw counters.
     pub counts: Counts,
     /// Completed requests per second.
@@ -90,7 +92,9 @@ impl PhaseReport {
     #[must_use]
     pub fn from_outcome(outcome: &PhaseOutcome, offered_per_sec: Option<f64>) -> Self {
         let counts = outcome.tally.counts;
-        let secs = outcome.elapsed_secs.max(1e-9);
+        // Rates use the longer of the window and the time to the last reply, so an open-loop
+        // run that fell behind and caught up after the window does not look on time.
+        let secs = outcome.elapsed_secs.max(outcome.completion_secs).max(1e-9);
         #[allow(clippy::cast_precision_loss)]
         let requests = counts.requests_completed as f64;
         #[allow(clippy::cast_precision_loss)]
@@ -104,6 +108,7 @@ impl PhaseReport {
         };
         PhaseReport {
             elapsed_secs: outcome.elapsed_secs,
+            completion_secs: outcome.completion_secs,
             counts,
             requests_per_sec: requests / secs,
             keys_per_sec: keys / secs,
@@ -114,7 +119,7 @@ impl PhaseReport {
             set_latency: outcome.tally.set.summary(),
             client_cpu_secs: outcome.client_cpu_secs,
             client_cpu_us_per_request: per_request(outcome.client_cpu_secs),
-            client_cpu_cores: outcome.client_cpu_secs / secs,
+            client_cpu_cores: outcome.client_cpu_secs / outcome.elapsed_secs.max(1e-9),
             server_cpu_secs: outcome.server_cpu_secs,
             server_cpu_us_per_request: outcome.server_cpu_secs.map(per_request),
             backlog_depth_max: outcome.backlog_depth_max,
@@ -236,6 +241,7 @@ mod tests {
         let outcome = PhaseOutcome {
             tally,
             elapsed_secs: 2.0,
+            completion_secs: 1.9,
             client_cpu_secs: 0.5,
             server_cpu_secs: Some(0.01),
             backlog_depth_max: 0,

@@ -135,6 +135,116 @@ pub fn bar_chart(title: &str, bars: &[Bar]) -> String {
     svg
 }
 
+/// Maps data to pixels: linear x from 0, logarithmic y between whole decades.
+struct LogPlot {
+    x_max: f64,
+    y_min: f64,
+    y_max: f64,
+    plot_w: f64,
+    plot_h: f64,
+}
+
+impl LogPlot {
+    fn new(series: &[Series], objective: Option<f64>) -> Self {
+        let (left, right, top, bottom) = MARGIN_PX;
+        let points = series.iter().flat_map(|s| s.1.iter());
+        let x_max = points.clone().map(|p| p.0).fold(0.0, f64::max).max(1.0);
+        let y_values = points.map(|p| p.1).chain(objective).filter(|v| *v > 0.0);
+        let y_low = y_values.clone().fold(f64::INFINITY, f64::min);
+        let y_min = 10f64.powf(y_low.log10().floor()).min(10.0);
+        let y_max = 10f64
+            .powf(y_values.fold(1.0, f64::max).log10().ceil())
+            .max(y_min * 10.0);
+        let plot_w = WIDTH_PX - left - right;
+        let plot_h = HEIGHT_PX - top - bottom;
+        LogPlot {
+            x_max,
+            y_min,
+            y_max,
+            plot_w,
+            plot_h,
+        }
+    }
+
+    fn x(&self, x: f64) -> f64 {
+        MARGIN_PX.0 + self.plot_w * x / self.x_max
+    }
+
+    fn y(&self, y: f64) -> f64 {
+        let span = self.y_max.log10() - self.y_min.log10();
+        MARGIN_PX.2 + self.plot_h * (1.0 - (y.max(self.y_min).log10() - self.y_min.log10()) / span)
+    }
+
+    /// Decade labels on y, five labels on x, and both axis titles.
+    fn labels(&self, svg: &mut String, x_label: &str, y_label: &str) {
+        let (left, _, top, _) = MARGIN_PX;
+        let mut decade = self.y_min;
+        while decade <= self.y_max * 1.001 {
+            let (x, y) = (left - 6.0, self.y(decade) + 4.0);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{x:.1}" y="{y:.1}" text-anchor="end" font-size="11">{}</text>"#,
+                human(decade)
+            );
+            decade *= 10.0;
+        }
+        for (tick, value) in ticks_linear(self.x_max) {
+            let (x, y) = (left + self.plot_w * tick, top + self.plot_h + 16.0);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{x:.1}" y="{y:.1}" text-anchor="middle" font-size="11">{}</text>"#,
+                human(value)
+            );
+        }
+        let (x, y) = (left + self.plot_w / 2.0, HEIGHT_PX - 18.0);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{x:.1}" y="{y:.1}" text-anchor="middle" font-size="12">{}</text>"#,
+            escape(x_label)
+        );
+        let middle = top + self.plot_h / 2.0;
+        let _ = writeln!(
+            svg,
+            r#"<text x="14" y="{middle:.1}" font-size="12" transform="rotate(-90 14 {middle:.1})" text-anchor="middle">{}</text>"#,
+            escape(y_label)
+        );
+    }
+
+    /// One series: its line, its points and its legend entry.
+    fn series(&self, svg: &mut String, index: usize, name: &str, points: &[(f64, f64)]) {
+        let colour = COLOURS[index % COLOURS.len()];
+        let path: Vec<String> = points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", self.x(x), self.y(y)))
+            .collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
+            path.join(" ")
+        );
+        for &(x, y) in points {
+            let (cx, cy) = (self.x(x), self.y(y));
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="3" fill="{colour}"/>"#
+            );
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let legend_y = MARGIN_PX.2 + 16.0 * index as f64;
+        let legend_x = MARGIN_PX.0 + self.plot_w + 12.0;
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{legend_x:.1}" y="{legend_y:.1}" width="10" height="10" fill="{colour}"/>"#
+        );
+        let (x, y) = (legend_x + 14.0, legend_y + 9.0);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{x:.1}" y="{y:.1}" font-size="11">{}</text>"#,
+            escape(name)
+        );
+    }
+}
+
 /// A line chart with a logarithmic y axis and an optional dashed horizontal objective line.
 #[must_use]
 pub fn line_chart(
@@ -144,103 +254,19 @@ pub fn line_chart(
     series: &[Series],
     objective: Option<f64>,
 ) -> String {
-    let (left, right, top, bottom) = MARGIN_PX;
-    let plot_w = WIDTH_PX - left - right;
-    let plot_h = HEIGHT_PX - top - bottom;
-    let points = series.iter().flat_map(|s| s.1.iter());
-    let x_max = points.clone().map(|p| p.0).fold(0.0, f64::max).max(1.0);
-    let y_values = points.map(|p| p.1).chain(objective).filter(|v| *v > 0.0);
-    let y_min = 10f64
-        .powf(
-            y_values
-                .clone()
-                .fold(f64::INFINITY, f64::min)
-                .log10()
-                .floor(),
-        )
-        .min(10.0);
-    let y_max = 10f64
-        .powf(y_values.fold(1.0, f64::max).log10().ceil())
-        .max(y_min * 10.0);
-    let to_x = |x: f64| left + plot_w * x / x_max;
-    let to_y = |y: f64| {
-        top + plot_h
-            * (1.0 - (y.max(y_min).log10() - y_min.log10()) / (y_max.log10() - y_min.log10()))
-    };
+    let plot = LogPlot::new(series, objective);
     let mut svg = open_svg(title);
-    axes(&mut svg, plot_w);
-    let mut decade = y_min;
-    while decade <= y_max * 1.001 {
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end" font-size="11">{}</text>"#,
-            left - 6.0,
-            to_y(decade) + 4.0,
-            human(decade)
-        );
-        decade *= 10.0;
-    }
-    for (tick, value) in ticks_linear(x_max) {
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"#,
-            left + plot_w * tick,
-            top + plot_h + 16.0,
-            human(value)
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="12">{}</text>"#,
-        left + plot_w / 2.0,
-        HEIGHT_PX - 18.0,
-        escape(x_label)
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="14" y="{:.1}" font-size="12" transform="rotate(-90 14 {:.1})" text-anchor="middle">{}</text>"#,
-        top + plot_h / 2.0,
-        top + plot_h / 2.0,
-        escape(y_label)
-    );
+    axes(&mut svg, plot.plot_w);
+    plot.labels(&mut svg, x_label, y_label);
     if let Some(objective) = objective {
-        let y = to_y(objective);
+        let (x1, x2, y) = (MARGIN_PX.0, MARGIN_PX.0 + plot.plot_w, plot.y(objective));
         let _ = writeln!(
             svg,
-            r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#999" stroke-dasharray="4 3"/>"##,
-            left + plot_w
+            r##"<line x1="{x1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#999" stroke-dasharray="4 3"/>"##
         );
     }
     for (index, (name, points)) in series.iter().enumerate() {
-        let colour = COLOURS[index % COLOURS.len()];
-        let path: Vec<String> = points
-            .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", to_x(x), to_y(y)))
-            .collect();
-        let _ = writeln!(
-            svg,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
-            path.join(" ")
-        );
-        for &(x, y) in points {
-            let _ = writeln!(
-                svg,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"/>"#,
-                to_x(x),
-                to_y(y)
-            );
-        }
-        #[allow(clippy::cast_precision_loss)]
-        let legend_y = top + 16.0 * index as f64;
-        let legend_x = left + plot_w + 12.0;
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{legend_x:.1}" y="{:.1}" width="10" height="10" fill="{colour}"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
-            legend_y,
-            legend_x + 14.0,
-            legend_y + 9.0,
-            escape(name)
-        );
+        plot.series(&mut svg, index, name, points);
     }
     svg.push_str("</svg>\n");
     svg

@@ -16,6 +16,7 @@ pub fn render(
     scenarios: &[Scenario],
     summaries: &[ScenarioSummary],
     charts: &[(String, String)],
+    loads: (Option<f64>, Option<f64>),
 ) -> String {
     let mut md = String::from("# strata vs memcached vs Redis\n\n");
     let _ = writeln!(
@@ -24,6 +25,15 @@ pub fn render(
         shell("date -u '+%Y-%m-%d %H:%M UTC'")
     );
     md.push_str(&machine_section(args));
+    let load = |l: Option<f64>| l.map_or("?".to_owned(), |l| format!("{l:.2}"));
+    let _ = writeln!(
+        md,
+        "Load average (1 min) at start {} and end {}. The servers and the generator account for \
+         up to about 2 on this 2-CPU machine; more means other work shared the cores, and the \
+         tail latencies in particular are then unreliable.\n",
+        load(loads.0),
+        load(loads.1)
+    );
     md.push_str(
         "Each figure is the median over the repeats. \"vs best peer\" is the median, over \
          repeats, of this server's headline figure divided by the better of memcached and Redis \
@@ -83,6 +93,15 @@ fn machine_section(args: &CompareArgs) -> String {
     md
 }
 
+/// "not run" or "failed", for a row with no successful run.
+fn short_status(target: &TargetSummary) -> &'static str {
+    if target.status.starts_with("failed") {
+        "failed"
+    } else {
+        "not run"
+    }
+}
+
 fn fmt(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), human)
 }
@@ -101,8 +120,10 @@ fn throughput_table(md: &mut String, summary: &ScenarioSummary) {
         if t.runs == 0 {
             let _ = writeln!(
                 md,
-                "| {} | {} | not run | | | | | | | | | | |",
-                t.server, t.protocol
+                "| {} | {} | {} | | | | | | | | | | |",
+                t.server,
+                t.protocol,
+                short_status(t)
             );
             continue;
         }
@@ -143,7 +164,7 @@ fn memory_table(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary)
             t.server,
             t.protocol,
             t.items_retained
-                .map_or("not run".into(), |v| format!("{v:.0}")),
+                .map_or(short_status(t).into(), |v| format!("{v:.0}")),
             t.bytes_per_item.map_or("—".into(), |v| format!("{v:.1}")),
             t.server_cpu_us_per_request
                 .map_or("—".into(), |v| format!("{v:.2}")),
@@ -160,7 +181,7 @@ fn sweep_tables(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary)
     );
     for t in &summary.targets {
         let rate = if t.runs == 0 {
-            "not run".to_owned()
+            short_status(t).to_owned()
         } else {
             fmt(t.rate_within_slo_per_sec)
         };

@@ -106,6 +106,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
         source,
     })?;
     let servers = server_specs(args);
+    let load_start = load_average();
     let mut records = Vec::new();
     for scenario in &scenarios {
         let repeats = args
@@ -139,7 +140,8 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
     }
     let summaries = summarise(&scenarios, &records);
     let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
-    let markdown = report::render(args, &scenarios, &summaries, &chart_files);
+    let loads = (load_start, load_average());
+    let markdown = report::render(args, &scenarios, &summaries, &chart_files, loads);
     let path = args.out.join("REPORT.md");
     std::fs::write(&path, markdown).map_err(|source| BenchError::File { path, source })?;
     write_json(&args.out.join("summary.json"), &summaries)?;
@@ -153,6 +155,24 @@ struct Target<'a> {
     repeat: usize,
 }
 
+impl Target<'_> {
+    /// A record of this target's run at `rate`.
+    fn record(&self, scenario: &Scenario, rate: Option<f64>, status: RunStatus) -> RunRecord {
+        RunRecord {
+            scenario: scenario.name.clone(),
+            server: self.server.name.clone(),
+            is_peer: self.server.is_peer,
+            protocol: self.protocol,
+            repeat: self.repeat,
+            rate_per_sec: rate,
+            status,
+            report: None,
+            rss_bytes_before: None,
+            rss_bytes_after: None,
+        }
+    }
+}
+
 /// Starts the server, runs the scenario (every sweep point) against it, stops it.
 fn run_target(
     args: &CompareArgs,
@@ -164,75 +184,48 @@ fn run_target(
         (ScenarioKind::Sweep, Some(sweep)) => sweep.rates.iter().copied().map(Some).collect(),
         _ => vec![None],
     };
-    let record = |rate, status, report, rss: (Option<u64>, Option<u64>)| RunRecord {
-        scenario: scenario.name.clone(),
-        server: target.server.name.clone(),
-        is_peer: target.server.is_peer,
-        protocol: target.protocol,
-        repeat: target.repeat,
-        rate_per_sec: rate,
-        status,
-        report,
-        rss_bytes_before: rss.0,
-        rss_bytes_after: rss.1,
-    };
     let resources = ServerResources {
         threads: args.server_threads,
         memory_mib: args.memory_mib,
         cpu: args.server_cpu,
     };
-    let log = logs.join(format!(
+    let name = format!(
         "{}-{}-{}.log",
         scenario.name, target.server.name, target.protocol
-    ));
-    let server = match ServerProcess::start(target.server, resources, &log) {
+    );
+    let server = match ServerProcess::start(target.server, resources, &logs.join(name)) {
         Ok(server) => server,
         Err(error) => {
             eprintln!("  not run: {error}");
+            let status = RunStatus::NotRun(error.to_string());
             return rates
                 .iter()
-                .map(|&rate| {
-                    record(
-                        rate,
-                        RunStatus::NotRun(error.to_string()),
-                        None,
-                        (None, None),
-                    )
-                })
+                .map(|&r| target.record(scenario, r, status.clone()))
                 .collect();
         }
     };
-    let rss_before = rss_bytes(server.pid).ok();
+    let rss_bytes_before = rss_bytes(server.pid).ok();
     let mut records = Vec::new();
     for (index, &rate) in rates.iter().enumerate() {
         let result = bench_once(args, scenario, target.protocol, &server, rate, index == 0);
-        let rss_after = rss_bytes(server.pid).ok();
+        let mut record = target.record(scenario, rate, RunStatus::Ok);
+        record.rss_bytes_before = rss_bytes_before;
+        record.rss_bytes_after = rss_bytes(server.pid).ok();
         match result {
             Ok(report) => {
                 let saturated = rate.is_some_and(|rate| is_saturated(&report, rate));
-                records.push(record(
-                    rate,
-                    RunStatus::Ok,
-                    Some(report),
-                    (rss_before, rss_after),
-                ));
+                record.report = Some(report);
+                records.push(record);
                 if saturated {
                     // Higher offered rates can only fall further behind; skip them.
-                    eprintln!(
-                        "  saturated at {} req/s; skipping higher rates",
-                        rate.unwrap_or(0.0)
-                    );
+                    eprintln!("  saturated at {rate:?} req/s; skipping higher rates");
                     break;
                 }
             }
             Err(error) => {
                 eprintln!("  failed: {error}");
-                records.push(record(
-                    rate,
-                    RunStatus::Failed(error.to_string()),
-                    None,
-                    (rss_before, rss_after),
-                ));
+                record.status = RunStatus::Failed(error.to_string());
+                records.push(record);
             }
         }
     }
@@ -275,6 +268,12 @@ fn is_saturated(report: &Report, rate: f64) -> bool {
         .measured
         .as_ref()
         .is_some_and(|m| m.requests_per_sec < SATURATION_FRACTION * rate)
+}
+
+/// The 1-minute load average, from /proc/loadavg.
+fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), BenchError> {

@@ -169,54 +169,16 @@ fn summarise_target(
         .copied()
         .filter(|r| r.status == RunStatus::Ok)
         .collect();
-    let status = match runs
-        .iter()
-        .find(|r| r.status != RunStatus::Ok)
-        .map(|r| &r.status)
-    {
-        _ if !ok.is_empty() && ok.len() == runs.len() => "ok".to_owned(),
-        Some(RunStatus::NotRun(reason)) => format!("not run: {reason}"),
-        Some(RunStatus::Failed(reason)) => format!(
-            "failed ({} of {} runs): {reason}",
-            runs.len() - ok.len(),
-            runs.len()
-        ),
-        _ => "ok".to_owned(),
-    };
+    let status = status_text(runs, ok.len());
     let phases: Vec<&PhaseReport> = ok.iter().filter_map(|r| measured_phase(r)).collect();
     let med = |f: &dyn Fn(&PhaseReport) -> Option<f64>| {
         median(phases.iter().filter_map(|p| f(p)).collect())
     };
     let repeats = runs.iter().map(|r| r.repeat).max().map_or(0, |m| m + 1);
-    let headline_of = |repeat: usize, server: &str, protocol: Protocol| {
-        let these: Vec<&RunRecord> = all
-            .iter()
-            .copied()
-            .filter(|r| r.repeat == repeat && r.server == server && r.protocol == protocol)
-            .collect();
-        headline_value(scenario, &these)
-    };
     let per_repeat: Vec<f64> = (0..repeats)
-        .filter_map(|rep| headline_of(rep, &first.server, first.protocol))
+        .filter_map(|repeat| headline_of(scenario, all, repeat, &first.server, first.protocol))
         .collect();
-    let ratios: Vec<f64> = (0..repeats)
-        .filter_map(|rep| {
-            let mine = headline_of(rep, &first.server, first.protocol)?;
-            let peers = all.iter().filter(|r| r.is_peer && r.repeat == rep);
-            let mut peer_keys: Vec<(String, Protocol)> =
-                peers.map(|r| (r.server.clone(), r.protocol)).collect();
-            peer_keys.dedup();
-            let values = peer_keys
-                .iter()
-                .filter_map(|(s, p)| headline_of(rep, s, *p));
-            let best = if higher_is_better {
-                values.fold(f64::NAN, f64::max)
-            } else {
-                values.fold(f64::NAN, f64::min)
-            };
-            (best.is_finite() && best > 0.0).then(|| mine / best)
-        })
-        .collect();
+    let ratios = ratios_vs_best_peer(scenario, all, first, repeats, higher_is_better);
     TargetSummary {
         server: first.server.clone(),
         is_peer,
@@ -241,6 +203,71 @@ fn summarise_target(
         headline: median(per_repeat),
         ratio_vs_best_peer: median(ratios),
     }
+}
+
+/// "ok", "not run: why", or "failed (n of m runs): why".
+fn status_text(runs: &[&RunRecord], ok_count: usize) -> String {
+    match runs
+        .iter()
+        .find(|r| r.status != RunStatus::Ok)
+        .map(|r| &r.status)
+    {
+        Some(RunStatus::NotRun(reason)) if ok_count == 0 => format!("not run: {reason}"),
+        Some(RunStatus::NotRun(reason) | RunStatus::Failed(reason)) => {
+            format!(
+                "failed ({} of {} runs): {reason}",
+                runs.len() - ok_count,
+                runs.len()
+            )
+        }
+        _ => "ok".to_owned(),
+    }
+}
+
+/// The headline of one target in one repeat.
+fn headline_of(
+    scenario: &Scenario,
+    all: &[&RunRecord],
+    repeat: usize,
+    server: &str,
+    protocol: Protocol,
+) -> Option<f64> {
+    let these: Vec<&RunRecord> = all
+        .iter()
+        .copied()
+        .filter(|r| r.repeat == repeat && r.server == server && r.protocol == protocol)
+        .collect();
+    headline_value(scenario, &these)
+}
+
+/// Per repeat: this target's headline over the best peer's in the same repeat.
+fn ratios_vs_best_peer(
+    scenario: &Scenario,
+    all: &[&RunRecord],
+    target: &RunRecord,
+    repeats: usize,
+    higher_is_better: bool,
+) -> Vec<f64> {
+    (0..repeats)
+        .filter_map(|repeat| {
+            let mine = headline_of(scenario, all, repeat, &target.server, target.protocol)?;
+            let mut peers: Vec<(&str, Protocol)> = all
+                .iter()
+                .filter(|r| r.is_peer && r.repeat == repeat)
+                .map(|r| (r.server.as_str(), r.protocol))
+                .collect();
+            peers.dedup();
+            let values = peers
+                .iter()
+                .filter_map(|&(s, p)| headline_of(scenario, all, repeat, s, p));
+            let best = if higher_is_better {
+                values.fold(f64::NAN, f64::max)
+            } else {
+                values.fold(f64::NAN, f64::min)
+            };
+            (best.is_finite() && best > 0.0).then(|| mine / best)
+        })
+        .collect()
 }
 
 /// The phase a scenario's figures come from: the measured run, or the read-back for memory.

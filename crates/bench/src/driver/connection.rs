@@ -182,9 +182,11 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         while self.in_start < self.in_end {
             let Some(front) = self.pending.front().copied() else {
-                return Err(ConnectionError::Protocol(
-                    "bytes arrived with no request pending".into(),
-                ));
+                let stray = &self.input[self.in_start..self.in_end.min(self.in_start + 80)];
+                let stray = String::from_utf8_lossy(stray);
+                return Err(ConnectionError::Protocol(format!(
+                    "bytes arrived with no request pending: {stray:?}"
+                )));
             };
             let input = &self.input[self.in_start..self.in_end];
             let request = front.request;
@@ -197,6 +199,7 @@ impl Connection {
             if front.measured {
                 let latency_ns = now_ns.saturating_sub(front.start_ns);
                 tally.replied(request.op, request.keys, &reply, latency_ns);
+                tally.last_reply_ns = tally.last_reply_ns.max(now_ns);
             }
         }
         if self.in_start == self.in_end {

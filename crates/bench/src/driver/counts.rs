@@ -82,6 +82,8 @@ pub struct Tally {
     pub get: Latencies,
     /// Latency of SETs only.
     pub set: Latencies,
+    /// When the last measured reply arrived, ns since the phase's origin.
+    pub last_reply_ns: u64,
 }
 
 impl Tally {
@@ -126,6 +128,7 @@ impl Tally {
         self.all.merge(&other.all);
         self.get.merge(&other.get);
         self.set.merge(&other.set);
+        self.last_reply_ns = self.last_reply_ns.max(other.last_reply_ns);
     }
 }
 

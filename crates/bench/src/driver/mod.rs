@@ -83,6 +83,9 @@ pub struct PhaseOutcome {
     pub tally: Tally,
     /// The measured window (timed) or the wall time (sequential), in seconds.
     pub elapsed_secs: f64,
+    /// From the window's start to the last measured reply, in seconds. Longer than the window
+    /// when an overloaded open-loop run was still catching up after the window closed.
+    pub completion_secs: f64,
     /// This process's CPU time over the same span, in seconds.
     pub client_cpu_secs: f64,
     /// The server's CPU time over the same span, in seconds, when its PID was given.
@@ -130,9 +133,16 @@ pub fn run_phase(plan: &PhasePlan) -> Result<PhaseOutcome, BenchError> {
             Some(sampled) => sampled?,
             None => cpu_since(plan, origin, origin_cpu?)?,
         };
+        let measure_start_ns = match plan.kind {
+            PhaseKind::Timed { warmup_ns, .. } => warmup_ns,
+            PhaseKind::Sequential(_) => 0,
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let completion_secs = tally.last_reply_ns.saturating_sub(measure_start_ns) as f64 / 1e9;
         Ok(PhaseOutcome {
             tally,
             elapsed_secs: sampled.elapsed_secs,
+            completion_secs,
             client_cpu_secs: sampled.client_cpu_secs,
             server_cpu_secs: sampled.server_cpu_secs,
             backlog_depth_max,
