@@ -51,37 +51,6 @@ impl Sessions {
     }
 }
 
-/// Answers every request line with an error: stands in for a protocol whose session is not
-/// built into this binary yet.
-struct Unavailable {
-    reply: &'static [u8],
-}
-
-impl crate::context::Session for Unavailable {
-    fn process(
-        &mut self,
-        input: &[u8],
-        _ctx: &ServerContext,
-        out: &mut Vec<u8>,
-    ) -> crate::context::Processed {
-        let mut consumed = 0;
-        while let Some(newline) = input[consumed..].iter().position(|&b| b == b'\n') {
-            consumed += newline + 1;
-            out.extend_from_slice(self.reply);
-        }
-        crate::context::Processed {
-            consumed,
-            close: false,
-        }
-    }
-}
-
-fn memcache_unavailable(_ctx: &ServerContext) -> Box<dyn Session> {
-    Box::new(Unavailable {
-        reply: b"SERVER_ERROR memcached protocol not available in this build\r\n",
-    })
-}
-
 fn resp_session(ctx: &ServerContext) -> Box<dyn Session> {
     Box::new(crate::resp_exec::RespSession::new(ctx.next_client_id()))
 }
@@ -89,7 +58,7 @@ fn resp_session(ctx: &ServerContext) -> Box<dyn Session> {
 /// The sessions built into this crate.
 pub fn builtin() -> Sessions {
     Sessions {
-        memcache: memcache_unavailable,
+        memcache: crate::memcache_exec::MemcacheSession::factory,
         resp: resp_session,
     }
 }

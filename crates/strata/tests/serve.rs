@@ -146,3 +146,13 @@ fn a_port_in_use_fails_with_exit_1_and_names_the_listener() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--memcache-listen"), "{stderr}");
 }
+
+#[test]
+fn idle_clients_are_closed_after_the_idle_timeout() {
+    let server = Server::start(&["--idle-timeout", "1"]);
+    let mut idle = Client::connect(server.resp);
+    assert!(
+        idle.closed_by_server(),
+        "closed without having sent anything"
+    );
+}

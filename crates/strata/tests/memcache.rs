@@ -1,0 +1,146 @@
+//! memcached protocol end to end over TCP against the real binary (a smoke test of the wiring;
+//! the protocol-exact suites live with the session), and the three views of the counters —
+//! memcached `stats`, Redis INFO and Prometheus /metrics — agreeing.
+
+mod harness;
+
+use std::collections::HashMap;
+
+use harness::{Client, Server};
+
+#[test]
+fn set_get_delete_over_tcp() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.memcache);
+    assert_eq!(client.call(b"set k 5 0 3\r\nabc\r\n"), "STORED\r\n");
+    assert_eq!(client.call(b"get k\r\n"), "VALUE k 5 3\r\n");
+    assert_eq!(client.line(), "abc\r\n");
+    assert_eq!(client.line(), "END\r\n");
+    assert_eq!(client.call(b"delete k\r\n"), "DELETED\r\n");
+    assert_eq!(client.call(b"get k\r\n"), "END\r\n");
+    assert!(client.call(b"version\r\n").starts_with("VERSION "));
+}
+
+#[test]
+fn a_pipelined_batch_and_a_multi_get_are_answered_in_order() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.memcache);
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend(
+            format!(
+                "set key{i} 0 0 {}\r\nvalue{i}\r\n",
+                format!("value{i}").len()
+            )
+            .bytes(),
+        );
+    }
+    let keys: Vec<String> = (0..100).map(|i| format!("key{i}")).collect();
+    batch.extend(format!("get {}\r\n", keys.join(" ")).bytes());
+    client.send(&batch);
+    for _ in 0..100 {
+        assert_eq!(client.line(), "STORED\r\n");
+    }
+    for i in 0..100 {
+        let value = format!("value{i}");
+        assert_eq!(client.line(), format!("VALUE key{i} 0 {}\r\n", value.len()));
+        assert_eq!(client.line(), format!("{value}\r\n"));
+    }
+    assert_eq!(client.line(), "END\r\n");
+}
+
+#[test]
+fn a_value_larger_than_the_initial_buffer_round_trips() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.memcache);
+    let value = "v".repeat(500 << 10);
+    let request = format!("set big 0 0 {}\r\n{value}\r\n", value.len());
+    assert_eq!(client.call(request.as_bytes()), "STORED\r\n");
+    assert_eq!(
+        client.call(b"get big\r\n"),
+        format!("VALUE big 0 {}\r\n", value.len())
+    );
+    assert_eq!(client.line(), format!("{value}\r\n"));
+    assert_eq!(client.line(), "END\r\n");
+}
+
+/// `STAT name value` lines up to `END`.
+fn memcache_stats(client: &mut Client) -> HashMap<String, String> {
+    client.send(b"stats\r\n");
+    let mut stats = HashMap::new();
+    loop {
+        let line = client.line();
+        if line == "END\r\n" {
+            return stats;
+        }
+        let mut parts = line.trim_end().splitn(3, ' ');
+        assert_eq!(parts.next(), Some("STAT"), "{line}");
+        let name = parts.next().expect("name").to_string();
+        stats.insert(name, parts.next().unwrap_or_default().to_string());
+    }
+}
+
+/// INFO's `name:value` fields.
+fn redis_info(client: &mut Client) -> HashMap<String, String> {
+    client.send(b"INFO\r\n");
+    let header = client.line();
+    let len: usize = header.trim_end()[1..].parse().expect("bulk length");
+    let mut body = String::new();
+    while body.len() < len {
+        body.push_str(&client.line());
+    }
+    body.lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+#[test]
+fn stats_info_and_metrics_agree() {
+    let server = Server::start(&["--threads", "1"]);
+    let mut memcache = Client::connect(server.memcache);
+    let mut resp = Client::connect(server.resp);
+    assert_eq!(memcache.call(b"set a 0 0 1\r\n1\r\n"), "STORED\r\n");
+    assert_eq!(memcache.call(b"get a b c\r\n"), "VALUE a 0 1\r\n");
+    assert_eq!(
+        (memcache.line(), memcache.line()),
+        ("1\r\n".into(), "END\r\n".into())
+    );
+    assert_eq!(resp.call(b"GET a\r\n"), "$1\r\n");
+    assert_eq!(resp.line(), "1\r\n");
+    assert_eq!(resp.call(b"GET zzz\r\n"), "$-1\r\n");
+
+    // Nothing moves while the three are read: both clients are idle and the scrapes count
+    // no client connection.
+    let stats = memcache_stats(&mut memcache);
+    let info = redis_info(&mut resp);
+    let pairs = [
+        ("get_hits", "keyspace_hits", "strata_get_hits_total"),
+        ("get_misses", "keyspace_misses", "strata_get_misses_total"),
+        ("curr_items", "", "strata_items"),
+        (
+            "curr_connections",
+            "connected_clients",
+            "strata_connections_current",
+        ),
+        (
+            "total_connections",
+            "total_connections_received",
+            "strata_connections_total",
+        ),
+        ("evictions", "evicted_keys", "strata_evictions_total"),
+    ];
+    for (stat, field, metric) in pairs {
+        let value: u64 = stats[stat].parse().expect("number");
+        assert_eq!(value, server.metric(metric), "stats {stat} vs {metric}");
+        if !field.is_empty() {
+            assert_eq!(
+                info[field],
+                value.to_string(),
+                "stats {stat} vs INFO {field}"
+            );
+        }
+    }
+    assert_eq!(stats["get_hits"], "2");
+    assert_eq!(stats["get_misses"], "3");
+}
