@@ -10,6 +10,16 @@
 //! - Shutdown: once woken with `ServerContext::shutdown` set, the worker reads and answers what
 //!   each client already sent, stops reading, writes pending output for up to
 //!   [`DRAIN_TIME_MAX`], closes everything and returns.
+//!
+//! Why epoll (mio) rather than io_uring, for now: per read batch the loop makes one `recv` and
+//! one `send`, and one `epoll_wait` serves many connections. Measured with `strace -c` under
+//! `redis-benchmark -c 20 -P 16` (PING, one worker): 30,955 recvfrom, 30,934 sendto and 1,579
+//! epoll_wait in 2 s — the same pattern as Redis 7 (one read, one write per batch, about 20
+//! batches per wait), with server CPU per request within a few percent of Redis's. The
+//! remaining cost is the kernel's TCP path, which io_uring does not remove; what it would
+//! remove is the per-batch syscall entry (submitting all connections' sends in one
+//! `io_uring_enter`). That is the next step if the CPU-per-request target needs it, and it
+//! stays behind this module: sessions and connections know nothing of the poller.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
