@@ -13,8 +13,11 @@ use std::time::Duration;
 use crate::context::ServerContext;
 use crate::stats::COMMAND_NAMES;
 
-/// Upper bounds of the latency buckets, in nanoseconds (1 µs to 1 s).
-pub const LATENCY_BUCKETS_NS: [u64; 16] = [
+/// Upper bounds of the latency buckets, in nanoseconds (250 ns to 1 s): a batch of small
+/// requests takes well under a microsecond, a large multi-get or a synced write much longer.
+pub const LATENCY_BUCKETS_NS: [u64; 18] = [
+    250,
+    500,
     1_000,
     2_500,
     5_000,
@@ -315,8 +318,8 @@ mod tests {
         metrics.latency[1].record(Duration::from_secs(5));
         let (cumulative, sum_ns, count) = metrics.latency_totals();
         assert_eq!(count, 3);
-        assert_eq!(cumulative[0], 1, "1 µs is <= the 1 µs bound");
-        assert_eq!(cumulative[1], 2);
+        assert_eq!(cumulative[2], 1, "1 µs is <= the 1 µs bound");
+        assert_eq!(cumulative[3], 2);
         assert_eq!(
             cumulative[LATENCY_BUCKETS_NS.len() - 1],
             2,
@@ -326,8 +329,59 @@ mod tests {
     }
 
     #[test]
+    fn the_exposition_is_well_formed_prometheus_text() {
+        let config = strata_engine::EngineConfig {
+            memory_bytes: 4 << 20,
+            ..strata_engine::EngineConfig::default()
+        };
+        let engine = std::sync::Arc::new(strata_engine::Engine::open(config).expect("engine"));
+        let ctx = ServerContext::new(engine, crate::context::Settings::default());
+        let metrics = Metrics::new(1);
+        metrics.latency[0].record(Duration::from_micros(3));
+        let text = render(&ctx, &metrics);
+        let mut typed = std::collections::HashSet::new();
+        let mut previous_bucket = 0;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut parts = rest.split(' ');
+                assert!(
+                    typed.insert(parts.next().expect("name").to_string()),
+                    "{line}"
+                );
+                let kind = parts.next().expect("kind");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                continue;
+            }
+            if line.starts_with("# HELP ") {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect("series and value");
+            value
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("value in {line}"));
+            let name = series.split('{').next().expect("name");
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix).filter(|f| typed.contains(*f)))
+                .unwrap_or(name);
+            assert!(typed.contains(family), "sample before its TYPE: {line}");
+            assert!(
+                name.starts_with("strata_")
+                    && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            );
+            if name.ends_with("_bucket") {
+                let count: u64 = value.parse().expect("integer bucket");
+                assert!(count >= previous_bucket, "buckets are cumulative: {line}");
+                previous_bucket = count;
+            }
+        }
+        assert!(text.contains("strata_request_batch_duration_seconds_count 1\n"));
+    }
+
+    #[test]
     fn seconds_are_exact_decimals() {
         assert_eq!(seconds(1_000), "0.000001");
+        assert_eq!(seconds(250), "0.00000025");
         assert_eq!(seconds(2_500_000), "0.0025");
         assert_eq!(seconds(1_000_000_000), "1");
         assert_eq!(seconds(1_500_000_000), "1.5");
