@@ -1,7 +1,9 @@
 #!/bin/sh
 # Cross-checks strata-bench against redis-benchmark on the same workload: GET of 64 B values,
 # 100,000 keys (all present), 20 connections x pipeline 16, Redis pinned to CPU 0 and each
-# generator pinned to CPU 1. Runs the pair ROUNDS times (default 3), alternating.
+# generator pinned to CPU 1. Runs the trio ROUNDS times (default 3), alternating:
+# redis-benchmark; strata-bench --pipeline-batches (redis-benchmark's send-16-wait-16 pattern);
+# strata-bench default (memtier's pattern: refill each slot as its reply arrives).
 # Usage: bench/crosscheck-redis.sh [ROUNDS]
 set -eu
 cd "$(dirname "$0")/.."
@@ -22,8 +24,10 @@ for round in $(seq "$ROUNDS"); do
     echo "== round $round: redis-benchmark"
     taskset -c 1 redis-benchmark -p "$PORT" -t get -n 4000000 -r 100000 -d 64 -c 20 -P 16 \
         --threads 1 2>/dev/null | tr '\r' '\n' | grep -E "throughput summary|latency summary|avg|^ +[0-9]" | tail -4
-    echo "== round $round: strata-bench"
-    taskset -c 1 "$BENCH" run --target "127.0.0.1:$PORT" --protocol resp --keyspace 100000 \
-        --value-size 64 --ratio 1:0 --connections 20 --pipeline 16 --warmup-secs 1 \
-        --duration-secs 8 --cpu 1 --server-pid "$REDIS" | tail -n +4
+    for mode in --pipeline-batches ""; do
+        echo "== round $round: strata-bench ${mode:-(refill each slot)}"
+        taskset -c 1 "$BENCH" run --target "127.0.0.1:$PORT" --protocol resp --keyspace 100000 \
+            --value-size 64 --ratio 1:0 --connections 20 --pipeline 16 --warmup-secs 1 \
+            --duration-secs 8 --cpu 1 --server-pid "$REDIS" $mode | tail -n +4
+    done
 done

@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// Requests in flight per connection (closed loop: always; open loop: at most).
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
+    /// Closed loop: send `--pipeline` requests at once and wait for all their replies before
+    /// the next batch (as redis-benchmark -P does), instead of refilling each freed slot.
+    #[arg(long)]
+    pub pipeline_batches: bool,
     /// Open loop: offered requests per second over all threads. Absent: closed loop.
     #[arg(long)]
     pub rate: Option<f64>,

@@ -35,6 +35,7 @@ pub struct RunConfig {
     pub threads: usize,
     pub connections: usize,
     pub pipeline: usize,
+    pub pipeline_batches: bool,
     pub rate_per_sec: Option<f64>,
     pub arrival: String,
     pub keyspace: u64,

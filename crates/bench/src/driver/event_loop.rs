@@ -64,6 +64,8 @@ pub struct LoadThread {
     pub connections: Vec<Connection>,
     /// Requests in flight per connection.
     pub pipeline: usize,
+    /// Closed loop: refill a connection only once all its replies are in.
+    pub pipeline_batches: bool,
     /// Request source.
     pub maker: RequestMaker,
     /// Pacing.
@@ -104,6 +106,7 @@ impl LoadThread {
             protocol,
             connections,
             pipeline,
+            pipeline_batches: false,
             maker,
             pace,
             window,
@@ -238,6 +241,9 @@ impl LoadThread {
     fn fill_closed(&mut self, now: u64) {
         let measured = self.is_measured(now);
         for connection in &mut self.connections {
+            if self.pipeline_batches && connection.pending_len() > 0 {
+                continue;
+            }
             while connection.pending_len() < self.pipeline {
                 if !connection.push(&mut self.maker, now, measured, &mut self.tally) {
                     return;

@@ -60,6 +60,8 @@ pub struct PhasePlan {
     pub connections: usize,
     /// Requests in flight per connection.
     pub pipeline: usize,
+    /// Closed loop: refill a connection only once all its replies are in.
+    pub pipeline_batches: bool,
     /// Keys, values and mix.
     pub workload: Arc<Workload>,
     /// What to do.
@@ -250,6 +252,7 @@ fn load_thread(
         window,
         origin,
     );
+    thread.pipeline_batches = plan.pipeline_batches;
     thread.run()?;
     Ok(thread)
 }
