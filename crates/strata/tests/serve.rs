@@ -156,3 +156,14 @@ fn idle_clients_are_closed_after_the_idle_timeout() {
         "closed without having sent anything"
     );
 }
+
+#[test]
+fn a_half_sent_request_holds_no_worker_hostage() {
+    let server = Server::start(&["--threads", "1"]);
+    let mut slow = Client::connect(server.memcache);
+    slow.send(b"set k 0 0 10\r\nabc");
+    let mut other = Client::connect(server.memcache);
+    assert_eq!(other.call(b"set j 0 0 1\r\nx\r\n"), "STORED\r\n");
+    slow.send(b"defghij\r\n");
+    assert_eq!(slow.line(), "STORED\r\n");
+}
