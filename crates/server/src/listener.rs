@@ -26,6 +26,9 @@ use crate::worker::{Incoming, WorkerHandle};
 pub const WAKER_TOKEN: Token = Token(usize::MAX);
 /// Shortest time between two warnings about refused connections (the rest are counted).
 const REFUSAL_WARNING_INTERVAL: Duration = Duration::from_secs(1);
+/// After a failed accept (out of file descriptors), retry this much later: edge-triggered
+/// listeners raise no new event for connections already waiting in the backlog.
+const ACCEPT_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Accepts connections until shutdown.
 pub struct Acceptor {
@@ -36,6 +39,10 @@ pub struct Acceptor {
     next_worker: usize,
     last_refusal_warning: Option<Instant>,
     refusals_unreported: u64,
+    /// Set after a failed accept: when to try every listener again.
+    accept_retry_at: Option<Instant>,
+    /// Accepts fail since the last warning (warn once per episode, not per retry).
+    accept_failing: bool,
 }
 
 impl Acceptor {
@@ -55,6 +62,8 @@ impl Acceptor {
             next_worker: 0,
             last_refusal_warning: None,
             refusals_unreported: 0,
+            accept_retry_at: None,
+            accept_failing: false,
         };
         for (index, (listener, _)) in acceptor.listeners.iter_mut().enumerate() {
             acceptor
@@ -70,7 +79,10 @@ impl Acceptor {
     pub fn run(mut self) -> Vec<WorkerHandle> {
         let mut events = Events::with_capacity(64);
         while !self.ctx.shutdown.load(Ordering::Acquire) {
-            if let Err(err) = self.poll.poll(&mut events, None) {
+            let timeout = self
+                .accept_retry_at
+                .map(|at| at.saturating_duration_since(Instant::now()));
+            if let Err(err) = self.poll.poll(&mut events, timeout) {
                 if err.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -81,6 +93,12 @@ impl Acceptor {
             for event in events.iter() {
                 if event.token() != WAKER_TOKEN {
                     self.accept_all(event.token().0);
+                }
+            }
+            if self.accept_retry_at.is_some_and(|at| Instant::now() >= at) {
+                self.accept_retry_at = None;
+                for index in 0..self.listeners.len() {
+                    self.accept_all(index);
                 }
             }
         }
@@ -98,13 +116,20 @@ impl Acceptor {
             let (listener, protocol) = &self.listeners[index];
             let protocol = *protocol;
             match listener.accept() {
-                Ok((stream, _peer)) => self.dispatch(stream, protocol),
+                Ok((stream, _peer)) => {
+                    self.accept_failing = false;
+                    self.dispatch(stream, protocol);
+                }
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(err) => {
-                    // EMFILE and the like: the pending connections wait in the backlog until
-                    // the next connection attempt wakes us.
-                    tracing::warn!(error = %err, protocol = protocol.name(), "accept failed");
+                    // EMFILE and the like: the pending connections wait in the backlog.
+                    if !self.accept_failing {
+                        let protocol = protocol.name();
+                        tracing::warn!(error = %err, protocol, "accept failed; retrying");
+                    }
+                    self.accept_failing = true;
+                    self.accept_retry_at = Some(Instant::now() + ACCEPT_RETRY_INTERVAL);
                     return;
                 }
             }

@@ -38,7 +38,10 @@ impl FromStr for ByteSize {
             .unwrap_or(text.len());
         let (number, unit) = text.split_at(digits_end);
         let number: u64 = number.parse().map_err(|_| {
-            format!("`{text}` is not a size: expected a number with an optional unit (256MiB, 4GiB, 64mb)")
+            format!(
+                "`{text}` is not a size: expected a number with an optional unit \
+                 (256MiB, 4GiB, 64mb)"
+            )
         })?;
         let unit = unit.trim().to_ascii_lowercase();
         let multiplier = if unit.is_empty() {
@@ -49,7 +52,10 @@ impl FromStr for ByteSize {
                 .find(|(name, _)| *name == unit)
                 .map(|&(_, multiplier)| multiplier)
                 .ok_or_else(|| {
-                    format!("`{text}` has an unknown unit `{unit}`: use B, KiB, MiB, GiB, kb, mb, gb, k, m or g")
+                    format!(
+                        "`{text}` has an unknown unit `{unit}`: use B, KiB, MiB, GiB, kb, mb, \
+                         gb, k, m or g"
+                    )
                 })?
         };
         number

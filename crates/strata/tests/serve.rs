@@ -167,3 +167,24 @@ fn a_half_sent_request_holds_no_worker_hostage() {
     slow.send(b"defghij\r\n");
     assert_eq!(slow.line(), "STORED\r\n");
 }
+
+#[test]
+fn connections_waiting_while_out_of_file_descriptors_are_served_once_some_close() {
+    // 48 descriptors: the server's own take about 16, so some of 60 clients wait in the
+    // listen backlog, where no new readiness event will announce them.
+    let server = Server::start_wrapped(&["prlimit", "--nofile=48:48"], &[]);
+    let mut clients: Vec<Client> = (0..60).map(|_| Client::connect(server.memcache)).collect();
+    for client in &mut clients {
+        client.send(b"version\r\n");
+    }
+    let waiting = clients.split_off(40);
+    drop(clients);
+    for mut client in waiting {
+        assert!(client.line().starts_with("VERSION "), "{}", server.log());
+    }
+    assert!(
+        server.log().contains("accept failed; retrying"),
+        "{}",
+        server.log()
+    );
+}

@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Longest wait for the server to start, a condition to hold, or the process to exit.
@@ -22,13 +23,19 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-/// Small settings for tests, for each flag that `extra` does not set itself.
+/// Small settings for tests, for each flag that `extra` does not set itself. The harness reads
+/// the listeners' addresses from the startup line, logged at `info` in text.
 fn defaults(extra: &[&str]) -> Vec<&'static str> {
-    [["--memory", "16MiB"], ["--threads", "2"]]
-        .into_iter()
-        .filter(|[flag, _]| !extra.contains(flag))
-        .flatten()
-        .collect()
+    [
+        ["--memory", "16MiB"],
+        ["--threads", "2"],
+        ["--log-level", "info"],
+        ["--log-format", "text"],
+    ]
+    .into_iter()
+    .filter(|[flag, _]| !extra.contains(flag))
+    .flatten()
+    .collect()
 }
 
 /// Runs the binary with `args`, waits for it to exit, returns its status and standard error.
@@ -61,35 +68,69 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `strata serve` on free ports with `extra` flags and waits until every listener
-    /// accepts.
+    /// Starts `strata serve` on ports the kernel picks (port 0) with `extra` flags, reads the
+    /// bound addresses from its startup line, and waits until every listener accepts.
     pub fn start(extra: &[&str]) -> Server {
-        let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-        let (memcache, resp, admin) = (addr(free_port()), addr(free_port()), addr(free_port()));
+        Self::start_wrapped(&[], extra)
+    }
+
+    /// Like [`Server::start`], run through `wrapper` (a command that runs the rest of its
+    /// arguments, such as `prlimit --nofile=64`).
+    ///
+    /// Binding port 0 in the server, rather than picking a free port here and passing it,
+    /// leaves no window in which a parallel test's client socket could take the port.
+    pub fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> Server {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
         let log = std::env::temp_dir().join(format!(
             "strata-test-{}-{}.log",
             std::process::id(),
-            memcache.port()
+            NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        let binary = env!("CARGO_BIN_EXE_strata");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
+        let child = command
             .arg("serve")
-            .args(["--memcache-listen", &memcache.to_string()])
-            .args(["--resp-listen", &resp.to_string()])
-            .args(["--admin-listen", &admin.to_string()])
+            .args(["--memcache-listen", "127.0.0.1:0"])
+            .args(["--resp-listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0"])
             .args(defaults(extra))
             .args(extra)
+            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("spawn strata");
+        let unbound = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut server = Server {
             child: Some(child),
-            memcache,
-            resp,
-            admin,
+            memcache: unbound,
+            resp: unbound,
+            admin: unbound,
             log,
         };
+        server.wait_until(|s| s.log().contains("strata ready"), "the startup line");
+        let log = server.log();
+        let ready = log
+            .lines()
+            .find(|line| line.contains("strata ready"))
+            .expect("ready line");
+        let bound = |name: &str| -> SocketAddr {
+            ready
+                .split(' ')
+                .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|addr| addr.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} address in: {ready}"))
+        };
+        (server.memcache, server.resp, server.admin) =
+            (bound("memcache"), bound("resp"), bound("admin"));
         // The admin endpoint answers only once every listener is bound and every worker runs;
         // probing the client listeners instead would count connections in the metrics.
         server.wait_until(
