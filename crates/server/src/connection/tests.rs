@@ -201,3 +201,23 @@ fn output_past_the_hard_limit_closes_the_connection() {
     let status = f.pass_until(|_, status| status != Status::Open);
     assert_eq!(status, Status::Closed(CloseReason::OutputTooLarge));
 }
+
+#[test]
+fn a_flooding_client_yields_the_worker_after_a_bounded_number_of_rounds() {
+    let mut f = fixture(limits(), 1);
+    let mut writer = f.client.try_clone().expect("clone");
+    let flood = std::thread::spawn(move || {
+        let line = [vec![b'a'; 1023], vec![b'\n']].concat();
+        for _ in 0..4096 {
+            if writer.write_all(&line).is_err() {
+                return;
+            }
+        }
+    });
+    // 4 MiB of input, one byte of output per 1 KiB line: some pass must stop at the round
+    // limit with input still waiting and ask to be run again.
+    let status = f.pass_until(|_, status| status == Status::Again);
+    assert_eq!(status, Status::Again);
+    drop(f);
+    let _ = flood.join();
+}
