@@ -8,8 +8,10 @@
 //! - `write_buf[write_pos..]` is output not yet written. The session is not called while that
 //!   exceeds `Limits::output_pending_bytes_soft` (the client is not reading), and the connection
 //!   is closed if one batch takes it past `Limits::output_pending_bytes_hard`.
-//! - The session sees each byte once: it is called once per read batch with all unconsumed
-//!   input, answers every complete request in it (pipelining) and reports what it consumed.
+//! - The session sees each byte once: it is called per read batch with the unconsumed input
+//!   (in chunks, from [`PROCESS_CHUNK_BYTES_INITIAL`] doubling while replies stay small, so one
+//!   call for a typical batch), answers every complete request in it (pipelining) and reports
+//!   what it consumed. Between calls the pending output is checked against the soft limit.
 //! - Sockets are non-blocking and edge-triggered: every pass reads until the receive queue is
 //!   empty (a short read or `WouldBlock`), or reports `Again` when it stopped early, so no
 //!   readiness is lost.
@@ -34,7 +36,22 @@ pub const OUTPUT_PENDING_BYTES_SOFT: usize = 64 << 20;
 /// Pending output at which the connection is closed (Redis's client-output-buffer hard limit).
 pub const OUTPUT_PENDING_BYTES_HARD: usize = 256 << 20;
 
+/// Input handed to the session in the first call of a batch: a 16-deep pipeline of small
+/// requests fits, while a pipeline of tiny requests with 1 MiB replies (7-byte `get k`)
+/// builds at most about 150 MiB before the output check stops it, under the hard limit.
+pub const PROCESS_CHUNK_BYTES_INITIAL: usize = 1 << 10;
+/// Largest chunk the doubling reaches while replies stay small (a larger request gets a chunk
+/// its size).
+pub const PROCESS_CHUNK_BYTES_MAX: usize = 64 << 10;
+/// Smallest chunk, reached after chunks whose replies were large (one small request or so).
+pub const PROCESS_CHUNK_BYTES_MIN: usize = 64;
+/// Output per session call above which the next chunk is made smaller.
+pub const PROCESS_OUTPUT_BYTES_TARGET: usize = 1 << 20;
+
 const _: () = assert!(BUFFER_BYTES_INITIAL <= BUFFER_BYTES_RETAINED_MAX);
+const _: () = assert!(PROCESS_CHUNK_BYTES_MIN < PROCESS_CHUNK_BYTES_INITIAL);
+const _: () = assert!(PROCESS_CHUNK_BYTES_INITIAL < PROCESS_CHUNK_BYTES_MAX);
+const _: () = assert!(PROCESS_OUTPUT_BYTES_TARGET < OUTPUT_PENDING_BYTES_SOFT);
 const _: () = assert!(OUTPUT_PENDING_BYTES_SOFT < OUTPUT_PENDING_BYTES_HARD);
 
 /// Per-connection limits, fixed at startup.
@@ -122,6 +139,8 @@ pub struct Connection {
     write_pos: usize,
     /// The session asked to close, or input ended: write what is pending, then close.
     closing: Option<CloseReason>,
+    /// Processing stopped at the output limit with input left: process it before reading.
+    input_waiting: bool,
     /// Last time input arrived.
     pub last_active: Instant,
 }
@@ -151,6 +170,7 @@ impl Connection {
             write_buf: Vec::with_capacity(BUFFER_BYTES_INITIAL),
             write_pos: 0,
             closing: None,
+            input_waiting: false,
             last_active: now,
         }
     }
@@ -189,9 +209,13 @@ impl Connection {
             if self.reading_paused(pass.limits) {
                 return Status::Open;
             }
-            let fill = match self.fill(pass) {
-                Ok(fill) => fill,
-                Err(reason) => return Status::Closed(reason),
+            let fill = if self.input_waiting {
+                Fill::Full // Not read this round: the socket may still hold input.
+            } else {
+                match self.fill(pass) {
+                    Ok(fill) => fill,
+                    Err(reason) => return Status::Closed(reason),
+                }
             };
             if let Err(reason) = self.process(pass) {
                 return Status::Closed(reason);
@@ -261,8 +285,14 @@ impl Connection {
         Ok(())
     }
 
-    /// Hands the unconsumed input to the session once, and drops what it consumed.
+    /// Hands the unconsumed input to the session and drops what it consumed.
+    ///
+    /// Input goes in chunks (one call for a typical batch): between calls the pending output is
+    /// checked, so a pipeline of requests with large replies stops at the soft limit with the
+    /// rest of its input left for later, instead of building its whole output at once. A chunk
+    /// that produced much output makes the next one smaller, down to about one request.
     fn process(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
+        self.input_waiting = false;
         if self.read_len == 0 {
             return Ok(());
         }
@@ -272,30 +302,58 @@ impl Connection {
             self.write_pos = 0;
         }
         let started = Instant::now();
-        let processed = self.session.process(
-            &self.read_buf[..self.read_len],
-            pass.ctx,
-            &mut self.write_buf,
-        );
+        let consumed = self.process_chunks(pass);
         pass.latency.record(started.elapsed());
-        assert!(
-            processed.consumed <= self.read_len,
-            "session consumed more than its input"
-        );
-        self.read_buf
-            .copy_within(processed.consumed..self.read_len, 0);
-        self.read_len -= processed.consumed;
+        self.read_buf.copy_within(consumed..self.read_len, 0);
+        self.read_len -= consumed;
         if self.read_len == 0 && self.read_buf.len() > BUFFER_BYTES_RETAINED_MAX {
             self.read_buf.truncate(BUFFER_BYTES_INITIAL);
             self.read_buf.shrink_to_fit();
-        }
-        if processed.close {
-            self.closing = Some(CloseReason::Session);
         }
         if self.output_pending_bytes() > pass.limits.output_pending_bytes_hard {
             return Err(CloseReason::OutputTooLarge);
         }
         Ok(())
+    }
+
+    /// Calls the session on successive chunks of the input; returns the bytes consumed.
+    fn process_chunks(&mut self, pass: &mut PassContext<'_>) -> usize {
+        let mut start = 0;
+        let mut chunk = PROCESS_CHUNK_BYTES_INITIAL;
+        while start < self.read_len {
+            if self.reading_paused(pass.limits) {
+                // Complete requests may be left: process them before reading more.
+                self.input_waiting = true;
+                break;
+            }
+            let end = self.read_len.min(start + chunk);
+            let output_before = self.write_buf.len();
+            let input = &self.read_buf[start..end];
+            let processed = self.session.process(input, pass.ctx, &mut self.write_buf);
+            assert!(
+                processed.consumed <= input.len(),
+                "session consumed more than its input"
+            );
+            start += processed.consumed;
+            if processed.close {
+                self.closing = Some(CloseReason::Session);
+                break;
+            }
+            if start < end && end == self.read_len {
+                break; // An incomplete request: wait for more input.
+            }
+            if processed.consumed == 0 {
+                chunk *= 2; // A request larger than the chunk.
+                continue;
+            }
+            let produced = self.write_buf.len() - output_before;
+            chunk = if produced > PROCESS_OUTPUT_BYTES_TARGET {
+                (chunk / 4).max(PROCESS_CHUNK_BYTES_MIN)
+            } else {
+                (chunk * 2).min(PROCESS_CHUNK_BYTES_MAX)
+            };
+        }
+        start
     }
 
     /// Writes pending output until done or the socket is full.

@@ -221,3 +221,36 @@ fn a_flooding_client_yields_the_worker_after_a_bounded_number_of_rounds() {
     drop(f);
     let _ = flood.join();
 }
+
+#[test]
+fn a_pipeline_of_large_replies_stops_at_the_soft_limit_with_its_input_kept() {
+    const REQUESTS: usize = 2000;
+    const REPLY_BYTES: usize = 32 << 10;
+    let mut limits = limits();
+    limits.output_pending_bytes_soft = 1 << 20;
+    limits.output_pending_bytes_hard = 256 << 20;
+    // Two-byte requests with 32 KiB replies: 62.5 MiB if built at once.
+    let mut f = fixture(limits, REPLY_BYTES);
+    f.client.write_all(&b"x\n".repeat(REQUESTS)).expect("send");
+    f.pass_until(|f, _| f.traffic.read_bytes == 2 * REQUESTS as u64);
+    let pending = f.connection.output_pending_bytes();
+    assert!(
+        pending > 1 << 20,
+        "stopped only past the soft limit: {pending}"
+    );
+    let first_chunk_bytes = (PROCESS_CHUNK_BYTES_INITIAL / 2) * REPLY_BYTES;
+    assert!(
+        pending <= (1 << 20) + first_chunk_bytes,
+        "built too much: {pending}"
+    );
+    // The client reads everything: every request is answered, in the end.
+    let mut reader = f.client.try_clone().expect("clone");
+    let drain = std::thread::spawn(move || {
+        let mut reply = vec![0u8; REQUESTS * REPLY_BYTES];
+        reader
+            .read_exact(&mut reply)
+            .map(|()| reply.iter().all(|&b| b == b'x'))
+    });
+    f.pass_until(|f, _| f.traffic.written_bytes == (REQUESTS * REPLY_BYTES) as u64);
+    assert!(drain.join().expect("reader").expect("read all replies"));
+}
