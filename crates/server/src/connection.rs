@@ -221,7 +221,9 @@ impl Connection {
                 return Status::Closed(reason);
             }
             match fill {
-                Fill::Drained => {
+                // With input left over (processing paused at the output limit) go round again:
+                // if this flush drains the output, no writable event would come to resume it.
+                Fill::Drained if !self.input_waiting => {
                     return match self.flush(pass.traffic) {
                         Err(reason) => Status::Closed(reason),
                         Ok(()) => self
@@ -230,7 +232,7 @@ impl Connection {
                     }
                 }
                 Fill::Eof => self.closing = Some(self.closing.unwrap_or(CloseReason::PeerClosed)),
-                Fill::Full => {}
+                Fill::Drained | Fill::Full => {}
             }
         }
         Status::Again

@@ -254,3 +254,29 @@ fn a_pipeline_of_large_replies_stops_at_the_soft_limit_with_its_input_kept() {
     f.pass_until(|f, _| f.traffic.written_bytes == (REQUESTS * REPLY_BYTES) as u64);
     assert!(drain.join().expect("reader").expect("read all replies"));
 }
+
+#[test]
+fn input_left_at_the_output_limit_is_processed_once_the_output_drains() {
+    let mut limits = limits();
+    // A soft limit below what the socket takes at once: the output drains within the pass.
+    limits.output_pending_bytes_soft = 1024;
+    let mut f = fixture(limits, 600);
+    // Four 700-byte requests span several chunks: processing pauses past 1 KiB of output
+    // with a request left, and the flush that follows drains the output.
+    let line = [vec![b'a'; 699], vec![b'\n']].concat();
+    f.client.write_all(&line.repeat(4)).expect("send");
+    let mut reader = f.client.try_clone().expect("clone");
+    let drain = std::thread::spawn(move || {
+        let mut reply = vec![0u8; 4 * 600];
+        reader.read_exact(&mut reply).map(|()| reply.len())
+    });
+    // No writable event will come once the output is drained: the pass that read the input
+    // must answer all of it.
+    f.pass_until(|f, _| f.traffic.read_bytes == 4 * 700);
+    assert_eq!(
+        f.traffic.written_bytes,
+        4 * 600,
+        "all answered in the pass that read them"
+    );
+    assert_eq!(drain.join().expect("reader").expect("replies"), 4 * 600);
+}
