@@ -11,11 +11,11 @@ use super::summary::ScenarioSummary;
 use crate::error::BenchError;
 
 /// Chart width, px.
-const WIDTH_PX: f64 = 640.0;
+const WIDTH_PX: f64 = 760.0;
 /// Chart height, px.
 const HEIGHT_PX: f64 = 360.0;
 /// Plot-area margins: left, right, top, bottom, px.
-const MARGIN_PX: (f64, f64, f64, f64) = (80.0, 150.0, 40.0, 60.0);
+const MARGIN_PX: (f64, f64, f64, f64) = (80.0, 200.0, 40.0, 60.0);
 /// One colour per series, in order.
 const COLOURS: [&str; 6] = [
     "#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#76b7b2", "#b07aa1",

@@ -63,6 +63,9 @@ pub struct CompareArgs {
     /// Redis's command template.
     #[arg(long, default_value = servers::REDIS_COMMAND)]
     pub redis_cmd: String,
+    /// Do not run anything: re-render REPORT.md and the charts from `--out`/results.json.
+    #[arg(long)]
+    pub rerender: bool,
     /// strata's command template (relative paths are from the current directory).
     #[arg(long, default_value = servers::STRATA_COMMAND)]
     pub strata_cmd: String,

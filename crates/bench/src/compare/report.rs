@@ -39,7 +39,9 @@ pub fn render(
          repeats, of this server's headline figure divided by the better of memcached and Redis \
          in the same repeat: above 1 is better for throughput, below 1 is better for latency, \
          CPU per request and bytes per item. \"gen CPU\" is the load generator's own CPU use in \
-         cores (1.00 = its core is saturated, and the figure is then a generator limit).\n\n",
+         cores: in closed loop, 1.00 means its core is saturated and the figure is a generator \
+         limit; in open loop it busy-polls between close arrivals, so read saturation there from \
+         achieved < offered instead.\n\n",
     );
     for (scenario, summary) in scenarios.iter().zip(summaries) {
         let _ = writeln!(md, "## {}\n\n{}\n", scenario.name, scenario.title);

@@ -100,15 +100,49 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
             args.scenarios.display()
         )));
     }
+    let meta_path = args.out.join("meta.json");
+    let load_start = if args.rerender {
+        read_meta(&meta_path).and_then(|meta| meta.0)
+    } else {
+        load_average()
+    };
+    let records = if args.rerender {
+        let path = args.out.join("results.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| BenchError::File {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))?
+    } else {
+        run_matrix(args, &scenarios)?
+    };
+    let summaries = summarise(&scenarios, &records);
+    let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
+    let loads = if args.rerender {
+        (load_start, read_meta(&meta_path).and_then(|meta| meta.1))
+    } else {
+        let loads = (load_start, load_average());
+        write_json(&meta_path, &(loads.0, loads.1))?;
+        loads
+    };
+    let markdown = report::render(args, &scenarios, &summaries, &chart_files, loads);
+    let path = args.out.join("REPORT.md");
+    std::fs::write(&path, markdown).map_err(|source| BenchError::File { path, source })?;
+    write_json(&args.out.join("summary.json"), &summaries)?;
+    Ok(records)
+}
+
+/// Runs every scenario × repeat × server × protocol, saving results.json after each scenario.
+fn run_matrix(args: &CompareArgs, scenarios: &[Scenario]) -> Result<Vec<RunRecord>, BenchError> {
     let logs = args.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|source| BenchError::File {
         path: logs.clone(),
         source,
     })?;
     let servers = server_specs(args);
-    let load_start = load_average();
     let mut records = Vec::new();
-    for scenario in &scenarios {
+    for scenario in scenarios {
         let repeats = args
             .repeats
             .or(scenario.repeats)
@@ -138,13 +172,6 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
         }
         write_json(&args.out.join("results.json"), &records)?;
     }
-    let summaries = summarise(&scenarios, &records);
-    let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
-    let loads = (load_start, load_average());
-    let markdown = report::render(args, &scenarios, &summaries, &chart_files, loads);
-    let path = args.out.join("REPORT.md");
-    std::fs::write(&path, markdown).map_err(|source| BenchError::File { path, source })?;
-    write_json(&args.out.join("summary.json"), &summaries)?;
     Ok(records)
 }
 
@@ -268,6 +295,12 @@ fn is_saturated(report: &Report, rate: f64) -> bool {
         .measured
         .as_ref()
         .is_some_and(|m| m.requests_per_sec < SATURATION_FRACTION * rate)
+}
+
+/// The load averages a run recorded at its start and end.
+fn read_meta(path: &Path) -> Option<(Option<f64>, Option<f64>)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// The 1-minute load average, from /proc/loadavg.
