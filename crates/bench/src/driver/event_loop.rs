@@ -40,6 +40,8 @@ pub enum Pace {
         arrivals: Arrivals,
         /// The most arrivals waiting for a free connection slot; more are dropped and counted.
         backlog_max: usize,
+        /// Draws the gaps between arrivals.
+        rng: SmallRng,
     },
 }
 
@@ -80,8 +82,6 @@ pub struct LoadThread {
     pub backlog_depth_max: usize,
     /// Where the next fill pass starts, so no connection is always served first.
     rotation: usize,
-    /// Draws open-loop gaps.
-    arrival_rng: SmallRng,
     origin: Instant,
 }
 
@@ -100,7 +100,6 @@ impl LoadThread {
         origin: Instant,
     ) -> Self {
         assert!(pipeline >= 1 && !connections.is_empty());
-        let arrival_rng = <SmallRng as rand::SeedableRng>::seed_from_u64(origin_seed(&addr));
         LoadThread {
             addr,
             protocol,
@@ -114,7 +113,6 @@ impl LoadThread {
             backlog: VecDeque::new(),
             backlog_depth_max: 0,
             rotation: 0,
-            arrival_rng,
             origin,
         }
     }
@@ -257,13 +255,14 @@ impl LoadThread {
         let Pace::Open {
             arrivals,
             backlog_max,
+            rng,
         } = &mut self.pace
         else {
             return;
         };
         let send_end = self.window.send_end_ns.unwrap_or(u64::MAX);
         while arrivals.peek_ns() <= now && arrivals.peek_ns() < send_end {
-            let intended = arrivals.advance(&mut self.arrival_rng);
+            let intended = arrivals.advance(rng);
             if self.backlog.len() < *backlog_max {
                 self.backlog.push_back(intended);
             } else if intended >= self.window.measure_start_ns {
@@ -329,14 +328,4 @@ impl LoadThread {
             detail,
         }
     }
-}
-
-/// A seed for the arrival gaps that differs between threads but needs no coordination.
-fn origin_seed(addr: &str) -> u64 {
-    let thread = format!("{:?}", std::thread::current().id());
-    addr.bytes()
-        .chain(thread.bytes())
-        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        })
 }

@@ -20,6 +20,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
+use rand::rngs::SmallRng;
+
 use crate::affinity::pin_current_thread;
 use crate::arrival::{ArrivalKind, Arrivals};
 use crate::cpu::cpu_secs;
@@ -235,11 +237,11 @@ fn load_thread(
         addr: plan.addr.to_string(),
         source,
     })?;
-    let (pace, window, source) = thread_schedule(plan, index);
     let seed = plan
         .seed
         .wrapping_add(index as u64)
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let (pace, window, source) = thread_schedule(plan, index, seed);
     let maker = RequestMaker::new(plan.protocol, Arc::clone(&plan.workload), source, seed);
     let addr = plan.addr.to_string();
     let mut thread = LoadThread::new(
@@ -263,7 +265,7 @@ fn connections_share(total: usize, threads: usize, index: usize) -> usize {
 }
 
 /// A thread's pacing, window and key source.
-fn thread_schedule(plan: &PhasePlan, index: usize) -> (Pace, Window, KeySource) {
+fn thread_schedule(plan: &PhasePlan, index: usize, seed: u64) -> (Pace, Window, KeySource) {
     match plan.kind {
         PhaseKind::Timed {
             warmup_ns,
@@ -283,6 +285,9 @@ fn thread_schedule(plan: &PhasePlan, index: usize) -> (Pace, Window, KeySource) 
                     Pace::Open {
                         arrivals: Arrivals::new(kind, share, 0),
                         backlog_max: plan.backlog_max,
+                        // A stream apart from the request maker's, so gaps and keys do not
+                        // correlate.
+                        rng: <SmallRng as rand::SeedableRng>::seed_from_u64(!seed),
                     }
                 }
             };
