@@ -409,6 +409,15 @@ impl Engine {
         self.len() == 0
     }
 
+    /// Persists every write made so far that is not yet persistent: the group commit of
+    /// `Durability::Sync` with `group_commit` (call it before acknowledging a batch), and the
+    /// periodic flush of `Durability::Interval` (call it every interval). A no-op otherwise.
+    /// An error means some writes may not be durable: do not acknowledge them; the engine then
+    /// refuses writes until it is reopened.
+    pub fn commit(&self) -> Result<(), WriteError> {
+        self.inner.commit()
+    }
+
     /// The engine clock's current Unix time in milliseconds (expiry is measured against it).
     pub fn now_ms(&self) -> u64 {
         self.inner.now_ms()

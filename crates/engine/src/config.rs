@@ -72,13 +72,63 @@ impl EvictionPolicy {
     }
 }
 
-/// What an acknowledged write survives (see docs/DURABILITY.md).
+/// What an acknowledged write survives beyond a process crash (see docs/DURABILITY.md). On a
+/// file or tmpfs pool every level survives a process crash: written bytes are in the page cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
-    /// Writes land in the pool; nothing is flushed before the reply.
+    /// Nothing is flushed for writes. After a power loss or reboot that followed an unclean stop
+    /// the pool is discarded at the next start (it may hold any mix of old and new bytes).
     None,
-    /// Every write is persisted (flush + fence, or msync) before the call returns.
+    /// Writes are flushed in the background every `ms` milliseconds (`Engine::commit`, called
+    /// by the server's maintenance thread). After a power loss, every write acknowledged before
+    /// the last completed flush survives; later ones may or may not.
+    Interval {
+        /// Milliseconds between background flushes.
+        ms: u32,
+    },
+    /// Every write is persisted before it is acknowledged: inline in the write call, or, with
+    /// `group_commit`, by the caller's `Engine::commit` before it replies.
     Sync,
+}
+
+impl Durability {
+    /// `none`, `interval=MS` or `sync`.
+    pub fn name(self) -> String {
+        match self {
+            Durability::None => "none".to_string(),
+            Durability::Interval { ms } => format!("interval={ms}"),
+            Durability::Sync => "sync".to_string(),
+        }
+    }
+
+    /// Parses what `name` prints.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "none" => Some(Durability::None),
+            "sync" => Some(Durability::Sync),
+            _ => {
+                let ms: u32 = text.strip_prefix("interval=")?.parse().ok()?;
+                (ms > 0).then_some(Durability::Interval { ms })
+            }
+        }
+    }
+
+    pub(crate) fn code(self) -> (u8, u32) {
+        match self {
+            Durability::None => (0, 0),
+            Durability::Interval { ms } => (1, ms),
+            Durability::Sync => (2, 0),
+        }
+    }
+
+    pub(crate) fn from_code(code: u8, ms: u32) -> Option<Self> {
+        match code {
+            0 => Some(Durability::None),
+            1 => Some(Durability::Interval { ms }),
+            2 => Some(Durability::Sync),
+            _ => None,
+        }
+    }
 }
 
 /// Everything the engine needs to open.
@@ -102,6 +152,10 @@ pub struct EngineConfig {
     pub item_size_bytes_expected: u64,
     /// What acknowledged writes survive.
     pub durability: Durability,
+    /// With `Durability::Sync`: writes only record what to persist, and the caller persists a
+    /// whole batch with `Engine::commit` before acknowledging it (group commit; the server does
+    /// this once per connection batch). Without it, each write persists before it returns.
+    pub group_commit: bool,
     /// Wall clock for expiry.
     pub clock: Arc<dyn Clock>,
     /// Fail the N-th persist and all after (tests).
@@ -120,6 +174,7 @@ impl Default for EngineConfig {
             value_len_max: VALUE_LEN_MAX_DEFAULT,
             item_size_bytes_expected: ITEM_SIZE_BYTES_EXPECTED_DEFAULT,
             durability: Durability::None,
+            group_commit: false,
             clock: Arc::new(SystemClock),
             fail_persist_from: None,
         }

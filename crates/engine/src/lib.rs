@@ -40,7 +40,7 @@ pub use config::{
 };
 pub use error::{OpenError, WriteError};
 pub use record::KEY_LEN_MAX;
-pub use recovery::RecoveryReport;
+pub use recovery::{RecoveryPlan, RecoveryReport};
 pub use strata_pool::{Backend, PersistenceDomain};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -221,7 +221,17 @@ pub(crate) struct Inner {
     shards: Box<[Padded<RwLock<Shard>>]>,
     pub(crate) segment_size_bytes: usize,
     units_per_segment: u64,
-    pub(crate) sync: bool,
+    /// Persist each write before returning (`Durability::Sync` without group commit).
+    pub(crate) sync_inline: bool,
+    durability: Durability,
+    /// Record dirty ranges for `commit` (`Interval`, or `Sync` with group commit).
+    pub(crate) track_dirty: bool,
+    /// Some shard has dirty ranges. Set after pushing a range (under the shard lock), cleared
+    /// by `commit` before it visits the shards, so a range is never left behind unflagged.
+    pub(crate) dirty_any: AtomicBool,
+    /// Serializes commits: a commit that finds nothing flagged must still wait for one in
+    /// progress, which may be persisting its writes.
+    commit_lock: Mutex<()>,
     pub(crate) dram: bool,
     clock: Arc<dyn Clock>,
     policy: EvictionPolicy,
@@ -278,6 +288,22 @@ impl Inner {
             self.failed.store(true, Ordering::Release);
             WriteError::Persist(err)
         })
+    }
+
+    /// Persists every dirty range of every shard (group commit / interval flush).
+    pub(crate) fn commit(&self) -> Result<(), WriteError> {
+        if !self.track_dirty {
+            return self.check_writable();
+        }
+        let _serial = self.commit_lock.lock();
+        // Acquire: pairs with the Release store after a range is pushed.
+        if !self.dirty_any.swap(false, Ordering::AcqRel) {
+            return self.check_writable();
+        }
+        for shard in self.shards.iter() {
+            shard.0.write().persist_dirty(self)?;
+        }
+        self.check_writable()
     }
 
     pub(crate) fn next_seq(&self) -> Result<u64, WriteError> {

@@ -7,9 +7,28 @@ use strata_pool::{Backend, FaultPlan, Geometry, Location, OpenMode, Opened, Pool
 
 use crate::config::{Durability, EngineConfig, PoolLocation};
 use crate::error::OpenError;
-use crate::recovery::{self, RecoveryReport};
+use crate::recovery::{self, RecoveryPlan, RecoveryReport};
 use crate::shard::Shard;
 use crate::{record, root, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
+
+/// What recovery does with a reopened pool, from how it was left.
+fn recovery_plan(opened: Opened, previous: Option<Durability>) -> RecoveryPlan {
+    match opened {
+        Opened::Created => RecoveryPlan::Recover,
+        // After a clean stop everything was persisted; after a process crash (same kernel boot)
+        // every written byte is in the page cache or on the DAX media.
+        Opened::Reopened {
+            previous: state,
+            same_boot,
+        } if state.clean || same_boot => RecoveryPlan::Recover,
+        // A reboot or power loss after an unclean stop: only what was persisted survived, and
+        // only `interval` and `sync` persisted in an order recovery can trust.
+        Opened::Reopened { .. } => match previous {
+            Some(Durability::Interval { .. } | Durability::Sync) => RecoveryPlan::Recover,
+            Some(Durability::None) | None => RecoveryPlan::DiscardAll,
+        },
+    }
+}
 
 /// Index bytes per item at the growth threshold (8-byte slots, 94% full).
 const INDEX_BYTES_PER_ITEM: u64 = 9;
@@ -48,28 +67,22 @@ impl Engine {
     pub fn from_pool(mut pool: Pool, config: &EngineConfig) -> Result<Engine, OpenError> {
         let mut root_area = pool.take_root();
         let segments = pool.take_segments();
-        let shard_count = match pool.opened() {
-            Opened::Created => {
-                let shard_count = config.shard_count as u16;
-                root::write(
-                    root_area.bytes_mut(),
-                    root::Root {
-                        shard_count,
-                        seq_reserved: 1,
-                    },
-                );
-                root_area.persist()?;
-                shard_count
-            }
+        let (shard_count, seq_reserved, previous_durability) = match pool.opened() {
+            Opened::Created => (config.shard_count as u16, 1, None),
             Opened::Reopened { .. } => {
-                root::read(root_area.bytes())
-                    .map_err(OpenError::Root)?
-                    .shard_count
+                let root = root::read(root_area.bytes()).map_err(OpenError::Root)?;
+                let previous = Durability::from_code(root.durability.0, root.durability.1);
+                (root.shard_count, root.seq_reserved, previous)
             }
         };
-        let seq_reserved = root::read(root_area.bytes())
-            .map_err(OpenError::Root)?
-            .seq_reserved;
+        let plan = recovery_plan(pool.opened(), previous_durability);
+        let root = root::Root {
+            shard_count,
+            seq_reserved,
+            durability: config.durability.code(),
+        };
+        root::write(root_area.bytes_mut(), root);
+        root_area.persist()?;
         let geometry = pool.geometry();
         let memory_bytes = geometry.segment_count * geometry.segment_size_bytes;
         let items_expected =
@@ -88,7 +101,12 @@ impl Engine {
             shards,
             segment_size_bytes,
             units_per_segment: geometry.segment_size_bytes / record::RECORD_ALIGN_BYTES as u64,
-            sync: config.durability == Durability::Sync,
+            sync_inline: config.durability == Durability::Sync && !config.group_commit,
+            durability: config.durability,
+            track_dirty: matches!(config.durability, Durability::Interval { .. })
+                || (config.durability == Durability::Sync && config.group_commit),
+            dirty_any: AtomicBool::new(false),
+            commit_lock: Mutex::new(()),
             dram: pool.backend() == Backend::Dram,
             clock: config.clock.clone(),
             policy: config.eviction,
@@ -109,13 +127,18 @@ impl Engine {
             flush_at_ms: AtomicU64::new(0),
             value_len_max: config.value_len_max,
         };
-        let recovery = recovery::recover(&inner, segments)?;
+        let recovery = recovery::recover(&inner, segments, plan)?;
         Ok(Engine {
             inner,
             pool: Mutex::new(pool),
             recovery,
             closed: AtomicBool::new(false),
         })
+    }
+
+    /// The durability level the engine runs with.
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
     }
 
     /// What recovery found when the pool was opened.
@@ -156,6 +179,13 @@ impl Engine {
         let mut pool = self.pool.lock();
         pool.persist_all()?;
         pool.set_clean(true)
+    }
+
+    /// For a simulated pool: what a power cut now would leave (see `strata_pool::Pool::crash_image`).
+    /// Takes every shard's lock so no write is half-way through a copy.
+    pub fn crash_image(&self, keep_unpersisted_line: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
+        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
+        self.pool.lock().crash_image(keep_unpersisted_line)
     }
 
     /// Figures for stats.

@@ -14,6 +14,16 @@ use crate::record::{self, Scan};
 use crate::segment::{self, HeaderRead, OwnedSegment};
 use crate::Inner;
 
+/// What to do with the segments of a reopened pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryPlan {
+    /// Validate and index every record.
+    Recover,
+    /// Free every segment: the pool was left unclean across a power loss or reboot under
+    /// `Durability::None`, so its bytes are an unordered mix of old and new.
+    DiscardAll,
+}
+
 /// What recovery found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -29,15 +39,27 @@ pub struct RecoveryReport {
     pub records_superseded: u64,
     /// Records that had expired while the server was down.
     pub records_expired: u64,
+    /// Segments freed unread because of `RecoveryPlan::DiscardAll`.
+    pub segments_discarded: u64,
 }
 
-pub(crate) fn recover(inner: &Inner, segments: Vec<Segment>) -> Result<RecoveryReport, OpenError> {
+pub(crate) fn recover(
+    inner: &Inner,
+    segments: Vec<Segment>,
+    plan: RecoveryPlan,
+) -> Result<RecoveryReport, OpenError> {
     let mut report = RecoveryReport::default();
     let mut owned = Vec::new();
     let mut free = Vec::new();
     let mut seq_max = 0;
     for mut segment in segments {
         match segment::read_header(segment.header()) {
+            HeaderRead::InUse(_) if plan == RecoveryPlan::DiscardAll => {
+                report.segments_discarded += 1;
+                segment.header_mut().fill(0);
+                segment.persist_header()?;
+                free.push(segment);
+            }
             HeaderRead::InUse(fields) if (fields.shard as usize) < inner.shards.len() => {
                 seq_max = seq_max.max(fields.seq);
                 owned.push(scan_segment(segment, fields, &mut report));

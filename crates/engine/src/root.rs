@@ -1,11 +1,17 @@
 //! The engine's root area in the pool header page (1024 bytes; see docs/POOL_FORMAT.md).
 //!
 //! ```text
-//!  0                 8         12      14      16                24
-//!  +-----------------+---------+-------+-------+-----------------+------ ... ---+---------+
-//!  | magic STRATAEN  | version | shards| zero  | seq_reserved    | zero         | crc32c  |
-//!  +-----------------+---------+-------+-------+-----------------+------ ... ---+---------+
-//!                                                                         60 ─┘  of 0..60
+//!  0                 8         12      14      16                24    25   28          32
+//!  +-----------------+---------+-------+-------+-----------------+-----+----+-----------+
+//!  | magic STRATAEN  | version | shards| zero  | seq_reserved    |dur. |zero|interval_ms|
+//!  +-----------------+---------+-------+-------+-----------------+-----+----+-----------+
+//!  | zero ...................................................... 60 | crc32c of 0..60  |
+//! ```
+//!
+//! `durability` (0 none, 1 interval, 2 sync) and `interval_ms` record the level the pool was
+//! last opened with: after a power loss, recovery applies *that* level's promise.
+//!
+//! ```text
 //! ```
 //!
 //! `seq_reserved` is the high-water mark of segment sequence numbers handed out: the engine
@@ -23,9 +29,11 @@ const MAGIC_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
 const SHARDS_OFFSET: usize = VERSION_OFFSET + 4;
 const SEQ_RESERVED_OFFSET: usize = SHARDS_OFFSET + 4;
+const DURABILITY_OFFSET: usize = SEQ_RESERVED_OFFSET + 8;
+const INTERVAL_MS_OFFSET: usize = DURABILITY_OFFSET + 4;
 const CRC_OFFSET: usize = 60;
 
-const _: () = assert!(SEQ_RESERVED_OFFSET + 8 <= CRC_OFFSET);
+const _: () = assert!(INTERVAL_MS_OFFSET + 4 <= CRC_OFFSET);
 
 /// The root's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +42,8 @@ pub struct Root {
     pub shard_count: u16,
     /// High-water mark of seqs.
     pub seq_reserved: u64,
+    /// Durability code and interval the pool was last opened with.
+    pub durability: (u8, u32),
 }
 
 /// Writes a root.
@@ -42,6 +52,9 @@ pub fn write(area: &mut [u8], root: Root) {
     area[MAGIC_OFFSET..MAGIC_OFFSET + 8].copy_from_slice(&ROOT_MAGIC);
     area[VERSION_OFFSET..VERSION_OFFSET + 4].copy_from_slice(&ROOT_VERSION.to_le_bytes());
     area[SHARDS_OFFSET..SHARDS_OFFSET + 2].copy_from_slice(&root.shard_count.to_le_bytes());
+    area[DURABILITY_OFFSET] = root.durability.0;
+    area[INTERVAL_MS_OFFSET..INTERVAL_MS_OFFSET + 4]
+        .copy_from_slice(&root.durability.1.to_le_bytes());
     write_seq_reserved(area, root.seq_reserved);
 }
 
@@ -76,6 +89,12 @@ pub fn read(area: &[u8]) -> Result<Root, &'static str> {
     if area[SHARDS_OFFSET + 2..SEQ_RESERVED_OFFSET]
         .iter()
         .any(|&b| b != 0)
+        || area[DURABILITY_OFFSET + 1..INTERVAL_MS_OFFSET]
+            .iter()
+            .any(|&b| b != 0)
+        || area[INTERVAL_MS_OFFSET + 4..CRC_OFFSET]
+            .iter()
+            .any(|&b| b != 0)
         || area[CRC_OFFSET + 4..].iter().any(|&b| b != 0)
     {
         return Err("reserved root bytes are not zero");
@@ -93,9 +112,18 @@ pub fn read(area: &[u8]) -> Result<Root, &'static str> {
             .try_into()
             .expect("8 bytes"),
     );
+    let interval_ms = u32::from_le_bytes(
+        area[INTERVAL_MS_OFFSET..INTERVAL_MS_OFFSET + 4]
+            .try_into()
+            .expect("4"),
+    );
+    if area[DURABILITY_OFFSET] > 2 {
+        return Err("unknown durability level");
+    }
     Ok(Root {
         shard_count,
         seq_reserved,
+        durability: (area[DURABILITY_OFFSET], interval_ms),
     })
 }
 
@@ -109,10 +137,11 @@ mod tests {
         let root = Root {
             shard_count: 8,
             seq_reserved: 4096,
+            durability: (1, 250),
         };
         write(&mut area, root);
         assert_eq!(read(&area), Ok(root));
-        for byte in [0, 9, 12, 20, 61, 900] {
+        for byte in [0, 9, 12, 20, 24, 26, 29, 61, 900] {
             let mut bad = area.clone();
             bad[byte] ^= 4;
             assert!(read(&bad).is_err(), "byte {byte}");

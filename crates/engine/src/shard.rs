@@ -60,6 +60,11 @@ pub(crate) struct Shard {
     survivors: Vec<u8>,
     survivor_slots: Vec<(u32, u64)>,
     pub(crate) live_bytes: u64,
+    /// Ranges written since the last commit: `(segment id, start, end)`.
+    dirty: Vec<(u32, u32, u32)>,
+    /// Overwritten records whose dead mark waits for the commit that makes their replacement
+    /// durable (deferred persistence only). Counted dead in DRAM already.
+    pending_dead: Vec<u64>,
     pub(crate) counters: ShardCounters,
     rng_state: u64,
 }
@@ -86,6 +91,8 @@ impl Shard {
             survivors: Vec::new(),
             survivor_slots: Vec::new(),
             live_bytes: 0,
+            dirty: Vec::new(),
+            pending_dead: Vec::new(),
             counters: ShardCounters::default(),
             rng_state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(id),
         }
@@ -194,14 +201,12 @@ impl Shard {
         owned.live_bytes += size as u64;
         owned.cover_expiry(meta.expires_at_ms, first_record);
         let cas = meta.cas.unwrap_or_else(|| owned.cas_at(offset));
-        if inner.sync {
-            inner.persisted(owned.segment.persist_data(offset, size))?;
-        }
+        self.written(inner, id, offset, size)?;
         self.live_bytes += size as u64;
         let location = inner.join_location(id, offset);
         match previous {
             Some((slot, entry)) => {
-                self.kill_record(inner, entry.location)?;
+                self.kill_record(inner, entry.location, true)?;
                 self.index.relocate(slot, location);
             }
             None => self.insert_index(inner, hash, location),
@@ -222,20 +227,87 @@ impl Shard {
         self.owned(inner.split_location(location).0).fields.seq
     }
 
-    /// Marks the record at `location` dead and updates its segment's counts.
-    fn kill_record(&mut self, inner: &Inner, location: u64) -> Result<(), WriteError> {
+    /// Marks the record at `location` dead and updates its segment's counts. With `superseded`
+    /// (an overwrite) under deferred persistence, the mark itself waits for the next commit:
+    /// written now, it could reach the media before the new record does, and a power cut would
+    /// then lose the key's acknowledged value.
+    fn kill_record(
+        &mut self,
+        inner: &Inner,
+        location: u64,
+        superseded: bool,
+    ) -> Result<(), WriteError> {
         let (id, offset) = inner.split_location(location);
         let owned = self.owned_mut(id);
-        let bytes = &mut owned.segment.data_mut()[offset..];
-        let size = record::read_trusted(bytes).size_bytes;
-        record::mark_dead(bytes);
+        let size = record::read_trusted(&owned.segment.data()[offset..]).size_bytes;
         owned.live_items -= 1;
         owned.live_bytes -= size as u64;
         self.live_bytes -= size as u64;
-        if inner.sync {
-            let owned = self.owned(id);
-            inner.persisted(owned.segment.persist_data(offset, 1))?;
+        if superseded && inner.track_dirty {
+            self.pending_dead.push(location);
+            return Ok(());
         }
+        record::mark_dead(&mut self.owned_mut(id).segment.data_mut()[offset..]);
+        self.written(inner, id, offset, 1)
+    }
+
+    /// Makes a write durable as the durability level says: now, or at the next commit.
+    fn written(
+        &mut self,
+        inner: &Inner,
+        id: u32,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), WriteError> {
+        if inner.sync_inline {
+            inner.persisted(self.owned(id).segment.persist_data(offset, len))?;
+        } else if inner.track_dirty {
+            let (start, end) = (offset as u32, (offset + len) as u32);
+            match self.dirty.last_mut() {
+                Some(last) if last.0 == id && start <= last.2 && end >= last.1 => {
+                    last.1 = last.1.min(start);
+                    last.2 = last.2.max(end);
+                }
+                _ => self.dirty.push((id, start, end)),
+            }
+            // Release: pairs with the AcqRel swap in `Inner::commit`.
+            inner.dirty_any.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Persists the ranges written since the last commit, merged per segment.
+    pub(crate) fn persist_dirty(&mut self, inner: &Inner) -> Result<(), WriteError> {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        let mut at = 0;
+        while at < dirty.len() {
+            let (id, mut start, mut end) = dirty[at];
+            at += 1;
+            while at < dirty.len() && dirty[at].0 == id {
+                start = start.min(dirty[at].1);
+                end = end.max(dirty[at].2);
+                at += 1;
+            }
+            // A segment freed since was made durable (free header) when it was freed.
+            if let Some(owned) = self.segments[id as usize].as_deref() {
+                let (start, end) = (start as usize, end as usize);
+                inner.persisted(owned.segment.persist_data(start, end - start))?;
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+        // Only now, with every replacement durable, may the old records be marked dead.
+        let pending = std::mem::take(&mut self.pending_dead);
+        for &location in &pending {
+            let (id, offset) = inner.split_location(location);
+            if let Some(owned) = self.segments[id as usize].as_deref_mut() {
+                record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+                inner.persisted(owned.segment.persist_data(offset, 1))?;
+            }
+        }
+        self.pending_dead = pending;
+        self.pending_dead.clear();
         Ok(())
     }
 
@@ -253,7 +325,7 @@ impl Shard {
         };
         let expired = found.view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
         let (slot, location) = (found.slot, found.entry.location);
-        self.kill_record(inner, location)?;
+        self.kill_record(inner, location, false)?;
         self.index.remove(slot);
         if expired {
             bump(&self.counters.expired_items, 1);
@@ -370,10 +442,8 @@ impl Shard {
             at += size;
         }
         bump(&self.counters.merged_items, slots.len() as u64);
-        if inner.sync {
-            let owned = self.owned(id);
-            inner.persisted(owned.segment.persist_data(0, owned.write_offset))?;
-        }
+        let end = self.owned(id).write_offset;
+        self.written(inner, id, 0, end)?;
         self.survivors = survivors;
         self.survivors.clear();
         self.survivor_slots = slots;
@@ -426,6 +496,11 @@ impl Shard {
         id: u32,
         reason: FreeReason,
     ) -> Result<Segment, WriteError> {
+        if inner.track_dirty {
+            // Make this shard's writes durable first: the segment may hold records that newer,
+            // not yet durable records supersede, and freeing it must not lose the key.
+            self.persist_dirty(inner)?;
+        }
         let mut owned = *self.segments[id as usize]
             .take()
             .expect("freeing an owned segment");
@@ -642,9 +717,9 @@ impl Shard {
                 else {
                     return Err(format!("segment {id} offset {offset}: invalid record"));
                 };
-                if view.live {
+                let location = inner.join_location(id, offset);
+                if view.live && !self.pending_dead.contains(&location) {
                     live += 1;
-                    let location = inner.join_location(id, offset);
                     let h28 = index::hash28(inner.hash(view.key));
                     if self.index.find(h28, |l| l == location).is_none() {
                         return Err(format!(

@@ -161,10 +161,18 @@ impl Pool {
         Self::finish_open(mapping, existing, Some(options.geometry))
     }
 
-    /// Opens a simulated pool from a crash image made by [`Pool::crash_image`].
+    /// Opens a simulated pool from a crash image made by [`Pool::crash_image`]. The image is
+    /// taken to be what a power loss left: `opened()` reports another boot.
     pub fn open_image(image: Vec<u8>, faults: FaultPlan) -> Result<Pool, PoolError> {
         let mapping = Mapping::from_image(image, faults)?;
-        Self::finish_open(mapping, true, None)
+        let mut pool = Self::finish_open(mapping, true, None)?;
+        if let Opened::Reopened { previous, .. } = pool.opened {
+            pool.opened = Opened::Reopened {
+                previous,
+                same_boot: false,
+            };
+        }
+        Ok(pool)
     }
 
     fn finish_open(

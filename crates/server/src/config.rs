@@ -84,14 +84,26 @@ pub enum EvictionArg {
     Merge,
 }
 
-/// Durability names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DurabilityArg {
-    /// Writes land in the pool; nothing is flushed before the reply.
-    None,
-    /// Every write is persisted before the reply.
-    Sync,
+/// A durability level as written on the command line or in the file: `none`,
+/// `interval=MS` or `sync`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurabilityArg(pub Durability);
+
+impl std::str::FromStr for DurabilityArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Durability::parse(text).map(DurabilityArg).ok_or_else(|| {
+            format!("'{text}' is not a durability level: use none, interval=MS (MS > 0) or sync")
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DurabilityArg {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Log levels.
@@ -169,8 +181,8 @@ pub struct ServeOptions {
     /// What to drop when memory is full [default: merge].
     #[arg(long, value_enum)]
     pub eviction: Option<EvictionArg>,
-    /// What an acknowledged write survives [default: none].
-    #[arg(long, value_enum)]
+    /// What an acknowledged write survives: none, interval=MS or sync [default: none].
+    #[arg(long, value_name = "LEVEL")]
     pub durability: Option<DurabilityArg>,
     /// Most client connections [default: 1024].
     #[arg(long, value_name = "N")]
@@ -296,10 +308,7 @@ impl ServeOptions {
                 .segment_size
                 .map_or(SEGMENT_SIZE_BYTES_DEFAULT, |s| s.0),
             eviction: eviction(self.eviction.unwrap_or(EvictionArg::Merge)),
-            durability: match self.durability.unwrap_or(DurabilityArg::None) {
-                DurabilityArg::None => Durability::None,
-                DurabilityArg::Sync => Durability::Sync,
-            },
+            durability: self.durability.map_or(Durability::None, |d| d.0),
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
             value_len_max: usize::try_from(
                 self.max_value_size.map_or(VALUE_LEN_MAX_DEFAULT, |s| s.0),
@@ -391,6 +400,8 @@ impl ServerConfig {
             eviction: self.eviction,
             value_len_max: self.value_len_max,
             durability: self.durability,
+            // The server acknowledges a batch only after `Engine::commit` (see connection.rs).
+            group_commit: true,
             ..EngineConfig::default()
         }
     }
@@ -406,10 +417,7 @@ impl ServerConfig {
             memcache_port,
             resp_port,
             eviction: self.eviction.name(),
-            durability: match self.durability {
-                Durability::None => "none",
-                Durability::Sync => "sync",
-            },
+            durability: self.durability.name(),
             ..Settings::default()
         }
     }

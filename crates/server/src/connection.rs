@@ -97,6 +97,9 @@ pub enum CloseReason {
     Error,
     /// The server is shutting down.
     Shutdown,
+    /// Persisting this batch's writes failed: its replies were dropped unsent, so no write the
+    /// store could not make durable is acknowledged.
+    PersistFailed,
 }
 
 /// What the worker should do with a connection after a pass.
@@ -304,7 +307,17 @@ impl Connection {
             self.write_pos = 0;
         }
         let started = Instant::now();
+        let output_before = self.write_buf.len();
         let consumed = self.process_chunks(pass);
+        // Group commit: with `--durability sync` the batch's writes become durable here, before
+        // any of its replies leave (a no-op for the other levels).
+        if self.write_buf.len() > output_before {
+            if let Err(err) = pass.ctx.engine.commit() {
+                tracing::error!(error = %err, "persist failed; dropping the unacknowledged replies and closing the connection");
+                self.write_buf.truncate(self.write_pos.max(output_before));
+                return Err(CloseReason::PersistFailed);
+            }
+        }
         pass.latency.record(started.elapsed());
         self.read_buf.copy_within(consumed..self.read_len, 0);
         self.read_len -= consumed;

@@ -38,8 +38,8 @@ pub struct Settings {
     pub resp_port: Option<u16>,
     /// Eviction policy name.
     pub eviction: &'static str,
-    /// Durability name.
-    pub durability: &'static str,
+    /// Durability name (`none`, `interval=MS`, `sync`).
+    pub durability: String,
 }
 
 impl Default for Settings {
@@ -56,7 +56,7 @@ impl Default for Settings {
             memcache_port: None,
             resp_port: None,
             eviction: "merge",
-            durability: "none",
+            durability: "none".to_string(),
         }
     }
 }

@@ -172,11 +172,27 @@ fn spawn_maintenance(ctx: Arc<ServerContext>) -> std::io::Result<JoinHandle<()>>
     std::thread::Builder::new()
         .name("strata-maintenance".into())
         .spawn(move || {
+            let interval = match ctx.engine.durability() {
+                strata_engine::Durability::Interval { ms } => {
+                    Some(std::time::Duration::from_millis(u64::from(ms)))
+                }
+                _ => None,
+            };
+            let mut last_commit = std::time::Instant::now();
             while !ctx.shutdown.load(std::sync::atomic::Ordering::Acquire) {
                 if let Err(err) = ctx.engine.expire() {
                     tracing::error!(error = %err, "expiry failed");
                 }
-                std::thread::park_timeout(EXPIRE_INTERVAL);
+                let now = std::time::Instant::now();
+                if interval.is_some_and(|every| now >= last_commit + every) {
+                    // `--durability interval=MS`: the background flush.
+                    if let Err(err) = ctx.engine.commit() {
+                        tracing::error!(error = %err, "interval flush failed; writes are refused until restart");
+                    }
+                    last_commit = now;
+                }
+                let tick = interval.map_or(EXPIRE_INTERVAL, |every| every.min(EXPIRE_INTERVAL));
+                std::thread::park_timeout(tick);
             }
         })
 }

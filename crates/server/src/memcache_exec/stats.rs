@@ -197,7 +197,7 @@ fn settings(ctx: &ServerContext, out: &mut Vec<u8>) {
     let key_len_max = settings.memcache_key_len_max as u64;
     encode::write_stat_u64(out, b"strata_key_len_max", key_len_max);
     text(out, "strata_eviction", settings.eviction);
-    text(out, "strata_durability", settings.durability);
+    text(out, "strata_durability", &settings.durability);
     encode::write_end(out);
 }
 

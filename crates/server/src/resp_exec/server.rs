@@ -104,7 +104,7 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
             text.field("strata_pool_backend", ctx.engine.backend().name());
             let domain = ctx.engine.persistence_domain();
             text.field("strata_persistence_domain", domain.summary());
-            text.field("strata_durability", ctx.settings.durability);
+            text.field("strata_durability", &ctx.settings.durability);
         }
         "stats" => write_stats(text, ctx, engine),
         "replication" => {
@@ -164,7 +164,7 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
         "persistence_domain",
         ctx.engine.persistence_domain().summary(),
     );
-    text.field("durability", ctx.settings.durability);
+    text.field("durability", &ctx.settings.durability);
     text.field("eviction_policy", ctx.settings.eviction);
     text.field("shards", engine.shards);
     text.field("items", engine.items);
