@@ -242,6 +242,13 @@ impl Index {
         }
     }
 
+    /// Starts loading both candidate buckets of `hash28` into the cache.
+    pub fn prefetch(&self, hash28: u32) {
+        for head in self.candidates(hash28) {
+            strata_pool::prefetch(&self.buckets[head]);
+        }
+    }
+
     /// Finds the slot whose hash matches and whose location `is_key` confirms.
     pub fn find(
         &self,

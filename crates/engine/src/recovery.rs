@@ -10,7 +10,6 @@
 use strata_pool::Segment;
 
 use crate::error::OpenError;
-use crate::record::{self, Scan};
 use crate::segment::{self, HeaderRead, OwnedSegment};
 use crate::Inner;
 
@@ -62,7 +61,7 @@ pub(crate) fn recover(
             }
             HeaderRead::InUse(fields) if (fields.shard as usize) < inner.shards.len() => {
                 seq_max = seq_max.max(fields.seq);
-                owned.push(scan_segment(segment, fields, &mut report));
+                owned.push(unscanned(segment, fields));
             }
             HeaderRead::Free => free.push(segment),
             HeaderRead::InUse(_) | HeaderRead::Corrupt => {
@@ -79,47 +78,29 @@ pub(crate) fn recover(
         seq.next = seq.next.max(seq_max + 1);
         seq.reserved_until = seq.reserved_until.max(seq.next);
     }
-    let ids: Vec<(u16, u32)> = owned
-        .iter()
-        .map(|o| (o.fields.shard, o.segment.id()))
-        .collect();
+    let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); inner.shards.len()];
+    for segment in &owned {
+        by_shard[segment.fields.shard as usize].push(segment.segment.id());
+    }
     for segment in owned {
         inner.shards[segment.fields.shard as usize]
             .0
             .write()
             .adopt(segment);
     }
-    for (shard, id) in ids {
-        index_segment(inner, shard, id, &mut report);
-    }
+    index_shards_in_parallel(inner, &by_shard, &mut report);
     let mut pool = inner.free.lock();
     pool.in_use = report.segments_recovered as usize;
     pool.list = free;
     Ok(report)
 }
 
-/// Scans a segment's records to find where its log ends.
-fn scan_segment(
-    segment: Segment,
-    fields: segment::HeaderFields,
-    report: &mut RecoveryReport,
-) -> OwnedSegment {
-    let mut offset = 0;
-    let data = segment.data();
-    while offset < data.len() {
-        match record::read(&data[offset..]) {
-            Scan::Record(view) => offset += view.size_bytes,
-            Scan::End => break,
-            Scan::Invalid => {
-                report.records_invalid += 1;
-                break;
-            }
-        }
-    }
+/// An adopted segment whose log end is not known yet: the parallel phase scans it.
+fn unscanned(segment: Segment, fields: segment::HeaderFields) -> OwnedSegment {
     OwnedSegment {
         segment,
         fields,
-        write_offset: offset,
+        write_offset: 0,
         sealed: true,
         live_items: 0,
         live_bytes: 0,
@@ -127,43 +108,39 @@ fn scan_segment(
     }
 }
 
-/// Indexes the live records of an adopted segment, resolving duplicates by `(seq, offset)`.
-fn index_segment(inner: &Inner, shard: u16, id: u32, report: &mut RecoveryReport) {
-    let mut shard = inner.shards[shard as usize].0.write();
+/// Indexes every shard's segments, shards spread over the available cores.
+fn index_shards_in_parallel(inner: &Inner, by_shard: &[Vec<u32>], report: &mut RecoveryReport) {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(by_shard.len());
     let now_ms = inner.now_ms();
-    let end = shard.segment_end(id);
-    let mut offset = 0;
-    while offset < end {
-        let (size, live, expired, hash) = shard.record_facts(inner, id, offset, now_ms);
-        if live && expired {
-            report.records_expired += 1;
-            shard.recover_kill(inner, id, offset);
-        } else if live {
-            let location = inner.join_location(id, offset);
-            let seq = shard.seq_of(id);
-            let key = shard.key_at(id, offset).to_vec();
-            match shard
-                .lookup(inner, &key, hash)
-                .map(|f| (f.slot, f.entry.location))
-            {
-                None => {
-                    shard.recover_count(id, offset, now_ms);
-                    shard.index_insert(inner, hash, location);
-                    report.items_recovered += 1;
-                }
-                Some((slot, other)) => {
-                    report.records_superseded += 1;
-                    let (other_id, other_offset) = inner.split_location(other);
-                    if (shard.seq_of(other_id), other_offset) < (seq, offset) {
-                        shard.recover_uncount_kill(inner, other_id, other_offset);
-                        shard.recover_count(id, offset, now_ms);
-                        shard.index.relocate(slot, location);
-                    } else {
-                        shard.recover_kill(inner, id, offset);
+    let reports: Vec<RecoveryReport> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut partial = RecoveryReport::default();
+                    for shard_index in (t..by_shard.len()).step_by(threads) {
+                        let mut shard = inner.shards[shard_index].0.write();
+                        for &id in &by_shard[shard_index] {
+                            if shard.scan_log(id) {
+                                partial.records_invalid += 1;
+                            }
+                            shard.recover_segment(inner, id, now_ms, &mut partial);
+                        }
                     }
-                }
-            }
-        }
-        offset += size;
+                    partial
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("recovery thread"))
+            .collect()
+    });
+    for partial in reports {
+        report.items_recovered += partial.items_recovered;
+        report.records_superseded += partial.records_superseded;
+        report.records_expired += partial.records_expired;
+        report.records_invalid += partial.records_invalid;
     }
 }

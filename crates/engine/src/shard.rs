@@ -19,6 +19,7 @@ use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index::{self, Entry, Index, SlotRef};
 use crate::record::{self, RecordMeta, RecordView};
+use crate::recovery::RecoveryReport;
 use crate::segment::{self, HeaderFields, OwnedSegment};
 use crate::ttl;
 use crate::Inner;
@@ -643,9 +644,26 @@ impl Shard {
         })
     }
 
-    /// End of a segment's log.
-    pub(crate) fn segment_end(&self, id: u32) -> usize {
-        self.owned(id).write_offset
+    /// Recovery: validates a segment's records from offset 0 and sets its log end at the first
+    /// zero header or invalid record. Returns true when it stopped at an invalid (torn or
+    /// damaged) record: nothing after it is trusted.
+    pub(crate) fn scan_log(&mut self, id: u32) -> bool {
+        let owned = self.owned_mut(id);
+        let data = owned.segment.data();
+        let mut offset = 0;
+        let mut invalid = false;
+        while offset < data.len() {
+            match record::read(&data[offset..]) {
+                record::Scan::Record(view) => offset += view.size_bytes,
+                record::Scan::End => break,
+                record::Scan::Invalid => {
+                    invalid = true;
+                    break;
+                }
+            }
+        }
+        owned.write_offset = offset;
+        invalid
     }
 
     /// The seq of an owned segment.
@@ -653,26 +671,94 @@ impl Shard {
         self.owned(id).fields.seq
     }
 
-    /// The key of the record at `offset`.
-    pub(crate) fn key_at(&self, id: u32, offset: usize) -> &[u8] {
-        record::read_trusted(&self.owned(id).segment.data()[offset..]).key
+    /// Recovery: indexes the live records of an adopted segment, resolving duplicates by
+    /// `(seq, offset)` and marking expired ones dead. Both index buckets of each record are
+    /// prefetched a batch ahead, so the random index misses overlap instead of queueing.
+    pub(crate) fn recover_segment(
+        &mut self,
+        inner: &Inner,
+        id: u32,
+        now_ms: u64,
+        report: &mut RecoveryReport,
+    ) {
+        const BATCH: usize = 16;
+        let end = self.owned(id).write_offset;
+        let mut batch: Vec<(usize, u64)> = Vec::with_capacity(BATCH);
+        let mut offset = 0;
+        while offset < end {
+            batch.clear();
+            while offset < end && batch.len() < BATCH {
+                let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
+                if view.live {
+                    let hash = inner.hash(view.key);
+                    self.index.prefetch(index::hash28(hash));
+                    batch.push((offset, hash));
+                }
+                offset += view.size_bytes;
+            }
+            for &(at, hash) in &batch {
+                self.recover_record(inner, id, at, hash, now_ms, report);
+            }
+        }
     }
 
-    /// Recovery: size, liveness, expiry and key hash of the record at `offset`.
-    pub(crate) fn record_facts(
-        &self,
+    fn recover_record(
+        &mut self,
         inner: &Inner,
         id: u32,
         offset: usize,
+        hash: u64,
         now_ms: u64,
-    ) -> (usize, bool, bool, u64) {
-        let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
-        let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
-        (view.size_bytes, view.live, expired, inner.hash(view.key))
+        report: &mut RecoveryReport,
+    ) {
+        let location = inner.join_location(id, offset);
+        let (expired, existing) = {
+            let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
+            let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
+            let segments = &self.segments;
+            let key_at = |l: u64| {
+                let (other, at) = inner.split_location(l);
+                let owned = segments[other as usize]
+                    .as_deref()
+                    .expect("indexed segment owned");
+                record::read_trusted(&owned.segment.data()[at..]).key
+            };
+            let existing = (!expired)
+                .then(|| {
+                    self.index
+                        .find(index::hash28(hash), |l| key_at(l) == view.key)
+                })
+                .flatten()
+                .map(|(slot, entry)| (slot, entry.location));
+            (expired, existing)
+        };
+        if expired {
+            report.records_expired += 1;
+            self.recover_kill(id, offset);
+            return;
+        }
+        match existing {
+            None => {
+                self.recover_count(id, offset);
+                self.insert_index(inner, hash, location);
+                report.items_recovered += 1;
+            }
+            Some((slot, other)) => {
+                report.records_superseded += 1;
+                let (other_id, other_offset) = inner.split_location(other);
+                if (self.seq_of(other_id), other_offset) < (self.seq_of(id), offset) {
+                    self.recover_uncount_kill(other_id, other_offset);
+                    self.recover_count(id, offset);
+                    self.index.relocate(slot, location);
+                } else {
+                    self.recover_kill(id, offset);
+                }
+            }
+        }
     }
 
     /// Recovery: counts a record as live in its segment.
-    pub(crate) fn recover_count(&mut self, id: u32, offset: usize, now_ms: u64) {
+    fn recover_count(&mut self, id: u32, offset: usize) {
         let owned = self.owned_mut(id);
         let view = record::read_trusted(&owned.segment.data()[offset..]);
         let (size, expires_at_ms) = (view.size_bytes, view.meta.expires_at_ms);
@@ -680,29 +766,23 @@ impl Shard {
         owned.live_items += 1;
         owned.live_bytes += size as u64;
         owned.cover_expiry(expires_at_ms, first);
-        let _ = now_ms;
         self.live_bytes += size as u64;
     }
 
     /// Recovery: marks an uncounted record dead (superseded or expired). Not persisted: the
     /// next recovery would reach the same decision.
-    pub(crate) fn recover_kill(&mut self, _inner: &Inner, id: u32, offset: usize) {
+    fn recover_kill(&mut self, id: u32, offset: usize) {
         record::mark_dead(&mut self.owned_mut(id).segment.data_mut()[offset..]);
     }
 
     /// Recovery: un-counts and kills a record that a newer one supersedes.
-    pub(crate) fn recover_uncount_kill(&mut self, inner: &Inner, id: u32, offset: usize) {
+    fn recover_uncount_kill(&mut self, id: u32, offset: usize) {
         let owned = self.owned_mut(id);
         let size = record::read_trusted(&owned.segment.data()[offset..]).size_bytes as u64;
         owned.live_items -= 1;
         owned.live_bytes -= size;
         self.live_bytes -= size;
-        self.recover_kill(inner, id, offset);
-    }
-
-    /// Recovery: indexes a record.
-    pub(crate) fn index_insert(&mut self, inner: &Inner, hash: u64, location: u64) {
-        self.insert_index(inner, hash, location);
+        self.recover_kill(id, offset);
     }
 
     /// Verifies the invariants in the module docs. Costly: tests and `strata pool verify`.
