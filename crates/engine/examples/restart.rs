@@ -39,10 +39,11 @@ fn main() {
             .is_some();
         let first_hit = started.elapsed();
         println!(
-            "{label:<18} open {:>7.1} ms, first hit {:>7.1} ms (hit: {hit}), items {}",
+            "{label:<18} open {:>7.1} ms, first hit {:>7.1} ms (hit: {hit}), items {}, from snapshot {}",
             opened.as_secs_f64() * 1e3,
             first_hit.as_secs_f64() * 1e3,
-            engine.recovery_report().items_recovered
+            engine.recovery_report().items_recovered,
+            engine.recovery_report().from_snapshot
         );
         if clean {
             engine.close().unwrap();
@@ -51,4 +52,5 @@ fn main() {
         }
     }
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(format!("{}.sidecar", path.display()));
 }

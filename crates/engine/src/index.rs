@@ -452,6 +452,85 @@ impl Index {
         *self = grown;
     }
 
+    /// Appends the index to `out` (little-endian): item count, bucket counts, every slot, the
+    /// free overflow list. `import` reads it back.
+    pub fn export(&self, out: &mut Vec<u8>) {
+        for count in [
+            self.items,
+            self.buckets.len(),
+            self.overflow.len(),
+            self.overflow_free.len(),
+        ] {
+            out.extend_from_slice(&(count as u64).to_le_bytes());
+        }
+        for bucket in self.buckets.iter().chain(&self.overflow) {
+            for slot in &bucket.0 {
+                out.extend_from_slice(&slot.load(Ordering::Relaxed).to_le_bytes());
+            }
+        }
+        for free in &self.overflow_free {
+            out.extend_from_slice(&free.to_le_bytes());
+        }
+    }
+
+    /// Reads what `export` wrote from the front of `bytes`; returns the index and the bytes
+    /// consumed, or `None` when they do not describe a consistent index.
+    pub fn import(bytes: &[u8]) -> Option<(Index, usize)> {
+        let word = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        let (items, bucket_count) = (word(0)? as usize, word(8)? as usize);
+        let (overflow_count, free_count) = (word(16)? as usize, word(24)? as usize);
+        let slots_bytes = (bucket_count.checked_add(overflow_count)?).checked_mul(64)?;
+        let end = 32usize
+            .checked_add(slots_bytes)?
+            .checked_add(free_count.checked_mul(4)?)?;
+        if bytes.len() < end || bucket_count < 2 {
+            return None;
+        }
+        let to_bucket = |chunk: &[u8]| {
+            let bucket = Bucket::default();
+            for (slot, raw) in bucket.0.iter().zip(chunk.chunks_exact(8)) {
+                slot.store(
+                    u64::from_le_bytes(raw.try_into().expect("8 bytes")),
+                    Ordering::Relaxed,
+                );
+            }
+            bucket
+        };
+        let mut all = bytes[32..32 + slots_bytes].chunks_exact(64).map(to_bucket);
+        let buckets: Vec<Bucket> = all.by_ref().take(bucket_count).collect();
+        let overflow: Vec<Bucket> = all.collect();
+        let overflow_free = bytes[32 + slots_bytes..end]
+            .chunks_exact(4)
+            .map(|raw| u32::from_le_bytes(raw.try_into().expect("4 bytes")))
+            .collect();
+        let index = Index {
+            buckets,
+            overflow,
+            overflow_free,
+            items,
+        };
+        let links_in_range = index.buckets.iter().chain(&index.overflow).all(|bucket| {
+            let last = bucket.0[LINK_SLOT].load(Ordering::Relaxed);
+            !is_link(last) || ((last & LOCATION_MASK) as usize) < index.overflow.len()
+        });
+        if !links_in_range {
+            return None;
+        }
+        let counted = (0..index.buckets.len())
+            .map(|head| {
+                let mut n = 0;
+                index.walk_chain::<()>(head, |_, _| {
+                    n += 1;
+                    None
+                });
+                n
+            })
+            .sum::<usize>();
+        (counted == items).then_some((index, end))
+    }
+
     /// Visits the items of primary buckets `[cursor, cursor + bucket_budget)` (and their chains)
     /// in bucket order. Returns the next cursor, or `None` when the table has been covered.
     /// Cursors are bucket positions scaled to 2^28, so they survive growth.

@@ -30,6 +30,7 @@ mod recovery;
 mod root;
 mod segment;
 mod shard;
+mod snapshot;
 mod ttl;
 
 pub use api::{parse_u64, DeleteOutcome, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_STEP};

@@ -9,7 +9,7 @@ use crate::config::{Durability, EngineConfig, PoolLocation};
 use crate::error::OpenError;
 use crate::recovery::{self, RecoveryPlan, RecoveryReport};
 use crate::shard::Shard;
-use crate::{record, root, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
+use crate::{record, root, snapshot, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
 
 /// What recovery does with a reopened pool, from how it was left.
 fn recovery_plan(opened: Opened, previous: Option<Durability>) -> RecoveryPlan {
@@ -127,7 +127,17 @@ impl Engine {
             flush_at_ms: AtomicU64::new(0),
             value_len_max: config.value_len_max,
         };
-        let recovery = recovery::recover(&inner, segments, plan)?;
+        let snapshot = match (plan, pool.take_sidecar()) {
+            (RecoveryPlan::Recover, Some(payload)) => Some(payload),
+            _ => None,
+        };
+        let recovery = match snapshot {
+            Some(payload) => match snapshot::restore(&inner, segments, &payload) {
+                Ok(report) => report,
+                Err(segments) => recovery::recover(&inner, segments, plan)?,
+            },
+            None => recovery::recover(&inner, segments, plan)?,
+        };
         Ok(Engine {
             inner,
             pool: Mutex::new(pool),
@@ -171,14 +181,24 @@ impl Engine {
 
     /// Persists everything and marks the pool cleanly closed, so the next open knows nothing
     /// was lost. Writes after this are refused.
-    pub fn close(&self) -> Result<(), strata_pool::PersistError> {
+    pub fn close(&self) -> Result<(), strata_pool::PoolError> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
-        let mut pool = self.pool.lock();
-        pool.persist_all()?;
-        pool.set_clean(true)
+        let mut locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
+        for shard in &mut locks {
+            // Deferred dead marks are applied too, so the pool and the snapshot agree.
+            shard
+                .persist_dirty(&self.inner)
+                .map_err(|e| strata_pool::PoolError::Io {
+                    op: "persist",
+                    path: self.pool.lock().path(),
+                    message: e.to_string(),
+                })?;
+        }
+        let shards: Vec<&Shard> = locks.iter().map(|guard| &**guard).collect();
+        let payload = snapshot::save(&shards);
+        self.pool.lock().close_clean(Some(&payload))
     }
 
     /// For a simulated pool: what a power cut now would leave (see `strata_pool::Pool::crash_image`).

@@ -40,6 +40,8 @@ pub struct RecoveryReport {
     pub records_expired: u64,
     /// Segments freed unread because of `RecoveryPlan::DiscardAll`.
     pub segments_discarded: u64,
+    /// The DRAM state came from the clean-close snapshot (no scan was needed).
+    pub from_snapshot: bool,
 }
 
 pub(crate) fn recover(

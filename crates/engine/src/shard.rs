@@ -785,6 +785,20 @@ impl Shard {
         self.recover_kill(id, offset);
     }
 
+    /// Appends this shard's DRAM state (index and segment bookkeeping) for a clean close.
+    pub(crate) fn export(&self, out: &mut Vec<u8>) {
+        self.index.export(out);
+        let owned: Vec<&OwnedSegment> = self.segments.iter().flatten().map(|b| &**b).collect();
+        out.extend_from_slice(&(owned.len() as u64).to_le_bytes());
+        for segment in owned {
+            out.extend_from_slice(&segment.segment.id().to_le_bytes());
+            out.extend_from_slice(&(segment.write_offset as u64).to_le_bytes());
+            out.extend_from_slice(&segment.live_items.to_le_bytes());
+            out.extend_from_slice(&segment.live_bytes.to_le_bytes());
+            out.extend_from_slice(&segment.expires_at_ms.unwrap_or(u64::MAX).to_le_bytes());
+        }
+    }
+
     /// Verifies the invariants in the module docs. Costly: tests and `strata pool verify`.
     pub(crate) fn check_integrity(&self, inner: &Inner) -> Result<(), String> {
         let mut live_records = 0usize;

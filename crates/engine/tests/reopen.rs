@@ -7,6 +7,7 @@ struct TempPool(std::path::PathBuf);
 impl Drop for TempPool {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(format!("{}.sidecar", self.0.display()));
     }
 }
 
@@ -102,4 +103,50 @@ fn a_foreign_file_is_refused_untouched() {
     })
     .unwrap();
     assert!(fresh.is_empty());
+}
+
+#[test]
+fn a_clean_close_reopens_from_the_snapshot_with_the_same_items() {
+    let pool = temp_pool("snapshot");
+    {
+        let engine = Engine::open(config(&pool.0)).unwrap();
+        for i in 0..20_000u32 {
+            engine
+                .set(
+                    format!("k{i}").as_bytes(),
+                    format!("v{i}").as_bytes(),
+                    i,
+                    Expiry::Never,
+                )
+                .unwrap();
+        }
+        for i in (0..20_000u32).step_by(4) {
+            engine.delete(format!("k{i}").as_bytes(), None).unwrap();
+        }
+        engine.close().unwrap();
+    }
+    let engine = Engine::open(config(&pool.0)).unwrap();
+    let report = engine.recovery_report().clone();
+    assert!(report.from_snapshot, "{report:?}");
+    assert_eq!(report.items_recovered, 15_000);
+    engine.check_integrity().unwrap();
+    for i in 0..20_000u32 {
+        let got = engine.get(format!("k{i}").as_bytes(), |item| {
+            (item.value.to_vec(), item.client_flags)
+        });
+        let expected = (i % 4 != 0).then(|| (format!("v{i}").into_bytes(), i));
+        assert_eq!(got, expected, "k{i}");
+    }
+    engine.set(b"k0", b"again", 0, Expiry::Never).unwrap();
+    drop(engine); // a crash: the sidecar was consumed at open, so the next open must scan
+    let engine = Engine::open(config(&pool.0)).unwrap();
+    assert!(
+        !engine.recovery_report().from_snapshot,
+        "a stale snapshot is never used"
+    );
+    assert_eq!(
+        engine.get(b"k0", |item| item.value.to_vec()),
+        Some(b"again".to_vec())
+    );
+    engine.check_integrity().unwrap();
 }

@@ -26,6 +26,7 @@
 mod error;
 mod header;
 mod mapping;
+mod sidecar;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -307,6 +308,55 @@ impl Pool {
         let page = unsafe { self.mapping.slice_mut(0, HEADER_SIZE_BYTES) };
         header::write_state(page, self.state);
         self.persist_range(0, HEADER_SIZE_BYTES)
+    }
+
+    /// Closes the pool cleanly: persists every byte, writes `sidecar` (the engine's saved DRAM
+    /// state, e.g. its index) next to a file pool bound to this exact clean state, then marks the
+    /// pool clean. A sidecar is only ever read back by the next open of this pool in this state.
+    pub fn close_clean(&mut self, sidecar: Option<&[u8]>) -> Result<(), PoolError> {
+        let path = self.path();
+        self.persist_all().map_err(|e| PoolError::Io {
+            op: "persist",
+            path: path.clone(),
+            message: e.message,
+        })?;
+        if let (Some(payload), Some(sidecar_path)) = (sidecar, self.sidecar_path()) {
+            let clean_state_seq = self.state.state_seq + 1;
+            sidecar::write(&sidecar_path, self.info.pool_id, clean_state_seq, payload)?;
+        }
+        self.set_clean(true).map_err(|e| PoolError::Io {
+            op: "persist header",
+            path,
+            message: e.message,
+        })
+    }
+
+    /// At open: the sidecar saved by the clean close this pool was reopened from, if it is there
+    /// and valid. The file is removed either way (the pool is about to change).
+    pub fn take_sidecar(&mut self) -> Option<Vec<u8>> {
+        let path = self.sidecar_path()?;
+        let Opened::Reopened { previous, .. } = self.opened else {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        };
+        let payload = previous
+            .clean
+            .then(|| sidecar::read(&path, self.info.pool_id, previous.state_seq))
+            .flatten();
+        let _ = std::fs::remove_file(&path);
+        payload
+    }
+
+    fn sidecar_path(&self) -> Option<PathBuf> {
+        matches!(
+            self.backend(),
+            Backend::DaxFile | Backend::TmpfsFile | Backend::SharedFile
+        )
+        .then(|| {
+            let mut name = self.mapping.path.as_os_str().to_owned();
+            name.push(".sidecar");
+            PathBuf::from(name)
+        })
     }
 
     /// Persists the whole pool (used before a clean close).

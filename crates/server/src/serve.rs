@@ -45,7 +45,7 @@ pub enum ServeError {
     Start(#[from] std::io::Error),
     /// Closing the pool failed: the next start recovers it as after a crash.
     #[error("closing the pool failed ({0}); the next start will recover it as after a crash")]
-    Close(strata_pool::PersistError),
+    Close(strata_pool::PoolError),
 }
 
 /// The client listeners, bound.

@@ -1,0 +1,160 @@
+//! The clean-close snapshot: each shard's index and segment bookkeeping, saved in the pool's
+//! sidecar at `Engine::close` and loaded at the next open instead of scanning every record.
+//!
+//! Payload (little-endian): `u32` shard count, then per shard the index as `Index::export`
+//! writes it, a `u64` segment count and per segment `u32 id, u64 write_offset, u32 live_items,
+//! u64 live_bytes, u64 expires_at_ms (u64::MAX: never)`. The pool binds the sidecar to the
+//! exact clean state it was written for; anything inconsistent makes the open fall back to a
+//! full recovery scan.
+
+use strata_pool::Segment;
+
+use crate::index::Index;
+use crate::recovery::RecoveryReport;
+use crate::segment::{self, HeaderRead, OwnedSegment};
+use crate::Inner;
+
+#[derive(Clone, Copy)]
+struct SavedSegment {
+    id: u32,
+    write_offset: usize,
+    live_items: u32,
+    live_bytes: u64,
+    expires_at_ms: Option<u64>,
+}
+
+struct SavedShard {
+    index: Index,
+    segments: Vec<SavedSegment>,
+}
+
+/// Builds the payload. The caller holds every shard's lock.
+pub(crate) fn save(shards: &[&crate::shard::Shard]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(shards.len() as u32).to_le_bytes());
+    for shard in shards {
+        shard.export(&mut out);
+    }
+    out
+}
+
+fn parse(payload: &[u8], shard_count: usize, segment_size: usize) -> Option<Vec<SavedShard>> {
+    let count = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) as usize;
+    if count != shard_count {
+        return None;
+    }
+    let mut at = 4;
+    let mut shards = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (index, used) = Index::import(&payload[at..])?;
+        at += used;
+        let word = |at: usize| {
+            Some(u64::from_le_bytes(
+                payload.get(at..at + 8)?.try_into().ok()?,
+            ))
+        };
+        let half = |at: usize| {
+            Some(u32::from_le_bytes(
+                payload.get(at..at + 4)?.try_into().ok()?,
+            ))
+        };
+        let segment_count = word(at)? as usize;
+        at += 8;
+        let mut segments = Vec::with_capacity(segment_count.min(1 << 24));
+        for _ in 0..segment_count {
+            let expires = word(at + 24)?;
+            let saved = SavedSegment {
+                id: half(at)?,
+                write_offset: word(at + 4)? as usize,
+                live_items: half(at + 12)?,
+                live_bytes: word(at + 16)?,
+                expires_at_ms: (expires != u64::MAX).then_some(expires),
+            };
+            if saved.write_offset > segment_size {
+                return None;
+            }
+            segments.push(saved);
+            at += 32;
+        }
+        shards.push(SavedShard { index, segments });
+    }
+    (at == payload.len()).then_some(shards)
+}
+
+/// Restores shards from a snapshot. Returns the segments untouched when the snapshot does not
+/// match the pool, so the caller can fall back to a full recovery.
+pub(crate) fn restore(
+    inner: &Inner,
+    segments: Vec<Segment>,
+    payload: &[u8],
+) -> Result<RecoveryReport, Vec<Segment>> {
+    let Some(saved) = parse(payload, inner.shards.len(), inner.segment_size_bytes) else {
+        return Err(segments);
+    };
+    let mut by_id: Vec<Option<(usize, SavedSegment)>> = (0..segments.len()).map(|_| None).collect();
+    for (shard, saved_shard) in saved.iter().enumerate() {
+        for s in &saved_shard.segments {
+            match by_id.get_mut(s.id as usize) {
+                Some(slot @ None) => *slot = Some((shard, *s)),
+                _ => return Err(segments),
+            }
+        }
+    }
+    let consistent = segments.iter().all(|segment| {
+        match (
+            segment::read_header(segment.header()),
+            by_id[segment.id() as usize],
+        ) {
+            (HeaderRead::InUse(fields), Some((shard, _))) => fields.shard as usize == shard,
+            (HeaderRead::Free, None) => true,
+            _ => false,
+        }
+    });
+    if !consistent {
+        return Err(segments);
+    }
+    Ok(apply(inner, segments, saved, &by_id))
+}
+
+fn apply(
+    inner: &Inner,
+    segments: Vec<Segment>,
+    saved: Vec<SavedShard>,
+    by_id: &[Option<(usize, SavedSegment)>],
+) -> RecoveryReport {
+    let mut report = RecoveryReport::default();
+    let mut free = Vec::new();
+    let mut seq_max = 0;
+    for segment in segments {
+        let HeaderRead::InUse(fields) = segment::read_header(segment.header()) else {
+            free.push(segment);
+            continue;
+        };
+        let (shard, s) = by_id[segment.id() as usize].expect("checked consistent");
+        seq_max = seq_max.max(fields.seq);
+        report.segments_recovered += 1;
+        inner.shards[shard].0.write().adopt(OwnedSegment {
+            segment,
+            fields,
+            write_offset: s.write_offset,
+            sealed: true,
+            live_items: s.live_items,
+            live_bytes: s.live_bytes,
+            expires_at_ms: s.expires_at_ms,
+        });
+    }
+    for (shard, saved_shard) in saved.into_iter().enumerate() {
+        report.items_recovered += saved_shard.index.len() as u64;
+        inner.shards[shard].0.write().index = saved_shard.index;
+    }
+    {
+        let mut seq = inner.seq.lock();
+        seq.next = seq.next.max(seq_max + 1);
+        seq.reserved_until = seq.reserved_until.max(seq.next);
+    }
+    let mut pool = inner.free.lock();
+    pool.in_use = report.segments_recovered as usize;
+    pool.list = free;
+    report.from_snapshot = true;
+    report
+}
