@@ -77,8 +77,7 @@ impl Engine {
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
-        let now_ms = self.inner.now_ms();
-        match shard.lookup_unexpired(&self.inner, key, hash, now_ms) {
+        match shard.lookup_unexpired(&self.inner, key, hash) {
             Some(found) => {
                 shard.index.bump_freq(found.slot);
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
@@ -114,9 +113,7 @@ impl Engine {
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
-        shard
-            .lookup_unexpired(&self.inner, key, hash, self.inner.now_ms())
-            .is_some()
+        shard.lookup_unexpired(&self.inner, key, hash).is_some()
     }
 
     /// Stores `value` under `key` subject to `options.condition`.
@@ -220,7 +217,7 @@ impl Engine {
         let mut buffer = std::mem::take(&mut shard.scratch);
         buffer.clear();
         let (change, current) = {
-            let found = shard.lookup_unexpired(inner, key, hash, now_ms);
+            let found = shard.lookup_unexpired(inner, key, hash);
             let current = found.as_ref().map(|f| (f.view.meta.expires_at_ms, f.cas));
             (f(found.as_ref().map(item), &mut buffer), current)
         };

@@ -255,7 +255,10 @@ impl Index {
         hash28: u32,
         mut is_key: impl FnMut(u64) -> bool,
     ) -> Option<(SlotRef, Entry)> {
-        for head in self.candidates(hash28) {
+        let heads = self.candidates(hash28);
+        // Start the second bucket's miss now: it overlaps with the scan of the first.
+        strata_pool::prefetch(&self.buckets[heads[1]]);
+        for head in heads {
             let found = self.walk_chain(head, |at, value| {
                 let entry = unpack(value);
                 (entry.hash28 == hash28 && is_key(entry.location)).then_some((at, entry))

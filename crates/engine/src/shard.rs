@@ -137,15 +137,20 @@ impl Shard {
     }
 
     /// Finds the key's live, unexpired record.
+    /// The clock is read only for items that have an expiry.
     pub(crate) fn lookup_unexpired(
         &self,
         inner: &Inner,
         key: &[u8],
         hash: u64,
-        now_ms: u64,
     ) -> Option<Found<'_>> {
-        self.lookup(inner, key, hash)
-            .filter(|found| found.view.meta.expires_at_ms.is_none_or(|at| at > now_ms))
+        self.lookup(inner, key, hash).filter(|found| {
+            found
+                .view
+                .meta
+                .expires_at_ms
+                .is_none_or(|at| at > inner.now_ms())
+        })
     }
 
     /// Appends a record for `key` (value from `value` or, when `None`, from `self.scratch`),
@@ -179,8 +184,9 @@ impl Shard {
             size <= inner.segment_size_bytes,
             "callers check item size first"
         );
-        let now_ms = inner.now_ms();
-        let ttl_ms = meta.expires_at_ms.map(|at| at.saturating_sub(now_ms));
+        let ttl_ms = meta
+            .expires_at_ms
+            .map(|at| at.saturating_sub(inner.now_ms()));
         let bucket = ttl::bucket_for(ttl_ms);
         let current_seq = self
             .lookup(inner, key, hash)
