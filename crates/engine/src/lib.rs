@@ -224,6 +224,8 @@ pub(crate) struct Inner {
     units_per_segment: u64,
     /// Persist each write before returning (`Durability::Sync` without group commit).
     pub(crate) sync_inline: bool,
+    /// Most TTL buckets with an open segment per shard.
+    pub(crate) open_segments_per_shard_max: usize,
     durability: Durability,
     /// Record dirty ranges for `commit` (`Interval`, or `Sync` with group commit).
     pub(crate) track_dirty: bool,

@@ -30,6 +30,11 @@ fn recovery_plan(opened: Opened, previous: Option<Durability>) -> RecoveryPlan {
     }
 }
 
+/// A shard keeps at most its share of segments divided by this open at once.
+const OPEN_SHARE_DIVISOR: usize = 4;
+/// Most open segments (TTL buckets being written) per shard.
+const OPEN_SEGMENTS_PER_SHARD_MAX: usize = 32;
+
 /// Index bytes per item at the growth threshold (8-byte slots, 94% full).
 const INDEX_BYTES_PER_ITEM: u64 = 9;
 
@@ -102,6 +107,9 @@ impl Engine {
             segment_size_bytes,
             units_per_segment: geometry.segment_size_bytes / record::RECORD_ALIGN_BYTES as u64,
             sync_inline: config.durability == Durability::Sync && !config.group_commit,
+            // A quarter of a shard's share of segments may be open (partly filled) at once.
+            open_segments_per_shard_max: (total / (usize::from(shard_count) * OPEN_SHARE_DIVISOR))
+                .clamp(1, OPEN_SEGMENTS_PER_SHARD_MAX),
             durability: config.durability,
             track_dirty: matches!(config.durability, Durability::Interval { .. })
                 || (config.durability == Durability::Sync && config.group_commit),

@@ -57,6 +57,8 @@ pub(crate) struct Shard {
     chains: Vec<VecDeque<u32>>,
     /// Owned segments in allocation order: `(id, seq)`; stale pairs are skipped lazily.
     order: VecDeque<(u32, u64)>,
+    /// TTL buckets whose last segment is open (at most `open_segments_per_shard_max`).
+    open_buckets: Vec<u16>,
     pub(crate) scratch: Vec<u8>,
     survivors: Vec<u8>,
     survivor_slots: Vec<(u32, u64)>,
@@ -88,6 +90,7 @@ impl Shard {
                 .map(|_| VecDeque::new())
                 .collect(),
             order: VecDeque::new(),
+            open_buckets: Vec::new(),
             scratch: Vec::new(),
             survivors: Vec::new(),
             survivor_slots: Vec::new(),
@@ -350,19 +353,70 @@ impl Shard {
         min_seq: Option<u64>,
     ) -> Result<u32, WriteError> {
         for _ in 0..8 {
+            let bucket = self.write_bucket(inner, bucket);
             if let Some(&id) = self.chains[bucket].back() {
                 let owned = self.owned(id);
                 let ordered = min_seq.is_none_or(|seq| owned.fields.seq >= seq);
-                if owned.free_bytes() >= size && ordered {
+                if !owned.sealed && owned.free_bytes() >= size && ordered {
                     return Ok(id);
                 }
-                self.owned_mut(id).sealed = true;
+                if !ordered {
+                    // The key's current record is newer than this segment: rather than seal a
+                    // barely used segment, write to the newest open one if it is new enough.
+                    if let Some(newest) = self.newest_open_segment() {
+                        let owned = self.owned(newest);
+                        if owned.free_bytes() >= size
+                            && min_seq.is_none_or(|s| owned.fields.seq >= s)
+                        {
+                            return Ok(newest);
+                        }
+                    }
+                }
+                self.seal(id);
             }
             let segment = inner.obtain_segment(self)?;
             let id = self.install(inner, segment, bucket)?;
             self.reinsert_survivors(inner, id)?;
         }
         Err(WriteError::OutOfMemory)
+    }
+
+    /// The TTL bucket whose open segment takes a write meant for `bucket`: its own when it has
+    /// an open segment or the shard may open another; at the cap, the open bucket with the
+    /// nearest longer TTL (else the longest open one). Items keep their exact expiry, so any
+    /// segment is correct; the choice only affects how soon a whole segment can be reclaimed.
+    /// Without the cap, diverse TTLs would hold one partly filled segment per bucket and shard.
+    fn write_bucket(&self, inner: &Inner, bucket: usize) -> usize {
+        let is_open = self.chains[bucket]
+            .back()
+            .is_some_and(|&id| !self.owned(id).sealed);
+        if is_open || self.open_buckets.len() < inner.open_segments_per_shard_max {
+            return bucket;
+        }
+        let open = || self.open_buckets.iter().map(|&b| usize::from(b));
+        open()
+            .filter(|&b| b >= bucket)
+            .min()
+            .or_else(|| open().max())
+            .unwrap_or(bucket)
+    }
+
+    /// The open segment with the greatest seq.
+    fn newest_open_segment(&self) -> Option<u32> {
+        self.open_buckets
+            .iter()
+            .filter_map(|&b| self.chains[usize::from(b)].back().copied())
+            .max_by_key(|&id| self.owned(id).fields.seq)
+    }
+
+    /// Stops appends to a segment.
+    fn seal(&mut self, id: u32) {
+        let owned = self.owned_mut(id);
+        if !owned.sealed {
+            owned.sealed = true;
+            let bucket = owned.fields.ttl_bucket;
+            self.open_buckets.retain(|&b| b != bucket);
+        }
     }
 
     /// Takes ownership of a free (zeroed) segment as the open head of `bucket`'s chain.
@@ -390,6 +444,8 @@ impl Shard {
             live_bytes: 0,
             expires_at_ms: Some(0),
         });
+        debug_assert!(!self.open_buckets.contains(&(bucket as u16)));
+        self.open_buckets.push(bucket as u16);
         Ok(id)
     }
 
@@ -508,6 +564,7 @@ impl Shard {
             // not yet durable records supersede, and freeing it must not lose the key.
             self.persist_dirty(inner)?;
         }
+        self.seal(id);
         let mut owned = *self.segments[id as usize]
             .take()
             .expect("freeing an owned segment");

@@ -210,3 +210,43 @@ fn scan_returns_every_key_and_random_key_finds_a_lone_key() {
     assert_eq!(seen.len(), 3001);
     assert!(calls <= 3001 / 10 + 10, "{calls} calls");
 }
+
+/// Regression: each shard used to keep one open segment per TTL bucket, so writes with many
+/// different TTLs (here up to 23 days, a few hundred buckets × 8 shards) held thousands of
+/// partly filled segments; a 64 MiB pool then evicted live keys after 5,000 small writes. Open
+/// segments are now capped per shard and writes share the nearest longer-TTL open segment.
+#[test]
+fn writes_with_many_different_ttls_do_not_exhaust_the_pool() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 64 << 20,
+        segment_size_bytes: 256 << 10,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let now = engine.now_ms();
+    for i in 0..5000u64 {
+        let expiry = if i % 3 == 0 {
+            Expiry::Never
+        } else {
+            Expiry::AtMs(now + 3_600_000 + i * 400_000)
+        };
+        engine
+            .set(
+                format!("k{}", i % 3000).as_bytes(),
+                format!("v{i}").as_bytes(),
+                0,
+                expiry,
+            )
+            .unwrap();
+    }
+    engine.expire().unwrap();
+    let stats = engine.stats();
+    assert_eq!(stats.evicted_items, 0, "{stats:?}");
+    assert!(stats.segments_used <= 8 * 8 + 8, "{stats:?}");
+    for i in 2000..5000u64 {
+        assert_eq!(
+            engine.get(format!("k{}", i % 3000).as_bytes(), |it| it.value.to_vec()),
+            Some(format!("v{i}").into_bytes())
+        );
+    }
+}
