@@ -6,5 +6,7 @@
 //! server crate joins these parsers to the engine.
 #![forbid(unsafe_code)]
 
+mod digits;
 pub mod memcache;
 pub mod resp;
+mod scan;

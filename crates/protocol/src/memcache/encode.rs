@@ -130,15 +130,25 @@ pub fn write_value_header(
     data_len: usize,
     cas: Option<u64>,
 ) -> usize {
-    let mut written = write_parts(out, &[b"VALUE ", key, b" "]);
-    written += write_u64(out, u64::from(flags));
-    written += write_parts(out, &[b" "]);
-    written += write_u64(out, data_len as u64);
+    // ` <flags> <bytes>[ <cas>]\r\n` is assembled backwards on the stack and copied once.
+    let mut tail = [0u8; 3 * DIGITS_LEN_MAX + 5];
+    let end = tail.len() - 2;
+    tail[end..].copy_from_slice(b"\r\n");
+    let mut start = end;
     if let Some(cas) = cas {
-        written += write_parts(out, &[b" "]);
-        written += write_u64(out, cas);
+        start = crate::digits::put_u64(&mut tail, start, cas) - 1;
+        tail[start] = b' ';
     }
-    written + write_parts(out, &[b"\r\n"])
+    start = crate::digits::put_u64(&mut tail, start, data_len as u64) - 1;
+    tail[start] = b' ';
+    start = crate::digits::put_u64(&mut tail, start, u64::from(flags)) - 1;
+    tail[start] = b' ';
+    let tail = &tail[start..];
+    out.reserve(b"VALUE ".len() + key.len() + tail.len() + data_len + 2);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(tail);
+    b"VALUE ".len() + key.len() + tail.len()
 }
 
 /// Appends a whole `get`/`gets` hit: header, data and `\r\n`.

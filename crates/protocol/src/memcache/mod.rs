@@ -209,6 +209,25 @@ pub(crate) struct Line<'a> {
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
     let (text, consumed) = next_line(buf, limits)?;
     debug_assert!(consumed <= buf.len() && text.len() < consumed);
+    if let Some(get) = retrieval::single_get(text) {
+        if limits.keys_per_get_max > 0 && key_is_valid(get.keys.first_key(), limits.key_len_max) {
+            return Ok(Parsed {
+                request: Request::Get(get),
+                consumed,
+            });
+        }
+    }
+    parse_line(buf, text, consumed, limits)
+}
+
+/// Parses the command line `text` (the first `consumed` bytes of `buf`, without its line end)
+/// by splitting it into tokens: every command, and `get <key>` when its key is refused.
+fn parse_line<'a>(
+    buf: &'a [u8],
+    text: &'a [u8],
+    consumed: usize,
+    limits: &Limits,
+) -> Result<Parsed<'a>, ParseError> {
     let mut args = Tokens::new(text);
     let command = match args.next() {
         Some(command) if command.len() >= 2 => command,
@@ -259,7 +278,7 @@ fn dispatch<'a>(command: &[u8], line: Line<'a>, limits: &Limits) -> Result<Parse
 fn next_line<'a>(buf: &'a [u8], limits: &Limits) -> Result<(&'a [u8], usize), ParseError> {
     let get_line_len_max = limits.get_line_len_max();
     let window = &buf[..buf.len().min(get_line_len_max + 1)];
-    let Some(newline) = window.iter().position(|&b| b == b'\n') else {
+    let Some(newline) = crate::scan::find_byte(window, b'\n') else {
         let too_long =
             buf.len() > limits.line_len_max && (buf.len() > get_line_len_max || !is_multiget(buf));
         return Err(if too_long {
@@ -381,6 +400,65 @@ mod tests {
             huge_get.extend_from_slice(b" a");
         }
         assert_eq!(parse_default(&huge_get), Err(ParseError::Close));
+    }
+
+    /// The general path alone, for comparison with [`parse`]'s shortcut.
+    fn parse_general<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
+        let (text, consumed) = next_line(buf, limits)?;
+        parse_line(buf, text, consumed, limits)
+    }
+
+    #[test]
+    fn the_single_get_shortcut_agrees_with_the_general_parser() {
+        let long_key = [b'k'; 251];
+        let mut inputs: Vec<Vec<u8>> = [
+            &b"get a\r\n"[..],
+            b"get a\n",
+            b"get a \r\n",
+            b"get  a\r\n",
+            b"get a b\r\n",
+            b"get \r\n",
+            b"get a\x01b\r\n",
+            b"get a\x7f\r\n",
+            b"get a\rb\r\n",
+            b"get a\r\r\n",
+            b"get a\tb\r\n",
+            b"get key:000000000001\r\nget b\r\n",
+        ]
+        .iter()
+        .map(|input| input.to_vec())
+        .collect();
+        let mut long = b"get ".to_vec();
+        long.extend_from_slice(&long_key);
+        long.extend_from_slice(b"\r\n");
+        inputs.push(long.clone());
+        long.remove(4);
+        inputs.push(long);
+        let no_keys = Limits {
+            keys_per_get_max: 0,
+            ..Limits::default()
+        };
+        for input in &inputs {
+            for limits in [Limits::default(), no_keys] {
+                assert_eq!(
+                    parse(input, &limits),
+                    parse_general(input, &limits),
+                    "{input:?}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn gets_parse_as_the_general_parser_does(key in proptest::collection::vec(
+            proptest::prelude::any::<u8>(), 0..300)) {
+            let mut input = b"get ".to_vec();
+            input.extend_from_slice(&key);
+            input.extend_from_slice(b"\r\n");
+            let limits = Limits::default();
+            proptest::prop_assert_eq!(parse(&input, &limits), parse_general(&input, &limits));
+        }
     }
 
     #[test]

@@ -93,6 +93,33 @@ impl<'a> Keys<'a> {
     }
 }
 
+impl<'a> Keys<'a> {
+    /// The first key, or an empty slice when there is none.
+    pub(crate) fn first_key(&self) -> &'a [u8] {
+        let mut tokens = self.tokens;
+        tokens.next().unwrap_or_default()
+    }
+}
+
+/// The common request `get <key>` (one space, one token), recognised without splitting the
+/// line into tokens. The caller still validates the key; anything else (`gets`, spacing that
+/// differs, several keys) is `None` and goes through the general parser, which gives the same
+/// result for this shape.
+pub(crate) fn single_get(text: &[u8]) -> Option<Get<'_>> {
+    let key = text.strip_prefix(b"get ")?;
+    if key.is_empty() || crate::scan::find_byte(key, b' ').is_some() {
+        return None;
+    }
+    Some(Get {
+        command: GetCommand::Get,
+        exptime: None,
+        keys: Keys {
+            tokens: Tokens::new(key),
+            len: 1,
+        },
+    })
+}
+
 impl<'a> IntoIterator for Keys<'a> {
     type Item = &'a [u8];
     type IntoIter = Tokens<'a>;

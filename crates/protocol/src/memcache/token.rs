@@ -19,6 +19,9 @@ impl<'a> Tokens<'a> {
 
     /// The unsplit remainder, leading spaces removed.
     pub fn remainder(&self) -> &'a [u8] {
+        if self.rest.first() != Some(&b' ') {
+            return self.rest;
+        }
         let start = self
             .rest
             .iter()
@@ -47,7 +50,7 @@ impl<'a> Iterator for Tokens<'a> {
             self.rest = rest;
             return None;
         }
-        let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+        let end = crate::scan::find_byte(rest, b' ').unwrap_or(rest.len());
         self.rest = &rest[end..];
         Some(&rest[..end])
     }

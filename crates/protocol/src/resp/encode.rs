@@ -5,19 +5,26 @@
 //!
 //! Nothing here allocates beyond growing `out`; integers and doubles are formatted on the stack.
 
-use super::number::{format_double, format_i64, DOUBLE_LEN_MAX, I64_LEN_MAX};
+use super::number::{format_double, DOUBLE_LEN_MAX, I64_LEN_MAX};
 use super::Version;
 
 const CRLF: &[u8] = b"\r\n";
 
 /// Appends `prefix`, the decimal `value` and `\r\n`: the shape of every header line.
 fn line_i64(out: &mut Vec<u8>, prefix: u8, value: i64) -> usize {
-    let mut digits = [0u8; I64_LEN_MAX];
-    let digits = format_i64(value, &mut digits);
-    out.push(prefix);
-    out.extend_from_slice(digits);
-    out.extend_from_slice(CRLF);
-    digits.len() + 3
+    // Assembled backwards on the stack (`\r\n`, digits, sign, prefix), then copied once.
+    let mut line = [0u8; I64_LEN_MAX + 3];
+    let end = line.len() - CRLF.len();
+    line[end..].copy_from_slice(CRLF);
+    let mut start = crate::digits::put_u64(&mut line, end, value.unsigned_abs());
+    if value < 0 {
+        start -= 1;
+        line[start] = b'-';
+    }
+    start -= 1;
+    line[start] = prefix;
+    out.extend_from_slice(&line[start..]);
+    line.len() - start
 }
 
 /// Appends `prefix`, the count and `\r\n`. Counts above `i64::MAX` cannot come from memory.

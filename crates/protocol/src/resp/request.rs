@@ -193,10 +193,7 @@ fn find_line(buf: &[u8], start: usize, terminator: u8, line_len_max: usize) -> L
         .len()
         .min(start.saturating_add(line_len_max).saturating_add(1));
     let window = &buf[start..window_end];
-    match window
-        .iter()
-        .position(|&byte| byte == terminator || byte == 0)
-    {
+    match crate::scan::find_either(window, terminator, 0) {
         Some(offset) if window[offset] == terminator => Line::End(start + offset),
         _ if buf.len() - start > line_len_max => Line::TooLong,
         _ => Line::Pending,
@@ -211,6 +208,9 @@ fn count_line(
     limits: &Limits,
     too_long: ProtocolError,
 ) -> Result<(Option<i64>, usize), ParseError> {
+    if let Some(parsed) = short_count_line(buf, start) {
+        return Ok(parsed);
+    }
     let carriage_return = match find_line(buf, start, b'\r', limits.inline_len_max) {
         Line::End(offset) => offset,
         Line::Pending => return Err(ParseError::Incomplete),
@@ -223,6 +223,42 @@ fn count_line(
     // A '\r' right at `start` leaves no digits; the caller reports the missing '$' first.
     let digits = buf.get(start + 1..carriage_return).unwrap_or_default();
     Ok((parse_i64(digits), carriage_return + 2))
+}
+
+/// Digits a count line may have for [`short_count_line`]: every value fits an `i64`.
+const SHORT_COUNT_DIGITS_MAX: usize = 18;
+
+/// The common count line, `*`/`$`, 1 to [`SHORT_COUNT_DIGITS_MAX`] digits without a leading
+/// zero (or the single digit `0`), `\r` and one more byte, read without a line search. Returns
+/// what [`count_line`] returns for it, or `None` for any other shape (which the general path
+/// then handles, with the same result where this one would have answered).
+#[inline]
+fn short_count_line(buf: &[u8], start: usize) -> Option<(Option<i64>, usize)> {
+    // The line search starts at the prefix byte itself: a `\r` or NUL there ends it early.
+    if matches!(buf.get(start), None | Some(b'\r' | 0)) {
+        return None;
+    }
+    let line = buf.get(start + 1..)?;
+    let first = *line.first()?;
+    if !first.is_ascii_digit() {
+        return None;
+    }
+    let mut value = u64::from(first - b'0');
+    let mut at = 1;
+    loop {
+        match line.get(at)? {
+            digit @ b'0'..=b'9' if at < SHORT_COUNT_DIGITS_MAX && first != b'0' => {
+                value = value * 10 + u64::from(digit - b'0');
+                at += 1;
+            }
+            // Redis needs one more byte after '\r' and skips it unchecked.
+            b'\r' if line.len() > at + 1 => {
+                let value = i64::try_from(value).ok()?;
+                return Some((Some(value), start + 1 + at + 2));
+            }
+            _ => return None,
+        }
+    }
 }
 
 fn parse_multibulk(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize, ParseError> {
@@ -312,6 +348,70 @@ mod tests {
 
     fn protocol(error: ProtocolError) -> Parsed {
         Err(ParseError::Protocol(error))
+    }
+
+    /// [`count_line`] without its shortcut.
+    fn count_line_general(buf: &[u8], start: usize) -> Result<(Option<i64>, usize), ParseError> {
+        let limits = Limits::default();
+        let too_long = ProtocolError::TooBigBulkCountString;
+        match find_line(buf, start, b'\r', limits.inline_len_max) {
+            Line::End(offset) if offset + 1 < buf.len() => {
+                let digits = buf.get(start + 1..offset).unwrap_or_default();
+                Ok((parse_i64(digits), offset + 2))
+            }
+            Line::End(_) | Line::Pending => Err(ParseError::Incomplete),
+            Line::TooLong => Err(too_long.into()),
+        }
+    }
+
+    #[test]
+    fn the_count_line_shortcut_agrees_with_the_line_search() {
+        let inputs: &[&[u8]] = &[
+            b"$3\r\nGET",
+            b"$3\r",
+            b"$3\r\n",
+            b"$0\r\n",
+            b"$00\r\n",
+            b"$01\r\n",
+            b"$-1\r\n",
+            b"$+1\r\n",
+            b"$\r\n",
+            b"$1 \r\n",
+            b"$12",
+            b"$999999999999999999\r\n",
+            b"$9999999999999999999\r\n",
+            b"$99999999999999999999\r\n",
+            b"$9223372036854775807\r\n",
+            b"$9223372036854775808\r\n",
+            b"$1\x00\r\n",
+            b"\r5\r\n",
+            b"\x005\r\n",
+            b"x5\r\n",
+        ];
+        for input in inputs {
+            let limits = Limits::default();
+            let too_long = ProtocolError::TooBigBulkCountString;
+            assert_eq!(
+                count_line(input, 0, &limits, too_long),
+                count_line_general(input, 0),
+                "{input:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn count_lines_parse_as_the_line_search_does(
+            body in proptest::collection::vec(proptest::sample::select(
+                &b"$0123456789\r\n-+ \x00a"[..]), 0..30)) {
+            let input = body;
+            let limits = Limits::default();
+            let too_long = ProtocolError::TooBigBulkCountString;
+            proptest::prop_assert_eq!(
+                count_line(&input, 0, &limits, too_long),
+                count_line_general(&input, 0)
+            );
+        }
     }
 
     #[test]

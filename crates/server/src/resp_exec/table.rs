@@ -571,6 +571,16 @@ pub(crate) static COMMANDS: &[Command] = &[
 
 /// The table entry for a command name in any case, or `None`.
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
+    // GET and SET, the first two rows, without lowering the name or scanning the table.
+    if name.len() == 3 {
+        let hot = &COMMANDS[..2];
+        if let Some(command) = hot
+            .iter()
+            .find(|c| name.eq_ignore_ascii_case(c.name.as_bytes()))
+        {
+            return Some(command);
+        }
+    }
     let mut buf = [0u8; COMMAND_NAME_LEN_MAX];
     let lower = lowercase_name(name, &mut buf)?;
     COMMANDS
@@ -600,6 +610,11 @@ mod tests {
         assert_eq!(COMMAND_NAMES[lookup(b"ping").unwrap().stat], "other");
         assert!(lookup(b"lpush").is_none());
         assert!(lookup(&[b'g'; 40]).is_none());
+        assert_eq!(lookup(b"gEt").map(|c| c.name), Some("get"));
+        assert_eq!(lookup(b"SeT").map(|c| c.name), Some("set"));
+        assert_eq!(lookup(b"DEL").map(|c| c.name), Some("del"));
+        assert!(lookup(b"ge\x00").is_none());
+        assert_eq!((COMMANDS[0].name, COMMANDS[1].name), ("get", "set"));
     }
 
     #[test]
