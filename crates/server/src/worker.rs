@@ -20,6 +20,15 @@
 //! remove is the per-batch syscall entry (submitting all connections' sends in one
 //! `io_uring_enter`). That is the next step if the CPU-per-request target needs it, and it
 //! stays behind this module: sessions and connections know nothing of the poller.
+//!
+//! Replies are written at the end of each round, after every ready connection has been read
+//! and processed ([`Status::Flush`]), not right after each connection's batch. On loopback a
+//! `send` runs the client's receive path and, when the client sleeps in `epoll_wait`, wakes it
+//! with a cross-CPU interrupt, which costs the sender far more than the copy on a virtual
+//! machine: `perf record` (20 connections × 16 pipelined, 90:10) had 15% of the worker's CPU in
+//! `sock_def_readable` under `sendto`, and 43% in the kernel overall. Written back to back, the
+//! round's replies find the client already awake after the first: 3% and 28%, server CPU per
+//! request down about a fifth, and the generator's own CPU per request halved.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
@@ -89,6 +98,7 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
         slots: Vec::new(),
         free_slots: Vec::new(),
         again: Vec::new(),
+        unflushed: Vec::new(),
         traffic: Traffic::default(),
         drain_deadline: None,
         next_idle_sweep: Instant::now() + IDLE_SWEEP_INTERVAL,
@@ -113,6 +123,8 @@ struct Worker {
     free_slots: Vec<usize>,
     /// Connections to pass again without waiting for an event (they stopped reading early).
     again: Vec<usize>,
+    /// Connections whose replies are written once this round's input is processed.
+    unflushed: Vec<usize>,
     traffic: Traffic,
     /// Set once shutdown began.
     drain_deadline: Option<Instant>,
@@ -151,6 +163,7 @@ impl Worker {
             for slot in again.drain(..) {
                 self.on_ready(slot, now);
             }
+            self.flush_unflushed();
             self.sweep_idle(now);
             self.publish_traffic();
             if self.drained(now) {
@@ -240,6 +253,7 @@ impl Worker {
                 latency: &shared.metrics.latency[self.id],
                 traffic: &mut self.traffic,
                 now,
+                defer_flush: true,
             };
             let status = connection.pass(&mut pass);
             if shared.ctx.shutdown.load(Ordering::Relaxed) {
@@ -252,8 +266,23 @@ impl Worker {
         match status {
             Status::Open => {}
             Status::Again => self.again.push(slot),
+            Status::Flush => self.unflushed.push(slot),
             Status::Closed(reason) => self.remove(slot, reason),
         }
+    }
+
+    /// Writes the replies that passes of this round left unwritten ([`Status::Flush`]).
+    fn flush_unflushed(&mut self) {
+        for index in 0..self.unflushed.len() {
+            let slot = self.unflushed[index];
+            let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue; // Closed since.
+            };
+            if let Status::Closed(reason) = connection.flush_only(&mut self.traffic) {
+                self.remove(slot, reason);
+            }
+        }
+        self.unflushed.clear();
     }
 
     fn remove(&mut self, slot: usize, reason: CloseReason) {

@@ -87,6 +87,7 @@ impl Fixture {
             latency: &self.latency,
             traffic: &mut self.traffic,
             now: Instant::now(),
+            defer_flush: false,
         };
         self.connection.pass(&mut pass)
     }
