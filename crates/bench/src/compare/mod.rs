@@ -15,6 +15,7 @@
 
 pub mod charts;
 pub mod report;
+pub mod restart;
 pub mod runner;
 pub mod scenarios;
 pub mod servers;

@@ -47,6 +47,7 @@ pub fn render(
         let _ = writeln!(md, "## {}\n\n{}\n", scenario.name, scenario.title);
         match scenario.kind {
             ScenarioKind::Memory => memory_table(&mut md, scenario, summary),
+            ScenarioKind::Restart => restart_table(&mut md, summary),
             ScenarioKind::Sweep => sweep_tables(&mut md, scenario, summary),
             ScenarioKind::Throughput => throughput_table(&mut md, summary),
         }
@@ -172,6 +173,51 @@ fn memory_table(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary)
                 .map_or("—".into(), |v| format!("{v:.2}")),
             fmt_ratio(t),
         );
+    }
+}
+
+fn restart_table(md: &mut String, summary: &ScenarioSummary) {
+    md.push_str(
+        "Process start (spawn) → first GET hit of the last preloaded key, after each kind of \
+         stop; \"cold\" when the first answer was a miss. Items retained: keys found when \
+         reading every preloaded key back after the restart. Medians over the repeats.\n\n",
+    );
+    md.push_str("| server | protocol | stop | start → first hit, ms | start → serving, ms | warm restarts | items retained / preloaded | vs best peer (clean) |\n");
+    md.push_str("|---|---|---|---:|---:|---:|---:|---:|\n");
+    for t in &summary.targets {
+        if t.restart.is_empty() {
+            let _ = writeln!(
+                md,
+                "| {} | {} | — | {} | | | | |",
+                t.server,
+                t.protocol,
+                short_status(t)
+            );
+            continue;
+        }
+        for r in &t.restart {
+            let ratio = if r.stop == super::restart::StopKind::Clean {
+                fmt_ratio(t)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} ({}) | {} | {} | {} of {} | {} / {} | {} |",
+                t.server,
+                t.protocol,
+                r.stop.name(),
+                r.stop_how,
+                r.first_hit_ms
+                    .map_or_else(|| "cold".to_owned(), |v| format!("{v:.1}")),
+                r.serving_ms.map_or("—".into(), |v| format!("{v:.1}")),
+                r.warm_runs,
+                r.runs,
+                r.items_retained.map_or("—".into(), |v| format!("{v:.0}")),
+                r.items_offered.map_or("—".into(), |v| format!("{v:.0}")),
+                ratio,
+            );
+        }
     }
 }
 

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::restart::{run_restart, RestartResult};
 use super::scenarios::{load_dir, Scenario, ScenarioKind};
 use super::servers::{ServerProcess, ServerResources, ServerSpec};
 use super::summary::summarise;
@@ -54,6 +55,9 @@ pub struct RunRecord {
     pub rss_bytes_before: Option<u64>,
     /// Server RSS after the run, bytes.
     pub rss_bytes_after: Option<u64>,
+    /// Restart scenarios: what the restart after one stop measured.
+    #[serde(default)]
+    pub restart: Option<RestartResult>,
 }
 
 /// The servers to compare, from the CLI.
@@ -150,10 +154,17 @@ fn run_matrix(args: &CompareArgs, scenarios: &[Scenario]) -> Result<Vec<RunRecor
             .max(1);
         for repeat in 0..repeats {
             for server in &servers {
+                // A restart's time does not depend on the protocol: one per server.
+                let take = if scenario.kind == ScenarioKind::Restart {
+                    1
+                } else {
+                    usize::MAX
+                };
                 for &protocol in scenario
                     .protocols
                     .iter()
                     .filter(|p| server.protocols.contains(p))
+                    .take(take)
                 {
                     eprintln!(
                         "[{}] repeat {}/{repeats}: {} {protocol}",
@@ -176,15 +187,20 @@ fn run_matrix(args: &CompareArgs, scenarios: &[Scenario]) -> Result<Vec<RunRecor
 }
 
 /// One server, protocol and repeat.
-struct Target<'a> {
-    server: &'a ServerSpec,
-    protocol: Protocol,
-    repeat: usize,
+pub(crate) struct Target<'a> {
+    pub(crate) server: &'a ServerSpec,
+    pub(crate) protocol: Protocol,
+    pub(crate) repeat: usize,
 }
 
 impl Target<'_> {
     /// A record of this target's run at `rate`.
-    fn record(&self, scenario: &Scenario, rate: Option<f64>, status: RunStatus) -> RunRecord {
+    pub(crate) fn record(
+        &self,
+        scenario: &Scenario,
+        rate: Option<f64>,
+        status: RunStatus,
+    ) -> RunRecord {
         RunRecord {
             scenario: scenario.name.clone(),
             server: self.server.name.clone(),
@@ -196,6 +212,7 @@ impl Target<'_> {
             report: None,
             rss_bytes_before: None,
             rss_bytes_after: None,
+            restart: None,
         }
     }
 }
@@ -207,6 +224,9 @@ fn run_target(
     target: &Target<'_>,
     logs: &Path,
 ) -> Vec<RunRecord> {
+    if scenario.kind == ScenarioKind::Restart {
+        return run_restart(args, scenario, target, logs);
+    }
     let rates: Vec<Option<f64>> = match (&scenario.kind, &scenario.sweep) {
         (ScenarioKind::Sweep, Some(sweep)) => sweep.rates.iter().copied().map(Some).collect(),
         _ => vec![None],

@@ -3,7 +3,7 @@
 //! ```toml
 //! name = "small-pipelined"                   # file-unique id, used in chart names
 //! title = "64 B values, 90:10, 20 conns x 16" # shown in the report
-//! kind = "throughput"                        # throughput | sweep | memory
+//! kind = "throughput"                        # throughput | sweep | memory | restart
 //! protocols = ["memcache-text", "resp"]      # run for each server speaking one of these
 //! repeats = 3                                # medians over this many runs
 //! headline = "requests_per_sec"              # the figure charted and ranked
@@ -18,6 +18,11 @@
 //! [sweep]                                    # kind = "sweep" only
 //! rates = [20000, 50000, 100000]             # open-loop requests per second
 //! p999_us_max = 1000                         # the SLO for "highest rate within p99.9"
+//!
+//! [restart]                                  # kind = "restart" only (see restart.rs)
+//! dir = "/dev/shm"                           # where pools, memory files and dumps go
+//! stops = ["clean", "kill"]                  # each stop is followed by a timed restart
+//! memory_mib = 512                           # instead of --memory-mib, for this scenario
 //! ```
 //!
 //! The `[load]` table becomes command-line flags parsed by the same `BenchArgs` as
@@ -27,6 +32,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::restart::RestartSpec;
 use crate::args::BenchArgs;
 use crate::error::BenchError;
 use crate::protocol::Protocol;
@@ -42,6 +48,8 @@ pub enum ScenarioKind {
     Sweep,
     /// Preload then read back; items retained and RSS growth per item.
     Memory,
+    /// Preload, stop, restart: process start to first hit (see `restart.rs`).
+    Restart,
 }
 
 /// The figure a throughput scenario ranks servers by.
@@ -105,6 +113,9 @@ pub struct Scenario {
     /// Rates for a sweep.
     #[serde(default)]
     pub sweep: Option<Sweep>,
+    /// Stops and files for a restart scenario.
+    #[serde(default)]
+    pub restart: Option<RestartSpec>,
 }
 
 impl Scenario {

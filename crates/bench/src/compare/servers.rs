@@ -79,6 +79,26 @@ impl ServerProcess {
         resources: ServerResources,
         log: &Path,
     ) -> Result<Self, BenchError> {
+        let mut server = Self::spawn(spec, resources, log)?;
+        let ports: Vec<u16> = spec.protocols.iter().map(|&p| server.port(p)).collect();
+        server
+            .wait_ready(&ports)
+            .map_err(|detail| BenchError::Server {
+                server: spec.name.clone(),
+                detail: format!("{detail}; see {}", log.display()),
+            })?;
+        Ok(server)
+    }
+
+    /// Starts `spec` without waiting for it to listen.
+    ///
+    /// # Errors
+    /// When the program is missing or cannot be spawned.
+    pub fn spawn(
+        spec: &ServerSpec,
+        resources: ServerResources,
+        log: &Path,
+    ) -> Result<Self, BenchError> {
         let fail = |detail: String| BenchError::Server {
             server: spec.name.clone(),
             detail,
@@ -108,17 +128,50 @@ impl ServerProcess {
             .stderr(log_file)
             .spawn()
             .map_err(|e| fail(format!("spawn failed: {e}")))?;
-        let mut server = ServerProcess {
+        Ok(ServerProcess {
             pid: child.id(),
             child,
             memcache_port,
             resp_port,
-        };
-        let ports: Vec<u16> = spec.protocols.iter().map(|&p| server.port(p)).collect();
-        server
-            .wait_ready(&ports)
-            .map_err(|detail| fail(format!("{detail}; see {}", log.display())))?;
-        Ok(server)
+        })
+    }
+
+    /// Sends signal `name` (`TERM`, `USR1`, `KILL`...) through kill(1).
+    ///
+    /// # Errors
+    /// When kill(1) fails (the process is gone).
+    pub fn signal(&self, name: &str) -> Result<(), String> {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.pid.to_string()])
+            .status()
+            .map_err(|e| format!("kill -{name}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -{name} {}: {status}", self.pid))
+        }
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    ///
+    /// # Errors
+    /// When it is still running after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<std::process::ExitStatus, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("still running {timeout:?} after the stop signal"));
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+        }
     }
 
     /// The port serving `protocol`.
@@ -130,7 +183,11 @@ impl ServerProcess {
         }
     }
 
-    fn wait_ready(&mut self, ports: &[u16]) -> Result<(), String> {
+    /// Waits until each of `ports` accepts a connection.
+    ///
+    /// # Errors
+    /// When the process exits first, or after the start timeout.
+    pub fn wait_ready(&mut self, ports: &[u16]) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         for &port in ports {
             let addr = SocketAddr::from(([127, 0, 0, 1], port));

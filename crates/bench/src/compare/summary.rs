@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::restart::{RestartResult, StopKind};
 use super::runner::{RunRecord, RunStatus};
 use super::scenarios::{Headline, Scenario, ScenarioKind};
 use crate::protocol::Protocol;
@@ -27,6 +28,27 @@ pub struct SweepPoint {
     pub p999_us: f64,
     /// Generator CPU, cores.
     pub client_cpu_cores: f64,
+}
+
+/// A restart scenario's medians for one kind of stop.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestartSummary {
+    /// The stop.
+    pub stop: StopKind,
+    /// How it was done.
+    pub stop_how: String,
+    /// Restarts measured.
+    pub runs: usize,
+    /// Of those, restarts whose first GET hit (warm).
+    pub warm_runs: usize,
+    /// Median process start → first answer, ms.
+    pub serving_ms: Option<f64>,
+    /// Median process start → first hit over the warm restarts, ms.
+    pub first_hit_ms: Option<f64>,
+    /// Median items found on read-back after the restart.
+    pub items_retained: Option<f64>,
+    /// Items preloaded (median).
+    pub items_offered: Option<f64>,
 }
 
 /// One server and protocol in one scenario.
@@ -72,6 +94,9 @@ pub struct TargetSummary {
     pub headline: Option<f64>,
     /// Median over repeats of headline / best peer's headline in the same repeat.
     pub ratio_vs_best_peer: Option<f64>,
+    /// Restart: medians per kind of stop.
+    #[serde(default)]
+    pub restart: Vec<RestartSummary>,
 }
 
 /// One scenario's summaries.
@@ -109,6 +134,7 @@ pub fn headline_meta(scenario: &Scenario) -> (&'static str, bool) {
     match (scenario.kind, scenario.headline) {
         (ScenarioKind::Sweep, _) => ("highest req/s with p99.9 within SLO", true),
         (ScenarioKind::Memory, _) => ("bytes per retained item (RSS growth)", false),
+        (ScenarioKind::Restart, _) => ("process start → first hit after a clean stop, ms", false),
         (_, Headline::RequestsPerSec) => ("requests/s", true),
         (_, Headline::KeysPerSec) => ("keys/s", true),
         (_, Headline::P99Us) => ("p99 latency, µs", false),
@@ -202,7 +228,46 @@ fn summarise_target(
             .flatten(),
         headline: median(per_repeat),
         ratio_vs_best_peer: median(ratios),
+        restart: restart_summaries(&ok),
     }
+}
+
+/// Per kind of stop, in the order first seen: medians of the restarts measured.
+fn restart_summaries(ok: &[&RunRecord]) -> Vec<RestartSummary> {
+    let mut stops: Vec<StopKind> = Vec::new();
+    for record in ok {
+        if let Some(r) = &record.restart {
+            if !stops.contains(&r.stop) {
+                stops.push(r.stop);
+            }
+        }
+    }
+    stops
+        .into_iter()
+        .map(|stop| {
+            let these: Vec<_> = ok
+                .iter()
+                .filter_map(|r| r.restart.as_ref())
+                .filter(|r| r.stop == stop)
+                .collect();
+            #[allow(clippy::cast_precision_loss)]
+            let med = |f: &dyn Fn(&RestartResult) -> Option<f64>| {
+                median(these.iter().filter_map(|r| f(r)).collect())
+            };
+            RestartSummary {
+                stop,
+                stop_how: these
+                    .first()
+                    .map_or_else(String::new, |r| r.stop_how.clone()),
+                runs: these.len(),
+                warm_runs: these.iter().filter(|r| r.first_hit_ms.is_some()).count(),
+                serving_ms: med(&|r| Some(r.serving_ms)),
+                first_hit_ms: med(&|r| r.first_hit_ms),
+                items_retained: med(&|r| r.items_retained.map(|n| n as f64)),
+                items_offered: med(&|r| Some(r.items_offered as f64)),
+            }
+        })
+        .collect()
 }
 
 /// "ok", "not run: why", or "failed (n of m runs): why".
@@ -297,6 +362,14 @@ fn bytes_per_item(record: &RunRecord) -> Option<f64> {
 fn headline_value(scenario: &Scenario, records: &[&RunRecord]) -> Option<f64> {
     match scenario.kind {
         ScenarioKind::Memory => bytes_per_item(records.first()?),
+        ScenarioKind::Restart => {
+            records
+                .iter()
+                .filter(|r| r.status == RunStatus::Ok)
+                .filter_map(|r| r.restart.as_ref())
+                .find(|r| r.stop == StopKind::Clean)?
+                .first_hit_ms
+        }
         ScenarioKind::Sweep => {
             let slo = scenario.sweep.as_ref().map_or(1000.0, |s| s.p999_us_max);
             records

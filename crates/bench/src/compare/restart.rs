@@ -1,0 +1,487 @@
+//! `kind = "restart"`: how long each server takes from process start to its first GET hit after
+//! a stop, with its data kept in a file (pool, memory file or dump) on tmpfs.
+//!
+//! ```text
+//!  start server with its persistence file ─▶ preload [load] ─▶ for stop in [restart] stops:
+//!    (Redis: SAVE) ─▶ stop (clean: the server's graceful signal; kill: SIGKILL) ─▶ wait for
+//!    exit ─▶ downtime ─▶ t0; spawn ─▶ GET the last preloaded key until it hits (or misses:
+//!    "cold") ─▶ read every key back (items retained) ─▶ next stop
+//! ```
+//!
+//! Per server (the "recipe"), appended to its usual command:
+//!
+//! | server | persistence | clean stop | kill |
+//! |---|---|---|---|
+//! | strata | `--pool FILE` | SIGTERM (marks the pool clean, saves the index) | SIGKILL |
+//! | memcached | `-e FILE` (restartable cache, 1.5.18+) | SIGUSR1 (writes `FILE.meta`) | SIGKILL |
+//! | Redis | `--dir DIR --dbfilename FILE` | `SAVE`, then SIGTERM | `SAVE`, then SIGKILL |
+//!
+//! The clock starts just before the spawn (`sh -c "exec taskset ..."`, the same for every
+//! server) and stops at the first hit; connection attempts and GETs are retried every 200 µs,
+//! and Redis's `-LOADING` replies are retried too. memcached restarts cold when started within
+//! the same second as its stop, so the downtime before each start (not timed) is at least 1 s.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::runner::{RunRecord, RunStatus, Target};
+use super::scenarios::Scenario;
+use super::servers::{ServerProcess, ServerResources, ServerSpec};
+use super::CompareArgs;
+use crate::error::BenchError;
+use crate::protocol::Protocol;
+use crate::workload::KeySpace;
+
+/// Longest a stop or a restart may take.
+const WAIT_MAX: Duration = Duration::from_secs(120);
+/// Gap between connection attempts and between retried GETs.
+const RETRY_INTERVAL: Duration = Duration::from_micros(200);
+
+/// A way of stopping the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopKind {
+    /// The server's graceful stop (after which it promises a warm restart).
+    Clean,
+    /// SIGKILL: a process crash.
+    Kill,
+}
+
+impl StopKind {
+    /// Its name in reports.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            StopKind::Clean => "clean stop",
+            StopKind::Kill => "kill -9",
+        }
+    }
+}
+
+/// The `[restart]` table of a restart scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartSpec {
+    /// Directory for the servers' files (tmpfs: `/dev/shm`).
+    #[serde(default = "default_dir")]
+    pub dir: PathBuf,
+    /// Stops to measure, in order, each followed by a restart.
+    #[serde(default = "default_stops")]
+    pub stops: Vec<StopKind>,
+    /// Memory budget for every server in this scenario, MiB (instead of `--memory-mib`), so
+    /// that every server keeps every item.
+    pub memory_mib: Option<u64>,
+    /// Pause between a server's exit and its restart, ms (not timed).
+    #[serde(default = "default_downtime_ms")]
+    pub downtime_ms: u64,
+}
+
+fn default_dir() -> PathBuf {
+    PathBuf::from("/dev/shm")
+}
+
+fn default_stops() -> Vec<StopKind> {
+    vec![StopKind::Clean, StopKind::Kill]
+}
+
+fn default_downtime_ms() -> u64 {
+    1100
+}
+
+/// What one restart measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestartResult {
+    /// How the server was stopped.
+    pub stop: StopKind,
+    /// Exactly how (signal, and Redis's SAVE).
+    pub stop_how: String,
+    /// Process start → first GET answered (hit or miss, not `-LOADING`), ms.
+    pub serving_ms: f64,
+    /// Process start → first GET hit, ms; `None` when the first answer was a miss (cold).
+    pub first_hit_ms: Option<f64>,
+    /// Items found when reading every preloaded key back after the restart.
+    pub items_retained: Option<u64>,
+    /// Items preloaded.
+    pub items_offered: u64,
+}
+
+/// How one server keeps its data across a restart.
+struct Recipe {
+    /// Appended to the server's command.
+    args: String,
+    /// The graceful stop's signal.
+    clean_signal: &'static str,
+    /// Send Redis's SAVE before stopping.
+    save_first: bool,
+    /// Files to remove before and after (prefix match in the directory).
+    prefix: String,
+}
+
+fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
+    let prefix = format!("strata-bench-restart-{}-{server}", std::process::id());
+    let file = dir.join(&prefix);
+    let file = file.display();
+    let (args, clean_signal, save_first) = match server {
+        "strata" => (format!("--pool {file}.pool"), "TERM", false),
+        "memcached" => (format!("-e {file}.mem"), "USR1", false),
+        "redis" => (
+            format!("--dir {} --dbfilename {prefix}.rdb", dir.display()),
+            "TERM",
+            true,
+        ),
+        _ => return None,
+    };
+    Some(Recipe {
+        args,
+        clean_signal,
+        save_first,
+        prefix,
+    })
+}
+
+fn remove_files(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Runs a restart scenario against one server: one record per stop.
+pub(crate) fn run_restart(
+    args: &CompareArgs,
+    scenario: &Scenario,
+    target: &Target<'_>,
+    logs: &Path,
+) -> Vec<RunRecord> {
+    let spec = scenario.restart.clone().unwrap_or_else(|| RestartSpec {
+        dir: default_dir(),
+        stops: default_stops(),
+        memory_mib: None,
+        downtime_ms: default_downtime_ms(),
+    });
+    let fail_all = |status: RunStatus| -> Vec<RunRecord> {
+        spec.stops
+            .iter()
+            .map(|&stop| {
+                let mut record = target.record(scenario, None, status.clone());
+                record.restart = Some(RestartResult {
+                    stop,
+                    stop_how: String::new(),
+                    serving_ms: f64::NAN,
+                    first_hit_ms: None,
+                    items_retained: None,
+                    items_offered: 0,
+                });
+                record
+            })
+            .collect()
+    };
+    let Some(recipe) = recipe(&target.server.name, &spec.dir) else {
+        return fail_all(RunStatus::NotRun(format!(
+            "no restart recipe for {}",
+            target.server.name
+        )));
+    };
+    remove_files(&spec.dir, &recipe.prefix);
+    let mut session = Session::new(args, scenario, target, logs, &spec, &recipe);
+    let log = session.log_path();
+    let result = match ServerProcess::start(&session.server_spec, session.resources, &log) {
+        Ok(server) => session.run(server),
+        Err(error) => {
+            eprintln!("  not run: {error}");
+            remove_files(&spec.dir, &recipe.prefix);
+            return fail_all(RunStatus::NotRun(error.to_string()));
+        }
+    };
+    remove_files(&spec.dir, &recipe.prefix);
+    match result {
+        Ok(records) => records,
+        Err(error) => {
+            eprintln!("  failed: {error}");
+            fail_all(RunStatus::Failed(error.to_string()))
+        }
+    }
+}
+
+/// One server's restart measurements.
+struct Session<'a> {
+    args: &'a CompareArgs,
+    scenario: &'a Scenario,
+    target: &'a Target<'a>,
+    logs: &'a Path,
+    spec: &'a RestartSpec,
+    recipe: &'a Recipe,
+    server_spec: ServerSpec,
+    resources: ServerResources,
+    starts: usize,
+}
+
+impl<'a> Session<'a> {
+    fn new(
+        args: &'a CompareArgs,
+        scenario: &'a Scenario,
+        target: &'a Target<'a>,
+        logs: &'a Path,
+        spec: &'a RestartSpec,
+        recipe: &'a Recipe,
+    ) -> Self {
+        let server_spec = ServerSpec {
+            command: format!("{} {}", target.server.command, recipe.args),
+            ..target.server.clone()
+        };
+        let resources = ServerResources {
+            threads: args.server_threads,
+            memory_mib: spec.memory_mib.unwrap_or(args.memory_mib),
+            cpu: args.server_cpu,
+        };
+        Session {
+            args,
+            scenario,
+            target,
+            logs,
+            spec,
+            recipe,
+            server_spec,
+            resources,
+            starts: 0,
+        }
+    }
+
+    fn log_path(&mut self) -> PathBuf {
+        self.starts += 1;
+        self.logs.join(format!(
+            "{}-{}-{}-start{}.log",
+            self.scenario.name, self.target.server.name, self.target.repeat, self.starts
+        ))
+    }
+
+    /// Preloads `server`, then stops and restarts it once per stop.
+    fn run(&mut self, mut server: ServerProcess) -> Result<Vec<RunRecord>, BenchError> {
+        let preload = self.bench(&server, true)?;
+        let items_offered = preload.preload.as_ref().map_or(0, |p| p.counts.sets_stored);
+        let probe_key = self.probe_key()?;
+        let mut records = Vec::new();
+        for &stop in &self.spec.stops {
+            let stop_how = self.stop(&mut server, stop)?;
+            std::thread::sleep(Duration::from_millis(self.spec.downtime_ms));
+            let log = self.log_path();
+            let started = Instant::now();
+            server = ServerProcess::spawn(&self.server_spec, self.resources, &log)?;
+            let (serving, hit) = probe(&mut server, self.target.protocol, &probe_key, started)
+                .map_err(|detail| BenchError::Server {
+                    server: self.target.server.name.clone(),
+                    detail: format!("{detail}; see {}", log.display()),
+                })?;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            eprintln!(
+                "  {}: serving after {:.1} ms, {}",
+                stop.name(),
+                ms(serving),
+                hit.map_or("first GET missed (cold)".into(), |h| format!(
+                    "first hit after {:.1} ms",
+                    ms(h)
+                ))
+            );
+            server
+                .wait_ready(&[server.port(self.target.protocol)])
+                .map_err(|detail| BenchError::Server {
+                    server: self.target.server.name.clone(),
+                    detail,
+                })?;
+            let readback = self.bench(&server, false)?;
+            let retained = readback.readback.as_ref().map(|p| p.counts.hits);
+            let mut record = self.target.record(self.scenario, None, RunStatus::Ok);
+            record.report = Some(readback);
+            record.restart = Some(RestartResult {
+                stop,
+                stop_how,
+                serving_ms: ms(serving),
+                first_hit_ms: hit.map(ms),
+                items_retained: retained,
+                items_offered,
+            });
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    /// The last preloaded key: written last, so the likeliest to be missing.
+    fn probe_key(&self) -> Result<Vec<u8>, BenchError> {
+        let bench = self.scenario.bench_args(&[]).map_err(BenchError::Config)?;
+        let keys = KeySpace::new(bench.keyspace, bench.key_size)?;
+        let mut key = Vec::new();
+        keys.write_key(bench.keyspace - 1, &mut key);
+        Ok(key)
+    }
+
+    /// A preload (`preload`) or a read-back of every key, with the scenario's `[load]` flags.
+    fn bench(&self, server: &ServerProcess, preload: bool) -> Result<crate::Report, BenchError> {
+        let protocol = self.target.protocol;
+        let extra = vec![
+            "--target".to_owned(),
+            format!("127.0.0.1:{}", server.port(protocol)),
+            "--protocol".to_owned(),
+            protocol.name().to_owned(),
+            "--cpu".to_owned(),
+            self.args.client_cpu.to_string(),
+            "--server-pid".to_owned(),
+            server.pid.to_string(),
+        ];
+        let mut bench = self
+            .scenario
+            .bench_args(&extra)
+            .map_err(BenchError::Config)?;
+        bench.preload = preload;
+        bench.readback = !preload;
+        bench.duration_secs = 0.0;
+        bench.warmup_secs = 0.0;
+        crate::run(&bench)
+    }
+
+    /// Stops the server as `stop` says and waits for it to exit; returns how.
+    fn stop(&self, server: &mut ServerProcess, stop: StopKind) -> Result<String, BenchError> {
+        let fail = |detail: String| BenchError::Server {
+            server: self.target.server.name.clone(),
+            detail,
+        };
+        let mut how = Vec::new();
+        if self.recipe.save_first {
+            let port = server.port(Protocol::Resp);
+            redis_save(port).map_err(|e| fail(format!("SAVE failed: {e}")))?;
+            how.push("SAVE");
+        }
+        let signal = match stop {
+            StopKind::Clean => self.recipe.clean_signal,
+            StopKind::Kill => "KILL",
+        };
+        server.signal(signal).map_err(fail)?;
+        let status = server.wait_exit(WAIT_MAX).map_err(fail)?;
+        let signal = format!("SIG{signal}");
+        how.push(&signal);
+        let how = how.join(", then ");
+        eprintln!("  stopped with {how}: {status}");
+        Ok(how)
+    }
+}
+
+/// Sends SAVE and waits for `+OK`.
+fn redis_save(port: u16) -> std::io::Result<()> {
+    let mut stream = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    stream.set_read_timeout(Some(WAIT_MAX))?;
+    stream.write_all(b"*1\r\n$4\r\nSAVE\r\n")?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    if line == "+OK\r\n" {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("SAVE replied {line:?}")))
+    }
+}
+
+/// A GET's answer.
+enum Answer {
+    Hit,
+    Miss,
+    /// Up, not serving yet (Redis `-LOADING`).
+    Loading,
+}
+
+/// GETs `key` once on `reader`.
+fn get_once(
+    reader: &mut BufReader<TcpStream>,
+    protocol: Protocol,
+    key: &[u8],
+) -> std::io::Result<Answer> {
+    let mut request = Vec::with_capacity(key.len() + 32);
+    match protocol {
+        Protocol::Resp => {
+            request.extend_from_slice(format!("*2\r\n$3\r\nGET\r\n${}\r\n", key.len()).as_bytes());
+            request.extend_from_slice(key);
+        }
+        Protocol::MemcacheText | Protocol::MemcacheMeta => {
+            request.extend_from_slice(b"get ");
+            request.extend_from_slice(key);
+        }
+    }
+    request.extend_from_slice(b"\r\n");
+    reader.get_mut().write_all(&request)?;
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let unexpected = |line: &str| std::io::Error::other(format!("unexpected reply {line:?}"));
+    match protocol {
+        Protocol::Resp if line.starts_with("-LOADING") => Ok(Answer::Loading),
+        Protocol::Resp if line.starts_with("$-1") => Ok(Answer::Miss),
+        Protocol::Resp => {
+            let len: usize = line
+                .strip_prefix('$')
+                .and_then(|l| l.trim_end().parse().ok())
+                .ok_or_else(|| unexpected(&line))?;
+            let mut value = vec![0; len + 2];
+            reader.read_exact(&mut value)?;
+            Ok(Answer::Hit)
+        }
+        _ if line == "END\r\n" => Ok(Answer::Miss),
+        _ if line.starts_with("VALUE ") => {
+            let len: usize = line
+                .split_whitespace()
+                .nth(3)
+                .and_then(|l| l.parse().ok())
+                .ok_or_else(|| unexpected(&line))?;
+            let mut value = vec![0; len + 2];
+            reader.read_exact(&mut value)?;
+            let mut end = String::new();
+            reader.read_line(&mut end)?;
+            Ok(Answer::Hit)
+        }
+        _ => Err(unexpected(&line)),
+    }
+}
+
+/// Connects and GETs `key` until the server answers: the time (from `started`) of the first
+/// answer, and of the first hit if that answer was one.
+fn probe(
+    server: &mut ServerProcess,
+    protocol: Protocol,
+    key: &[u8],
+    started: Instant,
+) -> Result<(Duration, Option<Duration>), String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], server.port(protocol)));
+    while started.elapsed() < WAIT_MAX {
+        if let Some(status) = server.exited() {
+            return Err(format!("exited during restart ({status})"));
+        }
+        let Ok(stream) = TcpStream::connect(addr) else {
+            std::thread::sleep(RETRY_INTERVAL);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(WAIT_MAX))
+            .map_err(|e| e.to_string())?;
+        let mut reader = BufReader::new(stream);
+        loop {
+            match get_once(&mut reader, protocol, key) {
+                Ok(Answer::Hit) => {
+                    let at = started.elapsed();
+                    return Ok((at, Some(at)));
+                }
+                Ok(Answer::Miss) => return Ok((started.elapsed(), None)),
+                Ok(Answer::Loading) => std::thread::sleep(RETRY_INTERVAL),
+                // Accepted by the kernel before the server was ready, then reset: reconnect.
+                Err(_) => break,
+            }
+        }
+    }
+    Err(format!("no answer within {WAIT_MAX:?}"))
+}
