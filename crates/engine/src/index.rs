@@ -119,6 +119,12 @@ fn position(h: u32, bucket_count: usize) -> usize {
     ((u64::from(h) * bucket_count as u64) >> HASH_BITS) as usize
 }
 
+fn new_buckets(count: usize) -> Vec<Bucket> {
+    let buckets: Vec<Bucket> = (0..count).map(|_| Bucket::default()).collect();
+    strata_pool::advise_hugepages(&buckets);
+    buckets
+}
+
 /// A shard's index.
 pub struct Index {
     buckets: Vec<Bucket>,
@@ -133,7 +139,7 @@ impl Index {
         let slots = (items_expected * 100).div_ceil(LOAD_PERCENT_SIZED);
         let bucket_count = slots.div_ceil(SLOTS_PER_BUCKET).max(2);
         Index {
-            buckets: (0..bucket_count).map(|_| Bucket::default()).collect(),
+            buckets: new_buckets(bucket_count),
             overflow: Vec::new(),
             overflow_free: Vec::new(),
             items: 0,
@@ -426,7 +432,7 @@ impl Index {
     pub fn grow(&mut self) {
         let new_count = Self::grown_count(self.buckets.len());
         let mut grown = Index {
-            buckets: (0..new_count).map(|_| Bucket::default()).collect(),
+            buckets: new_buckets(new_count),
             overflow: Vec::new(),
             overflow_free: Vec::new(),
             items: 0,

@@ -386,6 +386,12 @@ impl Pool {
     }
 }
 
+/// Asks the kernel to back `buffer` with transparent huge pages where it can (large DRAM tables
+/// such as the engine's index). Advice only: contents are unchanged and failure is ignored.
+pub fn advise_hugepages<T>(buffer: &[T]) {
+    mapping::advise_hugepages_raw(buffer.as_ptr().cast(), std::mem::size_of_val(buffer));
+}
+
 /// Hints the CPU to start loading the cache line holding `value` (used to overlap the index
 /// misses of a batch during recovery). A hint only: it never faults and changes nothing.
 #[inline]
