@@ -1,7 +1,7 @@
 //! Restart time: 2M items (16-byte keys, 32-byte values) in a pool on /dev/shm; reopen after a
 //! crash (the engine dropped without `close`) and after a clean `close`, timing open → first hit.
 //!
-//! Run: `cargo run --release -p strata-engine --example restart [items]`
+//! Run: `cargo run --release -p strata-engine --example restart [items] [memory_mib]`
 
 use std::time::Instant;
 
@@ -12,12 +12,16 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(2_000_000);
+    let memory_mib: u64 = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(256);
     let path = std::path::PathBuf::from(format!(
         "/dev/shm/strata-restart-{}.pool",
         std::process::id()
     ));
     let config = EngineConfig {
-        memory_bytes: 256 << 20,
+        memory_bytes: memory_mib << 20,
         pool: PoolLocation::File(path.clone()),
         ..EngineConfig::default()
     };

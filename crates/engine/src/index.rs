@@ -461,20 +461,39 @@ impl Index {
         *self = grown;
     }
 
-    /// Appends the index to `out` (little-endian): item count, bucket counts, every slot, the
-    /// free overflow list. `import` reads it back.
+    /// Appends the index to `out` (little-endian): item count, primary and overflow bucket
+    /// counts, free-overflow count and non-empty slot count as `u64`s, then every non-empty slot
+    /// in bucket order as `u32 bucket, u8 slot, u64 value` (overflow buckets numbered after the
+    /// primaries), then the free overflow ids as `u32`. Sparse, so its size follows the items,
+    /// not the table. `import` reads it back.
     pub fn export(&self, out: &mut Vec<u8>) {
-        for count in [
+        let tables = self.buckets.iter().chain(&self.overflow);
+        let used: usize = tables
+            .clone()
+            .map(|b| {
+                b.0.iter()
+                    .filter(|s| s.load(Ordering::Relaxed) != 0)
+                    .count()
+            })
+            .sum();
+        let counts = [
             self.items,
             self.buckets.len(),
             self.overflow.len(),
             self.overflow_free.len(),
-        ] {
+            used,
+        ];
+        for count in counts {
             out.extend_from_slice(&(count as u64).to_le_bytes());
         }
-        for bucket in self.buckets.iter().chain(&self.overflow) {
-            for slot in &bucket.0 {
-                out.extend_from_slice(&slot.load(Ordering::Relaxed).to_le_bytes());
+        for (index, bucket) in tables.enumerate() {
+            for (slot, value) in bucket.0.iter().enumerate() {
+                let value = value.load(Ordering::Relaxed);
+                if value != 0 {
+                    out.extend_from_slice(&(index as u32).to_le_bytes());
+                    out.push(slot as u8);
+                    out.extend_from_slice(&value.to_le_bytes());
+                }
             }
         }
         for free in &self.overflow_free {
@@ -485,32 +504,37 @@ impl Index {
     /// Reads what `export` wrote from the front of `bytes`; returns the index and the bytes
     /// consumed, or `None` when they do not describe a consistent index.
     pub fn import(bytes: &[u8]) -> Option<(Index, usize)> {
+        const ENTRY_BYTES: usize = 13;
         let word = |at: usize| -> Option<u64> {
             Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
         };
         let (items, bucket_count) = (word(0)? as usize, word(8)? as usize);
-        let (overflow_count, free_count) = (word(16)? as usize, word(24)? as usize);
-        let slots_bytes = (bucket_count.checked_add(overflow_count)?).checked_mul(64)?;
-        let end = 32usize
-            .checked_add(slots_bytes)?
-            .checked_add(free_count.checked_mul(4)?)?;
-        if bytes.len() < end || bucket_count < 2 {
+        let (overflow_count, free_count, used) =
+            (word(16)? as usize, word(24)? as usize, word(32)? as usize);
+        let entries_end = 40usize.checked_add(used.checked_mul(ENTRY_BYTES)?)?;
+        let end = entries_end.checked_add(free_count.checked_mul(4)?)?;
+        let total = bucket_count.checked_add(overflow_count)?;
+        if bytes.len() < end
+            || bucket_count < 2
+            || total > (u32::MAX as usize)
+            || used > total * SLOTS_PER_BUCKET
+        {
             return None;
         }
-        let to_bucket = |chunk: &[u8]| {
-            let bucket = Bucket::default();
-            for (slot, raw) in bucket.0.iter().zip(chunk.chunks_exact(8)) {
-                slot.store(
-                    u64::from_le_bytes(raw.try_into().expect("8 bytes")),
-                    Ordering::Relaxed,
-                );
-            }
-            bucket
-        };
-        let mut all = bytes[32..32 + slots_bytes].chunks_exact(64).map(to_bucket);
-        let buckets: Vec<Bucket> = all.by_ref().take(bucket_count).collect();
-        let overflow: Vec<Bucket> = all.collect();
-        let overflow_free = bytes[32 + slots_bytes..end]
+        let buckets = new_buckets(bucket_count);
+        let overflow: Vec<Bucket> = (0..overflow_count).map(|_| Bucket::default()).collect();
+        for entry in bytes[40..entries_end].chunks_exact(ENTRY_BYTES) {
+            let index = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes")) as usize;
+            let slot = entry[4] as usize;
+            let value = u64::from_le_bytes(entry[5..].try_into().expect("8 bytes"));
+            let bucket = if index < bucket_count {
+                buckets.get(index)
+            } else {
+                overflow.get(index - bucket_count)
+            };
+            bucket?.0.get(slot)?.store(value, Ordering::Relaxed);
+        }
+        let overflow_free = bytes[entries_end..end]
             .chunks_exact(4)
             .map(|raw| u32::from_le_bytes(raw.try_into().expect("4 bytes")))
             .collect();
