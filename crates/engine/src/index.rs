@@ -59,9 +59,7 @@ const LOCATION_MASK: u64 = 0xFFFF_FFFF;
 const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
 const LINK_SLOT: usize = SLOTS_PER_BUCKET - 1;
 
-#[repr(align(64))]
-#[derive(Default)]
-struct Bucket([AtomicU64; SLOTS_PER_BUCKET]);
+use strata_pool::AtomicLine as Bucket;
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
 
@@ -120,9 +118,7 @@ fn position(h: u32, bucket_count: usize) -> usize {
 }
 
 fn new_buckets(count: usize) -> Vec<Bucket> {
-    let buckets: Vec<Bucket> = (0..count).map(|_| Bucket::default()).collect();
-    strata_pool::advise_hugepages(&buckets);
-    buckets
+    strata_pool::zeroed_lines(count)
 }
 
 /// A shard's index.
