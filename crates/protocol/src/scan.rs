@@ -65,6 +65,26 @@ pub fn find_either(haystack: &[u8], first: u8, second: u8) -> Option<usize> {
         .map(|at| offset + at)
 }
 
+/// Whether every byte of `bytes` is printable and not a space: above `0x20` and not `0x7f`
+/// (bytes from `0x80` up count as printable).
+#[inline]
+#[must_use]
+pub fn all_printable(bytes: &[u8]) -> bool {
+    const SPACE: u64 = LOW_BITS * 0x21;
+    const DEL: u64 = LOW_BITS * 0x7f;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = word_at(chunk);
+        // `word - 0x21..` borrows into the high bit of a byte below 0x21 (exact for any such
+        // byte when none below it borrows first, and a borrow only comes from such a byte).
+        let below_space = word.wrapping_sub(SPACE) & !word & HIGH_BITS;
+        if below_space | zero_bytes(word ^ DEL) != 0 {
+            return false;
+        }
+    }
+    chunks.remainder().iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,7 +117,31 @@ mod tests {
         assert_eq!(find_byte(&buf, 0x7f), None);
     }
 
+    #[test]
+    fn printable_checks_every_byte_at_every_offset() {
+        for len in 0..24 {
+            assert!(all_printable(&vec![b'k'; len]));
+            for at in 0..len {
+                for bad in [0u8, 0x01, 0x1f, b' ', 0x7f] {
+                    let mut key = vec![b'k'; len];
+                    key[at] = bad;
+                    assert!(!all_printable(&key), "{len} {at} {bad}");
+                }
+                for good in [0x21u8, 0x7e, 0x80, 0xa0, 0xff] {
+                    let mut key = vec![b'k'; len];
+                    key[at] = good;
+                    assert!(all_printable(&key), "{len} {at} {good}");
+                }
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn printable_agrees_with_a_byte_loop(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            prop_assert_eq!(all_printable(&bytes), bytes.iter().all(|&b| b > b' ' && b != 0x7f));
+        }
+
         #[test]
         fn agrees_with_position(buf in proptest::collection::vec(any::<u8>(), 0..80),
                                 a in any::<u8>(), b in any::<u8>()) {

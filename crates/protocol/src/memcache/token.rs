@@ -70,7 +70,7 @@ impl Eq for Tokens<'_> {}
 /// memcached's text parser itself lets control characters through (`set a\x01b` is stored);
 /// strata refuses them as `doc/protocol.txt` asks, so keys stay printable in replies and logs.
 pub fn key_is_valid(key: &[u8], key_len_max: usize) -> bool {
-    !key.is_empty() && key.len() <= key_len_max && key.iter().all(|&b| b > b' ' && b != 0x7f)
+    !key.is_empty() && key.len() <= key_len_max && crate::scan::all_printable(key)
 }
 
 /// `strtoull`-style unsigned decimal: optional `+`, at least one digit, no overflow, nothing

@@ -15,11 +15,14 @@ use crate::stats::command_index;
 /// Runs a retrieval command.
 pub(super) fn execute(get: Get<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
     let returns_cas = get.command.returns_cas();
-    let (name, touch) = match get.exptime {
-        Some(exptime) => ("touch", Some(expiry(exptime, now_ms(ctx)))),
-        None => ("get", None),
+    let (command, touch) = match get.exptime {
+        Some(exptime) => (
+            const { command_index("touch") },
+            Some(expiry(exptime, now_ms(ctx))),
+        ),
+        None => (const { command_index("get") }, None),
     };
-    ctx.stats.count_command(command_index(name));
+    ctx.stats.count_command(command);
     let start = out.len();
     let mut hits = 0u64;
     for key in get.keys {

@@ -16,8 +16,15 @@ use crate::stats::command_index;
 
 /// Runs a storage command.
 pub(super) fn execute(store: Store<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
-    let name = std::str::from_utf8(store.command.name()).unwrap_or("other");
-    ctx.stats.count_command(command_index(name));
+    let command = match store.command {
+        StoreCommand::Set => const { command_index("set") },
+        StoreCommand::Add => const { command_index("add") },
+        StoreCommand::Replace => const { command_index("replace") },
+        StoreCommand::Append => const { command_index("append") },
+        StoreCommand::Prepend => const { command_index("prepend") },
+        StoreCommand::Cas => const { command_index("cas") },
+    };
+    ctx.stats.count_command(command);
     let engine = &ctx.engine;
     let expiry = expiry(store.exptime, now_ms(ctx));
     let result = match store.command {
