@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod check;
 mod clock;
 mod config;
 mod error;
@@ -34,6 +35,7 @@ mod snapshot;
 mod ttl;
 
 pub use api::{parse_u64, DeleteOutcome, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_STEP};
+pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     Durability, EngineConfig, EvictionPolicy, PoolLocation, DATA_BYTES_MAX, MEMORY_BYTES_DEFAULT,

@@ -440,6 +440,72 @@ pub fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
+/// A pool file opened read-only for offline inspection (`strata pool inspect|verify`): the
+/// header is validated, segments are readable, nothing is ever written.
+pub struct PoolFile {
+    map: memmap2::Mmap,
+    info: HeaderInfo,
+    state: HeaderState,
+    _lock: File,
+}
+
+impl PoolFile {
+    /// Opens `path` read-only. Refused with `Locked` while a server has the pool open.
+    pub fn open(path: &Path) -> Result<PoolFile, PoolError> {
+        let file = File::open(path).map_err(|e| io_err("open", path, e))?;
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(PoolError::Locked {
+                path: path.to_path_buf(),
+            });
+        }
+        // SAFETY: a read-only private mapping of a file we hold a shared lock on: a strata server
+        // takes the lock exclusively before mapping, so none writes the file while we read it.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err("mmap", path, e))?;
+        let (info, state) =
+            header::validate(&map[..HEADER_SIZE_BYTES.min(map.len())], map.len() as u64)?;
+        Ok(PoolFile {
+            map,
+            info,
+            state,
+            _lock: file,
+        })
+    }
+
+    /// Header fields.
+    pub fn info(&self) -> &HeaderInfo {
+        &self.info
+    }
+
+    /// The state line.
+    pub fn state(&self) -> HeaderState {
+        self.state
+    }
+
+    /// The engine's root area.
+    pub fn root(&self) -> &[u8] {
+        &self.map[header::ROOT_OFFSET..header::ROOT_OFFSET + ROOT_SIZE_BYTES]
+    }
+
+    /// Segment `id`'s header line and data.
+    pub fn segment(&self, id: u32) -> (&[u8], &[u8]) {
+        let geometry = self.info.geometry;
+        assert!(
+            u64::from(id) < geometry.segment_count,
+            "segment id in range"
+        );
+        let header_at =
+            geometry.segment_table_offset() as usize + id as usize * SEGMENT_HEADER_SIZE_BYTES;
+        let size = geometry.segment_size_bytes as usize;
+        let data_at = geometry.data_offset() as usize + id as usize * size;
+        (
+            &self.map[header_at..header_at + SEGMENT_HEADER_SIZE_BYTES],
+            &self.map[data_at..data_at + size],
+        )
+    }
+}
+
 /// Reads and validates the header of a pool file without mapping it (for `strata pool`).
 pub fn read_header(path: &Path) -> Result<(HeaderInfo, HeaderState, Vec<u8>), PoolError> {
     use std::io::Read;

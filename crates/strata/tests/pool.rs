@@ -27,7 +27,27 @@ fn inspect_and_verify_a_cleanly_closed_pool() {
     assert!(status.success(), "{stderr}");
     assert!(stdout.contains("items: 1 "), "{stdout}");
     assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
+
+    // Damage one byte of the in-use segment's header line: verify must say so and exit 1,
+    // without touching the file.
+    let mut bytes = std::fs::read(&path).expect("read pool");
+    let segment_table = 4096;
+    let line = (0..bytes.len() / 64)
+        .map(|i| segment_table + i * 64)
+        .find(|&at| bytes[at] == 1)
+        .expect("an in-use segment header");
+    bytes[line + 20] ^= 0x40;
+    std::fs::write(&path, &bytes).expect("write pool");
+    let (status, stdout, _) = run_output(&["pool", "verify", pool]);
+    assert_eq!(status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("header fails its checksum"), "{stdout}");
+    assert_eq!(
+        std::fs::read(&path).expect("read pool"),
+        bytes,
+        "verify never writes"
+    );
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(format!("{}.sidecar", path.display()));
 }
 
 #[test]
