@@ -48,7 +48,7 @@ use strata_engine::{Expiry, WriteError};
 use strata_protocol::memcache::{encode, parse, Limits, ParseError, Parsed, Request};
 
 use crate::context::{Processed, ServerContext, Session};
-use crate::stats::command_index;
+use crate::stats::{command_index, PendingCounts};
 
 /// The memcached release whose replies strata reproduces.
 pub const MEMCACHED_VERSION_COMPATIBLE: &str = "1.6.18";
@@ -81,6 +81,8 @@ pub struct MemcacheSession {
     swallow_len: usize,
     /// Scratch space for decoding base64 keys (meta `b` flag), so decoding allocates nothing.
     key_scratch: [u8; KEY_LEN_MAX],
+    /// GET/SET counts not yet added to the shared counters (published once per batch).
+    pending: PendingCounts,
 }
 
 impl Default for MemcacheSession {
@@ -95,6 +97,7 @@ impl MemcacheSession {
         MemcacheSession {
             swallow_len: 0,
             key_scratch: [0; KEY_LEN_MAX],
+            pending: PendingCounts::default(),
         }
     }
 
@@ -112,9 +115,13 @@ impl MemcacheSession {
 
     /// Runs one request; returns whether to close the connection.
     fn execute(&mut self, request: Request<'_>, ctx: &ServerContext, out: &mut Vec<u8>) -> bool {
+        if !matches!(request, Request::Get(_) | Request::Store(_)) {
+            // Whatever runs next may read the counters (`stats`): bring them up to date.
+            self.pending.publish(&ctx.stats);
+        }
         match request {
-            Request::Get(get) => retrieval::execute(get, ctx, out),
-            Request::Store(store) => storage::execute(store, ctx, out),
+            Request::Get(get) => retrieval::execute(get, ctx, out, &mut self.pending),
+            Request::Store(store) => storage::execute(store, ctx, out, &mut self.pending),
             Request::TooLarge(too_large) => {
                 storage::too_large(too_large, &mut self.key_scratch, ctx, out);
                 self.swallow_len = too_large.swallow_len;
@@ -149,6 +156,20 @@ impl MemcacheSession {
 
 impl Session for MemcacheSession {
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        let processed = self.process_requests(input, ctx, out);
+        self.pending.publish(&ctx.stats);
+        processed
+    }
+}
+
+impl MemcacheSession {
+    /// Handles the complete requests at the start of `input` (see [`Session::process`]).
+    fn process_requests(
+        &mut self,
+        input: &[u8],
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Processed {
         let limits = limits(ctx);
         let mut consumed = self.swallow(input);
         while self.swallow_len == 0 && consumed < input.len() {

@@ -55,6 +55,7 @@ use strata_protocol::resp::{
 };
 
 use crate::context::{Processed, ServerContext, Session};
+use crate::stats::PendingCounts;
 
 /// The Redis version strata reports (`HELLO`, `INFO`): the release its replies are checked
 /// against, so clients enable exactly the features strata answers like Redis does.
@@ -103,6 +104,8 @@ pub(crate) struct State {
     pub random_state: u64,
     /// Reusable buffer for replies whose length is known only at the end (SCAN, KEYS, INFO).
     pub scratch: Vec<u8>,
+    /// GET/SET counts not yet added to the shared counters (published once per batch).
+    pub pending: PendingCounts,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -131,6 +134,7 @@ impl RespSession {
                 close: false,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 scratch: Vec::new(),
+                pending: PendingCounts::default(),
             },
             args: Args::with_capacity(8, 0),
         }
@@ -194,13 +198,35 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_NOAUTH);
         return;
     }
+    let hot = state.pending.count_command(command.stat);
+    if !hot {
+        // Whatever runs may read the counters (INFO): bring them up to date.
+        state.pending.publish(&call.ctx.stats);
+    }
     (command.run)(state, call, out);
-    // Counted after running, as Redis does, so INFO does not count itself.
-    call.ctx.stats.count_command(command.stat);
+    // Counted after running, as Redis does, so INFO does not count itself (GET and SET were
+    // counted in `pending` above, which nothing reads before the batch ends).
+    if !hot {
+        call.ctx.stats.count_command(command.stat);
+    }
 }
 
 impl Session for RespSession {
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        let processed = self.process_commands(input, ctx, out);
+        self.state.pending.publish(&ctx.stats);
+        processed
+    }
+}
+
+impl RespSession {
+    /// Handles the complete commands at the start of `input` (see [`Session::process`]).
+    fn process_commands(
+        &mut self,
+        input: &[u8],
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Processed {
         let mut consumed = 0;
         while consumed < input.len() {
             let rest = &input[consumed..];

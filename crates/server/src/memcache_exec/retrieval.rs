@@ -10,10 +10,15 @@ use strata_protocol::memcache::{encode, Get};
 
 use super::{expiry, now_ms, write_error_reply};
 use crate::context::ServerContext;
-use crate::stats::command_index;
+use crate::stats::{command_index, PendingCounts};
 
 /// Runs a retrieval command.
-pub(super) fn execute(get: Get<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
+pub(super) fn execute(
+    get: Get<'_>,
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+    pending: &mut PendingCounts,
+) {
     let returns_cas = get.command.returns_cas();
     let (command, touch) = match get.exptime {
         Some(exptime) => (
@@ -22,7 +27,9 @@ pub(super) fn execute(get: Get<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
         ),
         None => (const { command_index("get") }, None),
     };
-    ctx.stats.count_command(command);
+    if !pending.count_command(command) {
+        ctx.stats.count_command(command);
+    }
     let start = out.len();
     let mut hits = 0u64;
     for key in get.keys {
@@ -42,7 +49,7 @@ pub(super) fn execute(get: Get<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
         };
         hits += u64::from(hit);
     }
-    ctx.stats.count_gets(get.keys.len() as u64, hits);
+    pending.count_gets(get.keys.len() as u64, hits);
     encode::write_end(out);
 }
 

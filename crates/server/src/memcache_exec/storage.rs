@@ -12,10 +12,15 @@ use strata_protocol::memcache::{decode_key, encode, Store, StoreCommand, TooLarg
 
 use super::{expiry, now_ms, reply, write_failed, KEY_LEN_MAX};
 use crate::context::ServerContext;
-use crate::stats::command_index;
+use crate::stats::{command_index, PendingCounts};
 
 /// Runs a storage command.
-pub(super) fn execute(store: Store<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
+pub(super) fn execute(
+    store: Store<'_>,
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+    pending: &mut PendingCounts,
+) {
     let command = match store.command {
         StoreCommand::Set => const { command_index("set") },
         StoreCommand::Add => const { command_index("add") },
@@ -24,7 +29,9 @@ pub(super) fn execute(store: Store<'_>, ctx: &ServerContext, out: &mut Vec<u8>) 
         StoreCommand::Prepend => const { command_index("prepend") },
         StoreCommand::Cas => const { command_index("cas") },
     };
-    ctx.stats.count_command(command);
+    if !pending.count_command(command) {
+        ctx.stats.count_command(command);
+    }
     let engine = &ctx.engine;
     let expiry = expiry(store.exptime, now_ms(ctx));
     let result = match store.command {

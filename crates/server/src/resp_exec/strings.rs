@@ -23,7 +23,7 @@ pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if !found {
         encode::null(out, state.version);
     }
-    call.ctx.stats.count_gets(1, u64::from(found));
+    state.pending.count_gets(1, u64::from(found));
 }
 
 /// `MGET key [key ...]`.
