@@ -166,15 +166,13 @@ impl Mapping {
     ) -> Result<Self, PoolError> {
         let path = PathBuf::from("(anonymous)");
         // Map one huge page more and start at a 2 MiB boundary, so that transparent huge pages
-        // can back the whole pool: random reads over a large pool otherwise pay a page walk
-        // (two-dimensional under virtualization) on nearly every access.
+        // could back the whole pool (see `advise_hugepages` for why they are not requested).
         let mut map = memmap2::MmapMut::map_anon(len + HUGE_PAGE_BYTES)
             .map_err(|e| io_error("mmap", &path, e))?;
         let skip = map.as_ptr().align_offset(HUGE_PAGE_BYTES);
         // SAFETY: `skip < HUGE_PAGE_BYTES`, so `skip + len` is within the mapping of
         // `len + HUGE_PAGE_BYTES` bytes.
         let base = unsafe { map.as_mut_ptr().add(skip) };
-        advise_hugepages_raw(base, len);
         let backend = if simulated {
             Backend::Simulated
         } else {
