@@ -90,6 +90,24 @@ impl Engine {
         }
     }
 
+    /// Starts loading what reads of `keys` will touch: both index buckets of each key, then the
+    /// record its matching slot points at. A hint only: nothing is counted or waited for. A
+    /// server calls it for a parsed batch before executing it, so the batch's cache misses
+    /// overlap instead of queueing one after another. Uses at most [`PREFETCH_KEYS_MAX`] keys.
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        let keys = &keys[..keys.len().min(PREFETCH_KEYS_MAX)];
+        let mut hashes = [0u64; PREFETCH_KEYS_MAX];
+        for (key, hash) in keys.iter().zip(&mut hashes) {
+            *hash = self.inner.hash(key);
+            let shard = self.inner.shards[self.inner.shard_of(*hash)].0.read();
+            shard.index.prefetch(crate::index::hash28(*hash));
+        }
+        for &hash in &hashes[..keys.len()] {
+            let shard = self.inner.shards[self.inner.shard_of(hash)].0.read();
+            shard.prefetch_record(&self.inner, hash);
+        }
+    }
+
     /// Reads many keys, calling `f(i, item)` for each in order (`None` on a miss).
     pub fn get_many<'k>(
         &self,
@@ -495,6 +513,9 @@ impl Engine {
         None
     }
 }
+
+/// Most keys one `prefetch` call looks at.
+pub const PREFETCH_KEYS_MAX: usize = 32;
 
 /// Index buckets one scan step visits under a shard's read lock.
 pub const SCAN_BUCKETS_PER_STEP: usize = 64;

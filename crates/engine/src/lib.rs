@@ -34,7 +34,9 @@ mod shard;
 mod snapshot;
 mod ttl;
 
-pub use api::{parse_u64, DeleteOutcome, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_STEP};
+pub use api::{
+    parse_u64, DeleteOutcome, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_STEP,
+};
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{

@@ -139,6 +139,18 @@ impl Shard {
         })
     }
 
+    /// Starts loading the record of the first slot whose stored hash matches (no key compare:
+    /// a hint for `Engine::prefetch`).
+    pub(crate) fn prefetch_record(&self, inner: &Inner, hash: u64) {
+        let _ = self.index.find(index::hash28(hash), |location| {
+            let (id, offset) = inner.split_location(location);
+            if let Some(owned) = self.segments[id as usize].as_deref() {
+                strata_pool::prefetch(&owned.segment.data()[offset]);
+            }
+            true
+        });
+    }
+
     /// Finds the key's live, unexpired record.
     /// The clock is read only for items that have an expiry.
     pub(crate) fn lookup_unexpired(
