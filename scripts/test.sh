@@ -16,7 +16,14 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # Debian starts freshly installed servers as services on 11211 and 6379, strata's default
+  # ports. The tests start their own servers on free ports, so stop the ones installed just now
+  # (services that were there before are left alone).
+  for service in memcached redis-server; do
+    if [[ " ${need[*]} " == *" $service "* ]]; then
+      ($SUDO systemctl stop "$service" || $SUDO service "$service" stop) >/dev/null 2>&1 || true
+    fi
+  done
 fi
-# Debian starts the packaged servers as services; the tests start their own on free ports.
 
 cargo test --workspace --release "$@"
