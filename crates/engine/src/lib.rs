@@ -236,6 +236,8 @@ pub(crate) struct Inner {
     /// Some shard has dirty ranges. Set after pushing a range (under the shard lock), cleared
     /// by `commit` before it visits the shards, so a range is never left behind unflagged.
     pub(crate) dirty_any: AtomicBool,
+    /// For plain-file pools: one whole-file persist per commit instead of one per range.
+    whole_pool: Option<strata_pool::Persister>,
     /// Serializes commits: a commit that finds nothing flagged must still wait for one in
     /// progress, which may be persisting its writes.
     commit_lock: Mutex<()>,
@@ -305,6 +307,22 @@ impl Inner {
         let _serial = self.commit_lock.lock();
         // Acquire: pairs with the Release store after a range is pushed.
         if !self.dirty_any.swap(false, Ordering::AcqRel) {
+            return self.check_writable();
+        }
+        if let Some(whole_pool) = &self.whole_pool {
+            // Every shard locked: one sync makes this commit's records (and deletes' marks)
+            // durable. Only then are the dead marks of overwritten records written; they reach
+            // the media with a later sync, or never: recovery would pick the newer, durable record
+            // by (seq, offset) anyway. What must never happen is a mark durable before its
+            // replacement, and writing it after the sync rules that out.
+            let mut shards: Vec<_> = self.shards.iter().map(|s| s.0.write()).collect();
+            shards
+                .iter_mut()
+                .for_each(|shard| shard.forget_dirty_ranges());
+            self.persisted(whole_pool.persist_all())?;
+            for shard in &mut shards {
+                shard.write_pending_marks(self);
+            }
             return self.check_writable();
         }
         for shard in self.shards.iter() {

@@ -115,6 +115,7 @@ impl Engine {
                 || (config.durability == Durability::Sync && config.group_commit),
             dirty_any: AtomicBool::new(false),
             commit_lock: Mutex::new(()),
+            whole_pool: (pool.backend() == Backend::SharedFile).then(|| pool.persister()),
             dram: pool.backend() == Backend::Dram,
             clock: config.clock.clone(),
             policy: config.eviction,

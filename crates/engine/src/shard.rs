@@ -24,6 +24,9 @@ use crate::segment::{self, HeaderFields, OwnedSegment};
 use crate::ttl;
 use crate::Inner;
 
+/// Dead marks closer than this share one persist call.
+const MARK_RUN_GAP_BYTES: usize = 4096;
+
 /// Counters of one shard. Read-path counters are atomics (taken under the read lock); the rest
 /// change only under the write lock but are atomics too so stats can read them without it.
 #[derive(Debug, Default)]
@@ -298,6 +301,33 @@ impl Shard {
         Ok(())
     }
 
+    /// Whole-pool commits: the ranges are covered by the caller's whole-pool persist.
+    pub(crate) fn forget_dirty_ranges(&mut self) {
+        self.dirty.clear();
+    }
+
+    /// Whole-pool commits: writes the pending dead marks after their replacements are durable.
+    pub(crate) fn write_pending_marks(&mut self, inner: &Inner) {
+        for &location in &self.pending_dead {
+            let (id, offset) = inner.split_location(location);
+            if let Some(owned) = self.segments[id as usize].as_deref_mut() {
+                record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+            }
+        }
+        self.pending_dead.clear();
+    }
+
+    fn persist_run(
+        &self,
+        inner: &Inner,
+        (id, start, end): (u32, usize, usize),
+    ) -> Result<(), WriteError> {
+        let owned = self.segments[id as usize]
+            .as_deref()
+            .expect("run of an owned segment");
+        inner.persisted(owned.segment.persist_data(start, end - start))
+    }
+
     /// Persists the ranges written since the last commit, merged per segment.
     pub(crate) fn persist_dirty(&mut self, inner: &Inner) -> Result<(), WriteError> {
         let mut dirty = std::mem::take(&mut self.dirty);
@@ -319,17 +349,35 @@ impl Shard {
         }
         dirty.clear();
         self.dirty = dirty;
-        // Only now, with every replacement durable, may the old records be marked dead.
-        let pending = std::mem::take(&mut self.pending_dead);
+        // Only now, with every replacement durable, may the old records be marked dead. The
+        // marks are written first and then persisted once per run of nearby marks (one msync
+        // per page run rather than one per overwrite).
+        let mut pending = std::mem::take(&mut self.pending_dead);
+        pending.sort_unstable();
+        let mut run: Option<(u32, usize, usize)> = None;
         for &location in &pending {
             let (id, offset) = inner.split_location(location);
-            if let Some(owned) = self.segments[id as usize].as_deref_mut() {
-                record::mark_dead(&mut owned.segment.data_mut()[offset..]);
-                inner.persisted(owned.segment.persist_data(offset, 1))?;
-            }
+            let Some(owned) = self.segments[id as usize].as_deref_mut() else {
+                continue;
+            };
+            record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+            run = match run {
+                Some((run_id, start, end)) if run_id == id && offset < end + MARK_RUN_GAP_BYTES => {
+                    Some((id, start, offset + 1))
+                }
+                previous => {
+                    if let Some(previous) = previous {
+                        self.persist_run(inner, previous)?;
+                    }
+                    Some((id, offset, offset + 1))
+                }
+            };
         }
+        if let Some(last) = run {
+            self.persist_run(inner, last)?;
+        }
+        pending.clear();
         self.pending_dead = pending;
-        self.pending_dead.clear();
         Ok(())
     }
 

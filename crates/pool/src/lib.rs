@@ -359,6 +359,14 @@ impl Pool {
         })
     }
 
+    /// A handle that persists the whole pool: for plain-file pools, where one `msync` over
+    /// the mapping (the kernel writes only dirty pages) is far cheaper than one per range.
+    pub fn persister(&self) -> Persister {
+        Persister {
+            mapping: Arc::clone(&self.mapping),
+        }
+    }
+
     /// Persists the whole pool (used before a clean close).
     pub fn persist_all(&self) -> Result<(), PersistError> {
         self.persist_range(0, self.mapping.len())
@@ -504,6 +512,25 @@ impl PoolFile {
             &self.map[header_at..header_at + SEGMENT_HEADER_SIZE_BYTES],
             &self.map[data_at..data_at + size],
         )
+    }
+}
+
+/// Persists a whole pool from any thread (see [`Pool::persister`]).
+pub struct Persister {
+    mapping: Arc<Mapping>,
+}
+
+impl Persister {
+    /// Makes every written byte of the pool durable. Only for backends whose flush reads no
+    /// memory in user space (`FlushMethod::Msync`, `FlushMethod::None`): with them, other
+    /// threads writing meanwhile is harmless.
+    pub fn persist_all(&self) -> Result<(), PersistError> {
+        let flush = PersistenceDomain::of(self.mapping.backend).flush;
+        assert!(
+            matches!(flush, FlushMethod::Msync | FlushMethod::None),
+            "whole-pool persist of a {flush:?} pool"
+        );
+        self.mapping.persist(0, self.mapping.len())
     }
 }
 

@@ -20,6 +20,7 @@ use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
+use strata_engine::Engine;
 
 use crate::context::{ServerContext, Session};
 use crate::metrics::LatencyHistogram;
@@ -143,6 +144,9 @@ pub struct Connection {
     read_len: usize,
     write_buf: Vec<u8>,
     write_pos: usize,
+    /// Where in `write_buf` the replies not yet covered by an `Engine::commit` start: they may
+    /// acknowledge writes that are not durable yet, so `flush` commits before sending them.
+    uncommitted_from: Option<usize>,
     /// The session asked to close, or input ended: write what is pending, then close.
     closing: Option<CloseReason>,
     /// Processing stopped at the output limit with input left: process it before reading.
@@ -183,6 +187,7 @@ impl Connection {
             write_pos: 0,
             closing: None,
             input_waiting: false,
+            uncommitted_from: None,
             last_active: now,
         }
     }
@@ -212,7 +217,7 @@ impl Connection {
     /// events, on writable events (output drained may resume reading), and for `Again`.
     pub fn pass(&mut self, pass: &mut PassContext<'_>) -> Status {
         for _ in 0..READ_ROUNDS_MAX {
-            if let Err(reason) = self.flush(pass.traffic) {
+            if let Err(reason) = self.flush(pass.traffic, &pass.ctx.engine) {
                 return Status::Closed(reason);
             }
             if let Some(reason) = self.closing {
@@ -239,7 +244,7 @@ impl Connection {
                     if pass.defer_flush && self.output_pending_bytes() > 0 {
                         return Status::Flush;
                     }
-                    return match self.flush(pass.traffic) {
+                    return match self.flush(pass.traffic, &pass.ctx.engine) {
                         Err(reason) => Status::Closed(reason),
                         Ok(()) => self
                             .closing
@@ -316,19 +321,19 @@ impl Connection {
         if self.write_pos > 0 && self.write_pos >= self.write_buf.len() / 2 {
             // Keep the pending tail at the front so the buffer does not creep forward.
             self.write_buf.drain(..self.write_pos);
+            if let Some(from) = &mut self.uncommitted_from {
+                *from = from.saturating_sub(self.write_pos);
+            }
             self.write_pos = 0;
         }
         let started = Instant::now();
         let output_before = self.write_buf.len();
         let consumed = self.process_chunks(pass);
-        // Group commit: with `--durability sync` the batch's writes become durable here, before
-        // any of its replies leave (a no-op for the other levels).
-        if self.write_buf.len() > output_before {
-            if let Err(err) = pass.ctx.engine.commit() {
-                tracing::error!(error = %err, "persist failed; dropping the unacknowledged replies and closing the connection");
-                self.write_buf.truncate(self.write_pos.max(output_before));
-                return Err(CloseReason::PersistFailed);
-            }
+        // Group commit: with `--durability sync` these replies may acknowledge writes that are
+        // not durable yet; `flush` commits before any of them leaves (the worker commits once
+        // for all its connections at the end of a round, so one persist covers them all).
+        if self.write_buf.len() > output_before && self.uncommitted_from.is_none() {
+            self.uncommitted_from = Some(output_before);
         }
         pass.latency.record(started.elapsed());
         self.read_buf.copy_within(consumed..self.read_len, 0);
@@ -384,7 +389,15 @@ impl Connection {
     }
 
     /// Writes pending output until done or the socket is full.
-    fn flush(&mut self, traffic: &mut Traffic) -> Result<(), CloseReason> {
+    fn flush(&mut self, traffic: &mut Traffic, engine: &Engine) -> Result<(), CloseReason> {
+        if let Some(from) = self.uncommitted_from {
+            if let Err(err) = engine.commit() {
+                tracing::error!(error = %err, "persist failed; dropping the unacknowledged replies and closing the connection");
+                self.write_buf.truncate(from.max(self.write_pos));
+                return Err(CloseReason::PersistFailed);
+            }
+            self.uncommitted_from = None;
+        }
         while self.write_pos < self.write_buf.len() {
             match self.stream.write(&self.write_buf[self.write_pos..]) {
                 Ok(0) => return Err(CloseReason::Error),
@@ -412,8 +425,8 @@ impl Connection {
     }
 
     /// Writes pending output (writable event during shutdown or for a closing connection).
-    pub fn flush_only(&mut self, traffic: &mut Traffic) -> Status {
-        if let Err(reason) = self.flush(traffic) {
+    pub fn flush_only(&mut self, traffic: &mut Traffic, engine: &Engine) -> Status {
+        if let Err(reason) = self.flush(traffic, engine) {
             return Status::Closed(reason);
         }
         self.closing

@@ -245,7 +245,7 @@ impl Worker {
             return; // Closed earlier in this round.
         };
         let status = if self.drain_deadline.is_some() {
-            connection.flush_only(&mut self.traffic)
+            connection.flush_only(&mut self.traffic, &self.shared.ctx.engine)
         } else {
             let mut pass = PassContext {
                 ctx: &shared.ctx,
@@ -273,12 +273,20 @@ impl Worker {
 
     /// Writes the replies that passes of this round left unwritten ([`Status::Flush`]).
     fn flush_unflushed(&mut self) {
+        if !self.unflushed.is_empty() {
+            // One group commit for every connection of the round (a no-op unless
+            // `--durability sync`). A failure is handled by each connection's flush, which
+            // then drops its unacknowledged replies and closes.
+            let _ = self.shared.ctx.engine.commit();
+        }
         for index in 0..self.unflushed.len() {
             let slot = self.unflushed[index];
             let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
                 continue; // Closed since.
             };
-            if let Status::Closed(reason) = connection.flush_only(&mut self.traffic) {
+            if let Status::Closed(reason) =
+                connection.flush_only(&mut self.traffic, &self.shared.ctx.engine)
+            {
                 self.remove(slot, reason);
             }
         }
