@@ -206,7 +206,7 @@ impl Engine {
             shard.delete(&self.inner, key, hash)?;
             return Ok(0);
         }
-        shard.write(&self.inner, key, hash, Some(value), meta)
+        shard.write(&self.inner, key, hash, value, meta)
     }
 
     fn expiry_ms(&self, expiry: Expiry, current: Option<Option<u64>>) -> Option<u64> {
@@ -239,7 +239,7 @@ impl Engine {
             let current = found.as_ref().map(|f| (f.view.meta.expires_at_ms, f.cas));
             (f(found.as_ref().map(item), &mut buffer), current)
         };
-        let result = self.apply(&mut shard, key, hash, change, current, &mut buffer, now_ms);
+        let result = self.apply(&mut shard, key, hash, change, current, &buffer, now_ms);
         shard.scratch = buffer;
         result
     }
@@ -252,7 +252,7 @@ impl Engine {
         hash: u64,
         change: Change,
         current: Option<(Option<u64>, u64)>,
-        buffer: &mut Vec<u8>,
+        buffer: &[u8],
         now_ms: u64,
     ) -> Result<Option<u64>, WriteError> {
         match change {
@@ -275,10 +275,7 @@ impl Engine {
                     shard.delete(&self.inner, key, hash)?;
                     return Ok(None);
                 }
-                std::mem::swap(&mut shard.scratch, buffer);
-                let result = shard.write(&self.inner, key, hash, None, meta);
-                std::mem::swap(&mut shard.scratch, buffer);
-                result.map(Some)
+                shard.write(&self.inner, key, hash, buffer, meta).map(Some)
             }
         }
     }

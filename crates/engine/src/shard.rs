@@ -171,24 +171,9 @@ impl Shard {
         })
     }
 
-    /// Appends a record for `key` (value from `value` or, when `None`, from `self.scratch`),
-    /// replacing the key's current record if any. Returns the new record's CAS.
+    /// Appends a record for `key`, replacing the key's current record if any. Returns the new
+    /// record's CAS.
     pub(crate) fn write(
-        &mut self,
-        inner: &Inner,
-        key: &[u8],
-        hash: u64,
-        value: Option<&[u8]>,
-        meta: RecordMeta,
-    ) -> Result<u64, WriteError> {
-        let scratch = std::mem::take(&mut self.scratch);
-        let value_bytes = value.unwrap_or(&scratch);
-        let result = self.write_inner(inner, key, hash, value_bytes, meta);
-        self.scratch = scratch;
-        result
-    }
-
-    fn write_inner(
         &mut self,
         inner: &Inner,
         key: &[u8],
