@@ -147,12 +147,6 @@ impl Index {
         self.items
     }
 
-    /// True when no item is indexed.
-    #[allow(dead_code)]
-    pub fn is_empty(&self) -> bool {
-        self.items == 0
-    }
-
     /// Primary buckets.
     pub fn bucket_count(&self) -> usize {
         self.buckets.len()
@@ -316,7 +310,7 @@ impl Index {
     }
 
     /// Removes the item slot with this hash and location, if present; returns whether it was.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub fn remove_location(&mut self, hash28: u32, location: u64) -> bool {
         match self.find(hash28, |l| l == location) {
             Some((at, _)) => {

@@ -75,11 +75,7 @@ pub(crate) fn recover(
         }
     }
     report.segments_recovered = owned.len() as u64;
-    {
-        let mut seq = inner.seq.lock();
-        seq.next = seq.next.max(seq_max + 1);
-        seq.reserved_until = seq.reserved_until.max(seq.next);
-    }
+    let in_use = owned.len();
     let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); inner.shards.len()];
     for segment in &owned {
         by_shard[segment.fields.shard as usize].push(segment.segment.id());
@@ -91,10 +87,21 @@ pub(crate) fn recover(
             .adopt(segment);
     }
     index_shards_in_parallel(inner, &by_shard, &mut report);
-    let mut pool = inner.free.lock();
-    pool.in_use = report.segments_recovered as usize;
-    pool.list = free;
+    settle(inner, seq_max, in_use, free);
     Ok(report)
+}
+
+/// Ends recovery or a snapshot restore: new segments get seqs above every one found, and the
+/// free list and in-use count describe the pool as found.
+pub(crate) fn settle(inner: &Inner, seq_max: u64, in_use: usize, free: Vec<Segment>) {
+    {
+        let mut seq = inner.seq.lock();
+        seq.next = seq.next.max(seq_max + 1);
+        seq.reserved_until = seq.reserved_until.max(seq.next);
+    }
+    let mut pool = inner.free.lock();
+    pool.in_use = in_use;
+    pool.list = free;
 }
 
 /// An adopted segment whose log end is not known yet: the parallel phase scans it.

@@ -291,15 +291,29 @@ impl Shard {
         self.dirty.clear();
     }
 
-    /// Whole-pool commits: writes the pending dead marks after their replacements are durable.
-    pub(crate) fn write_pending_marks(&mut self, inner: &Inner) {
-        for &location in &self.pending_dead {
+    /// Writes the dead marks of records superseded since the last commit; the caller has made
+    /// their replacements durable. Returns the marks as runs of nearby bytes, `(segment, start,
+    /// end)`, so a caller that persists ranges does it once per run rather than once per mark.
+    pub(crate) fn write_pending_marks(&mut self, inner: &Inner) -> Vec<(u32, usize, usize)> {
+        let mut pending = std::mem::take(&mut self.pending_dead);
+        pending.sort_unstable();
+        let mut runs: Vec<(u32, usize, usize)> = Vec::new();
+        for &location in &pending {
             let (id, offset) = inner.split_location(location);
-            if let Some(owned) = self.segments[id as usize].as_deref_mut() {
-                record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+            let Some(owned) = self.segments[id as usize].as_deref_mut() else {
+                continue;
+            };
+            record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+            match runs.last_mut() {
+                Some(run) if run.0 == id && offset < run.2 + MARK_RUN_GAP_BYTES => {
+                    run.2 = offset + 1
+                }
+                _ => runs.push((id, offset, offset + 1)),
             }
         }
-        self.pending_dead.clear();
+        pending.clear();
+        self.pending_dead = pending;
+        runs
     }
 
     fn persist_run(
@@ -334,35 +348,10 @@ impl Shard {
         }
         dirty.clear();
         self.dirty = dirty;
-        // Only now, with every replacement durable, may the old records be marked dead. The
-        // marks are written first and then persisted once per run of nearby marks (one msync
-        // per page run rather than one per overwrite).
-        let mut pending = std::mem::take(&mut self.pending_dead);
-        pending.sort_unstable();
-        let mut run: Option<(u32, usize, usize)> = None;
-        for &location in &pending {
-            let (id, offset) = inner.split_location(location);
-            let Some(owned) = self.segments[id as usize].as_deref_mut() else {
-                continue;
-            };
-            record::mark_dead(&mut owned.segment.data_mut()[offset..]);
-            run = match run {
-                Some((run_id, start, end)) if run_id == id && offset < end + MARK_RUN_GAP_BYTES => {
-                    Some((id, start, offset + 1))
-                }
-                previous => {
-                    if let Some(previous) = previous {
-                        self.persist_run(inner, previous)?;
-                    }
-                    Some((id, offset, offset + 1))
-                }
-            };
+        // Only now, with every replacement durable, may the old records be marked dead.
+        for run in self.write_pending_marks(inner) {
+            self.persist_run(inner, run)?;
         }
-        if let Some(last) = run {
-            self.persist_run(inner, last)?;
-        }
-        pending.clear();
-        self.pending_dead = pending;
         Ok(())
     }
 

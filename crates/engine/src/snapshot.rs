@@ -10,7 +10,7 @@
 use strata_pool::Segment;
 
 use crate::index::Index;
-use crate::recovery::RecoveryReport;
+use crate::recovery::{self, RecoveryReport};
 use crate::segment::{self, HeaderRead, OwnedSegment};
 use crate::Inner;
 
@@ -147,14 +147,7 @@ fn apply(
         report.items_recovered += saved_shard.index.len() as u64;
         inner.shards[shard].0.write().index = saved_shard.index;
     }
-    {
-        let mut seq = inner.seq.lock();
-        seq.next = seq.next.max(seq_max + 1);
-        seq.reserved_until = seq.reserved_until.max(seq.next);
-    }
-    let mut pool = inner.free.lock();
-    pool.in_use = report.segments_recovered as usize;
-    pool.list = free;
+    recovery::settle(inner, seq_max, report.segments_recovered as usize, free);
     report.from_snapshot = true;
     report
 }
