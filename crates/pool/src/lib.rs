@@ -394,15 +394,6 @@ impl Pool {
     }
 }
 
-/// Asks the kernel to back `buffer` with transparent huge pages where it can. Advice only:
-/// contents are unchanged and failure is ignored. Not used by default: random reads over a large
-/// table are about 3x faster on huge pages here (158 ns vs 457 ns per dependent load), but a
-/// fault in an advised range may stall on direct compaction for up to a second, which a cache
-/// serving latency-bound clients must not risk. Kept for an opt-in setting.
-pub fn advise_hugepages<T>(buffer: &[T]) {
-    mapping::advise_hugepages_raw(buffer.as_ptr().cast(), std::mem::size_of_val(buffer));
-}
-
 /// One cache line of eight atomic words: the unit of DRAM tables such as the engine's index.
 #[repr(C, align(64))]
 #[derive(Default, Debug)]

@@ -165,14 +165,8 @@ impl Mapping {
         faults: FaultPlan,
     ) -> Result<Self, PoolError> {
         let path = PathBuf::from("(anonymous)");
-        // Map one huge page more and start at a 2 MiB boundary, so that transparent huge pages
-        // could back the whole pool (see `advise_hugepages` for why they are not requested).
-        let mut map = memmap2::MmapMut::map_anon(len + HUGE_PAGE_BYTES)
-            .map_err(|e| io_error("mmap", &path, e))?;
-        let skip = map.as_ptr().align_offset(HUGE_PAGE_BYTES);
-        // SAFETY: `skip < HUGE_PAGE_BYTES`, so `skip + len` is within the mapping of
-        // `len + HUGE_PAGE_BYTES` bytes.
-        let base = unsafe { map.as_mut_ptr().add(skip) };
+        let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| io_error("mmap", &path, e))?;
+        let base = map.as_mut_ptr();
         let backend = if simulated {
             Backend::Simulated
         } else {
@@ -417,26 +411,6 @@ impl Mapping {
         // makes the pages read as zero afterwards, which is what callers expect.
         let rc = unsafe { libc::madvise(self.base.add(offset).cast(), len, libc::MADV_DONTNEED) };
         rc == 0
-    }
-}
-
-/// Size of a transparent huge page on x86_64.
-const HUGE_PAGE_BYTES: usize = 2 << 20;
-
-/// Asks for transparent huge pages over the page-aligned interior of `[base, base + len)`.
-/// Advice only: contents are unchanged, and failure (THP disabled) is harmless.
-pub(crate) fn advise_hugepages_raw(base: *const u8, len: usize) {
-    const PAGE: usize = 4096;
-    let start = (base as usize).next_multiple_of(PAGE);
-    let end = (base as usize + len) / PAGE * PAGE;
-    if end <= start {
-        return;
-    }
-    // SAFETY: [start, end) lies inside a live allocation or mapping owned by the caller and is
-    // page aligned; MADV_HUGEPAGE never changes memory contents, so no reference into the range
-    // is invalidated.
-    unsafe {
-        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
     }
 }
 
