@@ -4,15 +4,19 @@
 
 use std::path::Path;
 
-use strata_pool::{PoolError, PoolFile};
+use strata_pool::{HeaderInfo, HeaderState, PoolError, PoolFile};
 
 use crate::record::{self, Scan};
 use crate::root;
 use crate::segment::{self, HeaderRead};
 
 /// What a pool file holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolReport {
+    /// The validated header: format, geometry, identity.
+    pub info: HeaderInfo,
+    /// The header's state line: clean flag, boot id.
+    pub state: HeaderState,
     /// Shards the pool was created with.
     pub shards: u16,
     /// Durability level it was last opened with.
@@ -42,7 +46,21 @@ pub struct PoolReport {
 /// pool is in use; everything else is reported in `PoolReport::problems`.
 pub fn check_pool_file(path: &Path) -> Result<PoolReport, PoolError> {
     let file = PoolFile::open(path)?;
-    let mut report = PoolReport::default();
+    let mut report = PoolReport {
+        info: *file.info(),
+        state: file.state(),
+        shards: 0,
+        durability: String::new(),
+        segments_in_use: 0,
+        segments_free: 0,
+        segments_corrupt: 0,
+        records_live: 0,
+        records_dead: 0,
+        live_bytes: 0,
+        used_bytes: 0,
+        logs_ending_invalid: 0,
+        problems: Vec::new(),
+    };
     match root::read(file.root()) {
         Ok(root) => {
             report.shards = root.shard_count;

@@ -525,18 +525,6 @@ impl Persister {
     }
 }
 
-/// Reads and validates the header of a pool file without mapping it (for `strata pool`).
-pub fn read_header(path: &Path) -> Result<(HeaderInfo, HeaderState, Vec<u8>), PoolError> {
-    use std::io::Read;
-    let mut file = File::open(path).map_err(|e| io_err("open", path, e))?;
-    let len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
-    let mut page = vec![0u8; HEADER_SIZE_BYTES.min(len as usize)];
-    file.read_exact(&mut page)
-        .map_err(|e| io_err("read", path, e))?;
-    let (info, state) = header::validate(&page, len)?;
-    Ok((info, state, page))
-}
-
 fn io_err(op: &'static str, path: &Path, err: std::io::Error) -> PoolError {
     PoolError::Io {
         op,

@@ -99,7 +99,7 @@ fn file_pool_reopens_with_its_bytes_and_knows_it_was_not_closed_cleanly() {
     assert_eq!(pool.take_root().bytes()[0], 7);
     pool.set_clean(true).unwrap();
     drop(pool);
-    let (_, state, _) = read_header(&path).unwrap();
+    let state = PoolFile::open(&path).unwrap().state();
     assert!(state.clean);
 }
 

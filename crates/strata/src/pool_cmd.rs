@@ -38,7 +38,8 @@ pub fn run(command: PoolCommand) -> ExitCode {
 }
 
 fn inspect(path: &Path) -> Result<(), String> {
-    let (info, state, _) = strata_pool::read_header(path).map_err(|err| err.to_string())?;
+    let report = strata_engine::check_pool_file(path).map_err(|err| err.to_string())?;
+    let (info, state) = (report.info, report.state);
     let geometry = info.geometry;
     println!("path:            {}", path.display());
     println!("format version:  {}", info.format_version);
@@ -51,7 +52,6 @@ fn inspect(path: &Path) -> Result<(), String> {
     println!("state sequence:  {}", state.state_seq);
     let same_boot = state.boot_id == strata_pool::current_boot_id();
     println!("opened this boot: {same_boot}");
-    let report = strata_engine::check_pool_file(path).map_err(|err| err.to_string())?;
     print_occupancy(&report, geometry.segment_size_bytes);
     Ok(())
 }
@@ -89,9 +89,8 @@ fn print_occupancy(report: &PoolReport, segment_size_bytes: u64) {
 /// checksum. Exit 0 when sound (a torn last record, left by a crash, is reported but sound:
 /// recovery drops it), 1 otherwise. Never writes the file.
 fn verify(path: &Path) -> Result<(), String> {
-    let (info, _, _) = strata_pool::read_header(path).map_err(|err| err.to_string())?;
     let report = strata_engine::check_pool_file(path).map_err(|err| err.to_string())?;
-    print_occupancy(&report, info.geometry.segment_size_bytes);
+    print_occupancy(&report, report.info.geometry.segment_size_bytes);
     println!(
         "items: {} (live records; a key written twice before a crash counts twice)",
         report.records_live
