@@ -4,7 +4,7 @@
 //! `mg <key> v q` per key followed by `mn`: misses stay silent, hits answer `VA`, and `MN`
 //! closes the batch, which is how meta clients pipeline multi-gets.
 
-use super::{is_memcache_error, line_end, parse_decimal, ParseResult, Reply};
+use super::{is_memcache_error, line_end, parse_decimal, parse_store_line, ParseResult, Reply};
 use crate::workload::{push_decimal, KeyBatch};
 
 /// `mg <key> v\r\n`, or `mg <key> v q\r\n` per key and `mn\r\n` for a batch.
@@ -85,29 +85,7 @@ pub fn parse_get(input: &[u8], keys: usize) -> ParseResult {
 
 /// `HD\r\n` when stored, `NS` when not, or an error line.
 pub fn parse_set(input: &[u8]) -> ParseResult {
-    let Some((line_stop, next)) = line_end(input, 0) else {
-        return Ok(None);
-    };
-    let line = &input[..line_stop];
-    let reply = Reply {
-        consumed: next,
-        ..Reply::default()
-    };
-    match line {
-        b"HD" => Ok(Some(Reply {
-            stored: true,
-            ..reply
-        })),
-        b"NS" | b"EX" | b"NF" => Ok(Some(reply)),
-        _ if is_memcache_error(line) => Ok(Some(Reply {
-            error: true,
-            ..reply
-        })),
-        _ => Err(format!(
-            "unexpected ms reply {:?}",
-            String::from_utf8_lossy(line)
-        )),
-    }
+    parse_store_line(input, b"HD", &[b"NS", b"EX", b"NF"], "ms")
 }
 
 #[cfg(test)]

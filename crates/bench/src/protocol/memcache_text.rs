@@ -1,6 +1,6 @@
 //! memcached's classic text protocol: `set` and `get` (one key or many).
 
-use super::{is_memcache_error, line_end, parse_decimal, ParseResult, Reply};
+use super::{is_memcache_error, line_end, parse_decimal, parse_store_line, ParseResult, Reply};
 use crate::workload::{push_decimal, KeyBatch};
 
 /// `get k1 k2 ... kN\r\n`
@@ -75,29 +75,12 @@ pub fn parse_get(input: &[u8]) -> ParseResult {
 
 /// `STORED\r\n`, or `NOT_STORED`/`EXISTS`/`NOT_FOUND`, or an error line.
 pub fn parse_set(input: &[u8]) -> ParseResult {
-    let Some((line_stop, next)) = line_end(input, 0) else {
-        return Ok(None);
-    };
-    let line = &input[..line_stop];
-    let reply = Reply {
-        consumed: next,
-        ..Reply::default()
-    };
-    match line {
-        b"STORED" => Ok(Some(Reply {
-            stored: true,
-            ..reply
-        })),
-        b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" => Ok(Some(reply)),
-        _ if is_memcache_error(line) => Ok(Some(Reply {
-            error: true,
-            ..reply
-        })),
-        _ => Err(format!(
-            "unexpected set reply {:?}",
-            String::from_utf8_lossy(line)
-        )),
-    }
+    parse_store_line(
+        input,
+        b"STORED",
+        &[b"NOT_STORED", b"EXISTS", b"NOT_FOUND"],
+        "set",
+    )
 }
 
 #[cfg(test)]

@@ -136,6 +136,37 @@ fn parse_decimal(text: &[u8]) -> Option<usize> {
     )
 }
 
+/// Parses a memcached store reply line: `stored` counts as stored, any of `not_stored` as a
+/// refusal, memcached's error lines as errors; `what` names the command in the error message.
+fn parse_store_line(input: &[u8], stored: &[u8], not_stored: &[&[u8]], what: &str) -> ParseResult {
+    let Some((line_stop, next)) = line_end(input, 0) else {
+        return Ok(None);
+    };
+    let line = &input[..line_stop];
+    let reply = Reply {
+        consumed: next,
+        ..Reply::default()
+    };
+    if line == stored {
+        Ok(Some(Reply {
+            stored: true,
+            ..reply
+        }))
+    } else if not_stored.contains(&line) {
+        Ok(Some(reply))
+    } else if is_memcache_error(line) {
+        Ok(Some(Reply {
+            error: true,
+            ..reply
+        }))
+    } else {
+        Err(format!(
+            "unexpected {what} reply {:?}",
+            String::from_utf8_lossy(line)
+        ))
+    }
+}
+
 /// True for memcached's error lines.
 fn is_memcache_error(line: &[u8]) -> bool {
     line == b"ERROR" || line.starts_with(b"CLIENT_ERROR") || line.starts_with(b"SERVER_ERROR")
