@@ -5,9 +5,9 @@
 //! (`x`, `-1`, `18446744073709551616`) is `CLIENT_ERROR invalid numeric delta argument`; an
 //! extra token other than `noreply` is ignored; `noreply` suppresses the error replies.
 
-use super::encode::{CLIENT_ERROR_BAD_FORMAT, CLIENT_ERROR_INVALID_DELTA, ERROR};
-use super::token::{key_is_valid, parse_u64};
-use super::{noreply_last, split_args, Limits, Line, ParseError, Parsed, Request};
+use super::encode::CLIENT_ERROR_INVALID_DELTA;
+use super::token::parse_u64;
+use super::{key_and_number, Limits, Line, ParseError, Parsed, Request};
 
 /// Increment or decrement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,26 +55,8 @@ pub(crate) fn parse<'a>(
     line: Line<'a>,
     limits: &Limits,
 ) -> Result<Parsed<'a>, ParseError> {
-    let (args, count) = split_args::<3>(line.args);
-    if !(2..=3).contains(&count) {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
-    }
-    let noreply = noreply_last(&args, count);
-    let key = args[0];
-    if !key_is_valid(key, limits.key_len_max) {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            noreply,
-        ));
-    }
-    let Some(delta) = parse_u64(args[1]) else {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_INVALID_DELTA,
-            line.consumed,
-            noreply,
-        ));
-    };
+    let (key, delta, noreply) =
+        key_and_number(&line, limits, parse_u64, CLIENT_ERROR_INVALID_DELTA)?;
     let request = Request::Arith(Arith {
         command,
         key,
@@ -90,6 +72,7 @@ pub(crate) fn parse<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memcache::encode::{CLIENT_ERROR_BAD_FORMAT, ERROR};
     use crate::memcache::parse;
 
     #[test]

@@ -16,8 +16,10 @@
 //! `noreply` suppresses the error replies of `touch`, `flush_all` and `verbosity`.
 
 use super::encode::{CLIENT_ERROR_BAD_FORMAT, CLIENT_ERROR_INVALID_EXPTIME, ERROR};
-use super::token::{key_is_valid, parse_client_flags, parse_i64};
-use super::{noreply_last, split_args, Limits, Line, ParseError, Parsed, Request, Tokens};
+use super::token::{parse_client_flags, parse_i64};
+use super::{
+    key_and_number, noreply_last, split_args, Limits, Line, ParseError, Parsed, Request, Tokens,
+};
 
 /// A `touch` request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,26 +71,8 @@ pub enum ShutdownMode {
 }
 
 pub(crate) fn parse_touch<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseError> {
-    let (args, count) = split_args::<3>(line.args);
-    if !(2..=3).contains(&count) {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
-    }
-    let noreply = noreply_last(&args, count);
-    let key = args[0];
-    if !key_is_valid(key, limits.key_len_max) {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            noreply,
-        ));
-    }
-    let Some(exptime) = parse_i64(args[1]) else {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_INVALID_EXPTIME,
-            line.consumed,
-            noreply,
-        ));
-    };
+    let (key, exptime, noreply) =
+        key_and_number(&line, limits, parse_i64, CLIENT_ERROR_INVALID_EXPTIME)?;
     let request = Request::Touch(Touch {
         key,
         exptime,

@@ -317,6 +317,32 @@ pub(crate) fn split_args<const N: usize>(args: Tokens<'_>) -> ([&[u8]; N], usize
     (out, count)
 }
 
+/// Parses `<key> <number> [noreply]` (incr, decr, touch): checks the arity and the key and
+/// parses the number token with `parse`, answering `number_error` when it does not parse.
+/// Returns the key, the number and `noreply`.
+pub(crate) fn key_and_number<'a, T>(
+    line: &Line<'a>,
+    limits: &Limits,
+    parse: fn(&[u8]) -> Option<T>,
+    number_error: &'static [u8],
+) -> Result<(&'a [u8], T, bool), ParseError> {
+    let (args, count) = split_args::<3>(line.args);
+    if !(2..=3).contains(&count) {
+        return Err(ParseError::reply(encode::ERROR, line.consumed, false));
+    }
+    let noreply = noreply_last(&args, count);
+    let key = args[0];
+    if !token::key_is_valid(key, limits.key_len_max) {
+        return Err(ParseError::reply(
+            encode::CLIENT_ERROR_BAD_FORMAT,
+            line.consumed,
+            noreply,
+        ));
+    }
+    let number = parse(args[1]).ok_or(ParseError::reply(number_error, line.consumed, noreply))?;
+    Ok((key, number, noreply))
+}
+
 /// Whether a classic command's last argument is exactly `noreply`, as memcached's
 /// `set_noreply_maybe` decides.
 pub(crate) fn noreply_last(args: &[&[u8]], count: usize) -> bool {
