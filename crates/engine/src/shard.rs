@@ -45,6 +45,13 @@ fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
+/// The segment a write goes to, and whether getting it opened a segment (which may have evicted
+/// or moved records).
+struct Reserved {
+    id: u32,
+    opened: bool,
+}
+
 /// Why a segment is being freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FreeReason {
@@ -191,12 +198,15 @@ impl Shard {
             .expires_at_ms
             .map(|at| at.saturating_sub(inner.now_ms()));
         let bucket = ttl::bucket_for(ttl_ms);
-        let current_seq = self
-            .lookup(inner, key, hash)
-            .map(|f| self.seq_at(inner, f.entry.location));
-        let id = self.reserve(inner, bucket, size, current_seq)?;
-        // Reserving may have evicted or moved the key's record: look it up again.
-        let previous = self.lookup(inner, key, hash).map(|f| (f.slot, f.entry));
+        let current = self.lookup(inner, key, hash).map(|f| (f.slot, f.entry));
+        let current_seq = current.map(|(_, entry)| self.seq_at(inner, entry.location));
+        let Reserved { id, opened } = self.reserve(inner, bucket, size, current_seq)?;
+        // Opening a segment may have evicted or moved the key's record: look it up again.
+        let previous = if opened {
+            self.lookup(inner, key, hash).map(|f| (f.slot, f.entry))
+        } else {
+            current
+        };
         let owned = self.owned_mut(id);
         let offset = owned.write_offset;
         let first_record = offset == 0;
@@ -385,14 +395,15 @@ impl Shard {
         bucket: usize,
         size: usize,
         min_seq: Option<u64>,
-    ) -> Result<u32, WriteError> {
+    ) -> Result<Reserved, WriteError> {
+        let mut opened = false;
         for _ in 0..8 {
             let bucket = self.write_bucket(inner, bucket);
             if let Some(&id) = self.chains[bucket].back() {
                 let owned = self.owned(id);
                 let ordered = min_seq.is_none_or(|seq| owned.fields.seq >= seq);
                 if !owned.sealed && owned.free_bytes() >= size && ordered {
-                    return Ok(id);
+                    return Ok(Reserved { id, opened });
                 }
                 if !ordered {
                     // The key's current record is newer than this segment: rather than seal a
@@ -402,7 +413,7 @@ impl Shard {
                         if owned.free_bytes() >= size
                             && min_seq.is_none_or(|s| owned.fields.seq >= s)
                         {
-                            return Ok(newest);
+                            return Ok(Reserved { id: newest, opened });
                         }
                     }
                 }
@@ -411,6 +422,7 @@ impl Shard {
             let segment = inner.obtain_segment(self)?;
             let id = self.install(inner, segment, bucket)?;
             self.reinsert_survivors(inner, id)?;
+            opened = true;
         }
         Err(WriteError::OutOfMemory)
     }
