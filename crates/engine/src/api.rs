@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
-use crate::shard::{Found, Shard};
+use crate::shard::{Found, Shard, ShardWrite};
 use crate::{
     Arith, Change, Condition, Engine, Expiry, Inner, ItemRef, StoreOptions, StoreOutcome,
     WriteError,
@@ -198,7 +198,7 @@ impl Engine {
         self.check_value(key, value.len(), &meta)?;
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
-        let mut shard = lock.write();
+        let mut shard = ShardWrite::lock(lock);
         if meta
             .expires_at_ms
             .is_some_and(|at| at <= self.inner.now_ms())
@@ -229,7 +229,7 @@ impl Engine {
         check_key(key)?;
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
-        let mut shard = lock.write();
+        let mut shard = ShardWrite::lock(lock);
         let inner: &Inner = &self.inner;
         let now_ms = inner.now_ms();
         let mut buffer = std::mem::take(&mut shard.scratch);
@@ -387,7 +387,7 @@ impl Engine {
 
     fn flush_now(&self) -> Result<(), WriteError> {
         for shard in self.inner.shards.iter() {
-            let freed = shard.0.write().flush(&self.inner)?;
+            let freed = ShardWrite::lock(&shard.0).flush(&self.inner)?;
             self.inner.release(freed);
         }
         Ok(())
@@ -400,7 +400,7 @@ impl Engine {
         let now_ms = self.inner.now_ms();
         let mut count = 0;
         for shard in self.inner.shards.iter() {
-            let freed = shard.0.write().expire(&self.inner, now_ms)?;
+            let freed = ShardWrite::lock(&shard.0).expire(&self.inner, now_ms)?;
             count += freed.len();
             self.inner.release(freed);
         }

@@ -35,6 +35,38 @@ pub enum PoolLocation {
     Simulated,
 }
 
+/// Where the hash index lives (Feed-Cube's two configurations).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IndexPlacement {
+    /// Anonymous DRAM: the fastest lookups; a clean stop saves it beside the pool and a crash
+    /// rebuilds it from the records.
+    #[default]
+    Dram,
+    /// Files in the pool's index directory (`<pool>.index/`, on the pool's medium): a restart
+    /// after a clean stop or a process crash maps it and serves with nothing to rebuild. Needs a
+    /// file pool.
+    Pool,
+}
+
+impl IndexPlacement {
+    /// Parses `dram` or `pool`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "dram" => Some(IndexPlacement::Dram),
+            "pool" => Some(IndexPlacement::Pool),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexPlacement::Dram => "dram",
+            IndexPlacement::Pool => "pool",
+        }
+    }
+}
+
 /// Which segment to give up when the pool is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvictionPolicy {
@@ -152,6 +184,8 @@ pub struct EngineConfig {
     pub item_size_bytes_expected: u64,
     /// What acknowledged writes survive.
     pub durability: Durability,
+    /// Where the index lives.
+    pub index_placement: IndexPlacement,
     /// With `Durability::Sync`: writes only record what to persist, and the caller persists a
     /// whole batch with `Engine::commit` before acknowledging it (group commit; the server does
     /// this once per connection batch). Without it, each write persists before it returns.
@@ -174,6 +208,7 @@ impl Default for EngineConfig {
             value_len_max: VALUE_LEN_MAX_DEFAULT,
             item_size_bytes_expected: ITEM_SIZE_BYTES_EXPECTED_DEFAULT,
             durability: Durability::None,
+            index_placement: IndexPlacement::Dram,
             group_commit: false,
             clock: Arc::new(SystemClock),
             fail_persist_from: None,
@@ -205,6 +240,11 @@ impl EngineConfig {
         }
         if self.shard_count == 0 || self.shard_count > SHARD_COUNT_MAX {
             return Err("shard count must be 1..=1024");
+        }
+        if self.index_placement == IndexPlacement::Pool
+            && !matches!(self.pool, PoolLocation::File(_))
+        {
+            return Err("index placement `pool` needs a file pool");
         }
         if self.item_size_bytes_expected < 16 {
             return Err("expected item size must be at least 16 bytes");

@@ -32,6 +32,9 @@
 //! the 3-bit access frequency with a relaxed compare-exchange; writers hold `&mut self`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use strata_pool::{IndexFiles, LineTable, TableKind};
 
 /// Slots per bucket.
 pub const SLOTS_PER_BUCKET: usize = 8;
@@ -117,29 +120,205 @@ fn position(h: u32, bucket_count: usize) -> usize {
     ((u64::from(h) * bucket_count as u64) >> HASH_BITS) as usize
 }
 
-fn new_buckets(count: usize) -> Vec<Bucket> {
-    strata_pool::zeroed_lines(count)
+/// First overflow table size, in buckets; it doubles when full.
+const OVERFLOW_BUCKETS_MIN: usize = 64;
+
+/// Where a shard's index tables live.
+#[derive(Clone, Debug)]
+pub enum TableHome {
+    /// Anonymous DRAM: rebuilt or reloaded at every start.
+    Dram,
+    /// Files in the pool's index directory, which a restart can map again as they are.
+    Files {
+        /// The pool's index directory.
+        files: Arc<IndexFiles>,
+        /// The shard the tables belong to.
+        shard: u16,
+    },
+}
+
+/// Which tables an index uses, as its shard's control line records them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TablesDesc {
+    /// Items indexed.
+    pub items: u64,
+    /// Primary table generation (its file name) and size in buckets.
+    pub primary_generation: u64,
+    /// Primary buckets.
+    pub primary_count: u64,
+    /// Overflow table generation, 0 when there is none yet.
+    pub overflow_generation: u64,
+    /// Overflow table capacity in buckets.
+    pub overflow_capacity: u64,
+    /// Overflow buckets in use (a prefix of the table).
+    pub overflow_len: u64,
 }
 
 /// A shard's index.
 pub struct Index {
-    buckets: Vec<Bucket>,
-    overflow: Vec<Bucket>,
-    overflow_free: Vec<u32>,
+    buckets: LineTable,
+    overflow: LineTable,
+    overflow_len: usize,
     items: usize,
+    home: TableHome,
+    primary_generation: u64,
+    overflow_generation: u64,
+    /// The newest generation number handed out (generations only grow).
+    generation: u64,
+    /// A table could not be created in the index directory and lives in DRAM instead: the
+    /// files do not describe this index, so a restart must rebuild it.
+    degraded: bool,
 }
 
 impl Index {
-    /// An empty index sized for `items_expected` items at the growth threshold.
+    /// An empty DRAM index sized for `items_expected` items at the growth threshold.
     pub fn with_capacity(items_expected: usize) -> Self {
+        Self::with_capacity_in(TableHome::Dram, items_expected, 0)
+    }
+
+    /// An empty index in `home`, its tables numbered from `generation + 1`.
+    pub fn with_capacity_in(home: TableHome, items_expected: usize, generation: u64) -> Self {
         let slots = (items_expected * 100).div_ceil(LOAD_PERCENT_SIZED);
-        let bucket_count = slots.div_ceil(SLOTS_PER_BUCKET).max(2);
+        let mut index = Self::without_tables(home, generation);
+        index.set_primary(slots.div_ceil(SLOTS_PER_BUCKET).max(2));
+        index
+    }
+
+    fn without_tables(home: TableHome, generation: u64) -> Self {
         Index {
-            buckets: new_buckets(bucket_count),
-            overflow: Vec::new(),
-            overflow_free: Vec::new(),
+            buckets: LineTable::dram(0),
+            overflow: LineTable::dram(0),
+            overflow_len: 0,
             items: 0,
+            home,
+            primary_generation: 0,
+            overflow_generation: 0,
+            generation,
+            degraded: false,
         }
+    }
+
+    /// Gives an index without tables an empty primary table of `bucket_count` buckets.
+    fn set_primary(&mut self, bucket_count: usize) {
+        let (buckets, generation) = self.new_table(TableKind::Primary, bucket_count);
+        self.buckets = buckets;
+        self.primary_generation = generation;
+    }
+
+    /// Maps the tables a control line describes, as a restart found them. Fails when a file is
+    /// missing or of another size, or when the tables do not hold `desc.items` items in chains
+    /// that stay inside the tables.
+    pub fn open_in(
+        files: Arc<IndexFiles>,
+        shard: u16,
+        desc: TablesDesc,
+    ) -> Result<Self, strata_pool::PoolError> {
+        let dir = files.dir().to_path_buf();
+        let invalid = |message: &str| strata_pool::PoolError::Io {
+            op: "open index",
+            path: dir.clone(),
+            message: format!("shard {shard}: {message}"),
+        };
+        let primary_count = usize::try_from(desc.primary_count).unwrap_or(0);
+        let overflow_capacity = usize::try_from(desc.overflow_capacity).unwrap_or(0);
+        if primary_count < 2
+            || desc.overflow_len > desc.overflow_capacity
+            || (desc.overflow_generation == 0) != (overflow_capacity == 0)
+            || primary_count.saturating_add(overflow_capacity) > u32::MAX as usize
+        {
+            return Err(invalid("control line out of range"));
+        }
+        let buckets = files.open_table(
+            shard,
+            TableKind::Primary,
+            desc.primary_generation,
+            primary_count,
+        )?;
+        let overflow = if overflow_capacity == 0 {
+            LineTable::dram(0)
+        } else {
+            files.open_table(
+                shard,
+                TableKind::Overflow,
+                desc.overflow_generation,
+                overflow_capacity,
+            )?
+        };
+        let index = Index {
+            buckets,
+            overflow,
+            overflow_len: desc.overflow_len as usize,
+            items: desc.items as usize,
+            home: TableHome::Files { files, shard },
+            primary_generation: desc.primary_generation,
+            overflow_generation: desc.overflow_generation,
+            generation: desc.primary_generation.max(desc.overflow_generation),
+            degraded: false,
+        };
+        if !index.links_in_range() {
+            return Err(invalid("an overflow link points outside the table"));
+        }
+        Ok(index)
+    }
+
+    /// The tables in use, for the shard's control line.
+    pub fn desc(&self) -> TablesDesc {
+        TablesDesc {
+            items: self.items as u64,
+            primary_generation: self.primary_generation,
+            primary_count: self.buckets.len() as u64,
+            overflow_generation: self.overflow_generation,
+            overflow_capacity: self.overflow.len() as u64,
+            overflow_len: self.overflow_len as u64,
+        }
+    }
+
+    /// True when the index lives in files that describe it (see `degraded`).
+    pub fn in_files(&self) -> bool {
+        matches!(self.home, TableHome::Files { .. }) && !self.degraded
+    }
+
+    /// A zeroed table of `count` buckets in this index's home, and its generation. When the
+    /// file cannot be made the table goes to DRAM and the index is marked degraded (served as
+    /// normal, rebuilt at the next start).
+    fn new_table(&mut self, kind: TableKind, count: usize) -> (LineTable, u64) {
+        self.generation += 1;
+        let generation = self.generation;
+        let table = match &self.home {
+            TableHome::Dram => LineTable::dram(count),
+            TableHome::Files { files, shard } => {
+                match files.create_table(*shard, kind, generation, count) {
+                    Ok(table) => table,
+                    Err(_) => {
+                        self.degraded = true;
+                        LineTable::dram(count)
+                    }
+                }
+            }
+        };
+        (table, generation)
+    }
+
+    /// Deletes the files of this index's tables (the index is being replaced by a rebuilt one).
+    pub fn retire(self) {
+        self.buckets.retire();
+        self.overflow.retire();
+    }
+
+    /// Writes file-backed tables back to their medium.
+    pub fn persist(&self) -> Result<(), strata_pool::PoolError> {
+        self.buckets.persist()?;
+        self.overflow.persist()
+    }
+
+    fn links_in_range(&self) -> bool {
+        self.buckets
+            .iter()
+            .chain(&self.overflow[..self.overflow_len])
+            .all(|bucket| {
+                let last = bucket.0[LINK_SLOT].load(Ordering::Relaxed);
+                !is_link(last) || ((last & LOCATION_MASK) as usize) < self.overflow_len
+            })
     }
 
     /// Items indexed.
@@ -152,14 +331,14 @@ impl Index {
         self.buckets.len()
     }
 
-    /// Overflow buckets in use or free.
+    /// Overflow buckets in use.
     pub fn overflow_bucket_count(&self) -> usize {
-        self.overflow.len()
+        self.overflow_len
     }
 
     /// Memory the index holds.
     pub fn size_bytes(&self) -> usize {
-        (self.buckets.capacity() + self.overflow.capacity()) * std::mem::size_of::<Bucket>()
+        (self.buckets.len() + self.overflow.len()) * std::mem::size_of::<Bucket>()
     }
 
     /// Memory the index would hold after the next growth.
@@ -401,13 +580,11 @@ impl Index {
             }
             at = (true, (last & LOCATION_MASK) as u32);
         }
-        let index = match self.overflow_free.pop() {
-            Some(index) => index,
-            None => {
-                self.overflow.push(Bucket::default());
-                u32::try_from(self.overflow.len() - 1).expect("overflow buckets fit in u32")
-            }
-        };
+        if self.overflow_len == self.overflow.len() {
+            self.grow_overflow();
+        }
+        let index = u32::try_from(self.overflow_len).expect("overflow buckets fit in u32");
+        self.overflow_len += 1;
         let tail = self.bucket(at.0, at.1);
         let moved = tail.0[LINK_SLOT].load(Ordering::Relaxed);
         tail.0[LINK_SLOT].store(LINK_BIT | u64::from(index), Ordering::Relaxed);
@@ -416,17 +593,27 @@ impl Index {
         fresh.0[1].store(value, Ordering::Relaxed);
     }
 
+    /// Moves the overflow buckets to a table twice the size.
+    fn grow_overflow(&mut self) {
+        let capacity = (self.overflow.len() * 2).max(OVERFLOW_BUCKETS_MIN);
+        let (table, generation) = self.new_table(TableKind::Overflow, capacity);
+        for (to, from) in table.iter().zip(&self.overflow[..self.overflow_len]) {
+            for (a, b) in to.0.iter().zip(&from.0) {
+                a.store(b.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+        std::mem::replace(&mut self.overflow, table).retire();
+        self.overflow_generation = generation;
+    }
+
     /// Grows the primary buckets by a quarter, moving every item to the same candidate in the new
     /// table (positions map monotonically onto buckets for any bucket count).
     /// Runs under the shard's write lock; its pause is proportional to the shard's items.
     pub fn grow(&mut self) {
         let new_count = Self::grown_count(self.buckets.len());
-        let mut grown = Index {
-            buckets: new_buckets(new_count),
-            overflow: Vec::new(),
-            overflow_free: Vec::new(),
-            items: 0,
-        };
+        let mut grown = Index::without_tables(self.home.clone(), self.generation);
+        grown.degraded = self.degraded;
+        grown.set_primary(new_count);
         for head in 0..self.buckets.len() {
             self.walk_chain::<()>(head, |_, value| {
                 let entry = unpack(value);
@@ -448,7 +635,7 @@ impl Index {
             });
         }
         assert_eq!(grown.items, self.items, "growth keeps every item");
-        *self = grown;
+        std::mem::replace(self, grown).retire();
     }
 
     /// Appends the index to `out` (little-endian): item count, primary and overflow bucket
@@ -457,7 +644,10 @@ impl Index {
     /// primaries), then the free overflow ids as `u32`. Sparse, so its size follows the items,
     /// not the table. `import` reads it back.
     pub fn export(&self, out: &mut Vec<u8>) {
-        let tables = self.buckets.iter().chain(&self.overflow);
+        let tables = self
+            .buckets
+            .iter()
+            .chain(&self.overflow[..self.overflow_len]);
         let used: usize = tables
             .clone()
             .map(|b| {
@@ -469,8 +659,8 @@ impl Index {
         let counts = [
             self.items,
             self.buckets.len(),
-            self.overflow.len(),
-            self.overflow_free.len(),
+            self.overflow_len,
+            0, // free overflow buckets: none since they stopped being freed (format kept)
             used,
         ];
         for count in counts {
@@ -485,9 +675,6 @@ impl Index {
                     out.extend_from_slice(&value.to_le_bytes());
                 }
             }
-        }
-        for free in &self.overflow_free {
-            out.extend_from_slice(&free.to_le_bytes());
         }
     }
 
@@ -511,8 +698,8 @@ impl Index {
         {
             return None;
         }
-        let buckets = new_buckets(bucket_count);
-        let overflow: Vec<Bucket> = (0..overflow_count).map(|_| Bucket::default()).collect();
+        let buckets = LineTable::dram(bucket_count);
+        let overflow = LineTable::dram(overflow_count);
         for entry in bytes[40..entries_end].chunks_exact(ENTRY_BYTES) {
             let index = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes")) as usize;
             let slot = entry[4] as usize;
@@ -524,21 +711,16 @@ impl Index {
             };
             bucket?.0.get(slot)?.store(value, Ordering::Relaxed);
         }
-        let overflow_free = bytes[entries_end..end]
-            .chunks_exact(4)
-            .map(|raw| u32::from_le_bytes(raw.try_into().expect("4 bytes")))
-            .collect();
+        // Free overflow ids (bytes[entries_end..end]) are no longer kept: a listed bucket just
+        // stays unused.
         let index = Index {
             buckets,
             overflow,
-            overflow_free,
+            overflow_len: overflow_count,
             items,
+            ..Self::without_tables(TableHome::Dram, 0)
         };
-        let links_in_range = index.buckets.iter().chain(&index.overflow).all(|bucket| {
-            let last = bucket.0[LINK_SLOT].load(Ordering::Relaxed);
-            !is_link(last) || ((last & LOCATION_MASK) as usize) < index.overflow.len()
-        });
-        if !links_in_range {
+        if !index.links_in_range() {
             return None;
         }
         let counted = (0..index.buckets.len())

@@ -26,6 +26,7 @@ mod clock;
 mod config;
 mod error;
 mod index;
+mod index_files;
 mod record;
 mod recovery;
 mod root;
@@ -40,8 +41,9 @@ pub use api::{
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    Durability, EngineConfig, EvictionPolicy, PoolLocation, DATA_BYTES_MAX, MEMORY_BYTES_DEFAULT,
-    SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
+    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation, DATA_BYTES_MAX,
+    MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT,
+    VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
 pub use record::KEY_LEN_MAX;
@@ -54,7 +56,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use strata_pool::{PersistError, Pool, Segment};
 
-use shard::Shard;
+use shard::{Shard, ShardWrite};
 
 /// An item as returned by a read, borrowing the engine's memory for the closure's duration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -315,7 +317,7 @@ impl Inner {
             // the media with a later sync, or never: recovery would pick the newer, durable record
             // by (seq, offset) anyway. What must never happen is a mark durable before its
             // replacement, and writing it after the sync rules that out.
-            let mut shards: Vec<_> = self.shards.iter().map(|s| s.0.write()).collect();
+            let mut shards: Vec<_> = self.shards.iter().map(|s| ShardWrite::lock(&s.0)).collect();
             shards
                 .iter_mut()
                 .for_each(|shard| shard.forget_dirty_ranges());
@@ -326,7 +328,7 @@ impl Inner {
             return self.check_writable();
         }
         for shard in self.shards.iter() {
-            shard.0.write().persist_dirty(self)?;
+            ShardWrite::lock(&shard.0).persist_dirty(self)?;
         }
         self.check_writable()
     }
@@ -425,6 +427,8 @@ impl Inner {
 /// The engine. `Send + Sync`: share it with `Arc` between threads.
 pub struct Engine {
     inner: Inner,
+    /// The index directory, when the index lives in the pool.
+    files: Option<std::sync::Arc<strata_pool::IndexFiles>>,
     pool: Mutex<Pool>,
     recovery: RecoveryReport,
     closed: AtomicBool,

@@ -5,10 +5,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 use strata_pool::{Backend, FaultPlan, Geometry, Location, OpenMode, Opened, Pool, PoolOptions};
 
-use crate::config::{Durability, EngineConfig, PoolLocation};
+use std::sync::Arc;
+
+use strata_pool::IndexFiles;
+
+use crate::config::{Durability, EngineConfig, IndexPlacement, PoolLocation};
 use crate::error::OpenError;
+use crate::index::{Index, TableHome};
+use crate::index_files::{self, Anchor};
 use crate::recovery::{self, RecoveryPlan, RecoveryReport};
-use crate::shard::Shard;
+use crate::segment::{self, HeaderRead};
+use crate::shard::{Shard, ShardWrite};
 use crate::{record, root, snapshot, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
 
 /// What recovery does with a reopened pool, from how it was left.
@@ -93,9 +100,58 @@ impl Engine {
         let items_expected =
             memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
         let per_shard = (items_expected / u64::from(shard_count)).max(16) as usize;
+        let files =
+            match (&config.pool, config.index_placement) {
+                (PoolLocation::File(path), IndexPlacement::Pool) => Some(Arc::new(
+                    IndexFiles::open(path, usize::from(shard_count), segments.len())?,
+                )),
+                (PoolLocation::File(path), IndexPlacement::Dram) => {
+                    IndexFiles::remove(path);
+                    None
+                }
+                _ => None,
+            };
+        let mut trusted = vec![false; usize::from(shard_count)];
         let shards: Box<[_]> = (0..shard_count)
-            .map(|id| Padded(RwLock::new(Shard::new(id, segments.len(), per_shard))))
+            .map(|id| {
+                let Some(files) = &files else {
+                    let index = Index::with_capacity(per_shard);
+                    return Padded(RwLock::new(Shard::new(id, segments.len(), index, None)));
+                };
+                let anchor = Anchor::new(Arc::clone(files), usize::from(id));
+                let reopened = (plan == RecoveryPlan::Recover
+                    && index_files::files_match_pool(files, pool.info().pool_id, pool.opened())
+                    && books_sane(&anchor, id, &segments, geometry.segment_size_bytes as usize))
+                .then(|| anchor.consistent_desc())
+                .flatten()
+                .and_then(|desc| Index::open_in(Arc::clone(files), id, desc).ok());
+                let index = match reopened {
+                    Some(index) => {
+                        trusted[usize::from(id)] = true;
+                        index
+                    }
+                    None => {
+                        anchor.begin();
+                        let home = TableHome::Files {
+                            files: Arc::clone(files),
+                            shard: id,
+                        };
+                        Index::with_capacity_in(home, per_shard, 0)
+                    }
+                };
+                anchor.remove_other_tables(index.desc());
+                Padded(RwLock::new(Shard::new(
+                    id,
+                    segments.len(),
+                    index,
+                    Some(anchor),
+                )))
+            })
             .collect();
+        if let Some(files) = &files {
+            // Every shard to be rebuilt is marked changing: the files may now name this session.
+            files.bind(pool.info().pool_id, pool.state_seq());
+        }
         let index_bytes: usize = shards.iter().map(|s| s.0.read().index.size_bytes()).sum();
         let segment_size_bytes = geometry.segment_size_bytes as usize;
         let total = segments.len();
@@ -137,18 +193,19 @@ impl Engine {
             value_len_max: config.value_len_max,
         };
         let snapshot = match (plan, pool.take_sidecar()) {
-            (RecoveryPlan::Recover, Some(payload)) => Some(payload),
+            (RecoveryPlan::Recover, Some(payload)) if files.is_none() => Some(payload),
             _ => None,
         };
         let recovery = match snapshot {
             Some(payload) => match snapshot::restore(&inner, segments, &payload) {
                 Ok(report) => report,
-                Err(segments) => recovery::recover(&inner, segments, plan)?,
+                Err(segments) => recovery::recover(&inner, segments, plan, &trusted)?,
             },
-            None => recovery::recover(&inner, segments, plan)?,
+            None => recovery::recover(&inner, segments, plan, &trusted)?,
         };
         Ok(Engine {
             inner,
+            files,
             pool: Mutex::new(pool),
             recovery,
             closed: AtomicBool::new(false),
@@ -194,7 +251,12 @@ impl Engine {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let mut locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
+        let mut locks: Vec<_> = self
+            .inner
+            .shards
+            .iter()
+            .map(|s| ShardWrite::lock(&s.0))
+            .collect();
         for shard in &mut locks {
             // Deferred dead marks are applied too, so the pool and the snapshot agree.
             shard
@@ -205,15 +267,32 @@ impl Engine {
                     message: e.to_string(),
                 })?;
         }
+        let mut pool = self.pool.lock();
+        if let Some(files) = &self.files {
+            // The tables and control lines reach the medium before the pool says clean; the
+            // control header then names the clean state the next open will find.
+            for shard in &mut locks {
+                shard.record_change();
+                shard.index.persist()?;
+            }
+            files.bind(pool.info().pool_id, pool.state_seq() + 1);
+            files.persist_control()?;
+            return pool.close_clean(None);
+        }
         let shards: Vec<&Shard> = locks.iter().map(|guard| &**guard).collect();
         let payload = snapshot::save(&shards);
-        self.pool.lock().close_clean(Some(&payload))
+        pool.close_clean(Some(&payload))
     }
 
     /// For a simulated pool: what a power cut now would leave (see `strata_pool::Pool::crash_image`).
     /// Takes every shard's lock so no write is half-way through a copy.
     pub fn crash_image(&self, keep_unpersisted_line: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
-        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
+        let _locks: Vec<_> = self
+            .inner
+            .shards
+            .iter()
+            .map(|s| ShardWrite::lock(&s.0))
+            .collect();
         self.pool.lock().crash_image(keep_unpersisted_line)
     }
 
@@ -256,4 +335,18 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Whether every in-use segment of shard `id` has a plausible book, and no segment header is
+/// damaged (a damaged header could have belonged to any shard, so no shard's files are trusted).
+fn books_sane(anchor: &Anchor, id: u16, segments: &[strata_pool::Segment], size: usize) -> bool {
+    segments
+        .iter()
+        .all(|segment| match segment::read_header(segment.header()) {
+            HeaderRead::Free => true,
+            HeaderRead::Corrupt => false,
+            HeaderRead::InUse(fields) => {
+                fields.shard != id || anchor.book(segment.id(), size).is_some()
+            }
+        })
 }

@@ -11,6 +11,7 @@ use strata_pool::Segment;
 
 use crate::error::OpenError;
 use crate::segment::{self, HeaderRead, OwnedSegment};
+use crate::shard::ShardWrite;
 use crate::Inner;
 
 /// What to do with the segments of a reopened pool.
@@ -42,12 +43,18 @@ pub struct RecoveryReport {
     pub segments_discarded: u64,
     /// The DRAM state came from the clean-close snapshot (no scan was needed).
     pub from_snapshot: bool,
+    /// Shards whose index was mapped from the pool's index files as they were left (no scan).
+    pub shards_from_index_files: u64,
 }
 
+/// Recovers every shard from its segments, except shards marked `trusted`, whose index was
+/// mapped from the pool's index files: their segments are adopted with the bookkeeping their
+/// books recorded, unread.
 pub(crate) fn recover(
     inner: &Inner,
     segments: Vec<Segment>,
     plan: RecoveryPlan,
+    trusted: &[bool],
 ) -> Result<RecoveryReport, OpenError> {
     let mut report = RecoveryReport::default();
     let mut owned = Vec::new();
@@ -60,6 +67,25 @@ pub(crate) fn recover(
                 segment.header_mut().fill(0);
                 segment.persist_header()?;
                 free.push(segment);
+            }
+            HeaderRead::InUse(fields) if trusted.get(fields.shard as usize) == Some(&true) => {
+                seq_max = seq_max.max(fields.seq);
+                report.segments_recovered += 1;
+                let shard = &inner.shards[fields.shard as usize].0;
+                let mut shard = ShardWrite::lock(shard);
+                let book = shard
+                    .anchor()
+                    .and_then(|a| a.book(segment.id(), inner.segment_size_bytes))
+                    .expect("trusted shards have sane books (checked at open)");
+                shard.adopt(OwnedSegment {
+                    segment,
+                    fields,
+                    write_offset: book.write_offset,
+                    sealed: true,
+                    live_items: book.live_items,
+                    live_bytes: book.live_bytes,
+                    expires_at_ms: book.expires_at_ms,
+                });
             }
             HeaderRead::InUse(fields) if (fields.shard as usize) < inner.shards.len() => {
                 seq_max = seq_max.max(fields.seq);
@@ -74,17 +100,18 @@ pub(crate) fn recover(
             }
         }
     }
-    report.segments_recovered = owned.len() as u64;
-    let in_use = owned.len();
+    report.segments_recovered += owned.len() as u64;
+    let in_use = report.segments_recovered as usize;
+    for (shard, _) in trusted.iter().enumerate().filter(|(_, &t)| t) {
+        report.items_recovered += inner.shards[shard].0.read().index.len() as u64;
+        report.shards_from_index_files += 1;
+    }
     let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); inner.shards.len()];
     for segment in &owned {
         by_shard[segment.fields.shard as usize].push(segment.segment.id());
     }
     for segment in owned {
-        inner.shards[segment.fields.shard as usize]
-            .0
-            .write()
-            .adopt(segment);
+        ShardWrite::lock(&inner.shards[segment.fields.shard as usize].0).adopt(segment);
     }
     index_shards_in_parallel(inner, &by_shard, &mut report);
     settle(inner, seq_max, in_use, free);
@@ -129,7 +156,7 @@ fn index_shards_in_parallel(inner: &Inner, by_shard: &[Vec<u32>], report: &mut R
                 scope.spawn(move || {
                     let mut partial = RecoveryReport::default();
                     for shard_index in (t..by_shard.len()).step_by(threads) {
-                        let mut shard = inner.shards[shard_index].0.write();
+                        let mut shard = ShardWrite::lock(&inner.shards[shard_index].0);
                         for &id in &by_shard[shard_index] {
                             if shard.scan_log(id) {
                                 partial.records_invalid += 1;

@@ -18,6 +18,7 @@ use strata_pool::Segment;
 use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index::{self, Entry, Index, SlotRef};
+use crate::index_files::Anchor;
 use crate::record::{self, RecordMeta, RecordView};
 use crate::recovery::RecoveryReport;
 use crate::segment::{self, HeaderFields, OwnedSegment};
@@ -80,6 +81,44 @@ pub(crate) struct Shard {
     pending_dead: Vec<u64>,
     pub(crate) counters: ShardCounters,
     rng_state: u64,
+    /// With the index in the pool: the shard's control line, kept in step at every change.
+    anchor: Option<Anchor>,
+    /// Segments whose bookkeeping changed since the change began (index in the pool only).
+    touched: Vec<u32>,
+}
+
+/// Write access to a shard. With the index in the pool, taking it marks the shard as changing
+/// and dropping it records the change (see `index_files`).
+pub(crate) struct ShardWrite<'a>(parking_lot::RwLockWriteGuard<'a, Shard>);
+
+impl ShardWrite<'_> {
+    pub(crate) fn lock(lock: &parking_lot::RwLock<Shard>) -> ShardWrite<'_> {
+        let shard = lock.write();
+        if let Some(anchor) = &shard.anchor {
+            anchor.begin();
+        }
+        ShardWrite(shard)
+    }
+}
+
+impl std::ops::Deref for ShardWrite<'_> {
+    type Target = Shard;
+
+    fn deref(&self) -> &Shard {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ShardWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.0
+    }
+}
+
+impl Drop for ShardWrite<'_> {
+    fn drop(&mut self) {
+        self.0.record_change();
+    }
 }
 
 /// A record found by a lookup.
@@ -91,10 +130,10 @@ pub(crate) struct Found<'a> {
 }
 
 impl Shard {
-    pub(crate) fn new(id: u16, segment_count: usize, items_expected: usize) -> Self {
+    pub(crate) fn new(id: u16, segment_count: usize, index: Index, anchor: Option<Anchor>) -> Self {
         Shard {
             id,
-            index: Index::with_capacity(items_expected),
+            index,
             segments: (0..segment_count).map(|_| None).collect(),
             chains: (0..ttl::TTL_BUCKET_COUNT)
                 .map(|_| VecDeque::new())
@@ -109,7 +148,31 @@ impl Shard {
             pending_dead: Vec::new(),
             counters: ShardCounters::default(),
             rng_state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(id),
+            anchor,
+            touched: Vec::new(),
         }
+    }
+
+    /// The shard's control line, when its index lives in the pool.
+    pub(crate) fn anchor(&self) -> Option<&Anchor> {
+        self.anchor.as_ref()
+    }
+
+    /// Ends a change (see `ShardWrite`): writes the books of touched segments and the index's
+    /// tables to the control line, and marks it consistent unless dead marks still wait for a
+    /// commit or the index could not stay in its files.
+    pub(crate) fn record_change(&mut self) {
+        let Some(anchor) = &self.anchor else {
+            return;
+        };
+        let segments = &self.segments;
+        let touched = self
+            .touched
+            .iter()
+            .filter_map(|&id| segments[id as usize].as_deref());
+        let consistent = self.pending_dead.is_empty() && self.index.in_files();
+        anchor.end(self.index.desc(), touched, consistent);
+        self.touched.clear();
     }
 
     fn owned(&self, id: u32) -> &OwnedSegment {
@@ -119,6 +182,9 @@ impl Shard {
     }
 
     fn owned_mut(&mut self, id: u32) -> &mut OwnedSegment {
+        if self.anchor.is_some() && self.touched.last() != Some(&id) {
+            self.touched.push(id);
+        }
         self.segments[id as usize]
             .as_deref_mut()
             .expect("owned segment")
@@ -516,6 +582,9 @@ impl Shard {
             "a segment has one owner"
         );
         self.segments[id as usize] = Some(Box::new(owned));
+        if self.anchor.is_some() {
+            self.touched.push(id);
+        }
     }
 
     fn reinsert_survivors(&mut self, inner: &Inner, id: u32) -> Result<(), WriteError> {

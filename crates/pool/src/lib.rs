@@ -27,6 +27,7 @@ mod error;
 mod header;
 mod mapping;
 mod sidecar;
+mod tables;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -39,6 +40,7 @@ pub use header::{
     SEGMENT_HEADER_SIZE_BYTES,
 };
 pub use mapping::{Backend, FaultPlan, FlushMethod, PersistenceDomain};
+pub use tables::{ControlHeader, IndexFiles, LineTable, TableKind, SEGMENT_BOOK_SIZE_BYTES};
 
 use mapping::Mapping;
 
@@ -231,6 +233,11 @@ impl Pool {
                 message: e.message,
             })?;
         Ok(pool)
+    }
+
+    /// This session's pool state sequence number (a clean close writes the next one).
+    pub fn state_seq(&self) -> u64 {
+        self.state.state_seq
     }
 
     /// Header fields as validated at open.

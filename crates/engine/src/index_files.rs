@@ -1,0 +1,177 @@
+//! The index placed in the pool (`IndexPlacement::Pool`): each shard's index tables live in
+//! files of the pool's index directory (see `strata_pool::IndexFiles`), and a control line per
+//! shard plus a book per segment let a restart map them and serve at once, after a clean stop
+//! or a process crash, instead of rebuilding the index from the records.
+//!
+//! Shard control line (eight u64 words):
+//!
+//! ```text
+//!  0 state         0: the line, the shard's tables and its segments' books agree with the
+//!                  pool; 1: a change is in progress, or the files cannot be trusted
+//!  1 items         2 primary generation   3 primary buckets
+//!  4 overflow generation (0: none)        5 overflow capacity   6 overflow buckets used
+//!  7 zero
+//! ```
+//!
+//! Segment book (four u64 words): write offset, live items, live bytes, latest expiry in ms
+//! (`u64::MAX`: never). Only meaningful for a segment whose pool header is in use by a shard
+//! whose state is 0.
+//!
+//! The rule: every change to a shard happens under its write lock, between `begin` (state := 1)
+//! and `end` (tables, books and counts written, then state := 0), with release fences so the
+//! stores reach memory in that order. A `kill -9` stops the process between two instructions but
+//! keeps every store it made (page cache or DAX media), so a shard whose state is 0 is exactly
+//! described by its files. A shard caught at 1 is rebuilt from its segments, as with the DRAM
+//! placement. A power loss or reboot keeps an unknown subset of these stores, so after one the
+//! files are trusted only if the pool was closed cleanly (which persists them first).
+//!
+//! Under deferred durability (`interval`, `sync` with group commit) an overwritten record's dead
+//! mark waits for a commit; a shard with marks waiting stays at state 1, since its pool bytes
+//! still show the old record live.
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use strata_pool::{IndexFiles, Opened};
+
+use crate::index::TablesDesc;
+use crate::segment::OwnedSegment;
+
+const STATE: usize = 0;
+const STATE_CONSISTENT: u64 = 0;
+const STATE_CHANGING: u64 = 1;
+
+/// A shard's handle on its control line and its segments' books.
+#[derive(Debug)]
+pub(crate) struct Anchor {
+    files: Arc<IndexFiles>,
+    shard: usize,
+}
+
+/// A segment's bookkeeping as its book records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Book {
+    pub(crate) write_offset: usize,
+    pub(crate) live_items: u32,
+    pub(crate) live_bytes: u64,
+    pub(crate) expires_at_ms: Option<u64>,
+}
+
+impl Anchor {
+    pub(crate) fn new(files: Arc<IndexFiles>, shard: usize) -> Anchor {
+        Anchor { files, shard }
+    }
+
+    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        &self.files.shard_line(self.shard).0[i]
+    }
+
+    /// The tables the control line describes, if it says they agree with the pool.
+    pub(crate) fn consistent_desc(&self) -> Option<TablesDesc> {
+        let w = |i: usize| self.word(i).load(Ordering::Relaxed);
+        (w(STATE) == STATE_CONSISTENT).then(|| TablesDesc {
+            items: w(1),
+            primary_generation: w(2),
+            primary_count: w(3),
+            overflow_generation: w(4),
+            overflow_capacity: w(5),
+            overflow_len: w(6),
+        })
+    }
+
+    /// Marks the shard as changing; every store after this reaches memory after the mark.
+    pub(crate) fn begin(&self) {
+        self.word(STATE).store(STATE_CHANGING, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Records the shard's tables and the books of `touched` segments, then (when `consistent`)
+    /// marks the shard consistent, after those stores.
+    pub(crate) fn end<'a>(
+        &self,
+        desc: TablesDesc,
+        touched: impl Iterator<Item = &'a OwnedSegment>,
+        consistent: bool,
+    ) {
+        for owned in touched {
+            self.write_book(owned);
+        }
+        let words = [
+            desc.items,
+            desc.primary_generation,
+            desc.primary_count,
+            desc.overflow_generation,
+            desc.overflow_capacity,
+            desc.overflow_len,
+        ];
+        for (i, value) in words.into_iter().enumerate() {
+            self.word(1 + i).store(value, Ordering::Relaxed);
+        }
+        if consistent {
+            fence(Ordering::Release);
+            self.word(STATE).store(STATE_CONSISTENT, Ordering::Relaxed);
+        }
+    }
+
+    fn write_book(&self, owned: &OwnedSegment) {
+        let book = self.files.segment_book(owned.segment.id());
+        let words = [
+            owned.write_offset as u64,
+            u64::from(owned.live_items),
+            owned.live_bytes,
+            owned.expires_at_ms.unwrap_or(u64::MAX),
+        ];
+        for (word, value) in book.iter().zip(words) {
+            word.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// The book of segment `id`, if its numbers fit a segment of `segment_size_bytes`.
+    pub(crate) fn book(&self, id: u32, segment_size_bytes: usize) -> Option<Book> {
+        let words: Vec<u64> = self
+            .files
+            .segment_book(id)
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        let book = Book {
+            write_offset: usize::try_from(words[0]).ok()?,
+            live_items: u32::try_from(words[1]).ok()?,
+            live_bytes: words[2],
+            expires_at_ms: (words[3] != u64::MAX).then_some(words[3]),
+        };
+        let sane = book.write_offset <= segment_size_bytes
+            && book.live_bytes <= book.write_offset as u64
+            && u64::from(book.live_items) * 16 <= book.live_bytes
+            && (book.live_items == 0) == (book.live_bytes == 0);
+        sane.then_some(book)
+    }
+
+    /// Deletes this shard's table files other than those of `desc`.
+    pub(crate) fn remove_other_tables(&self, desc: TablesDesc) {
+        self.files.remove_other_tables(
+            self.shard as u16,
+            &[desc.primary_generation, desc.overflow_generation],
+        );
+    }
+}
+
+/// Whether the index files may describe the pool as it was reopened: they name this pool and
+/// the exact state it was left in, and that state kept every store (a clean close persisted
+/// them; a process crash on the same boot lost none).
+pub(crate) fn files_match_pool(files: &IndexFiles, pool_id: u64, opened: Opened) -> bool {
+    let Some(found) = files.found() else {
+        return false;
+    };
+    match opened {
+        Opened::Created => false,
+        Opened::Reopened {
+            previous,
+            same_boot,
+        } => {
+            found.pool_id == pool_id
+                && found.session_state_seq == previous.state_seq
+                && (previous.clean || same_boot)
+        }
+    }
+}
