@@ -217,6 +217,16 @@ struct FreePool {
     index_bytes: usize,
 }
 
+impl FreePool {
+    /// Segments in service: all of them but the index's share of the budget.
+    fn set_limit(&mut self, segment_size_bytes: usize) {
+        let total = self.list.len() + self.in_use;
+        self.limit = total
+            .saturating_sub(self.index_bytes.div_ceil(segment_size_bytes))
+            .max(1);
+    }
+}
+
 struct SeqState {
     next: u64,
     reserved_until: u64,
@@ -351,10 +361,7 @@ impl Inner {
         free.index_bytes += index
             .size_bytes_after_growth()
             .saturating_sub(index.size_bytes());
-        let total = free.list.len() + free.in_use;
-        free.limit = total
-            .saturating_sub(free.index_bytes.div_ceil(self.segment_size_bytes))
-            .max(1);
+        free.set_limit(self.segment_size_bytes);
     }
 
     /// A zeroed free segment for `shard`, evicting if needed.

@@ -129,6 +129,8 @@ pub(crate) fn settle(inner: &Inner, seq_max: u64, in_use: usize, free: Vec<Segme
     let mut pool = inner.free.lock();
     pool.in_use = in_use;
     pool.list = free;
+    // Index growth during recovery counted its bytes before the segments were known.
+    pool.set_limit(inner.segment_size_bytes);
 }
 
 /// An adopted segment whose log end is not known yet: the parallel phase scans it.

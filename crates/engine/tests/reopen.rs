@@ -8,6 +8,7 @@ impl Drop for TempPool {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_file(format!("{}.sidecar", self.0.display()));
+        let _ = std::fs::remove_dir_all(index_dir(&self.0));
     }
 }
 
@@ -196,4 +197,208 @@ fn sync_group_commit_on_a_plain_file_keeps_committed_writes() {
             "k{i}"
         );
     }
+}
+
+fn index_dir(pool: &std::path::Path) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{}.index", pool.display()))
+}
+
+fn in_pool(path: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        index_placement: IndexPlacement::Pool,
+        // Sized for large items so that the index grows (new table files) during the test.
+        item_size_bytes_expected: 4096,
+        ..config(path)
+    }
+}
+
+fn fill(engine: &Engine, round: u32, count: u32) {
+    for i in 0..count {
+        engine
+            .set(
+                format!("k{i}").as_bytes(),
+                format!("v{i}-{round}").as_bytes(),
+                round,
+                Expiry::Never,
+            )
+            .unwrap();
+    }
+    for i in (0..count).step_by(5) {
+        engine.delete(format!("k{i}").as_bytes(), None).unwrap();
+    }
+}
+
+fn assert_round(engine: &Engine, round: u32, count: u32) {
+    engine.check_integrity().unwrap();
+    for i in 0..count {
+        let expected = (i % 5 != 0).then(|| (format!("v{i}-{round}").into_bytes(), round));
+        let got = engine.get(format!("k{i}").as_bytes(), |it| {
+            (it.value.to_vec(), it.client_flags)
+        });
+        assert_eq!(got, expected, "k{i}");
+    }
+}
+
+/// Sets word 0 (the state) of shard `shard`'s control line: 1 says a change was in progress.
+fn mark_shard_changing(pool: &std::path::Path, shard: usize) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut control = std::fs::OpenOptions::new()
+        .write(true)
+        .open(index_dir(pool).join("control"))
+        .unwrap();
+    control
+        .seek(SeekFrom::Start((64 * (1 + shard)) as u64))
+        .unwrap();
+    control.write_all(&1u64.to_le_bytes()).unwrap();
+}
+
+#[test]
+fn the_index_in_the_pool_is_mapped_after_a_crash_and_a_clean_close() {
+    let pool = temp_pool("index-in-pool");
+    {
+        let engine = Engine::open(in_pool(&pool.0)).unwrap();
+        fill(&engine, 1, 20_000);
+        assert!(engine.stats().index_bytes > 0);
+    } // crash
+    let engine = Engine::open(in_pool(&pool.0)).unwrap();
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.shards_from_index_files, 8, "{report:?}");
+    assert_eq!(report.items_recovered, 16_000);
+    assert_round(&engine, 1, 20_000);
+    fill(&engine, 2, 20_000);
+    engine.close().unwrap();
+    drop(engine);
+    let engine = Engine::open(in_pool(&pool.0)).unwrap();
+    assert_eq!(engine.recovery_report().shards_from_index_files, 8);
+    assert_round(&engine, 2, 20_000);
+    let files: Vec<_> = std::fs::read_dir(index_dir(&pool.0))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        files.len() <= 1 + 8 * 2,
+        "replaced tables are deleted: {files:?}"
+    );
+}
+
+#[test]
+fn a_shard_caught_changing_is_rebuilt_and_the_others_are_mapped() {
+    let pool = temp_pool("index-changing");
+    {
+        let engine = Engine::open(in_pool(&pool.0)).unwrap();
+        fill(&engine, 1, 10_000);
+    }
+    mark_shard_changing(&pool.0, 3);
+    let engine = Engine::open(in_pool(&pool.0)).unwrap();
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.shards_from_index_files, 7, "{report:?}");
+    assert_eq!(report.items_recovered, 8_000);
+    assert_round(&engine, 1, 10_000);
+}
+
+#[test]
+fn index_files_of_another_pool_state_are_never_trusted() {
+    let pool = temp_pool("index-stale");
+    let saved = std::path::PathBuf::from(format!("{}.saved-index", pool.0.display()));
+    {
+        let engine = Engine::open(in_pool(&pool.0)).unwrap();
+        fill(&engine, 1, 5_000);
+        engine.close().unwrap();
+    }
+    // Keep a copy of the files as that clean close left them, then change the pool.
+    let _ = std::fs::remove_dir_all(&saved);
+    std::fs::create_dir(&saved).unwrap();
+    for entry in std::fs::read_dir(index_dir(&pool.0)).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), saved.join(entry.file_name())).unwrap();
+    }
+    {
+        let engine = Engine::open(in_pool(&pool.0)).unwrap();
+        fill(&engine, 2, 5_000);
+    } // crash
+    std::fs::remove_dir_all(index_dir(&pool.0)).unwrap();
+    std::fs::rename(&saved, index_dir(&pool.0)).unwrap();
+    let engine = Engine::open(in_pool(&pool.0)).unwrap();
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.shards_from_index_files, 0, "{report:?}");
+    assert_round(&engine, 2, 5_000);
+}
+
+#[test]
+fn switching_the_index_placement_keeps_the_items() {
+    let pool = temp_pool("index-switch");
+    {
+        let engine = Engine::open(config(&pool.0)).unwrap();
+        fill(&engine, 1, 5_000);
+        engine.close().unwrap();
+    }
+    {
+        let engine = Engine::open(in_pool(&pool.0)).unwrap();
+        assert_eq!(engine.recovery_report().shards_from_index_files, 0);
+        assert_round(&engine, 1, 5_000);
+        fill(&engine, 2, 5_000);
+    }
+    let engine = Engine::open(config(&pool.0)).unwrap();
+    assert_round(&engine, 2, 5_000);
+    assert!(
+        !index_dir(&pool.0).exists(),
+        "the DRAM placement removes the index files"
+    );
+}
+
+/// Under `sync` with group commit an overwrite's dead mark waits for the commit: a shard with
+/// marks waiting is not consistent with its files and is rebuilt; committed shards are mapped.
+#[test]
+fn uncommitted_dead_marks_make_their_shard_rebuild() {
+    let pool = temp_pool("index-sync");
+    let config = EngineConfig {
+        durability: Durability::Sync,
+        group_commit: true,
+        ..in_pool(&pool.0)
+    };
+    {
+        let engine = Engine::open(config.clone()).unwrap();
+        fill(&engine, 1, 4_000);
+        engine.commit().unwrap();
+        // One overwrite, not committed: its shard has a dead mark waiting.
+        engine.set(b"k1", b"v1-1", 1, Expiry::Never).unwrap();
+    }
+    let engine = Engine::open(config).unwrap();
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.shards_from_index_files, 7, "{report:?}");
+    assert_round(&engine, 1, 4_000);
+}
+
+#[test]
+fn the_index_placement_pool_needs_a_file_pool() {
+    let err = Engine::open(EngineConfig {
+        index_placement: IndexPlacement::Pool,
+        ..EngineConfig::default()
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("needs a file pool"), "{err}");
+}
+
+/// Recovery that grows the index (more items than the initial table was sized for) must leave
+/// the rest of the budget in service: a regression where it left one segment, so the next
+/// writes evicted nearly everything.
+#[test]
+fn index_growth_during_recovery_keeps_the_segment_budget() {
+    let pool = temp_pool("recovery-growth");
+    let config = EngineConfig {
+        item_size_bytes_expected: 4096,
+        ..config(&pool.0)
+    };
+    {
+        let engine = Engine::open(config.clone()).unwrap();
+        fill(&engine, 1, 5_000);
+    } // crash: the next open scans and grows the index
+    let engine = Engine::open(config).unwrap();
+    for i in 5_000..10_000u32 {
+        engine
+            .set(format!("k{i}").as_bytes(), b"more", 0, Expiry::Never)
+            .unwrap();
+    }
+    assert_eq!(engine.stats().evicted_segments, 0, "{:?}", engine.stats());
+    assert_round(&engine, 1, 5_000);
 }
