@@ -212,6 +212,15 @@ impl Engine {
         })
     }
 
+    /// Where the index lives.
+    pub fn index_placement(&self) -> IndexPlacement {
+        if self.files.is_some() {
+            IndexPlacement::Pool
+        } else {
+            IndexPlacement::Dram
+        }
+    }
+
     /// The durability level the engine runs with.
     pub fn durability(&self) -> Durability {
         self.inner.durability

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use strata_engine::{
-    Durability, EngineConfig, EvictionPolicy, PoolLocation, SEGMENT_SIZE_BYTES_DEFAULT,
-    SEGMENT_SIZE_BYTES_MAX,
+    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation,
+    SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX,
 };
 
 use crate::context::Settings;
@@ -82,6 +82,17 @@ pub enum EvictionArg {
     Random,
     /// Segcache merge: drop the oldest segment but keep its recently read items.
     Merge,
+}
+
+/// Where the index lives, as flags and file values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexPlacementArg {
+    /// DRAM: fastest lookups; saved at a clean stop, rebuilt from the records after a crash.
+    Dram,
+    /// Files beside the pool (`<pool>.index/`): nothing to rebuild after a clean stop or a
+    /// process crash. Needs --pool.
+    Pool,
 }
 
 /// A durability level as written on the command line or in the file: `none`,
@@ -184,6 +195,9 @@ pub struct ServeOptions {
     /// What an acknowledged write survives: none, interval=MS or sync [default: none].
     #[arg(long, value_name = "LEVEL")]
     pub durability: Option<DurabilityArg>,
+    /// Where the hash index lives: dram, or pool (files beside --pool) [default: dram].
+    #[arg(long, value_enum)]
+    pub index_placement: Option<IndexPlacementArg>,
     /// Most client connections [default: 1024].
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
@@ -232,6 +246,8 @@ pub struct ServerConfig {
     pub eviction: EvictionPolicy,
     /// Durability.
     pub durability: Durability,
+    /// Where the index lives.
+    pub index_placement: IndexPlacement,
     /// Most client connections.
     pub connections_max: usize,
     /// Largest value.
@@ -279,6 +295,7 @@ impl ServeOptions {
             segment_size: self.segment_size.or(file.segment_size),
             eviction: self.eviction.or(file.eviction),
             durability: self.durability.or(file.durability),
+            index_placement: self.index_placement.or(file.index_placement),
             max_connections: self.max_connections.or(file.max_connections),
             max_value_size: self.max_value_size.or(file.max_value_size),
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
@@ -309,6 +326,10 @@ impl ServeOptions {
                 .map_or(SEGMENT_SIZE_BYTES_DEFAULT, |s| s.0),
             eviction: eviction(self.eviction.unwrap_or(EvictionArg::Merge)),
             durability: self.durability.map_or(Durability::None, |d| d.0),
+            index_placement: match self.index_placement {
+                Some(IndexPlacementArg::Pool) => IndexPlacement::Pool,
+                Some(IndexPlacementArg::Dram) | None => IndexPlacement::Dram,
+            },
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
             value_len_max: usize::try_from(
                 self.max_value_size.map_or(VALUE_LEN_MAX_DEFAULT, |s| s.0),
@@ -353,6 +374,12 @@ impl ServerConfig {
                 "--max-connections must be 1..={CONNECTIONS_MAX_LIMIT}, got {}",
                 self.connections_max
             ));
+        }
+        if self.index_placement == IndexPlacement::Pool && self.pool.is_none() {
+            return fail(
+                "--index-placement pool keeps the index in files beside the pool: give --pool PATH"
+                    .into(),
+            );
         }
         self.engine_config().validate().map_err(|message| {
             ConfigError(format!(
@@ -400,6 +427,7 @@ impl ServerConfig {
             eviction: self.eviction,
             value_len_max: self.value_len_max,
             durability: self.durability,
+            index_placement: self.index_placement,
             // The server acknowledges a batch only after `Engine::commit` (see connection.rs).
             group_commit: true,
             ..EngineConfig::default()

@@ -99,6 +99,9 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         segments_recovered = report.segments_recovered,
         records_invalid = report.records_invalid,
         segments_corrupt = report.segments_corrupt,
+        from_snapshot = report.from_snapshot,
+        shards_from_index_files = report.shards_from_index_files,
+        index_placement = engine.index_placement().name(),
         "engine open"
     );
     let settings = config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));

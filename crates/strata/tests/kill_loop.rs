@@ -13,6 +13,8 @@
 //!
 //! - `STRATA_KILLS=N`: rounds (default 20); `scripts/soak-kill.sh` runs hundreds.
 //! - `STRATA_KILL_SEED=S`: replays a run (the seed is printed at the start).
+//! - `STRATA_KILL_DURABILITY=LEVEL`, `STRATA_KILL_INDEX=dram|pool`: fix what otherwise rotates
+//!   (durability every round; index placement every three rounds).
 //!
 //! When the pool runs short of free segments (each restart seals the segments that were open),
 //! the test starts a new pool generation (new file, empty model) rather than let eviction in.
@@ -459,6 +461,8 @@ impl PoolFile {
 impl Drop for PoolFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(format!("{}.sidecar", self.path()));
+        let _ = std::fs::remove_dir_all(format!("{}.index", self.path()));
     }
 }
 
@@ -473,9 +477,28 @@ fn durability(round: u64) -> String {
         .unwrap_or_else(|_| DURABILITIES[round as usize % DURABILITIES.len()].to_string())
 }
 
+/// Index placements: three rounds (one of each durability) with the index in DRAM, then three
+/// with it in the pool, so pool-to-pool restarts (which map the index files) happen under every
+/// durability level. `STRATA_KILL_INDEX` fixes one.
+const PLACEMENTS: [&str; 2] = ["dram", "pool"];
+
+fn placement(round: u64) -> String {
+    std::env::var("STRATA_KILL_INDEX").unwrap_or_else(|_| {
+        PLACEMENTS[(round as usize / DURABILITIES.len()) % PLACEMENTS.len()].to_string()
+    })
+}
+
 fn start(pool: &PoolFile, round: u64) -> Server {
     let durability = durability(round);
-    let mut args = vec!["--pool", pool.path(), "--durability", &durability];
+    let placement = placement(round);
+    let mut args = vec![
+        "--pool",
+        pool.path(),
+        "--durability",
+        &durability,
+        "--index-placement",
+        &placement,
+    ];
     args.extend(SERVER_FLAGS);
     Server::start(&args)
 }
@@ -669,12 +692,15 @@ fn every_acknowledged_write_survives_kill_9() {
         server = start(&pool, round);
         verify(&server, &mut states, &in_flight, &mut cas_seen, &context);
         println!(
-            "kill {round} ({}): {acked} acked, {} in flight; recovered {} items, {} invalid records, \
-             {} ms to open; {} segments used, {} free",
+            "kill {round} ({}, index {} -> {}): {acked} acked, {} in flight; recovered {} items, \
+             {} invalid records, {} shards mapped, {} ms to open; {} segments used, {} free",
             durability(round - 1),
+            placement(round - 1),
+            placement(round),
             in_flight.iter().flatten().count(),
             open_field(&server, "items_recovered"),
             open_field(&server, "records_invalid"),
+            open_field(&server, "shards_from_index_files"),
             open_field(&server, "elapsed_ms"),
             server.metric("strata_segments_used"),
             server.metric("strata_segments_free"),

@@ -155,6 +155,8 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
         b"strata_durability",
         ctx.settings.durability.as_bytes(),
     );
+    let placement = ctx.engine.index_placement().name();
+    encode::write_stat(out, b"strata_index_placement", placement.as_bytes());
     stat(out, "strata_segment_size_bytes", engine.segment_size_bytes);
     stat(out, "strata_segments_total", engine.segments_total);
     stat(out, "strata_segments_used", engine.segments_used);
@@ -198,6 +200,11 @@ fn settings(ctx: &ServerContext, out: &mut Vec<u8>) {
     encode::write_stat_u64(out, b"strata_key_len_max", key_len_max);
     text(out, "strata_eviction", settings.eviction);
     text(out, "strata_durability", &settings.durability);
+    text(
+        out,
+        "strata_index_placement",
+        ctx.engine.index_placement().name(),
+    );
     encode::write_end(out);
 }
 

@@ -105,6 +105,10 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
             let domain = ctx.engine.persistence_domain();
             text.field("strata_persistence_domain", domain.summary());
             text.field("strata_durability", &ctx.settings.durability);
+            text.field(
+                "strata_index_placement",
+                ctx.engine.index_placement().name(),
+            );
         }
         "stats" => write_stats(text, ctx, engine),
         "replication" => {
@@ -165,6 +169,14 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
         ctx.engine.persistence_domain().summary(),
     );
     text.field("durability", &ctx.settings.durability);
+    text.field("index_placement", ctx.engine.index_placement().name());
+    let recovery = ctx.engine.recovery_report();
+    text.field("recovery_items", recovery.items_recovered);
+    text.field("recovery_from_snapshot", u8::from(recovery.from_snapshot));
+    text.field(
+        "recovery_shards_from_index_files",
+        recovery.shards_from_index_files,
+    );
     text.field("eviction_policy", ctx.settings.eviction);
     text.field("shards", engine.shards);
     text.field("items", engine.items);
