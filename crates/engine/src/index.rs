@@ -305,6 +305,12 @@ impl Index {
         self.overflow.retire();
     }
 
+    /// Faults file-backed tables into the page tables now (see `LineTable::populate`).
+    pub fn populate(&self) {
+        self.buckets.populate();
+        self.overflow.populate();
+    }
+
     /// Writes file-backed tables back to their medium.
     pub fn persist(&self) -> Result<(), strata_pool::PoolError> {
         self.buckets.persist()?;

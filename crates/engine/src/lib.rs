@@ -436,6 +436,8 @@ pub struct Engine {
     inner: Inner,
     /// The index directory, when the index lives in the pool.
     files: Option<std::sync::Arc<strata_pool::IndexFiles>>,
+    /// Faults a reopened file pool in after open; declared before `pool` so it is joined first.
+    _warmer: Option<open::Warmer>,
     pool: Mutex<Pool>,
     recovery: RecoveryReport,
     closed: AtomicBool,

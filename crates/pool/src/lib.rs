@@ -374,6 +374,19 @@ impl Pool {
         }
     }
 
+    /// A handle that populates the pool's page tables (file pools; `None` for DRAM, where it would
+    /// allocate the whole budget). It holds the pool only while populating a chunk.
+    pub fn populator(&self) -> Option<Populator> {
+        matches!(
+            self.backend(),
+            Backend::DaxFile | Backend::TmpfsFile | Backend::SharedFile
+        )
+        .then(|| Populator {
+            mapping: Arc::downgrade(&self.mapping),
+            len: self.mapping.len(),
+        })
+    }
+
     /// Persists the whole pool (used before a clean close).
     pub fn persist_all(&self) -> Result<(), PersistError> {
         self.persist_range(0, self.mapping.len())
@@ -510,6 +523,32 @@ impl PoolFile {
             &self.map[header_at..header_at + SEGMENT_HEADER_SIZE_BYTES],
             &self.map[data_at..data_at + size],
         )
+    }
+}
+
+/// Populates a file pool's page tables from another thread, a chunk at a time (see
+/// [`Pool::populator`]).
+pub struct Populator {
+    mapping: std::sync::Weak<Mapping>,
+    len: usize,
+}
+
+impl Populator {
+    /// Bytes per `populate_chunk` call.
+    pub const CHUNK_BYTES: usize = 64 << 20;
+
+    /// Populates chunk `n` (of `CHUNK_BYTES`). Returns false when past the end or when the pool
+    /// is gone (its last handle dropped: the file lock is released with it).
+    pub fn populate_chunk(&self, n: usize) -> bool {
+        let offset = n.saturating_mul(Self::CHUNK_BYTES);
+        let Some(mapping) = self.mapping.upgrade() else {
+            return false;
+        };
+        if offset >= self.len {
+            return false;
+        }
+        mapping.populate(offset, Self::CHUNK_BYTES.min(self.len - offset));
+        true
     }
 }
 

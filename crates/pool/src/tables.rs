@@ -135,6 +135,14 @@ impl LineTable {
         }
     }
 
+    /// Maps a file table's pages into the page tables now (`MADV_POPULATE_READ`), so lookups
+    /// after a restart do not each take a fault. Errors (old kernels) are ignored.
+    pub fn populate(&self) {
+        if let Storage::File { _map: map, .. } = &self.storage {
+            let _ = map.advise(memmap2::Advice::PopulateRead);
+        }
+    }
+
     /// Writes the table's file back to its medium (msync); nothing for DRAM.
     pub fn persist(&self) -> Result<(), PoolError> {
         match &self.storage {

@@ -13,6 +13,7 @@
 //! | server | persistence | clean stop | kill |
 //! |---|---|---|---|
 //! | strata | `--pool FILE` | SIGTERM (marks the pool clean, saves the index) | SIGKILL |
+//! | strata variants (`strata_variants`) | the same, plus the variant's flags | SIGTERM | SIGKILL |
 //! | memcached | `-e FILE` (restartable cache, 1.5.18+) | SIGUSR1 (writes `FILE.meta`) | SIGKILL |
 //! | Redis | `--dir DIR --dbfilename FILE` | `SAVE`, then SIGTERM | `SAVE`, then SIGKILL |
 //!
@@ -78,6 +79,20 @@ pub struct RestartSpec {
     /// Pause between a server's exit and its restart, ms (not timed).
     #[serde(default = "default_downtime_ms")]
     pub downtime_ms: u64,
+    /// strata run again with extra flags, reported under its own name (e.g. the index placed
+    /// in the pool).
+    #[serde(default)]
+    pub strata_variants: Vec<StrataVariant>,
+}
+
+/// strata with extra flags, as a server of its own in a restart scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StrataVariant {
+    /// Its name in reports; starts with `strata`.
+    pub name: String,
+    /// Flags appended to strata's command.
+    pub args: String,
 }
 
 fn default_dir() -> PathBuf {
@@ -126,7 +141,7 @@ fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
     let file = dir.join(&prefix);
     let file = file.display();
     let (args, clean_signal, save_first) = match server {
-        "strata" => (format!("--pool {file}.pool"), "TERM", false),
+        name if name.starts_with("strata") => (format!("--pool {file}.pool"), "TERM", false),
         "memcached" => (format!("-e {file}.mem"), "USR1", false),
         "redis" => (
             format!("--dir {} --dbfilename {prefix}.rdb", dir.display()),
@@ -149,7 +164,12 @@ fn remove_files(dir: &Path, prefix: &str) {
     };
     for entry in entries.flatten() {
         if entry.file_name().to_string_lossy().starts_with(prefix) {
-            let _ = std::fs::remove_file(entry.path());
+            // strata's `<pool>.index/` is a directory.
+            if entry.path().is_dir() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            } else {
+                let _ = std::fs::remove_file(entry.path());
+            }
         }
     }
 }
@@ -166,6 +186,7 @@ pub(crate) fn run_restart(
         stops: default_stops(),
         memory_mib: None,
         downtime_ms: default_downtime_ms(),
+        strata_variants: Vec::new(),
     });
     let fail_all = |status: RunStatus| -> Vec<RunRecord> {
         spec.stops

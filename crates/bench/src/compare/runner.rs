@@ -152,6 +152,7 @@ fn run_matrix(args: &CompareArgs, scenarios: &[Scenario]) -> Result<Vec<RunRecor
             .or(scenario.repeats)
             .unwrap_or(REPEATS_DEFAULT)
             .max(1);
+        let servers = with_variants(&servers, scenario);
         for repeat in 0..repeats {
             for server in &servers {
                 // A restart's time does not depend on the protocol: one per server.
@@ -184,6 +185,24 @@ fn run_matrix(args: &CompareArgs, scenarios: &[Scenario]) -> Result<Vec<RunRecor
         write_json(&args.out.join("results.json"), &records)?;
     }
     Ok(records)
+}
+
+/// The servers plus the scenario's strata variants (strata's command with extra flags, under
+/// their own names), when strata is selected.
+fn with_variants(servers: &[ServerSpec], scenario: &Scenario) -> Vec<ServerSpec> {
+    let mut all = servers.to_vec();
+    let variants = scenario
+        .restart
+        .as_ref()
+        .map_or(&[][..], |r| &r.strata_variants[..]);
+    if let Some(strata) = servers.iter().find(|s| s.name == "strata") {
+        all.extend(variants.iter().map(|variant| ServerSpec {
+            name: variant.name.clone(),
+            command: format!("{} {}", strata.command, variant.args),
+            ..strata.clone()
+        }));
+    }
+    all
 }
 
 /// One server, protocol and repeat.
