@@ -206,10 +206,12 @@ impl Engine {
         if trusted.iter().any(|&t| t) {
             populate_indexes(&inner);
         }
-        let warmer = match pool.opened() {
-            Opened::Reopened { .. } => pool.populator().map(Warmer::spawn),
-            Opened::Created => None,
-        };
+        // Only a mapped index leaves the records untouched at open (a scan touched them all).
+        // After a snapshot load the warmer is not worth it: on a server pinned to one core it
+        // delayed the first hit by ~40 ms of the ~110 ms (docs/BENCHMARKS.md).
+        let warmer = (recovery.shards_from_index_files > 0)
+            .then(|| pool.populator().map(Warmer::spawn))
+            .flatten();
         Ok(Engine {
             inner,
             files,
@@ -384,6 +386,7 @@ impl Warmer {
         let thread = std::thread::Builder::new()
             .name("strata-warm".into())
             .spawn(move || {
+                strata_pool::Populator::lower_thread_priority();
                 let mut chunk = 0;
                 while !flag.load(Ordering::Relaxed) && populator.populate_chunk(chunk) {
                     chunk += 1;

@@ -537,6 +537,16 @@ impl Populator {
     /// Bytes per `populate_chunk` call.
     pub const CHUNK_BYTES: usize = 64 << 20;
 
+    /// Lowers the calling thread's scheduling priority to the least (nice 19), so that a
+    /// background populate yields the core to request handling whenever both want it.
+    pub fn lower_thread_priority() {
+        // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+        unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        }
+    }
+
     /// Populates chunk `n` (of `CHUNK_BYTES`). Returns false when past the end or when the pool
     /// is gone (its last handle dropped: the file lock is released with it).
     pub fn populate_chunk(&self, n: usize) -> bool {
