@@ -70,6 +70,22 @@ fn flags_are_parsed() {
 }
 
 #[test]
+fn the_index_placement_is_parsed_and_needs_a_pool_file() {
+    let config = parse(&["--pool", "/dev/shm/x.pool", "--index-placement", "pool"]).expect("valid");
+    assert_eq!(config.index_placement, IndexPlacement::Pool);
+    assert_eq!(config.engine_config().index_placement, IndexPlacement::Pool);
+    assert_eq!(
+        parse(&[]).expect("defaults").index_placement,
+        IndexPlacement::Dram
+    );
+    let err = parse(&["--index-placement", "pool"]).unwrap_err();
+    assert!(
+        err.contains("--index-placement pool") && err.contains("--pool"),
+        "{err}"
+    );
+}
+
+#[test]
 fn file_keys_are_flag_names_and_flags_override_them() {
     let mut file = tempfile();
     writeln!(
