@@ -205,40 +205,25 @@ impl Index {
         self.primary_generation = generation;
     }
 
-    /// Maps the tables a control line describes, as a restart found them. Fails when a file is
-    /// missing or of another size, or when the tables do not hold `desc.items` items in chains
-    /// that stay inside the tables.
-    pub fn open_in(
-        files: Arc<IndexFiles>,
-        shard: u16,
-        desc: TablesDesc,
-    ) -> Result<Self, strata_pool::PoolError> {
-        let dir = files.dir().to_path_buf();
-        let invalid = |message: &str| strata_pool::PoolError::Io {
-            op: "open index",
-            path: dir.clone(),
-            message: format!("shard {shard}: {message}"),
-        };
-        let primary_count = usize::try_from(desc.primary_count).unwrap_or(0);
-        let overflow_capacity = usize::try_from(desc.overflow_capacity).unwrap_or(0);
+    /// Maps the tables a control line describes, as a restart found them. `None` when a file is
+    /// missing or of another size, or when the description or an overflow link is out of range
+    /// (the caller then rebuilds the shard).
+    pub fn open_in(files: Arc<IndexFiles>, shard: u16, desc: TablesDesc) -> Option<Self> {
+        let primary_count = usize::try_from(desc.primary_count).ok()?;
+        let overflow_capacity = usize::try_from(desc.overflow_capacity).ok()?;
         if primary_count < 2
             || desc.overflow_len > desc.overflow_capacity
             || (desc.overflow_generation == 0) != (overflow_capacity == 0)
             || primary_count.saturating_add(overflow_capacity) > u32::MAX as usize
         {
-            return Err(invalid("control line out of range"));
+            return None;
         }
-        let buckets = files.open_table(
-            shard,
-            TableKind::Primary,
-            desc.primary_generation,
-            primary_count,
-        )?;
+        let open = |kind, generation, count| files.open_table(shard, kind, generation, count).ok();
+        let buckets = open(TableKind::Primary, desc.primary_generation, primary_count)?;
         let overflow = if overflow_capacity == 0 {
             LineTable::dram(0)
         } else {
-            files.open_table(
-                shard,
+            open(
                 TableKind::Overflow,
                 desc.overflow_generation,
                 overflow_capacity,
@@ -255,10 +240,7 @@ impl Index {
             generation: desc.primary_generation.max(desc.overflow_generation),
             degraded: false,
         };
-        if !index.links_in_range() {
-            return Err(invalid("an overflow link points outside the table"));
-        }
-        Ok(index)
+        index.links_in_range().then_some(index)
     }
 
     /// The tables in use, for the shard's control line.

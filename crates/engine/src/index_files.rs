@@ -35,7 +35,7 @@ use std::sync::Arc;
 use strata_pool::{IndexFiles, Opened};
 
 use crate::index::TablesDesc;
-use crate::segment::OwnedSegment;
+use crate::segment::{self, HeaderRead, OwnedSegment};
 
 const STATE: usize = 0;
 const STATE_CONSISTENT: u64 = 0;
@@ -126,25 +126,9 @@ impl Anchor {
         }
     }
 
-    /// The book of segment `id`, if its numbers fit a segment of `segment_size_bytes`.
+    /// The book of segment `id` (see [`read_book`]).
     pub(crate) fn book(&self, id: u32, segment_size_bytes: usize) -> Option<Book> {
-        let words: Vec<u64> = self
-            .files
-            .segment_book(id)
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed))
-            .collect();
-        let book = Book {
-            write_offset: usize::try_from(words[0]).ok()?,
-            live_items: u32::try_from(words[1]).ok()?,
-            live_bytes: words[2],
-            expires_at_ms: (words[3] != u64::MAX).then_some(words[3]),
-        };
-        let sane = book.write_offset <= segment_size_bytes
-            && book.live_bytes <= book.write_offset as u64
-            && u64::from(book.live_items) * 16 <= book.live_bytes
-            && (book.live_items == 0) == (book.live_bytes == 0);
-        sane.then_some(book)
+        read_book(&self.files, id, segment_size_bytes)
     }
 
     /// Deletes this shard's table files other than those of `desc`.
@@ -154,6 +138,46 @@ impl Anchor {
             &[desc.primary_generation, desc.overflow_generation],
         );
     }
+}
+
+/// The book of segment `id`, if its numbers fit a segment of `segment_size_bytes`.
+pub(crate) fn read_book(files: &IndexFiles, id: u32, segment_size_bytes: usize) -> Option<Book> {
+    let words = files.segment_book(id);
+    let word = |i: usize| words[i].load(Ordering::Relaxed);
+    let book = Book {
+        write_offset: usize::try_from(word(0)).ok()?,
+        live_items: u32::try_from(word(1)).ok()?,
+        live_bytes: word(2),
+        expires_at_ms: (word(3) != u64::MAX).then_some(word(3)),
+    };
+    let sane = book.write_offset <= segment_size_bytes
+        && book.live_bytes <= book.write_offset as u64
+        && u64::from(book.live_items) * 16 <= book.live_bytes
+        && (book.live_items == 0) == (book.live_bytes == 0);
+    sane.then_some(book)
+}
+
+/// Per shard, whether every in-use segment it owns has a plausible book; all false when a
+/// segment header is damaged (it could have belonged to any shard). One pass over the headers.
+pub(crate) fn shards_with_sane_books(
+    files: &IndexFiles,
+    segments: &[strata_pool::Segment],
+    shard_count: usize,
+    segment_size_bytes: usize,
+) -> Vec<bool> {
+    let mut sane = vec![true; shard_count];
+    for segment in segments {
+        match segment::read_header(segment.header()) {
+            HeaderRead::Free => {}
+            HeaderRead::Corrupt => return vec![false; shard_count],
+            HeaderRead::InUse(fields) => {
+                if let Some(shard) = sane.get_mut(usize::from(fields.shard)) {
+                    *shard &= read_book(files, segment.id(), segment_size_bytes).is_some();
+                }
+            }
+        }
+    }
+    sane
 }
 
 /// Whether the index files may describe the pool as it was reopened: they name this pool and

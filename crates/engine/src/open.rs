@@ -1,20 +1,18 @@
 //! Opening and closing the engine: pool, root area, shards, budget.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use parking_lot::{Mutex, RwLock};
-use strata_pool::{Backend, FaultPlan, Geometry, Location, OpenMode, Opened, Pool, PoolOptions};
-
 use std::sync::Arc;
 
-use strata_pool::IndexFiles;
+use parking_lot::{Mutex, RwLock};
+use strata_pool::{
+    Backend, FaultPlan, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions,
+};
 
 use crate::config::{Durability, EngineConfig, IndexPlacement, PoolLocation};
 use crate::error::OpenError;
 use crate::index::{Index, TableHome};
 use crate::index_files::{self, Anchor};
 use crate::recovery::{self, RecoveryPlan, RecoveryReport};
-use crate::segment::{self, HeaderRead};
 use crate::shard::{Shard, ShardWrite};
 use crate::{record, root, snapshot, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
 
@@ -112,6 +110,20 @@ impl Engine {
                 _ => None,
             };
         let mut trusted = vec![false; usize::from(shard_count)];
+        let reusable = match &files {
+            Some(files)
+                if plan == RecoveryPlan::Recover
+                    && index_files::files_match_pool(files, pool.info().pool_id, pool.opened()) =>
+            {
+                index_files::shards_with_sane_books(
+                    files,
+                    &segments,
+                    usize::from(shard_count),
+                    geometry.segment_size_bytes as usize,
+                )
+            }
+            _ => vec![false; usize::from(shard_count)],
+        };
         let shards: Box<[_]> = (0..shard_count)
             .map(|id| {
                 let Some(files) = &files else {
@@ -119,12 +131,10 @@ impl Engine {
                     return Padded(RwLock::new(Shard::new(id, segments.len(), index, None)));
                 };
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
-                let reopened = (plan == RecoveryPlan::Recover
-                    && index_files::files_match_pool(files, pool.info().pool_id, pool.opened())
-                    && books_sane(&anchor, id, &segments, geometry.segment_size_bytes as usize))
-                .then(|| anchor.consistent_desc())
-                .flatten()
-                .and_then(|desc| Index::open_in(Arc::clone(files), id, desc).ok());
+                let reopened = reusable[usize::from(id)]
+                    .then(|| anchor.consistent_desc())
+                    .flatten()
+                    .and_then(|desc| Index::open_in(Arc::clone(files), id, desc));
                 let index = match reopened {
                     Some(index) => {
                         trusted[usize::from(id)] = true;
@@ -385,13 +395,7 @@ impl Warmer {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("strata-warm".into())
-            .spawn(move || {
-                strata_pool::Populator::lower_thread_priority();
-                let mut chunk = 0;
-                while !flag.load(Ordering::Relaxed) && populator.populate_chunk(chunk) {
-                    chunk += 1;
-                }
-            })
+            .spawn(move || populator.run(&flag))
             .ok();
         Warmer { stop, thread }
     }
@@ -404,18 +408,4 @@ impl Drop for Warmer {
             let _ = thread.join();
         }
     }
-}
-
-/// Whether every in-use segment of shard `id` has a plausible book, and no segment header is
-/// damaged (a damaged header could have belonged to any shard, so no shard's files are trusted).
-fn books_sane(anchor: &Anchor, id: u16, segments: &[strata_pool::Segment], size: usize) -> bool {
-    segments
-        .iter()
-        .all(|segment| match segment::read_header(segment.header()) {
-            HeaderRead::Free => true,
-            HeaderRead::Corrupt => false,
-            HeaderRead::InUse(fields) => {
-                fields.shard != id || anchor.book(segment.id(), size).is_some()
-            }
-        })
 }

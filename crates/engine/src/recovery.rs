@@ -68,28 +68,13 @@ pub(crate) fn recover(
                 segment.persist_header()?;
                 free.push(segment);
             }
-            HeaderRead::InUse(fields) if trusted.get(fields.shard as usize) == Some(&true) => {
-                seq_max = seq_max.max(fields.seq);
-                report.segments_recovered += 1;
-                let shard = &inner.shards[fields.shard as usize].0;
-                let mut shard = ShardWrite::lock(shard);
-                let book = shard
-                    .anchor()
-                    .and_then(|a| a.book(segment.id(), inner.segment_size_bytes))
-                    .expect("trusted shards have sane books (checked at open)");
-                shard.adopt(OwnedSegment {
-                    segment,
-                    fields,
-                    write_offset: book.write_offset,
-                    sealed: true,
-                    live_items: book.live_items,
-                    live_bytes: book.live_bytes,
-                    expires_at_ms: book.expires_at_ms,
-                });
-            }
             HeaderRead::InUse(fields) if (fields.shard as usize) < inner.shards.len() => {
                 seq_max = seq_max.max(fields.seq);
-                owned.push(unscanned(segment, fields));
+                owned.push(if trusted[fields.shard as usize] {
+                    booked(inner, segment, fields)
+                } else {
+                    unscanned(segment, fields)
+                });
             }
             HeaderRead::Free => free.push(segment),
             HeaderRead::InUse(_) | HeaderRead::Corrupt => {
@@ -100,14 +85,14 @@ pub(crate) fn recover(
             }
         }
     }
-    report.segments_recovered += owned.len() as u64;
-    let in_use = report.segments_recovered as usize;
+    report.segments_recovered = owned.len() as u64;
+    let in_use = owned.len();
     for (shard, _) in trusted.iter().enumerate().filter(|(_, &t)| t) {
         report.items_recovered += inner.shards[shard].0.read().index.len() as u64;
         report.shards_from_index_files += 1;
     }
     let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); inner.shards.len()];
-    for segment in &owned {
+    for segment in owned.iter().filter(|s| !trusted[s.fields.shard as usize]) {
         by_shard[segment.fields.shard as usize].push(segment.segment.id());
     }
     for segment in owned {
@@ -131,6 +116,25 @@ pub(crate) fn settle(inner: &Inner, seq_max: u64, in_use: usize, free: Vec<Segme
     pool.list = free;
     // Index growth during recovery counted its bytes before the segments were known.
     pool.set_limit(inner.segment_size_bytes);
+}
+
+/// A segment of a shard whose index was mapped: its bookkeeping is what its book recorded.
+fn booked(inner: &Inner, segment: Segment, fields: segment::HeaderFields) -> OwnedSegment {
+    let book = inner.shards[fields.shard as usize]
+        .0
+        .read()
+        .anchor()
+        .and_then(|anchor| anchor.book(segment.id(), inner.segment_size_bytes))
+        .expect("a mapped shard's books were checked at open");
+    OwnedSegment {
+        segment,
+        fields,
+        write_offset: book.write_offset,
+        sealed: true,
+        live_items: book.live_items,
+        live_bytes: book.live_bytes,
+        expires_at_ms: book.expires_at_ms,
+    }
 }
 
 /// An adopted segment whose log end is not known yet: the parallel phase scans it.

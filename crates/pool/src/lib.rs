@@ -534,31 +534,27 @@ pub struct Populator {
 }
 
 impl Populator {
-    /// Bytes per `populate_chunk` call.
-    pub const CHUNK_BYTES: usize = 64 << 20;
+    /// Bytes populated between two looks at `stop`.
+    const CHUNK_BYTES: usize = 64 << 20;
 
-    /// Lowers the calling thread's scheduling priority to the least (nice 19), so that a
-    /// background populate yields the core to request handling whenever both want it.
-    pub fn lower_thread_priority() {
+    /// Populates the whole pool from the calling thread, first lowering its priority to the
+    /// least (nice 19) so that request handling gets the core whenever both want it. Returns
+    /// early once `stop` is set or the pool is gone (its last handle dropped: the file lock is
+    /// released with it); the pool is held only while a chunk is populated.
+    pub fn run(&self, stop: &std::sync::atomic::AtomicBool) {
         // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
         unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
         }
-    }
-
-    /// Populates chunk `n` (of `CHUNK_BYTES`). Returns false when past the end or when the pool
-    /// is gone (its last handle dropped: the file lock is released with it).
-    pub fn populate_chunk(&self, n: usize) -> bool {
-        let offset = n.saturating_mul(Self::CHUNK_BYTES);
-        let Some(mapping) = self.mapping.upgrade() else {
-            return false;
-        };
-        if offset >= self.len {
-            return false;
+        for offset in (0..self.len).step_by(Self::CHUNK_BYTES) {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            let Some(mapping) = self.mapping.upgrade() else {
+                return;
+            };
+            mapping.populate(offset, Self::CHUNK_BYTES.min(self.len - offset));
         }
-        mapping.populate(offset, Self::CHUNK_BYTES.min(self.len - offset));
-        true
     }
 }
 

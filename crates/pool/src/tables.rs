@@ -216,7 +216,7 @@ impl std::fmt::Debug for IndexFiles {
 
 impl IndexFiles {
     /// The directory for the pool at `pool_path`: `<pool>.index`.
-    pub fn dir_for(pool_path: &Path) -> PathBuf {
+    fn dir_for(pool_path: &Path) -> PathBuf {
         let mut name = pool_path.as_os_str().to_owned();
         name.push(".index");
         PathBuf::from(name)
@@ -260,11 +260,6 @@ impl IndexFiles {
             shard_count,
             found,
         })
-    }
-
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// The header found at open, if the control file had this shape.
