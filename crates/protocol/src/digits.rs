@@ -18,6 +18,15 @@ pub(crate) fn put_u64(buf: &mut [u8], end: usize, mut value: u64) -> usize {
     }
 }
 
+/// Longest decimal `u64`.
+pub const U64_LEN_MAX: usize = 20;
+
+/// `value` in decimal, formatted into `buf` (no allocation); returns the digits.
+pub fn format_u64(value: u64, buf: &mut [u8; U64_LEN_MAX]) -> &[u8] {
+    let start = put_u64(buf, U64_LEN_MAX, value);
+    &buf[start..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod digits;
+pub use digits::{format_u64, U64_LEN_MAX};
 pub mod memcache;
 pub mod resp;
 mod scan;

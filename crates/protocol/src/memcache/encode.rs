@@ -84,20 +84,12 @@ pub const END: &[u8] = b"END\r\n";
 pub const MN: &[u8] = b"MN\r\n";
 
 /// Longest decimal `u64` or `i64`, sign included.
-const DIGITS_LEN_MAX: usize = 20;
+const DIGITS_LEN_MAX: usize = crate::U64_LEN_MAX;
 
 /// Appends `value` in decimal; returns the bytes written.
-pub fn write_u64(out: &mut Vec<u8>, mut value: u64) -> usize {
+pub fn write_u64(out: &mut Vec<u8>, value: u64) -> usize {
     let mut digits = [0u8; DIGITS_LEN_MAX];
-    let mut start = DIGITS_LEN_MAX;
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
+    let start = crate::digits::put_u64(&mut digits, DIGITS_LEN_MAX, value);
     out.extend_from_slice(&digits[start..]);
     DIGITS_LEN_MAX - start
 }

@@ -71,7 +71,7 @@ impl Limits {
     /// Most bytes one complete request can occupy in the read buffer: the longest line, its
     /// `\n`, the largest value and the value's `\r\n`.
     pub fn request_len_max(&self) -> usize {
-        let line = self.get_line_len_max().max(self.line_len_max) + 1;
+        let line = self.get_line_len_max() + 1;
         line.saturating_add(self.value_len_max).saturating_add(2)
     }
 }

@@ -160,6 +160,15 @@ impl<'a> MetaFlags<'a> {
         if tokens.count_left() > command.flags_max() {
             return Err(command.options_too_long());
         }
+        Self::parse_counted(command, key, tokens)
+    }
+
+    /// [`MetaFlags::parse`] for a caller that has checked the token count already.
+    pub(crate) fn parse_counted(
+        command: MetaCommand,
+        key: &[u8],
+        tokens: Tokens<'a>,
+    ) -> Result<Self, &'static [u8]> {
         let flags = Self::parse_tokens(key, tokens).map_err(|reply| match command {
             MetaCommand::Delete | MetaCommand::Arith => CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG,
             MetaCommand::Get | MetaCommand::Set => reply,
@@ -423,12 +432,14 @@ fn parse_set<'a>(
         ));
     };
     let swallow_len = data_len + 2;
-    let flags =
-        MetaFlags::parse(MetaCommand::Set, key, args).map_err(|reply| ParseError::Reply {
+    // The token count was checked above (flags plus the data length).
+    let flags = MetaFlags::parse_counted(MetaCommand::Set, key, args).map_err(|reply| {
+        ParseError::Reply {
             reply,
             consumed: line.consumed,
             swallow_len,
-        })?;
+        }
+    })?;
     if data_len > limits.value_len_max {
         let key_base64 = flags.key_base64();
         let reply = SERVER_ERROR_TOO_LARGE;

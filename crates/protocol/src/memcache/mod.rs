@@ -209,13 +209,11 @@ pub(crate) struct Line<'a> {
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
     let (text, consumed) = next_line(buf, limits)?;
     debug_assert!(consumed <= buf.len() && text.len() < consumed);
-    if let Some(get) = retrieval::single_get(text) {
-        if limits.keys_per_get_max > 0 && key_is_valid(get.keys.first_key(), limits.key_len_max) {
-            return Ok(Parsed {
-                request: Request::Get(get),
-                consumed,
-            });
-        }
+    if let Some(get) = retrieval::single_get(text, limits) {
+        return Ok(Parsed {
+            request: Request::Get(get),
+            consumed,
+        });
     }
     parse_line(buf, text, consumed, limits)
 }

@@ -93,21 +93,13 @@ impl<'a> Keys<'a> {
     }
 }
 
-impl<'a> Keys<'a> {
-    /// The first key, or an empty slice when there is none.
-    pub(crate) fn first_key(&self) -> &'a [u8] {
-        let mut tokens = self.tokens;
-        tokens.next().unwrap_or_default()
-    }
-}
-
-/// The common request `get <key>` (one space, one token), recognised without splitting the
-/// line into tokens. The caller still validates the key; anything else (`gets`, spacing that
-/// differs, several keys) is `None` and goes through the general parser, which gives the same
-/// result for this shape.
-pub(crate) fn single_get(text: &[u8]) -> Option<Get<'_>> {
+/// The common request `get <key>` with a valid key (one space, one token), recognised without
+/// splitting the line into tokens: `key_is_valid` refuses spaces, so the rest of the line is one
+/// key. Anything else (`gets`, spacing that differs, several keys, a refused key) is `None` and
+/// goes through the general parser, which gives the same result for this shape.
+pub(crate) fn single_get<'a>(text: &'a [u8], limits: &Limits) -> Option<Get<'a>> {
     let key = text.strip_prefix(b"get ")?;
-    if key.is_empty() || crate::scan::find_byte(key, b' ').is_some() {
+    if limits.keys_per_get_max == 0 || !key_is_valid(key, limits.key_len_max) {
         return None;
     }
     Some(Get {

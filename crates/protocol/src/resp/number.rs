@@ -60,16 +60,7 @@ pub fn parse_i64(arg: &[u8]) -> Option<i64> {
 
 /// Writes `value` in decimal into `buf` and returns the written prefix.
 pub fn format_i64(value: i64, buf: &mut [u8; I64_LEN_MAX]) -> &[u8] {
-    let mut magnitude = value.unsigned_abs();
-    let mut start = I64_LEN_MAX;
-    loop {
-        start -= 1;
-        buf[start] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
-    }
+    let mut start = crate::digits::put_u64(buf, I64_LEN_MAX, value.unsigned_abs());
     if value < 0 {
         start -= 1;
         buf[start] = b'-';
@@ -299,18 +290,13 @@ pub fn format_double(value: f64, buf: &mut [u8; DOUBLE_LEN_MAX]) -> &[u8] {
         let (first, rest) = digits.split_at(1);
         let point: &[u8] = if rest.is_empty() { b"" } else { b"." };
         let exp_sign: &[u8] = if exponent < 0 { b"-" } else { b"+" };
-        let mut exp_buf = [0u8; I64_LEN_MAX];
-        let exp_digits = format_i64(i64::from(exponent.abs()), &mut exp_buf);
-        let exp_pad: &[u8] = if exp_digits.len() < 2 { b"0" } else { b"" };
-        // Copy out of the temporary buffer before borrowing `buf` mutably.
-        let mut exp_copy = [0u8; 3];
-        exp_copy[..exp_digits.len()].copy_from_slice(exp_digits);
-        let exp_digits = &exp_copy[..exp_digits.len()];
+        // At least two exponent digits, as C's `%g` writes them (|exponent| <= 324).
+        let mut exp = [b'0'; 3];
+        let exp_start =
+            crate::digits::put_u64(&mut exp, 3, u64::from(exponent.unsigned_abs())).min(1);
         return copy_parts(
             buf,
-            &[
-                sign, first, point, rest, b"e", exp_sign, exp_pad, exp_digits,
-            ],
+            &[sign, first, point, rest, b"e", exp_sign, &exp[exp_start..]],
         );
     }
     if exponent < 0 {

@@ -79,8 +79,9 @@ pub(in super::super) fn execute(
     };
     match value {
         Some(value) if flags.has(b'v') => {
-            let mut digits = [0u8; DIGITS_LEN_MAX];
-            encode::write_meta_value(out, &flags, &ret, format_u64(value, &mut digits));
+            let mut digits = [0u8; strata_protocol::U64_LEN_MAX];
+            let digits = strata_protocol::format_u64(value, &mut digits);
+            encode::write_meta_value(out, &flags, &ret, digits);
         }
         _ => {
             encode::write_meta_status(out, status, &flags, &ret);
@@ -141,21 +142,4 @@ fn apply(
     result
         .map(|cas| (outcome, cas))
         .map_err(|error| write_error_reply(&error))
-}
-
-/// Longest decimal `u64`.
-const DIGITS_LEN_MAX: usize = 20;
-
-/// `value` in decimal, formatted into `digits` (no allocation).
-fn format_u64(mut value: u64, digits: &mut [u8; DIGITS_LEN_MAX]) -> &[u8] {
-    let mut start = DIGITS_LEN_MAX;
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    &digits[start..]
 }
