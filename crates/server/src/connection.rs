@@ -388,6 +388,12 @@ impl Connection {
         start
     }
 
+    /// The replies written so far acknowledge only durable writes (the caller committed after
+    /// this connection's last pass), so `flush` need not commit again.
+    pub(crate) fn mark_committed(&mut self) {
+        self.uncommitted_from = None;
+    }
+
     /// Writes pending output until done or the socket is full.
     fn flush(&mut self, traffic: &mut Traffic, engine: &Engine) -> Result<(), CloseReason> {
         if let Some(from) = self.uncommitted_from {

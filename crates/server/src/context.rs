@@ -76,6 +76,8 @@ pub struct ServerContext {
     pub shutdown: AtomicBool,
     /// Next client id (CLIENT ID).
     next_client_id: AtomicU64,
+    /// The meta protocol's stale / recache-token state.
+    pub(crate) leases: crate::memcache_exec::lease::Leases,
 }
 
 impl ServerContext {
@@ -88,6 +90,7 @@ impl ServerContext {
             started: Instant::now(),
             shutdown: AtomicBool::new(false),
             next_client_id: AtomicU64::new(1),
+            leases: Default::default(),
         }
     }
 

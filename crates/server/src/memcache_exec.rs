@@ -36,7 +36,7 @@
 mod admin;
 mod arith;
 mod keys;
-mod lease;
+pub(crate) mod lease;
 mod meta;
 mod retrieval;
 mod stats;
@@ -194,9 +194,7 @@ impl MemcacheSession {
                     consumed: used,
                     swallow_len,
                 }) => {
-                    ctx.stats
-                        .errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ctx.stats.count_error();
                     out.extend_from_slice(reply);
                     consumed += used;
                     self.swallow_len = swallow_len;
@@ -296,9 +294,7 @@ fn write_failed(error: &WriteError, ctx: &ServerContext, out: &mut Vec<u8>, nore
     if let WriteError::Persist(_) = error {
         tracing::error!(%error, "memcache write not acknowledged");
     }
-    ctx.stats
-        .errors
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ctx.stats.count_error();
     reply(out, write_error_reply(error), noreply);
 }
 

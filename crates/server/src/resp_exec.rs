@@ -49,7 +49,7 @@ mod types;
 
 use std::time::Instant;
 
-use strata_engine::{Clock, Engine, SystemClock, WriteError, PREFETCH_KEYS_MAX};
+use strata_engine::{Engine, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::resp::{
     encode, errors, name_eq, parse_command, Arg, Args, Limits, ParseError, Version,
     INLINE_LEN_MAX_DEFAULT,
@@ -287,9 +287,7 @@ impl RespSession {
                 Err(ParseError::Incomplete) => break,
                 Err(ParseError::Protocol(error)) => {
                     error.encode(out);
-                    ctx.stats
-                        .errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ctx.stats.count_error();
                     return Processed {
                         consumed: input.len(),
                         close: true,
@@ -355,12 +353,6 @@ impl<'a> Call<'a> {
             .value_len_max
             .min(self.engine().value_len_max(key.len()))
     }
-}
-
-/// The current Unix time in milliseconds. The engine's production clock is the system clock, so
-/// TTL arithmetic here agrees with the engine's expiry checks.
-pub(crate) fn now_ms() -> u64 {
-    SystemClock.now_ms()
 }
 
 /// Replies to a refused engine write. Empty keys, over-long keys and values, a full cache and a

@@ -134,6 +134,11 @@ impl ServerStats {
         self.commands[command].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one request answered with a protocol or write error.
+    pub fn count_error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts `keys` read keys of which `hits` were found.
     pub fn count_gets(&self, keys: u64, hits: u64) {
         self.get_keys.fetch_add(keys, Ordering::Relaxed);

@@ -273,17 +273,19 @@ impl Worker {
 
     /// Writes the replies that passes of this round left unwritten ([`Status::Flush`]).
     fn flush_unflushed(&mut self) {
-        if !self.unflushed.is_empty() {
-            // One group commit for every connection of the round (a no-op unless
-            // `--durability sync`). A failure is handled by each connection's flush, which
-            // then drops its unacknowledged replies and closes.
-            let _ = self.shared.ctx.engine.commit();
-        }
+        // One group commit for every connection of the round (a no-op unless
+        // `--durability sync`): it covers every write these connections made. After a failure
+        // each connection's flush commits again, fails, drops its unacknowledged replies and
+        // closes.
+        let committed = !self.unflushed.is_empty() && self.shared.ctx.engine.commit().is_ok();
         for index in 0..self.unflushed.len() {
             let slot = self.unflushed[index];
             let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
                 continue; // Closed since.
             };
+            if committed {
+                connection.mark_committed();
+            }
             if let Status::Closed(reason) =
                 connection.flush_only(&mut self.traffic, &self.shared.ctx.engine)
             {

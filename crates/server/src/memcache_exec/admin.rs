@@ -9,8 +9,6 @@
 //!   `-A`; strata has no such switch for memcached clients (stop it with SIGTERM), so it always
 //!   answers that.
 
-use std::sync::atomic::Ordering;
-
 use strata_engine::Expiry;
 use strata_protocol::memcache::{encode, FlushAll, ShutdownMode, Verbosity};
 
@@ -22,7 +20,7 @@ use crate::stats::command_index;
 pub(super) fn flush_all(flush: FlushAll, ctx: &ServerContext, out: &mut Vec<u8>) {
     ctx.stats.count_command(command_index("flush"));
     if !ctx.settings.flush_enabled {
-        ctx.stats.errors.fetch_add(1, Ordering::Relaxed);
+        ctx.stats.count_error();
         return reply(out, encode::CLIENT_ERROR_FLUSH_NOT_ALLOWED, flush.noreply);
     }
     let now_ms = now_ms(ctx);

@@ -3,20 +3,21 @@
 //!
 //! memcached keeps these as two bits in each item. The engine's records have no room for
 //! protocol state (it knows no protocol), so strata keeps them here, in one bounded table per
-//! process, keyed by the engine's identity and the key, and tied to the item's CAS: an entry
+//! server ([`ServerContext::leases`]), keyed by the key and tied to the item's CAS: an entry
 //! applies only while the item still has the CAS it was recorded with, so any later write
 //! (which always gets a new CAS) voids it without a lookup here. Entries are added only by
 //! `mg N`/`mg R` wins, `md I` and `ms I`, so plain get/set traffic never takes the lock: a
 //! reader checks the entry count first. An entry found with an old CAS is dropped; entries of
 //! items that are never read again stay until the table fills up and is cleared.
 //!
-//! Invariants: at most [`LEASES_MAX`] entries; [`COUNT`] equals the table's length whenever the
-//! lock is released. When the table is full, new leases evict it wholesale: the worst outcome
-//! is a second client winning a recache, which memcached also allows after its token expires.
+//! Invariants: at most [`LEASES_MAX`] entries; `Leases::count` equals the table's length
+//! whenever the lock is released. When the table is full, new leases evict it wholesale: the
+//! worst outcome is a second client winning a recache, which memcached also allows after its
+//! token expires.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::context::ServerContext;
 
@@ -31,12 +32,29 @@ struct Lease {
     win_sent: bool,
 }
 
-/// Per engine (its address), per key.
-type Table = HashMap<usize, HashMap<Box<[u8]>, Lease>>;
+/// The table of one server (its [`ServerContext`], so of one engine), per key.
+#[derive(Debug, Default)]
+pub(crate) struct Leases {
+    table: Mutex<HashMap<Box<[u8]>, Lease>>,
+    /// Entries in `table`, readable without the lock.
+    count: AtomicUsize,
+}
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-/// Entries in [`TABLE`], readable without the lock.
-static COUNT: AtomicUsize = AtomicUsize::new(0);
+impl Leases {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Box<[u8]>, Lease>> {
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn insert(&self, table: &mut HashMap<Box<[u8]>, Lease>, key: &[u8], lease: Lease) {
+        if table.len() >= LEASES_MAX {
+            table.clear();
+        }
+        table.insert(key.into(), lease);
+        self.count.store(table.len(), Ordering::Release);
+    }
+}
 
 /// What a reader of an item learns, and whether it wins the recache token.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,31 +67,19 @@ pub(super) struct Flags {
     pub won: bool,
 }
 
-fn table() -> MutexGuard<'static, Option<Table>> {
-    TABLE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn engine_id(ctx: &ServerContext) -> usize {
-    Arc::as_ptr(&ctx.engine) as usize
-}
-
 /// The flags of a read of `key` whose item has `cas`. `want_win` says the reader asks for the
 /// token (an `R` threshold was crossed); a stale item hands it out anyway, once.
 pub(super) fn read(ctx: &ServerContext, key: &[u8], cas: u64, want_win: bool) -> Flags {
-    if COUNT.load(Ordering::Acquire) == 0 && !want_win {
+    let leases = &ctx.leases;
+    if leases.count.load(Ordering::Acquire) == 0 && !want_win {
         return Flags::default();
     }
-    let mut guard = table();
-    let table = guard.get_or_insert_with(HashMap::new);
-    let recorded = table
-        .get(&engine_id(ctx))
-        .and_then(|leases| leases.get(key))
-        .copied();
+    let mut table = leases.lock();
+    let recorded = table.get(key).copied();
     let lease = recorded.filter(|lease| lease.cas == cas);
     if recorded.is_some() && lease.is_none() {
-        remove(table, engine_id(ctx), key);
+        table.remove(key);
+        leases.count.store(table.len(), Ordering::Release);
     }
     let flags = match lease {
         Some(lease) if lease.win_sent => Flags {
@@ -94,16 +100,12 @@ pub(super) fn read(ctx: &ServerContext, key: &[u8], cas: u64, want_win: bool) ->
     };
     if flags.won {
         let stale = lease.is_some_and(|lease| lease.stale);
-        insert(
-            table,
-            engine_id(ctx),
-            key,
-            Lease {
-                cas,
-                stale,
-                win_sent: true,
-            },
-        );
+        let lease = Lease {
+            cas,
+            stale,
+            win_sent: true,
+        };
+        leases.insert(&mut table, key, lease);
     }
     flags
 }
@@ -111,40 +113,11 @@ pub(super) fn read(ctx: &ServerContext, key: &[u8], cas: u64, want_win: bool) ->
 /// Records that the item under `key` now has `cas`, is stale or not, and whether its token was
 /// already handed out.
 pub(super) fn record(ctx: &ServerContext, key: &[u8], cas: u64, stale: bool, win_sent: bool) {
-    let mut guard = table();
-    let table = guard.get_or_insert_with(HashMap::new);
-    insert(
-        table,
-        engine_id(ctx),
-        key,
-        Lease {
-            cas,
-            stale,
-            win_sent,
-        },
-    );
-}
-
-fn len(table: &Table) -> usize {
-    table.values().map(HashMap::len).sum()
-}
-
-fn insert(table: &mut Table, engine: usize, key: &[u8], lease: Lease) {
-    if COUNT.load(Ordering::Relaxed) >= LEASES_MAX {
-        table.clear();
-    }
-    table.entry(engine).or_default().insert(key.into(), lease);
-    let count = len(table);
-    COUNT.store(count, Ordering::Release);
-    debug_assert!(count <= LEASES_MAX);
-}
-
-fn remove(table: &mut Table, engine: usize, key: &[u8]) {
-    if let Some(leases) = table.get_mut(&engine) {
-        leases.remove(key);
-        if leases.is_empty() {
-            table.remove(&engine);
-        }
-    }
-    COUNT.store(len(table), Ordering::Release);
+    let leases = &ctx.leases;
+    let lease = Lease {
+        cas,
+        stale,
+        win_sent,
+    };
+    leases.insert(&mut leases.lock(), key, lease);
 }

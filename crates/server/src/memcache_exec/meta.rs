@@ -65,9 +65,7 @@ fn begin<'a>(
 
 /// Answers an error a meta command hit before or during its work (never hidden by `q`).
 fn fail(reply: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) {
-    ctx.stats
-        .errors
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ctx.stats.count_error();
     out.extend_from_slice(reply);
 }
 

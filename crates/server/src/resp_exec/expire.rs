@@ -9,7 +9,7 @@
 use strata_engine::{Change, Expiry};
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 
-use super::{now_ms, write_error, Call, State};
+use super::{write_error, Call, State};
 
 /// The unit of an expire argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +27,7 @@ pub(crate) fn option_expire_at_ms(
     text: &[u8],
     unit: Unit,
     relative: bool,
+    now_ms: u64,
     command: &[u8],
     out: &mut Vec<u8>,
 ) -> Option<u64> {
@@ -36,7 +37,7 @@ pub(crate) fn option_expire_at_ms(
     };
     let scale = if unit == Unit::Seconds { 1000 } else { 1 };
     let now = if relative {
-        i64::try_from(now_ms()).unwrap_or(i64::MAX)
+        i64::try_from(now_ms).unwrap_or(i64::MAX)
     } else {
         0
     };
@@ -131,7 +132,7 @@ fn expire_generic(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit, relative: bool
         }
     }
     let base = if relative {
-        i64::try_from(now_ms()).unwrap_or(i64::MAX)
+        i64::try_from(call.engine().now_ms()).unwrap_or(i64::MAX)
     } else {
         0
     };
@@ -210,7 +211,7 @@ fn ttl_generic(call: &Call<'_>, out: &mut Vec<u8>, form: TtlForm) {
         Some(Some(at)) => {
             let at = i64::try_from(at).unwrap_or(i64::MAX);
             let remaining = at
-                .saturating_sub(i64::try_from(now_ms()).unwrap_or(i64::MAX))
+                .saturating_sub(i64::try_from(call.engine().now_ms()).unwrap_or(i64::MAX))
                 .max(0);
             match form {
                 TtlForm::Seconds => remaining.saturating_add(500) / 1000,

@@ -14,7 +14,7 @@ use strata_engine::EngineStats;
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, Version};
 
 use super::table::{Command, COMMANDS};
-use super::{now_ms, Call, State, REDIS_VERSION_COMPATIBLE};
+use super::{Call, State, REDIS_VERSION_COMPATIBLE};
 use crate::context::ServerContext;
 
 /// INFO sections, in the order Redis prints them, and whether `INFO` alone includes them.
@@ -82,7 +82,7 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
             text.field("multiplexing_api", "epoll");
             text.field("process_id", std::process::id());
             text.field("tcp_port", ctx.settings.resp_port.unwrap_or(0));
-            text.field("server_time_usec", now_ms() * 1000);
+            text.field("server_time_usec", ctx.engine.now_ms() * 1000);
             text.field("uptime_in_seconds", ctx.uptime_secs());
             text.field("uptime_in_days", ctx.uptime_secs() / 86_400);
             text.field("strata_threads", ctx.settings.threads);
@@ -230,7 +230,7 @@ fn policy_name(ctx: &ServerContext) -> &'static str {
 }
 
 fn start_unix_secs(ctx: &ServerContext) -> u64 {
-    (now_ms() / 1000).saturating_sub(ctx.uptime_secs())
+    (ctx.engine.now_ms() / 1000).saturating_sub(ctx.uptime_secs())
 }
 
 /// `LASTSAVE`: strata never snapshots; the pool has held the data since the server started.

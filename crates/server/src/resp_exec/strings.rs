@@ -43,7 +43,7 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::null(out, state.version);
         }
     }
-    call.ctx.stats.count_gets(call.len() as u64 - 1, hits);
+    state.pending.count_gets(call.len() as u64 - 1, hits);
 }
 
 /// Which expire option a SET or GETEX carries.
@@ -123,7 +123,7 @@ impl<'a> StringOptions<'a> {
 
     /// The expiry to store: the expire option's absolute time, KEEPTTL's `Keep`, or `Never`.
     /// `None` after replying with Redis's error for a bad expire value.
-    fn expiry(&self, command: &[u8], out: &mut Vec<u8>) -> Option<Expiry> {
+    fn expiry(&self, command: &[u8], now_ms: u64, out: &mut Vec<u8>) -> Option<Expiry> {
         let Some((kind, text)) = self.expire else {
             return Some(if self.keepttl {
                 Expiry::Keep
@@ -137,7 +137,7 @@ impl<'a> StringOptions<'a> {
             ExpireOption::ExAt => (Unit::Seconds, false),
             ExpireOption::PxAt => (Unit::Millis, false),
         };
-        option_expire_at_ms(text, unit, relative, command, out).map(Expiry::AtMs)
+        option_expire_at_ms(text, unit, relative, now_ms, command, out).map(Expiry::AtMs)
     }
 
     fn condition(&self) -> Condition {
@@ -164,18 +164,18 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_SYNTAX);
         return;
     };
-    let Some(expiry) = options.expiry(b"set", out) else {
+    let Some(expiry) = options.expiry(b"set", call.engine().now_ms(), out) else {
         return;
     };
     let (key, value) = (call.arg(1), call.arg(2));
     if !value_fits(call, key, value, out) {
         return;
     }
+    let condition = options.condition();
     if options.get {
-        set_and_get(state, call, out, options.condition(), expiry);
+        set_and_get(state, call, out, condition, expiry);
         return;
     }
-    let condition = options.condition();
     let result = if condition == Condition::Always && expiry != Expiry::Keep {
         call.engine()
             .set(key, value, 0, expiry)
@@ -258,7 +258,9 @@ pub(crate) fn setnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 fn set_with_expire(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit) {
     let (key, value) = (call.arg(1), call.arg(3));
     let name = call.command.name.as_bytes();
-    let Some(at_ms) = option_expire_at_ms(call.arg(2), unit, true, name, out) else {
+    let Some(at_ms) =
+        option_expire_at_ms(call.arg(2), unit, true, call.engine().now_ms(), name, out)
+    else {
         return;
     };
     if !value_fits(call, key, value, out) {
@@ -288,7 +290,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_SYNTAX);
         return;
     };
-    let Some(expiry) = options.expiry(b"getex", out) else {
+    let Some(expiry) = options.expiry(b"getex", call.engine().now_ms(), out) else {
         return;
     };
     if options.expire.is_none() && !options.persist {
@@ -314,7 +316,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             keep_cas: true,
         }
     });
-    call.ctx.stats.count_gets(1, u64::from(found));
+    state.pending.count_gets(1, u64::from(found));
     if let Err(error) = result {
         out.truncate(mark);
         write_error(out, &error);
@@ -338,7 +340,7 @@ pub(crate) fn getdel(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
                 Change::Keep
             }
         });
-    call.ctx.stats.count_gets(1, u64::from(found));
+    state.pending.count_gets(1, u64::from(found));
     if let Err(error) = result {
         out.truncate(mark);
         write_error(out, &error);

@@ -6,7 +6,7 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{connection, counters, expire, keyspace, ranges, server, strings, Call, State};
-use crate::stats::COMMAND_NAMES;
+use crate::stats::command_index;
 
 /// A command handler: reads the call's arguments and appends exactly one reply to `out`.
 pub(crate) type Handler = fn(&mut State, &Call<'_>, &mut Vec<u8>);
@@ -47,32 +47,6 @@ impl Command {
     }
 }
 
-/// Index of `name` in [`COMMAND_NAMES`], at compile time ("other" when absent).
-const fn stat(name: &str) -> usize {
-    let mut index = 0;
-    while index < COMMAND_NAMES.len() {
-        if bytes_eq(COMMAND_NAMES[index].as_bytes(), name.as_bytes()) {
-            return index;
-        }
-        index += 1;
-    }
-    COMMAND_NAMES.len() - 1
-}
-
-const fn bytes_eq(left: &[u8], right: &[u8]) -> bool {
-    if left.len() != right.len() {
-        return false;
-    }
-    let mut index = 0;
-    while index < left.len() {
-        if left[index] != right[index] {
-            return false;
-        }
-        index += 1;
-    }
-    true
-}
-
 const READ: &[&str] = &["readonly", "fast"];
 const READ_SLOW: &[&str] = &["readonly"];
 const WRITE: &[&str] = &["write", "denyoom", "fast"];
@@ -102,7 +76,7 @@ const fn row(
         flags,
         keys,
         group,
-        stat: stat(stat_name),
+        stat: command_index(stat_name),
         run,
     }
 }
@@ -591,6 +565,7 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::COMMAND_NAMES;
 
     #[test]
     fn names_are_unique_lower_case_and_short() {
