@@ -52,11 +52,12 @@ fn inspect(path: &Path) -> Result<(), String> {
     println!("state sequence:  {}", state.state_seq);
     let same_boot = state.boot_id == strata_pool::current_boot_id();
     println!("opened this boot: {same_boot}");
-    print_occupancy(&report, geometry.segment_size_bytes);
+    print_occupancy(&report);
     Ok(())
 }
 
-fn print_occupancy(report: &PoolReport, segment_size_bytes: u64) {
+fn print_occupancy(report: &PoolReport) {
+    let segment_size_bytes = report.info.geometry.segment_size_bytes;
     println!("shards:          {}", report.shards);
     println!("durability:      {}", report.durability);
     println!(
@@ -90,7 +91,7 @@ fn print_occupancy(report: &PoolReport, segment_size_bytes: u64) {
 /// recovery drops it), 1 otherwise. Never writes the file.
 fn verify(path: &Path) -> Result<(), String> {
     let report = strata_engine::check_pool_file(path).map_err(|err| err.to_string())?;
-    print_occupancy(&report, report.info.geometry.segment_size_bytes);
+    print_occupancy(&report);
     println!(
         "items: {} (live records; a key written twice before a crash counts twice)",
         report.records_live

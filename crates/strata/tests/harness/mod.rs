@@ -6,7 +6,7 @@
 #![allow(dead_code)] // Each test file uses a different part of the harness.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,12 +16,6 @@ use std::time::{Duration, Instant};
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 /// Pause between two checks of a condition.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
-
-/// A port nobody listens on right now (bound, then released).
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    listener.local_addr().expect("local addr").port()
-}
 
 /// Small settings for tests, for each flag that `extra` does not set itself. The harness reads
 /// the listeners' addresses from the startup line, logged at `info` in text.
