@@ -297,6 +297,15 @@ impl Workload {
         }
     }
 
+    /// Keys one request of kind `op` names: `batch_keys` for a GET, 1 for a SET.
+    #[must_use]
+    pub fn keys_per(&self, op: OpKind) -> usize {
+        match op {
+            OpKind::Get => self.batch_keys,
+            OpKind::Set => 1,
+        }
+    }
+
     /// Draws one key index from the popularity distribution.
     pub fn sample_key(&self, rng: &mut SmallRng) -> u64 {
         match &self.zipf {
@@ -370,7 +379,7 @@ pub fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
 }
 
 /// How many decimal digits `value` has (1 for zero).
-fn decimal_digits(value: u64) -> usize {
+pub(crate) fn decimal_digits(value: u64) -> usize {
     value.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 

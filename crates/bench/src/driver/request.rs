@@ -63,47 +63,43 @@ impl RequestMaker {
 
     /// Appends the next request to `out`, or returns `None` when the source is exhausted.
     pub fn encode_next(&mut self, out: &mut Vec<u8>) -> Option<Encoded> {
-        let workload = Arc::clone(&self.workload);
-        self.batch.clear();
-        let op = match &mut self.source {
+        let Self {
+            protocol,
+            workload,
+            source,
+            rng,
+            batch,
+        } = self;
+        batch.clear();
+        let op = match source {
             KeySource::Random => {
-                let op = workload.next_op(&mut self.rng);
-                let count = if op == OpKind::Get {
-                    workload.batch_keys
-                } else {
-                    1
-                };
-                for _ in 0..count {
-                    let index = workload.sample_key(&mut self.rng);
-                    self.batch.push(&workload.keys, index);
+                let op = workload.next_op(rng);
+                for _ in 0..workload.keys_per(op) {
+                    let index = workload.sample_key(rng);
+                    batch.push(&workload.keys, index);
                 }
                 op
             }
             KeySource::Sequential { op, keys } => {
-                let count = if *op == OpKind::Get {
-                    workload.batch_keys
-                } else {
-                    1
-                };
-                for index in keys.by_ref().take(count) {
-                    self.batch.push(&workload.keys, index);
+                for index in keys.by_ref().take(workload.keys_per(*op)) {
+                    batch.push(&workload.keys, index);
                 }
-                if self.batch.is_empty() {
+                if batch.is_empty() {
                     return None;
                 }
                 *op
             }
         };
         match op {
-            OpKind::Get => self.protocol.encode_get(out, &self.batch),
+            OpKind::Get => protocol.encode_get(out, batch),
             OpKind::Set => {
-                let value = workload.value(&mut self.rng);
-                let key = self.batch.iter().next().expect("a SET names one key");
-                self.protocol.encode_set(out, key, value, workload.ttl_secs);
+                let value = workload.value(rng);
+                let key = batch.iter().next().expect("a SET names one key");
+                protocol.encode_set(out, key, value, workload.ttl_secs);
             }
         }
         // batch_keys <= BATCH_KEYS_MAX, so the count fits.
-        let keys = u32::try_from(self.batch.len()).expect("batch within BATCH_KEYS_MAX");
+        let keys = u32::try_from(batch.len()).expect("batch within BATCH_KEYS_MAX");
         Some(Encoded { op, keys })
     }
 }

@@ -1,7 +1,7 @@
 //! Redis RESP2: `SET`, `GET` and `MGET`.
 
 use super::{line_end, parse_decimal, ParseResult, Reply};
-use crate::workload::{push_decimal, KeyBatch};
+use crate::workload::{decimal_digits, push_decimal, KeyBatch};
 
 /// `GET <key>` for one key, `MGET <k1> ... <kN>` for a batch, as RESP arrays of bulk strings.
 pub fn encode_get(out: &mut Vec<u8>, keys: &KeyBatch) {
@@ -27,9 +27,13 @@ pub fn encode_set(out: &mut Vec<u8>, key: &[u8], value: &[u8], ttl_secs: u32) {
     bulk(out, value);
     if ttl_secs > 0 {
         out.extend_from_slice(b"$2\r\nEX\r\n");
-        let mut digits = Vec::with_capacity(10);
-        push_decimal(&mut digits, u64::from(ttl_secs));
-        bulk(out, &digits);
+        // The TTL as a bulk string, its digits written in place.
+        let ttl = u64::from(ttl_secs);
+        out.push(b'$');
+        push_decimal(out, decimal_digits(ttl) as u64);
+        out.extend_from_slice(b"\r\n");
+        push_decimal(out, ttl);
+        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -174,6 +178,20 @@ mod tests {
             out,
             b"*5\r\n$3\r\nSET\r\n$3\r\nk05\r\n$1\r\nv\r\n$2\r\nEX\r\n$3\r\n100\r\n"
         );
+    }
+
+    #[test]
+    fn encodes_ttls_of_every_width() {
+        for ttl in [1, 9, 10, 99, 100, 65_536, u32::MAX] {
+            let mut out = Vec::new();
+            P.encode_set(&mut out, b"k", b"v", ttl);
+            let digits = ttl.to_string();
+            let want = format!(
+                "*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nEX\r\n${}\r\n{digits}\r\n",
+                digits.len()
+            );
+            assert_eq!(String::from_utf8(out).unwrap(), want);
+        }
     }
 
     #[test]
