@@ -4,7 +4,9 @@
 //! `mg <key> v q` per key followed by `mn`: misses stay silent, hits answer `VA`, and `MN`
 //! closes the batch, which is how meta clients pipeline multi-gets.
 
-use super::{is_memcache_error, line_end, parse_decimal, parse_store_line, ParseResult, Reply};
+use super::{
+    is_memcache_error, line_end, parse_decimal, parse_store_line, skip_data, ParseResult, Reply,
+};
 use crate::workload::{push_decimal, KeyBatch};
 
 /// `mg <key> v\r\n`, or `mg <key> v q\r\n` per key and `mn\r\n` for a batch.
@@ -52,15 +54,11 @@ pub fn parse_get(input: &[u8], keys: usize) -> ParseResult {
                 .next()
                 .and_then(parse_decimal)
                 .ok_or_else(|| format!("bad VA line {:?}", String::from_utf8_lossy(line)))?;
-            let data_end = next + len;
-            if input.len() < data_end + 2 {
+            let Some(end) = skip_data(input, next, len, "value data not followed by CRLF")? else {
                 return Ok(None);
-            }
-            if &input[data_end..data_end + 2] != b"\r\n" {
-                return Err("value data not followed by CRLF".into());
-            }
+            };
             hits += 1;
-            pos = data_end + 2;
+            pos = end;
         } else if is_memcache_error(line) {
             error = true;
             pos = next;
@@ -85,7 +83,13 @@ pub fn parse_get(input: &[u8], keys: usize) -> ParseResult {
 
 /// `HD\r\n` when stored, `NS` when not, or an error line.
 pub fn parse_set(input: &[u8]) -> ParseResult {
-    parse_store_line(input, b"HD", &[b"NS", b"EX", b"NF"], "ms")
+    parse_store_line(
+        input,
+        b"HD",
+        &[b"NS", b"EX", b"NF"],
+        is_memcache_error,
+        "ms",
+    )
 }
 
 #[cfg(test)]

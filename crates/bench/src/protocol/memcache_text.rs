@@ -1,6 +1,8 @@
 //! memcached's classic text protocol: `set` and `get` (one key or many).
 
-use super::{is_memcache_error, line_end, parse_decimal, parse_store_line, ParseResult, Reply};
+use super::{
+    is_memcache_error, line_end, parse_decimal, parse_store_line, skip_data, ParseResult, Reply,
+};
 use crate::workload::{push_decimal, KeyBatch};
 
 /// `get k1 k2 ... kN\r\n`
@@ -61,15 +63,11 @@ pub fn parse_get(input: &[u8]) -> ParseResult {
             .nth(2)
             .and_then(parse_decimal)
             .ok_or_else(|| format!("bad VALUE line {:?}", String::from_utf8_lossy(line)))?;
-        let data_end = next + bytes;
-        if input.len() < data_end + 2 {
+        let Some(end) = skip_data(input, next, bytes, "value data not followed by CRLF")? else {
             return Ok(None);
-        }
-        if &input[data_end..data_end + 2] != b"\r\n" {
-            return Err("value data not followed by CRLF".into());
-        }
+        };
         hits += 1;
-        pos = data_end + 2;
+        pos = end;
     }
 }
 
@@ -79,6 +77,7 @@ pub fn parse_set(input: &[u8]) -> ParseResult {
         input,
         b"STORED",
         &[b"NOT_STORED", b"EXISTS", b"NOT_FOUND"],
+        is_memcache_error,
         "set",
     )
 }

@@ -136,9 +136,28 @@ fn parse_decimal(text: &[u8]) -> Option<usize> {
     )
 }
 
-/// Parses a memcached store reply line: `stored` counts as stored, any of `not_stored` as a
-/// refusal, memcached's error lines as errors; `what` names the command in the error message.
-fn parse_store_line(input: &[u8], stored: &[u8], not_stored: &[&[u8]], what: &str) -> ParseResult {
+/// Skips `len` bytes of data at `start` and the CRLF that must follow them: the position past
+/// the CRLF, `None` while incomplete, or `error` when other bytes follow the data.
+fn skip_data(input: &[u8], start: usize, len: usize, error: &str) -> Result<Option<usize>, String> {
+    let data_end = start + len;
+    if input.len() < data_end + 2 {
+        return Ok(None);
+    }
+    if &input[data_end..data_end + 2] != b"\r\n" {
+        return Err(error.into());
+    }
+    Ok(Some(data_end + 2))
+}
+
+/// Parses a one-line store reply: `stored` counts as stored, any of `not_stored` as a refusal,
+/// lines `is_error` accepts as errors; `what` names the command in the error message.
+fn parse_store_line(
+    input: &[u8],
+    stored: &[u8],
+    not_stored: &[&[u8]],
+    is_error: fn(&[u8]) -> bool,
+    what: &str,
+) -> ParseResult {
     let Some((line_stop, next)) = line_end(input, 0) else {
         return Ok(None);
     };
@@ -154,7 +173,7 @@ fn parse_store_line(input: &[u8], stored: &[u8], not_stored: &[&[u8]], what: &st
         }))
     } else if not_stored.contains(&line) {
         Ok(Some(reply))
-    } else if is_memcache_error(line) {
+    } else if is_error(line) {
         Ok(Some(Reply {
             error: true,
             ..reply

@@ -1,6 +1,6 @@
 //! Redis RESP2: `SET`, `GET` and `MGET`.
 
-use super::{line_end, parse_decimal, ParseResult, Reply};
+use super::{line_end, parse_decimal, parse_store_line, skip_data, ParseResult, Reply};
 use crate::workload::{decimal_digits, push_decimal, KeyBatch};
 
 /// `GET <key>` for one key, `MGET <k1> ... <kN>` for a batch, as RESP arrays of bulk strings.
@@ -51,7 +51,7 @@ pub fn parse_get(input: &[u8], keys: usize) -> ParseResult {
         return Ok(None);
     };
     let line = &input[..line_stop];
-    if line.first() == Some(&b'-') {
+    if is_resp_error(line) {
         return Ok(Some(Reply {
             consumed: next,
             error: true,
@@ -85,29 +85,12 @@ pub fn parse_get(input: &[u8], keys: usize) -> ParseResult {
 
 /// `+OK` when stored, a null bulk string when a condition failed, or an error.
 pub fn parse_set(input: &[u8]) -> ParseResult {
-    let Some((line_stop, next)) = line_end(input, 0) else {
-        return Ok(None);
-    };
-    let line = &input[..line_stop];
-    let reply = Reply {
-        consumed: next,
-        ..Reply::default()
-    };
-    match line.first() {
-        _ if line == b"+OK" => Ok(Some(Reply {
-            stored: true,
-            ..reply
-        })),
-        _ if line == b"$-1" => Ok(Some(reply)),
-        Some(b'-') => Ok(Some(Reply {
-            error: true,
-            ..reply
-        })),
-        _ => Err(format!(
-            "unexpected SET reply {:?}",
-            String::from_utf8_lossy(line)
-        )),
-    }
+    parse_store_line(input, b"+OK", &[b"$-1"], is_resp_error, "SET")
+}
+
+/// True for RESP error lines (`-ERR ...`, `-OOM ...`).
+fn is_resp_error(line: &[u8]) -> bool {
+    line.first() == Some(&b'-')
 }
 
 /// One bulk string at `pos`: `(end, hits, error)`, hits being 1 for data and 0 for null.
@@ -125,14 +108,10 @@ fn bulk_reply(input: &[u8], pos: usize) -> Result<Option<(usize, u32, bool)>, St
         .strip_prefix(b"$")
         .and_then(parse_decimal)
         .ok_or_else(|| format!("unexpected GET reply {:?}", String::from_utf8_lossy(line)))?;
-    let data_end = next + len;
-    if input.len() < data_end + 2 {
+    let Some(end) = skip_data(input, next, len, "bulk string not followed by CRLF")? else {
         return Ok(None);
-    }
-    if &input[data_end..data_end + 2] != b"\r\n" {
-        return Err("bulk string not followed by CRLF".into());
-    }
-    Ok(Some((data_end + 2, 1, false)))
+    };
+    Ok(Some((end, 1, false)))
 }
 
 fn array_header(out: &mut Vec<u8>, count: usize) {
