@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::runner::{RunRecord, RunStatus, Target};
+use super::runner::{target_flags, RunRecord, RunStatus, Target};
 use super::scenarios::Scenario;
 use super::servers::{ServerProcess, ServerResources, ServerSpec};
 use super::CompareArgs;
@@ -345,17 +345,7 @@ impl<'a> Session<'a> {
 
     /// A preload (`preload`) or a read-back of every key, with the scenario's `[load]` flags.
     fn bench(&self, server: &ServerProcess, preload: bool) -> Result<crate::Report, BenchError> {
-        let protocol = self.target.protocol;
-        let extra = vec![
-            "--target".to_owned(),
-            format!("127.0.0.1:{}", server.port(protocol)),
-            "--protocol".to_owned(),
-            protocol.name().to_owned(),
-            "--cpu".to_owned(),
-            self.args.client_cpu.to_string(),
-            "--server-pid".to_owned(),
-            server.pid.to_string(),
-        ];
+        let extra = target_flags(self.args, self.target.protocol, server);
         let mut bench = self
             .scenario
             .bench_args(&extra)

@@ -105,10 +105,11 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
         )));
     }
     let meta_path = args.out.join("meta.json");
-    let load_start = if args.rerender {
-        read_meta(&meta_path).and_then(|meta| meta.0)
+    // Re-rendering reuses the load averages the run recorded (start and end).
+    let (load_start, recorded_end) = if args.rerender {
+        read_meta(&meta_path).unwrap_or_default()
     } else {
-        load_average()
+        (load_average(), None)
     };
     let records = if args.rerender {
         let path = args.out.join("results.json");
@@ -124,7 +125,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
     let summaries = summarise(&scenarios, &records);
     let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
     let loads = if args.rerender {
-        (load_start, read_meta(&meta_path).and_then(|meta| meta.1))
+        (load_start, recorded_end)
     } else {
         let loads = (load_start, load_average());
         write_json(&meta_path, &(loads.0, loads.1))?;
@@ -298,6 +299,25 @@ fn run_target(
     records
 }
 
+/// The generator flags naming the target: its address, protocol, the client's CPU and the
+/// server's PID.
+pub(crate) fn target_flags(
+    args: &CompareArgs,
+    protocol: Protocol,
+    server: &ServerProcess,
+) -> Vec<String> {
+    vec![
+        "--target".to_owned(),
+        format!("127.0.0.1:{}", server.port(protocol)),
+        "--protocol".to_owned(),
+        protocol.name().to_owned(),
+        "--cpu".to_owned(),
+        args.client_cpu.to_string(),
+        "--server-pid".to_owned(),
+        server.pid.to_string(),
+    ]
+}
+
 /// One generator run with the scenario's flags plus target, protocol, pinning and PID.
 fn bench_once(
     args: &CompareArgs,
@@ -307,16 +327,7 @@ fn bench_once(
     rate: Option<f64>,
     first_point: bool,
 ) -> Result<Report, BenchError> {
-    let mut extra = vec![
-        "--target".to_owned(),
-        format!("127.0.0.1:{}", server.port(protocol)),
-        "--protocol".to_owned(),
-        protocol.name().to_owned(),
-        "--cpu".to_owned(),
-        args.client_cpu.to_string(),
-        "--server-pid".to_owned(),
-        server.pid.to_string(),
-    ];
+    let mut extra = target_flags(args, protocol, server);
     if let Some(rate) = rate {
         extra.extend(["--rate".to_owned(), rate.to_string()]);
     }
