@@ -222,7 +222,7 @@ fn restart_table(md: &mut String, summary: &ScenarioSummary) {
 }
 
 fn sweep_tables(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary) {
-    let slo = scenario.sweep.as_ref().map_or(1000.0, |s| s.p999_us_max);
+    let slo = scenario.p999_us_max();
     let _ = writeln!(md, "Highest offered rate whose p99.9 ≤ {slo:.0} µs (with achieved ≥ 95% of offered, nothing dropped):\n");
     md.push_str(
         "| server | protocol | highest rate within SLO | vs best peer |\n|---|---|---:|---:|\n",

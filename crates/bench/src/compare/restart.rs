@@ -95,6 +95,19 @@ pub struct StrataVariant {
     pub args: String,
 }
 
+/// The table's defaults, as when every key is left out.
+impl Default for RestartSpec {
+    fn default() -> Self {
+        RestartSpec {
+            dir: default_dir(),
+            stops: default_stops(),
+            memory_mib: None,
+            downtime_ms: default_downtime_ms(),
+            strata_variants: Vec::new(),
+        }
+    }
+}
+
 fn default_dir() -> PathBuf {
     PathBuf::from("/dev/shm")
 }
@@ -181,13 +194,7 @@ pub(crate) fn run_restart(
     target: &Target<'_>,
     logs: &Path,
 ) -> Vec<RunRecord> {
-    let spec = scenario.restart.clone().unwrap_or_else(|| RestartSpec {
-        dir: default_dir(),
-        stops: default_stops(),
-        memory_mib: None,
-        downtime_ms: default_downtime_ms(),
-        strata_variants: Vec::new(),
-    });
+    let spec = scenario.restart.clone().unwrap_or_default();
     let fail_all = |status: RunStatus| -> Vec<RunRecord> {
         spec.stops
             .iter()

@@ -119,6 +119,14 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// The sweep's p99.9 latency objective, µs (the default when the scenario has no sweep).
+    #[must_use]
+    pub fn p999_us_max(&self) -> f64 {
+        self.sweep
+            .as_ref()
+            .map_or_else(default_p999_us_max, |s| s.p999_us_max)
+    }
+
     /// Parses one scenario file.
     ///
     /// # Errors

@@ -192,7 +192,7 @@ impl ServerProcess {
         for &port in ports {
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             loop {
-                if let Ok(Some(status)) = self.child.try_wait() {
+                if let Some(status) = self.exited() {
                     return Err(format!("exited during start-up ({status})"));
                 }
                 if TcpStream::connect_timeout(&addr, PROBE_INTERVAL).is_ok() {

@@ -158,7 +158,6 @@ pub fn summarise(scenarios: &[Scenario], records: &[RunRecord]) -> Vec<ScenarioS
                 .iter()
                 .map(|r| (r.server.clone(), r.protocol, r.is_peer))
                 .collect();
-            keys.dedup();
             keys.sort_by_key(|k| (!k.2, k.0.clone(), k.1));
             keys.dedup();
             let targets = keys
@@ -371,7 +370,7 @@ fn headline_value(scenario: &Scenario, records: &[&RunRecord]) -> Option<f64> {
                 .first_hit_ms
         }
         ScenarioKind::Sweep => {
-            let slo = scenario.sweep.as_ref().map_or(1000.0, |s| s.p999_us_max);
+            let slo = scenario.p999_us_max();
             records
                 .iter()
                 .filter_map(|r| Some((r.rate_per_sec?, r.report.as_ref()?.measured.as_ref()?)))
