@@ -35,7 +35,7 @@ use super::servers::{ServerProcess, ServerResources, ServerSpec};
 use super::CompareArgs;
 use crate::error::BenchError;
 use crate::protocol::Protocol;
-use crate::workload::KeySpace;
+use crate::workload::{KeyBatch, KeySpace, OpKind};
 
 /// Longest a stop or a restart may take.
 const WAIT_MAX: Duration = Duration::from_secs(120);
@@ -342,11 +342,11 @@ impl<'a> Session<'a> {
     }
 
     /// The last preloaded key: written last, so the likeliest to be missing.
-    fn probe_key(&self) -> Result<Vec<u8>, BenchError> {
+    fn probe_key(&self) -> Result<KeyBatch, BenchError> {
         let bench = self.scenario.bench_args(&[]).map_err(BenchError::Config)?;
         let keys = KeySpace::new(bench.keyspace, bench.key_size)?;
-        let mut key = Vec::new();
-        keys.write_key(bench.keyspace - 1, &mut key);
+        let mut key = KeyBatch::default();
+        key.push(&keys, bench.keyspace - 1);
         Ok(key)
     }
 
@@ -413,57 +413,43 @@ enum Answer {
     Loading,
 }
 
-/// GETs `key` once on `reader`.
+/// Sends the encoded GET `request` once on `stream` and reads its reply, in `protocol`.
+/// `input` holds bytes received but not yet parsed.
 fn get_once(
-    reader: &mut BufReader<TcpStream>,
+    stream: &mut TcpStream,
     protocol: Protocol,
-    key: &[u8],
+    request: &[u8],
+    input: &mut Vec<u8>,
 ) -> std::io::Result<Answer> {
-    let mut request = Vec::with_capacity(key.len() + 32);
-    match protocol {
-        Protocol::Resp => {
-            request.extend_from_slice(format!("*2\r\n$3\r\nGET\r\n${}\r\n", key.len()).as_bytes());
-            request.extend_from_slice(key);
+    stream.write_all(request)?;
+    let reply = loop {
+        if let Some(reply) = protocol
+            .parse_reply(OpKind::Get, 1, input)
+            .map_err(std::io::Error::other)?
+        {
+            break reply;
         }
-        Protocol::MemcacheText | Protocol::MemcacheMeta => {
-            request.extend_from_slice(b"get ");
-            request.extend_from_slice(key);
+        let mut chunk = [0u8; 4096];
+        let read = stream.read(&mut chunk)?;
+        if read == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-    }
-    request.extend_from_slice(b"\r\n");
-    reader.get_mut().write_all(&request)?;
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    let unexpected = |line: &str| std::io::Error::other(format!("unexpected reply {line:?}"));
-    match protocol {
-        Protocol::Resp if line.starts_with("-LOADING") => Ok(Answer::Loading),
-        Protocol::Resp if line.starts_with("$-1") => Ok(Answer::Miss),
-        Protocol::Resp => {
-            let len: usize = line
-                .strip_prefix('$')
-                .and_then(|l| l.trim_end().parse().ok())
-                .ok_or_else(|| unexpected(&line))?;
-            let mut value = vec![0; len + 2];
-            reader.read_exact(&mut value)?;
-            Ok(Answer::Hit)
+        input.extend_from_slice(&chunk[..read]);
+    };
+    let answer = if reply.error {
+        if protocol == Protocol::Resp && input.starts_with(b"-LOADING") {
+            Answer::Loading
+        } else {
+            let line = String::from_utf8_lossy(&input[..reply.consumed]);
+            return Err(std::io::Error::other(format!("unexpected reply {line:?}")));
         }
-        _ if line == "END\r\n" => Ok(Answer::Miss),
-        _ if line.starts_with("VALUE ") => {
-            let len: usize = line
-                .split_whitespace()
-                .nth(3)
-                .and_then(|l| l.parse().ok())
-                .ok_or_else(|| unexpected(&line))?;
-            let mut value = vec![0; len + 2];
-            reader.read_exact(&mut value)?;
-            let mut end = String::new();
-            reader.read_line(&mut end)?;
-            Ok(Answer::Hit)
-        }
-        _ => Err(unexpected(&line)),
-    }
+    } else if reply.hits > 0 {
+        Answer::Hit
+    } else {
+        Answer::Miss
+    };
+    input.drain(..reply.consumed);
+    Ok(answer)
 }
 
 /// Connects and GETs `key` until the server answers: the time (from `started`) of the first
@@ -471,15 +457,23 @@ fn get_once(
 fn probe(
     server: &mut ServerProcess,
     protocol: Protocol,
-    key: &[u8],
+    key: &KeyBatch,
     started: Instant,
 ) -> Result<(Duration, Option<Duration>), String> {
     let addr = SocketAddr::from(([127, 0, 0, 1], server.port(protocol)));
+    // Both memcache protocols are served on one port (`ServerProcess::port`); either probes
+    // with a text `get`.
+    let protocol = match protocol {
+        Protocol::Resp => Protocol::Resp,
+        Protocol::MemcacheText | Protocol::MemcacheMeta => Protocol::MemcacheText,
+    };
+    let mut request = Vec::new();
+    protocol.encode_get(&mut request, key);
     while started.elapsed() < WAIT_MAX {
         if let Some(status) = server.exited() {
             return Err(format!("exited during restart ({status})"));
         }
-        let Ok(stream) = TcpStream::connect(addr) else {
+        let Ok(mut stream) = TcpStream::connect(addr) else {
             std::thread::sleep(RETRY_INTERVAL);
             continue;
         };
@@ -487,9 +481,9 @@ fn probe(
         stream
             .set_read_timeout(Some(WAIT_MAX))
             .map_err(|e| e.to_string())?;
-        let mut reader = BufReader::new(stream);
+        let mut input = Vec::new();
         loop {
-            match get_once(&mut reader, protocol, key) {
+            match get_once(&mut stream, protocol, &request, &mut input) {
                 Ok(Answer::Hit) => {
                     let at = started.elapsed();
                     return Ok((at, Some(at)));
@@ -502,4 +496,78 @@ fn probe(
         }
     }
     Err(format!("no answer within {WAIT_MAX:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// Runs `get_once` against a fake server that answers each request with the next reply,
+    /// sent in two writes to exercise partial reads.
+    fn answers(protocol: Protocol, replies: &'static [&'static [u8]]) -> Vec<Result<u8, ()>> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 64];
+            let mut got = Vec::new();
+            for reply in replies {
+                let n = stream.read(&mut request).unwrap();
+                got.push(request[..n].to_vec());
+                let (head, tail) = reply.split_at(reply.len() / 2);
+                stream.write_all(head).unwrap();
+                stream.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+                stream.write_all(tail).unwrap();
+            }
+            got
+        });
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let mut request = Vec::new();
+        let keys = KeySpace::new(10, crate::workload::SizeRange::fixed(3)).unwrap();
+        let mut key = KeyBatch::default();
+        key.push(&keys, 7);
+        protocol.encode_get(&mut request, &key);
+        let mut input = Vec::new();
+        let answers = replies
+            .iter()
+            .map(|_| {
+                get_once(&mut stream, protocol, &request, &mut input)
+                    .map(|a| match a {
+                        Answer::Hit => b'h',
+                        Answer::Miss => b'm',
+                        Answer::Loading => b'l',
+                    })
+                    .map_err(|_| ())
+            })
+            .collect();
+        let sent = server.join().unwrap();
+        let want: &[u8] = match protocol {
+            Protocol::Resp => b"*2\r\n$3\r\nGET\r\n$3\r\nk07\r\n",
+            _ => b"get k07\r\n",
+        };
+        assert!(sent.iter().all(|s| s == want), "{sent:?}");
+        answers
+    }
+
+    #[test]
+    fn probe_get_reads_hits_misses_and_loading() {
+        let resp: &[&[u8]] = &[
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+            b"$-1\r\n",
+            b"$3\r\nabc\r\n",
+            b"-ERR unknown command\r\n",
+        ];
+        assert_eq!(
+            answers(Protocol::Resp, resp),
+            [Ok(b'l'), Ok(b'm'), Ok(b'h'), Err(())]
+        );
+        let text: &[&[u8]] = &[b"END\r\n", b"VALUE k07 0 3\r\nabc\r\nEND\r\n", b"ERROR\r\n"];
+        assert_eq!(
+            answers(Protocol::MemcacheText, text),
+            [Ok(b'm'), Ok(b'h'), Err(())]
+        );
+    }
 }
