@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
-use crate::shard::{Found, Shard, ShardWrite};
+use crate::shard::{Found, Shard, ShardLock};
 use crate::{
     Arith, Change, Condition, Engine, Expiry, Inner, ItemRef, StoreOptions, StoreOutcome,
     WriteError,
@@ -33,7 +33,7 @@ fn check_key(key: &[u8]) -> Result<(), WriteError> {
 }
 
 impl Engine {
-    fn shard_for(&self, key: &[u8]) -> (u64, &parking_lot::RwLock<Shard>) {
+    fn shard_for(&self, key: &[u8]) -> (u64, &ShardLock) {
         let hash = self.inner.hash(key);
         (hash, &self.inner.shards[self.inner.shard_of(hash)].0)
     }
@@ -198,7 +198,7 @@ impl Engine {
         self.check_value(key, value.len(), &meta)?;
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
-        let mut shard = ShardWrite::lock(lock);
+        let mut shard = lock.write();
         if meta
             .expires_at_ms
             .is_some_and(|at| at <= self.inner.now_ms())
@@ -229,9 +229,8 @@ impl Engine {
         check_key(key)?;
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
-        let mut shard = ShardWrite::lock(lock);
+        let mut shard = lock.write();
         let inner: &Inner = &self.inner;
-        let now_ms = inner.now_ms();
         let mut buffer = std::mem::take(&mut shard.scratch);
         buffer.clear();
         let (change, current) = {
@@ -239,12 +238,11 @@ impl Engine {
             let current = found.as_ref().map(|f| (f.view.meta.expires_at_ms, f.cas));
             (f(found.as_ref().map(item), &mut buffer), current)
         };
-        let result = self.apply(&mut shard, key, hash, change, current, &buffer, now_ms);
+        let result = self.apply(&mut shard, key, hash, change, current, &buffer);
         shard.scratch = buffer;
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         shard: &mut Shard,
@@ -253,7 +251,6 @@ impl Engine {
         change: Change,
         current: Option<(Option<u64>, u64)>,
         buffer: &[u8],
-        now_ms: u64,
     ) -> Result<Option<u64>, WriteError> {
         match change {
             Change::Keep => Ok(None),
@@ -271,7 +268,7 @@ impl Engine {
                     client_flags,
                 };
                 self.check_value(key, buffer.len(), &meta)?;
-                if expires_at_ms.is_some_and(|at| at <= now_ms) {
+                if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
                     shard.delete(&self.inner, key, hash)?;
                     return Ok(None);
                 }
@@ -334,7 +331,8 @@ impl Engine {
                 number.wrapping_add(delta)
             };
             result = Arith::Value(next, 0);
-            buffer.extend_from_slice(next.to_string().as_bytes());
+            // Decimal straight into the buffer (a Vec's io::Write cannot fail).
+            let _ = std::io::Write::write_fmt(buffer, format_args!("{next}"));
             Change::Write {
                 client_flags: item.client_flags,
                 expiry: Expiry::Keep,
@@ -387,7 +385,7 @@ impl Engine {
 
     fn flush_now(&self) -> Result<(), WriteError> {
         for shard in self.inner.shards.iter() {
-            let freed = ShardWrite::lock(&shard.0).flush(&self.inner)?;
+            let freed = shard.0.write().flush(&self.inner)?;
             self.inner.release(freed);
         }
         Ok(())
@@ -400,7 +398,7 @@ impl Engine {
         let now_ms = self.inner.now_ms();
         let mut count = 0;
         for shard in self.inner.shards.iter() {
-            let freed = ShardWrite::lock(&shard.0).expire(&self.inner, now_ms)?;
+            let freed = shard.0.write().expire(&self.inner, now_ms)?;
             count += freed.len();
             self.inner.release(freed);
         }
@@ -533,8 +531,7 @@ pub enum DeleteOutcome {
 /// Parses a memcached counter: ASCII decimal digits (trailing spaces allowed, as memcached
 /// leaves them after a shrinking decr), at most u64::MAX.
 pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    let digits = bytes.strip_suffix(b" ").map_or(bytes, |d| d);
-    let digits = std::str::from_utf8(digits).ok()?.trim_end_matches(' ');
+    let digits = std::str::from_utf8(bytes).ok()?.trim_end_matches(' ');
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

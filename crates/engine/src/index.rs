@@ -240,6 +240,10 @@ impl Index {
             generation: desc.primary_generation.max(desc.overflow_generation),
             degraded: false,
         };
+        // Fault the tables in at once (cheaper than a fault per page as the check below reads
+        // them, and the first requests then find them mapped).
+        index.buckets.populate();
+        index.overflow.populate();
         index.links_in_range().then_some(index)
     }
 
@@ -285,12 +289,6 @@ impl Index {
     pub fn retire(self) {
         self.buckets.retire();
         self.overflow.retire();
-    }
-
-    /// Faults file-backed tables into the page tables now (see `LineTable::populate`).
-    pub fn populate(&self) {
-        self.buckets.populate();
-        self.overflow.populate();
     }
 
     /// Writes file-backed tables back to their medium.

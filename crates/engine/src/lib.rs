@@ -53,10 +53,10 @@ pub use strata_pool::{Backend, PersistenceDomain};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use strata_pool::{PersistError, Pool, Segment};
 
-use shard::{Shard, ShardWrite};
+use shard::{Shard, ShardLock};
 
 /// An item as returned by a read, borrowing the engine's memory for the closure's duration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,7 +235,7 @@ struct SeqState {
 
 /// State shared by shards (configuration, free segments, seq allocation, failure state).
 pub(crate) struct Inner {
-    shards: Box<[Padded<RwLock<Shard>>]>,
+    shards: Box<[Padded<ShardLock>]>,
     pub(crate) segment_size_bytes: usize,
     units_per_segment: u64,
     /// Persist each write before returning (`Durability::Sync` without group commit).
@@ -327,7 +327,7 @@ impl Inner {
             // the media with a later sync, or never: recovery would pick the newer, durable record
             // by (seq, offset) anyway. What must never happen is a mark durable before its
             // replacement, and writing it after the sync rules that out.
-            let mut shards: Vec<_> = self.shards.iter().map(|s| ShardWrite::lock(&s.0)).collect();
+            let mut shards: Vec<_> = self.shards.iter().map(|s| s.0.write()).collect();
             shards
                 .iter_mut()
                 .for_each(|shard| shard.forget_dirty_ranges());
@@ -338,7 +338,7 @@ impl Inner {
             return self.check_writable();
         }
         for shard in self.shards.iter() {
-            ShardWrite::lock(&shard.0).persist_dirty(self)?;
+            shard.0.write().persist_dirty(self)?;
         }
         self.check_writable()
     }

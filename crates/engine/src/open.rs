@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use strata_pool::{
     Backend, FaultPlan, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions,
 };
@@ -13,7 +13,7 @@ use crate::error::OpenError;
 use crate::index::{Index, TableHome};
 use crate::index_files::{self, Anchor};
 use crate::recovery::{self, RecoveryPlan, RecoveryReport};
-use crate::shard::{Shard, ShardWrite};
+use crate::shard::{Shard, ShardLock};
 use crate::{record, root, snapshot, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
 
 /// What recovery does with a reopened pool, from how it was left.
@@ -128,7 +128,7 @@ impl Engine {
             .map(|id| {
                 let Some(files) = &files else {
                     let index = Index::with_capacity(per_shard);
-                    return Padded(RwLock::new(Shard::new(id, segments.len(), index, None)));
+                    return Padded(ShardLock::new(Shard::new(id, segments.len(), index, None)));
                 };
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
                 let reopened = reusable[usize::from(id)]
@@ -150,7 +150,7 @@ impl Engine {
                     }
                 };
                 anchor.remove_other_tables(index.desc());
-                Padded(RwLock::new(Shard::new(
+                Padded(ShardLock::new(Shard::new(
                     id,
                     segments.len(),
                     index,
@@ -213,9 +213,6 @@ impl Engine {
             },
             None => recovery::recover(&inner, segments, plan, &trusted)?,
         };
-        if trusted.iter().any(|&t| t) {
-            populate_indexes(&inner);
-        }
         // Only a mapped index leaves the records untouched at open (a scan touched them all).
         // After a snapshot load the warmer is not worth it: on a server pinned to one core it
         // delayed the first hit by ~40 ms of the ~110 ms (docs/BENCHMARKS.md).
@@ -280,12 +277,7 @@ impl Engine {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let mut locks: Vec<_> = self
-            .inner
-            .shards
-            .iter()
-            .map(|s| ShardWrite::lock(&s.0))
-            .collect();
+        let mut locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
         for shard in &mut locks {
             // Deferred dead marks are applied too, so the pool and the snapshot agree.
             shard
@@ -316,12 +308,7 @@ impl Engine {
     /// For a simulated pool: what a power cut now would leave (see `strata_pool::Pool::crash_image`).
     /// Takes every shard's lock so no write is half-way through a copy.
     pub fn crash_image(&self, keep_unpersisted_line: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
-        let _locks: Vec<_> = self
-            .inner
-            .shards
-            .iter()
-            .map(|s| ShardWrite::lock(&s.0))
-            .collect();
+        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
         self.pool.lock().crash_image(keep_unpersisted_line)
     }
 
@@ -364,21 +351,6 @@ impl Engine {
         }
         Ok(())
     }
-}
-
-/// Faults the mapped index tables in, shards spread over the cores: a mapped index serves at full
-/// speed from the first request instead of taking a page fault per first touch.
-fn populate_indexes(inner: &Inner) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|scope| {
-        for t in 0..threads {
-            scope.spawn(move || {
-                for shard in inner.shards.iter().skip(t).step_by(threads) {
-                    shard.0.read().index.populate();
-                }
-            });
-        }
-    });
 }
 
 /// A background thread that faults a reopened pool's pages in, a chunk at a time, so reads soon

@@ -11,7 +11,6 @@ use strata_pool::Segment;
 
 use crate::error::OpenError;
 use crate::segment::{self, HeaderRead, OwnedSegment};
-use crate::shard::ShardWrite;
 use crate::Inner;
 
 /// What to do with the segments of a reopened pool.
@@ -96,7 +95,10 @@ pub(crate) fn recover(
         by_shard[segment.fields.shard as usize].push(segment.segment.id());
     }
     for segment in owned {
-        ShardWrite::lock(&inner.shards[segment.fields.shard as usize].0).adopt(segment);
+        inner.shards[segment.fields.shard as usize]
+            .0
+            .write()
+            .adopt(segment);
     }
     index_shards_in_parallel(inner, &by_shard, &mut report);
     settle(inner, seq_max, in_use, free);
@@ -162,7 +164,7 @@ fn index_shards_in_parallel(inner: &Inner, by_shard: &[Vec<u32>], report: &mut R
                 scope.spawn(move || {
                     let mut partial = RecoveryReport::default();
                     for shard_index in (t..by_shard.len()).step_by(threads) {
-                        let mut shard = ShardWrite::lock(&inner.shards[shard_index].0);
+                        let mut shard = inner.shards[shard_index].0.write();
                         for &id in &by_shard[shard_index] {
                             if shard.scan_log(id) {
                                 partial.records_invalid += 1;

@@ -83,17 +83,43 @@ pub(crate) struct Shard {
     rng_state: u64,
     /// With the index in the pool: the shard's control line, kept in step at every change.
     anchor: Option<Anchor>,
-    /// Segments whose bookkeeping changed since the change began (index in the pool only).
+    /// Segments whose bookkeeping changed since the change began (index in the pool only),
+    /// each once: `is_touched[id]` says whether `id` is listed.
     touched: Vec<u32>,
+    is_touched: Vec<bool>,
+}
+
+/// A shard's lock. Write access only comes as a [`ShardWrite`], so no change can bypass the
+/// control line of an index kept in the pool.
+pub(crate) struct ShardLock(parking_lot::RwLock<Shard>);
+
+impl ShardLock {
+    pub(crate) fn new(shard: Shard) -> Self {
+        ShardLock(parking_lot::RwLock::new(shard))
+    }
+
+    /// Shared access (lookups, stats).
+    pub(crate) fn read(&self) -> parking_lot::RwLockReadGuard<'_, Shard> {
+        self.0.read()
+    }
+
+    /// Exclusive access, waiting for it.
+    pub(crate) fn write(&self) -> ShardWrite<'_> {
+        ShardWrite::begin(self.0.write())
+    }
+
+    /// Exclusive access if no one holds the lock right now.
+    pub(crate) fn try_write(&self) -> Option<ShardWrite<'_>> {
+        self.0.try_write().map(ShardWrite::begin)
+    }
 }
 
 /// Write access to a shard. With the index in the pool, taking it marks the shard as changing
 /// and dropping it records the change (see `index_files`).
 pub(crate) struct ShardWrite<'a>(parking_lot::RwLockWriteGuard<'a, Shard>);
 
-impl ShardWrite<'_> {
-    pub(crate) fn lock(lock: &parking_lot::RwLock<Shard>) -> ShardWrite<'_> {
-        let shard = lock.write();
+impl<'a> ShardWrite<'a> {
+    fn begin(shard: parking_lot::RwLockWriteGuard<'a, Shard>) -> Self {
         if let Some(anchor) = &shard.anchor {
             anchor.begin();
         }
@@ -148,8 +174,23 @@ impl Shard {
             pending_dead: Vec::new(),
             counters: ShardCounters::default(),
             rng_state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(id),
+            is_touched: if anchor.is_some() {
+                vec![false; segment_count]
+            } else {
+                Vec::new()
+            },
             anchor,
             touched: Vec::new(),
+        }
+    }
+
+    /// Lists segment `id` for the book update at the end of this change (index in the pool).
+    fn touch(&mut self, id: u32) {
+        if let Some(listed) = self.is_touched.get_mut(id as usize) {
+            if !*listed {
+                *listed = true;
+                self.touched.push(id);
+            }
         }
     }
 
@@ -172,7 +213,9 @@ impl Shard {
             .filter_map(|&id| segments[id as usize].as_deref());
         let consistent = self.pending_dead.is_empty() && self.index.in_files();
         anchor.end(self.index.desc(), touched, consistent);
-        self.touched.clear();
+        for id in self.touched.drain(..) {
+            self.is_touched[id as usize] = false;
+        }
     }
 
     fn owned(&self, id: u32) -> &OwnedSegment {
@@ -182,9 +225,7 @@ impl Shard {
     }
 
     fn owned_mut(&mut self, id: u32) -> &mut OwnedSegment {
-        if self.anchor.is_some() && self.touched.last() != Some(&id) {
-            self.touched.push(id);
-        }
+        self.touch(id);
         self.segments[id as usize]
             .as_deref_mut()
             .expect("owned segment")
@@ -202,10 +243,16 @@ impl Shard {
     /// Finds the key's live record, expired or not.
     pub(crate) fn lookup(&self, inner: &Inner, key: &[u8], hash: u64) -> Option<Found<'_>> {
         let h28 = index::hash28(hash);
-        let (slot, entry) = self
-            .index
-            .find(h28, |location| self.record_at(inner, location).0.key == key)?;
-        let (view, cas) = self.record_at(inner, entry.location);
+        let mut hit = None;
+        let (slot, entry) = self.index.find(h28, |location| {
+            let record = self.record_at(inner, location);
+            let is_key = record.0.key == key;
+            if is_key {
+                hit = Some(record);
+            }
+            is_key
+        })?;
+        let (view, cas) = hit.expect("find returns the slot whose record matched");
         debug_assert!(view.live, "the index only points at live records");
         Some(Found {
             slot,
@@ -439,11 +486,14 @@ impl Shard {
         hash: u64,
     ) -> Result<bool, WriteError> {
         inner.check_writable()?;
-        let now_ms = inner.now_ms();
         let Some(found) = self.lookup(inner, key, hash) else {
             return Ok(false);
         };
-        let expired = found.view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
+        let expired = found
+            .view
+            .meta
+            .expires_at_ms
+            .is_some_and(|at| at <= inner.now_ms());
         let (slot, location) = (found.slot, found.entry.location);
         self.kill_record(inner, location, false)?;
         self.index.remove(slot);
@@ -582,9 +632,7 @@ impl Shard {
             "a segment has one owner"
         );
         self.segments[id as usize] = Some(Box::new(owned));
-        if self.anchor.is_some() {
-            self.touched.push(id);
-        }
+        self.touch(id);
     }
 
     fn reinsert_survivors(&mut self, inner: &Inner, id: u32) -> Result<(), WriteError> {

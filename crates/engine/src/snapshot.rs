@@ -12,7 +12,6 @@ use strata_pool::Segment;
 use crate::index::Index;
 use crate::recovery::{self, RecoveryReport};
 use crate::segment::{self, HeaderRead, OwnedSegment};
-use crate::shard::ShardWrite;
 use crate::Inner;
 
 #[derive(Clone, Copy)]
@@ -134,7 +133,7 @@ fn apply(
         let (shard, s) = by_id[segment.id() as usize].expect("checked consistent");
         seq_max = seq_max.max(fields.seq);
         report.segments_recovered += 1;
-        ShardWrite::lock(&inner.shards[shard].0).adopt(OwnedSegment {
+        inner.shards[shard].0.write().adopt(OwnedSegment {
             segment,
             fields,
             write_offset: s.write_offset,
@@ -146,7 +145,7 @@ fn apply(
     }
     for (shard, saved_shard) in saved.into_iter().enumerate() {
         report.items_recovered += saved_shard.index.len() as u64;
-        ShardWrite::lock(&inner.shards[shard].0).index = saved_shard.index;
+        inner.shards[shard].0.write().index = saved_shard.index;
     }
     recovery::settle(inner, seq_max, report.segments_recovered as usize, free);
     report.from_snapshot = true;

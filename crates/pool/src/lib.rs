@@ -185,8 +185,13 @@ impl Pool {
     ) -> Result<Pool, PoolError> {
         let len = mapping.len() as u64;
         let page = &mut mapping.bytes_mut_at_open()[..HEADER_SIZE_BYTES];
+        if !existing {
+            let geometry = wanted.expect("a new pool has a configured geometry");
+            header::write_new(page, geometry, unix_secs_now(), random_u64());
+        }
+        let (info, previous) = header::validate(page, len)?;
+        let boot_id = current_boot_id();
         let opened = if existing {
-            let (info, previous) = header::validate(page, len)?;
             if let Some(wanted) = wanted.filter(|w| *w != info.geometry) {
                 return Err(PoolError::GeometryMismatch {
                     file_segment_size_bytes: info.geometry.segment_size_bytes,
@@ -197,18 +202,15 @@ impl Pool {
             }
             Opened::Reopened {
                 previous,
-                same_boot: previous.boot_id == current_boot_id(),
+                same_boot: previous.boot_id == boot_id,
             }
         } else {
-            let geometry = wanted.expect("a new pool has a configured geometry");
-            header::write_new(page, geometry, unix_secs_now(), random_u64());
             Opened::Created
         };
-        let (info, previous) = header::validate(page, len)?;
         let state = HeaderState {
             state_seq: previous.state_seq + 1,
             clean: false,
-            boot_id: current_boot_id(),
+            boot_id,
         };
         header::write_state(page, state);
         let pool = Pool {
@@ -355,11 +357,7 @@ impl Pool {
     }
 
     fn sidecar_path(&self) -> Option<PathBuf> {
-        matches!(
-            self.backend(),
-            Backend::DaxFile | Backend::TmpfsFile | Backend::SharedFile
-        )
-        .then(|| {
+        self.backend().is_file().then(|| {
             let mut name = self.mapping.path.as_os_str().to_owned();
             name.push(".sidecar");
             PathBuf::from(name)
@@ -377,11 +375,7 @@ impl Pool {
     /// A handle that populates the pool's page tables (file pools; `None` for DRAM, where it would
     /// allocate the whole budget). It holds the pool only while populating a chunk.
     pub fn populator(&self) -> Option<Populator> {
-        matches!(
-            self.backend(),
-            Backend::DaxFile | Backend::TmpfsFile | Backend::SharedFile
-        )
-        .then(|| Populator {
+        self.backend().is_file().then(|| Populator {
             mapping: Arc::downgrade(&self.mapping),
             len: self.mapping.len(),
         })
@@ -577,7 +571,8 @@ impl Persister {
     }
 }
 
-fn io_err(op: &'static str, path: &Path, err: std::io::Error) -> PoolError {
+/// An I/O error on `path` during `op`.
+pub(crate) fn io_err(op: &'static str, path: &Path, err: std::io::Error) -> PoolError {
     PoolError::Io {
         op,
         path: path.to_path_buf(),

@@ -49,6 +49,14 @@ impl Backend {
             Backend::Simulated => "simulated",
         }
     }
+
+    /// Whether the pool is a file (DAX, tmpfs or plain), so it has a path and outlives us.
+    pub fn is_file(self) -> bool {
+        matches!(
+            self,
+            Backend::DaxFile | Backend::TmpfsFile | Backend::SharedFile
+        )
+    }
 }
 
 /// How `persist(range)` makes bytes durable on this backend.
@@ -149,14 +157,6 @@ impl Drop for Region {
     }
 }
 
-fn io_error(op: &'static str, path: &std::path::Path, err: std::io::Error) -> PoolError {
-    PoolError::Io {
-        op,
-        path: path.to_path_buf(),
-        message: err.to_string(),
-    }
-}
-
 impl Mapping {
     /// Anonymous DRAM, zero-filled; `simulated` adds the persisted-image shadow.
     pub(crate) fn anonymous(
@@ -165,7 +165,8 @@ impl Mapping {
         faults: FaultPlan,
     ) -> Result<Self, PoolError> {
         let path = PathBuf::from("(anonymous)");
-        let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| io_error("mmap", &path, e))?;
+        let mut map =
+            memmap2::MmapMut::map_anon(len).map_err(|e| crate::io_err("mmap", &path, e))?;
         let base = map.as_mut_ptr();
         let backend = if simulated {
             Backend::Simulated
@@ -217,7 +218,7 @@ impl Mapping {
         // (see module invariants), so no other strata process writes it; its length was set by
         // us and is never truncated while mapped.
         let mut map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file) }
-            .map_err(|e| io_error("mmap", &path, e))?;
+            .map_err(|e| crate::io_err("mmap", &path, e))?;
         let base = map.as_mut_ptr();
         let backend = if is_tmpfs(&file) {
             Backend::TmpfsFile

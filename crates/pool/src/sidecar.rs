@@ -23,14 +23,6 @@ const MAGIC: [u8; 8] = *b"STRATASC";
 const VERSION: u32 = 1;
 const HEADER_SIZE_BYTES: usize = 48;
 
-fn io(op: &'static str, path: &Path, err: std::io::Error) -> PoolError {
-    PoolError::Io {
-        op,
-        path: path.to_path_buf(),
-        message: err.to_string(),
-    }
-}
-
 /// Writes the sidecar and fsyncs it.
 pub(crate) fn write(
     path: &Path,
@@ -47,12 +39,14 @@ pub(crate) fn write(
     header[40..48].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     let header_crc = crc32c::crc32c(&header[..36]) ^ crc32c::crc32c(&header[40..48]);
     header[36..40].copy_from_slice(&header_crc.to_le_bytes());
-    let mut file = std::fs::File::create(path).map_err(|e| io("create sidecar", path, e))?;
+    let mut file =
+        std::fs::File::create(path).map_err(|e| crate::io_err("create sidecar", path, e))?;
     file.write_all(&header)
-        .map_err(|e| io("write sidecar", path, e))?;
+        .map_err(|e| crate::io_err("write sidecar", path, e))?;
     file.write_all(payload)
-        .map_err(|e| io("write sidecar", path, e))?;
-    file.sync_all().map_err(|e| io("fsync sidecar", path, e))
+        .map_err(|e| crate::io_err("write sidecar", path, e))?;
+    file.sync_all()
+        .map_err(|e| crate::io_err("fsync sidecar", path, e))
 }
 
 /// Reads the sidecar's payload if it is valid for this pool and clean state.
