@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use strata_pool::Segment;
+use strata_pool::{Segment, CACHE_LINE_SIZE_BYTES};
 
 use crate::config::EvictionPolicy;
 use crate::error::WriteError;
@@ -268,7 +268,13 @@ impl Shard {
         let _ = self.index.find(index::hash28(hash), |location| {
             let (id, offset) = inner.split_location(location);
             if let Some(owned) = self.segments[id as usize].as_deref() {
-                strata_pool::prefetch(&owned.segment.data()[offset]);
+                // Two lines: a small item's header, key and value nearly always straddle a
+                // line boundary, and the copy of the value then stalls on the second line.
+                let data = owned.segment.data();
+                strata_pool::prefetch(&data[offset]);
+                if let Some(next) = data.get(offset + CACHE_LINE_SIZE_BYTES) {
+                    strata_pool::prefetch(next);
+                }
             }
             true
         });
@@ -292,7 +298,9 @@ impl Shard {
     }
 
     /// Appends a record for `key`, replacing the key's current record if any. Returns the new
-    /// record's CAS.
+    /// record's CAS. A `touch` (a rewrite keeping the item's CAS, so the same item with a new
+    /// expiry) keeps the slot's reads and counts as one more; any other write replaces the
+    /// item, whose reads start over, so a slot's `fetched` means "read since written".
     pub(crate) fn write(
         &mut self,
         inner: &Inner,
@@ -300,6 +308,7 @@ impl Shard {
         hash: u64,
         value: &[u8],
         meta: RecordMeta,
+        touch: bool,
     ) -> Result<u64, WriteError> {
         inner.check_writable()?;
         let size = record::record_size(key.len(), value.len(), &meta);
@@ -341,6 +350,11 @@ impl Shard {
             Some((slot, entry)) => {
                 self.kill_record(inner, entry.location, true)?;
                 self.index.relocate(slot, location);
+                if touch {
+                    self.index.bump_freq(slot);
+                } else {
+                    self.index.forget_reads(slot);
+                }
             }
             None => self.insert_index(inner, hash, location),
         }

@@ -113,9 +113,10 @@ pub(crate) struct State {
 #[derive(Debug)]
 pub struct RespSession {
     state: State,
-    args: Args,
-    /// Argument positions of the commands parsed ahead for `prefetch_batch`.
-    lookahead: Args,
+    /// The arguments of the batch of commands being run (see `process_commands`), one entry
+    /// per command. It grows to the deepest batch this connection has sent, at most
+    /// [`PREFETCH_KEYS_MAX`] entries, and keeps its capacity.
+    batch: Vec<Args>,
 }
 
 impl RespSession {
@@ -139,8 +140,7 @@ impl RespSession {
                 scratch: Vec::new(),
                 pending: PendingCounts::default(),
             },
-            args: Args::with_capacity(8, 0),
-            lookahead: Args::with_capacity(8, 0),
+            batch: Vec::new(),
         }
     }
 
@@ -160,29 +160,29 @@ impl RespSession {
             auth_pending: !authenticated(&self.state, ctx),
         }
     }
+}
 
-    /// Runs the command in `self.args` (parsed from `input`) and appends its reply.
-    fn execute(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) {
-        debug_assert!(!self.args.is_empty());
-        let reply_start = out.len();
-        let skip_this = self.state.reply_skip_next;
-        self.state.reply_skip_next = false;
-        let name = self.args.arg(input, 0);
-        match table::lookup(name) {
-            Some(command) => {
-                let call = Call {
-                    ctx,
-                    input,
-                    args: &self.args,
-                    command,
-                };
-                run(&mut self.state, &call, out);
-            }
-            None => types::unknown(&self.state, ctx, input, &self.args, out),
+/// Runs the command `args` (parsed from `input`) and appends its reply.
+fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) {
+    debug_assert!(!args.is_empty());
+    let reply_start = out.len();
+    let skip_this = state.reply_skip_next;
+    state.reply_skip_next = false;
+    let name = args.arg(input, 0);
+    match table::lookup(name) {
+        Some(command) => {
+            let call = Call {
+                ctx,
+                input,
+                args,
+                command,
+            };
+            run(state, &call, out);
         }
-        if self.state.reply_off || skip_this {
-            out.truncate(reply_start);
-        }
+        None => types::unknown(state, ctx, input, args, out),
+    }
+    if state.reply_off || skip_this {
+        out.truncate(reply_start);
     }
 }
 
@@ -224,68 +224,73 @@ impl Session for RespSession {
 }
 
 impl RespSession {
-    /// Parses ahead up to [`PREFETCH_KEYS_MAX`] commands and asks the engine to start loading
-    /// the keys of the GETs and SETs among them (index buckets, then records), so that the
-    /// batch's cache misses overlap. Parsing twice costs far less than one miss.
-    fn prefetch_batch(&mut self, input: &[u8], ctx: &ServerContext) {
-        let limits = self.limits(ctx);
-        let mut keys: [&[u8]; PREFETCH_KEYS_MAX] = [&[]; PREFETCH_KEYS_MAX];
-        let (mut count, mut at) = (0, 0);
-        while count < PREFETCH_KEYS_MAX && at < input.len() {
-            let rest = &input[at..];
-            let Ok(len) = parse_command(rest, &limits, &mut self.lookahead) else {
-                break;
-            };
-            at += len;
-            let (Some(&name), Some(&Arg::Input { start, len })) = (
-                self.lookahead.as_slice().first(),
-                self.lookahead.as_slice().get(1),
-            ) else {
-                continue;
-            };
-            let name = match name {
-                Arg::Input { start, len } => &rest[start..start + len],
-                Arg::Scratch { .. } => continue,
-            };
-            if name_eq(name, b"get") || name_eq(name, b"set") {
-                keys[count] = &rest[start..start + len];
-                count += 1;
-            }
-        }
-        if count > 1 {
-            ctx.engine.prefetch(&keys[..count]);
-        }
-    }
-
     /// Handles the complete commands at the start of `input` (see [`Session::process`]).
+    ///
+    /// Commands are parsed a batch at a time ([`PREFETCH_KEYS_MAX`] at most), the engine starts
+    /// loading the keys of the batch's GETs and SETs (index buckets, then records), and then
+    /// the batch runs in order: a pipeline's cache misses overlap, and each command is parsed
+    /// once. A batch ends after any command other than GET and SET, because such a command may
+    /// change how the next one parses (`AUTH` lifts the pre-authentication limits) or end the
+    /// connection, so the bytes after it are parsed only once it has run, as Redis does.
     fn process_commands(
         &mut self,
         input: &[u8],
         ctx: &ServerContext,
         out: &mut Vec<u8>,
     ) -> Processed {
-        self.prefetch_batch(input, ctx);
         let mut consumed = 0;
         while consumed < input.len() {
-            let rest = &input[consumed..];
             let limits = self.limits(ctx);
-            match parse_command(rest, &limits, &mut self.args) {
-                Ok(len) => {
-                    debug_assert!(len > 0 && len <= rest.len());
-                    consumed += len;
-                    if self.args.is_empty() {
-                        continue;
-                    }
-                    self.execute(rest, ctx, out);
-                    if self.state.close {
-                        return Processed {
-                            consumed,
-                            close: true,
-                        };
-                    }
+            // Each command's input range, and the keys to prefetch.
+            let mut ranges = [(0, 0); PREFETCH_KEYS_MAX];
+            let mut keys: [&[u8]; PREFETCH_KEYS_MAX] = [&[]; PREFETCH_KEYS_MAX];
+            let (mut count, mut keys_len, mut parsed_to) = (0, 0, consumed);
+            let stop = loop {
+                if count == PREFETCH_KEYS_MAX || parsed_to == input.len() {
+                    break None;
                 }
-                Err(ParseError::Incomplete) => break,
-                Err(ParseError::Protocol(error)) => {
+                if self.batch.len() == count {
+                    self.batch.push(Args::with_capacity(8, 0));
+                }
+                let rest = &input[parsed_to..];
+                let args = &mut self.batch[count];
+                let len = match parse_command(rest, &limits, args) {
+                    Ok(len) => len,
+                    Err(error) => break Some(error),
+                };
+                debug_assert!(len > 0 && len <= rest.len());
+                ranges[count] = (parsed_to, parsed_to + len);
+                parsed_to += len;
+                if args.is_empty() {
+                    // `*0`, `*-1` or an empty inline line: skipped without a reply.
+                    continue;
+                }
+                count += 1;
+                match batch_key(rest, args) {
+                    Some(key) => {
+                        keys[keys_len] = key;
+                        keys_len += 1;
+                    }
+                    None => break None,
+                }
+            };
+            if keys_len > 1 {
+                ctx.engine.prefetch(&keys[..keys_len]);
+            }
+            for (args, &(start, end)) in self.batch.iter().zip(&ranges[..count]) {
+                execute(&mut self.state, args, &input[start..end], ctx, out);
+                if self.state.close {
+                    return Processed {
+                        consumed: end,
+                        close: true,
+                    };
+                }
+            }
+            consumed = parsed_to;
+            match stop {
+                None => {}
+                Some(ParseError::Incomplete) => break,
+                Some(ParseError::Protocol(error)) => {
                     error.encode(out);
                     ctx.stats.count_error();
                     return Processed {
@@ -294,7 +299,7 @@ impl RespSession {
                     };
                 }
                 // A parse failure this session does not know: nothing after it can be trusted.
-                Err(_) => {
+                Some(_) => {
                     return Processed {
                         consumed: input.len(),
                         close: true,
@@ -308,6 +313,23 @@ impl RespSession {
             close: false,
         }
     }
+}
+
+/// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for
+/// any other command, which ends the batch.
+fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {
+    let (
+        Some(&Arg::Input { start, len }),
+        Some(&Arg::Input {
+            start: key,
+            len: key_len,
+        }),
+    ) = (args.as_slice().first(), args.as_slice().get(1))
+    else {
+        return None;
+    };
+    let name = &input[start..start + len];
+    (name_eq(name, b"get") || name_eq(name, b"set")).then(|| &input[key..key + key_len])
 }
 
 /// One command being executed: its arguments (positions into `input`), the server context and

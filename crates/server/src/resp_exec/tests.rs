@@ -522,3 +522,98 @@ fn case_insensitive_names_and_wrong_arity() {
         ],
     );
 }
+
+/// Commands are parsed a batch at a time; the batch must end after `AUTH`, so that a request
+/// pipelined right behind it is parsed with the authenticated limits, as Redis parses it.
+#[test]
+fn a_pipelined_request_after_auth_is_parsed_with_the_lifted_limits() {
+    let settings = Settings {
+        requirepass: Some("pw".to_string()),
+        ..Settings::default()
+    };
+    let ctx = context(settings);
+    let mut session = RespSession::new(1);
+    let mut input = command(&["GET", "k"]);
+    input.extend_from_slice(&command(&["AUTH", "pw"]));
+    // 12 arguments: over the 10 Redis allows before authentication.
+    let mset: Vec<String> = std::iter::once("MSET".to_string())
+        .chain((0..11).map(|i| format!("k{i}")))
+        .collect();
+    let mset: Vec<&str> = mset.iter().map(String::as_str).collect();
+    // An odd count, so MSET answers with its arity error: parsed, then run.
+    input.extend_from_slice(&command(&mset));
+    let mut out = Vec::new();
+    let processed = session.process(&input, &ctx, &mut out);
+    assert_eq!(
+        out.escape_ascii().to_string(),
+        "-NOAUTH Authentication required.\r\n+OK\r\n\
+         -ERR wrong number of arguments for 'mset' command\r\n"
+            .as_bytes()
+            .escape_ascii()
+            .to_string()
+    );
+    assert!(!processed.close);
+}
+
+/// More commands than one batch holds, with SETs and GETs of the same keys interleaved: every
+/// reply comes back in order and each GET sees the SET before it.
+#[test]
+fn a_long_pipeline_runs_in_order_across_batches() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let mut input = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..(3 * strata_engine::PREFETCH_KEYS_MAX + 5) {
+        let key = format!("k{}", i % 7);
+        let value = format!("v{i}");
+        input.extend_from_slice(&command(&["SET", &key, &value]));
+        input.extend_from_slice(&command(&["GET", &key]));
+        if i % 10 == 0 {
+            input.extend_from_slice(b"*0\r\n"); // skipped without a reply
+            input.extend_from_slice(&command(&["PING"])); // ends a batch
+            expected.extend_from_slice(b"+OK\r\n");
+            expected.extend_from_slice(format!("${}\r\n{value}\r\n", value.len()).as_bytes());
+            expected.extend_from_slice(b"+PONG\r\n");
+        } else {
+            expected.extend_from_slice(b"+OK\r\n");
+            expected.extend_from_slice(format!("${}\r\n{value}\r\n", value.len()).as_bytes());
+        }
+    }
+    input.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$2\r\nk"); // incomplete
+    let mut out = Vec::new();
+    let processed = session.process(&input, &ctx, &mut out);
+    assert_eq!(
+        out.escape_ascii().to_string(),
+        expected.escape_ascii().to_string()
+    );
+    assert_eq!(
+        processed,
+        Processed {
+            consumed: input.len() - 18,
+            close: false
+        }
+    );
+}
+
+/// A protocol error inside a batch: the commands before it run and reply, then the error, and
+/// nothing after it runs.
+#[test]
+fn a_protocol_error_mid_batch_answers_what_came_before() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let mut input = command(&["SET", "a", "1"]);
+    input.extend_from_slice(&command(&["GET", "a"]));
+    input.extend_from_slice(b"*1\r\n$x\r\n");
+    input.extend_from_slice(&command(&["SET", "a", "2"]));
+    let mut out = Vec::new();
+    let processed = session.process(&input, &ctx, &mut out);
+    assert!(processed.close);
+    assert_eq!(
+        out.escape_ascii().to_string(),
+        "+OK\r\n$1\r\n1\r\n-ERR Protocol error: invalid bulk length\r\n"
+            .as_bytes()
+            .escape_ascii()
+            .to_string()
+    );
+    assert_eq!(run(&mut RespSession::new(2), &ctx, "GET a"), b"$1\r\n1\r\n");
+}
