@@ -51,8 +51,7 @@ use std::time::Instant;
 
 use strata_engine::{Engine, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::resp::{
-    encode, errors, name_eq, parse_command, Arg, Args, Limits, ParseError, Version,
-    INLINE_LEN_MAX_DEFAULT,
+    encode, errors, parse_command, Arg, Args, Limits, ParseError, Version, INLINE_LEN_MAX_DEFAULT,
 };
 
 use crate::context::{Processed, ServerContext, Session};
@@ -328,8 +327,7 @@ fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {
     else {
         return None;
     };
-    let name = &input[start..start + len];
-    (name_eq(name, b"get") || name_eq(name, b"set")).then(|| &input[key..key + key_len])
+    table::hot(&input[start..start + len]).map(|_| &input[key..key + key_len])
 }
 
 /// One command being executed: its arguments (positions into `input`), the server context and

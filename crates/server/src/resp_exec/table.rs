@@ -1,7 +1,7 @@
 //! The command table: what `COMMAND` reports and what the dispatcher runs.
 //!
-//! Lookup lowers the name into a stack buffer and scans the table, hottest commands first, so
-//! `GET` and `SET` are found after one or two length comparisons and nothing is allocated.
+//! `GET` and `SET` are recognised with one word comparison each ([`hot`]); any other name is
+//! lowered into a stack buffer and looked up in the table. Nothing is allocated.
 
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
@@ -545,15 +545,8 @@ pub(crate) static COMMANDS: &[Command] = &[
 
 /// The table entry for a command name in any case, or `None`.
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
-    // GET and SET, the first two rows, without lowering the name or scanning the table.
-    if name.len() == 3 {
-        let hot = &COMMANDS[..2];
-        if let Some(command) = hot
-            .iter()
-            .find(|c| name.eq_ignore_ascii_case(c.name.as_bytes()))
-        {
-            return Some(command);
-        }
+    if let Some(command) = hot(name) {
+        return Some(command);
     }
     let mut buf = [0u8; COMMAND_NAME_LEN_MAX];
     let lower = lowercase_name(name, &mut buf)?;
@@ -562,10 +555,64 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
         .find(|command| command.name.as_bytes() == lower)
 }
 
+/// GET or SET (the table's first two rows) in any case, found with one comparison each: their
+/// names are all letters, and a byte ORed with 0x20 equals a lower-case letter exactly when it
+/// is that letter in either case.
+pub(crate) fn hot(name: &[u8]) -> Option<&'static Command> {
+    const CASE_BITS: u32 = 0x0020_2020;
+    const GET: u32 = u32::from_le_bytes(*b"get\0");
+    const SET: u32 = u32::from_le_bytes(*b"set\0");
+    let &[a, b, c] = name else {
+        return None;
+    };
+    match u32::from_le_bytes([a, b, c, 0]) | CASE_BITS {
+        GET => Some(&COMMANDS[0]),
+        SET => Some(&COMMANDS[1]),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stats::COMMAND_NAMES;
+
+    #[test]
+    fn hot_finds_get_and_set_in_any_case_and_nothing_else() {
+        assert_eq!(COMMANDS[0].name, "get");
+        assert_eq!(COMMANDS[1].name, "set");
+        for name in ["get", "GET", "gEt", "Get"] {
+            assert_eq!(hot(name.as_bytes()).map(|c| c.name), Some("get"));
+        }
+        for name in ["set", "SET", "sEt"] {
+            assert_eq!(hot(name.as_bytes()).map(|c| c.name), Some("set"));
+        }
+        // Every 3-byte name that is not GET or SET in some case, including the bytes that
+        // differ from a letter only in bit 0x20.
+        for a in 0..=255u8 {
+            for b in [
+                b'e',
+                b'E',
+                b'e' ^ 0x20 ^ 0x40,
+                0x05,
+                0x25,
+                0x45,
+                0x65,
+                0xc5,
+                0xe5,
+            ] {
+                for c in [b't', b'T', 0x14, 0x34, 0x54, 0x74, 0xd4, 0xf4] {
+                    let name = [a, b, c];
+                    let want = [b"get", b"set"]
+                        .iter()
+                        .position(|n| name.eq_ignore_ascii_case(&n[..]))
+                        .map(|i| COMMANDS[i].name);
+                    assert_eq!(hot(&name).map(|c| c.name), want, "{name:?}");
+                }
+            }
+        }
+        assert!(hot(b"ge").is_none() && hot(b"gets").is_none());
+    }
 
     #[test]
     fn names_are_unique_lower_case_and_short() {
