@@ -238,6 +238,17 @@ fn short_count_line(buf: &[u8], start: usize) -> Option<(Option<i64>, usize)> {
     if matches!(buf.get(start), None | Some(b'\r' | 0)) {
         return None;
     }
+    // One or two digits, as nearly every count and key or small value length is: no loop.
+    match buf.get(start + 1..start + 5) {
+        Some(&[digit, b'\r', _, _]) if digit.is_ascii_digit() => {
+            return Some((Some(i64::from(digit - b'0')), start + 4));
+        }
+        Some(&[tens @ b'1'..=b'9', ones, b'\r', _]) if ones.is_ascii_digit() => {
+            let value = (tens - b'0') * 10 + (ones - b'0');
+            return Some((Some(i64::from(value)), start + 5));
+        }
+        _ => {}
+    }
     let line = buf.get(start + 1..)?;
     let first = *line.first()?;
     if !first.is_ascii_digit() {
@@ -378,6 +389,12 @@ mod tests {
             b"$\r\n",
             b"$1 \r\n",
             b"$12",
+            b"$10\r\n",
+            b"$99\r\nx",
+            b"$99\r",
+            b"$05\r\n",
+            b"$1\r\r\n",
+            b"\r12\r\n",
             b"$999999999999999999\r\n",
             b"$9999999999999999999\r\n",
             b"$99999999999999999999\r\n",
