@@ -15,7 +15,7 @@ use strata_engine::{
     SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX,
 };
 
-use crate::context::Settings;
+use crate::context::{OutputLimits, Settings, OUTPUT_BUFFERED_BYTES_HARD_DEFAULT};
 use crate::size::ByteSize;
 
 /// Default memcached listener (loopback only: exposing a cache is the operator's decision).
@@ -39,6 +39,9 @@ pub const VALUE_LEN_MAX_MIN: u64 = 1024;
 /// Room a read buffer keeps beyond the largest value, for the command line and the framing.
 /// A request larger than `value_len_max + REQUEST_OVERHEAD_BYTES_MAX` closes the connection.
 pub const REQUEST_OVERHEAD_BYTES_MAX: usize = 64 << 10;
+/// Smallest `--output-buffer-limit`, in largest values: the soft limit (a quarter) then holds
+/// one, and a reply of one value always fits between the soft and the hard limit.
+pub const OUTPUT_BUFFER_LIMIT_VALUES_MIN: usize = 4;
 
 /// A listener address, or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,6 +210,10 @@ pub struct ServeOptions {
     /// Close client connections idle this many seconds; 0 never [default: 0].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
+    /// Output a client may leave unread: past it the client is closed (Redis's
+    /// client-output-buffer-limit hard limit); past a quarter its input waits [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub output_buffer_limit: Option<ByteSize>,
     /// Password Redis clients must send with AUTH.
     #[arg(long, value_name = "PASS")]
     pub requirepass: Option<String>,
@@ -254,6 +261,8 @@ pub struct ServerConfig {
     pub value_len_max: usize,
     /// Idle timeout in seconds (0: never).
     pub idle_timeout_secs: u64,
+    /// Output a connection's buffer may hold before the connection is closed.
+    pub output_buffered_bytes_hard: usize,
     /// Redis AUTH password.
     pub requirepass: Option<String>,
     /// Log level.
@@ -299,6 +308,7 @@ impl ServeOptions {
             max_connections: self.max_connections.or(file.max_connections),
             max_value_size: self.max_value_size.or(file.max_value_size),
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
+            output_buffer_limit: self.output_buffer_limit.or(file.output_buffer_limit),
             requirepass: self.requirepass.or(file.requirepass),
             log_level: self.log_level.or(file.log_level),
             log_format: self.log_format.or(file.log_format),
@@ -336,6 +346,11 @@ impl ServeOptions {
             )
             .unwrap_or(usize::MAX),
             idle_timeout_secs: self.idle_timeout.unwrap_or(0),
+            output_buffered_bytes_hard: self
+                .output_buffer_limit
+                .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, |s| {
+                    usize::try_from(s.0).unwrap_or(usize::MAX)
+                }),
             requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
             log_level: self.log_level.unwrap_or(LogLevel::Info),
             log_format: self.log_format.unwrap_or(LogFormat::Text),
@@ -406,6 +421,16 @@ impl ServerConfig {
                 ByteSize(SEGMENT_SIZE_BYTES_MAX)
             ));
         }
+        let output_limit_min = self.value_len_max * OUTPUT_BUFFER_LIMIT_VALUES_MIN;
+        if self.output_buffered_bytes_hard < output_limit_min {
+            return fail(format!(
+                "--output-buffer-limit ({}) must be at least {OUTPUT_BUFFER_LIMIT_VALUES_MIN} \
+                 times --max-value-size ({}): raise it to {} or more",
+                ByteSize(self.output_buffered_bytes_hard as u64),
+                ByteSize(value_len_max),
+                ByteSize(output_limit_min as u64)
+            ));
+        }
         if self.memcache_listen.is_none() && self.resp_listen.is_none() {
             return fail(
                 "--memcache-listen and --resp-listen are both off: nothing to serve".into(),
@@ -446,6 +471,7 @@ impl ServerConfig {
             resp_port,
             eviction: self.eviction.name(),
             durability: self.durability.name(),
+            output: OutputLimits::new(self.output_buffered_bytes_hard),
             ..Settings::default()
         }
     }

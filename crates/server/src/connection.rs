@@ -5,13 +5,17 @@
 //! - `read_buf[..read_len]` holds input not yet consumed by the session; `read_buf.len()` is the
 //!   buffer's usable size (zero-filled when it grows, so reads need no unsafe code) and never
 //!   exceeds `Limits::read_buffer_bytes_max`.
-//! - `write_buf[write_pos..]` is output not yet written. The session is not called while that
-//!   exceeds `Limits::output_pending_bytes_soft` (the client is not reading), and the connection
-//!   is closed if one batch takes it past `Limits::output_pending_bytes_hard`.
+//! - `write_buf[write_pos..]` is output not yet written; `write_buf[..write_pos]` was written
+//!   and is reclaimed lazily. The session is not called while the buffer holds more than
+//!   `OutputLimits::buffered_bytes_soft` (the client is not reading), and the connection is
+//!   closed, without writing what it holds, once it holds more than
+//!   `OutputLimits::buffered_bytes_hard`. Sessions check the same limits on the same buffer
+//!   (`write_buf` is their `out`) while building multi-key replies, so no request takes it past
+//!   a limit by more than one value.
 //! - The session sees each byte once: it is called per read batch with the unconsumed input
 //!   (in chunks, from [`PROCESS_CHUNK_BYTES_INITIAL`] doubling while replies stay small, so one
 //!   call for a typical batch), answers every complete request in it (pipelining) and reports
-//!   what it consumed. Between calls the pending output is checked against the soft limit.
+//!   what it consumed. Between calls the buffered output is checked against the soft limit.
 //! - Sockets are non-blocking and edge-triggered: every pass reads until the receive queue is
 //!   empty (a short read or `WouldBlock`), or reports `Again` when it stopped early, so no
 //!   readiness is lost.
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use strata_engine::Engine;
 
-use crate::context::{ServerContext, Session};
+use crate::context::{OutputLimits, ServerContext, Session, OUTPUT_BUFFERED_BYTES_HARD_DEFAULT};
 use crate::metrics::LatencyHistogram;
 
 /// Initial size of a connection's read and write buffers.
@@ -32,14 +36,10 @@ pub const BUFFER_BYTES_INITIAL: usize = 16 << 10;
 pub const BUFFER_BYTES_RETAINED_MAX: usize = 1 << 20;
 /// Read/process rounds per readiness event before the worker serves other connections.
 pub const READ_ROUNDS_MAX: usize = 8;
-/// Pending output above which the connection's input is left unread until the client reads.
-pub const OUTPUT_PENDING_BYTES_SOFT: usize = 64 << 20;
-/// Pending output at which the connection is closed (Redis's client-output-buffer hard limit).
-pub const OUTPUT_PENDING_BYTES_HARD: usize = 256 << 20;
-
 /// Input handed to the session in the first call of a batch: a 16-deep pipeline of small
-/// requests fits, while a pipeline of tiny requests with 1 MiB replies (7-byte `get k`)
-/// builds at most about 150 MiB before the output check stops it, under the hard limit.
+/// requests fits, while a pipeline of tiny requests with 1 MiB replies (7-byte Redis inline
+/// `GET k`) builds at most about 150 MiB before the output check stops it, under the default
+/// hard limit. (memcached gets stop themselves at the soft limit.)
 pub const PROCESS_CHUNK_BYTES_INITIAL: usize = 1 << 10;
 /// Largest chunk the doubling reaches while replies stay small (a larger request gets a chunk
 /// its size).
@@ -52,18 +52,16 @@ pub const PROCESS_OUTPUT_BYTES_TARGET: usize = 1 << 20;
 const _: () = assert!(BUFFER_BYTES_INITIAL <= BUFFER_BYTES_RETAINED_MAX);
 const _: () = assert!(PROCESS_CHUNK_BYTES_MIN < PROCESS_CHUNK_BYTES_INITIAL);
 const _: () = assert!(PROCESS_CHUNK_BYTES_INITIAL < PROCESS_CHUNK_BYTES_MAX);
-const _: () = assert!(PROCESS_OUTPUT_BYTES_TARGET < OUTPUT_PENDING_BYTES_SOFT);
-const _: () = assert!(OUTPUT_PENDING_BYTES_SOFT < OUTPUT_PENDING_BYTES_HARD);
+const _: () = assert!(
+    PROCESS_OUTPUT_BYTES_TARGET < OUTPUT_BUFFERED_BYTES_HARD_DEFAULT / OutputLimits::SOFT_DIVISOR
+);
 
 /// Per-connection limits, fixed at startup.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Largest read buffer: a request that does not fit closes the connection.
+    /// Largest read buffer: a request that does not fit closes the connection. (The output
+    /// limits are `Settings::output`, which the sessions check too.)
     pub read_buffer_bytes_max: usize,
-    /// Pending output above which input is not processed.
-    pub output_pending_bytes_soft: usize,
-    /// Pending output that closes the connection.
-    pub output_pending_bytes_hard: usize,
     /// Close after this long without input (`None`: never).
     pub idle_timeout: Option<Duration>,
 }
@@ -74,8 +72,6 @@ impl Limits {
         assert!(read_buffer_bytes_max >= BUFFER_BYTES_INITIAL);
         Limits {
             read_buffer_bytes_max,
-            output_pending_bytes_soft: OUTPUT_PENDING_BYTES_SOFT,
-            output_pending_bytes_hard: OUTPUT_PENDING_BYTES_HARD,
             idle_timeout: (idle_timeout_secs > 0).then(|| Duration::from_secs(idle_timeout_secs)),
         }
     }
@@ -90,7 +86,8 @@ pub enum CloseReason {
     Session,
     /// A request outgrew the read buffer limit.
     RequestTooLarge,
-    /// The client does not read its replies.
+    /// The output buffer passed its hard limit: the client does not read its replies, or one
+    /// request asked for a reply larger than the limit.
     OutputTooLarge,
     /// No input within the idle timeout.
     Idle,
@@ -202,9 +199,15 @@ impl Connection {
         self.write_buf.len() - self.write_pos
     }
 
+    /// Output the buffer holds: pending, and written but not yet reclaimed. The output limits
+    /// apply to this, the memory the buffer holds, as Redis counts whole reply blocks.
+    pub fn output_buffered_bytes(&self) -> usize {
+        self.write_buf.len()
+    }
+
     /// Whether input is left unread because the client does not read its output.
-    fn reading_paused(&self, limits: &Limits) -> bool {
-        self.output_pending_bytes() > limits.output_pending_bytes_soft
+    fn reading_paused(&self, output: &OutputLimits) -> bool {
+        output.past_soft(&self.write_buf)
     }
 
     /// Whether a writable event concerns this connection: output is waiting, or reading is
@@ -223,7 +226,7 @@ impl Connection {
             if let Some(reason) = self.closing {
                 return self.closing_status(reason);
             }
-            if self.reading_paused(pass.limits) {
+            if self.reading_paused(&pass.ctx.settings.output) {
                 return Status::Open;
             }
             let fill = if self.input_waiting {
@@ -309,7 +312,7 @@ impl Connection {
 
     /// Hands the unconsumed input to the session and drops what it consumed.
     ///
-    /// Input goes in chunks (one call for a typical batch): between calls the pending output is
+    /// Input goes in chunks (one call for a typical batch): between calls the buffered output is
     /// checked, so a pipeline of requests with large replies stops at the soft limit with the
     /// rest of its input left for later, instead of building its whole output at once. A chunk
     /// that produced much output makes the next one smaller, down to about one request.
@@ -342,7 +345,14 @@ impl Connection {
             self.read_buf.truncate(BUFFER_BYTES_INITIAL);
             self.read_buf.shrink_to_fit();
         }
-        if self.output_pending_bytes() > pass.limits.output_pending_bytes_hard {
+        let output = &pass.ctx.settings.output;
+        if output.past_hard(&self.write_buf) {
+            tracing::warn!(
+                peer = ?self.stream.peer_addr().ok(),
+                buffered_bytes = self.write_buf.len(),
+                limit_bytes = output.buffered_bytes_hard,
+                "client closed for overcoming the output buffer limit; its replies are dropped"
+            );
             return Err(CloseReason::OutputTooLarge);
         }
         Ok(())
@@ -352,8 +362,9 @@ impl Connection {
     fn process_chunks(&mut self, pass: &mut PassContext<'_>) -> usize {
         let mut start = 0;
         let mut chunk = PROCESS_CHUNK_BYTES_INITIAL;
+        let output = pass.ctx.settings.output;
         while start < self.read_len {
-            if self.reading_paused(pass.limits) {
+            if self.reading_paused(&output) {
                 // Complete requests may be left: process them before reading more.
                 self.input_waiting = true;
                 break;
@@ -369,6 +380,12 @@ impl Connection {
             start += processed.consumed;
             if processed.close {
                 self.closing = Some(CloseReason::Session);
+                break;
+            }
+            if start < self.read_len && self.reading_paused(&output) {
+                // The session stopped at the output limit, perhaps inside a request (a memcached
+                // multiget resumes from its next key): the rest waits until the client reads.
+                self.input_waiting = true;
                 break;
             }
             if start < end && end == self.read_len {

@@ -40,6 +40,8 @@ pub struct Settings {
     pub eviction: &'static str,
     /// Durability name (`none`, `interval=MS`, `sync`).
     pub durability: String,
+    /// How much output a connection may buffer.
+    pub output: OutputLimits,
 }
 
 impl Default for Settings {
@@ -57,7 +59,58 @@ impl Default for Settings {
             resp_port: None,
             eviction: "merge",
             durability: "none".to_string(),
+            output: OutputLimits::new(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT),
         }
+    }
+}
+
+/// Default [`OutputLimits::buffered_bytes_hard`]: Redis's hard limit for the clients it does
+/// limit (replicas).
+pub const OUTPUT_BUFFERED_BYTES_HARD_DEFAULT: usize = 256 << 20;
+
+/// How much output one connection's buffer may hold: what the session appended and the socket
+/// has not yet taken, plus any written prefix not yet reclaimed (the memory the buffer holds).
+///
+/// The connection checks these between session calls; the sessions check them while they
+/// build a reply with many values (MGET, KEYS, SCAN, a memcached multiget), so one request
+/// never takes the buffer past a limit by more than one value:
+/// - past `buffered_bytes_soft` the connection reads no more input until the client has read
+///   its replies, and a memcached multiget stops where it is and resumes from its next key
+///   once the buffer has drained (memcached streams such replies);
+/// - past `buffered_bytes_hard` the connection is closed without writing what it holds, and a
+///   Redis multi-key reply stops being built and ends the batch (Redis's
+///   `client-output-buffer-limit` hard limit, counted as
+///   `client_output_buffer_limit_disconnections`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputLimits {
+    /// Buffered output above which input waits and a memcached multiget pauses.
+    pub buffered_bytes_soft: usize,
+    /// Buffered output above which the connection is closed.
+    pub buffered_bytes_hard: usize,
+}
+
+impl OutputLimits {
+    /// The soft limit is a quarter of the hard one (Redis's replica class: 256 MiB / 64 MiB).
+    pub const SOFT_DIVISOR: usize = 4;
+
+    /// Limits closing a connection past `buffered_bytes_hard`.
+    pub fn new(buffered_bytes_hard: usize) -> Self {
+        let limits = OutputLimits {
+            buffered_bytes_soft: buffered_bytes_hard / Self::SOFT_DIVISOR,
+            buffered_bytes_hard,
+        };
+        assert!(limits.buffered_bytes_soft < limits.buffered_bytes_hard);
+        limits
+    }
+
+    /// Whether `out` holds more than the soft limit.
+    pub fn past_soft(&self, out: &[u8]) -> bool {
+        out.len() > self.buffered_bytes_soft
+    }
+
+    /// Whether `out` holds more than the hard limit.
+    pub fn past_hard(&self, out: &[u8]) -> bool {
+        out.len() > self.buffered_bytes_hard
     }
 }
 
@@ -116,6 +169,8 @@ pub struct Processed {
 
 /// Per-connection protocol state. `process` handles every complete request in `input`
 /// (pipelining), appends all replies to `out`, and stops at the first incomplete request.
+/// `out` is the connection's output buffer, which may already hold earlier replies; its length
+/// is what [`OutputLimits`] bound, so a session building a long reply checks them on it.
 pub trait Session: Send {
     /// Handles the complete requests at the start of `input`.
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed;

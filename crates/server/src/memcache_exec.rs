@@ -83,6 +83,9 @@ pub struct MemcacheSession {
     key_scratch: [u8; KEY_LEN_MAX],
     /// GET/SET counts not yet added to the shared counters (published once per batch).
     pending: PendingCounts,
+    /// A multiget stopped at the output soft limit: it stays, unconsumed, at the front of the
+    /// input and resumes from its next key in the next call (`retrieval.rs`).
+    get_paused: Option<retrieval::Paused>,
 }
 
 impl Default for MemcacheSession {
@@ -98,6 +101,7 @@ impl MemcacheSession {
             swallow_len: 0,
             key_scratch: [0; KEY_LEN_MAX],
             pending: PendingCounts::default(),
+            get_paused: None,
         }
     }
 
@@ -120,7 +124,10 @@ impl MemcacheSession {
             self.pending.publish(&ctx.stats);
         }
         match request {
-            Request::Get(get) => retrieval::execute(get, ctx, out, &mut self.pending),
+            Request::Get(get) => {
+                self.get_paused =
+                    retrieval::execute(get, self.get_paused, ctx, out, &mut self.pending);
+            }
             Request::Store(store) => storage::execute(store, ctx, out, &mut self.pending),
             Request::TooLarge(too_large) => {
                 storage::too_large(too_large, &mut self.key_scratch, ctx, out);
@@ -181,8 +188,12 @@ impl MemcacheSession {
                     request,
                     consumed: used,
                 }) => {
+                    let close = self.execute(request, ctx, out);
+                    if self.get_paused.is_some() {
+                        break; // Resumed once the connection has written the output.
+                    }
                     consumed += used;
-                    if self.execute(request, ctx, out) {
+                    if close {
                         return Processed {
                             consumed,
                             close: true,

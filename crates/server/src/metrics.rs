@@ -161,6 +161,11 @@ fn render_server(out: &mut String, ctx: &ServerContext) {
             load(&stats.connections_rejected),
         ),
         (
+            "strata_output_limit_disconnections_total",
+            "Client connections closed because their output buffer passed its hard limit.",
+            load(&stats.output_limit_disconnections),
+        ),
+        (
             "strata_read_bytes_total",
             "Bytes read from clients.",
             load(&stats.bytes_read),

@@ -110,6 +110,9 @@ pub struct ServerStats {
     pub get_hits: AtomicU64,
     /// Protocol errors answered.
     pub errors: AtomicU64,
+    /// Connections closed because their output buffer passed its hard limit (Redis INFO
+    /// `client_output_buffer_limit_disconnections`).
+    pub output_limit_disconnections: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -124,6 +127,7 @@ impl Default for ServerStats {
             get_keys: AtomicU64::new(0),
             get_hits: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            output_limit_disconnections: AtomicU64::new(0),
         }
     }
 }
@@ -156,6 +160,7 @@ impl ServerStats {
             &self.errors,
             &self.connections_total,
             &self.connections_rejected,
+            &self.output_limit_disconnections,
         ] {
             counter.store(0, Ordering::Relaxed);
         }

@@ -309,8 +309,14 @@ impl Worker {
         let previous = stats.connections_current.fetch_sub(1, Ordering::Relaxed);
         assert!(previous > 0, "connections_current underflow");
         match reason {
-            CloseReason::RequestTooLarge | CloseReason::OutputTooLarge => {
+            CloseReason::RequestTooLarge => {
                 tracing::info!(worker = self.id, ?reason, "closed a client over a limit");
+            }
+            // The connection logged the client and its buffer when it gave up on it.
+            CloseReason::OutputTooLarge => {
+                stats
+                    .output_limit_disconnections
+                    .fetch_add(1, Ordering::Relaxed);
             }
             _ => tracing::debug!(worker = self.id, ?reason, "connection closed"),
         }

@@ -188,3 +188,206 @@ fn connections_waiting_while_out_of_file_descriptors_are_served_once_some_close(
         server.log()
     );
 }
+
+/// Largest value in the output limit tests.
+const BIG_VALUE_BYTES: usize = 256 << 10;
+/// `--output-buffer-limit` of those tests (eight largest values), so the soft limit, a
+/// quarter, is 512 KiB.
+const OUTPUT_LIMIT_BYTES: usize = 2 << 20;
+/// Memory a process may gain while one connection's output buffer is bounded, beyond the buffer
+/// itself (the limit plus one value): allocator slack, a grown read buffer, the kernel's
+/// accounting of a freshly touched page or two. An unbounded reply in these tests is 100 MiB
+/// or more, so the bound tells the two apart by far.
+const RSS_SLACK_BYTES: usize = 16 << 20;
+
+/// Flags of the output limit tests: one worker, so the bystander shares it with the client
+/// whose reply is huge.
+const OUTPUT_LIMIT_FLAGS: &[&str] = &[
+    "--threads",
+    "1",
+    "--max-value-size",
+    "256KiB",
+    "--output-buffer-limit",
+    "2MiB",
+];
+
+/// `VmRSS` and `VmHWM` (peak resident set) of process `pid`, in bytes.
+fn resident_bytes(pid: u32) -> (usize, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let field = |name: &str| -> usize {
+        let line = status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"));
+        let kib: usize = line
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .expect("a number of kB");
+        kib << 10
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The value stored under `big:<i>`: [`BIG_VALUE_BYTES`] of one letter.
+fn big_value(i: usize) -> Vec<u8> {
+    vec![b'a' + u8::try_from(i % 26).expect("small"); BIG_VALUE_BYTES]
+}
+
+/// Checks that the peak resident set since `before` (VmRSS, VmHWM then) stayed within one
+/// output buffer plus slack of where it was.
+fn assert_peak_rss_bounded(server: &Server, before: (usize, usize), buffer_bytes: usize) {
+    let (_, peak) = resident_bytes(server.pid());
+    let bound = before.1.max(before.0 + buffer_bytes + RSS_SLACK_BYTES);
+    assert!(
+        peak <= bound,
+        "peak RSS {} MiB over the bound {} MiB (RSS {} MiB before)",
+        peak >> 20,
+        bound >> 20,
+        before.0 >> 20
+    );
+}
+
+/// A RESP command as a multibulk request.
+fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads a RESP bulk reply of text and returns its payload (`None` for a null bulk).
+fn resp_bulk(client: &mut Client) -> Option<Vec<u8>> {
+    let header = client.line();
+    if header == "$-1\r\n" {
+        return None;
+    }
+    let len: usize = header
+        .strip_prefix('$')
+        .and_then(|h| h.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("not a bulk: {header}"));
+    let mut payload = String::new();
+    while payload.len() < len + 2 {
+        payload.push_str(&client.line());
+    }
+    assert_eq!(payload.len(), len + 2);
+    assert!(payload.ends_with("\r\n"));
+    payload.truncate(len);
+    Some(payload.into_bytes())
+}
+
+/// Bytes the server sends before it closes the connection.
+fn bytes_until_closed(client: &mut Client) -> usize {
+    let mut sink = [0u8; 64 << 10];
+    let mut received = 0;
+    loop {
+        match std::io::Read::read(client.stream(), &mut sink) {
+            Ok(0) => return received,
+            Ok(n) => received += n,
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => return received,
+            Err(err) => panic!("the connection stayed open: {err}"),
+        }
+    }
+}
+
+#[test]
+fn a_huge_mget_closes_its_connection_at_the_output_limit_and_nothing_else() {
+    const KEYS: usize = 2000; // 500 MiB of reply if built whole.
+    let mut server = Server::start(OUTPUT_LIMIT_FLAGS);
+    let mut bystander = Client::connect(server.resp);
+    for i in 0..8 {
+        let key = format!("big:{i}");
+        let set = resp_command(&[b"SET", key.as_bytes(), &big_value(i)]);
+        assert_eq!(bystander.call(&set), "+OK\r\n");
+    }
+    let before = resident_bytes(server.pid());
+
+    let mut offender = Client::connect(server.resp);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("big:{}", i % 8)).collect();
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().map(String::as_bytes));
+    let mut request = resp_command(&args);
+    request.extend(resp_command(&[b"SET", b"after", b"1"]));
+    offender.send(&request);
+    // The bystander's commands go to the same worker, before and after the MGET.
+    assert_eq!(bystander.call(b"PING\r\n"), "+PONG\r\n");
+    assert_eq!(
+        bytes_until_closed(&mut offender),
+        0,
+        "no part of the reply is sent"
+    );
+    server.wait_metric("strata_output_limit_disconnections_total", |n| n == 1);
+
+    assert_eq!(bystander.call(b"PING\r\n"), "+PONG\r\n");
+    for i in 0..8 {
+        bystander.send(format!("GET big:{i}\r\n").as_bytes());
+        assert_eq!(resp_bulk(&mut bystander), Some(big_value(i)), "big:{i}");
+    }
+    bystander.send(b"GET after\r\n");
+    assert_eq!(
+        resp_bulk(&mut bystander),
+        None,
+        "nothing after the MGET ran"
+    );
+    bystander.send(b"INFO stats\r\n");
+    let info = String::from_utf8(resp_bulk(&mut bystander).expect("INFO")).expect("text");
+    assert!(
+        info.contains("client_output_buffer_limit_disconnections:1\r\n"),
+        "{info}"
+    );
+    assert!(
+        server.log().contains("output buffer limit"),
+        "{}",
+        server.log()
+    );
+    assert_peak_rss_bounded(&server, before, OUTPUT_LIMIT_BYTES + BIG_VALUE_BYTES);
+}
+
+#[test]
+fn a_huge_multiget_streams_every_value_within_the_output_limit() {
+    const KEYS: usize = 400; // 100 MiB of reply, streamed half a MiB at a time.
+    let server = Server::start(OUTPUT_LIMIT_FLAGS);
+    let mut bystander = Client::connect(server.memcache);
+    for i in 0..8 {
+        let mut set = format!("set big:{i} {i} 0 {BIG_VALUE_BYTES}\r\n").into_bytes();
+        set.extend(big_value(i));
+        set.extend(b"\r\n");
+        assert_eq!(bystander.call(&set), "STORED\r\n");
+    }
+    let before = resident_bytes(server.pid());
+
+    let mut reader = Client::connect(server.memcache);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("big:{}", i % 8)).collect();
+    reader.send(format!("get {}\r\ngets big:7 big:0\r\n", keys.join(" ")).as_bytes());
+    // The reader takes nothing yet: its connection waits at the soft limit while the same
+    // worker serves the bystander.
+    assert_eq!(bystander.call(b"set small 0 0 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(bystander.call(b"get small\r\n"), "VALUE small 0 1\r\n");
+    assert_eq!(
+        (bystander.line(), bystander.line()),
+        ("x\r\n".into(), "END\r\n".into())
+    );
+
+    let expect_value = |reader: &mut Client, i: usize, header: &str| {
+        let line = reader.line();
+        assert!(line.starts_with(header), "{line:?} for big:{i}");
+        let data = reader.line().into_bytes();
+        assert_eq!(data.len(), BIG_VALUE_BYTES + 2, "big:{i}");
+        assert!(data[..BIG_VALUE_BYTES] == big_value(i)[..], "big:{i}");
+    };
+    for i in 0..KEYS {
+        let header = format!("VALUE big:{} {} {BIG_VALUE_BYTES}\r\n", i % 8, i % 8);
+        expect_value(&mut reader, i % 8, &header);
+    }
+    assert_eq!(reader.line(), "END\r\n");
+    expect_value(&mut reader, 7, &format!("VALUE big:7 7 {BIG_VALUE_BYTES} "));
+    expect_value(&mut reader, 0, &format!("VALUE big:0 0 {BIG_VALUE_BYTES} "));
+    assert_eq!(reader.line(), "END\r\n");
+    assert_eq!(reader.call(b"version\r\n").get(..8), Some("VERSION "));
+    assert_eq!(server.metric("strata_output_limit_disconnections_total"), 0);
+    assert_peak_rss_bounded(&server, before, OUTPUT_LIMIT_BYTES / 4 + BIG_VALUE_BYTES);
+}

@@ -86,6 +86,35 @@ fn the_index_placement_is_parsed_and_needs_a_pool_file() {
 }
 
 #[test]
+fn the_output_buffer_limit_sets_both_output_limits() {
+    let defaults = parse(&[]).expect("defaults");
+    assert_eq!(
+        defaults.output_buffered_bytes_hard,
+        OUTPUT_BUFFERED_BYTES_HARD_DEFAULT
+    );
+    assert_eq!(
+        defaults.settings(None, None).output,
+        Settings::default().output,
+        "the server and the sessions' default settings agree"
+    );
+    let config = parse(&["--output-buffer-limit", "8MiB"]).expect("valid");
+    let output = config.settings(None, None).output;
+    assert_eq!(output.buffered_bytes_hard, 8 << 20);
+    assert_eq!(output.buffered_bytes_soft, 2 << 20);
+    // Four largest values is the least: the soft limit holds one.
+    let config = parse(&[
+        "--max-value-size",
+        "256KiB",
+        "--output-buffer-limit",
+        "1MiB",
+    ]);
+    assert_eq!(
+        config.expect("valid").settings(None, None).output,
+        OutputLimits::new(1 << 20)
+    );
+}
+
+#[test]
 fn file_keys_are_flag_names_and_flags_override_them() {
     let mut file = tempfile();
     writeln!(
@@ -122,6 +151,16 @@ fn bad_values_are_refused_with_the_flag_named() {
             "nothing to serve",
         ),
         (&["--eviction", "lru"], "--eviction"),
+        (&["--output-buffer-limit", "3MiB"], "--output-buffer-limit"),
+        (
+            &[
+                "--max-value-size",
+                "512KiB",
+                "--output-buffer-limit",
+                "1MiB",
+            ],
+            "--max-value-size",
+        ),
     ] {
         let message = parse(args).expect_err("invalid");
         assert!(message.contains(needle), "{args:?}: {message}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use strata_engine::{Engine, EngineConfig};
 
 use super::*;
-use crate::context::{Processed, Settings};
+use crate::context::{OutputLimits, Processed, Settings};
 
 /// Answers each line with `reply_bytes` bytes (or the line itself when 0); counts its calls.
 struct LineSession {
@@ -53,24 +53,36 @@ struct Fixture {
     calls: Arc<AtomicUsize>,
 }
 
-fn fixture(limits: Limits, reply_bytes: usize) -> Fixture {
+fn fixture(output: OutputLimits, reply_bytes: usize) -> Fixture {
+    let session = |calls| Box::new(LineSession { calls, reply_bytes }) as Box<dyn Session>;
+    fixture_with(output, session)
+}
+
+/// A fixture whose connection runs the session `session` makes (given the call counter).
+fn fixture_with(
+    output: OutputLimits,
+    session: impl FnOnce(Arc<AtomicUsize>) -> Box<dyn Session>,
+) -> Fixture {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let client = StdStream::connect(listener.local_addr().expect("addr")).expect("connect");
     let (server, _) = listener.accept().expect("accept");
     server.set_nonblocking(true).expect("non-blocking");
     let calls = Arc::new(AtomicUsize::new(0));
-    let session = Box::new(LineSession {
-        calls: Arc::clone(&calls),
-        reply_bytes,
-    });
+    let session = session(Arc::clone(&calls));
     let config = EngineConfig {
         memory_bytes: 4 << 20,
         ..EngineConfig::default()
     };
     let engine = Arc::new(Engine::open(config).expect("engine"));
     Fixture {
-        ctx: ServerContext::new(engine, Settings::default()),
-        limits,
+        ctx: ServerContext::new(
+            engine,
+            Settings {
+                output,
+                ..Settings::default()
+            },
+        ),
+        limits: Limits::new(64 << 10, 0),
         latency: LatencyHistogram::default(),
         traffic: Traffic::default(),
         connection: Connection::new(TcpStream::from_std(server), session, Instant::now()),
@@ -111,8 +123,17 @@ impl Fixture {
     }
 }
 
-fn limits() -> Limits {
-    Limits::new(64 << 10, 0)
+/// The default output limits.
+fn limits() -> OutputLimits {
+    Settings::default().output
+}
+
+/// Output limits of `soft` and `hard` bytes.
+fn output(soft: usize, hard: usize) -> OutputLimits {
+    OutputLimits {
+        buffered_bytes_soft: soft,
+        buffered_bytes_hard: hard,
+    }
 }
 
 #[test]
@@ -173,9 +194,7 @@ fn peer_close_is_reported() {
 
 #[test]
 fn a_client_that_does_not_read_is_not_processed_past_the_soft_limit() {
-    let mut limits = limits();
-    limits.output_pending_bytes_soft = 1 << 20;
-    limits.output_pending_bytes_hard = 64 << 20;
+    let limits = output(1 << 20, 64 << 20);
     // 32 MiB per reply: far more than loopback socket buffers absorb.
     let mut f = fixture(limits, 32 << 20);
     f.client.write_all(b"a\n").expect("send");
@@ -194,13 +213,11 @@ fn a_client_that_does_not_read_is_not_processed_past_the_soft_limit() {
 
 #[test]
 fn output_past_the_hard_limit_closes_the_connection() {
-    let mut limits = limits();
-    limits.output_pending_bytes_soft = 1 << 20;
-    limits.output_pending_bytes_hard = 4 << 20;
-    let mut f = fixture(limits, 32 << 20);
+    let mut f = fixture(output(1 << 20, 4 << 20), 32 << 20);
     f.client.write_all(b"a\n").expect("send");
     let status = f.pass_until(|_, status| status != Status::Open);
     assert_eq!(status, Status::Closed(CloseReason::OutputTooLarge));
+    assert_eq!(f.traffic.written_bytes, 0, "nothing of it is written");
 }
 
 #[test]
@@ -227,9 +244,7 @@ fn a_flooding_client_yields_the_worker_after_a_bounded_number_of_rounds() {
 fn a_pipeline_of_large_replies_stops_at_the_soft_limit_with_its_input_kept() {
     const REQUESTS: usize = 2000;
     const REPLY_BYTES: usize = 32 << 10;
-    let mut limits = limits();
-    limits.output_pending_bytes_soft = 1 << 20;
-    limits.output_pending_bytes_hard = 256 << 20;
+    let limits = output(1 << 20, 256 << 20);
     // Two-byte requests with 32 KiB replies: 62.5 MiB if built at once.
     let mut f = fixture(limits, REPLY_BYTES);
     f.client.write_all(&b"x\n".repeat(REQUESTS)).expect("send");
@@ -258,9 +273,8 @@ fn a_pipeline_of_large_replies_stops_at_the_soft_limit_with_its_input_kept() {
 
 #[test]
 fn input_left_at_the_output_limit_is_processed_once_the_output_drains() {
-    let mut limits = limits();
     // A soft limit below what the socket takes at once: the output drains within the pass.
-    limits.output_pending_bytes_soft = 1024;
+    let limits = output(1024, 256 << 20);
     let mut f = fixture(limits, 600);
     // Four 700-byte requests span several chunks: processing pauses past 1 KiB of output
     // with a request left, and the flush that follows drains the output.
@@ -280,4 +294,117 @@ fn input_left_at_the_output_limit_is_processed_once_the_output_drains() {
         "all answered in the pass that read them"
     );
     assert_eq!(drain.join().expect("reader").expect("replies"), 4 * 600);
+}
+
+/// Bytes of each piece [`StreamSession`] writes.
+const STREAM_PIECE_BYTES: usize = 16 << 10;
+
+/// Answers one line `<count>\n` per call with `count` pieces of [`STREAM_PIECE_BYTES`] (piece
+/// `i` all `b'a' + i % 26`). Before each piece but the first of a resumed reply it stops once
+/// the buffer holds more than the soft limit, leaving the line unconsumed, and resumes there in
+/// the next call: what a memcached multiget does.
+struct StreamSession {
+    calls: Arc<AtomicUsize>,
+    soft: usize,
+    done: usize,
+}
+
+impl Session for StreamSession {
+    fn process(&mut self, input: &[u8], _ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            out.len() <= self.soft,
+            "called with the buffer past the soft limit"
+        );
+        let Some(end) = input.iter().position(|&b| b == b'\n') else {
+            return Processed::default();
+        };
+        let count: usize = std::str::from_utf8(&input[..end])
+            .expect("digits")
+            .parse()
+            .expect("a count");
+        let resumed_at = self.done;
+        while self.done < count {
+            let progressed = resumed_at == 0 || self.done > resumed_at;
+            if progressed && out.len() > self.soft {
+                return Processed::default();
+            }
+            let byte = b'a' + u8::try_from(self.done % 26).expect("small");
+            out.resize(out.len() + STREAM_PIECE_BYTES, byte);
+            self.done += 1;
+        }
+        self.done = 0;
+        Processed {
+            consumed: end + 1,
+            close: false,
+        }
+    }
+}
+
+#[test]
+fn a_reply_that_stops_at_the_soft_limit_inside_a_request_resumes_as_the_client_reads() {
+    const PIECES: usize = 200;
+    const SOFT: usize = 64 << 10;
+    // 3.2 MiB of reply to one request, over a 1 MiB hard limit: streamed, never closed.
+    let limits = output(SOFT, 1 << 20);
+    let mut f = fixture_with(limits, |calls| {
+        Box::new(StreamSession {
+            calls,
+            soft: SOFT,
+            done: 0,
+        })
+    });
+    f.client.write_all(b"200\n").expect("send");
+    let mut reader = f.client.try_clone().expect("clone");
+    let drain = std::thread::spawn(move || {
+        let mut reply = vec![0u8; PIECES * STREAM_PIECE_BYTES];
+        reader.read_exact(&mut reply).map(|()| {
+            reply
+                .chunks(STREAM_PIECE_BYTES)
+                .enumerate()
+                .all(|(i, piece)| piece.iter().all(|&b| usize::from(b - b'a') == i % 26))
+        })
+    });
+    // The session checks that it is never called with more than the soft limit buffered, so
+    // the buffer never holds more than that plus one piece.
+    let status = f.pass_until(|f, status| {
+        assert!(f.connection.output_buffered_bytes() <= SOFT + STREAM_PIECE_BYTES);
+        matches!(status, Status::Closed(_))
+            || f.traffic.written_bytes == (PIECES * STREAM_PIECE_BYTES) as u64
+    });
+    assert_eq!(status, Status::Open);
+    assert!(
+        f.calls.load(Ordering::Relaxed) > 1,
+        "the reply was built in parts"
+    );
+    assert!(drain.join().expect("reader").expect("read the reply"));
+}
+
+/// The end of input is read only once no input waits, so a reply stopped at the output limit
+/// is finished before the connection closes.
+#[test]
+fn a_client_that_closes_its_side_after_sending_still_gets_a_reply_stopped_at_the_limit() {
+    const PIECES: usize = 100;
+    const SOFT: usize = 64 << 10;
+    let mut f = fixture_with(output(SOFT, 1 << 20), |calls| {
+        Box::new(StreamSession {
+            calls,
+            soft: SOFT,
+            done: 0,
+        })
+    });
+    f.client.write_all(b"100\n").expect("send");
+    f.client
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    let mut reader = f.client.try_clone().expect("clone");
+    let drain = std::thread::spawn(move || {
+        let mut reply = Vec::new();
+        reader.read_to_end(&mut reply).map(|_| reply.len())
+    });
+    let status = f.pass_until(|_, status| matches!(status, Status::Closed(_)));
+    assert_eq!(status, Status::Closed(CloseReason::PeerClosed));
+    drop(f);
+    let received = drain.join().expect("reader").expect("read to the end");
+    assert_eq!(received, PIECES * STREAM_PIECE_BYTES);
 }

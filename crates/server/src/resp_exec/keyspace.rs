@@ -7,12 +7,18 @@
 //! indexed items, including expired ones not yet reclaimed, as Redis counts keys not yet
 //! expired by its active cycle.
 //!
+//! SCAN and KEYS write their keys straight into `out` and put the array header in front once
+//! the count is known, checking the output limit as they go (`strings::output_limit_passed`):
+//! `KEYS *` over millions of keys or `SCAN 0 COUNT 10000000` stops at the hard limit and the
+//! connection is closed, instead of building the whole reply, and a copy of it, first.
+//!
 //! Departure: RENAME and RENAMENX copy the value to the new key and then delete the old one;
 //! the two keys may live in different shards, so another client can briefly see both.
 
 use strata_engine::{DeleteOutcome, Expiry, StoreOptions, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_i64};
 
+use super::strings::output_limit_passed;
 use super::{write_error, Call, State};
 
 /// Keys visited per engine call while KEYS walks the whole keyspace.
@@ -199,8 +205,8 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let Some(options) = parse_scan_options(call, out) else {
         return;
     };
-    let keys = &mut state.scratch;
-    keys.clear();
+    let output = call.ctx.settings.output;
+    let keys_start = out.len();
     let (mut found, mut visited) = (0usize, 0usize);
     let mut next = cursor;
     for _ in 0..SCAN_STEPS_MAX {
@@ -210,42 +216,60 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
                 None => true,
                 Some(pattern) => glob_match(pattern, key, false),
             };
-            if options.strings_only && matches {
-                encode::bulk(keys, key);
+            if options.strings_only && matches && !output.past_hard(out) {
+                encode::bulk(out, key);
                 found += 1;
             }
         });
-        if next == 0 || visited >= options.count {
+        if next == 0 || visited >= options.count || output.past_hard(out) {
             break;
         }
     }
-    encode::array_len(out, 2);
-    encode::bulk(out, next.to_string().as_bytes());
-    encode::array_len(out, found);
-    out.extend_from_slice(keys);
+    if output_limit_passed(state, call, out) {
+        return;
+    }
+    let header = &mut state.scratch;
+    header.clear();
+    encode::array_len(header, 2);
+    encode::bulk(header, next.to_string().as_bytes());
+    encode::array_len(header, found);
+    insert_header(out, keys_start, header);
+}
+
+/// Puts `header` in front of the elements written to `out` from `start` on: the reply of SCAN
+/// and KEYS, whose count is known only once they are written. One move of the elements costs
+/// less than building them elsewhere first, and needs no second copy of a large reply.
+fn insert_header(out: &mut Vec<u8>, start: usize, header: &[u8]) {
+    debug_assert!(start <= out.len());
+    out.splice(start..start, header.iter().copied());
 }
 
 /// `KEYS pattern`: every key matching, in engine order.
 pub(crate) fn keys(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let pattern = call.arg(1);
     let everything = pattern == b"*";
-    let keys = &mut state.scratch;
-    keys.clear();
+    let output = call.ctx.settings.output;
+    let keys_start = out.len();
     let mut found = 0usize;
     let mut cursor = 0;
     loop {
         cursor = call.engine().scan(cursor, KEYS_SCAN_COUNT, &mut |key| {
-            if everything || glob_match(pattern, key, false) {
-                encode::bulk(keys, key);
+            if (everything || glob_match(pattern, key, false)) && !output.past_hard(out) {
+                encode::bulk(out, key);
                 found += 1;
             }
         });
-        if cursor == 0 {
+        if cursor == 0 || output.past_hard(out) {
             break;
         }
     }
-    encode::array_len(out, found);
-    out.extend_from_slice(keys);
+    if output_limit_passed(state, call, out) {
+        return;
+    }
+    let header = &mut state.scratch;
+    header.clear();
+    encode::array_len(header, found);
+    insert_header(out, keys_start, header);
 }
 
 /// `RANDOMKEY`: a key, or null when the cache is empty.
@@ -332,6 +356,86 @@ mod tests {
         ];
         for &(text, expected) in table {
             assert_eq!(parse_cursor(text), expected, "{}", text.escape_ascii());
+        }
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use crate::context::{Processed, Session};
+    use crate::resp_exec::strings::tests::{command, context, VALUE_BYTES};
+    use crate::resp_exec::RespSession;
+
+    /// Stores `count` keys `key:<i>` with one-byte values.
+    fn fill(ctx: &crate::context::ServerContext, count: usize) {
+        let mut input = Vec::new();
+        for i in 0..count {
+            input.extend(command(&["SET", &format!("key:{i:06}"), "1"]));
+        }
+        let mut out = Vec::new();
+        let processed = RespSession::new(9).process(&input, ctx, &mut out);
+        assert_eq!(processed.consumed, input.len());
+    }
+
+    /// The keys of a KEYS reply, or of the array inside a SCAN reply.
+    fn keys_of(reply: &[u8]) -> Vec<String> {
+        let text = String::from_utf8_lossy(reply);
+        text.split("\r\n")
+            .filter(|line| line.starts_with("key:") || *line == "v")
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn keys_and_scan_under_the_limit_answer_every_key_with_the_right_header() {
+        let ctx = context(1 << 20);
+        fill(&ctx, 100);
+        let mut session = RespSession::new(2);
+        let mut out = b"+earlier\r\n".to_vec();
+        let input = command(&["KEYS", "key:*"]);
+        assert!(!session.process(&input, &ctx, &mut out).close);
+        assert!(
+            out.starts_with(b"+earlier\r\n*100\r\n$10\r\nkey:"),
+            "{}",
+            out.escape_ascii()
+        );
+        assert_eq!(keys_of(&out).len(), 100);
+        let mut out = Vec::new();
+        let input = command(&["SCAN", "0", "COUNT", "1000000"]);
+        assert!(!session.process(&input, &ctx, &mut out).close);
+        assert!(
+            out.starts_with(b"*2\r\n$1\r\n0\r\n*101\r\n$"),
+            "{}",
+            out.escape_ascii()
+        );
+        assert_eq!(keys_of(&out).len(), 101);
+    }
+
+    #[test]
+    fn keys_and_scan_stop_past_the_hard_limit_and_end_the_batch() {
+        const HARD: usize = 16 << 10;
+        // 5,000 keys of 10 bytes: about 80 KiB of reply, five times the limit.
+        for request in [
+            command(&["KEYS", "*"]),
+            command(&["SCAN", "0", "COUNT", "10000000"]),
+        ] {
+            let ctx = context(HARD);
+            fill(&ctx, 5_000);
+            let mut input = request.clone();
+            input.extend(command(&["SET", "after", "1"]));
+            let mut out = Vec::new();
+            let processed = RespSession::new(2).process(&input, &ctx, &mut out);
+            assert_eq!(
+                processed,
+                Processed {
+                    consumed: request.len(),
+                    close: true
+                }
+            );
+            assert!(ctx.settings.output.past_hard(&out));
+            assert!(out.len() <= HARD + VALUE_BYTES, "{} bytes", out.len());
+            assert!(ctx.engine.get(b"after", |_| ()).is_none());
+            assert_eq!(ctx.engine.len(), 5_001, "the keys are all still there");
         }
     }
 }

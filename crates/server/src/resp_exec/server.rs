@@ -151,6 +151,11 @@ fn write_stats(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
     text.field("total_net_input_bytes", load(&stats.bytes_read));
     text.field("total_net_output_bytes", load(&stats.bytes_written));
     text.field("rejected_connections", load(&stats.connections_rejected));
+    // A Redis 7.2 field: strata enforces a hard limit on normal clients (see `OutputLimits`).
+    text.field(
+        "client_output_buffer_limit_disconnections",
+        load(&stats.output_limit_disconnections),
+    );
     text.field("expired_keys", engine.expired_items);
     text.field("evicted_keys", engine.evicted_items);
     text.field("keyspace_hits", hits);
@@ -265,6 +270,15 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("maxclients", settings.connections_max.to_string()),
         ("timeout", settings.idle_timeout_secs.to_string()),
         ("io-threads", settings.threads.to_string()),
+        // Only the hard limit of normal clients applies: strata has no replicas or pub/sub,
+        // and past its soft limit it stops reading from the client instead of timing it out.
+        (
+            "client-output-buffer-limit",
+            format!(
+                "normal {} 0 0 slave 0 0 0 pubsub 0 0 0",
+                settings.output.buffered_bytes_hard
+            ),
+        ),
     ]
 }
 

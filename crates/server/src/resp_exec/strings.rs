@@ -3,6 +3,11 @@
 //! GET and a plain SET are the hot path: GET encodes the value into `out` while the engine
 //! holds the item, SET hands the argument slice to `Engine::set`; neither allocates.
 //!
+//! MGET checks the connection's output limit before each value it appends
+//! ([`output_limit_passed`]), so one MGET of many large values cannot grow the output buffer
+//! past the hard limit by more than one value: past it the reply stops and the connection is
+//! closed without sending it, as Redis closes a client over `client-output-buffer-limit`.
+//!
 //! Departure: MSETNX checks that every key is absent and then stores them; strata's shards are
 //! locked one at a time, so a concurrent writer can slip in between (Redis is single-threaded).
 
@@ -26,11 +31,29 @@ pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     state.pending.count_gets(1, u64::from(found));
 }
 
+/// Whether `out`, the connection's output buffer, holds more than the output hard limit
+/// (`OutputLimits`, Redis's `client-output-buffer-limit`). When it does, the handler building
+/// a reply stops appending to it and the session ends the batch (`State::close`): the
+/// connection then finds its buffer over the limit and closes without writing any of it, so
+/// the partial reply never reaches the client and no later command of the batch runs.
+///
+/// Departure: under `CLIENT REPLY OFF|SKIP` the reply is dropped after the handler returns, so
+/// the connection closes as for QUIT, without counting an output limit disconnection.
+pub(crate) fn output_limit_passed(state: &mut State, call: &Call<'_>, out: &[u8]) -> bool {
+    let passed = call.ctx.settings.output.past_hard(out);
+    state.close |= passed;
+    passed
+}
+
 /// `MGET key [key ...]`.
 pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     encode::array_len(out, call.len() - 1);
-    let mut hits = 0;
+    let (mut keys, mut hits) = (0, 0);
     for key in call.args_from(1) {
+        if output_limit_passed(state, call, out) {
+            break;
+        }
+        keys += 1;
         let found = call
             .engine()
             .get(key, |item| {
@@ -43,7 +66,7 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::null(out, state.version);
         }
     }
-    state.pending.count_gets(call.len() as u64 - 1, hits);
+    state.pending.count_gets(keys, hits);
 }
 
 /// Which expire option a SET or GETEX carries.
@@ -404,4 +427,104 @@ pub(crate) fn msetnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         }
     }
     encode::integer(out, 1);
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+
+    use strata_engine::{Engine, EngineConfig};
+    use strata_protocol::resp::encode_command;
+
+    use crate::context::{OutputLimits, Processed, ServerContext, Session, Settings};
+    use crate::resp_exec::RespSession;
+
+    /// Bytes of the values the tests store.
+    pub(crate) const VALUE_BYTES: usize = 10 << 10;
+
+    /// A context whose output hard limit is `hard` bytes, holding `v` = [`VALUE_BYTES`] bytes.
+    pub(crate) fn context(hard: usize) -> ServerContext {
+        let engine = Engine::open(EngineConfig::default()).expect("a DRAM engine opens");
+        let settings = Settings {
+            output: OutputLimits::new(hard),
+            ..Settings::default()
+        };
+        let ctx = ServerContext::new(Arc::new(engine), settings);
+        let mut out = Vec::new();
+        let set = command(&["SET", "v", &"x".repeat(VALUE_BYTES)]);
+        RespSession::new(1).process(&set, &ctx, &mut out);
+        assert_eq!(out, b"+OK\r\n");
+        ctx
+    }
+
+    /// A command as a client encodes it.
+    pub(crate) fn command(args: &[&str]) -> Vec<u8> {
+        let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+        let mut out = Vec::new();
+        encode_command(&mut out, &args);
+        out
+    }
+
+    /// `MGET` of `keys` times the key `v`.
+    fn mget(keys: usize) -> Vec<u8> {
+        let mut args = vec!["MGET"];
+        args.extend(std::iter::repeat_n("v", keys));
+        command(&args)
+    }
+
+    #[test]
+    fn mget_under_the_output_limit_is_answered_whole() {
+        let ctx = context(1 << 20);
+        let input = mget(50);
+        let mut out = Vec::new();
+        let processed = RespSession::new(2).process(&input, &ctx, &mut out);
+        assert_eq!(
+            processed,
+            Processed {
+                consumed: input.len(),
+                close: false
+            }
+        );
+        let bulk = [
+            format!("${VALUE_BYTES}\r\n").into_bytes(),
+            vec![b'x'; VALUE_BYTES],
+        ]
+        .concat();
+        let mut want = b"*50\r\n".to_vec();
+        for _ in 0..50 {
+            want.extend_from_slice(&bulk);
+            want.extend_from_slice(b"\r\n");
+        }
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn mget_stops_one_value_past_the_hard_limit_and_ends_the_batch() {
+        const HARD: usize = 64 << 10;
+        let ctx = context(HARD);
+        // 10,000 values would be 100 MiB; the SET after the MGET must not run.
+        let mut input = mget(10_000);
+        let mget_len = input.len();
+        input.extend(command(&["SET", "after", "1"]));
+        let mut out = b"+earlier reply\r\n".to_vec();
+        let processed = RespSession::new(2).process(&input, &ctx, &mut out);
+        assert_eq!(
+            processed,
+            Processed {
+                consumed: mget_len,
+                close: true
+            }
+        );
+        assert!(
+            ctx.settings.output.past_hard(&out),
+            "left over the limit: {}",
+            out.len()
+        );
+        assert!(out.len() <= HARD + VALUE_BYTES + 16, "{} bytes", out.len());
+        assert!(
+            ctx.engine.get(b"after", |_| ()).is_none(),
+            "nothing after it ran"
+        );
+        assert!(ctx.engine.get(b"v", |item| item.value.len()) == Some(VALUE_BYTES));
+    }
 }
