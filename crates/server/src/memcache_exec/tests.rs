@@ -420,3 +420,56 @@ fn meta_stale_while_revalidate() {
         ],
     );
 }
+
+/// Requests are parsed a batch at a time. A long pipeline of stores and gets (one get with more
+/// keys than a batch prefetches) answers in order, each get seeing the store before it; a
+/// too-large store in the middle of a batch still swallows its data block, which holds text that
+/// would parse as commands, and the pipeline goes on after it.
+#[test]
+fn a_long_pipeline_runs_in_order_across_batches() {
+    let settings = Settings {
+        value_len_max: 100,
+        ..Settings::default()
+    };
+    let ctx = context_with(settings, None);
+    let mut session = MemcacheSession::new();
+    let mut input = Vec::new();
+    let mut want = String::new();
+    let rounds = 3 * strata_engine::PREFETCH_KEYS_MAX + 5;
+    for i in 0..rounds {
+        let key = format!("k{}", i % 7);
+        let value = format!("v{i}");
+        input.extend_from_slice(format!("set {key} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes());
+        input.extend_from_slice(format!("get {key}\r\n").as_bytes());
+        want.push_str("STORED\r\n");
+        want.push_str(&format!(
+            "VALUE {key} 0 {}\r\n{value}\r\nEND\r\n",
+            value.len()
+        ));
+        if i == rounds / 2 {
+            let block = "get k0\r\n".repeat(13); // 104 bytes: over the limit
+            input
+                .extend_from_slice(format!("set k0 0 0 {}\r\n{block}\r\n", block.len()).as_bytes());
+            want.push_str("SERVER_ERROR object too large for cache\r\n");
+        }
+    }
+    let keys: Vec<String> = (0..40).map(|i| format!("k{}", i % 7)).collect();
+    input.extend_from_slice(format!("get {}\r\n", keys.join(" ")).as_bytes());
+    // Every key was stored again in the last seven rounds, after the refused store.
+    for key in &keys {
+        let n: usize = key[1..].parse().unwrap();
+        let i = (rounds - 7..rounds).find(|i| i % 7 == n).unwrap();
+        let value = format!("v{i}");
+        want.push_str(&format!("VALUE {key} 0 {}\r\n{value}\r\n", value.len()));
+    }
+    want.push_str("END\r\n");
+    let (out, processed) = feed(&ctx, &mut session, &input);
+    assert_eq!(out, want);
+    assert_eq!(
+        processed,
+        Processed {
+            consumed: input.len(),
+            close: false
+        }
+    );
+}
