@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::index::SlotRef;
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
 use crate::shard::{Found, Shard, ShardLock};
 use crate::{
@@ -16,7 +17,16 @@ fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
         client_flags: found.view.meta.client_flags,
         cas: found.cas,
         expires_at_ms: found.view.meta.expires_at_ms,
+        fetched: found.entry.fetched,
     }
+}
+
+/// What `apply` needs of the item a `modify` closure saw.
+#[derive(Clone, Copy)]
+struct Current {
+    expires_at_ms: Option<u64>,
+    cas: u64,
+    slot: SlotRef,
 }
 
 fn check_key(key: &[u8]) -> Result<(), WriteError> {
@@ -72,14 +82,31 @@ impl Engine {
     }
 
     /// Reads `key`, calling `f` with the item while the shard's read lock is held (copy what
-    /// you need; the borrow ends with the call). Returns `None` on a miss.
+    /// you need; the borrow ends with the call). Returns `None` on a miss. The read counts as
+    /// an access: the item becomes fetched and its frequency (merge eviction's test) goes up.
     pub fn get<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read(key, true, f)
+    }
+
+    /// Reads `key` like [`Engine::get`] (counting the hit or miss) without counting the read
+    /// as an access: the item's fetched state and frequency stay as they were (memcached's
+    /// `mg` flag `u`, "don't bump the item", and its `me`).
+    pub fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read(key, false, f)
+    }
+
+    #[inline]
+    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
         match shard.lookup_unexpired(&self.inner, key, hash) {
             Some(found) => {
-                shard.index.bump_freq(found.slot);
+                // `found.entry` was loaded before this bump, so `item` reports the item as it
+                // was before this access, like memcached's delayed bump.
+                if bump {
+                    shard.index.bump_freq(found.slot);
+                }
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
                 Some(f(item(&found)))
             }
@@ -206,7 +233,7 @@ impl Engine {
             shard.delete(&self.inner, key, hash)?;
             return Ok(0);
         }
-        shard.write(&self.inner, key, hash, value, meta)
+        shard.write(&self.inner, key, hash, value, meta, false)
     }
 
     fn expiry_ms(&self, expiry: Expiry, current: Option<Option<u64>>) -> Option<u64> {
@@ -221,6 +248,7 @@ impl Engine {
     /// empty buffer; it returns what to do, writing the new value into the buffer for
     /// `Change::Write`. Runs under the shard's write lock, so it is atomic with respect to
     /// every other operation on the key. Returns the new CAS when something was written.
+    /// Seeing the item is not an access; `Change::Read` and touches (`keep_cas`) make it one.
     pub fn modify(
         &self,
         key: &[u8],
@@ -235,7 +263,11 @@ impl Engine {
         buffer.clear();
         let (change, current) = {
             let found = shard.lookup_unexpired(inner, key, hash);
-            let current = found.as_ref().map(|f| (f.view.meta.expires_at_ms, f.cas));
+            let current = found.as_ref().map(|found| Current {
+                expires_at_ms: found.view.meta.expires_at_ms,
+                cas: found.cas,
+                slot: found.slot,
+            });
             (f(found.as_ref().map(item), &mut buffer), current)
         };
         let result = self.apply(&mut shard, key, hash, change, current, &buffer);
@@ -249,32 +281,46 @@ impl Engine {
         key: &[u8],
         hash: u64,
         change: Change,
-        current: Option<(Option<u64>, u64)>,
+        current: Option<Current>,
         buffer: &[u8],
     ) -> Result<Option<u64>, WriteError> {
-        match change {
-            Change::Keep => Ok(None),
-            Change::Delete => shard.delete(&self.inner, key, hash).map(|_| None),
+        let (client_flags, expiry, cas, touch) = match change {
+            Change::Keep => return Ok(None),
+            Change::Read => {
+                if let Some(current) = current {
+                    shard.index.bump_freq(current.slot);
+                }
+                return Ok(None);
+            }
+            Change::Delete => return shard.delete(&self.inner, key, hash).map(|_| None),
             Change::Write {
                 client_flags,
                 expiry,
                 keep_cas,
             } => {
-                let expires_at_ms = self.expiry_ms(expiry, current.map(|c| c.0));
-                let cas = if keep_cas { current.map(|c| c.1) } else { None };
-                let meta = RecordMeta {
-                    expires_at_ms,
-                    cas,
-                    client_flags,
-                };
-                self.check_value(key, buffer.len(), &meta)?;
-                if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
-                    shard.delete(&self.inner, key, hash)?;
-                    return Ok(None);
-                }
-                shard.write(&self.inner, key, hash, buffer, meta).map(Some)
+                let kept = current.filter(|_| keep_cas).map(|current| current.cas);
+                (client_flags, expiry, kept, kept.is_some())
             }
+            Change::WriteWithCas {
+                client_flags,
+                expiry,
+                cas,
+            } => (client_flags, expiry, Some(cas), false),
+        };
+        let expires_at_ms = self.expiry_ms(expiry, current.map(|c| c.expires_at_ms));
+        let meta = RecordMeta {
+            expires_at_ms,
+            cas,
+            client_flags,
+        };
+        self.check_value(key, buffer.len(), &meta)?;
+        if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
+            shard.delete(&self.inner, key, hash)?;
+            return Ok(None);
         }
+        shard
+            .write(&self.inner, key, hash, buffer, meta, touch)
+            .map(Some)
     }
 
     /// Deletes `key`; with `cas`, only if the item's CAS matches. Returns whether it was

@@ -77,7 +77,8 @@ pub enum EvictionPolicy {
     /// A random segment of the shard.
     Random,
     /// Segcache-style merge: take the oldest segment but carry its items that were read since
-    /// they were written (up to half a segment) to the head, resetting their frequency.
+    /// they were written or last carried (up to half a segment) to the head, resetting their
+    /// frequency (they stay marked fetched).
     Merge,
 }
 

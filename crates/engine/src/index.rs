@@ -10,6 +10,20 @@
 //!  A link slot (link bit set) is always slot 7; its low 32 bits are an overflow bucket index.
 //! ```
 //!
+//! The 3-bit `freq3` field holds two facts about the item, so neither costs a byte more:
+//!
+//! ```text
+//!  freq3  fetched  freq   meaning
+//!  0      no       0      not read since it was written
+//!  1      yes      0      read since written, not since merge eviction last carried it forward
+//!  2..=7  yes      1..=6  read since written, `freq3 - 1` times since written or carried
+//! ```
+//!
+//! `freq` (reads since the item was written or carried forward, saturating at [`FREQ_MAX`]) is
+//! what merge eviction tests; `fetched` (read at least once since written) is memcached's
+//! "fetched" bit, which the meta protocol's `h` flag reports. A read sets both; carrying an item
+//! forward clears `freq` only; a write that replaces the item clears both (`forget_reads`).
+//!
 //! `hash28` is 28 bits of the key's hash. A key's two candidate buckets are
 //! `(hash28 * n) >> 28` and the same of a bijective mix of `hash28`, for `n` buckets: any `n`
 //! works, and doubling `n` maps bucket `b` onto `2b` and `2b + 1`, so growth needs no key bytes,
@@ -29,7 +43,7 @@
 //! - Nothing here is a pointer: locations are pool offsets, links are overflow indices.
 //!
 //! Concurrency: the shard's lock guards the index. Readers (`&self`) only load slots and bump
-//! the 3-bit access frequency with a relaxed compare-exchange; writers hold `&mut self`.
+//! the 3-bit access field with a relaxed compare-exchange; writers hold `&mut self`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,13 +65,16 @@ pub const GROWTH_DENOMINATOR: usize = 4;
 pub const HASH_BITS: u32 = 28;
 /// Largest location (in 8-byte units) a slot can hold: the data area is at most 32 GiB.
 pub const LOCATION_MAX: u64 = u32::MAX as u64 - 1;
-/// Largest access frequency a slot counts to.
-pub const FREQ_MAX: u8 = 7;
+/// Largest access frequency a slot counts to (the 3-bit field's largest value, 7, less the
+/// one value that records "fetched, but not since carried forward").
+pub const FREQ_MAX: u8 = 6;
 
 const HASH_SHIFT: u32 = 36;
 const LINK_BIT: u64 = 1 << 35;
 const FREQ_SHIFT: u32 = 32;
 const FREQ_MASK: u64 = 0x7 << FREQ_SHIFT;
+/// The 3-bit field of an item fetched since written but not read since carried forward.
+const FREQ_FIELD_FETCHED: u64 = 1;
 const LOCATION_MASK: u64 = 0xFFFF_FFFF;
 const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
 const LINK_SLOT: usize = SLOTS_PER_BUCKET - 1;
@@ -79,24 +96,39 @@ pub struct SlotRef {
 pub struct Entry {
     /// The 28 stored hash bits.
     pub hash28: u32,
-    /// Access frequency, 0..=FREQ_MAX.
+    /// Reads since the item was written or carried forward by merge eviction, 0..=FREQ_MAX.
     pub freq: u8,
+    /// Whether the item has been read since it was written (a read before a carry-forward
+    /// counts). Always true when `freq > 0`.
+    pub fetched: bool,
     /// Record location in 8-byte units from the start of the data area.
     pub location: u64,
+}
+
+/// The 3-bit access field of `freq` and `fetched` (see the module documentation).
+fn freq_field(freq: u8, fetched: bool) -> u64 {
+    match (freq, fetched) {
+        (0, false) => 0,
+        (0, true) => FREQ_FIELD_FETCHED,
+        (freq, _) => u64::from(freq) + 1,
+    }
 }
 
 fn pack(entry: Entry) -> u64 {
     assert!(entry.location <= LOCATION_MAX);
     debug_assert!(u64::from(entry.hash28) <= HASH_MASK && entry.freq <= FREQ_MAX);
+    debug_assert!(entry.fetched || entry.freq == 0, "a read item is fetched");
     (u64::from(entry.hash28) << HASH_SHIFT)
-        | (u64::from(entry.freq) << FREQ_SHIFT)
+        | (freq_field(entry.freq, entry.fetched) << FREQ_SHIFT)
         | (entry.location + 1)
 }
 
 fn unpack(slot: u64) -> Entry {
+    let field = (slot & FREQ_MASK) >> FREQ_SHIFT;
     Entry {
         hash28: (slot >> HASH_SHIFT) as u32,
-        freq: ((slot & FREQ_MASK) >> FREQ_SHIFT) as u8,
+        freq: field.saturating_sub(FREQ_FIELD_FETCHED) as u8,
+        fetched: field != 0,
         location: (slot & LOCATION_MASK) - 1,
     }
 }
@@ -431,7 +463,9 @@ impl Index {
         None
     }
 
-    /// Counts one more access to the slot (saturating; a lost race only loses a count).
+    /// Counts one more read of the slot's item, which also marks it fetched (saturating; a lost
+    /// race only loses a count: two racing readers both succeed in marking it fetched, or the
+    /// loser finds it marked).
     pub fn bump_freq(&self, at: SlotRef) {
         let slot = self.slot(at);
         let value = slot.load(Ordering::Relaxed);
@@ -439,10 +473,11 @@ impl Index {
         if entry.freq < FREQ_MAX && !is_link(value) {
             let bumped = pack(Entry {
                 freq: entry.freq + 1,
+                fetched: true,
                 ..entry
             });
-            // Relaxed: the frequency is a hint for eviction; the slot's location is rewritten
-            // only under the shard's write lock, which excludes this reader.
+            // Relaxed: the frequency is a hint for eviction and `h`; the slot's location is
+            // rewritten only under the shard's write lock, which excludes this reader.
             let _ = slot.compare_exchange(value, bumped, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
@@ -454,12 +489,28 @@ impl Index {
             .store(pack(Entry { location, ..entry }), Ordering::Relaxed);
     }
 
-    /// Sets the slot's frequency.
+    /// Sets the slot's frequency, keeping whether the item was fetched (a frequency above 0
+    /// marks it fetched).
     pub fn set_freq(&mut self, at: SlotRef, freq: u8) {
         let entry = unpack(self.slot(at).load(Ordering::Relaxed));
         self.slot(at).store(
             pack(Entry {
                 freq: freq.min(FREQ_MAX),
+                fetched: entry.fetched || freq > 0,
+                ..entry
+            }),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Forgets every read of the slot's item: it now holds a newly written item, neither read
+    /// (frequency 0) nor fetched.
+    pub fn forget_reads(&mut self, at: SlotRef) {
+        let entry = unpack(self.slot(at).load(Ordering::Relaxed));
+        self.slot(at).store(
+            pack(Entry {
+                freq: 0,
+                fetched: false,
                 ..entry
             }),
             Ordering::Relaxed,
@@ -491,6 +542,7 @@ impl Index {
         let value = pack(Entry {
             hash28,
             freq,
+            fetched: freq > 0,
             location,
         });
         let [first, second] = self.candidates(hash28);
@@ -764,11 +816,19 @@ mod tests {
             Entry {
                 hash28: 0,
                 freq: 0,
+                fetched: false,
                 location: 0,
+            },
+            Entry {
+                hash28: 1,
+                freq: 0,
+                fetched: true,
+                location: 1,
             },
             Entry {
                 hash28: HASH_MASK as u32,
                 freq: FREQ_MAX,
+                fetched: true,
                 location: LOCATION_MAX,
             },
         ] {
@@ -860,9 +920,40 @@ mod tests {
             Entry {
                 hash28: 5,
                 freq: 0,
+                fetched: true,
                 location: 11
             }
         );
+    }
+
+    /// `fetched` is "read since written": a read sets it, merge's carry-forward (`set_freq(_,
+    /// 0)` after `relocate`) keeps it while the frequency starts over, and only a write that
+    /// replaces the item (`forget_reads`) clears it. Every 3-bit value decodes to a valid state.
+    #[test]
+    fn fetched_survives_carry_forward_and_not_a_rewrite() {
+        let mut index = Index::with_capacity(16);
+        index.insert(5, 9, 0);
+        let (at, entry) = index.find(5, |_| true).unwrap();
+        assert_eq!((entry.freq, entry.fetched), (0, false));
+        index.bump_freq(at);
+        let entry = index.find(5, |_| true).unwrap().1;
+        assert_eq!((entry.freq, entry.fetched), (1, true));
+        index.relocate(at, 10);
+        index.set_freq(at, 0);
+        let entry = index.find(5, |_| true).unwrap().1;
+        assert_eq!((entry.freq, entry.fetched, entry.location), (0, true, 10));
+        index.bump_freq(at);
+        let entry = index.find(5, |_| true).unwrap().1;
+        assert_eq!((entry.freq, entry.fetched), (1, true));
+        index.relocate(at, 11);
+        index.forget_reads(at);
+        let entry = index.find(5, |_| true).unwrap().1;
+        assert_eq!((entry.freq, entry.fetched, entry.location), (0, false, 11));
+        for field in 0..=7u64 {
+            let entry = unpack((field << FREQ_SHIFT) | 1);
+            assert!(entry.freq <= FREQ_MAX && (entry.fetched || entry.freq == 0));
+            assert_eq!(pack(entry), (field << FREQ_SHIFT) | 1, "field {field}");
+        }
     }
 
     #[test]

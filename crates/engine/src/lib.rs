@@ -67,10 +67,15 @@ pub struct ItemRef<'a> {
     pub value: &'a [u8],
     /// memcached client flags.
     pub client_flags: u32,
-    /// The item's CAS value: unique per write, across restarts.
+    /// The item's CAS value: unique per write, across restarts, unless the writer chose it
+    /// ([`Change::WriteWithCas`]).
     pub cas: u64,
     /// Absolute expiry in Unix ms, `None` when it never expires.
     pub expires_at_ms: Option<u64>,
+    /// Whether the item had been read since it was written, not counting this access
+    /// (memcached's "fetched" bit, the meta flag `h`). Reads are [`Engine::get`],
+    /// [`Change::Read`] and writes that keep the CAS (touch); every other write starts over.
+    pub fetched: bool,
 }
 
 /// When a written item expires.
@@ -136,10 +141,16 @@ impl Default for StoreOptions {
 pub enum Change {
     /// Leave the item as it is.
     Keep,
+    /// Leave the item as it is, but count the call as a read of it, as [`Engine::get`] does:
+    /// the item becomes fetched and its access frequency goes up. For read-modify-write
+    /// commands that answer with the item they found (memcached's `mg` with `N`).
+    Read,
     /// Delete the item.
     Delete,
     /// Write the value the closure put in the buffer, with these flags and expiry. `keep_cas`
-    /// keeps the item's CAS (touch-like changes); otherwise the write gets a new one.
+    /// keeps the item's CAS: such a touch keeps the item's reads and counts as one more (like
+    /// memcached's touch and gat); any other write gets a new CAS and starts the item's reads
+    /// over.
     Write {
         /// memcached client flags.
         client_flags: u32,
@@ -147,6 +158,17 @@ pub enum Change {
         expiry: Expiry,
         /// Keep the current CAS.
         keep_cas: bool,
+    },
+    /// Like `Write` without `keep_cas`, but the item gets the CAS value `cas` instead of a new
+    /// one (memcached's meta flag `E`). The engine stores it with the record, so it survives
+    /// restarts, and does not check it: two writes given the same value share it.
+    WriteWithCas {
+        /// memcached client flags.
+        client_flags: u32,
+        /// Expiry (`Keep` keeps the current one).
+        expiry: Expiry,
+        /// The item's CAS value.
+        cas: u64,
     },
 }
 

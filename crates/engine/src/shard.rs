@@ -356,18 +356,21 @@ impl Shard {
                     self.index.forget_reads(slot);
                 }
             }
-            None => self.insert_index(inner, hash, location),
+            // A touch whose record was evicted while making room is still the same item, and
+            // this access counts as a read of it.
+            None => self.insert_index(inner, hash, location, u8::from(touch)),
         }
         bump(&self.counters.writes, 1);
         Ok(cas)
     }
 
-    fn insert_index(&mut self, inner: &Inner, hash: u64, location: u64) {
+    /// Indexes a new item read `freq` times (marked fetched when `freq > 0`).
+    fn insert_index(&mut self, inner: &Inner, hash: u64, location: u64, freq: u8) {
         if self.index.needs_growth() {
             inner.index_growing(&self.index);
             self.index.grow();
         }
-        self.index.insert(index::hash28(hash), location, 0);
+        self.index.insert(index::hash28(hash), location, freq);
     }
 
     fn seq_at(&self, inner: &Inner, location: u64) -> u64 {
@@ -980,7 +983,7 @@ impl Shard {
         match existing {
             None => {
                 self.recover_count(id, offset);
-                self.insert_index(inner, hash, location);
+                self.insert_index(inner, hash, location, 0);
                 report.items_recovered += 1;
             }
             Some((slot, other)) => {

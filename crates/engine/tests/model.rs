@@ -8,6 +8,8 @@
 //!   the key must stay absent until written again;
 //! - conditional stores, CAS, incr/decr and append answer as the model says when the item is
 //!   present in both;
+//! - `ItemRef::fetched` is "read since written": false on the first read after a write, true
+//!   after a read or a touch, through merge eviction carrying the item forward;
 //! - `check_integrity` holds after every sequence;
 //! - on a file pool with the index in the pool, a reopen after a crash (the engine dropped
 //!   without closing) or a clean close maps the index files and finds exactly the items the
@@ -92,6 +94,8 @@ struct Item {
     flags: u32,
     expires_at_ms: Option<u64>,
     cas: u64,
+    /// Read since written (before the read that returned it, for an engine answer).
+    fetched: bool,
 }
 
 struct Harness {
@@ -152,12 +156,7 @@ impl Harness {
         let keys: Vec<Vec<u8>> = self.model.keys().cloned().collect();
         for key in keys {
             let expected = self.live(&key);
-            let got = self.engine.get(&key, |item| Item {
-                value: item.value.to_vec(),
-                flags: item.client_flags,
-                expires_at_ms: item.expires_at_ms,
-                cas: item.cas,
-            });
+            let got = self.engine.get(&key, item_of);
             match (got, expected) {
                 (Some(got), Some(expected)) => {
                     assert_eq!((&got.value, got.flags), (&expected.value, expected.flags));
@@ -165,6 +164,8 @@ impl Harness {
                     if expected.cas != 0 {
                         assert_eq!(got.cas, expected.cas, "CAS survives");
                     }
+                    // A rebuilt index may have forgotten reads; this one is one either way.
+                    self.model.get_mut(&key).expect("live").fetched = true;
                 }
                 (None, None) => {}
                 (got, expected) => panic!("{key:?}: after reopen {got:?}, model {expected:?}"),
@@ -209,14 +210,10 @@ impl Harness {
         self.model.get(key).cloned()
     }
 
-    /// Reads from the engine and reconciles: a present item must equal the model's.
+    /// Reads from the engine and reconciles: a present item must equal the model's. The read
+    /// marks the item fetched in both.
     fn read(&mut self, key: &[u8]) -> Option<Item> {
-        let got = self.engine.get(key, |item| Item {
-            value: item.value.to_vec(),
-            flags: item.client_flags,
-            expires_at_ms: item.expires_at_ms,
-            cas: item.cas,
-        });
+        let got = self.engine.get(key, item_of);
         let expected = self.live(key);
         match (&got, &expected) {
             (Some(got), Some(expected)) => {
@@ -229,6 +226,8 @@ impl Harness {
                 if expected.cas != 0 {
                     assert_eq!(got.cas, expected.cas, "cas of {key:?}");
                 }
+                assert_eq!(got.fetched, expected.fetched, "fetched of {key:?}");
+                self.model.get_mut(key).expect("live").fetched = true;
             }
             (Some(got), None) => panic!("engine returned {key:?} = {got:?} which the model lacks"),
             (None, Some(_)) => {
@@ -260,6 +259,7 @@ impl Harness {
                         flags,
                         expires_at_ms,
                         cas,
+                        fetched: false,
                     },
                 );
             }
@@ -275,6 +275,7 @@ impl Harness {
                     (Some(mut item), Some(cas)) => {
                         item.value.extend_from_slice(&data);
                         item.cas = cas;
+                        item.fetched = false;
                         self.model.insert(key, item);
                     }
                     (None, None) => {}
@@ -304,6 +305,8 @@ impl Harness {
                         Expiry::AtMs(at) => Some(at),
                         _ => None,
                     };
+                    // A touch is an access, and keeps the item's reads.
+                    item.fetched = true;
                     self.model.insert(key, item);
                 }
             }
@@ -347,6 +350,7 @@ impl Harness {
                         flags: 1,
                         expires_at_ms: None,
                         cas,
+                        fetched: false,
                     },
                 );
             }
@@ -368,10 +372,54 @@ impl Harness {
                 assert_eq!(value, old.wrapping_add(delta));
                 item.value = value.to_string().into_bytes();
                 item.cas = cas;
+                item.fetched = false;
                 self.model.insert(key, item);
             }
             (before, result) => panic!("incr {before:?} → {result:?}"),
         }
+    }
+}
+
+/// Merge eviction carries a read item forward with its frequency reset, but it stays fetched
+/// (read since written): `h` must not forget a read because the item moved. Only the hot item
+/// is ever read, so it is the only one merge carries, and `merged_items` says when it was.
+#[test]
+fn merge_eviction_keeps_a_carried_item_fetched() {
+    let engine = Harness::new(EvictionPolicy::Merge).engine;
+    let fetched = |engine: &Engine| engine.peek(b"hot", |item| item.fetched);
+    engine.set(b"hot", b"value", 0, Expiry::Never).unwrap();
+    assert_eq!(engine.get(b"hot", |item| item.fetched), Some(false));
+    assert_eq!(
+        fetched(&engine),
+        Some(true),
+        "the get was a read, the peek was not"
+    );
+    let mut cold = 0u32;
+    while engine.stats().merged_items == 0 {
+        let key = format!("cold-{cold}");
+        engine
+            .set(key.as_bytes(), &[b'c'; 300], 0, Expiry::Never)
+            .unwrap();
+        cold += 1;
+        assert!(cold < 100_000, "merge eviction never carried the hot item");
+    }
+    assert_eq!(
+        fetched(&engine),
+        Some(true),
+        "carried forward, still fetched"
+    );
+    engine.set(b"hot", b"new value", 0, Expiry::Never).unwrap();
+    assert_eq!(fetched(&engine), Some(false), "a write starts over");
+    engine.check_integrity().unwrap();
+}
+
+fn item_of(item: ItemRef<'_>) -> Item {
+    Item {
+        value: item.value.to_vec(),
+        flags: item.client_flags,
+        expires_at_ms: item.expires_at_ms,
+        cas: item.cas,
+        fetched: item.fetched,
     }
 }
 

@@ -276,6 +276,10 @@ fn meta_request() -> impl Strategy<Value = Vec<u8>> {
             } else {
                 set_flags
             };
+            if command == "mg" {
+                // strata's `mg` refuses `l` (no access time is kept).
+                flags.retain(|flag| flag != "l");
+            }
             if base64 {
                 flags.push("b".to_string());
             }

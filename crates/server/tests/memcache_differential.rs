@@ -319,7 +319,7 @@ fn memcache_meta_get_set_delete() {
     Pair::new().check(&[
         b"mg a\r\nmg a v\r\nmg a q v\r\nmg a k O1 q\r\nmg a k O1 v\r\nmn\r\n",
         b"ms a 2 T0 F5\r\nhi\r\nmg a\r\nmg a s v f t k O9 q\r\nmg a c\r\n",
-        b"mg a q\r\nmg a q k\r\nmg a l\r\n",
+        b"mg a q\r\nmg a q k\r\nmg a h\r\n",
         b"ms a 2 q\r\nho\r\nms a 2 C1\r\nhi\r\nms b 2 MA\r\nhi\r\nms b 2 MR\r\nhi\r\n",
         b"ms a 2 ME\r\nhi\r\nms a 2 MA q\r\n!!\r\nmg a v\r\n",
         b"ms b 2 MA q\r\nhi\r\nms b 2 ME q\r\nhi\r\nms b 2 ME q\r\nhi\r\n",
@@ -330,8 +330,22 @@ fn memcache_meta_get_set_delete() {
         b"ms a 1\r\nx\r\nmd a C1 q\r\nmd a k O2\r\n",
         b"mg YQ== b k v\r\nms YQ== 1 b k c\r\ny\r\nmg YQ== b k v\r\nget a\r\n",
         b"md YQ== b k\r\nmd YQ== b k q\r\nmg a v\r\n",
-        b"mg a E5\r\nms a 1 E5\r\nx\r\nmd a E5\r\nmd a x\r\n",
+        // Not compared, by design: `E` (1.6.18 refuses it; strata honours it as later releases
+        // do) and `mg ... l` (strata refuses it: it keeps no access time). The session's unit
+        // tests pin both.
+        b"md a x\r\n",
         b"me zz\r\nmn extra\r\n",
+    ]);
+}
+
+/// `h`: whether the item was read since it was written, as of before this access.
+#[test]
+fn memcache_meta_hit_before() {
+    Pair::new().check(&[
+        b"ms h 1\r\nx\r\nmg h h u\r\nmg h h t\r\nmg h h v\r\n",
+        b"ms h 1 MA\r\ny\r\nmg h h\r\ntouch h 100\r\nmg h h\r\n",
+        b"ms g 1\r\nx\r\ngat 100 g\r\nmg g h\r\nms g 1\r\nz\r\nget g\r\nmg g h\r\n",
+        b"ms t 1\r\nx\r\nmg t T100 h\r\nmg t h\r\nms n 1\r\nx\r\nmg n N30 h\r\nmg n h\r\n",
     ]);
 }
 

@@ -65,6 +65,47 @@ fn a_value_larger_than_the_initial_buffer_round_trips() {
 }
 
 /// `STAT name value` lines up to `END`.
+/// Meta `E` over TCP: the chosen CAS is the item's for `mg c`, `gets` and a later `C`
+/// compare, and it is stored with the record, so a file pool still has it after a restart.
+/// `h` and the refusal of `l` go through the real binary too.
+#[test]
+fn meta_e_sets_the_cas_and_it_survives_a_restart() {
+    let path = std::env::temp_dir().join(format!("strata-meta-e-{}.pool", std::process::id()));
+    let pool = path.to_str().expect("utf-8 path");
+    {
+        let mut server = Server::start(&["--pool", pool, "--fresh"]);
+        let mut client = Client::connect(server.memcache);
+        assert_eq!(client.call(b"ms key 1 E12345 c\r\nx\r\n"), "HD c12345\r\n");
+        assert_eq!(client.call(b"mg key c h\r\n"), "HD c12345 h0\r\n");
+        assert_eq!(client.call(b"mg key c h\r\n"), "HD c12345 h1\r\n");
+        assert_eq!(
+            client.call(b"mg key l\r\n"),
+            "CLIENT_ERROR invalid flag\r\n"
+        );
+        assert_eq!(
+            client.call(b"ms key 1 C12345 c\r\ny\r\n").get(..4),
+            Some("HD c")
+        );
+        assert_eq!(client.call(b"ms key 1 C12345\r\nz\r\n"), "EX\r\n");
+        assert_eq!(client.call(b"ms key 1 E777\r\nw\r\n"), "HD\r\n");
+        server.signal("TERM");
+        assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+    }
+    let server = Server::start(&["--pool", pool]);
+    let mut client = Client::connect(server.memcache);
+    assert_eq!(client.call(b"gets key\r\n"), "VALUE key 0 1 777\r\n");
+    assert_eq!(client.line(), "w\r\n");
+    assert_eq!(client.line(), "END\r\n");
+    assert_eq!(
+        client.call(b"ms key 1 C777 q\r\nv\r\nmg key v\r\n"),
+        "VA 1\r\n"
+    );
+    assert_eq!(client.line(), "v\r\n");
+    drop(server);
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(format!("{}.index", path.display()));
+}
+
 fn memcache_stats(client: &mut Client) -> HashMap<String, String> {
     client.send(b"stats\r\n");
     let mut stats = HashMap::new();

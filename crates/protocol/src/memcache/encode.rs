@@ -224,9 +224,8 @@ pub struct MetaReturn<'a> {
     pub size: Option<usize>,
     /// `t`: seconds left to live; -1 for an item that never expires.
     pub ttl_secs: Option<i64>,
-    /// `l`: seconds since the last access.
-    pub last_access_secs: Option<u64>,
-    /// `h`: whether the item had been fetched before.
+    /// `h`: whether the item had been fetched before. (`l`, seconds since the last access, has
+    /// no field: strata keeps no access time, and its `mg` refuses the flag.)
     pub hit_before: Option<bool>,
     /// `Z`: a recache win token was already sent to another client.
     pub win_sent: bool,
@@ -237,7 +236,7 @@ pub struct MetaReturn<'a> {
 }
 
 /// Appends the return flags of a meta reply, each preceded by a space, in memcached's order:
-/// the requested flags in the order the request listed them (`k`, `O`, `c`, `f`, `s`, `t`, `l`,
+/// the requested flags in the order the request listed them (`k`, `O`, `c`, `f`, `s`, `t`,
 /// `h`), then `Z`, `X`, `W`. The opaque `O` is echoed whenever the request had one.
 pub fn write_meta_flags(out: &mut Vec<u8>, request: &MetaFlags<'_>, ret: &MetaReturn<'_>) -> usize {
     let start = out.len();
@@ -287,7 +286,6 @@ fn write_meta_flag(out: &mut Vec<u8>, token: &[u8], ret: &MetaReturn<'_>) {
             .map(|flags| FlagValue::Unsigned(u64::from(flags))),
         b's' => ret.size.map(|size| FlagValue::Unsigned(size as u64)),
         b't' => ret.ttl_secs.map(FlagValue::Signed),
-        b'l' => ret.last_access_secs.map(FlagValue::Unsigned),
         _ => None,
     };
     if let Some(value) = value {
@@ -328,8 +326,6 @@ pub fn write_meta_status(
 pub struct MetaDebugInfo {
     /// Seconds until expiry; -1 for never.
     pub exp_secs: i64,
-    /// Seconds since the last access.
-    pub last_access_secs: u64,
     /// CAS value.
     pub cas: u64,
     /// Whether the item was fetched since it was stored.
@@ -340,12 +336,11 @@ pub struct MetaDebugInfo {
     pub size: usize,
 }
 
-/// Appends `ME <key> exp=<e> la=<l> cas=<c> fetch=<yes|no> cls=<n> size=<s>\r\n`.
+/// Appends `ME <key> exp=<e> cas=<c> fetch=<yes|no> cls=<n> size=<s>\r\n`: memcached's
+/// line without `la=<secs since last access>`, which strata does not know.
 pub fn write_meta_debug(out: &mut Vec<u8>, key: &[u8], info: &MetaDebugInfo) -> usize {
     let mut written = write_parts(out, &[b"ME ", key, b" exp="]);
     written += write_i64(out, info.exp_secs);
-    written += write_parts(out, &[b" la="]);
-    written += write_u64(out, info.last_access_secs);
     written += write_parts(out, &[b" cas="]);
     written += write_u64(out, info.cas);
     let fetch: &[u8] = if info.fetched {
@@ -430,21 +425,20 @@ mod tests {
 
     #[test]
     fn meta_flags_follow_request_order() {
-        // memcached 1.6.18: `mg a v k f s t c O123 q h l` -> `VA 1 ka f5 s1 t-1 c26 O123 h0 l0`.
-        let request = flags(b"v k f s t c O123 q h l");
+        // memcached 1.6.18: `mg a v k f s t c O123 q h` -> `VA 1 ka f5 s1 t-1 c26 O123 h0`.
+        let request = flags(b"v k f s t c O123 q h");
         let ret = MetaReturn {
             key: Some(b"a"),
             cas: Some(26),
             client_flags: Some(5),
             size: Some(1),
             ttl_secs: Some(-1),
-            last_access_secs: Some(0),
             hit_before: Some(false),
             ..MetaReturn::default()
         };
         assert_eq!(
             written(|o| write_meta_value(o, &request, &ret, b"x")),
-            b"VA 1 ka f5 s1 t-1 c26 O123 h0 l0\r\nx\r\n"
+            b"VA 1 ka f5 s1 t-1 c26 O123 h0\r\nx\r\n"
         );
         // A miss returns only what it knows: `mg zz v k O1` -> `EN kzz O1`.
         let miss = MetaReturn {
@@ -488,9 +482,9 @@ mod tests {
 
     #[test]
     fn meta_debug() {
+        // memcached 1.6.18 answers `ME a exp=-1 la=4 cas=26 fetch=yes cls=1 size=65`.
         let info = MetaDebugInfo {
             exp_secs: -1,
-            last_access_secs: 4,
             cas: 26,
             fetched: true,
             class_id: 1,
@@ -498,7 +492,7 @@ mod tests {
         };
         assert_eq!(
             written(|o| write_meta_debug(o, b"a", &info)),
-            b"ME a exp=-1 la=4 cas=26 fetch=yes cls=1 size=65\r\n"
+            b"ME a exp=-1 cas=26 fetch=yes cls=1 size=65\r\n"
         );
     }
 }

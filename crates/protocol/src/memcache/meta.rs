@@ -29,8 +29,12 @@
 //! Flags without an argument are recognised by their first byte only (`vv` is `v`), as in
 //! memcached. Every command accepts every known flag letter (`b c f h k l q s t u v x C D E F I
 //! J L M N O P R T`) and ignores those it has no use for; `P` and `L` are proxy hints and always
-//! ignored. Base64 keys (`b`) are validated here but kept encoded: decode them with
-//! [`super::decode_key`] into a scratch buffer.
+//! ignored. One exception: `mg` refuses `l` (time since last access) as an unknown letter,
+//! `CLIENT_ERROR invalid flag` at its place in step 5, because strata keeps no access time
+//! (docs/ARCHITECTURE.md, "Meta protocol") and will not make one up; the other commands ignore
+//! `l` as memcached does. `E` (new CAS) parses like `C`; 1.6.18 itself refuses it (it came in a
+//! later 1.6 release), strata follows the later releases. Base64 keys (`b`) are validated here
+//! but kept encoded: decode them with [`super::decode_key`] into a scratch buffer.
 
 use super::base64::decoded_len;
 use super::encode::{
@@ -169,7 +173,7 @@ impl<'a> MetaFlags<'a> {
         key: &[u8],
         tokens: Tokens<'a>,
     ) -> Result<Self, &'static [u8]> {
-        let flags = Self::parse_tokens(key, tokens).map_err(|reply| match command {
+        let flags = Self::parse_tokens(command, key, tokens).map_err(|reply| match command {
             MetaCommand::Delete | MetaCommand::Arith => CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG,
             MetaCommand::Get | MetaCommand::Set => reply,
         })?;
@@ -193,7 +197,11 @@ impl<'a> MetaFlags<'a> {
 
     /// memcached's `_meta_flag_preparse`: stops at a duplicate or unknown flag, otherwise
     /// records argument errors and reports the last one.
-    fn parse_tokens(key: &[u8], tokens: Tokens<'a>) -> Result<Self, &'static [u8]> {
+    fn parse_tokens(
+        command: MetaCommand,
+        key: &[u8],
+        tokens: Tokens<'a>,
+    ) -> Result<Self, &'static [u8]> {
         let mut flags = Self {
             tokens,
             ..Self::default()
@@ -248,6 +256,8 @@ impl<'a> MetaFlags<'a> {
                 }
                 b'M' => Some(CLIENT_ERROR_M_TOKEN_LENGTH),
                 b'O' => set(&mut flags.opaque, Some(arg), CLIENT_ERROR_BAD_FORMAT),
+                // No access time to report: refused as a server without the flag would.
+                b'l' if command == MetaCommand::Get => return Err(CLIENT_ERROR_INVALID_FLAG),
                 b'c' | b'f' | b'h' | b'k' | b'l' | b'q' | b's' | b't' | b'u' | b'v' | b'x'
                 | b'I' | b'L' | b'P' => None,
                 _ => return Err(CLIENT_ERROR_INVALID_FLAG),
@@ -510,16 +520,16 @@ mod tests {
 
     #[test]
     fn mg_flags() {
-        let Request::MetaGet(get) = request(b"mg a v k f s t c O123 q h l T30 N-1 R5 C7 E8\r\n")
+        let Request::MetaGet(get) = request(b"mg a v k f s t c O123 q h u T30 N-1 R5 C7 E8\r\n")
         else {
             panic!()
         };
         assert_eq!(get.key, b"a");
         let flags = get.flags;
-        for letter in *b"vkfstcOqhlTNRCE" {
+        for letter in *b"vkfstcOqhuTNRCE" {
             assert!(flags.has(letter), "{}", letter as char);
         }
-        assert!(!flags.has(b'b') && !flags.has(b'u') && !flags.has(200));
+        assert!(!flags.has(b'b') && !flags.has(b'l') && !flags.has(200));
         assert_eq!(
             (flags.ttl, flags.vivify_ttl, flags.recache_ttl),
             (Some(30), Some(-1), Some(5))
@@ -691,7 +701,7 @@ mod tests {
             );
         }
         assert!(matches!(
-            request(b"mg a c f h k l q s t u v C1 D1 F1 I J1 L M1\r\n"),
+            request(b"mg a c f h k P q s t u v C1 D1 F1 I J1 L M1\r\n"),
             Request::MetaGet(_)
         ));
         assert!(matches!(
@@ -706,6 +716,39 @@ mod tests {
             request(b"mg a O1234567890123456789012345678901 v\r\n"),
             Request::MetaGet(_)
         ));
+    }
+
+    /// `mg` refuses `l` exactly where memcached refuses a letter it does not know: after the
+    /// token count and key checks, at once when reached (an earlier argument error does not
+    /// win, a duplicate before it does). The other commands ignore `l`, as memcached does.
+    #[test]
+    fn mg_refuses_l_as_an_unknown_flag() {
+        for input in [
+            &b"mg a l\r\n"[..],
+            b"mg a v l\r\n",
+            b"mg a Tx l\r\n",
+            b"mg a l Tx\r\n",
+            b"mg a l l\r\n",
+            b"mg a h t l v\r\n",
+        ] {
+            assert_eq!(
+                error(input),
+                reply(CLIENT_ERROR_INVALID_FLAG, input.len()),
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        assert_eq!(
+            error(b"mg a v v l\r\n"),
+            reply(CLIENT_ERROR_DUPLICATE_FLAG, 12)
+        );
+        assert_eq!(
+            error(b"mg a c f h k l q s t u v C1 D1 F1 I J1 L M1 N1\r\n"),
+            reply(CLIENT_ERROR_MG_OPTIONS_TOO_LONG, 48)
+        );
+        assert!(matches!(request(b"md a l\r\n"), Request::MetaDelete(_)));
+        assert!(matches!(request(b"ma a l\r\n"), Request::MetaArith(_)));
+        assert!(matches!(request(b"ms a 1 l\r\nx\r\n"), Request::MetaSet(_)));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! protocol state (it knows no protocol), so strata keeps them here, in one bounded table per
 //! server ([`ServerContext::leases`]), keyed by the key and tied to the item's CAS: an entry
 //! applies only while the item still has the CAS it was recorded with, so any later write
-//! (which always gets a new CAS) voids it without a lookup here. Entries are added only by
+//! (which gets a new CAS) voids it without a lookup here; a write with a CAS the client chose
+//! (meta `E`), which could repeat the recorded one, drops the entry instead (`forget`). Entries are added only by
 //! `mg N`/`mg R` wins, `md I` and `ms I`, so plain get/set traffic never takes the lock: a
 //! reader checks the entry count first. An entry found with an old CAS is dropped; entries of
 //! items that are never read again stay until the table fills up and is cleared.
@@ -108,6 +109,19 @@ pub(super) fn read(ctx: &ServerContext, key: &[u8], cas: u64, want_win: bool) ->
         leases.insert(&mut table, key, lease);
     }
     flags
+}
+
+/// Forgets `key`'s entry, if any: for a write with a CAS the client chose (meta `E`), which
+/// may equal the CAS the entry was recorded with and so would not void it.
+pub(super) fn forget(ctx: &ServerContext, key: &[u8]) {
+    let leases = &ctx.leases;
+    if leases.count.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let mut table = leases.lock();
+    if table.remove(key).is_some() {
+        leases.count.store(table.len(), Ordering::Release);
+    }
 }
 
 /// Records that the item under `key` now has `cas`, is stale or not, and whether its token was

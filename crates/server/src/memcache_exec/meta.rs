@@ -7,18 +7,31 @@
 //!   used `b`. memcached instead remembers in each item whether its key was stored binary, so
 //!   an item stored by `set` and read by `mg <base64> b k` returns the plain key there; strata's
 //!   records have no such bit, so it follows the request.
-//! - `E` (explicit CAS) is refused with 1.6.18's own error: the engine assigns every CAS itself
-//!   (unique across restarts), so strata cannot honour it. `x` (`md`) likewise.
+//! - `E<cas>` gives the item that CAS instead of a new one, wherever the command writes with a
+//!   new CAS (later 1.6 releases; 1.6.18 refuses the flag): `ms` in every mode, `ma` (update or
+//!   `N` create), `md` with `I`, and `mg` when `N` creates the item. `mg T` keeps the CAS and a
+//!   plain `md` deletes, so there `E` does nothing. The engine stores the value with the record
+//!   ([`strata_engine::Change::WriteWithCas`]); it is the client's to keep unique.
+//! - `x` (`md`, keep the item but drop its value) is refused with 1.6.18's own error.
 //! - Stale-while-revalidate (`N` vivify, `R` recache, `I` invalidate, reply flags `W X Z`) is
 //!   kept in [`super::lease`].
-//! - Not tracked: `h` is always `h0`, `l` always `l0`, and `me` reports `la=0 fetch=no`;
-//!   `me` reports class 1 and the record's size rather than memcached's slab figures.
+//! - `h` reports whether the item was read since it was written, before this access, from the
+//!   engine's index slot ([`strata_engine::ItemRef::fetched`]). Reads are `get`-family
+//!   commands and `mg` (not with `u`), touches (`touch`, `gat`, `mg T`) and `mg N` on a hit;
+//!   writes that give a new CAS start over. Unlike memcached, `md I` and an `incr`/`ma` that
+//!   memcached does in place start over too (they get a new CAS here), and the `mg N` that
+//!   creates an item does not count as its first read.
+//! - `l` (seconds since the last access) is refused by `mg` as an unknown flag (the parser
+//!   does it, see `strata_protocol::memcache::meta`): strata keeps no access time. `me` leaves
+//!   out `la=` for the same reason, reports `fetch=` like `h` without counting as a read, and
+//!   reports class 1 and the record's size rather than memcached's slab figures.
 
 pub(super) mod arith;
 pub(super) mod delete;
 pub(super) mod get;
 pub(super) mod set;
 
+use strata_engine::Change;
 use strata_protocol::memcache::encode::{self, MetaDebugInfo};
 use strata_protocol::memcache::{decode_key, MetaDebug, MetaFlags};
 
@@ -63,13 +76,33 @@ fn begin<'a>(
     key(raw_key, flags.key_base64(), scratch)
 }
 
+/// `change`, giving the item the request's `E` CAS instead of a new one when it has one. A
+/// write that keeps the CAS (`mg T`) and the other changes pass unchanged.
+fn with_new_cas(change: Change, flags: &MetaFlags<'_>) -> Change {
+    match (change, flags.new_cas) {
+        (
+            Change::Write {
+                client_flags,
+                expiry,
+                keep_cas: false,
+            },
+            Some(cas),
+        ) => Change::WriteWithCas {
+            client_flags,
+            expiry,
+            cas,
+        },
+        (change, _) => change,
+    }
+}
+
 /// Answers an error a meta command hit before or during its work (never hidden by `q`).
 fn fail(reply: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) {
     ctx.stats.count_error();
     out.extend_from_slice(reply);
 }
 
-/// Runs `me <key> [b]`: `ME <key> exp=.. la=.. cas=.. fetch=.. cls=.. size=..`, or `EN`.
+/// Runs `me <key> [b]`: `ME <key> exp=.. cas=.. fetch=.. cls=.. size=..`, or `EN`.
 pub(super) fn debug(
     debug: MetaDebug<'_>,
     scratch: &mut [u8; KEY_LEN_MAX],
@@ -82,12 +115,12 @@ pub(super) fn debug(
         Err(reply) => return fail(reply, ctx, out),
     };
     let now_ms = now_ms(ctx);
-    let found = ctx.engine.get(lookup, |item| {
+    // `peek`: like memcached's, this look does not count as a read of the item.
+    let found = ctx.engine.peek(lookup, |item| {
         let info = MetaDebugInfo {
             exp_secs: ttl_secs(item.expires_at_ms, now_ms),
-            last_access_secs: 0,
             cas: item.cas,
-            fetched: false,
+            fetched: item.fetched,
             class_id: 1,
             size: ITEM_HEADER_BYTES + item.key.len() + item.value.len(),
         };

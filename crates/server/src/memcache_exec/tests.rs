@@ -393,9 +393,118 @@ fn meta_commands() {
             ),
             (
                 b"mg a E5\r\nmd a x\r\n",
-                "CLIENT_ERROR invalid flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n",
+                "HD\r\nCLIENT_ERROR invalid or duplicate flag\r\n",
             ),
             (b"me zz\r\nmn\r\n", "EN\r\nMN\r\n"),
+        ],
+    );
+}
+
+/// `E<cas>` gives the item that CAS wherever a meta command writes it with a new one (memcached
+/// after 1.6.18, whose replies these are; 1.6.18 refuses the flag): `ms` in every mode, `ma`
+/// updating or creating, `md I`, `mg N` creating. Where nothing gets a new CAS (a refused
+/// store, a plain delete, `mg` on a hit, `mg T`) it does nothing. The CAS is the item's for
+/// every later command: `gets`, `cas`, `C` compares.
+#[test]
+fn meta_e_gives_the_written_item_that_cas() {
+    check_table(
+        &context(),
+        &[
+            (b"ms a 1 E12345 c\r\nx\r\n", "HD c12345\r\n"),
+            (b"mg a c v\r\n", "VA 1 c12345\r\nx\r\n"),
+            (b"gets a\r\n", "VALUE a 0 1 12345\r\nx\r\nEND\r\n"),
+            (
+                b"ms a 1 C1 E9 c\r\nz\r\nms a 1 ME E9\r\nz\r\n",
+                "EX\r\nNS\r\n",
+            ),
+            (b"ms a 1 C12345 E777 c\r\ny\r\n", "HD c777\r\n"),
+            (b"ms a 1 MA E778 c k\r\n!\r\n", "HD c778 ka\r\n"),
+            (
+                b"mg a c v E1\r\nmg a T100 E2 c\r\n",
+                "VA 2 c778\r\ny!\r\nHD c778\r\n",
+            ),
+            (
+                b"cas a 0 0 1 778\r\nz\r\nmg a v\r\n",
+                "STORED\r\nVA 1\r\nz\r\n",
+            ),
+            (b"ms b 1 ME E0 c\r\nx\r\nms b 1 C0 q\r\ny\r\n", "HD c0\r\n"),
+            (b"ma n N0 J5 E42 c v\r\n", "VA 1 c42\r\n5\r\n"),
+            (
+                b"ma n E43 c\r\nma n C1 E44\r\nma zz E45\r\n",
+                "HD c43\r\nEX\r\nNF\r\n",
+            ),
+            (
+                b"mg n c v\r\nmd n E99\r\nmg n\r\n",
+                "VA 1 c43\r\n6\r\nHD\r\nEN\r\n",
+            ),
+            (
+                b"mg z E5\r\nmg z N30 E600 c v\r\n",
+                "EN\r\nVA 0 c600 W\r\n\r\n",
+            ),
+            (b"mg z N30 E700 c\r\n", "HD c600 Z\r\n"),
+            (
+                b"md z I E500 T30\r\nmg z c v\r\n",
+                "HD\r\nVA 0 c500 X W\r\n\r\n",
+            ),
+            // The lease recorded for CAS 500 does not carry over to a new item given CAS 500.
+            (
+                b"ms z 1 E500\r\nx\r\nmg z c v\r\n",
+                "HD\r\nVA 1 c500\r\nx\r\n",
+            ),
+        ],
+    );
+}
+
+/// `h` is whether the item was read since it was written, before this access (memcached bumps
+/// after answering); the replies are memcached 1.6.18's. Reads: `get` and `mg` (not with `u`),
+/// touches (`touch`, `gat`, `mg T`) and `mg N` on a hit. Writes start over. `me` shows the same
+/// state as `fetch=` without being a read itself, and leaves out `la=`; `mg` refuses `l`.
+#[test]
+fn meta_h_is_read_since_written() {
+    check_table(
+        &context(),
+        &[
+            (
+                b"ms a 1\r\nx\r\nmg a h u\r\nmg a h u\r\n",
+                "HD\r\nHD h0\r\nHD h0\r\n",
+            ),
+            (b"mg a h\r\nmg a h v\r\n", "HD h0\r\nVA 1 h1\r\nx\r\n"),
+            (b"ms a 1\r\ny\r\nmg a h\r\n", "HD\r\nHD h0\r\n"),
+            (
+                b"get a\r\nmg a h\r\n",
+                "VALUE a 0 1\r\ny\r\nEND\r\nHD h1\r\n",
+            ),
+            (b"ms a 1 MA\r\n!\r\nmg a h\r\n", "HD\r\nHD h0\r\n"),
+            (
+                b"ms b 1\r\nx\r\ntouch b 100\r\nmg b h\r\n",
+                "HD\r\nTOUCHED\r\nHD h1\r\n",
+            ),
+            (
+                b"ms c 1\r\nx\r\ngat 100 c\r\nmg c h\r\n",
+                "HD\r\nVALUE c 0 1\r\nx\r\nEND\r\nHD h1\r\n",
+            ),
+            (
+                b"ms d 1\r\nx\r\nmg d T100 h\r\nmg d h\r\n",
+                "HD\r\nHD h0\r\nHD h1\r\n",
+            ),
+            (
+                b"ms e 1\r\nx\r\nmg e N30 h\r\nmg e h\r\n",
+                "HD\r\nHD h0\r\nHD h1\r\n",
+            ),
+            (
+                b"ms f 1 E7\r\nx\r\nme f\r\n",
+                "HD\r\nME f exp=-1 cas=7 fetch=no cls=1 size=58\r\n",
+            ),
+            (
+                b"me f\r\nmg f\r\n",
+                "ME f exp=-1 cas=7 fetch=no cls=1 size=58\r\nHD\r\n",
+            ),
+            (b"me f\r\n", "ME f exp=-1 cas=7 fetch=yes cls=1 size=58\r\n"),
+            (
+                b"mg f l\r\nmg f v h l\r\n",
+                "CLIENT_ERROR invalid flag\r\nCLIENT_ERROR invalid flag\r\n",
+            ),
+            (b"md f l q\r\nmg f\r\n", "EN\r\n"),
         ],
     );
 }

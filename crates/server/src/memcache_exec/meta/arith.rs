@@ -3,7 +3,7 @@
 //! Increments (`MI`, `M+`, default) or decrements (`MD`, `M-`) by `D<delta>` (default 1) with
 //! the counter rules of `incr`/`decr`. On a miss, `N<ttl>` creates the counter with `J<initial>`
 //! (default 0); otherwise the reply is `NF`. `C<cas>` must match (`EX`). `T<ttl>` sets a new
-//! expiry on a hit. Replies: `HD`, or `VA <len>` and the number with `v`; return flags `t c k O`
+//! expiry on a hit. `E<cas>` gives the updated or created counter that CAS. Replies: `HD`, or `VA <len>` and the number with `v`; return flags `t c k O`
 //! (memcached's `ma` ignores `s` and `f`). `q` hides `HD` and `VA`, except after creating the
 //! counter, where 1.6.18 still answers.
 
@@ -12,8 +12,8 @@ use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::{ArithMode, MetaArith};
 
 use super::super::arith::{update, Counted};
-use super::super::{expires_at, expiry, now_ms, ttl_secs, write_error_reply, KEY_LEN_MAX};
-use super::{begin, fail};
+use super::super::{expires_at, expiry, lease, now_ms, ttl_secs, write_error_reply, KEY_LEN_MAX};
+use super::{begin, fail, with_new_cas};
 use crate::context::ServerContext;
 
 /// What the counter update did, with what the reply reports.
@@ -42,7 +42,7 @@ pub(in super::super) fn execute(
 ) {
     let flags = request.flags;
     let refusal = encode::CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG;
-    let key = match begin(request.key, &flags, b"E", refusal, scratch, ctx) {
+    let key = match begin(request.key, &flags, b"", refusal, scratch, ctx) {
         Ok(key) => key,
         Err(reply) => return fail(reply, ctx, out),
     };
@@ -51,6 +51,10 @@ pub(in super::super) fn execute(
         Ok(done) => done,
         Err(reply) => return fail(reply, ctx, out),
     };
+    if flags.new_cas.is_some() && cas.is_some() {
+        // A chosen CAS may equal the one a stale or won lease was recorded with.
+        lease::forget(ctx, key);
+    }
     let (status, value, ttl) = match outcome {
         Outcome::NotNumeric => return fail(encode::CLIENT_ERROR_NON_NUMERIC, ctx, out),
         Outcome::NotFound => (MetaStatus::Nf, None, None),
@@ -114,11 +118,14 @@ fn apply(
                 expires_at_ms: expires_at(expiry, None),
                 created: true,
             };
-            Change::Write {
-                client_flags: 0,
-                expiry,
-                keep_cas: false,
-            }
+            with_new_cas(
+                Change::Write {
+                    client_flags: 0,
+                    expiry,
+                    keep_cas: false,
+                },
+                flags,
+            )
         }
         Some(item) if flags.compare_cas.is_some_and(|cas| cas != item.cas) => {
             outcome = Outcome::Exists;
@@ -136,7 +143,7 @@ fn apply(
                 Counted::NotFound => Outcome::NotFound,
                 Counted::NotNumeric => Outcome::NotNumeric,
             };
-            change
+            with_new_cas(change, flags)
         }
     });
     result

@@ -1,8 +1,8 @@
 //! `md <key> <flags>*`.
 //!
 //! Deletes the item (`HD`, hidden by `q`), or answers `NF` when absent and `EX` when `C<cas>`
-//! does not match. With `I` the item is kept but marked stale, with a new CAS and, with
-//! `T<ttl>`, a new expiry: the next `mg` sees `X` and wins the recache token (`W`), later ones
+//! does not match. With `I` the item is kept but marked stale, with a new CAS (`E<cas>` when
+//! given) and, with `T<ttl>`, a new expiry: the next `mg` sees `X` and wins the recache token (`W`), later ones
 //! see `Z`. Return flags: `k` (base64 with `b`) and `O`.
 
 use strata_engine::{Change, Expiry};
@@ -10,7 +10,7 @@ use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::MetaDelete;
 
 use super::super::{expiry, lease, now_ms, write_error_reply, KEY_LEN_MAX};
-use super::{begin, fail};
+use super::{begin, fail, with_new_cas};
 use crate::context::ServerContext;
 
 /// Runs `md`.
@@ -22,7 +22,7 @@ pub(in super::super) fn execute(
 ) {
     let flags = delete.flags;
     let refusal = encode::CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG;
-    let key = match begin(delete.key, &flags, b"Ex", refusal, scratch, ctx) {
+    let key = match begin(delete.key, &flags, b"x", refusal, scratch, ctx) {
         Ok(key) => key,
         Err(reply) => return fail(reply, ctx, out),
     };
@@ -40,11 +40,12 @@ pub(in super::super) fn execute(
         Some(item) if invalidate => {
             status = MetaStatus::Hd;
             buffer.extend_from_slice(item.value);
-            Change::Write {
+            let change = Change::Write {
                 client_flags: item.client_flags,
                 expiry: new_expiry,
                 keep_cas: false,
-            }
+            };
+            with_new_cas(change, &flags)
         }
         Some(_) => {
             status = MetaStatus::Hd;

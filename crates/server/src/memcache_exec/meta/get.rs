@@ -1,10 +1,15 @@
 //! `mg <key> <flags>*`.
 //!
 //! A hit answers `VA <size> <flags>` and the value with `v`, else `HD <flags>`; a miss answers
-//! `EN` (hidden by `q`). Return flags: `k c f s t l h O`, then `Z X W`. `T` changes the expiry
-//! (keeping the CAS, like `touch`); `N<ttl>` turns a miss into an empty item this client wins
-//! the right to fill (`W`), and later readers see `Z`; `R<secs>` hands the token to the first
-//! reader once fewer than `secs` remain.
+//! `EN` (hidden by `q`). Return flags: `k c f s t h O`, then `Z X W` (`l` is refused by the
+//! parser). `T` changes the expiry (keeping the CAS, like `touch`); `N<ttl>` turns a miss into
+//! an empty item this client wins the right to fill (`W`), with the CAS `E<cas>` when given,
+//! and later readers see `Z`; `R<secs>` hands the token to the first reader once fewer than
+//! `secs` remain.
+//!
+//! `h` is the item's state before this access, as memcached reports it (it bumps after
+//! replying). The access then counts as a read, except with `u`; `T` counts even with `u`, as
+//! every touch does in the engine.
 //!
 //! Without `T` or `N` the read runs under the shard's read lock and the reply is written from
 //! inside the engine's closure (no copy, no allocation); with them it runs under the write lock.
@@ -14,7 +19,7 @@ use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::MetaGet;
 
 use super::super::{expires_at, expiry, lease, now_ms, ttl_secs, write_error_reply, KEY_LEN_MAX};
-use super::{begin, fail};
+use super::{begin, fail, with_new_cas};
 use crate::context::ServerContext;
 
 /// Runs `mg`.
@@ -28,7 +33,7 @@ pub(in super::super) fn execute(
     let key = match begin(
         get.key,
         &flags,
-        b"E",
+        b"",
         encode::CLIENT_ERROR_INVALID_FLAG,
         scratch,
         ctx,
@@ -39,12 +44,13 @@ pub(in super::super) fn execute(
     let now_ms = now_ms(ctx);
     let touch = flags.ttl.map(|ttl| expiry(ttl, now_ms));
     if touch.is_none() && flags.vivify_ttl.is_none() {
-        let hit = ctx
-            .engine
-            .get(key, |item| {
-                write_item(&get, key, &item, None, now_ms, ctx, out)
-            })
-            .is_some();
+        let reply = |item: ItemRef<'_>| write_item(&get, key, &item, None, now_ms, ctx, out);
+        let hit = if flags.has(b'u') {
+            ctx.engine.peek(key, reply)
+        } else {
+            ctx.engine.get(key, reply)
+        }
+        .is_some();
         ctx.stats.count_gets(1, u64::from(hit));
         if !hit {
             write_miss(&get, key, out);
@@ -74,7 +80,8 @@ fn read_write(
                 let expires_at_ms = touch.map(|expiry| expires_at(expiry, item.expires_at_ms));
                 write_item(get, key, &item, expires_at_ms, now_ms, ctx, out);
                 match touch {
-                    None => Change::Keep,
+                    None if get.flags.has(b'u') => Change::Keep,
+                    None => Change::Read,
                     Some(expiry) => {
                         buffer.extend_from_slice(item.value);
                         Change::Write {
@@ -85,11 +92,14 @@ fn read_write(
                     }
                 }
             }
-            (None, Some(expiry)) => Change::Write {
-                client_flags: 0,
-                expiry,
-                keep_cas: false,
-            },
+            (None, Some(expiry)) => with_new_cas(
+                Change::Write {
+                    client_flags: 0,
+                    expiry,
+                    keep_cas: false,
+                },
+                &get.flags,
+            ),
             (None, None) => Change::Keep,
         });
     ctx.stats.count_gets(1, u64::from(hit));
@@ -108,6 +118,7 @@ fn read_write(
                 client_flags: 0,
                 cas,
                 expires_at_ms: expires_at(expiry, None),
+                fetched: false,
             };
             let won = lease::Flags {
                 won: true,
@@ -157,8 +168,7 @@ fn write_reply(
             expires_at_ms.unwrap_or(item.expires_at_ms),
             now_ms,
         )),
-        last_access_secs: Some(0),
-        hit_before: Some(false),
+        hit_before: Some(item.fetched),
         win_sent: lease.win_sent,
         stale: lease.stale,
         won: lease.won,

@@ -3,16 +3,17 @@
 //! Modes (`M`): `S` set (default), `E` add, `R` replace, `A` append, `P` prepend. `F` sets
 //! the client flags (default 0), `T` the expiry (default never); append and prepend keep the
 //! item's. `C<cas>` stores only over that CAS (`EX` otherwise, `NF` when absent); with `I`, a
-//! CAS older than the item's still stores but leaves the item stale. Replies: `HD` (hidden by
-//! `q`), `NS` when the mode's condition fails, `EX`, `NF`. Return flags: `k` (base64 with `b`),
-//! `O`, `c` (the new CAS).
+//! CAS older than the item's still stores but leaves the item stale. `E<cas>` gives the stored
+//! item that CAS instead of a new one, in every mode. Replies: `HD` (hidden by `q`), `NS` when
+//! the mode's condition fails, `EX`, `NF`. Return flags: `k` (base64 with `b`), `O`, `c` (the
+//! new CAS).
 
 use strata_engine::{Change, Expiry, ItemRef, WriteError};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::{MetaSet, SetMode};
 
 use super::super::{expiry, lease, now_ms, write_error_reply, KEY_LEN_MAX};
-use super::{begin, fail};
+use super::{begin, fail, with_new_cas};
 use crate::context::ServerContext;
 
 /// Runs `ms`.
@@ -26,7 +27,7 @@ pub(in super::super) fn execute(
     let key = match begin(
         set.key,
         &flags,
-        b"E",
+        b"",
         encode::CLIENT_ERROR_INVALID_FLAG,
         scratch,
         ctx,
@@ -42,7 +43,7 @@ pub(in super::super) fn execute(
     let plain = set.mode == SetMode::Set && flags.compare_cas.is_none();
     let mut status = MetaStatus::Hd;
     let mut stale = false;
-    let result = if plain {
+    let result = if plain && flags.new_cas.is_none() {
         ctx.engine
             .set(key, set.data, client_flags, expiry)
             .map(Some)
@@ -55,7 +56,8 @@ pub(in super::super) fn execute(
                 }
                 Ok(made_stale) => stale = made_stale,
             }
-            write_value(&set, current.as_ref(), client_flags, expiry, buffer)
+            let change = write_value(&set, current.as_ref(), client_flags, expiry, buffer);
+            with_new_cas(change, &flags)
         })
     };
     let cas = match result {
@@ -70,6 +72,9 @@ pub(in super::super) fn execute(
     };
     if stale {
         lease::record(ctx, key, cas.unwrap_or(0), true, false);
+    } else if flags.new_cas.is_some() && cas.is_some() {
+        // A chosen CAS may equal the one a stale or won lease was recorded with.
+        lease::forget(ctx, key);
     }
     if status == MetaStatus::Hd && flags.quiet() {
         return;
