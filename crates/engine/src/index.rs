@@ -453,8 +453,12 @@ impl Index {
         strata_pool::prefetch(&self.buckets[heads[1]]);
         for head in heads {
             let found = self.walk_chain(head, |at, value| {
+                // Compare the stored hash bits before decoding the rest of the slot.
+                if (value >> HASH_SHIFT) as u32 != hash28 {
+                    return None;
+                }
                 let entry = unpack(value);
-                (entry.hash28 == hash28 && is_key(entry.location)).then_some((at, entry))
+                is_key(entry.location).then_some((at, entry))
             });
             if found.is_some() {
                 return found;
