@@ -117,18 +117,15 @@ impl MemcacheSession {
         dropped
     }
 
-    /// Runs one request; returns whether to close the connection.
+    /// Runs a request that ended a batch (any but a get or a store, which run in batches:
+    /// [`Batch`]); returns whether to close the connection.
     fn execute(&mut self, request: Request<'_>, ctx: &ServerContext, out: &mut Vec<u8>) -> bool {
-        if !matches!(request, Request::Get(_) | Request::Store(_)) {
-            // Whatever runs next may read the counters (`stats`): bring them up to date.
-            self.pending.publish(&ctx.stats);
-        }
+        // Whatever runs may read the counters (`stats`): bring them up to date.
+        self.pending.publish(&ctx.stats);
         match request {
-            Request::Get(get) => {
-                self.get_paused =
-                    retrieval::execute(get, self.get_paused, ctx, out, &mut self.pending);
+            Request::Get(_) | Request::Store(_) => {
+                unreachable!("gets and stores run in a batch, not here")
             }
-            Request::Store(store) => storage::execute(store, ctx, out, &mut self.pending),
             Request::TooLarge(too_large) => {
                 storage::too_large(too_large, &mut self.key_scratch, ctx, out);
                 self.swallow_len = too_large.swallow_len;
@@ -189,24 +186,9 @@ impl MemcacheSession {
         let mut consumed = self.swallow(input);
         while self.swallow_len == 0 && consumed < input.len() {
             let mut batch = Batch::default();
-            let mut parsed_to = consumed;
-            let stop = loop {
-                if batch.len == PREFETCH_KEYS_MAX || parsed_to == input.len() {
-                    break None;
-                }
-                match parse(&input[parsed_to..], &limits) {
-                    Ok(parsed) => {
-                        parsed_to += parsed.consumed;
-                        if let Some(other) = batch.push(parsed.request, parsed_to) {
-                            batch.last = Some((other, parsed_to));
-                            break None;
-                        }
-                    }
-                    Err(error) => break Some(error),
-                }
-            };
+            let (parsed_to, batch_end) = batch.fill(input, consumed, &limits);
             batch.prefetch(ctx);
-            for (request, end) in batch.take_hot() {
+            for (request, end) in batch.hot() {
                 match request {
                     Hot::Get(get) => {
                         self.get_paused =
@@ -223,8 +205,8 @@ impl MemcacheSession {
                 }
                 consumed = end;
             }
-            if let Some((request, end)) = batch.last.take() {
-                consumed = end;
+            if let BatchEnd::Other(request) = batch_end {
+                consumed = parsed_to;
                 if self.execute(request, ctx, out) {
                     return Processed {
                         consumed,
@@ -233,9 +215,9 @@ impl MemcacheSession {
                 }
             }
             debug_assert_eq!(consumed, parsed_to);
-            match stop {
-                None => {}
-                Some(ParseError::Reply {
+            match batch_end {
+                BatchEnd::Open | BatchEnd::Other(_) => {}
+                BatchEnd::Error(ParseError::Reply {
                     reply,
                     consumed: used,
                     swallow_len,
@@ -245,8 +227,8 @@ impl MemcacheSession {
                     consumed += used;
                     self.swallow_len = swallow_len;
                 }
-                Some(ParseError::Incomplete) => break,
-                Some(_) => {
+                BatchEnd::Error(ParseError::Incomplete) => break,
+                BatchEnd::Error(_) => {
                     return Processed {
                         consumed,
                         close: true,
@@ -263,30 +245,38 @@ impl MemcacheSession {
     }
 }
 
-/// Requests parsed ahead of running them, with the keys of their gets and stores.
+/// Gets and stores parsed ahead of running them, with their keys.
 struct Batch<'a> {
     /// The gets and stores, each with the input offset just past it.
     hot: [Option<(Hot<'a>, usize)>; PREFETCH_KEYS_MAX],
     len: usize,
-    /// The request that ended the batch, if another kind did, and the offset past it.
-    last: Option<(Request<'a>, usize)>,
     keys: [&'a [u8]; PREFETCH_KEYS_MAX],
     keys_len: usize,
 }
 
 /// The requests a batch goes on past (kept apart from [`Request`], which is several times
 /// larger, so that batching them copies little).
+#[derive(Clone, Copy)]
 enum Hot<'a> {
     Get(Get<'a>),
     Store(Store<'a>),
 }
 
+/// Why a batch stopped growing.
+enum BatchEnd<'a> {
+    /// It is full, or the input is used up.
+    Open,
+    /// A request of another kind, to run after the batch.
+    Other(Request<'a>),
+    /// The parse failed where the batch ends.
+    Error(ParseError),
+}
+
 impl Default for Batch<'_> {
     fn default() -> Self {
         Batch {
-            hot: [const { None }; PREFETCH_KEYS_MAX],
+            hot: [None; PREFETCH_KEYS_MAX],
             len: 0,
-            last: None,
             keys: [&[]; PREFETCH_KEYS_MAX],
             keys_len: 0,
         }
@@ -294,25 +284,34 @@ impl Default for Batch<'_> {
 }
 
 impl<'a> Batch<'a> {
-    /// Adds a get or a store (ending at input offset `end`) to the batch; hands any other
-    /// request back, for the caller to run after the batch, which it ends.
-    fn push(&mut self, request: Request<'a>, end: usize) -> Option<Request<'a>> {
-        let hot = match request {
-            Request::Get(get) => {
-                for key in get.keys.iter() {
-                    self.push_key(key);
+    /// Parses requests from `input[from..]` into the batch until it is full, the input is used
+    /// up, a request other than a get or a store ends it, or the parse fails. Returns the input
+    /// offset just past the last request parsed, and why the batch ended.
+    fn fill(&mut self, input: &'a [u8], from: usize, limits: &Limits) -> (usize, BatchEnd<'a>) {
+        let mut parsed_to = from;
+        while self.len < PREFETCH_KEYS_MAX && parsed_to < input.len() {
+            let parsed = match parse(&input[parsed_to..], limits) {
+                Ok(parsed) => parsed,
+                Err(error) => return (parsed_to, BatchEnd::Error(error)),
+            };
+            parsed_to += parsed.consumed;
+            let hot = match parsed.request {
+                Request::Get(get) => {
+                    for key in get.keys.iter() {
+                        self.push_key(key);
+                    }
+                    Hot::Get(get)
                 }
-                Hot::Get(get)
-            }
-            Request::Store(store) => {
-                self.push_key(store.key);
-                Hot::Store(store)
-            }
-            other => return Some(other),
-        };
-        self.hot[self.len] = Some((hot, end));
-        self.len += 1;
-        None
+                Request::Store(store) => {
+                    self.push_key(store.key);
+                    Hot::Store(store)
+                }
+                other => return (parsed_to, BatchEnd::Other(other)),
+            };
+            self.hot[self.len] = Some((hot, parsed_to));
+            self.len += 1;
+        }
+        (parsed_to, BatchEnd::Open)
     }
 
     fn push_key(&mut self, key: &'a [u8]) {
@@ -329,9 +328,9 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// The gets and stores in order.
-    fn take_hot(&mut self) -> impl Iterator<Item = (Hot<'a>, usize)> + '_ {
-        self.hot[..self.len].iter_mut().filter_map(Option::take)
+    /// The gets and stores in order, each with the input offset just past it.
+    fn hot(&self) -> impl Iterator<Item = (Hot<'a>, usize)> + '_ {
+        self.hot[..self.len].iter().flatten().copied()
     }
 }
 
