@@ -29,9 +29,9 @@
 //!
 //! `tests/memcache_differential.rs` runs the same scripts through this session and a real
 //! memcached 1.6.18 and compares the replies byte for byte. Departures from memcached are listed
-//! where they happen; the main ones: `stats` reports strata's own figures, the `h`, `l` and `me`
-//! access statistics are not tracked (always "not fetched"), and the meta `E` flag is refused as
-//! 1.6.18 refuses it because the engine assigns every CAS itself.
+//! where they happen; the main ones: `stats` reports strata's own figures, `mg` refuses `l` and
+//! `me` leaves out `la=` because no access time is kept, and the meta `E` flag is honoured as
+//! later releases do (1.6.18 refuses it); see `meta.rs`.
 
 mod admin;
 mod arith;

@@ -6,10 +6,10 @@
 //! server ([`ServerContext::leases`]), keyed by the key and tied to the item's CAS: an entry
 //! applies only while the item still has the CAS it was recorded with, so any later write
 //! (which gets a new CAS) voids it without a lookup here; a write with a CAS the client chose
-//! (meta `E`), which could repeat the recorded one, drops the entry instead (`forget`). Entries are added only by
-//! `mg N`/`mg R` wins, `md I` and `ms I`, so plain get/set traffic never takes the lock: a
-//! reader checks the entry count first. An entry found with an old CAS is dropped; entries of
-//! items that are never read again stay until the table fills up and is cleared.
+//! (meta `E`), which could repeat the recorded one, drops the entry instead (`forget`). Entries
+//! are added only by `mg N`/`mg R` wins, `md I` and `ms I`, so plain get/set traffic never takes
+//! the lock: a reader checks the entry count first. An entry found with an old CAS is dropped;
+//! entries of items that are never read again stay until the table fills up and is cleared.
 //!
 //! Invariants: at most [`LEASES_MAX`] entries; `Leases::count` equals the table's length
 //! whenever the lock is released. When the table is full, new leases evict it wholesale: the

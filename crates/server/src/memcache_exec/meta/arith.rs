@@ -3,9 +3,9 @@
 //! Increments (`MI`, `M+`, default) or decrements (`MD`, `M-`) by `D<delta>` (default 1) with
 //! the counter rules of `incr`/`decr`. On a miss, `N<ttl>` creates the counter with `J<initial>`
 //! (default 0); otherwise the reply is `NF`. `C<cas>` must match (`EX`). `T<ttl>` sets a new
-//! expiry on a hit. `E<cas>` gives the updated or created counter that CAS. Replies: `HD`, or `VA <len>` and the number with `v`; return flags `t c k O`
-//! (memcached's `ma` ignores `s` and `f`). `q` hides `HD` and `VA`, except after creating the
-//! counter, where 1.6.18 still answers.
+//! expiry on a hit. `E<cas>` gives the updated or created counter that CAS. Replies: `HD`, or
+//! `VA <len>` and the number with `v`; return flags `t c k O` (memcached's `ma` ignores `s` and
+//! `f`). `q` hides `HD` and `VA`, except after creating the counter, where 1.6.18 still answers.
 
 use strata_engine::{Change, Expiry};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};

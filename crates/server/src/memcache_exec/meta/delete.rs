@@ -2,8 +2,8 @@
 //!
 //! Deletes the item (`HD`, hidden by `q`), or answers `NF` when absent and `EX` when `C<cas>`
 //! does not match. With `I` the item is kept but marked stale, with a new CAS (`E<cas>` when
-//! given) and, with `T<ttl>`, a new expiry: the next `mg` sees `X` and wins the recache token (`W`), later ones
-//! see `Z`. Return flags: `k` (base64 with `b`) and `O`.
+//! given) and, with `T<ttl>`, a new expiry: the next `mg` sees `X` and wins the recache token
+//! (`W`), later ones see `Z`. Return flags: `k` (base64 with `b`) and `O`.
 
 use strata_engine::{Change, Expiry};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
