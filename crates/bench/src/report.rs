@@ -115,7 +115,7 @@ impl PhaseReport {
             keys_per_sec: keys / secs,
             offered_per_sec,
             hit_ratio: counts.hit_ratio(),
-            latency: outcome.tally.all.summary(),
+            latency: outcome.tally.all().summary(),
             get_latency: outcome.tally.get.summary(),
             set_latency: outcome.tally.set.summary(),
             client_cpu_secs: outcome.client_cpu_secs,

@@ -72,12 +72,13 @@ impl Counts {
 }
 
 /// One thread's counters and latency histograms.
+///
+/// Each reply is recorded once, in its verb's histogram; the latency of all requests is their
+/// sum ([`Tally::all`]), built once for the report rather than recorded per reply.
 #[derive(Debug, Clone, Default)]
 pub struct Tally {
     /// Request and reply counters.
     pub counts: Counts,
-    /// Latency of every measured request.
-    pub all: Latencies,
     /// Latency of GETs only.
     pub get: Latencies,
     /// Latency of SETs only.
@@ -104,7 +105,6 @@ impl Tally {
         debug_assert!(reply.hits <= keys);
         self.counts.requests_completed += 1;
         self.counts.errors += u64::from(reply.error);
-        self.all.record_ns(latency_ns);
         match op {
             OpKind::Get => {
                 self.counts.hits += u64::from(reply.hits);
@@ -122,10 +122,18 @@ impl Tally {
         }
     }
 
+    /// Latency of every measured request: the GET and SET histograms added together. They share
+    /// their bounds, so the counts add exactly, as if every reply had been recorded in one.
+    #[must_use]
+    pub fn all(&self) -> Latencies {
+        let mut all = self.get.clone();
+        all.merge(&self.set);
+        all
+    }
+
     /// Adds another thread's tally into this one.
     pub fn merge(&mut self, other: &Tally) {
         self.counts.add(&other.counts);
-        self.all.merge(&other.all);
         self.get.merge(&other.get);
         self.set.merge(&other.set);
         self.last_reply_ns = self.last_reply_ns.max(other.last_reply_ns);
@@ -182,7 +190,7 @@ mod tests {
         assert_eq!((tally.counts.hits, tally.counts.misses), (7, 3));
         let mut total = Tally::default();
         total.merge(&tally);
-        assert_eq!(total.all.count(), 2);
+        assert_eq!(total.all().count(), 2);
         assert_eq!((total.get.count(), total.set.count()), (1, 1));
     }
 }
