@@ -18,6 +18,7 @@ use rand::rngs::SmallRng;
 use super::connection::{Connection, ConnectionError};
 use super::counts::Tally;
 use super::request::RequestMaker;
+use super::PhasePlan;
 use crate::arrival::Arrivals;
 use crate::error::BenchError;
 use crate::protocol::Protocol;
@@ -86,26 +87,23 @@ pub struct LoadThread {
 }
 
 impl LoadThread {
-    /// A thread over already-connected `connections`; the clock starts at `origin`.
+    /// A thread of `plan` over already-connected `connections`; the clock starts at `origin`.
     #[must_use]
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        addr: String,
-        protocol: Protocol,
+        plan: &PhasePlan,
         connections: Vec<Connection>,
-        pipeline: usize,
         maker: RequestMaker,
         pace: Pace,
         window: Window,
         origin: Instant,
     ) -> Self {
-        assert!(pipeline >= 1 && !connections.is_empty());
+        assert!(plan.pipeline >= 1 && !connections.is_empty());
         LoadThread {
-            addr,
-            protocol,
+            addr: plan.addr.to_string(),
+            protocol: plan.protocol,
             connections,
-            pipeline,
-            pipeline_batches: false,
+            pipeline: plan.pipeline,
+            pipeline_batches: plan.pipeline_batches,
             maker,
             pace,
             window,

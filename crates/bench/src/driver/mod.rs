@@ -243,18 +243,7 @@ fn load_thread(
         .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let (pace, window, source) = thread_schedule(plan, index, seed);
     let maker = RequestMaker::new(plan.protocol, Arc::clone(&plan.workload), source, seed);
-    let addr = plan.addr.to_string();
-    let mut thread = LoadThread::new(
-        addr,
-        plan.protocol,
-        connections,
-        plan.pipeline,
-        maker,
-        pace,
-        window,
-        origin,
-    );
-    thread.pipeline_batches = plan.pipeline_batches;
+    let mut thread = LoadThread::new(plan, connections, maker, pace, window, origin);
     thread.run()?;
     Ok(thread)
 }
