@@ -105,32 +105,26 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
         )));
     }
     let meta_path = args.out.join("meta.json");
-    // Re-rendering reuses the load averages the run recorded (start and end).
-    let (load_start, recorded_end) = if args.rerender {
-        read_meta(&meta_path).unwrap_or_default()
-    } else {
-        (load_average(), None)
-    };
-    let records = if args.rerender {
+    // The 1-minute load averages at the start and end of the runs, kept beside results.json;
+    // re-rendering reuses the ones the run recorded.
+    let (records, loads) = if args.rerender {
         let path = args.out.join("results.json");
         let text = std::fs::read_to_string(&path).map_err(|source| BenchError::File {
             path: path.clone(),
             source,
         })?;
-        serde_json::from_str(&text)
-            .map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))?
+        let records = serde_json::from_str(&text)
+            .map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))?;
+        (records, read_meta(&meta_path).unwrap_or_default())
     } else {
-        run_matrix(args, &scenarios)?
+        let load_start = load_average();
+        let records = run_matrix(args, &scenarios)?;
+        let loads = (load_start, load_average());
+        write_json(&meta_path, &loads)?;
+        (records, loads)
     };
     let summaries = summarise(&scenarios, &records);
     let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
-    let loads = if args.rerender {
-        (load_start, recorded_end)
-    } else {
-        let loads = (load_start, load_average());
-        write_json(&meta_path, &(loads.0, loads.1))?;
-        loads
-    };
     let markdown = report::render(args, &scenarios, &summaries, &chart_files, loads);
     let path = args.out.join("REPORT.md");
     std::fs::write(&path, markdown).map_err(|source| BenchError::File { path, source })?;
