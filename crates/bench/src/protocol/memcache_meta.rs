@@ -94,8 +94,8 @@ pub fn parse_set(input: &[u8]) -> ParseResult {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::check_prefixes;
-    use super::super::{Protocol, Reply};
+    use super::super::test_support::{check_prefixes, hits, ERROR, NOTHING, STORED};
+    use super::super::Protocol;
     use crate::workload::{KeyBatch, KeySpace, OpKind, SizeRange};
 
     const P: Protocol = Protocol::MemcacheMeta;
@@ -122,73 +122,24 @@ mod tests {
 
     #[test]
     fn parses_single_gets() {
-        check_prefixes(
-            P,
-            OpKind::Get,
-            1,
-            b"EN\r\n",
-            Reply {
-                consumed: 4,
-                ..Reply::default()
-            },
-        );
-        let hit = b"VA 3 f0\r\nabc\r\n";
-        check_prefixes(
-            P,
-            OpKind::Get,
-            1,
-            hit,
-            Reply {
-                consumed: hit.len(),
-                hits: 1,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Get, 1, b"EN\r\n", NOTHING);
+        check_prefixes(P, OpKind::Get, 1, b"VA 3 f0\r\nabc\r\n", hits(1));
         assert!(P.parse_reply(OpKind::Get, 1, b"MN\r\n").is_err());
     }
 
     #[test]
     fn parses_batches() {
         let batch = b"VA 1\r\nx\r\nVA 2\r\nyz\r\nMN\r\n";
-        let want = Reply {
-            consumed: batch.len(),
-            hits: 2,
-            ..Reply::default()
-        };
-        check_prefixes(P, OpKind::Get, 5, batch, want);
+        check_prefixes(P, OpKind::Get, 5, batch, hits(2));
         let with_error = b"CLIENT_ERROR bad command line format\r\nMN\r\n";
-        let want = Reply {
-            consumed: with_error.len(),
-            error: true,
-            ..Reply::default()
-        };
-        check_prefixes(P, OpKind::Get, 2, with_error, want);
+        check_prefixes(P, OpKind::Get, 2, with_error, ERROR);
         assert!(P.parse_reply(OpKind::Get, 2, b"EN\r\n").is_err());
     }
 
     #[test]
     fn parses_set_replies() {
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            b"HD\r\n",
-            Reply {
-                consumed: 4,
-                stored: true,
-                ..Reply::default()
-            },
-        );
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            b"NS\r\n",
-            Reply {
-                consumed: 4,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Set, 1, b"HD\r\n", STORED);
+        check_prefixes(P, OpKind::Set, 1, b"NS\r\n", NOTHING);
         assert!(P.parse_reply(OpKind::Set, 1, b"STORED\r\n").is_err());
     }
 }

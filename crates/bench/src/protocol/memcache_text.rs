@@ -84,8 +84,8 @@ pub fn parse_set(input: &[u8]) -> ParseResult {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::check_prefixes;
-    use super::super::{Protocol, Reply};
+    use super::super::test_support::{check_prefixes, hits, ERROR, NOTHING, STORED};
+    use super::super::Protocol;
     use crate::workload::{KeyBatch, KeySpace, OpKind, SizeRange};
 
     const P: Protocol = Protocol::MemcacheText;
@@ -109,24 +109,10 @@ mod tests {
 
     #[test]
     fn parses_get_replies() {
-        let miss = Reply {
-            consumed: 5,
-            ..Reply::default()
-        };
-        check_prefixes(P, OpKind::Get, 1, b"END\r\n", miss);
+        check_prefixes(P, OpKind::Get, 1, b"END\r\n", NOTHING);
         let two = b"VALUE a 0 3\r\nxyz\r\nVALUE b 5 2 99\r\n\r\n\r\nEND\r\n";
-        let want = Reply {
-            consumed: two.len(),
-            hits: 2,
-            ..Reply::default()
-        };
-        check_prefixes(P, OpKind::Get, 3, two, want);
-        let error = Reply {
-            consumed: 29,
-            error: true,
-            ..Reply::default()
-        };
-        check_prefixes(P, OpKind::Get, 1, b"CLIENT_ERROR bad data chunk\r\n", error);
+        check_prefixes(P, OpKind::Get, 3, two, hits(2));
+        check_prefixes(P, OpKind::Get, 1, b"CLIENT_ERROR bad data chunk\r\n", ERROR);
     }
 
     #[test]
@@ -145,39 +131,10 @@ mod tests {
 
     #[test]
     fn parses_set_replies() {
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            b"STORED\r\n",
-            Reply {
-                consumed: 8,
-                stored: true,
-                ..Reply::default()
-            },
-        );
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            b"NOT_STORED\r\n",
-            Reply {
-                consumed: 12,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Set, 1, b"STORED\r\n", STORED);
+        check_prefixes(P, OpKind::Set, 1, b"NOT_STORED\r\n", NOTHING);
         let oom = b"SERVER_ERROR out of memory storing object\r\n";
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            oom,
-            Reply {
-                consumed: oom.len(),
-                error: true,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Set, 1, oom, ERROR);
         assert!(P.parse_reply(OpKind::Set, 1, b"+OK\r\n").is_err());
     }
 }

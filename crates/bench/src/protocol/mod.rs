@@ -195,8 +195,34 @@ fn is_memcache_error(line: &[u8]) -> bool {
 pub(crate) mod test_support {
     use super::*;
 
-    /// Checks that every strict prefix of `input` parses as incomplete, and the whole as `want`.
-    pub fn check_prefixes(protocol: Protocol, op: OpKind, keys: usize, input: &[u8], want: Reply) {
+    /// A reply that found nothing, stored nothing and was no error (a miss, or a refused
+    /// store); [`check_prefixes`] fills in the bytes it took.
+    pub const NOTHING: Reply = Reply {
+        consumed: 0,
+        hits: 0,
+        stored: false,
+        error: false,
+    };
+    /// A store acknowledged.
+    pub const STORED: Reply = Reply {
+        stored: true,
+        ..NOTHING
+    };
+    /// An error reply.
+    pub const ERROR: Reply = Reply {
+        error: true,
+        ..NOTHING
+    };
+
+    /// A read that found `hits` keys.
+    pub fn hits(hits: u32) -> Reply {
+        Reply { hits, ..NOTHING }
+    }
+
+    /// Checks that every strict prefix of `input` parses as incomplete, and the whole as the
+    /// reply `says` taking all of `input`.
+    pub fn check_prefixes(protocol: Protocol, op: OpKind, keys: usize, input: &[u8], says: Reply) {
+        assert_eq!(says.consumed, 0, "the length comes from the input");
         for end in 0..input.len() {
             assert_eq!(
                 protocol.parse_reply(op, keys, &input[..end]),
@@ -207,6 +233,10 @@ pub(crate) mod test_support {
         }
         let mut extended = input.to_vec();
         extended.extend_from_slice(b"trailing bytes of the next reply");
+        let want = Reply {
+            consumed: input.len(),
+            ..says
+        };
         assert_eq!(protocol.parse_reply(op, keys, &extended), Ok(Some(want)));
     }
 }

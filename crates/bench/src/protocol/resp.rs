@@ -130,8 +130,8 @@ fn bulk(out: &mut Vec<u8>, data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::check_prefixes;
-    use super::super::{Protocol, Reply};
+    use super::super::test_support::{check_prefixes, hits, ERROR, NOTHING, STORED};
+    use super::super::Protocol;
     use crate::workload::{KeyBatch, KeySpace, OpKind, SizeRange};
 
     const P: Protocol = Protocol::Resp;
@@ -175,76 +175,21 @@ mod tests {
 
     #[test]
     fn parses_get_and_mget() {
-        check_prefixes(
-            P,
-            OpKind::Get,
-            1,
-            b"$-1\r\n",
-            Reply {
-                consumed: 5,
-                ..Reply::default()
-            },
-        );
-        let hit = b"$5\r\nhello\r\n";
-        check_prefixes(
-            P,
-            OpKind::Get,
-            1,
-            hit,
-            Reply {
-                consumed: 11,
-                hits: 1,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Get, 1, b"$-1\r\n", NOTHING);
+        check_prefixes(P, OpKind::Get, 1, b"$5\r\nhello\r\n", hits(1));
         let mget = b"*3\r\n$1\r\na\r\n$-1\r\n$0\r\n\r\n";
-        let want = Reply {
-            consumed: mget.len(),
-            hits: 2,
-            ..Reply::default()
-        };
-        check_prefixes(P, OpKind::Get, 3, mget, want);
+        check_prefixes(P, OpKind::Get, 3, mget, hits(2));
         let error = b"-ERR wrong number of arguments\r\n";
-        check_prefixes(
-            P,
-            OpKind::Get,
-            1,
-            error,
-            Reply {
-                consumed: error.len(),
-                error: true,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Get, 1, error, ERROR);
         assert!(P.parse_reply(OpKind::Get, 2, b"*3\r\n").is_err());
         assert!(P.parse_reply(OpKind::Get, 1, b":1\r\n").is_err());
     }
 
     #[test]
     fn parses_set_replies() {
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            b"+OK\r\n",
-            Reply {
-                consumed: 5,
-                stored: true,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Set, 1, b"+OK\r\n", STORED);
         let oom = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
-        check_prefixes(
-            P,
-            OpKind::Set,
-            1,
-            oom,
-            Reply {
-                consumed: oom.len(),
-                error: true,
-                ..Reply::default()
-            },
-        );
+        check_prefixes(P, OpKind::Set, 1, oom, ERROR);
         assert!(P.parse_reply(OpKind::Set, 1, b"STORED\r\n").is_err());
     }
 }
