@@ -43,37 +43,26 @@ use crate::stats::command_index;
 /// `me` sizes comparable.
 const ITEM_HEADER_BYTES: usize = 56;
 
-/// The key a meta request names: decoded into `scratch` when it came base64-encoded (`b`).
-/// `Err` carries the reply for a key that does not decode.
-fn key<'a>(
-    key: &'a [u8],
-    base64: bool,
-    scratch: &'a mut [u8; KEY_LEN_MAX],
-) -> Result<&'a [u8], &'static [u8]> {
-    if !base64 {
-        return Ok(key);
-    }
-    match decode_key(key, scratch) {
-        Some(len) if len > 0 => Ok(&scratch[..len]),
-        _ => Err(encode::CLIENT_ERROR_DECODING_KEY),
-    }
-}
-
-/// Checks what every meta command does first: counts it, refuses flags strata cannot honour
-/// (with `refusal`, the command's own "invalid flag" error), and decodes the key.
+/// Starts a meta command: counts it and returns the key it names, decoded into `scratch` when
+/// it came base64-encoded (`b`); `None` once a key that does not decode has been answered.
 fn begin<'a>(
     raw_key: &'a [u8],
-    flags: &MetaFlags<'_>,
-    refused: &[u8],
-    refusal: &'static [u8],
+    base64: bool,
     scratch: &'a mut [u8; KEY_LEN_MAX],
     ctx: &ServerContext,
-) -> Result<&'a [u8], &'static [u8]> {
+    out: &mut Vec<u8>,
+) -> Option<&'a [u8]> {
     ctx.stats.count_command(command_index("meta"));
-    if refused.iter().any(|&letter| flags.has(letter)) {
-        return Err(refusal);
+    if !base64 {
+        return Some(raw_key);
     }
-    key(raw_key, flags.key_base64(), scratch)
+    match decode_key(raw_key, scratch) {
+        Some(len) if len > 0 => Some(&scratch[..len]),
+        _ => {
+            fail(encode::CLIENT_ERROR_DECODING_KEY, ctx, out);
+            None
+        }
+    }
 }
 
 /// `change`, giving the item the request's `E` CAS instead of a new one when it has one. A
@@ -109,10 +98,8 @@ pub(super) fn debug(
     ctx: &ServerContext,
     out: &mut Vec<u8>,
 ) {
-    ctx.stats.count_command(command_index("meta"));
-    let lookup = match key(debug.key, debug.key_base64, scratch) {
-        Ok(lookup) => lookup,
-        Err(reply) => return fail(reply, ctx, out),
+    let Some(lookup) = begin(debug.key, debug.key_base64, scratch, ctx, out) else {
+        return;
     };
     let now_ms = now_ms(ctx);
     // `peek`: like memcached's, this look does not count as a read of the item.

@@ -41,10 +41,8 @@ pub(in super::super) fn execute(
     out: &mut Vec<u8>,
 ) {
     let flags = request.flags;
-    let refusal = encode::CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG;
-    let key = match begin(request.key, &flags, b"", refusal, scratch, ctx) {
-        Ok(key) => key,
-        Err(reply) => return fail(reply, ctx, out),
+    let Some(key) = begin(request.key, flags.key_base64(), scratch, ctx, out) else {
+        return;
     };
     let now_ms = now_ms(ctx);
     let (outcome, cas) = match apply(&request, key, now_ms, ctx) {

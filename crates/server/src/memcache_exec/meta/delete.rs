@@ -21,11 +21,13 @@ pub(in super::super) fn execute(
     out: &mut Vec<u8>,
 ) {
     let flags = delete.flags;
-    let refusal = encode::CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG;
-    let key = match begin(delete.key, &flags, b"x", refusal, scratch, ctx) {
-        Ok(key) => key,
-        Err(reply) => return fail(reply, ctx, out),
+    let Some(key) = begin(delete.key, flags.key_base64(), scratch, ctx, out) else {
+        return;
     };
+    if flags.has(b'x') {
+        // 1.6.18 has no `x` (keep the item, drop its value): its error for a flag it refuses.
+        return fail(encode::CLIENT_ERROR_INVALID_OR_DUPLICATE_FLAG, ctx, out);
+    }
     let invalidate = flags.has(b'I');
     let new_expiry = flags
         .ttl

@@ -30,16 +30,8 @@ pub(in super::super) fn execute(
     out: &mut Vec<u8>,
 ) {
     let flags = get.flags;
-    let key = match begin(
-        get.key,
-        &flags,
-        b"",
-        encode::CLIENT_ERROR_INVALID_FLAG,
-        scratch,
-        ctx,
-    ) {
-        Ok(key) => key,
-        Err(reply) => return fail(reply, ctx, out),
+    let Some(key) = begin(get.key, flags.key_base64(), scratch, ctx, out) else {
+        return;
     };
     let now_ms = now_ms(ctx);
     let touch = flags.ttl.map(|ttl| expiry(ttl, now_ms));

@@ -24,16 +24,8 @@ pub(in super::super) fn execute(
     out: &mut Vec<u8>,
 ) {
     let flags = set.flags;
-    let key = match begin(
-        set.key,
-        &flags,
-        b"",
-        encode::CLIENT_ERROR_INVALID_FLAG,
-        scratch,
-        ctx,
-    ) {
-        Ok(key) => key,
-        Err(reply) => return fail(reply, ctx, out),
+    let Some(key) = begin(set.key, flags.key_base64(), scratch, ctx, out) else {
+        return;
     };
     let expiry = flags
         .ttl
