@@ -5,17 +5,7 @@
 //! Needs Debian's memcached and redis-server (see crates/bench/README.md); fails, with that
 //! hint, when they are missing.
 
-use std::path::PathBuf;
-
-use clap::Parser;
-use strata_bench::compare::servers::program_exists;
-use strata_bench::compare::{run_compare, CompareArgs};
-
-#[derive(Parser)]
-struct Wrapper {
-    #[command(flatten)]
-    args: CompareArgs,
-}
+mod common;
 
 const SCENARIO: &str = r#"
 name = "tiny"
@@ -31,36 +21,11 @@ warmup_secs = 0.1
 duration_secs = 0.3
 "#;
 
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("strata-bench-compare-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
-    dir
-}
-
 #[test]
 fn compare_reports_peers_and_marks_missing_strata_not_run() {
-    for program in ["memcached", "redis-server", "taskset"] {
-        assert!(
-            program_exists(program),
-            "{program} is not installed. Run the setup in crates/bench/README.md: \
-             apt-get install -y memcached redis-server redis-tools libmemcached-tools"
-        );
-    }
-    let dir = scratch_dir();
-    std::fs::write(dir.join("scenarios/tiny.toml"), SCENARIO).unwrap();
-    let (scenarios, out) = (dir.join("scenarios"), dir.join("out"));
-    let argv = [
-        "compare".as_ref(),
-        "--scenarios".as_ref(),
-        scenarios.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-        "--strata-cmd".as_ref(),
-        "/nonexistent/strata serve --memcache-listen 127.0.0.1:{memcache_port}".as_ref(),
-    ];
-    let args = Wrapper::try_parse_from(argv).unwrap().args;
-    let records = run_compare(&args).expect("compare runs");
+    common::require_compare_servers();
+    let (records, dir) = common::compare_one("compare", SCENARIO);
+    let out = dir.join("out");
     // memcached (text), redis (resp), strata (text, resp), two repeats each.
     assert_eq!(records.len(), 8);
     for record in &records {

@@ -7,20 +7,18 @@
 //! it, so a failing assertion never leaves one running.
 
 use strata_bench::compare::servers::{
-    program_exists, ServerProcess, ServerResources, ServerSpec, MEMCACHED_COMMAND, REDIS_COMMAND,
+    ServerProcess, ServerResources, ServerSpec, MEMCACHED_COMMAND, REDIS_COMMAND,
 };
 use strata_bench::protocol::Protocol;
 use strata_bench::report::PhaseReport;
 use strata_bench::{BenchArgs, Report};
 
+mod common;
+
 const KEYSPACE: u64 = 2000;
 
 fn start(name: &str, program: &str, command: &str, protocols: Vec<Protocol>) -> ServerProcess {
-    assert!(
-        program_exists(program),
-        "{program} is not installed. Run the setup in crates/bench/README.md: \
-         apt-get install -y memcached redis-server redis-tools libmemcached-tools"
-    );
+    common::require(program);
     let spec = ServerSpec {
         name: name.into(),
         command: command.into(),

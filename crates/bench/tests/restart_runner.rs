@@ -4,16 +4,9 @@
 //!
 //! Needs Debian's memcached and redis-server (see crates/bench/README.md).
 
-use clap::Parser;
 use strata_bench::compare::restart::StopKind;
-use strata_bench::compare::servers::program_exists;
-use strata_bench::compare::{run_compare, CompareArgs};
 
-#[derive(Parser)]
-struct Wrapper {
-    #[command(flatten)]
-    args: CompareArgs,
-}
+mod common;
 
 const SCENARIO: &str = r#"
 name = "tiny-restart"
@@ -34,26 +27,9 @@ duration_secs = 0
 
 #[test]
 fn restart_scenario_times_warm_restarts_and_reports_cold_ones() {
-    for program in ["memcached", "redis-server", "taskset"] {
-        assert!(program_exists(program), "{program} is not installed");
-    }
-    let dir =
-        std::env::temp_dir().join(format!("strata-bench-restart-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
-    std::fs::write(dir.join("scenarios/restart.toml"), SCENARIO).unwrap();
-    let (scenarios, out) = (dir.join("scenarios"), dir.join("out"));
-    let argv = [
-        "compare".as_ref(),
-        "--scenarios".as_ref(),
-        scenarios.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-        "--strata-cmd".as_ref(),
-        "/nonexistent/strata serve --memcache-listen 127.0.0.1:{memcache_port}".as_ref(),
-    ];
-    let args = Wrapper::try_parse_from(argv).unwrap().args;
-    let records = run_compare(&args).expect("compare runs");
+    common::require_compare_servers();
+    let (records, dir) = common::compare_one("restart-test", SCENARIO);
+    let out = dir.join("out");
     // One protocol per server, one record per stop.
     assert_eq!(records.len(), 6, "{records:#?}");
     for record in &records {
