@@ -295,11 +295,11 @@ mod tests {
         assert!(free_port().unwrap() > 0);
     }
 
-    #[test]
-    fn missing_server_is_reported_not_started() {
+    /// Why [`ServerProcess::start`] fails for a RESP server named `name` run as `command`.
+    fn start_error(name: &str, command: &str) -> String {
         let spec = ServerSpec {
-            name: "ghost".into(),
-            command: "/no/such/server --port {resp_port}".into(),
+            name: name.into(),
+            command: command.into(),
             protocols: vec![Protocol::Resp],
             is_peer: false,
         };
@@ -308,26 +308,20 @@ mod tests {
             memory_mib: 16,
             cpu: 0,
         };
-        let log = std::env::temp_dir().join("strata-bench-ghost.log");
+        let log = std::env::temp_dir().join(format!("strata-bench-{name}.log"));
         let error = ServerProcess::start(&spec, resources, &log).unwrap_err();
-        assert!(error.to_string().contains("not found"), "{error}");
+        error.to_string()
+    }
+
+    #[test]
+    fn missing_server_is_reported_not_started() {
+        let error = start_error("ghost", "/no/such/server --port {resp_port}");
+        assert!(error.contains("not found"), "{error}");
     }
 
     #[test]
     fn early_exit_is_reported() {
-        let spec = ServerSpec {
-            name: "quitter".into(),
-            command: "true {resp_port}".into(),
-            protocols: vec![Protocol::Resp],
-            is_peer: false,
-        };
-        let resources = ServerResources {
-            threads: 1,
-            memory_mib: 16,
-            cpu: 0,
-        };
-        let log = std::env::temp_dir().join("strata-bench-quitter.log");
-        let error = ServerProcess::start(&spec, resources, &log).unwrap_err();
-        assert!(error.to_string().contains("exited"), "{error}");
+        let error = start_error("quitter", "true {resp_port}");
+        assert!(error.contains("exited"), "{error}");
     }
 }
