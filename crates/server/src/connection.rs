@@ -363,12 +363,10 @@ impl Connection {
         let mut start = 0;
         let mut chunk = PROCESS_CHUNK_BYTES_INITIAL;
         let output = pass.ctx.settings.output;
+        // `pass` calls this only while the output is under the soft limit; from then on the
+        // check after each session call stops the loop.
+        debug_assert!(!self.reading_paused(&output));
         while start < self.read_len {
-            if self.reading_paused(&output) {
-                // Complete requests may be left: process them before reading more.
-                self.input_waiting = true;
-                break;
-            }
             let end = self.read_len.min(start + chunk);
             let output_before = self.write_buf.len();
             let input = &self.read_buf[start..end];
@@ -383,8 +381,9 @@ impl Connection {
                 break;
             }
             if start < self.read_len && self.reading_paused(&output) {
-                // The session stopped at the output limit, perhaps inside a request (a memcached
-                // multiget resumes from its next key): the rest waits until the client reads.
+                // Complete requests may be left, perhaps a request the session stopped inside (a
+                // memcached multiget resumes from its next key): they wait until the client
+                // reads, and are processed before more is read.
                 self.input_waiting = true;
                 break;
             }
