@@ -249,27 +249,22 @@ fn short_count_line(buf: &[u8], start: usize) -> Option<(Option<i64>, usize)> {
         }
         _ => {}
     }
-    let line = buf.get(start + 1..)?;
-    let first = *line.first()?;
-    if !first.is_ascii_digit() {
+    let line = &buf[start + 1..];
+    if !matches!(line.first(), Some(b'1'..=b'9')) {
         return None;
     }
-    let mut value = u64::from(first - b'0');
-    let mut at = 1;
-    loop {
-        match line.get(at)? {
-            digit @ b'0'..=b'9' if at < SHORT_COUNT_DIGITS_MAX && first != b'0' => {
-                value = value * 10 + u64::from(digit - b'0');
-                at += 1;
+    let mut value = 0;
+    for (at, &byte) in line.iter().enumerate() {
+        match byte {
+            b'0'..=b'9' if at < SHORT_COUNT_DIGITS_MAX => {
+                value = value * 10 + i64::from(byte - b'0')
             }
             // Redis needs one more byte after '\r' and skips it unchecked.
-            b'\r' if line.len() > at + 1 => {
-                let value = i64::try_from(value).ok()?;
-                return Some((Some(value), start + 1 + at + 2));
-            }
+            b'\r' if line.len() > at + 1 => return Some((Some(value), start + 1 + at + 2)),
             _ => return None,
         }
     }
+    None
 }
 
 fn parse_multibulk(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize, ParseError> {
