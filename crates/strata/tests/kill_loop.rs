@@ -24,11 +24,10 @@ mod harness;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use harness::{Server, WAIT_MAX};
+use harness::{resp_command, PoolFile, Server, WAIT_MAX};
 
 /// Client threads; even ones speak memcached text, odd ones RESP.
 const THREADS: usize = 4;
@@ -216,15 +215,6 @@ fn apply(protocol: Protocol, current: &Option<Vec<u8>>, op: &Op) -> (Option<Vec<
 }
 
 fn encode(protocol: Protocol, key: &str, op: &Op) -> Vec<u8> {
-    let resp = |args: &[&[u8]]| {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            out.extend_from_slice(arg);
-            out.extend_from_slice(b"\r\n");
-        }
-        out
-    };
     let storage = |verb: &str, data: &[u8], ttl: u64| {
         let mut out = format!("{verb} {key} 0 {ttl} {}\r\n", data.len()).into_bytes();
         out.extend_from_slice(data);
@@ -237,13 +227,13 @@ fn encode(protocol: Protocol, key: &str, op: &Op) -> Vec<u8> {
         (Protocol::Memcache, Op::Append(v)) => storage("append", v, 0),
         (Protocol::Memcache, Op::Delete) => format!("delete {key}\r\n").into_bytes(),
         (Protocol::Memcache, Op::Incr(d)) => format!("incr {key} {d}\r\n").into_bytes(),
-        (Protocol::Resp, Op::Set(v, 0)) => resp(&[b"SET", k, v]),
+        (Protocol::Resp, Op::Set(v, 0)) => resp_command(&[b"SET", k, v]),
         (Protocol::Resp, Op::Set(v, ttl)) => {
-            resp(&[b"SET", k, v, b"EX", ttl.to_string().as_bytes()])
+            resp_command(&[b"SET", k, v, b"EX", ttl.to_string().as_bytes()])
         }
-        (Protocol::Resp, Op::Append(v)) => resp(&[b"APPEND", k, v]),
-        (Protocol::Resp, Op::Delete) => resp(&[b"DEL", k]),
-        (Protocol::Resp, Op::Incr(d)) => resp(&[b"INCRBY", k, d.to_string().as_bytes()]),
+        (Protocol::Resp, Op::Append(v)) => resp_command(&[b"APPEND", k, v]),
+        (Protocol::Resp, Op::Delete) => resp_command(&[b"DEL", k]),
+        (Protocol::Resp, Op::Incr(d)) => resp_command(&[b"INCRBY", k, d.to_string().as_bytes()]),
     }
 }
 
@@ -433,37 +423,19 @@ fn read_all(addr: SocketAddr) -> HashMap<usize, (Vec<u8>, u64)> {
     found
 }
 
-/// Pool file on /dev/shm, removed on drop.
-struct PoolFile(PathBuf);
-
-impl PoolFile {
-    fn new(generation: u64) -> PoolFile {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .subsec_nanos();
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        PoolFile(dir.join(format!(
-            "strata-kill-loop-{}-{nanos}-{generation}.pool",
-            std::process::id()
-        )))
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("utf-8 path")
-    }
-}
-
-impl Drop for PoolFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(format!("{}.sidecar", self.path()));
-        let _ = std::fs::remove_dir_all(format!("{}.index", self.path()));
-    }
+/// Generation `generation`'s pool file, on /dev/shm when there is one; removed on drop.
+fn pool_file(generation: u64) -> PoolFile {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    PoolFile::in_dir(&dir, &format!("kill-loop-{nanos}-{generation}"))
 }
 
 /// The durability levels the rounds rotate through: each promises that an acknowledged write
@@ -681,7 +653,7 @@ fn every_acknowledged_write_survives_kill_9() {
     let began = Instant::now();
     let mut rng = Rng(seed);
     let mut generation = 0;
-    let mut pool = PoolFile::new(generation);
+    let mut pool = pool_file(generation);
     let mut server = start(&pool, 0);
     let mut states = empty_model();
     let mut cas_seen = HashMap::new();
@@ -709,7 +681,7 @@ fn every_acknowledged_write_survives_kill_9() {
             generation += 1;
             println!("pool nearly full: generation {generation} starts on a new pool");
             drop(server);
-            pool = PoolFile::new(generation);
+            pool = pool_file(generation);
             server = start(&pool, round);
             states = empty_model();
             cas_seen.clear();
@@ -717,8 +689,7 @@ fn every_acknowledged_write_survives_kill_9() {
     }
     // Last, the clean path: SIGTERM, restart, and every key exactly as acknowledged.
     let context = format!("seed {seed}, clean stop");
-    server.signal("TERM");
-    assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+    server.terminate();
     drop(server);
     let server = start(&pool, 0);
     let none: Vec<Option<InFlight>> = (0..THREADS).map(|_| None).collect();

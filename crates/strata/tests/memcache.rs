@@ -6,7 +6,7 @@ mod harness;
 
 use std::collections::HashMap;
 
-use harness::{Client, Server};
+use harness::{Client, PoolFile, Server};
 
 #[test]
 fn set_get_delete_over_tcp() {
@@ -64,16 +64,14 @@ fn a_value_larger_than_the_initial_buffer_round_trips() {
     assert_eq!(client.line(), "END\r\n");
 }
 
-/// `STAT name value` lines up to `END`.
 /// Meta `E` over TCP: the chosen CAS is the item's for `mg c`, `gets` and a later `C`
 /// compare, and it is stored with the record, so a file pool still has it after a restart.
 /// `h` and the refusal of `l` go through the real binary too.
 #[test]
 fn meta_e_sets_the_cas_and_it_survives_a_restart() {
-    let path = std::env::temp_dir().join(format!("strata-meta-e-{}.pool", std::process::id()));
-    let pool = path.to_str().expect("utf-8 path");
+    let pool = PoolFile::new("meta-e");
     {
-        let mut server = Server::start(&["--pool", pool, "--fresh"]);
+        let mut server = Server::start(&["--pool", pool.path(), "--fresh"]);
         let mut client = Client::connect(server.memcache);
         assert_eq!(client.call(b"ms key 1 E12345 c\r\nx\r\n"), "HD c12345\r\n");
         assert_eq!(client.call(b"mg key c h\r\n"), "HD c12345 h0\r\n");
@@ -88,10 +86,9 @@ fn meta_e_sets_the_cas_and_it_survives_a_restart() {
         );
         assert_eq!(client.call(b"ms key 1 C12345\r\nz\r\n"), "EX\r\n");
         assert_eq!(client.call(b"ms key 1 E777\r\nw\r\n"), "HD\r\n");
-        server.signal("TERM");
-        assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+        server.terminate();
     }
-    let server = Server::start(&["--pool", pool]);
+    let server = Server::start(&["--pool", pool.path()]);
     let mut client = Client::connect(server.memcache);
     assert_eq!(client.call(b"gets key\r\n"), "VALUE key 0 1 777\r\n");
     assert_eq!(client.line(), "w\r\n");
@@ -101,11 +98,9 @@ fn meta_e_sets_the_cas_and_it_survives_a_restart() {
         "VA 1\r\n"
     );
     assert_eq!(client.line(), "v\r\n");
-    drop(server);
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_dir_all(format!("{}.index", path.display()));
 }
 
+/// `STAT name value` lines up to `END`.
 fn memcache_stats(client: &mut Client) -> HashMap<String, String> {
     client.send(b"stats\r\n");
     let mut stats = HashMap::new();
@@ -124,12 +119,7 @@ fn memcache_stats(client: &mut Client) -> HashMap<String, String> {
 /// INFO's `name:value` fields.
 fn redis_info(client: &mut Client) -> HashMap<String, String> {
     client.send(b"INFO\r\n");
-    let header = client.line();
-    let len: usize = header.trim_end()[1..].parse().expect("bulk length");
-    let mut body = String::new();
-    while body.len() < len {
-        body.push_str(&client.line());
-    }
+    let body = String::from_utf8(client.bulk().expect("INFO")).expect("text");
     body.lines()
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.to_string(), value.to_string()))

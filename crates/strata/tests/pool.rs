@@ -2,18 +2,17 @@
 
 mod harness;
 
-use harness::{run_output, Client, Server};
+use harness::{run_output, Client, PoolFile, Server};
 
 #[test]
 fn inspect_and_verify_a_cleanly_closed_pool() {
-    let path = std::env::temp_dir().join(format!("strata-inspect-{}.pool", std::process::id()));
-    let pool = path.to_str().expect("utf-8 path");
+    let pool_file = PoolFile::new("inspect");
+    let pool = pool_file.path();
     {
         let mut server = Server::start(&["--pool", pool, "--fresh", "--segment-size", "1MiB"]);
         let mut client = Client::connect(server.resp);
         assert_eq!(client.call(b"SET k v\r\n"), "+OK\r\n");
-        server.signal("TERM");
-        assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+        server.terminate();
     }
     let (status, stdout, stderr) = run_output(&["pool", "inspect", pool]);
     assert!(status.success(), "{stderr}");
@@ -30,24 +29,22 @@ fn inspect_and_verify_a_cleanly_closed_pool() {
 
     // Damage one byte of the in-use segment's header line: verify must say so and exit 1,
     // without touching the file.
-    let mut bytes = std::fs::read(&path).expect("read pool");
+    let mut bytes = std::fs::read(pool).expect("read pool");
     let segment_table = 4096;
     let line = (0..bytes.len() / 64)
         .map(|i| segment_table + i * 64)
         .find(|&at| bytes[at] == 1)
         .expect("an in-use segment header");
     bytes[line + 20] ^= 0x40;
-    std::fs::write(&path, &bytes).expect("write pool");
+    std::fs::write(pool, &bytes).expect("write pool");
     let (status, stdout, _) = run_output(&["pool", "verify", pool]);
     assert_eq!(status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("header fails its checksum"), "{stdout}");
     assert_eq!(
-        std::fs::read(&path).expect("read pool"),
+        std::fs::read(pool).expect("read pool"),
         bytes,
         "verify never writes"
     );
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(format!("{}.sidecar", path.display()));
 }
 
 #[test]

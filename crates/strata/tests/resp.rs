@@ -3,15 +3,12 @@
 
 mod harness;
 
-use harness::{Client, Server};
+use harness::{resp_command, Client, PoolFile, Server};
 
-/// A RESP command as a multibulk request.
+/// A RESP command of text arguments.
 fn command(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-    }
-    out
+    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+    resp_command(&args)
 }
 
 #[test]
@@ -97,31 +94,23 @@ fn shutdown_command_stops_the_server_cleanly() {
     assert!(client.closed_by_server());
     assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
     assert!(bystander.closed_by_server());
-    assert!(
-        server.log().contains("pool closed cleanly"),
-        "{}",
-        server.log()
-    );
+    server.assert_logged("pool closed cleanly");
 }
 
 #[test]
 fn a_file_pool_restarts_warm_after_sigterm() {
-    let path = std::env::temp_dir().join(format!("strata-warm-{}.pool", std::process::id()));
-    let pool = path.to_str().expect("utf-8 path");
+    let pool = PoolFile::new("warm");
     {
-        let mut server = Server::start(&["--pool", pool, "--fresh"]);
+        let mut server = Server::start(&["--pool", pool.path(), "--fresh"]);
         let mut client = Client::connect(server.resp);
         assert_eq!(
             client.call(&command(&["SET", "kept", "across restarts"])),
             "+OK\r\n"
         );
-        server.signal("TERM");
-        assert_eq!(server.wait_exit().code(), Some(0), "{}", server.log());
+        server.terminate();
     }
-    let server = Server::start(&["--pool", pool]);
+    let server = Server::start(&["--pool", pool.path()]);
     let mut client = Client::connect(server.resp);
     assert_eq!(client.call(&command(&["GET", "kept"])), "$15\r\n");
     assert_eq!(client.line(), "across restarts\r\n");
-    drop(server);
-    let _ = std::fs::remove_file(&path);
 }

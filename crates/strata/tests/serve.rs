@@ -5,7 +5,7 @@ mod harness;
 use std::io::Write;
 use std::net::TcpStream;
 
-use harness::{run_to_exit, Client, Server};
+use harness::{resp_command, run_to_exit, Client, Server};
 
 #[test]
 fn health_answers_ok() {
@@ -61,11 +61,7 @@ fn sigterm_exits_zero_and_closes_the_listeners() {
         TcpStream::connect(server.memcache).is_err(),
         "listener closed"
     );
-    assert!(
-        server.log().contains("pool closed cleanly"),
-        "{}",
-        server.log()
-    );
+    server.assert_logged("pool closed cleanly");
 }
 
 #[test]
@@ -88,11 +84,7 @@ fn connections_over_the_limit_get_the_reference_refusal() {
     assert_eq!(resp.line(), "-ERR max number of clients reached\r\n");
     assert!(resp.closed_by_server());
     assert_eq!(server.metric("strata_connections_rejected_total"), 2);
-    assert!(
-        server.log().contains("refused connections"),
-        "{}",
-        server.log()
-    );
+    server.assert_logged("refused connections");
 }
 
 #[test]
@@ -182,11 +174,7 @@ fn connections_waiting_while_out_of_file_descriptors_are_served_once_some_close(
     for mut client in waiting {
         assert!(client.line().starts_with("VERSION "), "{}", server.log());
     }
-    assert!(
-        server.log().contains("accept failed; retrying"),
-        "{}",
-        server.log()
-    );
+    server.assert_logged("accept failed; retrying");
 }
 
 /// Largest value in the output limit tests.
@@ -249,51 +237,6 @@ fn assert_peak_rss_bounded(server: &Server, before: (usize, usize), buffer_bytes
     );
 }
 
-/// A RESP command as a multibulk request.
-fn resp_command(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// Reads a RESP bulk reply of text and returns its payload (`None` for a null bulk).
-fn resp_bulk(client: &mut Client) -> Option<Vec<u8>> {
-    let header = client.line();
-    if header == "$-1\r\n" {
-        return None;
-    }
-    let len: usize = header
-        .strip_prefix('$')
-        .and_then(|h| h.trim_end().parse().ok())
-        .unwrap_or_else(|| panic!("not a bulk: {header}"));
-    let mut payload = String::new();
-    while payload.len() < len + 2 {
-        payload.push_str(&client.line());
-    }
-    assert_eq!(payload.len(), len + 2);
-    assert!(payload.ends_with("\r\n"));
-    payload.truncate(len);
-    Some(payload.into_bytes())
-}
-
-/// Bytes the server sends before it closes the connection.
-fn bytes_until_closed(client: &mut Client) -> usize {
-    let mut sink = [0u8; 64 << 10];
-    let mut received = 0;
-    loop {
-        match std::io::Read::read(client.stream(), &mut sink) {
-            Ok(0) => return received,
-            Ok(n) => received += n,
-            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => return received,
-            Err(err) => panic!("the connection stayed open: {err}"),
-        }
-    }
-}
-
 #[test]
 fn a_huge_mget_closes_its_connection_at_the_output_limit_and_nothing_else() {
     const KEYS: usize = 2000; // 500 MiB of reply if built whole.
@@ -316,7 +259,9 @@ fn a_huge_mget_closes_its_connection_at_the_output_limit_and_nothing_else() {
     // The bystander's commands go to the same worker, before and after the MGET.
     assert_eq!(bystander.call(b"PING\r\n"), "+PONG\r\n");
     assert_eq!(
-        bytes_until_closed(&mut offender),
+        offender
+            .bytes_until_closed()
+            .expect("the connection closed"),
         0,
         "no part of the reply is sent"
     );
@@ -325,25 +270,17 @@ fn a_huge_mget_closes_its_connection_at_the_output_limit_and_nothing_else() {
     assert_eq!(bystander.call(b"PING\r\n"), "+PONG\r\n");
     for i in 0..8 {
         bystander.send(format!("GET big:{i}\r\n").as_bytes());
-        assert_eq!(resp_bulk(&mut bystander), Some(big_value(i)), "big:{i}");
+        assert_eq!(bystander.bulk(), Some(big_value(i)), "big:{i}");
     }
     bystander.send(b"GET after\r\n");
-    assert_eq!(
-        resp_bulk(&mut bystander),
-        None,
-        "nothing after the MGET ran"
-    );
+    assert_eq!(bystander.bulk(), None, "nothing after the MGET ran");
     bystander.send(b"INFO stats\r\n");
-    let info = String::from_utf8(resp_bulk(&mut bystander).expect("INFO")).expect("text");
+    let info = String::from_utf8(bystander.bulk().expect("INFO")).expect("text");
     assert!(
         info.contains("client_output_buffer_limit_disconnections:1\r\n"),
         "{info}"
     );
-    assert!(
-        server.log().contains("output buffer limit"),
-        "{}",
-        server.log()
-    );
+    server.assert_logged("output buffer limit");
     assert_peak_rss_bounded(&server, before, OUTPUT_LIMIT_BYTES + BIG_VALUE_BYTES);
 }
 

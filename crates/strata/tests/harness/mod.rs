@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -194,6 +194,18 @@ impl Server {
         }
     }
 
+    /// Sends SIGTERM and checks that the server exits 0.
+    pub fn terminate(&mut self) {
+        self.signal("TERM");
+        assert_eq!(self.wait_exit().code(), Some(0), "{}", self.log());
+    }
+
+    /// Checks that the server's log holds `text`.
+    pub fn assert_logged(&self, text: &str) {
+        let log = self.log();
+        assert!(log.contains(text), "{text:?} not in the log:\n{log}");
+    }
+
     /// `GET path` on the admin listener: status code and body.
     pub fn http_get(&self, path: &str) -> (u16, String) {
         self.try_http_get(path).expect("admin endpoint answers")
@@ -275,21 +287,90 @@ impl Client {
         self.line()
     }
 
-    /// Reads until the server closes; true when it did (EOF or reset), false on a timeout.
-    pub fn closed_by_server(&mut self) -> bool {
+    /// Reads a RESP bulk reply and returns its payload (`None` for a null bulk).
+    pub fn bulk(&mut self) -> Option<Vec<u8>> {
+        let header = self.line();
+        if header == "$-1\r\n" {
+            return None;
+        }
+        let len: usize = header
+            .strip_prefix('$')
+            .and_then(|h| h.trim_end().parse().ok())
+            .unwrap_or_else(|| panic!("not a bulk: {header}"));
+        let mut payload = vec![0; len + 2];
+        self.reader.read_exact(&mut payload).expect("bulk payload");
+        assert!(
+            payload.ends_with(b"\r\n"),
+            "bulk of {len} bytes not ended by CRLF"
+        );
+        payload.truncate(len);
+        Some(payload)
+    }
+
+    /// Reads until the server closes: the bytes it sent before closing (EOF or reset), or
+    /// `None` when the connection stayed open (a read timed out).
+    pub fn bytes_until_closed(&mut self) -> Option<usize> {
         let mut sink = [0u8; 64 << 10];
+        let mut received = 0;
         loop {
             match self.reader.read(&mut sink) {
-                Ok(0) => return true,
-                Ok(_) => {}
-                Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => return true,
-                Err(_) => return false,
+                Ok(0) => return Some(received),
+                Ok(n) => received += n,
+                Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Some(received)
+                }
+                Err(_) => return None,
             }
         }
+    }
+
+    /// Reads until the server closes; true when it did (EOF or reset), false on a timeout.
+    pub fn closed_by_server(&mut self) -> bool {
+        self.bytes_until_closed().is_some()
     }
 
     /// The underlying stream.
     pub fn stream(&mut self) -> &mut TcpStream {
         self.reader.get_mut()
+    }
+}
+
+/// A RESP command as a multibulk request.
+pub fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A pool file for a test, removed on drop with what the server keeps beside it
+/// (`<pool>.sidecar`, `<pool>.index/`).
+pub struct PoolFile(PathBuf);
+
+impl PoolFile {
+    /// `strata-<name>-<pid>.pool` in the system's temporary directory.
+    pub fn new(name: &str) -> PoolFile {
+        Self::in_dir(&std::env::temp_dir(), name)
+    }
+
+    /// `strata-<name>-<pid>.pool` in `dir`.
+    pub fn in_dir(dir: &Path, name: &str) -> PoolFile {
+        PoolFile(dir.join(format!("strata-{name}-{}.pool", std::process::id())))
+    }
+
+    /// The path, as `--pool` and `strata pool` take it.
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(format!("{}.sidecar", self.path()));
+        let _ = std::fs::remove_dir_all(format!("{}.index", self.path()));
     }
 }
