@@ -102,8 +102,6 @@ pub(crate) struct State {
     pub close: bool,
     /// xorshift state for RANDOMKEY.
     pub random_state: u64,
-    /// Reusable buffer for replies whose length is known only at the end (SCAN, KEYS, INFO).
-    pub scratch: Vec<u8>,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
     pub pending: PendingCounts,
 }
@@ -136,7 +134,6 @@ impl RespSession {
                 reply_skip_next: false,
                 close: false,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-                scratch: Vec::new(),
                 pending: PendingCounts::default(),
             },
             batch: Vec::new(),

@@ -17,6 +17,7 @@
 
 use strata_engine::{DeleteOutcome, Expiry, StoreOptions, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_i64};
+use strata_protocol::{format_u64, U64_LEN_MAX};
 
 use super::strings::output_limit_passed;
 use super::{write_error, Call, State};
@@ -228,20 +229,24 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if output_limit_passed(state, call, out) {
         return;
     }
-    let header = &mut state.scratch;
-    header.clear();
-    encode::array_len(header, 2);
-    encode::bulk(header, next.to_string().as_bytes());
-    encode::array_len(header, found);
-    insert_header(out, keys_start, header);
+    let mut digits = [0u8; U64_LEN_MAX];
+    insert_header(out, keys_start, |out| {
+        encode::array_len(out, 2);
+        encode::bulk(out, format_u64(next, &mut digits));
+        encode::array_len(out, found);
+    });
 }
 
-/// Puts `header` in front of the elements written to `out` from `start` on: the reply of SCAN
-/// and KEYS, whose count is known only once they are written. One move of the elements costs
-/// less than building them elsewhere first, and needs no second copy of a large reply.
-fn insert_header(out: &mut Vec<u8>, start: usize, header: &[u8]) {
+/// Puts the header `write_header` appends to `out` in front of the elements written from
+/// `start` on: the reply of SCAN and KEYS, whose count is known only once they are written.
+/// One move of the elements costs less than building them elsewhere first, and needs no second
+/// copy of a large reply.
+fn insert_header(out: &mut Vec<u8>, start: usize, write_header: impl FnOnce(&mut Vec<u8>)) {
     debug_assert!(start <= out.len());
-    out.splice(start..start, header.iter().copied());
+    let header_start = out.len();
+    write_header(out);
+    let header_len = out.len() - header_start;
+    out[start..].rotate_right(header_len);
 }
 
 /// `KEYS pattern`: every key matching, in engine order.
@@ -266,10 +271,9 @@ pub(crate) fn keys(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if output_limit_passed(state, call, out) {
         return;
     }
-    let header = &mut state.scratch;
-    header.clear();
-    encode::array_len(header, found);
-    insert_header(out, keys_start, header);
+    insert_header(out, keys_start, |out| {
+        encode::array_len(out, found);
+    });
 }
 
 /// `RANDOMKEY`: a key, or null when the cache is empty.
