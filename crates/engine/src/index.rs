@@ -74,7 +74,7 @@ const LINK_BIT: u64 = 1 << 35;
 const FREQ_SHIFT: u32 = 32;
 const FREQ_MASK: u64 = 0x7 << FREQ_SHIFT;
 /// The 3-bit field of an item fetched since written but not read since carried forward.
-const FREQ_FIELD_FETCHED: u64 = 1;
+const FREQ3_FETCHED: u8 = 1;
 const LOCATION_MASK: u64 = 0xFFFF_FFFF;
 const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
 const LINK_SLOT: usize = SLOTS_PER_BUCKET - 1;
@@ -96,39 +96,62 @@ pub struct SlotRef {
 pub struct Entry {
     /// The 28 stored hash bits.
     pub hash28: u32,
-    /// Reads since the item was written or carried forward by merge eviction, 0..=FREQ_MAX.
-    pub freq: u8,
-    /// Whether the item has been read since it was written (a read before a carry-forward
-    /// counts). Always true when `freq > 0`.
-    pub fetched: bool,
+    /// The `freq3` field as stored; `freq` and `fetched` decode it, so a lookup that uses
+    /// neither pays nothing for them.
+    freq3: u8,
     /// Record location in 8-byte units from the start of the data area.
     pub location: u64,
 }
 
-/// The 3-bit access field of `freq` and `fetched` (see the module documentation).
-fn freq_field(freq: u8, fetched: bool) -> u64 {
-    match (freq, fetched) {
-        (0, false) => 0,
-        (0, true) => FREQ_FIELD_FETCHED,
-        (freq, _) => u64::from(freq) + 1,
+impl Entry {
+    /// An entry of an item read `freq` times since it was written or carried forward, and
+    /// `fetched` if read at all since it was written (`freq > 0` implies `fetched`).
+    pub fn new(hash28: u32, freq: u8, fetched: bool, location: u64) -> Self {
+        debug_assert!(
+            freq <= FREQ_MAX && (fetched || freq == 0),
+            "a read item is fetched"
+        );
+        let freq3 = match (freq, fetched) {
+            (0, false) => 0,
+            (0, true) => FREQ3_FETCHED,
+            (freq, _) => freq + FREQ3_FETCHED,
+        };
+        Entry {
+            hash28,
+            freq3,
+            location,
+        }
+    }
+
+    /// Reads since the item was written or carried forward by merge eviction, 0..=FREQ_MAX.
+    pub fn freq(self) -> u8 {
+        self.freq3.saturating_sub(FREQ3_FETCHED)
+    }
+
+    /// Whether the item has been read since it was written (a read before a carry-forward
+    /// counts). Always true when `freq() > 0`.
+    pub fn fetched(self) -> bool {
+        self.freq3 != 0
+    }
+
+    /// This entry with other reads (see `new`).
+    fn with_reads(self, freq: u8, fetched: bool) -> Self {
+        Entry::new(self.hash28, freq, fetched, self.location)
     }
 }
 
 fn pack(entry: Entry) -> u64 {
     assert!(entry.location <= LOCATION_MAX);
-    debug_assert!(u64::from(entry.hash28) <= HASH_MASK && entry.freq <= FREQ_MAX);
-    debug_assert!(entry.fetched || entry.freq == 0, "a read item is fetched");
+    debug_assert!(u64::from(entry.hash28) <= HASH_MASK);
     (u64::from(entry.hash28) << HASH_SHIFT)
-        | (freq_field(entry.freq, entry.fetched) << FREQ_SHIFT)
+        | (u64::from(entry.freq3) << FREQ_SHIFT)
         | (entry.location + 1)
 }
 
 fn unpack(slot: u64) -> Entry {
-    let field = (slot & FREQ_MASK) >> FREQ_SHIFT;
     Entry {
         hash28: (slot >> HASH_SHIFT) as u32,
-        freq: field.saturating_sub(FREQ_FIELD_FETCHED) as u8,
-        fetched: field != 0,
+        freq3: ((slot & FREQ_MASK) >> FREQ_SHIFT) as u8,
         location: (slot & LOCATION_MASK) - 1,
     }
 }
@@ -474,12 +497,9 @@ impl Index {
         let slot = self.slot(at);
         let value = slot.load(Ordering::Relaxed);
         let entry = unpack(value);
-        if entry.freq < FREQ_MAX && !is_link(value) {
-            let bumped = pack(Entry {
-                freq: entry.freq + 1,
-                fetched: true,
-                ..entry
-            });
+        let freq = entry.freq();
+        if freq < FREQ_MAX && !is_link(value) {
+            let bumped = pack(entry.with_reads(freq + 1, true));
             // Relaxed: the frequency is a hint for eviction and `h`; the slot's location is
             // rewritten only under the shard's write lock, which excludes this reader.
             let _ = slot.compare_exchange(value, bumped, Ordering::Relaxed, Ordering::Relaxed);
@@ -497,28 +517,16 @@ impl Index {
     /// marks it fetched).
     pub fn set_freq(&mut self, at: SlotRef, freq: u8) {
         let entry = unpack(self.slot(at).load(Ordering::Relaxed));
-        self.slot(at).store(
-            pack(Entry {
-                freq: freq.min(FREQ_MAX),
-                fetched: entry.fetched || freq > 0,
-                ..entry
-            }),
-            Ordering::Relaxed,
-        );
+        let entry = entry.with_reads(freq.min(FREQ_MAX), entry.fetched() || freq > 0);
+        self.slot(at).store(pack(entry), Ordering::Relaxed);
     }
 
     /// Forgets every read of the slot's item: it now holds a newly written item, neither read
     /// (frequency 0) nor fetched.
     pub fn forget_reads(&mut self, at: SlotRef) {
         let entry = unpack(self.slot(at).load(Ordering::Relaxed));
-        self.slot(at).store(
-            pack(Entry {
-                freq: 0,
-                fetched: false,
-                ..entry
-            }),
-            Ordering::Relaxed,
-        );
+        self.slot(at)
+            .store(pack(entry.with_reads(0, false)), Ordering::Relaxed);
     }
 
     /// Empties the slot.
@@ -543,12 +551,7 @@ impl Index {
 
     /// Adds an item. The caller has checked the key is absent and called `grow` if needed.
     pub fn insert(&mut self, hash28: u32, location: u64, freq: u8) {
-        let value = pack(Entry {
-            hash28,
-            freq,
-            fetched: freq > 0,
-            location,
-        });
+        let value = pack(Entry::new(hash28, freq, freq > 0, location));
         let [first, second] = self.candidates(hash28);
         // The emptier candidate first: balancing the pair keeps overflow rare at high load.
         let (a, b) = if self.free_slots(second) > self.free_slots(first) {
@@ -817,24 +820,9 @@ mod tests {
     #[test]
     fn pack_round_trips_at_the_extremes() {
         for entry in [
-            Entry {
-                hash28: 0,
-                freq: 0,
-                fetched: false,
-                location: 0,
-            },
-            Entry {
-                hash28: 1,
-                freq: 0,
-                fetched: true,
-                location: 1,
-            },
-            Entry {
-                hash28: HASH_MASK as u32,
-                freq: FREQ_MAX,
-                fetched: true,
-                location: LOCATION_MAX,
-            },
+            Entry::new(0, 0, false, 0),
+            Entry::new(1, 0, true, 1),
+            Entry::new(HASH_MASK as u32, FREQ_MAX, true, LOCATION_MAX),
         ] {
             let value = pack(entry);
             assert_ne!(value, 0, "an item slot is never empty");
@@ -876,7 +864,7 @@ mod tests {
         assert!(index.overflow_bucket_count() > 0);
         for (i, &h) in hs.iter().enumerate() {
             let (_, entry) = index.find(h, |l| l == i as u64).expect("found");
-            assert_eq!(entry.freq, 1);
+            assert_eq!(entry.freq(), 1);
         }
         index.grow();
         for (i, &h) in hs.iter().enumerate() {
@@ -916,17 +904,12 @@ mod tests {
         for _ in 0..20 {
             index.bump_freq(at);
         }
-        assert_eq!(index.find(5, |_| true).unwrap().1.freq, FREQ_MAX);
+        assert_eq!(index.find(5, |_| true).unwrap().1.freq(), FREQ_MAX);
         index.set_freq(at, 0);
         index.relocate(at, 11);
         assert_eq!(
             index.find(5, |_| true).unwrap().1,
-            Entry {
-                hash28: 5,
-                freq: 0,
-                fetched: true,
-                location: 11
-            }
+            Entry::new(5, 0, true, 11)
         );
     }
 
@@ -938,24 +921,30 @@ mod tests {
         let mut index = Index::with_capacity(16);
         index.insert(5, 9, 0);
         let (at, entry) = index.find(5, |_| true).unwrap();
-        assert_eq!((entry.freq, entry.fetched), (0, false));
+        assert_eq!((entry.freq(), entry.fetched()), (0, false));
         index.bump_freq(at);
         let entry = index.find(5, |_| true).unwrap().1;
-        assert_eq!((entry.freq, entry.fetched), (1, true));
+        assert_eq!((entry.freq(), entry.fetched()), (1, true));
         index.relocate(at, 10);
         index.set_freq(at, 0);
         let entry = index.find(5, |_| true).unwrap().1;
-        assert_eq!((entry.freq, entry.fetched, entry.location), (0, true, 10));
+        assert_eq!(
+            (entry.freq(), entry.fetched(), entry.location),
+            (0, true, 10)
+        );
         index.bump_freq(at);
         let entry = index.find(5, |_| true).unwrap().1;
-        assert_eq!((entry.freq, entry.fetched), (1, true));
+        assert_eq!((entry.freq(), entry.fetched()), (1, true));
         index.relocate(at, 11);
         index.forget_reads(at);
         let entry = index.find(5, |_| true).unwrap().1;
-        assert_eq!((entry.freq, entry.fetched, entry.location), (0, false, 11));
+        assert_eq!(
+            (entry.freq(), entry.fetched(), entry.location),
+            (0, false, 11)
+        );
         for field in 0..=7u64 {
             let entry = unpack((field << FREQ_SHIFT) | 1);
-            assert!(entry.freq <= FREQ_MAX && (entry.fetched || entry.freq == 0));
+            assert!(entry.freq() <= FREQ_MAX && (entry.fetched() || entry.freq() == 0));
             assert_eq!(pack(entry), (field << FREQ_SHIFT) | 1, "field {field}");
         }
     }

@@ -799,7 +799,7 @@ impl Shard {
         let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
         let keep = matches!(reason, FreeReason::Evict { keep_hot: true })
             && !expired
-            && entry.freq > 0
+            && entry.freq() > 0
             && self.survivors.len() + view.size_bytes + 8 <= survivor_budget;
         if keep {
             let (_, offset) = inner.split_location(location);
