@@ -40,31 +40,23 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
-}
-
 impl Memcached {
     fn start() -> Memcached {
         let port = free_port();
-        let mut command = Command::new("memcached");
-        command.args([
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-l",
-            "127.0.0.1",
-            "-t",
-            "1",
-        ]);
-        if running_as_root() {
-            command.args(["-u", "root"]);
-        }
-        let child = command
+        // `-u nobody` is needed only when running as root and ignored otherwise.
+        let child = Command::new("memcached")
+            .args([
+                "-p",
+                &port.to_string(),
+                "-U",
+                "0",
+                "-l",
+                "127.0.0.1",
+                "-t",
+                "1",
+                "-u",
+                "nobody",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
