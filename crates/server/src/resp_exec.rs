@@ -49,7 +49,7 @@ mod types;
 
 use std::time::Instant;
 
-use strata_engine::{Engine, WriteError, PREFETCH_KEYS_MAX};
+use strata_engine::{Change, Engine, Expiry, ItemRef, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::resp::{
     encode, errors, parse_command, Arg, Args, Limits, ParseError, Version, INLINE_LEN_MAX_DEFAULT,
 };
@@ -369,6 +369,19 @@ impl<'a> Call<'a> {
             .settings
             .value_len_max
             .min(self.engine().value_len_max(key.len()))
+    }
+}
+
+/// The write of a command that replaces a string with one it built from it (APPEND, SETRANGE,
+/// INCR and friends): an existing key keeps its client flags and expiry, as in Redis; a key the
+/// command creates has neither.
+pub(crate) fn rewrite(current: Option<&ItemRef<'_>>) -> Change {
+    let (client_flags, expiry) =
+        current.map_or((0, Expiry::Never), |item| (item.client_flags, Expiry::Keep));
+    Change::Write {
+        client_flags,
+        expiry,
+        keep_cas: false,
     }
 }
 

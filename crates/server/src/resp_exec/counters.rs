@@ -13,10 +13,10 @@
 
 use std::fmt::Write as _;
 
-use strata_engine::{Change, Expiry};
+use strata_engine::Change;
 use strata_protocol::resp::{encode, errors, format_i64, parse_f64, parse_i64, I64_LEN_MAX};
 
-use super::{write_error, Call, State};
+use super::{rewrite, write_error, Call, State};
 
 /// Digits after the decimal point Redis prints for INCRBYFLOAT (`%.17Lf`).
 const FLOAT_FRACTION_DIGITS: usize = 17;
@@ -45,12 +45,11 @@ impl Refused {
 fn incr_by(call: &Call<'_>, out: &mut Vec<u8>, delta: i64) {
     let mut outcome = Err(Refused::NotInteger);
     let result = call.engine().modify(call.arg(1), |current, buffer| {
-        let (old, client_flags, expiry) = match current {
-            Some(item) => match parse_i64(item.value) {
-                Some(old) => (old, item.client_flags, Expiry::Keep),
-                None => return Change::Keep,
-            },
-            None => (0, 0, Expiry::Never),
+        let Some(old) = current
+            .as_ref()
+            .map_or(Some(0), |item| parse_i64(item.value))
+        else {
+            return Change::Keep;
         };
         let Some(new) = old.checked_add(delta) else {
             outcome = Err(Refused::Overflow);
@@ -59,11 +58,7 @@ fn incr_by(call: &Call<'_>, out: &mut Vec<u8>, delta: i64) {
         outcome = Ok(new);
         let mut digits = [0u8; I64_LEN_MAX];
         buffer.extend_from_slice(format_i64(new, &mut digits));
-        Change::Write {
-            client_flags,
-            expiry,
-            keep_cas: false,
-        }
+        rewrite(current.as_ref())
     });
     match (result, outcome) {
         (Err(error), _) => write_error(out, &error),
@@ -112,12 +107,11 @@ pub(crate) fn incrbyfloat(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mark = out.len();
     let mut outcome = Err(Refused::NotFloat);
     let result = call.engine().modify(call.arg(1), |current, buffer| {
-        let (old, client_flags, expiry) = match current {
-            Some(item) => match parse_f64(item.value) {
-                Some(old) => (old, item.client_flags, Expiry::Keep),
-                None => return Change::Keep,
-            },
-            None => (0.0, 0, Expiry::Never),
+        let Some(old) = current
+            .as_ref()
+            .map_or(Some(0.0), |item| parse_f64(item.value))
+        else {
+            return Change::Keep;
         };
         let new = old + delta;
         if !new.is_finite() {
@@ -127,11 +121,7 @@ pub(crate) fn incrbyfloat(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         outcome = Ok(());
         format_human(new, buffer);
         encode::bulk(out, buffer);
-        Change::Write {
-            client_flags,
-            expiry,
-            keep_cas: false,
-        }
+        rewrite(current.as_ref())
     });
     match (result, outcome) {
         (Err(error), _) => {

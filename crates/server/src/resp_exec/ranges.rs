@@ -4,10 +4,10 @@
 //! `CONFIG GET proto-max-bulk-len` reports) is refused with Redis's
 //! `-ERR string exceeds maximum allowed size (proto-max-bulk-len)`.
 
-use strata_engine::{Change, Expiry};
+use strata_engine::Change;
 use strata_protocol::resp::{encode, errors, parse_i64};
 
-use super::{write_error, Call, State};
+use super::{rewrite, write_error, Call, State};
 
 /// What a read-modify-write of a string decided, for the reply after the engine call.
 enum Edit {
@@ -23,10 +23,7 @@ pub(crate) fn append(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let len_max = call.value_len_max(key);
     let mut edit = Edit::Length(0);
     let result = call.engine().modify(key, |current, buffer| {
-        let (old, client_flags, expiry) = match current {
-            Some(item) => (item.value, item.client_flags, Expiry::Keep),
-            None => (&[][..], 0, Expiry::Never),
-        };
+        let old = current.as_ref().map_or(&[][..], |item| item.value);
         if old.len() + data.len() > len_max {
             edit = Edit::TooLong;
             return Change::Keep;
@@ -34,11 +31,7 @@ pub(crate) fn append(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         buffer.extend_from_slice(old);
         buffer.extend_from_slice(data);
         edit = Edit::Length(buffer.len());
-        Change::Write {
-            client_flags,
-            expiry,
-            keep_cas: false,
-        }
+        rewrite(current.as_ref())
     });
     reply_edit(out, result.map(|_| edit));
 }
@@ -115,10 +108,7 @@ pub(crate) fn setrange(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let len_max = call.value_len_max(key);
     let mut edit = Edit::Length(0);
     let result = call.engine().modify(key, |current, buffer| {
-        let (old, client_flags, expiry) = match current {
-            Some(item) => (item.value, item.client_flags, Expiry::Keep),
-            None => (&[][..], 0, Expiry::Never),
-        };
+        let old = current.as_ref().map_or(&[][..], |item| item.value);
         if data.is_empty() {
             edit = Edit::Length(old.len());
             return Change::Keep;
@@ -134,11 +124,7 @@ pub(crate) fn setrange(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         }
         buffer[offset..end].copy_from_slice(data);
         edit = Edit::Length(buffer.len());
-        Change::Write {
-            client_flags,
-            expiry,
-            keep_cas: false,
-        }
+        rewrite(current.as_ref())
     });
     reply_edit(out, result.map(|_| edit));
 }
