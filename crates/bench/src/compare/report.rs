@@ -109,6 +109,11 @@ fn fmt(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), human)
 }
 
+/// `value` with `decimals` digits after the point, or "—".
+fn fixed(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
 fn fmt_ratio(target: &TargetSummary) -> String {
     target
         .ratio_vs_best_peer
@@ -140,11 +145,9 @@ fn throughput_table(md: &mut String, summary: &ScenarioSummary) {
             fmt(t.p50_us),
             fmt(t.p99_us),
             fmt(t.p999_us),
-            t.server_cpu_us_per_request
-                .map_or("—".into(), |v| format!("{v:.2}")),
-            t.client_cpu_cores.map_or("—".into(), |v| format!("{v:.2}")),
-            t.hit_ratio
-                .map_or("—".into(), |v| format!("{:.1}", v * 100.0)),
+            fixed(t.server_cpu_us_per_request, 2),
+            fixed(t.client_cpu_cores, 2),
+            fixed(t.hit_ratio.map(|v| v * 100.0), 1),
             t.errors,
             fmt(t.headline),
             fmt_ratio(t),
@@ -168,9 +171,8 @@ fn memory_table(md: &mut String, scenario: &Scenario, summary: &ScenarioSummary)
             t.protocol,
             t.items_retained
                 .map_or(short_status(t).into(), |v| format!("{v:.0}")),
-            t.bytes_per_item.map_or("—".into(), |v| format!("{v:.1}")),
-            t.server_cpu_us_per_request
-                .map_or("—".into(), |v| format!("{v:.2}")),
+            fixed(t.bytes_per_item, 1),
+            fixed(t.server_cpu_us_per_request, 2),
             fmt_ratio(t),
         );
     }
@@ -210,11 +212,11 @@ fn restart_table(md: &mut String, summary: &ScenarioSummary) {
                 r.stop_how,
                 r.first_hit_ms
                     .map_or_else(|| "cold".to_owned(), |v| format!("{v:.1}")),
-                r.serving_ms.map_or("—".into(), |v| format!("{v:.1}")),
+                fixed(r.serving_ms, 1),
                 r.warm_runs,
                 r.runs,
-                r.items_retained.map_or("—".into(), |v| format!("{v:.0}")),
-                r.items_offered.map_or("—".into(), |v| format!("{v:.0}")),
+                fixed(r.items_retained, 0),
+                fixed(r.items_offered, 0),
                 ratio,
             );
         }
