@@ -35,7 +35,7 @@ use std::sync::Arc;
 use strata_pool::{IndexFiles, Opened};
 
 use crate::index::TablesDesc;
-use crate::segment::{self, HeaderRead, OwnedSegment};
+use crate::segment::{self, Book, HeaderRead, OwnedSegment};
 
 const STATE: usize = 0;
 const STATE_CONSISTENT: u64 = 0;
@@ -46,15 +46,6 @@ const STATE_CHANGING: u64 = 1;
 pub(crate) struct Anchor {
     files: Arc<IndexFiles>,
     shard: usize,
-}
-
-/// A segment's bookkeeping as its book records it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Book {
-    pub(crate) write_offset: usize,
-    pub(crate) live_items: u32,
-    pub(crate) live_bytes: u64,
-    pub(crate) expires_at_ms: Option<u64>,
 }
 
 impl Anchor {

@@ -10,7 +10,7 @@
 use strata_pool::Segment;
 
 use crate::error::OpenError;
-use crate::segment::{self, HeaderRead, OwnedSegment};
+use crate::segment::{self, Book, HeaderRead, OwnedSegment};
 use crate::Inner;
 
 /// What to do with the segments of a reopened pool.
@@ -72,7 +72,8 @@ pub(crate) fn recover(
                 owned.push(if trusted[fields.shard as usize] {
                     booked(inner, segment, fields)
                 } else {
-                    unscanned(segment, fields)
+                    // Its log end is not known yet: the parallel phase scans it.
+                    OwnedSegment::reopened(segment, fields, Book::EMPTY)
                 });
             }
             HeaderRead::Free => free.push(segment),
@@ -128,28 +129,7 @@ fn booked(inner: &Inner, segment: Segment, fields: segment::HeaderFields) -> Own
         .anchor()
         .and_then(|anchor| anchor.book(segment.id(), inner.segment_size_bytes))
         .expect("a mapped shard's books were checked at open");
-    OwnedSegment {
-        segment,
-        fields,
-        write_offset: book.write_offset,
-        sealed: true,
-        live_items: book.live_items,
-        live_bytes: book.live_bytes,
-        expires_at_ms: book.expires_at_ms,
-    }
-}
-
-/// An adopted segment whose log end is not known yet: the parallel phase scans it.
-fn unscanned(segment: Segment, fields: segment::HeaderFields) -> OwnedSegment {
-    OwnedSegment {
-        segment,
-        fields,
-        write_offset: 0,
-        sealed: true,
-        live_items: 0,
-        live_bytes: 0,
-        expires_at_ms: Some(0),
-    }
+    OwnedSegment::reopened(segment, fields, book)
 }
 
 /// Indexes every shard's segments, shards spread over the available cores.

@@ -97,6 +97,30 @@ pub fn read_header(line: &[u8]) -> HeaderRead {
     })
 }
 
+/// A segment's DRAM bookkeeping apart from its handle, header and seal: what the index files'
+/// segment books and the clean-close snapshot record for a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Book {
+    /// Next append offset.
+    pub write_offset: usize,
+    /// Live records.
+    pub live_items: u32,
+    /// Bytes of live records.
+    pub live_bytes: u64,
+    /// Latest expiry among its records; `None` when some record never expires.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Book {
+    /// The bookkeeping of a segment with no records (what recovery's scan starts from).
+    pub const EMPTY: Book = Book {
+        write_offset: 0,
+        live_items: 0,
+        live_bytes: 0,
+        expires_at_ms: Some(0),
+    };
+}
+
 /// A segment owned by a shard, with its DRAM bookkeeping.
 #[derive(Debug)]
 pub struct OwnedSegment {
@@ -117,6 +141,20 @@ pub struct OwnedSegment {
 }
 
 impl OwnedSegment {
+    /// A segment found in use at open, with its recorded bookkeeping. Sealed: new writes go to
+    /// fresh segments.
+    pub fn reopened(segment: Segment, fields: HeaderFields, book: Book) -> Self {
+        OwnedSegment {
+            segment,
+            fields,
+            write_offset: book.write_offset,
+            sealed: true,
+            live_items: book.live_items,
+            live_bytes: book.live_bytes,
+            expires_at_ms: book.expires_at_ms,
+        }
+    }
+
     /// CAS value of the record at `offset`.
     pub fn cas_at(&self, offset: usize) -> u64 {
         (self.fields.seq << CAS_OFFSET_BITS) | (offset as u64 / 8)

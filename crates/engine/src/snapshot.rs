@@ -11,21 +11,13 @@ use strata_pool::Segment;
 
 use crate::index::Index;
 use crate::recovery::{self, RecoveryReport};
-use crate::segment::{self, HeaderRead, OwnedSegment};
+use crate::segment::{self, Book, HeaderRead, OwnedSegment};
 use crate::Inner;
-
-#[derive(Clone, Copy)]
-struct SavedSegment {
-    id: u32,
-    write_offset: usize,
-    live_items: u32,
-    live_bytes: u64,
-    expires_at_ms: Option<u64>,
-}
 
 struct SavedShard {
     index: Index,
-    segments: Vec<SavedSegment>,
+    /// Each segment's id and bookkeeping.
+    segments: Vec<(u32, Book)>,
 }
 
 /// Builds the payload. The caller holds every shard's lock.
@@ -63,17 +55,16 @@ fn parse(payload: &[u8], shard_count: usize, segment_size: usize) -> Option<Vec<
         let mut segments = Vec::with_capacity(segment_count.min(1 << 24));
         for _ in 0..segment_count {
             let expires = word(at + 24)?;
-            let saved = SavedSegment {
-                id: half(at)?,
+            let book = Book {
                 write_offset: word(at + 4)? as usize,
                 live_items: half(at + 12)?,
                 live_bytes: word(at + 16)?,
                 expires_at_ms: (expires != u64::MAX).then_some(expires),
             };
-            if saved.write_offset > segment_size {
+            if book.write_offset > segment_size {
                 return None;
             }
-            segments.push(saved);
+            segments.push((half(at)?, book));
             at += 32;
         }
         shards.push(SavedShard { index, segments });
@@ -91,11 +82,11 @@ pub(crate) fn restore(
     let Some(saved) = parse(payload, inner.shards.len(), inner.segment_size_bytes) else {
         return Err(segments);
     };
-    let mut by_id: Vec<Option<(usize, SavedSegment)>> = (0..segments.len()).map(|_| None).collect();
+    let mut by_id: Vec<Option<(usize, Book)>> = vec![None; segments.len()];
     for (shard, saved_shard) in saved.iter().enumerate() {
-        for s in &saved_shard.segments {
-            match by_id.get_mut(s.id as usize) {
-                Some(slot @ None) => *slot = Some((shard, *s)),
+        for &(id, book) in &saved_shard.segments {
+            match by_id.get_mut(id as usize) {
+                Some(slot @ None) => *slot = Some((shard, book)),
                 _ => return Err(segments),
             }
         }
@@ -120,7 +111,7 @@ fn apply(
     inner: &Inner,
     segments: Vec<Segment>,
     saved: Vec<SavedShard>,
-    by_id: &[Option<(usize, SavedSegment)>],
+    by_id: &[Option<(usize, Book)>],
 ) -> RecoveryReport {
     let mut report = RecoveryReport::default();
     let mut free = Vec::new();
@@ -130,18 +121,13 @@ fn apply(
             free.push(segment);
             continue;
         };
-        let (shard, s) = by_id[segment.id() as usize].expect("checked consistent");
+        let (shard, book) = by_id[segment.id() as usize].expect("checked consistent");
         seq_max = seq_max.max(fields.seq);
         report.segments_recovered += 1;
-        inner.shards[shard].0.write().adopt(OwnedSegment {
-            segment,
-            fields,
-            write_offset: s.write_offset,
-            sealed: true,
-            live_items: s.live_items,
-            live_bytes: s.live_bytes,
-            expires_at_ms: s.expires_at_ms,
-        });
+        inner.shards[shard]
+            .0
+            .write()
+            .adopt(OwnedSegment::reopened(segment, fields, book));
     }
     for (shard, saved_shard) in saved.into_iter().enumerate() {
         report.items_recovered += saved_shard.index.len() as u64;
