@@ -161,14 +161,31 @@ impl<'a> MetaFlags<'a> {
         key: &[u8],
         tokens: Tokens<'a>,
     ) -> Result<Self, &'static [u8]> {
-        if tokens.count_left() > command.flags_max() {
+        let parsed = Self::parse_uncounted(command, key, tokens);
+        if Self::too_many(command, tokens, &parsed) {
             return Err(command.options_too_long());
         }
-        Self::parse_counted(command, key, tokens)
+        parsed
     }
 
-    /// [`MetaFlags::parse`] for a caller that has checked the token count already.
-    pub(crate) fn parse_counted(
+    /// Whether `tokens` are more flags than `command` allows, which memcached refuses before it
+    /// reads any flag; `parsed` is their parse. A parse that succeeded set one letter per token
+    /// (a repeated letter fails), so only a failed one walks the tokens again to count them.
+    pub(crate) fn too_many(
+        command: MetaCommand,
+        tokens: Tokens<'_>,
+        parsed: &Result<Self, &'static [u8]>,
+    ) -> bool {
+        let count = match parsed {
+            Ok(flags) => flags.seen.count_ones() as usize,
+            Err(_) => tokens.count_left(),
+        };
+        count > command.flags_max()
+    }
+
+    /// [`MetaFlags::parse`] without the token count: the caller checks it with
+    /// [`MetaFlags::too_many`] before using the result.
+    pub(crate) fn parse_uncounted(
         command: MetaCommand,
         key: &[u8],
         tokens: Tokens<'a>,
@@ -427,14 +444,19 @@ fn parse_set<'a>(
     line: Line<'a>,
     limits: &Limits,
 ) -> Result<Parsed<'a>, ParseError> {
-    if args.count_left() > MetaCommand::Set.flags_max() + 1 {
+    let data_len = args.next().and_then(parse_data_len);
+    // Flags are read only after a good length, but memcached counts the tokens before both.
+    let flags = data_len.map_or(Err(CLIENT_ERROR_BAD_FORMAT), |_| {
+        MetaFlags::parse_uncounted(MetaCommand::Set, key, args)
+    });
+    if MetaFlags::too_many(MetaCommand::Set, args, &flags) {
         return Err(ParseError::reply(
             CLIENT_ERROR_OPTIONS_TOO_LONG,
             line.consumed,
             false,
         ));
     }
-    let Some(data_len) = args.next().and_then(parse_data_len) else {
+    let Some(data_len) = data_len else {
         return Err(ParseError::reply(
             CLIENT_ERROR_BAD_FORMAT,
             line.consumed,
@@ -442,13 +464,10 @@ fn parse_set<'a>(
         ));
     };
     let swallow_len = data_len + 2;
-    // The token count was checked above (flags plus the data length).
-    let flags = MetaFlags::parse_counted(MetaCommand::Set, key, args).map_err(|reply| {
-        ParseError::Reply {
-            reply,
-            consumed: line.consumed,
-            swallow_len,
-        }
+    let flags = flags.map_err(|reply| ParseError::Reply {
+        reply,
+        consumed: line.consumed,
+        swallow_len,
     })?;
     if data_len > limits.value_len_max {
         let key_base64 = flags.key_base64();
@@ -844,5 +863,25 @@ mod tests {
             MetaFlags::parse(MetaCommand::Get, b"k", Tokens::new(b"v v")),
             Err(CLIENT_ERROR_DUPLICATE_FLAG)
         );
+    }
+
+    proptest::proptest! {
+        /// What [`MetaFlags::too_many`] relies on: a successful parse set one letter per token.
+        #[test]
+        fn a_parse_that_succeeds_sets_one_letter_per_token(
+            words in proptest::collection::vec(proptest::sample::select(vec![
+                "v", "k", "q", "b", "l", "T30", "Tx", "C1", "E2", "D3", "J4", "N5", "R6", "F7",
+                "MA", "MD", "MI", "Oab", "P", "L", "I", "x", "h", "t", "vv", "zz", "", " ",
+            ]), 0..24),
+            command in proptest::sample::select(vec![
+                MetaCommand::Get, MetaCommand::Set, MetaCommand::Delete, MetaCommand::Arith,
+            ]),
+        ) {
+            let line = words.join(" ");
+            let tokens = Tokens::new(line.as_bytes());
+            if let Ok(flags) = MetaFlags::parse_uncounted(command, b"YQ==", tokens) {
+                proptest::prop_assert_eq!(flags.seen.count_ones() as usize, tokens.count_left());
+            }
+        }
     }
 }
