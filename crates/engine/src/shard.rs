@@ -958,21 +958,10 @@ impl Shard {
         let (expired, existing) = {
             let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
             let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
-            let segments = &self.segments;
-            let key_at = |l: u64| {
-                let (other, at) = inner.split_location(l);
-                let owned = segments[other as usize]
-                    .as_deref()
-                    .expect("indexed segment owned");
-                record::read_trusted(&owned.segment.data()[at..]).key
-            };
             let existing = (!expired)
-                .then(|| {
-                    self.index
-                        .find(index::hash28(hash), |l| key_at(l) == view.key)
-                })
+                .then(|| self.lookup(inner, view.key, hash))
                 .flatten()
-                .map(|(slot, entry)| (slot, entry.location));
+                .map(|found| (found.slot, found.entry.location));
             (expired, existing)
         };
         if expired {
