@@ -63,10 +63,7 @@ pub(crate) fn parse<'a>(
         delta,
         noreply,
     });
-    Ok(Parsed {
-        request,
-        consumed: line.consumed,
-    })
+    line.parsed(request)
 }
 
 #[cfg(test)]

@@ -21,33 +21,22 @@ pub struct Delete<'a> {
 pub(crate) fn parse<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseError> {
     let (args, count) = split_args::<3>(line.args);
     if !(1..=3).contains(&count) {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
+        return Err(line.refuse(ERROR, false));
     }
     let noreply = noreply_last(&args, count);
     if count > 1 {
         let hold_is_zero = args[1] == b"0";
         let valid = (count == 2 && (hold_is_zero || noreply)) || (hold_is_zero && noreply);
         if !valid {
-            return Err(ParseError::reply(
-                CLIENT_ERROR_DELETE_USAGE,
-                line.consumed,
-                noreply,
-            ));
+            return Err(line.refuse(CLIENT_ERROR_DELETE_USAGE, noreply));
         }
     }
     let key = args[0];
     if !key_is_valid(key, limits.key_len_max) {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            noreply,
-        ));
+        return Err(line.refuse(CLIENT_ERROR_BAD_FORMAT, noreply));
     }
     let request = Request::Delete(Delete { key, noreply });
-    Ok(Parsed {
-        request,
-        consumed: line.consumed,
-    })
+    line.parsed(request)
 }
 
 #[cfg(test)]

@@ -395,35 +395,25 @@ pub(crate) fn parse<'a>(
     limits: &Limits,
 ) -> Result<Parsed<'a>, ParseError> {
     let command = match command {
-        b"mn" => {
-            return Ok(Parsed {
-                request: Request::MetaNoop,
-                consumed: line.consumed,
-            })
-        }
+        b"mn" => return line.parsed(Request::MetaNoop),
         b"me" => return parse_debug(line, limits),
         b"mg" => MetaCommand::Get,
         b"ms" => MetaCommand::Set,
         b"md" => MetaCommand::Delete,
         b"ma" => MetaCommand::Arith,
-        _ => return Err(ParseError::reply(ERROR, line.consumed, false)),
+        _ => return Err(line.refuse(ERROR, false)),
     };
     let mut args = line.args;
     let Some(key) = args.next() else {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
+        return Err(line.refuse(ERROR, false));
     };
     if !key_is_valid(key, limits.key_len_max) {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            false,
-        ));
+        return Err(line.refuse(CLIENT_ERROR_BAD_FORMAT, false));
     }
     if command == MetaCommand::Set {
         return parse_set(key, args, line, limits);
     }
-    let flags = MetaFlags::parse(command, key, args)
-        .map_err(|reply| ParseError::reply(reply, line.consumed, false))?;
+    let flags = MetaFlags::parse(command, key, args).map_err(|reply| line.refuse(reply, false))?;
     let request = match command {
         MetaCommand::Get => Request::MetaGet(MetaGet { key, flags }),
         MetaCommand::Delete => Request::MetaDelete(MetaDelete { key, flags }),
@@ -432,10 +422,7 @@ pub(crate) fn parse<'a>(
             Request::MetaArith(MetaArith { key, mode, flags })
         }
     };
-    Ok(Parsed {
-        request,
-        consumed: line.consumed,
-    })
+    line.parsed(request)
 }
 
 fn parse_set<'a>(
@@ -450,18 +437,10 @@ fn parse_set<'a>(
         MetaFlags::parse_uncounted(MetaCommand::Set, key, args)
     });
     if MetaFlags::too_many(MetaCommand::Set, args, &flags) {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_OPTIONS_TOO_LONG,
-            line.consumed,
-            false,
-        ));
+        return Err(line.refuse(CLIENT_ERROR_OPTIONS_TOO_LONG, false));
     }
     let Some(data_len) = data_len else {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            false,
-        ));
+        return Err(line.refuse(CLIENT_ERROR_BAD_FORMAT, false));
     };
     let swallow_len = data_len + 2;
     let flags = flags.map_err(|reply| ParseError::Reply {
@@ -479,10 +458,7 @@ fn parse_set<'a>(
             reply,
             swallow_len,
         };
-        return Ok(Parsed {
-            request: Request::TooLarge(too_large),
-            consumed: line.consumed,
-        });
+        return line.parsed(Request::TooLarge(too_large));
     }
     let (data, consumed) = data_block(line, data_len, false)?;
     let mode = flags.mode.and_then(set_mode).unwrap_or_default();
@@ -498,7 +474,7 @@ fn parse_set<'a>(
 }
 
 fn parse_debug<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseError> {
-    let bad_format = ParseError::reply(CLIENT_ERROR_BAD_FORMAT, line.consumed, false);
+    let bad_format = line.refuse(CLIENT_ERROR_BAD_FORMAT, false);
     let mut args = line.args;
     let key = args.next().ok_or(bad_format)?;
     if !key_is_valid(key, limits.key_len_max) {
@@ -508,10 +484,7 @@ fn parse_debug<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseE
     if key_base64 && decoded_len(key).is_none() {
         return Err(bad_format);
     }
-    Ok(Parsed {
-        request: Request::MetaDebug(MetaDebug { key, key_base64 }),
-        consumed: line.consumed,
-    })
+    line.parsed(Request::MetaDebug(MetaDebug { key, key_base64 }))
 }
 
 #[cfg(test)]

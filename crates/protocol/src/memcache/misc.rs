@@ -78,61 +78,41 @@ pub(crate) fn parse_touch<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<
         exptime,
         noreply,
     });
-    Ok(Parsed {
-        request,
-        consumed: line.consumed,
-    })
+    line.parsed(request)
 }
 
 pub(crate) fn parse_flush_all(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
     let (args, count) = split_args::<2>(line.args);
     if count > 2 {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
+        return Err(line.refuse(ERROR, false));
     }
     let noreply = noreply_last(&args, count);
     let delay = if count == usize::from(noreply) {
         None
     } else {
         let Some(delay) = parse_i64(args[0]) else {
-            return Err(ParseError::reply(
-                CLIENT_ERROR_INVALID_EXPTIME,
-                line.consumed,
-                noreply,
-            ));
+            return Err(line.refuse(CLIENT_ERROR_INVALID_EXPTIME, noreply));
         };
         Some(delay)
     };
-    Ok(Parsed {
-        request: Request::FlushAll(FlushAll { delay, noreply }),
-        consumed: line.consumed,
-    })
+    line.parsed(Request::FlushAll(FlushAll { delay, noreply }))
 }
 
 pub(crate) fn parse_verbosity(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
     let (args, count) = split_args::<2>(line.args);
     if !(1..=2).contains(&count) {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
+        return Err(line.refuse(ERROR, false));
     }
     let noreply = noreply_last(&args, count);
     let Some(level) = parse_client_flags(args[0]) else {
-        return Err(ParseError::reply(
-            CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            noreply,
-        ));
+        return Err(line.refuse(CLIENT_ERROR_BAD_FORMAT, noreply));
     };
     let request = Request::Verbosity(Verbosity { level, noreply });
-    Ok(Parsed {
-        request,
-        consumed: line.consumed,
-    })
+    line.parsed(request)
 }
 
 pub(crate) fn parse_stats(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed {
-        request: Request::Stats(Stats { args: line.args }),
-        consumed: line.consumed,
-    })
+    line.parsed(Request::Stats(Stats { args: line.args }))
 }
 
 pub(crate) fn parse_shutdown(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
@@ -142,10 +122,7 @@ pub(crate) fn parse_shutdown(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
         (1, b"graceful") => ShutdownMode::Graceful,
         _ => ShutdownMode::Invalid,
     };
-    Ok(Parsed {
-        request: Request::Shutdown(mode),
-        consumed: line.consumed,
-    })
+    line.parsed(Request::Shutdown(mode))
 }
 
 #[cfg(test)]

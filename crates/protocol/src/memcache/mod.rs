@@ -201,6 +201,21 @@ pub(crate) struct Line<'a> {
     pub consumed: usize,
 }
 
+impl<'a> Line<'a> {
+    /// `request`, which occupies just this line.
+    pub fn parsed(&self, request: Request<'a>) -> Result<Parsed<'a>, ParseError> {
+        Ok(Parsed {
+            request,
+            consumed: self.consumed,
+        })
+    }
+
+    /// This line refused with `reply`, suppressed when `noreply` (see [`ParseError::reply`]).
+    pub fn refuse(&self, reply: &'static [u8], noreply: bool) -> ParseError {
+        ParseError::reply(reply, self.consumed, noreply)
+    }
+}
+
 /// Parses one request from the front of `buf`.
 ///
 /// Returns the request and the bytes it used, or [`ParseError::Incomplete`] when more input is
@@ -255,19 +270,13 @@ fn dispatch<'a>(command: &[u8], line: Line<'a>, limits: &Limits) -> Result<Parse
         b"delete" => delete::parse(line, limits),
         b"touch" => misc::parse_touch(line, limits),
         b"flush_all" => misc::parse_flush_all(line),
-        b"version" => Ok(Parsed {
-            request: Request::Version,
-            consumed: line.consumed,
-        }),
+        b"version" => line.parsed(Request::Version),
         b"verbosity" => misc::parse_verbosity(line),
-        b"quit" => Ok(Parsed {
-            request: Request::Quit,
-            consumed: line.consumed,
-        }),
+        b"quit" => line.parsed(Request::Quit),
         b"stats" => misc::parse_stats(line),
         b"shutdown" => misc::parse_shutdown(line),
         [b'm', _] => meta::parse(command, line, limits),
-        _ => Err(ParseError::reply(ERROR, line.consumed, false)),
+        _ => Err(line.refuse(ERROR, false)),
     }
 }
 
@@ -326,18 +335,14 @@ pub(crate) fn key_and_number<'a, T>(
 ) -> Result<(&'a [u8], T, bool), ParseError> {
     let (args, count) = split_args::<3>(line.args);
     if !(2..=3).contains(&count) {
-        return Err(ParseError::reply(encode::ERROR, line.consumed, false));
+        return Err(line.refuse(encode::ERROR, false));
     }
     let noreply = noreply_last(&args, count);
     let key = args[0];
     if !token::key_is_valid(key, limits.key_len_max) {
-        return Err(ParseError::reply(
-            encode::CLIENT_ERROR_BAD_FORMAT,
-            line.consumed,
-            noreply,
-        ));
+        return Err(line.refuse(encode::CLIENT_ERROR_BAD_FORMAT, noreply));
     }
-    let number = parse(args[1]).ok_or(ParseError::reply(number_error, line.consumed, noreply))?;
+    let number = parse(args[1]).ok_or(line.refuse(number_error, noreply))?;
     Ok((key, number, noreply))
 }
 

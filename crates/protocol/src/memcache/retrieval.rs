@@ -129,14 +129,10 @@ pub(crate) fn parse<'a>(
     let mut args = line.args;
     let exptime = if command.touches() {
         let Some(token) = args.next() else {
-            return Err(ParseError::reply(ERROR, line.consumed, false));
+            return Err(line.refuse(ERROR, false));
         };
         let Some(exptime) = parse_i64(token) else {
-            return Err(ParseError::reply(
-                CLIENT_ERROR_INVALID_EXPTIME,
-                line.consumed,
-                false,
-            ));
+            return Err(line.refuse(CLIENT_ERROR_INVALID_EXPTIME, false));
         };
         Some(exptime)
     } else {
@@ -145,26 +141,19 @@ pub(crate) fn parse<'a>(
     let mut len = 0;
     for key in args {
         if !key_is_valid(key, limits.key_len_max) || len == limits.keys_per_get_max {
-            return Err(ParseError::reply(
-                CLIENT_ERROR_BAD_FORMAT,
-                line.consumed,
-                false,
-            ));
+            return Err(line.refuse(CLIENT_ERROR_BAD_FORMAT, false));
         }
         len += 1;
     }
     if len == 0 && !command.touches() {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
+        return Err(line.refuse(ERROR, false));
     }
     let keys = Keys { tokens: args, len };
-    Ok(Parsed {
-        request: Request::Get(Get {
-            command,
-            exptime,
-            keys,
-        }),
-        consumed: line.consumed,
-    })
+    line.parsed(Request::Get(Get {
+        command,
+        exptime,
+        keys,
+    }))
 }
 
 #[cfg(test)]

@@ -111,10 +111,10 @@ pub(crate) fn parse<'a>(
     let (args, count) = split_args::<6>(line.args);
     let count_min = if command == StoreCommand::Cas { 5 } else { 4 };
     if count != count_min && count != count_min + 1 {
-        return Err(ParseError::reply(ERROR, line.consumed, false));
+        return Err(line.refuse(ERROR, false));
     }
     let noreply = noreply_last(&args, count);
-    let bad_format = ParseError::reply(CLIENT_ERROR_BAD_FORMAT, line.consumed, noreply);
+    let bad_format = line.refuse(CLIENT_ERROR_BAD_FORMAT, noreply);
     let key = args[0];
     if !key_is_valid(key, limits.key_len_max) {
         return Err(bad_format);
@@ -144,10 +144,7 @@ pub(crate) fn parse<'a>(
             reply,
             swallow_len: data_len + 2,
         };
-        return Ok(Parsed {
-            request: Request::TooLarge(too_large),
-            consumed: line.consumed,
-        });
+        return line.parsed(Request::TooLarge(too_large));
     }
     let (data, consumed) = data_block(line, data_len, noreply)?;
     let store = Store {
