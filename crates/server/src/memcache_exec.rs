@@ -350,12 +350,13 @@ fn now_ms(ctx: &ServerContext) -> u64 {
 }
 
 /// Converts a memcached expiry to the engine's: 0 never; negative already expired; up to 30
-/// days relative seconds; larger an absolute Unix time (in the past: already expired).
+/// days relative seconds; larger an absolute Unix time (in the past: already expired). The
+/// clock (`now_ms`) is read only for a relative expiry, so a store without one costs no read.
 ///
 /// memcached reads expiries into a 32-bit `int32_t` (`safe_strtol`), so larger numbers wrap:
 /// `4000000000` becomes negative and expires at once, `4294967396` becomes 100 seconds. strata
 /// wraps them the same way so that clients see the same items live and die.
-fn expiry(exptime: i64, now_ms: u64) -> Expiry {
+fn expiry(exptime: i64, now_ms: impl FnOnce() -> u64) -> Expiry {
     /// A time certainly in the past, so the engine drops the item at once.
     const EXPIRED_AT_MS: u64 = 1;
     let low = exptime.to_le_bytes();
@@ -364,7 +365,7 @@ fn expiry(exptime: i64, now_ms: u64) -> Expiry {
         0 => Expiry::Never,
         secs if secs < 0 => Expiry::AtMs(EXPIRED_AT_MS),
         secs if secs <= EXPTIME_RELATIVE_SECS_MAX => {
-            Expiry::AtMs(now_ms.saturating_add(secs.unsigned_abs() * 1000))
+            Expiry::AtMs(now_ms().saturating_add(secs.unsigned_abs() * 1000))
         }
         secs => Expiry::AtMs(secs.unsigned_abs().saturating_mul(1000).max(EXPIRED_AT_MS)),
     }

@@ -24,7 +24,7 @@ pub(super) fn flush_all(flush: FlushAll, ctx: &ServerContext, out: &mut Vec<u8>)
         return reply(out, encode::CLIENT_ERROR_FLUSH_NOT_ALLOWED, flush.noreply);
     }
     let now_ms = now_ms(ctx);
-    let delay_ms = match flush.delay.map(|delay| expiry(delay, now_ms)) {
+    let delay_ms = match flush.delay.map(|delay| expiry(delay, || now_ms)) {
         Some(Expiry::AtMs(at_ms)) => at_ms.saturating_sub(now_ms),
         _ => 0,
     };

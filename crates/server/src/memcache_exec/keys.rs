@@ -26,7 +26,7 @@ pub(super) fn touch(touch: Touch<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
     ctx.stats.count_command(command_index("touch"));
     match ctx
         .engine
-        .touch(touch.key, expiry(touch.exptime, now_ms(ctx)))
+        .touch(touch.key, expiry(touch.exptime, || now_ms(ctx)))
     {
         Ok(true) => reply(out, encode::TOUCHED, touch.noreply),
         Ok(false) => reply(out, encode::NOT_FOUND, touch.noreply),

@@ -43,7 +43,7 @@ pub(super) fn execute(
     let (command, touch) = match get.exptime {
         Some(exptime) => (
             const { command_index("touch") },
-            Some(expiry(exptime, now_ms(ctx))),
+            Some(expiry(exptime, || now_ms(ctx))),
         ),
         None => (const { command_index("get") }, None),
     };

@@ -33,7 +33,7 @@ pub(super) fn execute(
         ctx.stats.count_command(command);
     }
     let engine = &ctx.engine;
-    let expiry = expiry(store.exptime, now_ms(ctx));
+    let expiry = expiry(store.exptime, || now_ms(ctx));
     let result = match store.command {
         StoreCommand::Set => engine
             .set(store.key, store.data, store.flags, expiry)

@@ -20,14 +20,14 @@ pub(crate) enum Unit {
     Millis,
 }
 
-/// Absolute Unix ms for a SET/GETEX/SETEX expire argument, as Redis 7.0's
+/// Absolute Unix ms for a SET/GETEX/SETEX expire argument, relative to `now_ms` when given
+/// (EX, PX) and absolute otherwise (EXAT, PXAT), as Redis 7.0's
 /// `getExpireMillisecondsOrReply`: it must be a positive integer whose conversion does not
 /// overflow. Replies with the error and returns `None` otherwise.
 pub(crate) fn option_expire_at_ms(
     text: &[u8],
     unit: Unit,
-    relative: bool,
-    now_ms: u64,
+    now_ms: Option<u64>,
     command: &[u8],
     out: &mut Vec<u8>,
 ) -> Option<u64> {
@@ -36,11 +36,7 @@ pub(crate) fn option_expire_at_ms(
         return None;
     };
     let scale = if unit == Unit::Seconds { 1000 } else { 1 };
-    let now = if relative {
-        i64::try_from(now_ms).unwrap_or(i64::MAX)
-    } else {
-        0
-    };
+    let now = now_ms.map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
     let at = (value > 0)
         .then(|| value.checked_mul(scale))
         .flatten()

@@ -11,7 +11,7 @@
 //! Departure: MSETNX checks that every key is absent and then stores them; strata's shards are
 //! locked one at a time, so a concurrent writer can slip in between (Redis is single-threaded).
 
-use strata_engine::{Change, Condition, Expiry, StoreOptions, StoreOutcome};
+use strata_engine::{Change, Condition, Engine, Expiry, StoreOptions, StoreOutcome};
 use strata_protocol::resp::{encode, errors, name_eq};
 
 use super::expire::{option_expire_at_ms, Unit};
@@ -145,8 +145,9 @@ impl<'a> StringOptions<'a> {
     }
 
     /// The expiry to store: the expire option's absolute time, KEEPTTL's `Keep`, or `Never`.
-    /// `None` after replying with Redis's error for a bad expire value.
-    fn expiry(&self, command: &[u8], now_ms: u64, out: &mut Vec<u8>) -> Option<Expiry> {
+    /// `None` after replying with Redis's error for a bad expire value. The engine's clock is
+    /// read only for EX and PX, so a plain SET costs no clock read.
+    fn expiry(&self, command: &[u8], engine: &Engine, out: &mut Vec<u8>) -> Option<Expiry> {
         let Some((kind, text)) = self.expire else {
             return Some(if self.keepttl {
                 Expiry::Keep
@@ -160,7 +161,8 @@ impl<'a> StringOptions<'a> {
             ExpireOption::ExAt => (Unit::Seconds, false),
             ExpireOption::PxAt => (Unit::Millis, false),
         };
-        option_expire_at_ms(text, unit, relative, now_ms, command, out).map(Expiry::AtMs)
+        let now_ms = relative.then(|| engine.now_ms());
+        option_expire_at_ms(text, unit, now_ms, command, out).map(Expiry::AtMs)
     }
 
     fn condition(&self) -> Condition {
@@ -187,7 +189,7 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_SYNTAX);
         return;
     };
-    let Some(expiry) = options.expiry(b"set", call.engine().now_ms(), out) else {
+    let Some(expiry) = options.expiry(b"set", call.engine(), out) else {
         return;
     };
     let (key, value) = (call.arg(1), call.arg(2));
@@ -282,7 +284,7 @@ fn set_with_expire(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit) {
     let (key, value) = (call.arg(1), call.arg(3));
     let name = call.command.name.as_bytes();
     let Some(at_ms) =
-        option_expire_at_ms(call.arg(2), unit, true, call.engine().now_ms(), name, out)
+        option_expire_at_ms(call.arg(2), unit, Some(call.engine().now_ms()), name, out)
     else {
         return;
     };
@@ -313,7 +315,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_SYNTAX);
         return;
     };
-    let Some(expiry) = options.expiry(b"getex", call.engine().now_ms(), out) else {
+    let Some(expiry) = options.expiry(b"getex", call.engine(), out) else {
         return;
     };
     if options.expire.is_none() && !options.persist {

@@ -101,7 +101,7 @@ fn apply(
     let flags = &request.flags;
     let decrement = request.mode == ArithMode::Decr;
     let delta = flags.delta.unwrap_or(1);
-    let new_expiry = flags.ttl.map(|ttl| expiry(ttl, now_ms));
+    let new_expiry = flags.ttl.map(|ttl| expiry(ttl, || now_ms));
     let mut outcome = Outcome::NotFound;
     let result = ctx.engine.modify(key, |current, buffer| match current {
         None => {
@@ -109,7 +109,7 @@ fn apply(
                 return Change::Keep;
             };
             let value = flags.initial.unwrap_or(0);
-            let expiry = expiry(ttl, now_ms);
+            let expiry = expiry(ttl, || now_ms);
             encode::write_u64(buffer, value);
             outcome = Outcome::Value {
                 value,

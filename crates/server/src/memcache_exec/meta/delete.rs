@@ -31,7 +31,7 @@ pub(in super::super) fn execute(
     let invalidate = flags.has(b'I');
     let new_expiry = flags
         .ttl
-        .map_or(Expiry::Keep, |ttl| expiry(ttl, now_ms(ctx)));
+        .map_or(Expiry::Keep, |ttl| expiry(ttl, || now_ms(ctx)));
     let mut status = MetaStatus::Nf;
     let result = ctx.engine.modify(key, |current, buffer| match current {
         None => Change::Keep,

@@ -34,7 +34,7 @@ pub(in super::super) fn execute(
         return;
     };
     let now_ms = now_ms(ctx);
-    let touch = flags.ttl.map(|ttl| expiry(ttl, now_ms));
+    let touch = flags.ttl.map(|ttl| expiry(ttl, || now_ms));
     if touch.is_none() && flags.vivify_ttl.is_none() {
         let reply = |item: ItemRef<'_>| write_item(&get, key, &item, None, now_ms, ctx, out);
         let hit = if flags.has(b'u') {
@@ -61,7 +61,7 @@ fn read_write(
     ctx: &ServerContext,
     out: &mut Vec<u8>,
 ) {
-    let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, now_ms));
+    let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, || now_ms));
     let start = out.len();
     let mut hit = false;
     let result = ctx

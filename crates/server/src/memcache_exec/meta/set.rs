@@ -29,7 +29,7 @@ pub(in super::super) fn execute(
     };
     let expiry = flags
         .ttl
-        .map_or(Expiry::Never, |ttl| expiry(ttl, now_ms(ctx)));
+        .map_or(Expiry::Never, |ttl| expiry(ttl, || now_ms(ctx)));
     let client_flags = flags.client_flags.unwrap_or(0);
     let invalidate = flags.has(b'I');
     let plain = set.mode == SetMode::Set && flags.compare_cas.is_none();
