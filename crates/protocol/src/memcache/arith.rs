@@ -71,6 +71,7 @@ mod tests {
     use super::*;
     use crate::memcache::encode::{CLIENT_ERROR_BAD_FORMAT, ERROR};
     use crate::memcache::parse;
+    use crate::memcache::tests::assert_refused;
 
     #[test]
     fn accepted() {
@@ -119,13 +120,6 @@ mod tests {
             (b"incr a x noreply\r\n", b""),
             (&long, CLIENT_ERROR_BAD_FORMAT),
         ];
-        for &(input, reply) in cases {
-            let want = ParseError::Reply {
-                reply,
-                consumed: input.len(),
-                swallow_len: 0,
-            };
-            assert_eq!(parse(input, &Limits::default()), Err(want), "{input:?}");
-        }
+        assert_refused(cases);
     }
 }

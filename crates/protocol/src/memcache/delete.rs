@@ -43,6 +43,7 @@ pub(crate) fn parse<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, P
 mod tests {
     use super::*;
     use crate::memcache::parse;
+    use crate::memcache::tests::assert_refused;
 
     #[test]
     fn accepted() {
@@ -79,13 +80,6 @@ mod tests {
             (&long, CLIENT_ERROR_BAD_FORMAT),
             (&long_noreply, b""),
         ];
-        for &(input, reply) in cases {
-            let want = ParseError::Reply {
-                reply,
-                consumed: input.len(),
-                swallow_len: 0,
-            };
-            assert_eq!(parse(input, &Limits::default()), Err(want), "{input:?}");
-        }
+        assert_refused(cases);
     }
 }

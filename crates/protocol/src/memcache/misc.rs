@@ -129,6 +129,7 @@ pub(crate) fn parse_shutdown(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
 mod tests {
     use super::*;
     use crate::memcache::parse;
+    use crate::memcache::tests::assert_refused;
 
     fn request(input: &[u8]) -> Request<'_> {
         let parsed = parse(input, &Limits::default()).unwrap();
@@ -209,13 +210,6 @@ mod tests {
             (b"verbosity x\r\n", CLIENT_ERROR_BAD_FORMAT),
             (b"verbosity noreply\r\n", b""),
         ];
-        for &(input, reply) in cases {
-            let want = ParseError::Reply {
-                reply,
-                consumed: input.len(),
-                swallow_len: 0,
-            };
-            assert_eq!(parse(input, &Limits::default()), Err(want), "{input:?}");
-        }
+        assert_refused(cases);
     }
 }

@@ -360,6 +360,19 @@ mod tests {
         parse(buf, &Limits::default())
     }
 
+    /// Asserts that each input is refused whole with its reply (empty under `noreply`), with
+    /// nothing further to swallow.
+    pub(crate) fn assert_refused(cases: &[(&[u8], &'static [u8])]) {
+        for &(input, reply) in cases {
+            let want = ParseError::Reply {
+                reply,
+                consumed: input.len(),
+                swallow_len: 0,
+            };
+            assert_eq!(parse_default(input), Err(want), "{input:?}");
+        }
+    }
+
     #[test]
     fn unknown_and_upper_case_commands_are_errors() {
         for input in [

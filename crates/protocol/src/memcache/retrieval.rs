@@ -160,6 +160,7 @@ pub(crate) fn parse<'a>(
 mod tests {
     use super::*;
     use crate::memcache::parse;
+    use crate::memcache::tests::assert_refused;
 
     fn get(buf: &[u8]) -> (Get<'_>, usize) {
         match parse(buf, &Limits::default()) {
@@ -220,14 +221,7 @@ mod tests {
             (b"get a\tb\r\n", b"CLIENT_ERROR bad command line format\r\n"),
             (b"get a\r\r\n", b"CLIENT_ERROR bad command line format\r\n"),
         ];
-        for &(input, reply) in cases {
-            let want = ParseError::Reply {
-                reply,
-                consumed: input.len(),
-                swallow_len: 0,
-            };
-            assert_eq!(parse(input, &Limits::default()), Err(want), "{input:?}");
-        }
+        assert_refused(cases);
     }
 
     #[test]
