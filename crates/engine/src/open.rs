@@ -165,9 +165,6 @@ impl Engine {
         let index_bytes: usize = shards.iter().map(|s| s.0.read().index.size_bytes()).sum();
         let segment_size_bytes = geometry.segment_size_bytes as usize;
         let total = segments.len();
-        let limit = total
-            .saturating_sub(index_bytes.div_ceil(segment_size_bytes))
-            .max(1);
         let inner = Inner {
             shards,
             segment_size_bytes,
@@ -188,7 +185,8 @@ impl Engine {
             free: Mutex::new(FreePool {
                 list: Vec::new(),
                 in_use: 0,
-                limit,
+                // Set by `recovery::settle`, once the segments are listed, before any write.
+                limit: 0,
                 retired: Vec::new(),
                 index_bytes,
             }),
