@@ -75,16 +75,21 @@ pub(crate) fn is_c_space(byte: u8) -> bool {
     matches!(byte, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
 }
 
+/// An optional leading `-` or `+` (as `strtod` reads one): whether it was `-`, and the rest.
+pub(crate) fn split_sign(text: &[u8]) -> (bool, &[u8]) {
+    match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, text),
+    }
+}
+
 /// Parses an argument as `string2d` does, or returns `None` for anything Redis would answer with
 /// `-ERR value is not a valid float`.
 #[must_use]
 pub fn parse_f64(arg: &[u8]) -> Option<f64> {
-    let (negative, body) = match arg.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        Some((b'+', rest)) => (false, rest),
-        Some(_) => (false, arg),
-        None => return None,
-    };
+    // An empty or sign-only argument is left with no digits, which the magnitude refuses.
+    let (negative, body) = split_sign(arg);
     let magnitude = if body.eq_ignore_ascii_case(b"inf") || body.eq_ignore_ascii_case(b"infinity") {
         f64::INFINITY
     } else if body.len() > 2 && body[0] == b'0' && (body[1] | 0x20) == b'x' {
@@ -181,11 +186,7 @@ fn parse_hex_magnitude(body: &[u8]) -> Option<f64> {
 /// Parses `[sign] digits`, saturating far beyond any finite double's exponent.
 fn parse_exponent(text: &[u8]) -> Option<i64> {
     const EXPONENT_ABS_MAX: i64 = 1 << 20;
-    let (negative, digits) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        Some((b'+', rest)) => (false, rest),
-        _ => (false, text),
-    };
+    let (negative, digits) = split_sign(text);
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }

@@ -7,7 +7,7 @@
 //! a declared count or length never reserves more than the bytes actually present.
 
 use super::encode;
-use super::number::parse_i64;
+use super::number::{parse_i64, split_sign};
 use super::Version;
 
 /// Deepest aggregate nesting [`parse_reply`] accepts, which bounds its recursion.
@@ -206,11 +206,7 @@ impl<'a> Cursor<'a> {
 
     fn double(&mut self, start: usize) -> Result<Reply, ReplyError> {
         let text = self.line()?;
-        let (negative, magnitude) = match text.split_first() {
-            Some((b'-', rest)) => (true, rest),
-            Some((b'+', rest)) => (false, rest),
-            _ => (false, text),
-        };
+        let (negative, magnitude) = split_sign(text);
         let parsed = if magnitude.eq_ignore_ascii_case(b"nan") {
             Some(f64::NAN)
         } else if magnitude
