@@ -229,9 +229,10 @@ fn count_line(
 const SHORT_COUNT_DIGITS_MAX: usize = 18;
 
 /// The common count line, `*`/`$`, 1 to [`SHORT_COUNT_DIGITS_MAX`] digits without a leading
-/// zero (or the single digit `0`), `\r` and one more byte, read without a line search. Returns
-/// what [`count_line`] returns for it, or `None` for any other shape (which the general path
-/// then handles, with the same result where this one would have answered).
+/// zero, `\r` and one more byte (or the single digit `0` when two bytes follow its `\r`), read
+/// without a line search. Returns what [`count_line`] returns for it, or `None` for any other
+/// shape (which the general path then handles, with the same result where this one would have
+/// answered).
 #[inline]
 fn short_count_line(buf: &[u8], start: usize) -> Option<(Option<i64>, usize)> {
     // The line search starts at the prefix byte itself: a `\r` or NUL there ends it early.
