@@ -14,6 +14,8 @@
 //! Without `T` or `N` the read runs under the shard's read lock and the reply is written from
 //! inside the engine's closure (no copy, no allocation); with them it runs under the write lock.
 
+use std::cell::OnceCell;
+
 use strata_engine::{Change, Expiry, ItemRef};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::MetaGet;
@@ -33,10 +35,12 @@ pub(in super::super) fn execute(
     let Some(key) = begin(get.key, flags.key_base64(), scratch, ctx, out) else {
         return;
     };
-    let now_ms = now_ms(ctx);
-    let touch = flags.ttl.map(|ttl| expiry(ttl, || now_ms));
+    // The clock is read at most once, and only when the request needs it (`t T N R`).
+    let clock = OnceCell::new();
+    let now = || *clock.get_or_init(|| now_ms(ctx));
+    let touch = flags.ttl.map(|ttl| expiry(ttl, now));
     if touch.is_none() && flags.vivify_ttl.is_none() {
-        let reply = |item: ItemRef<'_>| write_item(&get, key, &item, None, now_ms, ctx, out);
+        let reply = |item: ItemRef<'_>| write_item(&get, key, &item, None, &now, ctx, out);
         let hit = if flags.has(b'u') {
             ctx.engine.peek(key, reply)
         } else {
@@ -49,7 +53,7 @@ pub(in super::super) fn execute(
         }
         return;
     }
-    read_write(&get, key, touch, now_ms, ctx, out);
+    read_write(&get, key, touch, &now, ctx, out);
 }
 
 /// `mg` with `T` or `N`: under the write lock.
@@ -57,11 +61,11 @@ fn read_write(
     get: &MetaGet<'_>,
     key: &[u8],
     touch: Option<Expiry>,
-    now_ms: u64,
+    now: &dyn Fn() -> u64,
     ctx: &ServerContext,
     out: &mut Vec<u8>,
 ) {
-    let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, || now_ms));
+    let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, now));
     let start = out.len();
     let mut hit = false;
     let result = ctx
@@ -70,7 +74,7 @@ fn read_write(
             (Some(item), _) => {
                 hit = true;
                 let expires_at_ms = touch.map(|expiry| expires_at(expiry, item.expires_at_ms));
-                write_item(get, key, &item, expires_at_ms, now_ms, ctx, out);
+                write_item(get, key, &item, expires_at_ms, now, ctx, out);
                 match touch {
                     None if get.flags.has(b'u') => Change::Keep,
                     None => Change::Read,
@@ -116,7 +120,7 @@ fn read_write(
                 won: true,
                 ..lease::Flags::default()
             };
-            write_reply(get, key, &item, None, won, now_ms, out);
+            write_reply(get, key, &item, None, won, now, out);
         }
         (Ok(_), None) => write_miss(get, key, out),
     }
@@ -128,17 +132,16 @@ fn write_item(
     key: &[u8],
     item: &ItemRef<'_>,
     expires_at_ms: Option<Option<u64>>,
-    now_ms: u64,
+    now: &dyn Fn() -> u64,
     ctx: &ServerContext,
     out: &mut Vec<u8>,
 ) {
-    let ttl = ttl_secs(expires_at_ms.unwrap_or(item.expires_at_ms), now_ms);
-    let want_win = get
-        .flags
-        .recache_ttl
-        .is_some_and(|recache| ttl != -1 && ttl < recache);
+    let want_win = get.flags.recache_ttl.is_some_and(|recache| {
+        let ttl = ttl_secs(expires_at_ms.unwrap_or(item.expires_at_ms), now());
+        ttl != -1 && ttl < recache
+    });
     let lease = lease::read(ctx, key, item.cas, want_win);
-    write_reply(get, key, item, expires_at_ms, lease, now_ms, out);
+    write_reply(get, key, item, expires_at_ms, lease, now, out);
 }
 
 fn write_reply(
@@ -147,7 +150,7 @@ fn write_reply(
     item: &ItemRef<'_>,
     expires_at_ms: Option<Option<u64>>,
     lease: lease::Flags,
-    now_ms: u64,
+    now: &dyn Fn() -> u64,
     out: &mut Vec<u8>,
 ) {
     let ret = MetaReturn {
@@ -156,10 +159,11 @@ fn write_reply(
         cas: Some(item.cas),
         client_flags: Some(item.client_flags),
         size: Some(item.value.len()),
-        ttl_secs: Some(ttl_secs(
-            expires_at_ms.unwrap_or(item.expires_at_ms),
-            now_ms,
-        )),
+        // Only `t` shows it (the encoder writes the flags asked for).
+        ttl_secs: get
+            .flags
+            .has(b't')
+            .then(|| ttl_secs(expires_at_ms.unwrap_or(item.expires_at_ms), now())),
         hit_before: Some(item.fetched),
         win_sent: lease.win_sent,
         stale: lease.stale,
