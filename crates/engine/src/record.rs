@@ -179,7 +179,11 @@ pub fn read(bytes: &[u8]) -> Scan<'_> {
     }
 }
 
-fn decode(bytes: &[u8], flags: u8, live: bool) -> Option<RecordView<'_>> {
+/// The lengths and optional fields after the 8-byte header: `(key_len, value_len, meta, offset
+/// of the key)`, or `None` when they run past `bytes`. Shared by the checked and the trusted
+/// read; always inlined, since as a call it cost the read path ~40 instructions per GET.
+#[inline(always)]
+fn fields(bytes: &[u8], flags: u8) -> Option<(usize, usize, RecordMeta, usize)> {
     let mut at = HEADER_SIZE_BYTES;
     let (key_len, value_len) = if flags & FLAG_WIDE == 0 {
         (
@@ -207,6 +211,11 @@ fn decode(bytes: &[u8], flags: u8, live: bool) -> Option<RecordView<'_>> {
         meta.client_flags = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
         at += 4;
     }
+    Some((key_len, value_len, meta, at))
+}
+
+fn decode(bytes: &[u8], flags: u8, live: bool) -> Option<RecordView<'_>> {
+    let (key_len, value_len, meta, at) = fields(bytes, flags)?;
     if key_len == 0 || key_len > KEY_LEN_MAX {
         return None;
     }
@@ -236,32 +245,8 @@ pub fn read_trusted(bytes: &[u8]) -> RecordView<'_> {
         state == STATE_LIVE || state == STATE_DEAD,
         "index points at a record"
     );
-    let flags = bytes[0] & !STATE_MASK;
-    let mut at = HEADER_SIZE_BYTES;
-    let (key_len, value_len) = if flags & FLAG_WIDE == 0 {
-        (
-            bytes[1] as usize,
-            u16::from_le_bytes([bytes[2], bytes[3]]) as usize,
-        )
-    } else {
-        let key_len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        let value_len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
-        at += 8;
-        (key_len as usize, value_len as usize)
-    };
-    let mut meta = RecordMeta::default();
-    if flags & FLAG_EXPIRY != 0 {
-        meta.expires_at_ms = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")));
-        at += 8;
-    }
-    if flags & FLAG_CAS != 0 {
-        meta.cas = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")));
-        at += 8;
-    }
-    if flags & FLAG_CLIENT_FLAGS != 0 {
-        meta.client_flags = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
-        at += 4;
-    }
+    let (key_len, value_len, meta, at) =
+        fields(bytes, bytes[0] & !STATE_MASK).expect("a record's fields fit its segment");
     let end = at + key_len + value_len;
     RecordView {
         key: &bytes[at..at + key_len],
