@@ -18,6 +18,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::PoolError;
+use crate::header::{read_u32, read_u64, write_u32, write_u64};
 
 const MAGIC: [u8; 8] = *b"STRATASC";
 const VERSION: u32 = 1;
@@ -32,13 +33,13 @@ pub(crate) fn write(
 ) -> Result<(), PoolError> {
     let mut header = [0u8; HEADER_SIZE_BYTES];
     header[0..8].copy_from_slice(&MAGIC);
-    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    header[16..24].copy_from_slice(&pool_id.to_le_bytes());
-    header[24..32].copy_from_slice(&clean_state_seq.to_le_bytes());
-    header[32..36].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    header[40..48].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    write_u32(&mut header, 8, VERSION);
+    write_u64(&mut header, 16, pool_id);
+    write_u64(&mut header, 24, clean_state_seq);
+    write_u32(&mut header, 32, crc32c::crc32c(payload));
+    write_u64(&mut header, 40, payload.len() as u64);
     let header_crc = crc32c::crc32c(&header[..36]) ^ crc32c::crc32c(&header[40..48]);
-    header[36..40].copy_from_slice(&header_crc.to_le_bytes());
+    write_u32(&mut header, 36, header_crc);
     let mut file =
         std::fs::File::create(path).map_err(|e| crate::io_err("create sidecar", path, e))?;
     file.write_all(&header)
@@ -53,18 +54,16 @@ pub(crate) fn write(
 pub(crate) fn read(path: &Path, pool_id: u64, clean_state_seq: u64) -> Option<Vec<u8>> {
     let bytes = std::fs::read(path).ok()?;
     let header = bytes.get(..HEADER_SIZE_BYTES)?;
-    let u64_at = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
-    let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
     let header_crc = crc32c::crc32c(&header[..36]) ^ crc32c::crc32c(&header[40..48]);
     let valid = header[..8] == MAGIC
-        && u32_at(8) == VERSION
-        && u32_at(12) == 0
-        && u32_at(36) == header_crc
-        && u64_at(16) == pool_id
-        && u64_at(24) == clean_state_seq
-        && u64_at(40) == (bytes.len() - HEADER_SIZE_BYTES) as u64;
+        && read_u32(header, 8) == VERSION
+        && read_u32(header, 12) == 0
+        && read_u32(header, 36) == header_crc
+        && read_u64(header, 16) == pool_id
+        && read_u64(header, 24) == clean_state_seq
+        && read_u64(header, 40) == (bytes.len() - HEADER_SIZE_BYTES) as u64;
     let payload = &bytes[HEADER_SIZE_BYTES..];
-    (valid && crc32c::crc32c(payload) == u32_at(32)).then(|| payload.to_vec())
+    (valid && crc32c::crc32c(payload) == read_u32(header, 32)).then(|| payload.to_vec())
 }
 
 #[cfg(test)]
