@@ -90,6 +90,15 @@ impl Geometry {
         self.segment_table_offset() + round_up(table_bytes, HEADER_SIZE_BYTES as u64)
     }
 
+    /// Byte offsets of segment `id`'s header line and of its data from the start of the pool.
+    pub(crate) fn segment_offsets(&self, id: u32) -> (usize, usize) {
+        let id = u64::from(id);
+        assert!(id < self.segment_count, "segment id in range");
+        let header = self.segment_table_offset() + id * SEGMENT_HEADER_SIZE_BYTES as u64;
+        let data = self.data_offset() + id * self.segment_size_bytes;
+        (header as usize, data as usize)
+    }
+
     /// Total bytes of a pool with this geometry.
     pub fn pool_size_bytes(&self) -> u64 {
         self.data_offset() + self.segment_count * self.segment_size_bytes

@@ -280,10 +280,7 @@ impl Pool {
         (0..geometry.segment_count)
             .map(|id| {
                 let id = u32::try_from(id).expect("segment count ≤ 2^24");
-                let header_offset = geometry.segment_table_offset() as usize
-                    + id as usize * SEGMENT_HEADER_SIZE_BYTES;
-                let data_offset = geometry.data_offset() as usize
-                    + id as usize * geometry.segment_size_bytes as usize;
+                let (header_offset, data_offset) = geometry.segment_offsets(id);
                 Segment {
                     id,
                     header_offset,
@@ -504,15 +501,8 @@ impl PoolFile {
 
     /// Segment `id`'s header line and data.
     pub fn segment(&self, id: u32) -> (&[u8], &[u8]) {
-        let geometry = self.info.geometry;
-        assert!(
-            u64::from(id) < geometry.segment_count,
-            "segment id in range"
-        );
-        let header_at =
-            geometry.segment_table_offset() as usize + id as usize * SEGMENT_HEADER_SIZE_BYTES;
-        let size = geometry.segment_size_bytes as usize;
-        let data_at = geometry.data_offset() as usize + id as usize * size;
+        let (header_at, data_at) = self.info.geometry.segment_offsets(id);
+        let size = self.info.geometry.segment_size_bytes as usize;
         (
             &self.map[header_at..header_at + SEGMENT_HEADER_SIZE_BYTES],
             &self.map[data_at..data_at + size],
