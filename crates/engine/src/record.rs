@@ -151,9 +151,9 @@ pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usi
 }
 
 fn checksum(record: &[u8], end: usize) -> u32 {
-    let crc = crc32c::crc32c(&[record[0] & !STATE_MASK]);
-    let crc = crc32c::crc32c_append(crc, &record[1..4]);
-    crc32c::crc32c_append(crc, &record[HEADER_SIZE_BYTES..end])
+    // The flags nibble and bytes 1..4 as one 4-byte piece: one call fewer than two pieces.
+    let head = [record[0] & !STATE_MASK, record[1], record[2], record[3]];
+    crc32c::crc32c_append(crc32c::crc32c(&head), &record[HEADER_SIZE_BYTES..end])
 }
 
 /// Decodes the record at the start of `bytes` (the rest of the segment from an offset).
