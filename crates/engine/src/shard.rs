@@ -155,6 +155,24 @@ pub(crate) struct Found<'a> {
     pub(crate) cas: u64,
 }
 
+/// What a change needs of a record a lookup found, without borrowing the shard.
+#[derive(Clone, Copy)]
+struct Held {
+    slot: SlotRef,
+    location: u64,
+    size_bytes: usize,
+}
+
+impl Held {
+    fn of(found: Found<'_>) -> Held {
+        Held {
+            slot: found.slot,
+            location: found.entry.location,
+            size_bytes: found.view.size_bytes,
+        }
+    }
+}
+
 impl Shard {
     pub(crate) fn new(id: u16, segment_count: usize, index: Index, anchor: Option<Anchor>) -> Self {
         Shard {
@@ -320,12 +338,12 @@ impl Shard {
             .expires_at_ms
             .map(|at| at.saturating_sub(inner.now_ms()));
         let bucket = ttl::bucket_for(ttl_ms);
-        let current = self.lookup(inner, key, hash).map(|f| (f.slot, f.entry));
-        let current_seq = current.map(|(_, entry)| self.seq_at(inner, entry.location));
+        let current = self.lookup(inner, key, hash).map(Held::of);
+        let current_seq = current.map(|held| self.seq_at(inner, held.location));
         let Reserved { id, opened } = self.reserve(inner, bucket, size, current_seq)?;
         // Opening a segment may have evicted or moved the key's record: look it up again.
         let previous = if opened {
-            self.lookup(inner, key, hash).map(|f| (f.slot, f.entry))
+            self.lookup(inner, key, hash).map(Held::of)
         } else {
             current
         };
@@ -347,13 +365,13 @@ impl Shard {
         self.live_bytes += size as u64;
         let location = inner.join_location(id, offset);
         match previous {
-            Some((slot, entry)) => {
-                self.kill_record(inner, entry.location, true)?;
-                self.index.relocate(slot, location);
+            Some(held) => {
+                self.kill_record(inner, held, true)?;
+                self.index.relocate(held.slot, location);
                 if touch {
-                    self.index.bump_freq(slot);
+                    self.index.bump_freq(held.slot);
                 } else {
-                    self.index.forget_reads(slot);
+                    self.index.forget_reads(held.slot);
                 }
             }
             // A touch whose record was evicted while making room is still the same item, and
@@ -377,19 +395,19 @@ impl Shard {
         self.owned(inner.split_location(location).0).fields.seq
     }
 
-    /// Marks the record at `location` dead and updates its segment's counts. With `superseded`
-    /// (an overwrite) under deferred persistence, the mark itself waits for the next commit:
-    /// written now, it could reach the media before the new record does, and a power cut would
-    /// then lose the key's acknowledged value.
+    /// Marks the held record dead and updates its segment's counts. With `superseded` (an
+    /// overwrite) under deferred persistence, the mark itself waits for the next commit: written
+    /// now, it could reach the media before the new record does, and a power cut would then lose
+    /// the key's acknowledged value.
     fn kill_record(
         &mut self,
         inner: &Inner,
-        location: u64,
+        held: Held,
         superseded: bool,
     ) -> Result<(), WriteError> {
+        let (location, size) = (held.location, held.size_bytes);
         let (id, offset) = inner.split_location(location);
         let owned = self.owned_mut(id);
-        let size = record::read_trusted(&owned.segment.data()[offset..]).size_bytes;
         owned.live_items -= 1;
         owned.live_bytes -= size as u64;
         self.live_bytes -= size as u64;
@@ -511,9 +529,9 @@ impl Shard {
             .meta
             .expires_at_ms
             .is_some_and(|at| at <= inner.now_ms());
-        let (slot, location) = (found.slot, found.entry.location);
-        self.kill_record(inner, location, false)?;
-        self.index.remove(slot);
+        let held = Held::of(found);
+        self.kill_record(inner, held, false)?;
+        self.index.remove(held.slot);
         if expired {
             bump(&self.counters.expired_items, 1);
         }
