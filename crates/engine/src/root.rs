@@ -11,9 +11,6 @@
 //! `durability` (0 none, 1 interval, 2 sync) and `interval_ms` record the level the pool was
 //! last opened with: after a power loss, recovery applies *that* level's promise.
 //!
-//! ```text
-//! ```
-//!
 //! `seq_reserved` is the high-water mark of segment sequence numbers handed out: the engine
 //! reserves them in blocks of [`SEQ_RESERVATION`], persisting the mark before using any of a
 //! block, so a restart (even after a crash) never hands out a seq, and so a CAS, twice.
