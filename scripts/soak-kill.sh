@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Soak the kill loop: the real `strata serve` on a /dev/shm pool under concurrent load,
-# SIGKILLed and restarted hundreds of times (crates/strata/tests/kill_loop.rs).
+# Soak the crash matrix: the real `strata serve` on a /dev/shm pool under pipelined load,
+# SIGKILLed under load, during recovery and during shutdown, in every combination of index
+# placement and durability level (crates/strata/tests/kill_loop.rs).
 #
-#   scripts/soak-kill.sh [KILLS] [RUNS]     defaults: 500 kills, 1 run
+#   scripts/soak-kill.sh [ROUNDS_PER_CELL] [RUNS]     defaults: 100 rounds per cell, 1 run
 #
-# Each run prints its seed; replay a failure with STRATA_KILL_SEED=<seed> (and the same
-# STRATA_KILLS). Set CARGO_TARGET_DIR / CARGO_BUILD_JOBS as for any build.
+# 18 cells: ROUNDS_PER_CELL × 18 rounds per run. Each run prints its seed; replay a failure with
+# STRATA_KILL_SEED=<seed> (and the same STRATA_KILL_ROUNDS); STRATA_KILL_INDEX,
+# STRATA_KILL_DURABILITY and STRATA_KILL_POINT narrow the matrix. Set CARGO_TARGET_DIR /
+# CARGO_BUILD_JOBS as for any build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kills="${1:-500}"
+rounds="${1:-100}"
 runs="${2:-1}"
 cargo build --release -p strata --tests
 for run in $(seq 1 "$runs"); do
-  echo "== soak run $run/$runs: $kills kills"
-  STRATA_KILLS="$kills" cargo test --release -p strata --test kill_loop -- --nocapture
+  echo "== soak run $run/$runs: $rounds rounds per cell"
+  STRATA_KILL_ROUNDS="$rounds" cargo test --release -p strata --test kill_loop -- --nocapture
 done

@@ -195,6 +195,41 @@ pub struct EngineConfig {
     pub clock: Arc<dyn Clock>,
     /// Fail the N-th persist and all after (tests).
     pub fail_persist_from: Option<u64>,
+    /// Told how a recovery at open progresses (the server logs it; tests stop an open at a
+    /// chosen point to leave the pool as a crash there would).
+    pub recovery_observer: Option<RecoveryObserver>,
+}
+
+/// A step of the recovery that `Engine::open` runs on a reopened pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecoveryProgress {
+    /// Every in-use segment has been handed to its shard; `shards_to_rebuild` shards will now
+    /// index their records.
+    SegmentsAdopted {
+        /// Segments holding data.
+        segments: u64,
+        /// Shards whose index is rebuilt from their segments.
+        shards_to_rebuild: u64,
+    },
+    /// One shard's index is rebuilt from its records.
+    ShardRebuilt {
+        /// The shard.
+        shard: u16,
+        /// Items it indexed.
+        items: u64,
+    },
+}
+
+/// A callback told of [`RecoveryProgress`], from whichever thread recovers. It runs outside
+/// every engine lock.
+#[derive(Clone)]
+pub struct RecoveryObserver(pub Arc<dyn Fn(RecoveryProgress) + Send + Sync>);
+
+impl std::fmt::Debug for RecoveryObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecoveryObserver")
+    }
 }
 
 impl Default for EngineConfig {
@@ -213,6 +248,7 @@ impl Default for EngineConfig {
             group_commit: false,
             clock: Arc::new(SystemClock),
             fail_persist_from: None,
+            recovery_observer: None,
         }
     }
 }

@@ -41,9 +41,9 @@ pub use api::{
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation, DATA_BYTES_MAX,
-    MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT,
-    VALUE_LEN_MAX_DEFAULT,
+    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation, RecoveryObserver,
+    RecoveryProgress, DATA_BYTES_MAX, MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
+    SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
 pub use record::KEY_LEN_MAX;

@@ -128,7 +128,13 @@ impl Engine {
             .map(|id| {
                 let Some(files) = &files else {
                     let index = Index::with_capacity(per_shard);
-                    return Padded(ShardLock::new(Shard::new(id, segments.len(), index, None)));
+                    return Padded(ShardLock::new(Shard::new(
+                        id,
+                        segments.len(),
+                        index,
+                        None,
+                        false,
+                    )));
                 };
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
                 let reopened = reusable[usize::from(id)]
@@ -140,6 +146,7 @@ impl Engine {
                         trusted[usize::from(id)] = true;
                         index
                     }
+                    // Rebuilt by recovery: changing until the rebuild ends.
                     None => {
                         anchor.begin();
                         let home = TableHome::Files {
@@ -150,11 +157,13 @@ impl Engine {
                     }
                 };
                 anchor.remove_other_tables(index.desc());
+                let rebuilding = !trusted[usize::from(id)];
                 Padded(ShardLock::new(Shard::new(
                     id,
                     segments.len(),
                     index,
                     Some(anchor),
+                    rebuilding,
                 )))
             })
             .collect();
@@ -204,12 +213,14 @@ impl Engine {
             (RecoveryPlan::Recover, Some(payload)) if files.is_none() => Some(payload),
             _ => None,
         };
+        let observer = config.recovery_observer.as_ref();
+        let recover = |segments| recovery::recover(&inner, segments, plan, &trusted, observer);
         let recovery = match snapshot {
             Some(payload) => match snapshot::restore(&inner, segments, &payload) {
                 Ok(report) => report,
-                Err(segments) => recovery::recover(&inner, segments, plan, &trusted)?,
+                Err(segments) => recover(segments)?,
             },
-            None => recovery::recover(&inner, segments, plan, &trusted)?,
+            None => recover(segments)?,
         };
         // Only a mapped index leaves the records untouched at open (a scan touched them all).
         // After a snapshot load the warmer is not worth it: on a server pinned to one core it

@@ -257,6 +257,11 @@ pub fn read_trusted(bytes: &[u8]) -> RecordView<'_> {
     }
 }
 
+/// Whether the record starting at `bytes[0]` is marked live.
+pub fn is_live(bytes: &[u8]) -> bool {
+    bytes[0] & STATE_MASK == STATE_LIVE
+}
+
 /// Marks the record starting at `bytes[0]` dead. Only byte 0's high nibble changes.
 pub fn mark_dead(bytes: &mut [u8]) {
     assert_eq!(

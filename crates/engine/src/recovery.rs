@@ -9,6 +9,7 @@
 
 use strata_pool::Segment;
 
+use crate::config::{RecoveryObserver, RecoveryProgress};
 use crate::error::OpenError;
 use crate::segment::{self, Book, HeaderRead, OwnedSegment};
 use crate::Inner;
@@ -54,6 +55,7 @@ pub(crate) fn recover(
     segments: Vec<Segment>,
     plan: RecoveryPlan,
     trusted: &[bool],
+    observer: Option<&RecoveryObserver>,
 ) -> Result<RecoveryReport, OpenError> {
     let mut report = RecoveryReport::default();
     let mut owned = Vec::new();
@@ -101,7 +103,16 @@ pub(crate) fn recover(
             .write()
             .adopt(segment);
     }
-    index_shards_in_parallel(inner, &by_shard, &mut report);
+    let notify = |progress| {
+        if let Some(observer) = observer {
+            (observer.0)(progress);
+        }
+    };
+    notify(RecoveryProgress::SegmentsAdopted {
+        segments: in_use as u64,
+        shards_to_rebuild: trusted.iter().filter(|&&t| !t).count() as u64,
+    });
+    index_shards_in_parallel(inner, &by_shard, trusted, &mut report, &notify);
     settle(inner, seq_max, in_use, free);
     Ok(report)
 }
@@ -132,8 +143,16 @@ fn booked(inner: &Inner, segment: Segment, fields: segment::HeaderFields) -> Own
     OwnedSegment::reopened(segment, fields, book)
 }
 
-/// Indexes every shard's segments, shards spread over the available cores.
-fn index_shards_in_parallel(inner: &Inner, by_shard: &[Vec<u32>], report: &mut RecoveryReport) {
+/// Indexes the segments of every shard not `trusted`, shards spread over the available cores.
+/// A shard's rebuild ends (its control line may say consistent again) only once all of its
+/// segments are indexed.
+fn index_shards_in_parallel(
+    inner: &Inner,
+    by_shard: &[Vec<u32>],
+    trusted: &[bool],
+    report: &mut RecoveryReport,
+    notify: &(dyn Fn(RecoveryProgress) + Sync),
+) {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(by_shard.len());
@@ -144,6 +163,9 @@ fn index_shards_in_parallel(inner: &Inner, by_shard: &[Vec<u32>], report: &mut R
                 scope.spawn(move || {
                     let mut partial = RecoveryReport::default();
                     for shard_index in (t..by_shard.len()).step_by(threads) {
+                        if trusted[shard_index] {
+                            continue;
+                        }
                         let mut shard = inner.shards[shard_index].0.write();
                         for &id in &by_shard[shard_index] {
                             if shard.scan_log(id) {
@@ -151,6 +173,13 @@ fn index_shards_in_parallel(inner: &Inner, by_shard: &[Vec<u32>], report: &mut R
                             }
                             shard.recover_segment(inner, id, now_ms, &mut partial);
                         }
+                        shard.rebuilding = false;
+                        let (shard_id, items) = (shard.id, shard.index.len() as u64);
+                        drop(shard);
+                        notify(RecoveryProgress::ShardRebuilt {
+                            shard: shard_id,
+                            items,
+                        });
                     }
                     partial
                 })

@@ -10,7 +10,7 @@
 //!   recovery can pick the newest record of a key even when its writes crossed TTL buckets.
 //! - A replaced or deleted record is marked dead in place before the call returns.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use strata_pool::{Segment, CACHE_LINE_SIZE_BYTES};
@@ -79,6 +79,9 @@ pub(crate) struct Shard {
     /// Overwritten records whose dead mark waits for the commit that makes their replacement
     /// durable (deferred persistence only). Counted dead in DRAM already.
     pending_dead: Vec<u64>,
+    /// For each record of `pending_dead`, its replacement's location → its own, so that a
+    /// delete of the replacement marks the whole chain dead at once (see `kill_record`).
+    pending_by_replacement: HashMap<u64, u64, LocationHash>,
     pub(crate) counters: ShardCounters,
     rng_state: u64,
     /// With the index in the pool: the shard's control line, kept in step at every change.
@@ -87,7 +90,35 @@ pub(crate) struct Shard {
     /// each once: `is_touched[id]` says whether `id` is listed.
     touched: Vec<u32>,
     is_touched: Vec<bool>,
+    /// With the index in the pool: recovery is rebuilding this shard's index from its segments,
+    /// so the control line must stay "changing" whatever changes end meanwhile (adopting a
+    /// segment, say): a crash before the rebuild ends must find the shard to rebuild again, not
+    /// a consistent, partly filled index.
+    pub(crate) rebuilding: bool,
 }
+
+/// Hashes a record location (a u64 that is already well spread in its low bits by segment id
+/// and offset) with one multiplication, for the maps keyed by location.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct LocationHasher(u64);
+
+impl std::hash::Hasher for LocationHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type LocationHash = std::hash::BuildHasherDefault<LocationHasher>;
 
 /// A shard's lock. Write access only comes as a [`ShardWrite`], so no change can bypass the
 /// control line of an index kept in the pool.
@@ -174,7 +205,15 @@ impl Held {
 }
 
 impl Shard {
-    pub(crate) fn new(id: u16, segment_count: usize, index: Index, anchor: Option<Anchor>) -> Self {
+    /// A shard with no segments yet. `rebuilding`: its index is to be rebuilt by recovery (see
+    /// [`Shard::rebuilding`]).
+    pub(crate) fn new(
+        id: u16,
+        segment_count: usize,
+        index: Index,
+        anchor: Option<Anchor>,
+        rebuilding: bool,
+    ) -> Self {
         Shard {
             id,
             index,
@@ -190,6 +229,7 @@ impl Shard {
             live_bytes: 0,
             dirty: Vec::new(),
             pending_dead: Vec::new(),
+            pending_by_replacement: HashMap::default(),
             counters: ShardCounters::default(),
             rng_state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(id),
             is_touched: if anchor.is_some() {
@@ -199,6 +239,7 @@ impl Shard {
             },
             anchor,
             touched: Vec::new(),
+            rebuilding,
         }
     }
 
@@ -229,7 +270,7 @@ impl Shard {
             .touched
             .iter()
             .filter_map(|&id| segments[id as usize].as_deref());
-        let consistent = self.pending_dead.is_empty() && self.index.in_files();
+        let consistent = !self.rebuilding && self.pending_dead.is_empty() && self.index.in_files();
         anchor.end(self.index.desc(), touched, consistent);
         for id in self.touched.drain(..) {
             self.is_touched[id as usize] = false;
@@ -366,7 +407,7 @@ impl Shard {
         let location = inner.join_location(id, offset);
         match previous {
             Some(held) => {
-                self.kill_record(inner, held, true)?;
+                self.kill_record(inner, held, Some(location))?;
                 self.index.relocate(held.slot, location);
                 if touch {
                     self.index.bump_freq(held.slot);
@@ -395,27 +436,52 @@ impl Shard {
         self.owned(inner.split_location(location).0).fields.seq
     }
 
-    /// Marks the held record dead and updates its segment's counts. With `superseded` (an
-    /// overwrite) under deferred persistence, the mark itself waits for the next commit: written
-    /// now, it could reach the media before the new record does, and a power cut would then lose
-    /// the key's acknowledged value.
+    /// Marks the held record dead and updates its segment's counts. When it is `replaced_by` a
+    /// newer record (an overwrite) under deferred persistence, the mark itself waits for the next
+    /// commit: written now, it could reach the media before the new record does, and a power cut
+    /// would then lose the key's acknowledged value.
+    ///
+    /// A delete marks the record dead at once, and with it every older record of the key whose
+    /// mark still waits (an overwrite earlier in the same commit): recovery serves a key's newest
+    /// *live* record, so a crash before the commit would otherwise find the deleted record dead
+    /// and its predecessor live, a value from before writes that the state the crash left
+    /// otherwise shows as done (a later request of the same connection survived). Marking the
+    /// predecessor early is safe for power loss too: neither the overwrite nor the delete has
+    /// been acknowledged yet, so the key may be found deleted.
     fn kill_record(
         &mut self,
         inner: &Inner,
         held: Held,
-        superseded: bool,
+        replaced_by: Option<u64>,
     ) -> Result<(), WriteError> {
         let (location, size) = (held.location, held.size_bytes);
-        let (id, offset) = inner.split_location(location);
+        let (id, _) = inner.split_location(location);
         let owned = self.owned_mut(id);
         owned.live_items -= 1;
         owned.live_bytes -= size as u64;
         self.live_bytes -= size as u64;
-        if superseded && inner.track_dirty {
+        if let (Some(replacement), true) = (replaced_by, inner.track_dirty) {
             self.pending_dead.push(location);
+            self.pending_by_replacement.insert(replacement, location);
             return Ok(());
         }
-        record::mark_dead(&mut self.owned_mut(id).segment.data_mut()[offset..]);
+        self.mark_dead_now(inner, location)?;
+        let mut newer = location;
+        while let Some(older) = self.pending_by_replacement.remove(&newer) {
+            self.mark_dead_now(inner, older)?;
+            newer = older;
+        }
+        Ok(())
+    }
+
+    /// Writes a record's dead mark and makes it durable as the durability level says.
+    fn mark_dead_now(&mut self, inner: &Inner, location: u64) -> Result<(), WriteError> {
+        let (id, offset) = inner.split_location(location);
+        let Some(owned) = self.segments[id as usize].as_deref_mut() else {
+            return Ok(()); // Its segment was freed since: nothing to mark.
+        };
+        record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+        self.touch(id);
         self.written(inner, id, offset, 1)
     }
 
@@ -461,7 +527,11 @@ impl Shard {
             let Some(owned) = self.segments[id as usize].as_deref_mut() else {
                 continue;
             };
-            record::mark_dead(&mut owned.segment.data_mut()[offset..]);
+            let data = &mut owned.segment.data_mut()[offset..];
+            if !record::is_live(data) {
+                continue; // Marked early, by a delete of its replacement (`kill_record`).
+            }
+            record::mark_dead(data);
             match runs.last_mut() {
                 Some(run) if run.0 == id && offset < run.2 + MARK_RUN_GAP_BYTES => {
                     run.2 = offset + 1
@@ -471,6 +541,7 @@ impl Shard {
         }
         pending.clear();
         self.pending_dead = pending;
+        self.pending_by_replacement.clear();
         runs
     }
 
@@ -530,7 +601,7 @@ impl Shard {
             .expires_at_ms
             .is_some_and(|at| at <= inner.now_ms());
         let held = Held::of(found);
-        self.kill_record(inner, held, false)?;
+        self.kill_record(inner, held, None)?;
         self.index.remove(held.slot);
         if expired {
             bump(&self.counters.expired_items, 1);

@@ -91,7 +91,11 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
     let admin_addr = bound.admin.as_ref().and_then(|l| l.local_addr().ok());
 
     let opening = Instant::now();
-    let engine = Arc::new(Engine::open(config.engine_config())?);
+    let engine_config = strata_engine::EngineConfig {
+        recovery_observer: Some(recovery_observer()),
+        ..config.engine_config()
+    };
+    let engine = Arc::new(Engine::open(engine_config)?);
     let report = engine.recovery_report();
     tracing::info!(
         elapsed_ms = opening.elapsed().as_millis() as u64,
@@ -149,6 +153,33 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         "stopped; pool closed cleanly"
     );
     Ok(())
+}
+
+/// Environment variable for crash tests: sleep this many milliseconds after each recovery step,
+/// so a test can `kill -9` the server while it is recovering (crates/strata/tests/kill_loop.rs).
+pub const RECOVERY_STALL_ENV: &str = "STRATA_TEST_RECOVERY_STALL_MS";
+
+/// Logs how a recovery at open progresses (a large pool can take seconds to rebuild).
+fn recovery_observer() -> strata_engine::RecoveryObserver {
+    let stall = std::env::var(RECOVERY_STALL_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis);
+    strata_engine::RecoveryObserver(Arc::new(move |progress| {
+        match progress {
+            strata_engine::RecoveryProgress::SegmentsAdopted {
+                segments,
+                shards_to_rebuild,
+            } => tracing::info!(segments, shards_to_rebuild, "recovery: segments adopted"),
+            strata_engine::RecoveryProgress::ShardRebuilt { shard, items } => {
+                tracing::info!(shard, items, "recovery: shard rebuilt");
+            }
+            _ => {}
+        }
+        if let Some(stall) = stall {
+            std::thread::sleep(stall);
+        }
+    }))
 }
 
 fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>; 3]) {

@@ -74,6 +74,15 @@ impl Server {
     /// Binding port 0 in the server, rather than picking a free port here and passing it,
     /// leaves no window in which a parallel test's client socket could take the port.
     pub fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> Server {
+        let mut server = Self::launch(wrapper, extra, &[]);
+        server.await_ready();
+        server
+    }
+
+    /// Starts `strata serve` like [`Server::start_wrapped`] with extra environment variables,
+    /// without waiting for it to serve: call [`Server::await_ready`] for that. For tests that
+    /// act while it opens its pool (a `kill -9` during recovery).
+    pub fn launch(wrapper: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Server {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let log = std::env::temp_dir().join(format!(
             "strata-test-{}-{}.log",
@@ -97,21 +106,27 @@ impl Server {
             .args(defaults(extra))
             .args(extra)
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("spawn strata");
         let unbound = SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut server = Server {
+        Server {
             child: Some(child),
             memcache: unbound,
             resp: unbound,
             admin: unbound,
             log,
-        };
-        server.wait_until(|s| s.log().contains("strata ready"), "the startup line");
-        let log = server.log();
+        }
+    }
+
+    /// Waits for the startup line, reads the bound addresses from it, and waits until every
+    /// listener accepts.
+    pub fn await_ready(&mut self) {
+        self.wait_until(|s| s.log().contains("strata ready"), "the startup line");
+        let log = self.log();
         let ready = log
             .lines()
             .find(|line| line.contains("strata ready"))
@@ -123,15 +138,13 @@ impl Server {
                 .and_then(|addr| addr.parse().ok())
                 .unwrap_or_else(|| panic!("no {name} address in: {ready}"))
         };
-        (server.memcache, server.resp, server.admin) =
-            (bound("memcache"), bound("resp"), bound("admin"));
+        (self.memcache, self.resp, self.admin) = (bound("memcache"), bound("resp"), bound("admin"));
         // The admin endpoint answers only once every listener is bound and every worker runs;
         // probing the client listeners instead would count connections in the metrics.
-        server.wait_until(
+        self.wait_until(
             |s| s.try_http_get("/health").is_some(),
             "the admin endpoint answers",
         );
-        server
     }
 
     /// The server's standard error so far.
