@@ -6,7 +6,7 @@
 //! 20 s (two seconds of read timeout each, one after the other) and a client trickling one
 //! byte a second held it for as long as it liked. A health probe that hangs reads as a dead
 //! server, so these tests ask for an answer within [`PROBE_TIME_MAX`], a deadline that only a
-//! hang misses (an answer takes about a millisecond).
+//! hang misses (an answer takes well under a millisecond).
 
 mod harness;
 
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use harness::Server;
 
-/// Longest a probe may take while the endpoint is crowded: far above the millisecond an
-/// answer takes, far below the seconds a blocked endpoint makes a probe wait.
+/// Longest a probe may take while the endpoint is crowded: far above the fraction of a
+/// millisecond an answer takes, far below the seconds a blocked endpoint makes a probe wait.
 const PROBE_TIME_MAX: Duration = Duration::from_secs(1);
 /// The server's `ADMIN_CONNECTIONS_MAX`.
 const ADMIN_CONNECTIONS_MAX: usize = 64;
