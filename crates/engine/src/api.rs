@@ -474,6 +474,17 @@ impl Engine {
         self.inner.commit()
     }
 
+    /// The failed persist that latched writes off, or `None` while writes are accepted. Once
+    /// set it stays until the engine is reopened (every write is refused with it), so a health
+    /// check can report that the store no longer serves writes.
+    pub fn write_failure(&self) -> Option<strata_pool::PersistError> {
+        // Acquire: pairs with the Release store in `Inner::persisted`, after `failure` is set.
+        if !self.inner.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.inner.failure.lock().clone()
+    }
+
     /// The engine clock's current Unix time in milliseconds (expiry is measured against it).
     pub fn now_ms(&self) -> u64 {
         self.inner.now_ms()

@@ -156,8 +156,20 @@ fn a_failed_persist_refuses_every_later_write() {
     for i in 0..100u32 {
         if let Err(err) = engine.set(format!("k{i}").as_bytes(), b"value", 0, Expiry::Never) {
             first_error.get_or_insert(i);
-            assert!(matches!(err, WriteError::Persist(_)), "{err}");
+            let WriteError::Persist(persist) = err else {
+                panic!("{err}");
+            };
+            assert_eq!(
+                engine.write_failure(),
+                Some(persist),
+                "the latch reports the failure"
+            );
         } else {
+            assert_eq!(
+                engine.write_failure(),
+                None,
+                "write {i} succeeded: no latch"
+            );
             assert!(
                 first_error.is_none(),
                 "write {i} succeeded after a failed persist"

@@ -6,6 +6,7 @@
 //! server crate joins these parsers to the engine.
 #![forbid(unsafe_code)]
 
+pub mod cross_protocol;
 mod digits;
 pub use digits::{format_u64, U64_LEN_MAX};
 pub mod memcache;

@@ -223,6 +223,11 @@ pub struct ServeOptions {
     /// Log format [default: text].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Accept the Redis DEBUG command, whose subcommands crash parts of the server on purpose:
+    /// for tests only, never in production (Redis's enable-debug-command) [default: off].
+    #[arg(long)]
+    #[serde(default)]
+    pub enable_debug_command: bool,
 }
 
 /// A configuration that failed validation: the message names the option and what to do.
@@ -269,6 +274,8 @@ pub struct ServerConfig {
     pub log_level: LogLevel,
     /// Log format.
     pub log_format: LogFormat,
+    /// Whether the RESP `DEBUG` command runs.
+    pub debug_command_enabled: bool,
 }
 
 impl ServeOptions {
@@ -312,6 +319,7 @@ impl ServeOptions {
             requirepass: self.requirepass.or(file.requirepass),
             log_level: self.log_level.or(file.log_level),
             log_format: self.log_format.or(file.log_format),
+            enable_debug_command: self.enable_debug_command || file.enable_debug_command,
         }
     }
 
@@ -354,6 +362,7 @@ impl ServeOptions {
             requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
             log_level: self.log_level.unwrap_or(LogLevel::Info),
             log_format: self.log_format.unwrap_or(LogFormat::Text),
+            debug_command_enabled: self.enable_debug_command,
         };
         config.check()?;
         Ok(config)
@@ -472,6 +481,7 @@ impl ServerConfig {
             eviction: self.eviction.name(),
             durability: self.durability.name(),
             output: OutputLimits::new(self.output_buffered_bytes_hard),
+            debug_command_enabled: self.debug_command_enabled,
             ..Settings::default()
         }
     }

@@ -21,6 +21,7 @@
 //!   readiness is lost.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -98,6 +99,10 @@ pub enum CloseReason {
     /// Persisting this batch's writes failed: its replies were dropped unsent, so no write the
     /// store could not make durable is acknowledged.
     PersistFailed,
+    /// The client sent an HTTP request: closed at once, its buffered replies dropped.
+    CrossProtocol,
+    /// The worker serving it panicked.
+    Panic,
 }
 
 /// What the worker should do with a connection after a pass.
@@ -377,7 +382,11 @@ impl Connection {
             );
             start += processed.consumed;
             if processed.close {
-                self.closing = Some(CloseReason::Session);
+                self.closing = Some(if self.session.hang_up() {
+                    self.hang_up(pass.ctx)
+                } else {
+                    CloseReason::Session
+                });
                 break;
             }
             if start < self.read_len && self.reading_paused(&output) {
@@ -402,6 +411,31 @@ impl Connection {
             };
         }
         start
+    }
+
+    /// Drops every reply not yet written, as memcached and Redis do when they hang up on an
+    /// HTTP request, counts the close and warns (at most once per
+    /// [`crate::context::CROSS_PROTOCOL_WARNING_INTERVAL`]).
+    #[cold]
+    fn hang_up(&mut self, ctx: &ServerContext) -> CloseReason {
+        self.write_buf.clear();
+        self.write_pos = 0;
+        self.uncommitted_from = None;
+        let closes = ctx
+            .stats
+            .cross_protocol_closes
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if ctx.cross_protocol_warnings.allow(ctx.started.elapsed()) {
+            tracing::warn!(
+                peer = ?self.stream.peer_addr().ok(),
+                port = self.stream.local_addr().map_or(0, |addr| addr.port()),
+                closes_total = closes,
+                "possible security attack: an HTTP request reached a cache port (cross-protocol \
+                 scripting); connection closed"
+            );
+        }
+        CloseReason::CrossProtocol
     }
 
     /// The replies written so far acknowledge only durable writes (the caller committed after

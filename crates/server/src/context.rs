@@ -7,10 +7,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use strata_engine::Engine;
 
+use crate::health::Health;
 use crate::stats::ServerStats;
 
 /// Settings the protocol sessions need (the full configuration lives in `config`).
@@ -42,6 +43,8 @@ pub struct Settings {
     pub durability: String,
     /// How much output a connection may buffer.
     pub output: OutputLimits,
+    /// Whether the RESP `DEBUG` command runs (`--enable-debug-command`; tests only).
+    pub debug_command_enabled: bool,
 }
 
 impl Default for Settings {
@@ -60,6 +63,7 @@ impl Default for Settings {
             eviction: "merge",
             durability: "none".to_string(),
             output: OutputLimits::new(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT),
+            debug_command_enabled: false,
         }
     }
 }
@@ -127,6 +131,12 @@ pub struct ServerContext {
     pub started: Instant,
     /// Set when the server is shutting down (SHUTDOWN, SIGTERM).
     pub shutdown: AtomicBool,
+    /// Whether the acceptor and the workers serve, for `/health`.
+    pub health: Health,
+    /// `DEBUG PANIC-ACCEPTOR` asked the acceptor to panic on its next connection (tests).
+    pub acceptor_panic_requested: AtomicBool,
+    /// Lets through one warning about HTTP requests on a client port per interval.
+    pub(crate) cross_protocol_warnings: WarningLimiter,
     /// Next client id (CLIENT ID).
     next_client_id: AtomicU64,
     /// The meta protocol's stale / recache-token state.
@@ -136,9 +146,13 @@ pub struct ServerContext {
 impl ServerContext {
     /// A context for `engine` with `settings`.
     pub fn new(engine: Arc<Engine>, settings: Settings) -> Self {
+        let health = Health::new(settings.threads);
         ServerContext {
             engine,
             settings,
+            health,
+            acceptor_panic_requested: AtomicBool::new(false),
+            cross_protocol_warnings: WarningLimiter::new(CROSS_PROTOCOL_WARNING_INTERVAL),
             stats: ServerStats::default(),
             started: Instant::now(),
             shutdown: AtomicBool::new(false),
@@ -158,6 +172,44 @@ impl ServerContext {
     }
 }
 
+/// Shortest time between two warnings about HTTP requests on a client port (the rest are
+/// counted): Redis's, so a flood of them cannot flood the log.
+pub const CROSS_PROTOCOL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Lets one log line through per interval, whichever thread asks first.
+#[derive(Debug)]
+pub(crate) struct WarningLimiter {
+    interval_ms: u64,
+    /// Milliseconds since the server started before which no warning goes out.
+    next_ms: AtomicU64,
+}
+
+impl WarningLimiter {
+    pub(crate) fn new(interval: Duration) -> Self {
+        WarningLimiter {
+            interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+            next_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a warning may go out at `elapsed` since the start; if so, the next one waits an
+    /// interval. Two threads asking at once: one wins the exchange, the other stays quiet.
+    pub(crate) fn allow(&self, elapsed: Duration) -> bool {
+        let now_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let next_ms = self.next_ms.load(Ordering::Relaxed);
+        now_ms >= next_ms
+            && self
+                .next_ms
+                .compare_exchange(
+                    next_ms,
+                    now_ms.saturating_add(self.interval_ms),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+}
+
 /// What a session did with the input it was given.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Processed {
@@ -174,4 +226,28 @@ pub struct Processed {
 pub trait Session: Send {
     /// Handles the complete requests at the start of `input`.
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed;
+
+    /// Asked after a call that returned `close`: whether to close at once without writing the
+    /// output the connection still holds. True after a request of another protocol (an HTTP
+    /// request on a cache port), which memcached and Redis both drop with all they buffered.
+    fn hang_up(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warning_limiter_lets_one_line_through_per_interval() {
+        let limiter = WarningLimiter::new(Duration::from_secs(60));
+        let at = Duration::from_secs;
+        assert!(limiter.allow(at(0)));
+        assert!(!limiter.allow(at(0)));
+        assert!(!limiter.allow(at(59)));
+        assert!(limiter.allow(at(60)));
+        assert!(!limiter.allow(at(61)));
+        assert!(limiter.allow(at(500)));
+    }
 }

@@ -6,7 +6,7 @@
 //!   resp     :6379  ─┼─▶ acceptor thread ────┤   (read → Session::process → write) ├─▶ Engine
 //!                    │   round-robin,        └─▶ worker N-1 ...                      │  (shared,
 //!                    │   connection limit                                            │   sharded)
-//!   admin    :9121  ───▶ admin thread: GET /metrics, /health ◀── ServerStats, Metrics┘
+//!   admin    :9121  ───▶ admin thread (mio): /metrics /health ◀── ServerStats, Metrics┘
 //!   signals thread: SIGTERM/SIGINT ─▶ ctx.shutdown + wake acceptor ─▶ wake workers ─▶ drain
 //!   maintenance thread: Engine::expire every 100 ms
 //! ```
@@ -16,6 +16,10 @@
 //! memory per client (request size, pending output); a clean pool after SIGTERM.
 //! Non-goals: TLS, the memcached binary protocol, UDP.
 //!
+//! Panics (`panics`): a worker catches its own, closes its connections and serves again; a
+//! panic on any other thread aborts the process. `/health` (`health`) reports which threads
+//! serve and whether the engine accepts writes.
+//!
 //! The network core knows no protocol: a connection hands its input to a [`context::Session`]
 //! made by the listener's [`sessions::SessionFactory`].
 #![forbid(unsafe_code)]
@@ -24,10 +28,12 @@ pub mod admin;
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod health;
 pub mod listener;
 pub mod logging;
 pub mod memcache_exec;
 pub mod metrics;
+pub mod panics;
 pub mod resp_exec;
 pub mod serve;
 pub mod sessions;

@@ -19,6 +19,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::context::ServerContext;
+use crate::health::ThreadState;
 use crate::sessions::Protocol;
 use crate::worker::{Incoming, WorkerHandle};
 
@@ -71,6 +72,8 @@ impl Acceptor {
                 .registry()
                 .register(listener, Token(index), Interest::READABLE)?;
         }
+        // Serving from now: the kernel queues new connections until `run` takes them.
+        acceptor.ctx.health.set_acceptor(ThreadState::Serving);
         Ok(acceptor)
     }
 
@@ -104,6 +107,7 @@ impl Acceptor {
         }
         // Dropping the listeners closes them: new clients are refused by the kernel.
         self.listeners.clear();
+        self.ctx.health.set_acceptor(ThreadState::Stopped);
         for worker in &self.workers {
             let _ = worker.waker.wake();
         }
@@ -137,6 +141,10 @@ impl Acceptor {
     }
 
     fn dispatch(&mut self, stream: TcpStream, protocol: Protocol) {
+        // Acquire: pairs with the Release store of `DEBUG PANIC-ACCEPTOR` (tests only).
+        if self.ctx.acceptor_panic_requested.load(Ordering::Acquire) {
+            panic!("DEBUG PANIC-ACCEPTOR: a client asked the acceptor to panic");
+        }
         let stats = &self.ctx.stats;
         let current = stats.connections_current.load(Ordering::Relaxed);
         if current >= self.ctx.settings.connections_max as u64 {

@@ -4,7 +4,8 @@
 //!   input ──► swallow (rest of a refused data block) ──► parse ──► execute ──► reply into `out`
 //!                                                          │
 //!            ParseError::Reply: exact error, drop bytes ───┤  Incomplete: wait for more input
-//!            ParseError::Close: close without a reply  ────┘
+//!            ParseError::Close: close without a reply  ────┤
+//!            ParseError::CrossProtocol: HTTP, hang up  ────┘
 //! ```
 //!
 //! | file             | commands                                                        |
@@ -86,6 +87,8 @@ pub struct MemcacheSession {
     /// A multiget stopped at the output soft limit: it stays, unconsumed, at the front of the
     /// input and resumes from its next key in the next call (`retrieval.rs`).
     get_paused: Option<retrieval::Paused>,
+    /// The input was an HTTP request: close without writing what is buffered.
+    hang_up: bool,
 }
 
 impl Default for MemcacheSession {
@@ -102,6 +105,7 @@ impl MemcacheSession {
             key_scratch: [0; KEY_LEN_MAX],
             pending: PendingCounts::default(),
             get_paused: None,
+            hang_up: false,
         }
     }
 
@@ -163,6 +167,10 @@ impl Session for MemcacheSession {
         let processed = self.process_requests(input, ctx, out);
         self.pending.publish(&ctx.stats);
         processed
+    }
+
+    fn hang_up(&self) -> bool {
+        self.hang_up
     }
 }
 
@@ -228,11 +236,12 @@ impl MemcacheSession {
                     self.swallow_len = swallow_len;
                 }
                 BatchEnd::Error(ParseError::Incomplete) => break,
-                BatchEnd::Error(_) => {
+                BatchEnd::Error(error) => {
+                    self.hang_up = error == ParseError::CrossProtocol;
                     return Processed {
                         consumed,
                         close: true,
-                    }
+                    };
                 }
             }
             consumed += self.swallow(&input[consumed..]);

@@ -116,6 +116,7 @@ fn single(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
 pub fn render(ctx: &ServerContext, metrics: &Metrics) -> String {
     let mut out = String::with_capacity(8 << 10);
     render_server(&mut out, ctx);
+    render_faults(&mut out, ctx);
     render_engine(&mut out, ctx);
     render_latency(&mut out, metrics);
     out
@@ -207,6 +208,32 @@ fn render_server(out: &mut String, ctx: &ServerContext) {
         "Seconds since start.",
         ctx.uptime_secs(),
     );
+}
+
+/// Counters of what went wrong: panics caught, HTTP requests hung up on.
+fn render_faults(out: &mut String, ctx: &ServerContext) {
+    let stats = &ctx.stats;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let counters = [
+        (
+            "strata_worker_panics_total",
+            "Panics caught on worker threads; each closed that worker's connections.",
+            load(&stats.worker_panics),
+        ),
+        (
+            "strata_panic_closed_connections_total",
+            "Client connections closed because their worker panicked.",
+            load(&stats.panic_closed_connections),
+        ),
+        (
+            "strata_cross_protocol_closes_total",
+            "Client connections closed for sending an HTTP request to a cache port.",
+            load(&stats.cross_protocol_closes),
+        ),
+    ];
+    for (name, help, value) in counters {
+        single(out, name, "counter", help, value);
+    }
 }
 
 fn render_engine(out: &mut String, ctx: &ServerContext) {

@@ -22,6 +22,8 @@
 //! |                  | PERSIST, and the expiry arithmetic SET and GETEX share            |
 //! | `server.rs`      | INFO CONFIG COMMAND LASTSAVE SAVE BGSAVE                          |
 //! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, HSET, ...)  |
+//! |                  | and HTTP requests (`POST`, `Host:`), which close the connection    |
+//! | `debug.rs`       | DEBUG (tests only: `--enable-debug-command`)                      |
 //!
 //! Invariants:
 //! * Every complete command in the input gets exactly one reply, in order, except those Redis
@@ -37,6 +39,7 @@
 
 mod connection;
 mod counters;
+mod debug;
 mod expire;
 mod keyspace;
 mod ranges;
@@ -100,6 +103,8 @@ pub(crate) struct State {
     pub reply_skip_next: bool,
     /// Close once the current reply is written (QUIT, SHUTDOWN).
     pub close: bool,
+    /// With `close`: close without writing any reply still buffered (an HTTP request).
+    pub hang_up: bool,
     /// xorshift state for RANDOMKEY.
     pub random_state: u64,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
@@ -133,6 +138,7 @@ impl RespSession {
                 reply_off: false,
                 reply_skip_next: false,
                 close: false,
+                hang_up: false,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 pending: PendingCounts::default(),
             },
@@ -216,6 +222,10 @@ impl Session for RespSession {
         let processed = self.process_commands(input, ctx, out);
         self.state.pending.publish(&ctx.stats);
         processed
+    }
+
+    fn hang_up(&self) -> bool {
+        self.state.hang_up
     }
 }
 

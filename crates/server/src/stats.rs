@@ -113,6 +113,12 @@ pub struct ServerStats {
     /// Connections closed because their output buffer passed its hard limit (Redis INFO
     /// `client_output_buffer_limit_disconnections`).
     pub output_limit_disconnections: AtomicU64,
+    /// Panics caught on worker threads (each worker then closed its connections and restarted).
+    pub worker_panics: AtomicU64,
+    /// Client connections closed because their worker panicked.
+    pub panic_closed_connections: AtomicU64,
+    /// Client connections closed because they sent an HTTP request to a cache port.
+    pub cross_protocol_closes: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -128,6 +134,9 @@ impl Default for ServerStats {
             get_hits: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             output_limit_disconnections: AtomicU64::new(0),
+            worker_panics: AtomicU64::new(0),
+            panic_closed_connections: AtomicU64::new(0),
+            cross_protocol_closes: AtomicU64::new(0),
         }
     }
 }
@@ -149,7 +158,9 @@ impl ServerStats {
         self.get_hits.fetch_add(hits, Ordering::Relaxed);
     }
 
-    /// Resets the resettable counters (memcached `stats reset`, Redis CONFIG RESETSTAT).
+    /// Resets the resettable counters (memcached `stats reset`, Redis CONFIG RESETSTAT). The
+    /// panic and cross-protocol counts stay: they record faults and attacks an operator must
+    /// be able to see whatever a client resets.
     pub fn reset(&self) {
         for counter in &self.commands {
             counter.store(0, Ordering::Relaxed);

@@ -10,6 +10,12 @@
 //! - Shutdown: once woken with `ServerContext::shutdown` set, the worker reads and answers what
 //!   each client already sent, stops reading, writes pending output for up to
 //!   [`DRAIN_TIME_MAX`], closes everything and returns.
+//! - A panic in the loop is caught ([`crate::panics`] has the policy): the worker closes every
+//!   connection it holds, counts them, reports itself restarting on `/health`, clears its state
+//!   and runs a fresh loop. The poller, its waker and the queue from the acceptor outlive the
+//!   restart, so a connection handed over meanwhile waits in the queue; each loop begins by
+//!   taking what the queue holds, because the wake-up for it may have been consumed by the
+//!   poll whose round panicked.
 //!
 //! Why epoll (mio) rather than io_uring, for now: per read batch the loop makes one `recv` and
 //! one `send`, and one `epoll_wait` serves many connections. Measured with `strace -c` under
@@ -30,6 +36,7 @@
 //! round's replies find the client already awake after the first: 3% and 28%, server CPU per
 //! request down about a fifth, and the generator's own CPU per request halved.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -41,7 +48,9 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::connection::{CloseReason, Connection, Limits, PassContext, Status, Traffic};
 use crate::context::ServerContext;
+use crate::health::ThreadState;
 use crate::metrics::Metrics;
+use crate::panics;
 use crate::sessions::{Protocol, Sessions};
 
 /// Readiness events handled per poll.
@@ -103,6 +112,13 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
         drain_deadline: None,
         next_idle_sweep: Instant::now() + IDLE_SWEEP_INTERVAL,
     };
+    // Serving from now: its poller and queue exist, and what the acceptor hands it waits in the
+    // queue until the thread's loop takes it, microseconds later.
+    worker
+        .shared
+        .ctx
+        .health
+        .set_worker(id, ThreadState::Serving);
     let thread = std::thread::Builder::new()
         .name(format!("strata-worker-{id}"))
         .spawn(move || worker.run())?;
@@ -132,7 +148,60 @@ struct Worker {
 }
 
 impl Worker {
+    /// Serves until shutdown, restarting the loop after each panic.
     fn run(mut self) {
+        panics::set_recoverable(true);
+        while std::panic::catch_unwind(AssertUnwindSafe(|| self.serve())).is_err() {
+            self.restart();
+        }
+        panics::set_recoverable(false);
+        let ctx = &self.shared.ctx;
+        ctx.health.set_worker(self.id, ThreadState::Stopped);
+    }
+
+    /// After a panic in [`Worker::serve`]: closes every connection (their state may be
+    /// half-changed), counts them and clears the loop's state for a fresh start. A panic in
+    /// here ends the process: a worker that cannot clean up cannot be trusted to serve.
+    fn restart(&mut self) {
+        panics::set_recoverable(false);
+        self.shared
+            .ctx
+            .health
+            .set_worker(self.id, ThreadState::Restarting);
+        let mut closed = 0;
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].is_some() {
+                self.remove(slot, CloseReason::Panic);
+                closed += 1;
+            }
+        }
+        let stats = &self.shared.ctx.stats;
+        stats
+            .panic_closed_connections
+            .fetch_add(closed, Ordering::Relaxed);
+        stats.worker_panics.fetch_add(1, Ordering::Relaxed);
+        self.slots.clear();
+        self.free_slots.clear();
+        self.again.clear();
+        self.unflushed.clear();
+        self.drain_deadline = None;
+        self.publish_traffic();
+        tracing::error!(
+            worker = self.id,
+            connections_closed = closed,
+            "worker restarting after a panic; its connections were closed"
+        );
+        panics::set_recoverable(true);
+    }
+
+    /// The event loop: returns once shutdown has drained this worker's connections.
+    fn serve(&mut self) {
+        self.shared
+            .ctx
+            .health
+            .set_worker(self.id, ThreadState::Serving);
+        // Connections queued before this loop (after a restart: while it was down).
+        self.on_wake(Instant::now());
         let mut events = Events::with_capacity(EVENTS_MAX);
         let mut again = Vec::new();
         loop {

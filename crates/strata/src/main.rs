@@ -2,7 +2,8 @@
 //! `strata pool inspect|verify` looks at a pool file.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 when the server fails at run time (a port in use,
-//! a pool that cannot open), 2 for invalid flags or configuration.
+//! a pool that cannot open), 2 for invalid flags or configuration. A panic on any thread but a
+//! worker ends `strata serve` with SIGABRT after logging it (`strata_server::panics`).
 
 use std::process::ExitCode;
 
@@ -59,6 +60,7 @@ fn serve(options: strata_server::ServeOptions) -> ExitCode {
         }
     };
     strata_server::logging::init(config.log_level, config.log_format);
+    strata_server::panics::install_hook();
     match strata_server::serve(&config, strata_server::sessions::builtin()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -38,6 +38,8 @@
 //!   so a failed update leaves no stale value behind.
 //! - A line longer than [`Limits::line_len_max`] closes the connection, unless it starts with
 //!   `get ` or `gets ` (multigets may be longer).
+//! - An unknown command whose last token starts with `HTTP/` (`GET / HTTP/1.1`) is part of an
+//!   HTTP request, and closes the connection without a reply ([`ParseError::CrossProtocol`]).
 //!
 //! # Departures from memcached
 //!
@@ -52,6 +54,9 @@
 //!   refuses lengths above `i32::MAX - 2` as malformed.
 //! - The meta flags `E` (all commands) and `x` (`md`) are accepted as in later 1.6 releases;
 //!   1.6.18 itself answers `CLIENT_ERROR invalid flag` to them.
+//! - A `POST` or `Host:` line closes the connection as in Redis (memcached answers `ERROR`), and
+//!   the `HTTP/` rule applies to every unknown command, not only to those memcached's dispatch
+//!   leaves to it ([`crate::cross_protocol`]).
 
 mod arith;
 mod base64;
@@ -158,6 +163,10 @@ pub enum ParseError {
     /// Close the connection without a reply: a command line grew past its limit without a
     /// newline, as memcached does in `try_read_command_ascii`.
     Close,
+    /// Close the connection without a reply, dropping any reply not yet sent: the line is not
+    /// a command but part of an HTTP request (see [`crate::cross_protocol`]), as memcached
+    /// does in `process_command_ascii`.
+    CrossProtocol,
 }
 
 impl std::fmt::Display for ParseError {
@@ -172,6 +181,9 @@ impl std::fmt::Display for ParseError {
                 write!(f, "malformed memcached request: {}", text.trim_end())
             }
             Self::Close => f.write_str("memcached command line too long; closing the connection"),
+            Self::CrossProtocol => {
+                f.write_str("an HTTP request sent to the memcached port; closing the connection")
+            }
         }
     }
 }
@@ -276,8 +288,21 @@ fn dispatch<'a>(command: &[u8], line: Line<'a>, limits: &Limits) -> Result<Parse
         b"stats" => misc::parse_stats(line),
         b"shutdown" => misc::parse_shutdown(line),
         [b'm', _] => meta::parse(command, line, limits),
-        _ => Err(line.refuse(ERROR, false)),
+        _ => Err(unknown(line)),
     }
+}
+
+/// The answer to a command memcached does not know: `ERROR`, or a hang-up when the line is
+/// part of an HTTP request. Only unknown commands pay for the check.
+#[cold]
+fn unknown(line: Line<'_>) -> ParseError {
+    let text = &line.buf[..line.consumed];
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    if crate::cross_protocol::is_http_line(text) {
+        return ParseError::CrossProtocol;
+    }
+    line.refuse(ERROR, false)
 }
 
 /// Finds the command line at the front of `buf`: its text without `\r\n`, and the bytes through
@@ -397,6 +422,44 @@ mod tests {
         assert_eq!(
             parse_default(b"mx a\r\n").unwrap_err(),
             ParseError::reply(ERROR, 6, false)
+        );
+    }
+
+    #[test]
+    fn http_request_lines_close_and_commands_that_look_alike_do_not() {
+        for input in [
+            &b"GET / HTTP/1.0\r\n"[..],
+            b"PUT /x HTTP/1.1\r\n",
+            b"DELETE HTTP/1.1\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\n\r\nset a 0 0 1\r\nx\r\n",
+            b"HTTP/1.1\n",
+            b"Host: example.com\r\n",
+            b"bar HTTP/1.1\r\n",
+        ] {
+            assert_eq!(
+                parse_default(input),
+                Err(ParseError::CrossProtocol),
+                "{input:?}"
+            );
+        }
+        // Known commands, one-letter names and meta names run or fail as in memcached.
+        let get = parse_default(b"get / HTTP/1.1\r\n").expect("a multiget");
+        let Request::Get(get) = get.request else {
+            panic!("{get:?}");
+        };
+        assert_eq!(
+            get.keys.iter().collect::<Vec<_>>(),
+            [&b"/"[..], b"HTTP/1.1"]
+        );
+        assert_refused(&[
+            (b"X HTTP/1.1\r\n", ERROR),
+            (b"mz HTTP/1.1\r\n", ERROR),
+            (b"GET / http/1.1\r\n", ERROR),
+            (b"FOO HTTP/1.1 x\r\n", ERROR),
+        ]);
+        assert_eq!(
+            parse_default(b"GET / HTTP/1.1"),
+            Err(ParseError::Incomplete)
         );
     }
 

@@ -39,6 +39,11 @@ pub const ERR_STRING_TOO_LONG: &[u8] =
     b"-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
 /// `LSET`/`RENAME` and others on a missing key.
 pub const ERR_NO_SUCH_KEY: &[u8] = b"-ERR no such key\r\n";
+/// What Redis 7.0 answers to `DEBUG` while `enable-debug-command` is `no` (its default).
+pub const ERR_DEBUG_NOT_ALLOWED: &[u8] = b"-ERR DEBUG command not allowed. If the \
+    enable-debug-command option is set to \"local\", you can run it from a local connection, \
+    otherwise you need to set this option in the configuration file, and then restart the \
+    server.\r\n";
 /// A write refused because used memory is above `maxmemory`.
 pub const ERR_OOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
 
@@ -117,6 +122,21 @@ pub fn unknown_subcommand(out: &mut Vec<u8>, container: &[u8], subcommand: &[u8]
     })
 }
 
+/// `-ERR unknown subcommand or wrong number of arguments for '<sub>'. Try <CONTAINER> HELP.`,
+/// Redis's `addReplySubcommandSyntaxError`, which `DEBUG` answers to a subcommand it does not
+/// know.
+pub fn subcommand_syntax(out: &mut Vec<u8>, container: &[u8], subcommand: &[u8]) -> usize {
+    push_error(out, |out| {
+        out.extend_from_slice(b"ERR unknown subcommand or wrong number of arguments for '");
+        push_c_string(out, subcommand, ERROR_ARG_LEN_MAX);
+        out.extend_from_slice(b"'. Try ");
+        let start = out.len();
+        push_c_string(out, container, usize::MAX);
+        out[start..].make_ascii_uppercase();
+        out.extend_from_slice(b" HELP.");
+    })
+}
+
 /// `-ERR invalid expire time in '<command>' command`, e.g. `SET k v EX 0`.
 pub fn invalid_expire_time(out: &mut Vec<u8>, command: &[u8]) -> usize {
     push_error(out, |out| {
@@ -168,6 +188,11 @@ mod tests {
                 b"-ERR unknown subcommand 'FOO'. Try CONFIG HELP.\r\n",
             ),
             (
+                written(|o| subcommand_syntax(o, b"debug", b"foo")),
+                b"-ERR unknown subcommand or wrong number of arguments for 'foo'. \
+                  Try DEBUG HELP.\r\n",
+            ),
+            (
                 written(|o| invalid_expire_time(o, b"set")),
                 b"-ERR invalid expire time in 'set' command\r\n",
             ),
@@ -192,6 +217,16 @@ mod tests {
     }
 
     #[test]
+    fn the_debug_refusal_is_redis_7_0_s() {
+        // As redis-server 7.0.15 --enable-debug-command no answers `DEBUG SLEEP 0`.
+        let redis = "-ERR DEBUG command not allowed. If the enable-debug-command option is set \
+                     to \"local\", you can run it from a local connection, otherwise you need \
+                     to set this option in the configuration file, and then restart the \
+                     server.\r\n";
+        assert_eq!(ERR_DEBUG_NOT_ALLOWED, redis.as_bytes());
+    }
+
+    #[test]
     fn constants_are_single_lines() {
         for reply in [
             ERR_SYNTAX,
@@ -208,6 +243,7 @@ mod tests {
             ERR_OFFSET,
             ERR_BIT_OFFSET,
             ERR_STRING_TOO_LONG,
+            ERR_DEBUG_NOT_ALLOWED,
             ERR_NO_SUCH_KEY,
             ERR_OOM,
         ] {

@@ -56,6 +56,7 @@ fn flags_are_parsed() {
         "secret",
         "--log-format",
         "json",
+        "--enable-debug-command",
     ])
     .expect("valid");
     assert_eq!(config.memory_bytes, 64 << 20);
@@ -67,6 +68,7 @@ fn flags_are_parsed() {
     assert_eq!(config.idle_timeout_secs, 30);
     assert_eq!(config.requirepass.as_deref(), Some("secret"));
     assert_eq!(config.log_format, LogFormat::Json);
+    assert!(config.debug_command_enabled);
 }
 
 #[test]
@@ -120,7 +122,8 @@ fn file_keys_are_flag_names_and_flags_override_them() {
     writeln!(
         file.1,
         "memory = \"128MiB\"\nthreads = 2\nadmin-listen = \"off\"\nmax-connections = 10\n\
-         segment-size = 2097152\neviction = \"random\"\nfresh = true"
+         segment-size = 2097152\neviction = \"random\"\nfresh = true\n\
+         enable-debug-command = true"
     )
     .expect("write");
     let path = file.0.to_str().expect("utf-8 path");
@@ -132,6 +135,9 @@ fn file_keys_are_flag_names_and_flags_override_them() {
     assert_eq!(config.segment_size_bytes, 2 << 20);
     assert_eq!(config.eviction, EvictionPolicy::Random);
     assert!(config.fresh);
+    assert!(config.debug_command_enabled);
+    assert!(config.settings(None, None).debug_command_enabled);
+    assert!(!parse(&[]).expect("defaults").debug_command_enabled);
     std::fs::remove_file(&file.0).expect("remove");
 }
 

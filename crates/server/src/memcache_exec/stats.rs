@@ -145,6 +145,11 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     stat(out, "evictions", engine.evicted_items);
     stat(out, "reclaimed", engine.expired_items);
     stat(out, "protocol_errors", load(&ctx.stats.errors));
+    stat(out, "strata_worker_panics", load(&ctx.stats.worker_panics));
+    let closed = load(&ctx.stats.panic_closed_connections);
+    stat(out, "strata_panic_closed_connections", closed);
+    let cross = load(&ctx.stats.cross_protocol_closes);
+    stat(out, "strata_cross_protocol_closes", cross);
     let backend = ctx.engine.backend().name();
     let domain = ctx.engine.persistence_domain().summary();
     encode::write_stat(out, b"strata_pool_backend", backend.as_bytes());

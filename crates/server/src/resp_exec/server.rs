@@ -198,6 +198,14 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
     text.field("index_bytes", engine.index_bytes);
     text.field("index_buckets", engine.index_buckets);
     text.field("index_overflow_buckets", engine.index_overflow_buckets);
+    let stats = &ctx.stats;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    text.field("worker_panics", load(&stats.worker_panics));
+    text.field(
+        "panic_closed_connections",
+        load(&stats.panic_closed_connections),
+    );
+    text.field("cross_protocol_closes", load(&stats.cross_protocol_closes));
     let index_tier = format!("medium=dram,bytes={}", engine.index_bytes);
     text.field("tier_index", index_tier);
     let pool_tier = format!(
@@ -270,6 +278,15 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("maxclients", settings.connections_max.to_string()),
         ("timeout", settings.idle_timeout_secs.to_string()),
         ("io-threads", settings.threads.to_string()),
+        (
+            "enable-debug-command",
+            if settings.debug_command_enabled {
+                "yes"
+            } else {
+                "no"
+            }
+            .to_string(),
+        ),
         // Only the hard limit of normal clients applies: strata has no replicas or pub/sub,
         // and past its soft limit it stops reading from the client instead of timing it out.
         (

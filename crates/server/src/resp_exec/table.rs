@@ -5,7 +5,7 @@
 
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
-use super::{connection, counters, expire, keyspace, ranges, server, strings, Call, State};
+use super::{connection, counters, debug, expire, keyspace, ranges, server, strings, Call, State};
 use crate::stats::command_index;
 
 /// A command handler: reads the call's arguments and appends exactly one reply to `out`.
@@ -532,6 +532,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         server::lastsave,
     ),
     row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save),
+    row("debug", -2, ADMIN, NO_KEYS, "server", "other", debug::debug),
     row(
         "bgsave",
         -1,

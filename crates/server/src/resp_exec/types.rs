@@ -1,11 +1,17 @@
 //! Commands strata does not execute.
 //!
+//! A command named `POST` or `Host:`, or an inline command whose last argument starts with
+//! `HTTP/`, is part of an HTTP request sent to the Redis port (cross-protocol scripting): the
+//! connection closes at once without a reply, as Redis closes it for `POST` and `Host:`
+//! (`strata_protocol::cross_protocol` gives both reference servers' rules).
+//!
 //! Redis data-type commands (lists, hashes, sets, sorted sets, streams, HyperLogLog, geo) on a
 //! key that exists answer `-WRONGTYPE`, which is true: the key holds a string. Every other
 //! unknown command, including a data-type command on a missing key (Redis would create the
 //! value, strata cannot), answers Redis 7.0's `-ERR unknown command '<name>', with args
 //! beginning with: ...`, which client libraries already report clearly.
 
+use strata_protocol::cross_protocol;
 use strata_protocol::resp::{errors, lowercase_name, Args, COMMAND_NAME_LEN_MAX};
 
 use super::State;
@@ -137,16 +143,28 @@ const DATA_TYPE_COMMANDS: &[&str] = &[
     "geosearchstore",
 ];
 
-/// Answers a command that is not in the table: `-WRONGTYPE` for a data-type command on an
-/// existing key, else Redis's unknown-command error.
+/// Answers a command that is not in the table: a hang-up for an HTTP request, `-WRONGTYPE`
+/// for a data-type command on an existing key, else Redis's unknown-command error.
 pub(crate) fn unknown(
-    _: &State,
+    state: &mut State,
     ctx: &ServerContext,
     input: &[u8],
     args: &Args,
     out: &mut Vec<u8>,
 ) {
     let name = args.arg(input, 0);
+    // Inline commands are the ones an HTTP client can send: `input` is this command's bytes.
+    let inline = input.first() != Some(&b'*');
+    let last = if inline {
+        args.arg(input, args.len() - 1)
+    } else {
+        &[]
+    };
+    if cross_protocol::is_http(name, last) {
+        state.close = true;
+        state.hang_up = true;
+        return;
+    }
     if args.len() >= 2 && is_data_type_command(name) && ctx.engine.contains(args.arg(input, 1)) {
         out.extend_from_slice(errors::ERR_WRONGTYPE);
         return;
