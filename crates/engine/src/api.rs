@@ -261,7 +261,10 @@ impl Engine {
         let inner: &Inner = &self.inner;
         let mut buffer = std::mem::take(&mut shard.scratch);
         buffer.clear();
-        let (change, current) = {
+        // The caller's closure changes nothing of the shard, so a panic in it may unwind (the
+        // shard is released as it was); a panic in the engine's own change cannot (see
+        // `ShardWrite`'s drop).
+        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let found = shard.lookup_unexpired(inner, key, hash);
             let current = found.as_ref().map(|found| Current {
                 expires_at_ms: found.view.meta.expires_at_ms,
@@ -269,6 +272,13 @@ impl Engine {
                 slot: found.slot,
             });
             (f(found.as_ref().map(item), &mut buffer), current)
+        }));
+        let (change, current) = match decided {
+            Ok(decided) => decided,
+            Err(panic) => {
+                drop(shard);
+                std::panic::resume_unwind(panic);
+            }
         };
         let result = self.apply(&mut shard, key, hash, change, current, &buffer);
         shard.scratch = buffer;

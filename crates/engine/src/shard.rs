@@ -174,6 +174,18 @@ impl std::ops::DerefMut for ShardWrite<'_> {
 
 impl Drop for ShardWrite<'_> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A panic in the middle of a change: the shard's index, bookkeeping and pool bytes
+            // may disagree, and no caller can tell. Serving on would risk wrong values, so the
+            // process ends here, before the lock is released, as a `kill -9` would: the control
+            // line still says "changing", and the next open rebuilds the shard from its records.
+            eprintln!(
+                "strata-engine: a panic unwound through a change to shard {}; aborting so that \
+                 a restart recovers the pool",
+                self.0.id
+            );
+            std::process::abort();
+        }
         self.0.record_change();
     }
 }
