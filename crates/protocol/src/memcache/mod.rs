@@ -38,6 +38,8 @@
 //!   so a failed update leaves no stale value behind.
 //! - A line longer than [`Limits::line_len_max`] closes the connection, unless it starts with
 //!   `get ` or `gets ` (multigets may be longer).
+//! - Before a client authenticates (memcached's `-Y` auth file), lines are read by
+//!   [`parse_auth_line`] instead, and an authentication token by [`split_auth_token`].
 //!
 //! # Departures from memcached
 //!
@@ -54,6 +56,7 @@
 //!   1.6.18 itself answers `CLIENT_ERROR invalid flag` to them.
 
 mod arith;
+mod auth;
 mod base64;
 mod client;
 mod delete;
@@ -66,6 +69,7 @@ mod storage;
 mod token;
 
 pub use arith::{Arith, ArithCommand};
+pub use auth::{parse_auth_line, split_auth_token, AuthLine};
 pub use base64::{decode_key, encode_base64};
 pub use client::encode_request;
 pub use delete::Delete;
