@@ -113,6 +113,10 @@ pub struct ServerStats {
     /// Connections closed because their output buffer passed its hard limit (Redis INFO
     /// `client_output_buffer_limit_disconnections`).
     pub output_limit_disconnections: AtomicU64,
+    /// memcached authentication tokens checked (memcached's `auth_cmds`).
+    pub auth_commands: AtomicU64,
+    /// Of those, refused (memcached's `auth_errors`).
+    pub auth_errors: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -128,6 +132,8 @@ impl Default for ServerStats {
             get_hits: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             output_limit_disconnections: AtomicU64::new(0),
+            auth_commands: AtomicU64::new(0),
+            auth_errors: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +167,8 @@ impl ServerStats {
             &self.connections_total,
             &self.connections_rejected,
             &self.output_limit_disconnections,
+            &self.auth_commands,
+            &self.auth_errors,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
