@@ -9,12 +9,14 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use strata_engine::{
     Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation,
     SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX,
 };
 
+use crate::auth::Credentials;
 use crate::context::{OutputLimits, Settings, OUTPUT_BUFFERED_BYTES_HARD_DEFAULT};
 use crate::size::ByteSize;
 
@@ -217,6 +219,18 @@ pub struct ServeOptions {
     /// Password Redis clients must send with AUTH.
     #[arg(long, value_name = "PASS")]
     pub requirepass: Option<String>,
+    /// memcached auth file (memcached's -Y): lines of user:password; a client authenticates
+    /// with `set <key> 0 0 <n>` and the data `user password`.
+    #[arg(long, value_name = "PATH")]
+    pub memcache_auth_file: Option<PathBuf>,
+    /// Serve memcached without authentication although --requirepass protects Redis.
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_unauthenticated_memcache: bool,
+    /// Serve Redis without a password although --memcache-auth-file protects memcached.
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_unauthenticated_resp: bool,
     /// Log level [default: info].
     #[arg(long, value_enum)]
     pub log_level: Option<LogLevel>,
@@ -270,6 +284,12 @@ pub struct ServerConfig {
     pub output_buffered_bytes_hard: usize,
     /// Redis AUTH password.
     pub requirepass: Option<String>,
+    /// memcached auth file entries, read and checked at startup.
+    pub memcache_auth: Option<Arc<Credentials>>,
+    /// Run the memcached listener without authentication while Redis has a password.
+    pub allow_unauthenticated_memcache: bool,
+    /// Run the Redis listener without a password while memcached has an auth file.
+    pub allow_unauthenticated_resp: bool,
     /// Log level.
     pub log_level: LogLevel,
     /// Log format.
@@ -317,6 +337,11 @@ impl ServeOptions {
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
             output_buffer_limit: self.output_buffer_limit.or(file.output_buffer_limit),
             requirepass: self.requirepass.or(file.requirepass),
+            memcache_auth_file: self.memcache_auth_file.or(file.memcache_auth_file),
+            allow_unauthenticated_memcache: self.allow_unauthenticated_memcache
+                || file.allow_unauthenticated_memcache,
+            allow_unauthenticated_resp: self.allow_unauthenticated_resp
+                || file.allow_unauthenticated_resp,
             log_level: self.log_level.or(file.log_level),
             log_format: self.log_format.or(file.log_format),
             enable_debug_command: self.enable_debug_command || file.enable_debug_command,
@@ -331,6 +356,13 @@ impl ServeOptions {
             listen(self.memcache_listen, MEMCACHE_LISTEN_DEFAULT).map_err(ConfigError)?;
         let resp_listen = listen(self.resp_listen, RESP_LISTEN_DEFAULT).map_err(ConfigError)?;
         let admin_listen = listen(self.admin_listen, ADMIN_LISTEN_DEFAULT).map_err(ConfigError)?;
+        let memcache_auth = self
+            .memcache_auth_file
+            .as_deref()
+            .map(Credentials::load)
+            .transpose()
+            .map_err(|error| ConfigError(format!("--memcache-auth-file: {error}")))?
+            .map(Arc::new);
         let config = ServerConfig {
             memcache_listen,
             resp_listen,
@@ -360,6 +392,9 @@ impl ServeOptions {
                     usize::try_from(s.0).unwrap_or(usize::MAX)
                 }),
             requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
+            memcache_auth,
+            allow_unauthenticated_memcache: self.allow_unauthenticated_memcache,
+            allow_unauthenticated_resp: self.allow_unauthenticated_resp,
             log_level: self.log_level.unwrap_or(LogLevel::Info),
             log_format: self.log_format.unwrap_or(LogFormat::Text),
             debug_command_enabled: self.enable_debug_command,
@@ -445,7 +480,45 @@ impl ServerConfig {
                 "--memcache-listen and --resp-listen are both off: nothing to serve".into(),
             );
         }
+        self.check_auth()
+    }
+
+    /// Refuses one protocol protected by authentication while the other, serving the same
+    /// keys, is open without any: the password would protect nothing. The message says the
+    /// three ways out.
+    fn check_auth(&self) -> Result<(), ConfigError> {
+        let (Some(memcache), Some(resp)) = (self.memcache_listen, self.resp_listen) else {
+            return Ok(());
+        };
+        let (resp_locked, memcache_locked) =
+            (self.requirepass.is_some(), self.memcache_auth.is_some());
+        if resp_locked && !memcache_locked && !self.allow_unauthenticated_memcache {
+            return Err(ConfigError(format!(
+                "--requirepass protects the Redis listener ({resp}), but the memcached listener \
+                 ({memcache}) serves the same keys without authentication, so anyone who reaches \
+                 it can read, write and flush them; give --memcache-auth-file PATH (lines of \
+                 user:password), or turn that listener off with --memcache-listen off, or pass \
+                 --allow-unauthenticated-memcache to run it open anyway"
+            )));
+        }
+        if memcache_locked && !resp_locked && !self.allow_unauthenticated_resp {
+            return Err(ConfigError(format!(
+                "--memcache-auth-file protects the memcached listener ({memcache}), but the Redis \
+                 listener ({resp}) serves the same keys without a password, so anyone who \
+                 reaches it can read, write and flush them; give --requirepass PASSWORD, or \
+                 turn that listener off with --resp-listen off, or pass \
+                 --allow-unauthenticated-resp to run it open anyway"
+            )));
+        }
         Ok(())
+    }
+
+    /// Whether clients of `protocol` must authenticate.
+    pub fn authenticates(&self, protocol: crate::sessions::Protocol) -> bool {
+        match protocol {
+            crate::sessions::Protocol::Memcache => self.memcache_auth.is_some(),
+            crate::sessions::Protocol::Resp => self.requirepass.is_some(),
+        }
     }
 
     /// The engine's configuration.
@@ -473,6 +546,7 @@ impl ServerConfig {
         Settings {
             value_len_max: self.value_len_max,
             requirepass: self.requirepass.clone(),
+            memcache_auth: self.memcache_auth.clone(),
             threads: self.threads,
             connections_max: self.connections_max,
             idle_timeout_secs: self.idle_timeout_secs,

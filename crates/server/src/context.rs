@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use strata_engine::Engine;
 
 use crate::health::Health;
+use crate::auth::Credentials;
 use crate::stats::ServerStats;
 
 /// Settings the protocol sessions need (the full configuration lives in `config`).
@@ -25,6 +26,9 @@ pub struct Settings {
     pub resp_key_len_max: usize,
     /// Redis `requirepass`; `None` means no AUTH required.
     pub requirepass: Option<String>,
+    /// memcached auth file entries (`--memcache-auth-file`); `None` means connections start
+    /// authenticated, as in memcached without `-Y`.
+    pub memcache_auth: Option<Arc<Credentials>>,
     /// Worker threads.
     pub threads: usize,
     /// Most client connections.
@@ -54,6 +58,7 @@ impl Default for Settings {
             memcache_key_len_max: 250,
             resp_key_len_max: 64 * 1024,
             requirepass: None,
+            memcache_auth: None,
             threads: 1,
             connections_max: 1024,
             idle_timeout_secs: 0,

@@ -14,7 +14,9 @@
 //! Goals: every request handled on the worker that read it, without locks of the server's
 //! own and without allocation after warm-up; pipelined requests answered in one write; bounded
 //! memory per client (request size, pending output); a clean pool after SIGTERM.
-//! Non-goals: TLS, the memcached binary protocol, UDP.
+//! Non-goals: TLS, the memcached binary protocol (and with it SASL), UDP. Authentication is
+//! memcached's auth file for the text protocol (`memcache_exec::auth`) and Redis's
+//! `requirepass`; `config` refuses to start with one protocol protected and the other open.
 //!
 //! Panics (`panics`): a worker catches its own, closes its connections and serves again; a
 //! panic on any other thread aborts the process. `/health` (`health`) reports which threads
@@ -25,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod auth;
 pub mod config;
 pub mod connection;
 pub mod context;

@@ -18,6 +18,7 @@
 //! | `stats.rs`       | stats, stats settings / items / slabs / sizes / conns / reset   |
 //! | `meta.rs`        | mg ms md ma mn me (one submodule each), and their shared parts  |
 //! | `lease.rs`       | the stale / win-token state of the meta protocol (`X W Z`)      |
+//! | `auth.rs`        | what a connection may do before authenticating (`-Y` auth file) |
 //!
 //! Invariants:
 //! * Every complete request in the input gets exactly the reply memcached 1.6.18 sends for it
@@ -27,6 +28,8 @@
 //! * The GET path allocates nothing: hits are written into `out` from inside the engine's read
 //!   closure, while the item is borrowed.
 //! * A write the engine refused (out of memory, failed persist) is never acknowledged.
+//! * With `--memcache-auth-file`, nothing reaches the engine before the connection has
+//!   authenticated (`gate` is `None` only then, or when no file is set).
 //!
 //! `tests/memcache_differential.rs` runs the same scripts through this session and a real
 //! memcached 1.6.18 and compares the replies byte for byte. Departures from memcached are listed
@@ -36,6 +39,7 @@
 
 mod admin;
 mod arith;
+pub mod auth;
 mod keys;
 pub(crate) mod lease;
 mod meta;
@@ -89,6 +93,9 @@ pub struct MemcacheSession {
     get_paused: Option<retrieval::Paused>,
     /// The input was an HTTP request: close without writing what is buffered.
     hang_up: bool,
+    /// `Some` until the client has authenticated, when the server has an auth file
+    /// (`--memcache-auth-file`): requests go through the gate instead of the parser.
+    gate: Option<auth::Gate>,
 }
 
 impl Default for MemcacheSession {
@@ -98,7 +105,7 @@ impl Default for MemcacheSession {
 }
 
 impl MemcacheSession {
-    /// A session for a new connection.
+    /// A session for a new connection to a server without an auth file.
     pub fn new() -> Self {
         MemcacheSession {
             swallow_len: 0,
@@ -106,12 +113,26 @@ impl MemcacheSession {
             pending: PendingCounts::default(),
             get_paused: None,
             hang_up: false,
+            gate: None,
+        }
+    }
+
+    /// A session for a new connection to the server `ctx` serves: locked until the client
+    /// authenticates when the server has an auth file.
+    pub fn for_server(ctx: &ServerContext) -> Self {
+        MemcacheSession {
+            gate: ctx
+                .settings
+                .memcache_auth
+                .as_ref()
+                .map(|_| auth::Gate::Line),
+            ..Self::new()
         }
     }
 
     /// The session factory the network core calls for each memcached connection.
-    pub fn factory(_ctx: &ServerContext) -> Box<dyn Session> {
-        Box::new(Self::new())
+    pub fn factory(ctx: &ServerContext) -> Box<dyn Session> {
+        Box::new(Self::for_server(ctx))
     }
 
     /// Discards up to `swallow_len` bytes from the front of `input`; returns how many.
@@ -164,6 +185,9 @@ impl MemcacheSession {
 
 impl Session for MemcacheSession {
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        if self.gate.is_some() {
+            return self.process_locked(input, ctx, out);
+        }
         let processed = self.process_requests(input, ctx, out);
         self.pending.publish(&ctx.stats);
         processed
@@ -171,6 +195,42 @@ impl Session for MemcacheSession {
 
     fn hang_up(&self) -> bool {
         self.hang_up
+    }
+}
+
+impl MemcacheSession {
+    /// Handles input before the client has authenticated ([`auth`]), then, once it has, the
+    /// requests after its authentication as any other input.
+    #[cold]
+    #[inline(never)]
+    fn process_locked(
+        &mut self,
+        input: &[u8],
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Processed {
+        let (Some(gate), Some(credentials)) = (&mut self.gate, &ctx.settings.memcache_auth) else {
+            unreachable!("a session is locked only on a server with an auth file");
+        };
+        let (consumed, passage) = gate.process(input, ctx, credentials, out);
+        match passage {
+            auth::Passage::Locked => Processed {
+                consumed,
+                close: false,
+            },
+            auth::Passage::Close => Processed {
+                consumed,
+                close: true,
+            },
+            auth::Passage::Authenticated => {
+                self.gate = None;
+                let rest = self.process(&input[consumed..], ctx, out);
+                Processed {
+                    consumed: consumed + rest.consumed,
+                    close: rest.close,
+                }
+            }
+        }
     }
 }
 

@@ -181,6 +181,16 @@ fn render_server(out: &mut String, ctx: &ServerContext) {
             "Protocol errors answered.",
             load(&stats.errors),
         ),
+        (
+            "strata_memcache_auth_commands_total",
+            "memcached authentication tokens checked (--memcache-auth-file).",
+            load(&stats.auth_commands),
+        ),
+        (
+            "strata_memcache_auth_errors_total",
+            "memcached authentication tokens refused.",
+            load(&stats.auth_errors),
+        ),
     ];
     for (name, help, value) in counters {
         single(out, name, "counter", help, value);

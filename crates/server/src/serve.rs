@@ -89,6 +89,13 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
     let local = |l: &Option<mio::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (memcache_addr, resp_addr) = (local(&bound.memcache), local(&bound.resp));
     let admin_addr = bound.admin.as_ref().and_then(|l| l.local_addr().ok());
+    warn_unauthenticated(
+        config,
+        [
+            (Protocol::Memcache, memcache_addr),
+            (Protocol::Resp, resp_addr),
+        ],
+    );
 
     let opening = Instant::now();
     let engine_config = strata_engine::EngineConfig {
@@ -180,6 +187,30 @@ fn recovery_observer() -> strata_engine::RecoveryObserver {
             std::thread::sleep(stall);
         }
     }))
+}
+
+/// Warns, one line per listener, about each client listener that other hosts can reach while
+/// its protocol has no authentication: anyone who can reach it can read, write and flush every
+/// key. (The startup rules in `config` only refuse a mix of protected and open listeners.)
+fn warn_unauthenticated(config: &ServerConfig, listeners: [(Protocol, Option<SocketAddr>); 2]) {
+    for (protocol, addr) in listeners {
+        let Some(addr) = addr else { continue };
+        if addr.ip().to_canonical().is_loopback() || config.authenticates(protocol) {
+            continue;
+        }
+        let remedy = match protocol {
+            Protocol::Memcache => "--memcache-auth-file PATH",
+            Protocol::Resp => "--requirepass PASSWORD",
+        };
+        tracing::warn!(
+            protocol = protocol.name(),
+            %addr,
+            "the {} listener on {addr} is open to other hosts WITHOUT AUTHENTICATION: anyone \
+             who can reach it can read, write and flush every key; set {remedy} or listen on a \
+             loopback address",
+            protocol.name()
+        );
+    }
 }
 
 fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>; 3]) {

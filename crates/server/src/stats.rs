@@ -119,6 +119,10 @@ pub struct ServerStats {
     pub panic_closed_connections: AtomicU64,
     /// Client connections closed because they sent an HTTP request to a cache port.
     pub cross_protocol_closes: AtomicU64,
+    /// memcached authentication tokens checked (memcached's `auth_cmds`).
+    pub auth_commands: AtomicU64,
+    /// Of those, refused (memcached's `auth_errors`).
+    pub auth_errors: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -137,6 +141,8 @@ impl Default for ServerStats {
             worker_panics: AtomicU64::new(0),
             panic_closed_connections: AtomicU64::new(0),
             cross_protocol_closes: AtomicU64::new(0),
+            auth_commands: AtomicU64::new(0),
+            auth_errors: AtomicU64::new(0),
         }
     }
 }
@@ -172,6 +178,8 @@ impl ServerStats {
             &self.connections_total,
             &self.connections_rejected,
             &self.output_limit_disconnections,
+            &self.auth_commands,
+            &self.auth_errors,
         ] {
             counter.store(0, Ordering::Relaxed);
         }

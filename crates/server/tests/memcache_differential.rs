@@ -9,77 +9,16 @@
 //! Each step is followed by `mn`, and both sides are read up to its `MN`, so a step's replies
 //! are compared on their own and a missing or extra reply shows up at the step that caused it.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod memcached;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use memcached::{Memcached, WAIT_MAX};
 use strata_engine::{Engine, EngineConfig};
 use strata_server::context::{ServerContext, Session, Settings};
 use strata_server::memcache_exec::MemcacheSession;
-
-/// Longest wait for memcached to accept connections or to answer a step.
-const WAIT_MAX: Duration = Duration::from_secs(20);
-
-/// A memcached child process, killed on drop.
-struct Memcached {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    listener.local_addr().expect("local addr").port()
-}
-
-impl Memcached {
-    fn start() -> Memcached {
-        let port = free_port();
-        // `-u nobody` is needed only when running as root and ignored otherwise.
-        let child = Command::new("memcached")
-            .args([
-                "-p",
-                &port.to_string(),
-                "-U",
-                "0",
-                "-l",
-                "127.0.0.1",
-                "-t",
-                "1",
-                "-u",
-                "nobody",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| {
-                panic!(
-                    "cannot run memcached ({error}): the differential tests need memcached \
-                     1.6.18; run ./scripts/test.sh, which installs it"
-                )
-            });
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let memcached = Memcached { child, addr };
-        let deadline = Instant::now() + WAIT_MAX;
-        while TcpStream::connect(addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "memcached did not start on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        memcached
-    }
-}
 
 /// Both servers, driven step by step.
 struct Pair {
@@ -93,7 +32,7 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let memcached = Memcached::start();
+        let memcached = Memcached::start(&[]);
         let socket = TcpStream::connect(memcached.addr).expect("connect to memcached");
         socket.set_read_timeout(Some(WAIT_MAX)).expect("timeout");
         let engine = Engine::open(EngineConfig::default()).expect("open engine");

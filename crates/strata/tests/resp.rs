@@ -62,7 +62,8 @@ fn connections_spread_over_workers_all_work() {
 
 #[test]
 fn requirepass_is_enforced() {
-    let server = Server::start(&["--requirepass", "sesame"]);
+    // The memcached listener is off: open beside a protected Redis, it would refuse to start.
+    let server = Server::start(&["--requirepass", "sesame", "--memcache-listen", "off"]);
     let mut client = Client::connect(server.resp);
     assert!(client.call(&command(&["GET", "k"])).starts_with("-NOAUTH"));
     assert!(client

@@ -62,6 +62,19 @@ pub const CLIENT_ERROR_INVALID_DELTA_VALUE: &[u8] = b"CLIENT_ERROR invalid numer
 /// Meta: a `b` key that is not valid base64.
 pub const CLIENT_ERROR_DECODING_KEY: &[u8] = b"CLIENT_ERROR error decoding key\r\n";
 
+/// Authentication (`--memcache-auth-file`): any command line of an unauthenticated client
+/// other than an authentication `set`.
+pub const CLIENT_ERROR_UNAUTHENTICATED: &[u8] = b"CLIENT_ERROR unauthenticated\r\n";
+/// Authentication: a `set` announcing a token longer than the server reads (memcached 1.6.42's
+/// reply; 1.6.18 has no bound).
+pub const CLIENT_ERROR_AUTH_TOKEN_TOO_LONG: &[u8] = b"CLIENT_ERROR auth token too long\r\n";
+/// Authentication: a token not followed by `\r\n`.
+pub const CLIENT_ERROR_BAD_TERMINATION: &[u8] = b"CLIENT_ERROR bad command line termination\r\n";
+/// Authentication: a token without two words (`user password`).
+pub const CLIENT_ERROR_BAD_AUTH_TOKEN: &[u8] = b"CLIENT_ERROR bad authentication token format\r\n";
+/// Authentication: no entry of the auth file has this user and password.
+pub const CLIENT_ERROR_AUTH_FAILURE: &[u8] = b"CLIENT_ERROR authentication failure\r\n";
+
 /// Store succeeded.
 pub const STORED: &[u8] = b"STORED\r\n";
 /// `add`/`replace`/`append`/`prepend` condition not met.

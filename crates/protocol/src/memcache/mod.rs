@@ -40,6 +40,8 @@
 //!   `get ` or `gets ` (multigets may be longer).
 //! - An unknown command whose last token starts with `HTTP/` (`GET / HTTP/1.1`) is part of an
 //!   HTTP request, and closes the connection without a reply ([`ParseError::CrossProtocol`]).
+//! - Before a client authenticates (memcached's `-Y` auth file), lines are read by
+//!   [`parse_auth_line`] instead, and an authentication token by [`split_auth_token`].
 //!
 //! # Departures from memcached
 //!
@@ -59,6 +61,7 @@
 //!   leaves to it ([`crate::cross_protocol`]).
 
 mod arith;
+mod auth;
 mod base64;
 mod client;
 mod delete;
@@ -71,6 +74,7 @@ mod storage;
 mod token;
 
 pub use arith::{Arith, ArithCommand};
+pub use auth::{parse_auth_line, split_auth_token, AuthLine};
 pub use base64::{decode_key, encode_base64};
 pub use client::encode_request;
 pub use delete::Delete;

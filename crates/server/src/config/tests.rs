@@ -207,6 +207,8 @@ fn every_key_shown_in_the_example_config_is_accepted() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/strata.toml");
     let example = std::fs::read_to_string(path).expect("read example");
     let mut file = tempfile();
+    // The example's auth file path does not exist here: a real one stands in for it.
+    let auth_file = AuthFile::new(b"user:password\n");
     let mut keys = 0;
     for line in example.lines() {
         let Some(setting) = line.strip_prefix("# ") else {
@@ -214,12 +216,145 @@ fn every_key_shown_in_the_example_config_is_accepted() {
         };
         let key = setting.split(" = ").next().unwrap_or_default();
         if setting.contains(" = ") && key.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
-            writeln!(file.1, "{setting}").expect("write");
+            if key == "memcache-auth-file" {
+                writeln!(file.1, "{key} = \"{}\"", auth_file.path()).expect("write");
+            } else {
+                writeln!(file.1, "{setting}").expect("write");
+            }
             keys += 1;
         }
     }
-    assert!(keys >= 15, "found {keys} keys");
+    assert!(keys >= 21, "found {keys} keys");
     let message = parse(&["--config", file.0.to_str().expect("utf-8")]).map(|_| ());
     std::fs::remove_file(&file.0).expect("remove");
     message.expect("every example key is valid");
+}
+
+/// A temporary auth file holding `contents`, removed on drop.
+struct AuthFile(std::path::PathBuf);
+
+impl AuthFile {
+    fn new(contents: &[u8]) -> AuthFile {
+        let (path, mut file) = tempfile();
+        file.write_all(contents).expect("write");
+        AuthFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for AuthFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn the_memcache_auth_file_is_read_at_startup() {
+    let file = AuthFile::new(b"foo:bar\n");
+    let config =
+        parse(&["--memcache-auth-file", file.path(), "--requirepass", "x"]).expect("valid");
+    let credentials = config.memcache_auth.clone().expect("loaded");
+    assert!(credentials.check(b"foo", b"bar"));
+    assert!(config.authenticates(crate::sessions::Protocol::Memcache));
+    let settings = config.settings(None, None);
+    assert!(settings
+        .memcache_auth
+        .expect("passed on")
+        .check(b"foo", b"bar"));
+    assert_eq!(parse(&[]).expect("defaults").memcache_auth, None);
+}
+
+#[test]
+fn a_bad_auth_file_stops_the_start_naming_the_file_and_the_line() {
+    let file = AuthFile::new(b"foo:bar\nnocolon\n");
+    let message = parse(&["--memcache-auth-file", file.path(), "--resp-listen", "off"])
+        .expect_err("malformed");
+    for needle in [
+        "--memcache-auth-file",
+        file.path(),
+        "line 2",
+        "user:password",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in: {message}");
+    }
+    let empty = AuthFile::new(b"");
+    let message =
+        parse(&["--memcache-auth-file", empty.path(), "--resp-listen", "off"]).expect_err("empty");
+    assert!(
+        message.contains("empty") && message.contains(empty.path()),
+        "{message}"
+    );
+    let message = parse(&[
+        "--memcache-auth-file",
+        "/nonexistent/auth",
+        "--resp-listen",
+        "off",
+    ])
+    .expect_err("missing");
+    assert!(
+        message.contains("cannot read") && message.contains("/nonexistent/auth"),
+        "{message}"
+    );
+}
+
+#[test]
+fn one_protocol_protected_and_the_other_open_is_refused() {
+    let message = parse(&["--requirepass", "x"]).expect_err("memcached open");
+    for needle in [
+        "--requirepass",
+        MEMCACHE_LISTEN_DEFAULT,
+        "--memcache-auth-file PATH",
+        "--memcache-listen off",
+        "--allow-unauthenticated-memcache",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in: {message}");
+    }
+    let file = AuthFile::new(b"foo:bar\n");
+    let message = parse(&["--memcache-auth-file", file.path()]).expect_err("Redis open");
+    for needle in [
+        "--memcache-auth-file",
+        RESP_LISTEN_DEFAULT,
+        "--requirepass PASSWORD",
+        "--resp-listen off",
+        "--allow-unauthenticated-resp",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in: {message}");
+    }
+    // Each way out the messages name.
+    for args in [
+        &["--requirepass", "x", "--memcache-auth-file", file.path()][..],
+        &["--requirepass", "x", "--memcache-listen", "off"],
+        &["--requirepass", "x", "--allow-unauthenticated-memcache"],
+        &["--memcache-auth-file", file.path(), "--resp-listen", "off"],
+        &[
+            "--memcache-auth-file",
+            file.path(),
+            "--allow-unauthenticated-resp",
+        ],
+    ] {
+        parse(args).unwrap_or_else(|message| panic!("{args:?}: {message}"));
+    }
+    // An override only covers its own protocol.
+    let message =
+        parse(&["--requirepass", "x", "--allow-unauthenticated-resp"]).expect_err("wrong override");
+    assert!(
+        message.contains("--allow-unauthenticated-memcache"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_overrides_are_file_keys_too() {
+    let mut file = tempfile();
+    writeln!(
+        file.1,
+        "requirepass = \"x\"\nallow-unauthenticated-memcache = true"
+    )
+    .expect("write");
+    let config = parse(&["--config", file.0.to_str().expect("utf-8")]);
+    std::fs::remove_file(&file.0).expect("remove");
+    assert!(config.expect("valid").allow_unauthenticated_memcache);
 }

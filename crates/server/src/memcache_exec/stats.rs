@@ -122,6 +122,8 @@ fn general(ctx: &ServerContext, out: &mut Vec<u8>) {
     stat(out, "get_hits", get_hits);
     stat(out, "get_misses", get_keys.saturating_sub(get_hits));
     stat(out, "get_expired", 0);
+    stat(out, "auth_cmds", load(&stats.auth_commands));
+    stat(out, "auth_errors", load(&stats.auth_errors));
     stat(out, "bytes_read", load(&stats.bytes_read));
     stat(out, "bytes_written", load(&stats.bytes_written));
     stat(out, "limit_maxbytes", engine.memory_bytes);
@@ -197,7 +199,15 @@ fn settings(ctx: &ServerContext, out: &mut Vec<u8>) {
     text(out, "cas_enabled", "yes");
     text(out, "binding_protocol", "ascii");
     text(out, "auth_enabled_sasl", "no");
-    text(out, "auth_enabled_ascii", "no");
+    let auth_file = settings
+        .memcache_auth
+        .as_ref()
+        .map(|c| c.path().display().to_string());
+    text(
+        out,
+        "auth_enabled_ascii",
+        auth_file.as_deref().unwrap_or("no"),
+    );
     encode::write_stat_u64(out, b"item_size_max", settings.value_len_max as u64);
     encode::write_stat_u64(out, b"idle_timeout", settings.idle_timeout_secs);
     text(out, "flush_enabled", yes_no(settings.flush_enabled));

@@ -101,15 +101,16 @@ pub(crate) fn shutdown(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     state.close = true;
 }
 
-/// Checks a password for `user` against `requirepass`. With no password configured, the
-/// default user accepts any password (Redis's `nopass`); other users never exist.
+/// Checks a password for `user` against `requirepass`, in constant time for the lengths. With no
+/// password configured, the default user accepts any password (Redis's `nopass`); other users
+/// never exist.
 fn password_ok(call: &Call<'_>, user: &[u8], password: &[u8]) -> bool {
     if user != b"default" {
         return false;
     }
     match &call.ctx.settings.requirepass {
         None => true,
-        Some(required) => required.as_bytes() == password,
+        Some(required) => crate::auth::constant_time_eq(password, required.as_bytes()),
     }
 }
 

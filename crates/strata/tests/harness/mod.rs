@@ -17,10 +17,14 @@ pub const WAIT_MAX: Duration = Duration::from_secs(60);
 /// Pause between two checks of a condition.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
-/// Small settings for tests, for each flag that `extra` does not set itself. The harness reads
-/// the listeners' addresses from the startup line, logged at `info` in text.
+/// Small settings for tests, for each flag that `extra` does not set itself. The listeners take
+/// loopback ports the kernel picks; the harness reads their addresses from the startup line,
+/// logged at `info` in text.
 fn defaults(extra: &[&str]) -> Vec<&'static str> {
     [
+        ["--memcache-listen", "127.0.0.1:0"],
+        ["--resp-listen", "127.0.0.1:0"],
+        ["--admin-listen", "127.0.0.1:0"],
         ["--memory", "16MiB"],
         ["--threads", "2"],
         ["--log-level", "info"],
@@ -52,9 +56,9 @@ pub fn run_output(args: &[&str]) -> (ExitStatus, String, String) {
 /// A running `strata serve`, killed on drop.
 pub struct Server {
     child: Option<Child>,
-    /// memcached listener.
+    /// memcached listener (`127.0.0.1:0` when it is off).
     pub memcache: SocketAddr,
-    /// RESP listener.
+    /// RESP listener (`127.0.0.1:0` when it is off).
     pub resp: SocketAddr,
     /// Admin HTTP listener.
     pub admin: SocketAddr,
@@ -100,9 +104,6 @@ impl Server {
         };
         let child = command
             .arg("serve")
-            .args(["--memcache-listen", "127.0.0.1:0"])
-            .args(["--resp-listen", "127.0.0.1:0"])
-            .args(["--admin-listen", "127.0.0.1:0"])
             .args(defaults(extra))
             .args(extra)
             .env_remove("RUST_LOG")
@@ -135,7 +136,13 @@ impl Server {
             ready
                 .split(' ')
                 .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-                .and_then(|addr| addr.parse().ok())
+                .and_then(|addr| {
+                    if addr == "off" {
+                        Some(unbound)
+                    } else {
+                        addr.parse().ok()
+                    }
+                })
                 .unwrap_or_else(|| panic!("no {name} address in: {ready}"))
         };
         (self.memcache, self.resp, self.admin) = (bound("memcache"), bound("resp"), bound("admin"));
