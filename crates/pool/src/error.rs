@@ -57,6 +57,18 @@ pub enum PoolError {
         /// The pool file.
         path: PathBuf,
     },
+    /// The file system could not reserve the file's blocks: writing through the mapping later
+    /// would kill the process (SIGBUS) the moment the file system filled up, so strata does not
+    /// start on such a file.
+    #[error("cannot reserve {bytes} bytes for {path} ({message}): free space on its file system, or choose a smaller --memory")]
+    NoSpace {
+        /// The file.
+        path: PathBuf,
+        /// Bytes to reserve.
+        bytes: u64,
+        /// The OS error text.
+        message: String,
+    },
     /// An operating-system call failed.
     #[error("{op} failed for {path}: {message}")]
     Io {

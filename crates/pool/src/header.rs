@@ -190,6 +190,24 @@ pub(crate) fn write_state(page: &mut [u8], state: HeaderState) {
     write_u32(page, STATE_CRC_OFFSET, crc);
 }
 
+/// The pool length a header page describes, if its magic, version and geometry checksum are
+/// sound (the rest is for `validate`).
+pub(crate) fn described_length(page: &[u8]) -> Option<u64> {
+    if page.len() < HEADER_SIZE_BYTES
+        || page[MAGIC_OFFSET..MAGIC_OFFSET + 8] != MAGIC
+        || read_u32(page, VERSION_OFFSET) != FORMAT_VERSION
+        || crc32c::crc32c(&page[..GEOMETRY_END]) != read_u32(page, GEOMETRY_CRC_OFFSET)
+    {
+        return None;
+    }
+    let geometry = Geometry {
+        segment_size_bytes: read_u64(page, SEGMENT_SIZE_OFFSET),
+        segment_count: read_u64(page, SEGMENT_COUNT_OFFSET),
+    };
+    check_geometry_fields(page, geometry).ok()?;
+    Some(geometry.pool_size_bytes())
+}
+
 /// Validates a header page: magic, version, checksums, internal consistency, zeroed reserved
 /// bytes. `file_len_bytes` is the length of the file or mapping holding the pool.
 pub(crate) fn validate(

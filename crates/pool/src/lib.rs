@@ -135,6 +135,8 @@ pub struct Pool {
     state: HeaderState,
     segments_taken: bool,
     root_taken: bool,
+    /// The length a pool file cut short was found at (see [`Pool::cut_at`]).
+    cut_at: Option<u64>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -158,10 +160,21 @@ impl Pool {
             Location::Dram => (Mapping::anonymous(len, false, options.faults)?, false),
             Location::Simulated => (Mapping::anonymous(len, true, options.faults)?, false),
             Location::File(path) => {
-                open_file(path, options.geometry, options.mode, options.faults)?
+                let (mapping, existing, cut_at) =
+                    open_file(path, options.geometry, options.mode, options.faults)?;
+                let mut pool = Self::finish_open(mapping, existing, Some(options.geometry))?;
+                pool.cut_at = cut_at;
+                return Ok(pool);
             }
         };
         Self::finish_open(mapping, existing, Some(options.geometry))
+    }
+
+    /// For a pool file found shorter than its header describes: the length it had. It was
+    /// extended back; the segments' bytes past that length read as zeros (their records are
+    /// lost, and recovery or the scrub counts them as damage).
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut_at
     }
 
     /// Opens a simulated pool from a crash image made by [`Pool::crash_image`]. The image is
@@ -220,6 +233,7 @@ impl Pool {
             state,
             segments_taken: false,
             root_taken: false,
+            cut_at: None,
         };
         // A new file reads as zeroes past its header (set_len), so only the header page and the
         // segment table need persisting; a reopened pool changed only its state line.
@@ -510,6 +524,15 @@ impl PoolFile {
     }
 }
 
+/// Lowers the calling thread's scheduling priority to the least (nice 19), for background work
+/// (populating, scrubbing) that request handling should win every contest with.
+pub fn lower_thread_priority() {
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    }
+}
+
 /// Populates a file pool's page tables from another thread, a chunk at a time (see
 /// [`Pool::populator`]).
 pub struct Populator {
@@ -526,10 +549,7 @@ impl Populator {
     /// early once `stop` is set or the pool is gone (its last handle dropped: the file lock is
     /// released with it); the pool is held only while a chunk is populated.
     pub fn run(&self, stop: &std::sync::atomic::AtomicBool) {
-        // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
-        }
+        lower_thread_priority();
         for offset in (0..self.len).step_by(Self::CHUNK_BYTES) {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
@@ -570,13 +590,57 @@ pub(crate) fn io_err(op: &'static str, path: &Path, err: std::io::Error) -> Pool
     }
 }
 
-/// Opens (or creates) the file, takes its lock and maps it. Returns whether it held a pool.
+/// Reserves the blocks of `file`'s first `len` bytes (`posix_fallocate`), so that stores
+/// through a shared mapping of it never need the file system to find space: on a full file
+/// system such a store is a SIGBUS, which no error handling can turn into a refused write.
+/// Reserving what is already allocated costs nothing.
+pub(crate) fn reserve(file: &File, len: u64, path: &Path) -> Result<(), PoolError> {
+    // A file whose blocks are all allocated already (every restart after the first) needs no
+    // call: on tmpfs a fallocate of a large file walks every page, tens of ms per GiB.
+    let allocated = file
+        .metadata()
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m).saturating_mul(512))
+        .unwrap_or(0);
+    if allocated >= len {
+        return Ok(());
+    }
+    let Ok(len_signed) = libc::off_t::try_from(len) else {
+        return Err(PoolError::InvalidGeometry {
+            reason: "file larger than the platform's file offsets",
+        });
+    };
+    // SAFETY: posix_fallocate takes a descriptor we own and two integers; no memory of ours.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_signed) };
+    if rc == 0 {
+        return Ok(());
+    }
+    Err(PoolError::NoSpace {
+        path: path.to_path_buf(),
+        bytes: len,
+        message: std::io::Error::from_raw_os_error(rc).to_string(),
+    })
+}
+
+/// The length an existing pool file's header describes, if its header is sound.
+fn header_length(file: &File) -> Option<u64> {
+    let mut page = vec![0u8; HEADER_SIZE_BYTES];
+    std::os::unix::fs::FileExt::read_exact_at(file, &mut page, 0).ok()?;
+    header::described_length(&page)
+}
+
+/// Opens (or creates) the file, takes its lock and maps it. Returns whether it held a pool,
+/// and, for a pool file cut short, the length it was found at (it is extended back to the
+/// length its header describes: what was cut is lost, the rest is served).
+///
+/// Every byte of the file is reserved before it is mapped (see [`reserve`]). A new file that
+/// cannot be reserved is removed again; an existing one is refused.
 fn open_file(
     path: &Path,
     geometry: Geometry,
     mode: OpenMode,
     faults: FaultPlan,
-) -> Result<(Mapping, bool), PoolError> {
+) -> Result<(Mapping, bool, Option<u64>), PoolError> {
+    let created = !path.exists();
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -587,26 +651,38 @@ fn open_file(
     lock_exclusive(&file, path)?;
     let found_len = file.metadata().map_err(|e| io_err("stat", path, e))?.len();
     let existing = found_len > 0 && mode == OpenMode::OpenOrCreate;
-    let len = if existing {
-        found_len
-    } else {
-        file.set_len(0).map_err(|e| io_err("truncate", path, e))?;
-        let len = geometry.pool_size_bytes();
-        file.set_len(len)
-            .map_err(|e| io_err("set length", path, e))?;
-        len
-    };
     if existing && found_len < HEADER_SIZE_BYTES as u64 {
         return Err(PoolError::Truncated {
             expected_bytes: geometry.pool_size_bytes(),
             found_bytes: found_len,
         });
     }
+    let described = existing.then(|| header_length(&file)).flatten();
+    let cut_at = described.filter(|&len| found_len < len).map(|_| found_len);
+    let len = match (existing, described) {
+        // A pool cut short keeps what is left; validation reports anything else wrong.
+        (true, Some(len)) if found_len < len => len,
+        (true, _) => found_len,
+        (false, _) => {
+            file.set_len(0).map_err(|e| io_err("truncate", path, e))?;
+            geometry.pool_size_bytes()
+        }
+    };
+    if let Err(err) = file
+        .set_len(len.max(found_len))
+        .map_err(|e| io_err("set length", path, e))
+        .and_then(|()| reserve(&file, len, path))
+    {
+        if created {
+            let _ = std::fs::remove_file(path);
+        }
+        return Err(err);
+    }
     let len = usize::try_from(len).map_err(|_| PoolError::InvalidGeometry {
         reason: "pool larger than the address space",
     })?;
     let mapping = Mapping::file(file, path.to_path_buf(), len, faults)?;
-    Ok((mapping, existing))
+    Ok((mapping, existing, cut_at))
 }
 
 fn lock_exclusive(file: &File, path: &Path) -> Result<(), PoolError> {

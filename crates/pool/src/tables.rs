@@ -15,7 +15,8 @@
 //! files only when the header names this pool and the exact pool state it was left in (see the
 //! engine's `index_files` module for the rest of the rule).
 //!
-//! Files are created sparse (`set_len`), like the pool: their pages cost memory when first used.
+//! Files have every block reserved (`posix_fallocate`) when created or opened, like the pool, so
+//! a store through their mapping never meets a full file system (a SIGBUS).
 //! They are only written by the process holding the pool's exclusive lock.
 
 use std::fs::OpenOptions;
@@ -88,6 +89,10 @@ impl LineTable {
         if create {
             file.set_len(len as u64)
                 .map_err(|e| io_err("size index table", &path, e))?;
+            if let Err(err) = crate::reserve(&file, len as u64, &path) {
+                let _ = std::fs::remove_file(&path);
+                return Err(err);
+            }
         } else {
             let found = file
                 .metadata()
@@ -100,6 +105,7 @@ impl LineTable {
                     message: format!("{found} bytes, expected {len}"),
                 });
             }
+            crate::reserve(&file, len as u64, &path)?;
         }
         // SAFETY: the file is private to the process that holds the pool's exclusive lock (the
         // index directory belongs to that pool); its length was checked or set just above and is
