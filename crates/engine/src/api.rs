@@ -576,6 +576,30 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Runs one step of the scrub (see the `scrub` module): walks one segment adopted at open
+    /// without being read, or checks one run of index entries. Until the scrub is done, reads of
+    /// records it has not checked validate them first. Returns true once there is nothing left
+    /// to check (at once when the open read everything, or for a new pool). The server runs it
+    /// in a background thread; an embedder may call it whenever it likes, or never (reads then
+    /// keep validating unchecked records).
+    pub fn scrub_step(&self) -> bool {
+        let mut state = self.inner.scrub.lock();
+        crate::scrub::step(&self.inner, &mut state)
+    }
+
+    /// Whether the scrub has checked everything the open did not read.
+    pub fn scrub_done(&self) -> bool {
+        self.inner.scrub.lock().done
+    }
+
+    /// Drops from the index the items whose records reads found damaged (they were served as
+    /// absent already). Returns how many. The server calls it every maintenance tick.
+    pub fn repair(&self) -> u64 {
+        crate::scrub::repair(&self.inner)
+    }
+}
+
 /// Most keys one `prefetch` call looks at.
 pub const PREFETCH_KEYS_MAX: usize = 32;
 

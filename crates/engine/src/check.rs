@@ -6,7 +6,7 @@ use std::path::Path;
 
 use strata_pool::{HeaderInfo, HeaderState, PoolError, PoolFile};
 
-use crate::record::{self, Scan};
+use crate::record::{self, Step};
 use crate::root;
 use crate::segment::{self, HeaderRead};
 
@@ -35,9 +35,12 @@ pub struct PoolReport {
     pub live_bytes: u64,
     /// Bytes appended in in-use segments.
     pub used_bytes: u64,
-    /// Logs that end in a record failing validation: a write torn by a crash (recovery drops
-    /// it), or damage.
+    /// Logs that end in bytes failing validation: in a pool left by a crash, a write the crash
+    /// tore (recovery drops it); in a cleanly closed pool, damage (listed in `problems`).
     pub logs_ending_invalid: u64,
+    /// Records failing validation between valid ones, or anywhere in a cleanly closed pool:
+    /// damage (each listed in `problems`). The records around them are sound.
+    pub records_damaged: u64,
     /// Problems that make the pool unsound, one line each.
     pub problems: Vec<String>,
 }
@@ -59,6 +62,7 @@ pub fn check_pool_file(path: &Path) -> Result<PoolReport, PoolError> {
         live_bytes: 0,
         used_bytes: 0,
         logs_ending_invalid: 0,
+        records_damaged: 0,
         problems: Vec::new(),
     };
     match root::read(file.root()) {
@@ -86,32 +90,52 @@ pub fn check_pool_file(path: &Path) -> Result<PoolReport, PoolError> {
                         .problems
                         .push(format!("segment {id}: shard {} out of range", fields.shard));
                 }
-                scan_records(data, &mut report);
+                scan_records(id, data, &mut report);
             }
         }
     }
     Ok(report)
 }
 
-fn scan_records(data: &[u8], report: &mut PoolReport) {
-    let mut offset = 0;
-    while offset < data.len() {
-        match record::read(&data[offset..]) {
-            Scan::Record(view) => {
-                if view.live {
-                    report.records_live += 1;
-                    report.live_bytes += view.size_bytes as u64;
-                } else {
-                    report.records_dead += 1;
-                }
-                offset += view.size_bytes;
+/// At most this many damaged records are listed one by one in `problems`; the count is exact.
+const DAMAGE_LISTED_MAX: u64 = 100;
+
+fn scan_records(id: u32, data: &[u8], report: &mut PoolReport) {
+    let clean = report.state.clean;
+    let mut walk = record::walk(data);
+    let damage = |report: &mut PoolReport, offset: usize, cause: record::Damage, what: &str| {
+        report.records_damaged += 1;
+        if report.records_damaged <= DAMAGE_LISTED_MAX {
+            report.problems.push(format!(
+                "segment {id} offset {offset}: damaged record ({}){what}",
+                cause.name()
+            ));
+        }
+    };
+    let mut end = None;
+    for step in walk.by_ref() {
+        match step {
+            Step::Record { view, .. } if view.live => {
+                report.records_live += 1;
+                report.live_bytes += view.size_bytes as u64;
             }
-            Scan::End => break,
-            Scan::Invalid => {
+            Step::Record { .. } => report.records_dead += 1,
+            Step::Damaged { offset, len, cause } => {
+                damage(report, offset, cause, &format!(", {len} bytes skipped"));
+            }
+            Step::Tail { offset, cause } => {
                 report.logs_ending_invalid += 1;
-                break;
+                end = Some(offset);
+                if clean {
+                    damage(
+                        report,
+                        offset,
+                        cause,
+                        " at the end of the log of a clean pool",
+                    );
+                }
             }
         }
     }
-    report.used_bytes += offset as u64;
+    report.used_bytes += end.unwrap_or(walk.offset()) as u64;
 }

@@ -428,17 +428,16 @@ impl Index {
         mut visit: impl FnMut(SlotRef, u64) -> Option<T>,
     ) -> Option<T> {
         let mut at = (false, head as u32);
+        // A chain visits each overflow bucket at most once; more hops mean a cycle, which only
+        // damage to a mapped table file can make. Like a link out of range, it ends the chain.
+        let mut hops = 0;
         loop {
             let bucket = self.bucket(at.0, at.1);
-            for (i, slot) in bucket.0.iter().enumerate() {
+            for (i, slot) in bucket.0.iter().enumerate().take(LINK_SLOT) {
                 let value = slot.load(Ordering::Relaxed);
-                if value == 0 {
+                // A link anywhere but the last slot is damage (of a mapped table): skipped.
+                if value == 0 || is_link(value) {
                     continue;
-                }
-                if is_link(value) {
-                    debug_assert_eq!(i, LINK_SLOT);
-                    at = (true, (value & LOCATION_MASK) as u32);
-                    break;
                 }
                 let found = visit(
                     SlotRef {
@@ -452,9 +451,25 @@ impl Index {
                     return found;
                 }
             }
-            if !is_link(bucket.0[LINK_SLOT].load(Ordering::Relaxed)) {
+            let last = bucket.0[LINK_SLOT].load(Ordering::Relaxed);
+            if !is_link(last) {
+                if last == 0 {
+                    return None;
+                }
+                let last_slot = SlotRef {
+                    overflow: at.0,
+                    bucket: at.1,
+                    slot: LINK_SLOT as u8,
+                };
+                return visit(last_slot, last);
+            }
+            let target = (last & LOCATION_MASK) as usize;
+            hops += 1;
+            if target >= self.overflow_len || hops > self.overflow_len {
+                debug_assert!(false, "an overflow link out of range or in a cycle");
                 return None;
             }
+            at = (true, target as u32);
         }
     }
 
@@ -781,6 +796,14 @@ impl Index {
         (counted == items).then_some((index, end))
     }
 
+    /// Whether `check` holds for every item.
+    pub fn all_entries(&self, mut check: impl FnMut(Entry) -> bool) -> bool {
+        (0..self.buckets.len()).all(|head| {
+            self.walk_chain(head, |_, value| (!check(unpack(value))).then_some(()))
+                .is_none()
+        })
+    }
+
     /// Visits the items of primary buckets `[cursor, cursor + bucket_budget)` (and their chains)
     /// in bucket order. Returns the next cursor, or `None` when the table has been covered.
     /// Cursors are bucket positions scaled to 2^28, so they survive growth.
@@ -790,19 +813,51 @@ impl Index {
         bucket_budget: usize,
         mut visit: impl FnMut(Entry),
     ) -> Option<u32> {
+        self.scan_slots(cursor, bucket_budget, |_, entry| visit(entry))
+    }
+
+    /// [`Index::scan`], with each item's slot.
+    pub fn scan_slots(
+        &self,
+        cursor: u32,
+        bucket_budget: usize,
+        mut visit: impl FnMut(SlotRef, Entry),
+    ) -> Option<u32> {
         let n = self.buckets.len();
         // A cursor is the smallest hash position not yet covered; its bucket is where to resume
         // (in a grown table too, since positions map monotonically onto buckets).
         let mut bucket = position(cursor, n);
         let end = (bucket + bucket_budget.max(1)).min(n);
         while bucket < end {
-            self.walk_chain::<()>(bucket, |_, value| {
-                visit(unpack(value));
+            self.walk_chain::<()>(bucket, |at, value| {
+                visit(at, unpack(value));
                 None
             });
             bucket += 1;
         }
         (bucket < n).then(|| ((bucket as u64) << HASH_BITS).div_ceil(n as u64) as u32)
+    }
+
+    /// Counts the items again from the tables. For an index mapped from files that damage may
+    /// have changed: a count restored from the control line counts what was written, not what
+    /// a damaged table holds.
+    pub fn recount(&mut self) {
+        let mut items = 0;
+        self.all_entries(|_| {
+            items += 1;
+            true
+        });
+        self.items = items;
+    }
+
+    /// Empties `at` if it still holds `entry`; returns whether it did.
+    pub fn remove_if(&mut self, at: SlotRef, entry: Entry) -> bool {
+        let value = self.slot(at).load(Ordering::Relaxed);
+        if value == 0 || is_link(value) || unpack(value) != entry {
+            return false;
+        }
+        self.remove(at);
+        true
     }
 }
 

@@ -30,6 +30,7 @@ mod index_files;
 mod record;
 mod recovery;
 mod root;
+mod scrub;
 mod segment;
 mod shard;
 mod snapshot;
@@ -226,10 +227,25 @@ pub struct EngineStats {
     pub memory_bytes: u64,
     /// Shards.
     pub shards: u64,
+    /// Damaged records found (by recovery, the scrub or an eviction walk; never served), per
+    /// cause in [`DAMAGE_CAUSES`] order. A write torn by a crash is not damage.
+    pub records_damaged: [u64; 4],
+    /// Items dropped from the index because their record was found damaged.
+    pub damaged_items_dropped: u64,
+    /// Segments adopted at open that the scrub has not checked yet (reads of them validate).
+    pub segments_unverified: u64,
 }
 
+/// The causes of `EngineStats::records_damaged`, as stats, INFO and metrics name them.
+pub const DAMAGE_CAUSES: [&str; 4] = [
+    record::Damage::ALL[0].name(),
+    record::Damage::ALL[1].name(),
+    record::Damage::ALL[2].name(),
+    record::Damage::ALL[3].name(),
+];
+
 #[repr(align(128))]
-struct Padded<T>(T);
+pub(crate) struct Padded<T>(pub(crate) T);
 
 struct FreePool {
     list: Vec<Segment>,
@@ -257,7 +273,7 @@ struct SeqState {
 
 /// State shared by shards (configuration, free segments, seq allocation, failure state).
 pub(crate) struct Inner {
-    shards: Box<[Padded<ShardLock>]>,
+    pub(crate) shards: Box<[Padded<ShardLock>]>,
     pub(crate) segment_size_bytes: usize,
     units_per_segment: u64,
     /// Persist each write before returning (`Durability::Sync` without group commit).
@@ -284,6 +300,8 @@ pub(crate) struct Inner {
     failure: Mutex<Option<PersistError>>,
     flush_at_ms: AtomicU64,
     value_len_max: usize,
+    /// Where the scrub of unverified segments and index entries stands.
+    scrub: Mutex<scrub::ScrubState>,
 }
 
 impl Inner {

@@ -75,6 +75,15 @@ impl Engine {
 
     /// Opens the engine on an already open pool (tests reopen crash images this way).
     pub fn from_pool(mut pool: Pool, config: &EngineConfig) -> Result<Engine, OpenError> {
+        if let Some(found_bytes) = pool.cut_at() {
+            tracing::error!(
+                pool = %pool.path().display(),
+                found_bytes,
+                expected_bytes = pool.geometry().pool_size_bytes(),
+                "the pool file was cut short; it was extended back to its length, and the records \
+                 that lay past the cut are lost (the rest is served)"
+            );
+        }
         let mut root_area = pool.take_root();
         let segments = pool.take_segments();
         let (shard_count, seq_reserved, previous_durability) = match pool.opened() {
@@ -158,13 +167,11 @@ impl Engine {
                 };
                 anchor.remove_other_tables(index.desc());
                 let rebuilding = !trusted[usize::from(id)];
-                Padded(ShardLock::new(Shard::new(
-                    id,
-                    segments.len(),
-                    index,
-                    Some(anchor),
-                    rebuilding,
-                )))
+                let mut shard = Shard::new(id, segments.len(), index, Some(anchor), rebuilding);
+                // A mapped index was not checked by anyone since it was last written: reads
+                // validate until the scrub has checked its entries.
+                shard.index_verified = rebuilding;
+                Padded(ShardLock::new(shard))
             })
             .collect();
         if let Some(files) = &files {
@@ -208,13 +215,21 @@ impl Engine {
             failure: Mutex::new(None),
             flush_at_ms: AtomicU64::new(0),
             value_len_max: config.value_len_max,
+            scrub: Mutex::new(crate::scrub::ScrubState::default()),
         };
         let snapshot = match (plan, pool.take_sidecar()) {
             (RecoveryPlan::Recover, Some(payload)) if files.is_none() => Some(payload),
             _ => None,
         };
         let observer = config.recovery_observer.as_ref();
-        let recover = |segments| recovery::recover(&inner, segments, plan, &trusted, observer);
+        // Only a crash can leave a torn write at the end of a log; after a clean close every
+        // invalid record is damage.
+        let torn_possible = !matches!(
+            pool.opened(),
+            Opened::Reopened { previous, .. } if previous.clean
+        );
+        let recover =
+            |segments| recovery::recover(&inner, segments, plan, &trusted, torn_possible, observer);
         let recovery = match snapshot {
             Some(payload) => match snapshot::restore(&inner, segments, &payload) {
                 Ok(report) => report,
@@ -342,6 +357,11 @@ impl Engine {
             stats.index_bytes += shard.index.size_bytes() as u64;
             stats.index_buckets += shard.index.bucket_count() as u64;
             stats.index_overflow_buckets += shard.index.overflow_bucket_count() as u64;
+            for (total, counter) in stats.records_damaged.iter_mut().zip(&c.damaged_records) {
+                *total += load(counter);
+            }
+            stats.damaged_items_dropped += load(&c.damaged_items_dropped);
+            stats.segments_unverified += shard.unverified_segments().len() as u64;
         }
         let free = self.inner.free.lock();
         stats.segments_free = free.list.len() as u64;

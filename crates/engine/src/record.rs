@@ -78,8 +78,42 @@ pub enum Scan<'a> {
     Record(RecordView<'a>),
     /// Zeroes: the end of the segment's log.
     End,
-    /// Bytes that are not a valid record (torn write or corruption).
-    Invalid,
+    /// Bytes that are not a valid record (torn write or corruption), and why.
+    Invalid(Damage),
+}
+
+/// Why stored bytes are not a valid record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Damage {
+    /// The state nibble is neither live nor dead, or a zero header (end of log) is followed by
+    /// more records.
+    State,
+    /// The key or value length is impossible or runs past the segment's log.
+    Lengths,
+    /// The checksum (or the zero padding it implies) does not match.
+    Checksum,
+    /// An index entry points where no valid record of its key starts.
+    Location,
+}
+
+impl Damage {
+    /// Every cause, in the order stats list them.
+    pub const ALL: [Damage; 4] = [
+        Damage::State,
+        Damage::Lengths,
+        Damage::Checksum,
+        Damage::Location,
+    ];
+
+    /// The cause's name in stats, INFO, metrics and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Damage::State => "state",
+            Damage::Lengths => "lengths",
+            Damage::Checksum => "checksum",
+            Damage::Location => "location",
+        }
+    }
 }
 
 fn optional_fields_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> (u8, usize) {
@@ -162,7 +196,7 @@ pub fn read(bytes: &[u8]) -> Scan<'_> {
         return if bytes.iter().all(|&b| b == 0) {
             Scan::End
         } else {
-            Scan::Invalid
+            Scan::Invalid(Damage::Lengths)
         };
     }
     let state = bytes[0] & STATE_MASK;
@@ -171,11 +205,11 @@ pub fn read(bytes: &[u8]) -> Scan<'_> {
         STATE_EMPTY if bytes[..HEADER_SIZE_BYTES].iter().all(|&b| b == 0) => return Scan::End,
         STATE_LIVE => true,
         STATE_DEAD => false,
-        _ => return Scan::Invalid,
+        _ => return Scan::Invalid(Damage::State),
     };
     match decode(bytes, flags, live) {
-        Some(view) => Scan::Record(view),
-        None => Scan::Invalid,
+        Ok(view) => Scan::Record(view),
+        Err(damage) => Scan::Invalid(damage),
     }
 }
 
@@ -214,21 +248,29 @@ fn fields(bytes: &[u8], flags: u8) -> Option<(usize, usize, RecordMeta, usize)> 
     Some((key_len, value_len, meta, at))
 }
 
-fn decode(bytes: &[u8], flags: u8, live: bool) -> Option<RecordView<'_>> {
-    let (key_len, value_len, meta, at) = fields(bytes, flags)?;
-    if key_len == 0 || key_len > KEY_LEN_MAX {
-        return None;
+fn decode(bytes: &[u8], flags: u8, live: bool) -> Result<RecordView<'_>, Damage> {
+    let (key_len, value_len, meta, at) = fields(bytes, flags).ok_or(Damage::Lengths)?;
+    let wide = flags & FLAG_WIDE != 0;
+    if key_len == 0
+        || key_len > KEY_LEN_MAX
+        || (wide && bytes[1..4] != [0, 0, 0])
+        || (wide && key_len <= KEY_LEN_SHORT_MAX && value_len <= VALUE_LEN_SHORT_MAX)
+    {
+        return Err(Damage::Lengths);
     }
-    let end = at.checked_add(key_len)?.checked_add(value_len)?;
+    let end = at
+        .checked_add(key_len)
+        .and_then(|end| end.checked_add(value_len))
+        .ok_or(Damage::Lengths)?;
     let size_bytes = end.next_multiple_of(RECORD_ALIGN_BYTES);
     if size_bytes > bytes.len() {
-        return None;
+        return Err(Damage::Lengths);
     }
-    let stored_crc = u32::from_le_bytes(bytes[4..8].try_into().ok()?);
+    let stored_crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
     if bytes[end..size_bytes].iter().any(|&b| b != 0) || checksum(bytes, end) != stored_crc {
-        return None;
+        return Err(Damage::Checksum);
     }
-    Some(RecordView {
+    Ok(RecordView {
         key: &bytes[at..at + key_len],
         value: &bytes[at + key_len..end],
         meta,
@@ -237,23 +279,130 @@ fn decode(bytes: &[u8], flags: u8, live: bool) -> Option<RecordView<'_>> {
     })
 }
 
-/// Decodes a record known to be valid (written by this process) without checking its
-/// checksum: the read path. Panics if the bytes are not a record, which would be a bug.
-pub fn read_trusted(bytes: &[u8]) -> RecordView<'_> {
+/// Decodes a record known to be valid (validated or written since this process opened the
+/// pool) without checking its checksum: the read path. `None` if the bytes cannot be a record
+/// at all, which would be a bug; it never panics on any bytes.
+#[inline]
+pub fn read_trusted(bytes: &[u8]) -> Option<RecordView<'_>> {
+    if bytes.len() < HEADER_SIZE_BYTES {
+        return None;
+    }
     let state = bytes[0] & STATE_MASK;
-    assert!(
-        state == STATE_LIVE || state == STATE_DEAD,
-        "index points at a record"
-    );
-    let (key_len, value_len, meta, at) =
-        fields(bytes, bytes[0] & !STATE_MASK).expect("a record's fields fit its segment");
-    let end = at + key_len + value_len;
-    RecordView {
-        key: &bytes[at..at + key_len],
-        value: &bytes[at + key_len..end],
+    if state != STATE_LIVE && state != STATE_DEAD {
+        return None;
+    }
+    let (key_len, value_len, meta, at) = fields(bytes, bytes[0] & !STATE_MASK)?;
+    let end = at.checked_add(key_len)?.checked_add(value_len)?;
+    Some(RecordView {
+        key: bytes.get(at..at + key_len)?,
+        value: bytes.get(at + key_len..end)?,
         meta,
         live: state == STATE_LIVE,
         size_bytes: end.next_multiple_of(RECORD_ALIGN_BYTES),
+    })
+}
+
+/// One step of a [`walk`] over a segment's log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// A valid record at `offset`.
+    Record {
+        /// Where it starts.
+        offset: usize,
+        /// The record.
+        view: RecordView<'a>,
+    },
+    /// `len` bytes at `offset` that are not valid records, followed by a valid record.
+    Damaged {
+        /// Where the damage starts.
+        offset: usize,
+        /// Bytes up to the next valid record.
+        len: usize,
+        /// What was wrong at `offset`.
+        cause: Damage,
+    },
+    /// Bytes at `offset` that are not a valid record and after which no valid record follows:
+    /// the log ends in them (a write torn by a crash, or damage at the log's end).
+    Tail {
+        /// Where the invalid bytes start.
+        offset: usize,
+        /// What was wrong at `offset`.
+        cause: Damage,
+    },
+}
+
+/// Walks the records of a log (`data`, a segment's bytes up to where its records may lie),
+/// validating each. Unlike a plain scan it does not give up at the first invalid record: it
+/// looks for the next valid record at each later 8-byte boundary (zero words are skipped
+/// fast), so damage costs only the damaged bytes. The walk ends at a zero header followed only
+/// by zeros (the end of the log) or at the end of `data`.
+pub fn walk(data: &[u8]) -> Walk<'_> {
+    Walk { data, offset: 0 }
+}
+
+/// The iterator of [`walk`].
+#[derive(Debug)]
+pub struct Walk<'a> {
+    data: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> Walk<'a> {
+    /// Where the walk stands: after the last record or damage it returned, or, once it has
+    /// ended, the end of the log (where a zero tail starts).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The first offset at or after `from` (8-byte aligned) where a valid record starts.
+    fn resync(&self, from: usize) -> Option<usize> {
+        let mut at = from;
+        while at + HEADER_SIZE_BYTES <= self.data.len() {
+            if self.data[at..at + HEADER_SIZE_BYTES] == [0; HEADER_SIZE_BYTES] {
+                at += RECORD_ALIGN_BYTES;
+                continue;
+            }
+            if let Scan::Record(_) = read(&self.data[at..]) {
+                return Some(at);
+            }
+            at += RECORD_ALIGN_BYTES;
+        }
+        None
+    }
+}
+
+impl<'a> Iterator for Walk<'a> {
+    type Item = Step<'a>;
+
+    fn next(&mut self) -> Option<Step<'a>> {
+        let data: &'a [u8] = self.data;
+        let offset = self.offset;
+        if offset >= data.len() {
+            return None;
+        }
+        let cause = match read(&data[offset..]) {
+            Scan::Record(view) => {
+                self.offset += view.size_bytes;
+                return Some(Step::Record { offset, view });
+            }
+            Scan::End if data[offset..].iter().all(|&b| b == 0) => return None,
+            Scan::End => Damage::State,
+            Scan::Invalid(cause) => cause,
+        };
+        match self.resync(offset + RECORD_ALIGN_BYTES) {
+            Some(next) => {
+                self.offset = next;
+                Some(Step::Damaged {
+                    offset,
+                    len: next - offset,
+                    cause,
+                })
+            }
+            None => {
+                self.offset = data.len();
+                Some(Step::Tail { offset, cause })
+            }
+        }
     }
 }
 
@@ -329,7 +478,7 @@ mod tests {
                 assert_eq!((view.key, view.value, view.meta), (key, value, meta));
                 assert!(view.live);
                 assert_eq!(view.size_bytes, bytes.len());
-                assert_eq!(read_trusted(&bytes), view);
+                assert_eq!(read_trusted(&bytes), Some(view));
             }
         }
     }
@@ -380,10 +529,98 @@ mod tests {
     fn zeroes_are_the_end_and_garbage_is_invalid() {
         assert_eq!(read(&[0u8; 64]), Scan::End);
         assert_eq!(read(&[0u8; 3]), Scan::End);
-        assert_eq!(read(&[0x55u8; 64]), Scan::Invalid);
+        assert_eq!(read(&[0x55u8; 64]), Scan::Invalid(Damage::State));
         let mut torn = encode(b"key", b"value", RecordMeta::default());
         let last = torn.len() - 4;
         torn[last..].fill(0xFF);
-        assert_eq!(read(&torn), Scan::Invalid);
+        assert_eq!(read(&torn), Scan::Invalid(Damage::Checksum));
+        let mut long = encode(b"key", b"value", RecordMeta::default());
+        long[2] = 0xFF; // value length past the bytes
+        assert_eq!(read(&long), Scan::Invalid(Damage::Lengths));
+    }
+
+    #[test]
+    fn the_trusted_read_never_panics() {
+        let mut rng = 0x1234_5678_9ABC_DEF0u64;
+        for len in 0..80 {
+            for _ in 0..200 {
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng as u8
+                    })
+                    .collect();
+                let _ = read_trusted(&bytes);
+                let _ = read(&bytes);
+            }
+        }
+    }
+
+    /// A log of `records` records of increasing size, as a segment holds them, zero-padded to
+    /// `len` bytes; returns it and each record's offset.
+    fn log(records: usize, len: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut out = Vec::new();
+        let mut offsets = Vec::new();
+        for i in 0..records {
+            offsets.push(out.len());
+            let value = vec![b'a' + (i % 26) as u8; 10 + 7 * i];
+            out.extend(encode(
+                format!("key{i}").as_bytes(),
+                &value,
+                RecordMeta::default(),
+            ));
+        }
+        out.resize(len, 0);
+        (out, offsets)
+    }
+
+    fn offsets_walked(data: &[u8]) -> (Vec<usize>, Vec<(usize, Damage)>, usize) {
+        let mut records = Vec::new();
+        let mut damage = Vec::new();
+        let mut walk = walk(data);
+        for step in walk.by_ref() {
+            match step {
+                Step::Record { offset, .. } => records.push(offset),
+                Step::Damaged { offset, cause, .. } | Step::Tail { offset, cause } => {
+                    damage.push((offset, cause))
+                }
+            }
+        }
+        (records, damage, walk.offset())
+    }
+
+    #[test]
+    fn a_walk_skips_damage_and_keeps_every_record_after_it() {
+        let (clean, offsets) = log(20, 4096);
+        let log_end = (clean.iter().rposition(|&b| b != 0).unwrap() + 1).next_multiple_of(8);
+        let (records, damage, end) = offsets_walked(&clean);
+        assert_eq!((records, damage), (offsets.clone(), vec![]));
+        assert_eq!(end, log_end, "a walk ends where the zero tail starts");
+        // One flipped value byte in record 5: only record 5 is lost.
+        let mut flipped = clean.clone();
+        flipped[offsets[5] + 20] ^= 0x01;
+        let (records, damage, _) = offsets_walked(&flipped);
+        let expected: Vec<usize> = offsets
+            .iter()
+            .copied()
+            .filter(|&o| o != offsets[5])
+            .collect();
+        assert_eq!(records, expected);
+        assert_eq!(damage, vec![(offsets[5], Damage::Checksum)]);
+        // Records 7..9 zeroed: the zeros are damage (records follow), not the end of the log.
+        let mut zeroed = clean.clone();
+        zeroed[offsets[7]..offsets[10]].fill(0);
+        let (records, damage, _) = offsets_walked(&zeroed);
+        assert_eq!(records.len(), 17);
+        assert_eq!(damage, vec![(offsets[7], Damage::State)]);
+        // A torn last record: its bytes are the tail, nothing is found after it.
+        let mut torn = clean.clone();
+        let last = offsets[19];
+        torn[last + 12..last + 20].fill(0);
+        let (records, damage, _) = offsets_walked(&torn);
+        assert_eq!(records, offsets[..19].to_vec());
+        assert_eq!(damage, vec![(last, Damage::Checksum)]);
     }
 }

@@ -33,8 +33,12 @@ pub struct RecoveryReport {
     pub segments_corrupt: u64,
     /// Items indexed.
     pub items_recovered: u64,
-    /// Records that failed validation (torn or damaged).
-    pub records_invalid: u64,
+    /// Records that failed validation between valid ones (damage), or anywhere in a pool closed
+    /// cleanly: skipped, never served; the records around them are kept.
+    pub records_damaged: u64,
+    /// Invalid bytes ending a segment's log after a crash: a write the crash tore (never
+    /// acknowledged). Dropped.
+    pub records_torn: u64,
     /// Older versions of keys superseded by a newer record.
     pub records_superseded: u64,
     /// Records that had expired while the server was down.
@@ -55,6 +59,7 @@ pub(crate) fn recover(
     segments: Vec<Segment>,
     plan: RecoveryPlan,
     trusted: &[bool],
+    torn_possible: bool,
     observer: Option<&RecoveryObserver>,
 ) -> Result<RecoveryReport, OpenError> {
     let mut report = RecoveryReport::default();
@@ -112,7 +117,14 @@ pub(crate) fn recover(
         segments: in_use as u64,
         shards_to_rebuild: trusted.iter().filter(|&&t| !t).count() as u64,
     });
-    index_shards_in_parallel(inner, &by_shard, trusted, &mut report, &notify);
+    index_shards_in_parallel(
+        inner,
+        &by_shard,
+        trusted,
+        torn_possible,
+        &mut report,
+        &notify,
+    );
     settle(inner, seq_max, in_use, free);
     Ok(report)
 }
@@ -150,6 +162,7 @@ fn index_shards_in_parallel(
     inner: &Inner,
     by_shard: &[Vec<u32>],
     trusted: &[bool],
+    torn_possible: bool,
     report: &mut RecoveryReport,
     notify: &(dyn Fn(RecoveryProgress) + Sync),
 ) {
@@ -168,9 +181,7 @@ fn index_shards_in_parallel(
                         }
                         let mut shard = inner.shards[shard_index].0.write();
                         for &id in &by_shard[shard_index] {
-                            if shard.scan_log(id) {
-                                partial.records_invalid += 1;
-                            }
+                            shard.scan_log(id, torn_possible, &mut partial);
                             shard.recover_segment(inner, id, now_ms, &mut partial);
                         }
                         shard.rebuilding = false;
@@ -194,6 +205,7 @@ fn index_shards_in_parallel(
         report.items_recovered += partial.items_recovered;
         report.records_superseded += partial.records_superseded;
         report.records_expired += partial.records_expired;
-        report.records_invalid += partial.records_invalid;
+        report.records_damaged += partial.records_damaged;
+        report.records_torn += partial.records_torn;
     }
 }

@@ -121,6 +121,21 @@ impl Book {
     };
 }
 
+/// What is known of the records of a segment's log `[0, write_offset)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verified {
+    /// Adopted from a clean-close snapshot or the index files, not read since: records may
+    /// have been damaged while no process held the pool. Reads validate each record (checksum)
+    /// until the scrub has walked the segment.
+    Unverified,
+    /// Every record was validated since this process opened the pool (by recovery or the
+    /// scrub), or written by it: reads and walks trust the bytes.
+    Clean,
+    /// A walk found damaged bytes between valid records: reads keep validating, and walks skip
+    /// the damage (`record::walk`).
+    Damaged,
+}
+
 /// A segment owned by a shard, with its DRAM bookkeeping.
 #[derive(Debug)]
 pub struct OwnedSegment {
@@ -138,11 +153,13 @@ pub struct OwnedSegment {
     pub live_bytes: u64,
     /// Latest expiry among its records; `None` when some record never expires.
     pub expires_at_ms: Option<u64>,
+    /// Whether its records can be trusted without checking them.
+    pub verified: Verified,
 }
 
 impl OwnedSegment {
     /// A segment found in use at open, with its recorded bookkeeping. Sealed: new writes go to
-    /// fresh segments.
+    /// fresh segments. Unverified until recovery or the scrub walks it.
     pub fn reopened(segment: Segment, fields: HeaderFields, book: Book) -> Self {
         OwnedSegment {
             segment,
@@ -152,7 +169,18 @@ impl OwnedSegment {
             live_items: book.live_items,
             live_bytes: book.live_bytes,
             expires_at_ms: book.expires_at_ms,
+            verified: Verified::Unverified,
         }
+    }
+
+    /// Whether reads and walks may trust its records without checking them.
+    pub fn is_clean(&self) -> bool {
+        self.verified == Verified::Clean
+    }
+
+    /// The bytes its records may occupy.
+    pub fn log(&self) -> &[u8] {
+        &self.segment.data()[..self.write_offset]
     }
 
     /// CAS value of the record at `offset`.

@@ -19,9 +19,9 @@ use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index::{self, Entry, Index, SlotRef};
 use crate::index_files::Anchor;
-use crate::record::{self, RecordMeta, RecordView};
+use crate::record::{self, Damage, RecordMeta, RecordView};
 use crate::recovery::RecoveryReport;
-use crate::segment::{self, HeaderFields, OwnedSegment};
+use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
 use crate::ttl;
 use crate::Inner;
 
@@ -40,6 +40,19 @@ pub struct ShardCounters {
     pub(crate) evicted_segments: AtomicU64,
     pub(crate) expired_segments: AtomicU64,
     pub(crate) merged_items: AtomicU64,
+    /// Damaged records found (by recovery, the scrub or an eviction walk), per
+    /// [`record::Damage`] cause in `Damage::ALL` order; torn tails after a crash not included.
+    pub(crate) damaged_records: [AtomicU64; 4],
+    /// Items dropped from the index because their record was damaged.
+    pub(crate) damaged_items_dropped: AtomicU64,
+}
+
+impl ShardCounters {
+    /// Counts a damaged record found by a walk.
+    pub(crate) fn count_damage(&self, cause: Damage) {
+        let at = Damage::ALL.iter().position(|&c| c == cause).unwrap_or(0);
+        bump(&self.damaged_records[at], 1);
+    }
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -95,6 +108,27 @@ pub(crate) struct Shard {
     /// segment, say): a crash before the rebuild ends must find the shard to rebuild again, not
     /// a consistent, partly filled index.
     pub(crate) rebuilding: bool,
+    /// Every index entry points at the start of a valid, live record of its key: true for an
+    /// index built or loaded (checksummed snapshot) by this process, false for one mapped from
+    /// the index files until the scrub has checked every entry. While false, reads validate.
+    pub(crate) index_verified: bool,
+    /// Locations that reads under the read lock found not to hold a valid record of their
+    /// entry's key: dropped from the index at the next `repair` (rare; only damage puts them
+    /// here).
+    damaged_reads: parking_lot::Mutex<Vec<(u32, u64)>>,
+    /// Recovery's list of a segment's valid record offsets, kept to reuse its allocation.
+    scan_offsets: Vec<u32>,
+}
+
+/// What the scrub's walk of one segment found.
+#[derive(Debug, Default)]
+pub(crate) struct ScrubWalk {
+    /// Damage, `(offset, cause)`.
+    pub(crate) damage: Vec<(usize, Damage)>,
+    /// Valid live records: how many, and their bytes.
+    pub(crate) live: (u32, u64),
+    /// Valid live records the (unverified) index does not find, `(offset, hash)`.
+    pub(crate) unindexed: Vec<(usize, u64)>,
 }
 
 /// Hashes a record location (a u64 that is already well spread in its low bits by segment id
@@ -252,6 +286,9 @@ impl Shard {
             anchor,
             touched: Vec::new(),
             rebuilding,
+            index_verified: true,
+            damaged_reads: parking_lot::Mutex::new(Vec::new()),
+            scan_offsets: Vec::new(),
         }
     }
 
@@ -302,13 +339,33 @@ impl Shard {
             .expect("owned segment")
     }
 
-    /// The record at an index location, with its CAS.
-    pub(crate) fn record_at(&self, inner: &Inner, location: u64) -> (RecordView<'_>, u64) {
+    /// The live record at an index location, with its CAS; `None` when the location does not
+    /// hold one (damage: the caller queues the entry for `repair`). Records of a clean segment under a
+    /// verified index are decoded as they are; any other is validated first (checksum), so a
+    /// record damaged while the pool was closed is never served.
+    pub(crate) fn record_at(&self, inner: &Inner, location: u64) -> Option<(RecordView<'_>, u64)> {
         let (id, offset) = inner.split_location(location);
-        let owned = self.owned(id);
-        let view = record::read_trusted(&owned.segment.data()[offset..]);
-        let cas = view.meta.cas.unwrap_or_else(|| owned.cas_at(offset));
-        (view, cas)
+        let found = self
+            .segments
+            .get(id as usize)
+            .and_then(|owned| owned.as_deref())
+            .filter(|owned| offset < owned.write_offset)
+            .and_then(|owned| {
+                let bytes = &owned.log()[offset..];
+                let view = if owned.is_clean() && self.index_verified {
+                    record::read_trusted(bytes)
+                } else {
+                    match record::read(bytes) {
+                        record::Scan::Record(view) => Some(view),
+                        _ => None,
+                    }
+                };
+                view.filter(|view| view.live).map(|view| {
+                    let cas = view.meta.cas.unwrap_or_else(|| owned.cas_at(offset));
+                    (view, cas)
+                })
+            });
+        found
     }
 
     /// Finds the key's live record, expired or not.
@@ -316,15 +373,18 @@ impl Shard {
         let h28 = index::hash28(hash);
         let mut hit = None;
         let (slot, entry) = self.index.find(h28, |location| {
-            let record = self.record_at(inner, location);
+            let Some(record) = self.record_at(inner, location) else {
+                // Damaged: not this key's record; dropped from the index at the next repair.
+                self.damaged_reads.lock().push((h28, location));
+                return false;
+            };
             let is_key = record.0.key == key;
             if is_key {
                 hit = Some(record);
             }
             is_key
         })?;
-        let (view, cas) = hit.expect("find returns the slot whose record matched");
-        debug_assert!(view.live, "the index only points at live records");
+        let (view, cas) = hit?;
         Some(Found {
             slot,
             entry,
@@ -338,11 +398,13 @@ impl Shard {
     pub(crate) fn prefetch_record(&self, inner: &Inner, hash: u64) {
         let _ = self.index.find(index::hash28(hash), |location| {
             let (id, offset) = inner.split_location(location);
-            if let Some(owned) = self.segments[id as usize].as_deref() {
+            if let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) {
                 // Two lines: a small item's header, key and value nearly always straddle a
                 // line boundary, and the copy of the value then stalls on the second line.
                 let data = owned.segment.data();
-                strata_pool::prefetch(&data[offset]);
+                if let Some(first) = data.get(offset) {
+                    strata_pool::prefetch(first);
+                }
                 if let Some(next) = data.get(offset + CACHE_LINE_SIZE_BYTES) {
                     strata_pool::prefetch(next);
                 }
@@ -723,6 +785,7 @@ impl Shard {
             live_items: 0,
             live_bytes: 0,
             expires_at_ms: Some(0),
+            verified: Verified::Clean,
         });
         debug_assert!(!self.open_buckets.contains(&(bucket as u16)));
         self.open_buckets.push(bucket as u16);
@@ -761,7 +824,8 @@ impl Shard {
         let slots = std::mem::take(&mut self.survivor_slots);
         let mut at = 0;
         for &(h28, old_location) in &slots {
-            let view = record::read_trusted(&survivors[at..]);
+            let view = record::read_trusted(&survivors[at..])
+                .expect("survivors were written by this process");
             let size = view.size_bytes;
             let owned = self.owned_mut(id);
             let offset = owned.write_offset;
@@ -852,13 +916,10 @@ impl Shard {
         self.chains[owned.fields.ttl_bucket as usize].retain(|&other| other != id);
         let now_ms = inner.now_ms();
         let survivor_budget = owned.segment.data().len() / 2;
-        let mut offset = 0;
-        while offset < owned.write_offset {
-            let view = record::read_trusted(&owned.segment.data()[offset..]);
-            let size = view.size_bytes;
+        let release = |shard: &mut Shard, offset: usize, view: RecordView<'_>| {
             if view.live {
                 let location = inner.join_location(id, offset);
-                self.unindex_or_keep(
+                shard.unindex_or_keep(
                     inner,
                     &owned,
                     view,
@@ -868,7 +929,35 @@ impl Shard {
                     survivor_budget,
                 );
             }
-            offset += size;
+        };
+        if owned.is_clean() {
+            let mut offset = 0;
+            while offset < owned.write_offset {
+                let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
+                    debug_assert!(
+                        false,
+                        "a clean segment holds records up to its write offset"
+                    );
+                    break;
+                };
+                let size = view.size_bytes;
+                release(self, offset, view);
+                offset += size;
+            }
+        } else {
+            // Damage is skipped: an entry of a damaged record is dropped by `repair`, or, if
+            // never read, found gone here (`unindex_or_keep` tolerates it).
+            for step in record::walk(owned.log()) {
+                match step {
+                    record::Step::Record { offset, view } => release(self, offset, view),
+                    record::Step::Damaged { cause, .. } | record::Step::Tail { cause, .. }
+                        if owned.verified == Verified::Unverified =>
+                    {
+                        self.counters.count_damage(cause);
+                    }
+                    _ => {}
+                }
+            }
         }
         self.live_bytes -= owned.live_bytes;
         owned.segment.header_mut().fill(0);
@@ -893,10 +982,14 @@ impl Shard {
         survivor_budget: usize,
     ) {
         let h28 = index::hash28(inner.hash(view.key));
-        let (slot, entry) = self
-            .index
-            .find(h28, |l| l == location)
-            .expect("live record indexed");
+        let Some((slot, entry)) = self.index.find(h28, |l| l == location) else {
+            // Only where damage made the index lose the record (or point elsewhere).
+            debug_assert!(
+                !(owned.is_clean() && self.index_verified),
+                "a live record of a clean segment is indexed"
+            );
+            return;
+        };
         let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
         let keep = matches!(reason, FreeReason::Evict { keep_hot: true })
             && !expired
@@ -981,33 +1074,61 @@ impl Shard {
         visit: &mut dyn FnMut(&[u8]),
     ) -> Option<u32> {
         self.index.scan(cursor, bucket_budget, |entry| {
-            let (view, _) = self.record_at(inner, entry.location);
-            if view.meta.expires_at_ms.is_none_or(|at| at > now_ms) {
-                visit(view.key);
+            match self.record_at(inner, entry.location) {
+                Some((view, _)) if view.meta.expires_at_ms.is_none_or(|at| at > now_ms) => {
+                    visit(view.key);
+                }
+                Some(_) => {}
+                None => self
+                    .damaged_reads
+                    .lock()
+                    .push((entry.hash28, entry.location)),
             }
         })
     }
 
-    /// Recovery: validates a segment's records from offset 0 and sets its log end at the first
-    /// zero header or invalid record. Returns true when it stopped at an invalid (torn or
-    /// damaged) record: nothing after it is trusted.
-    pub(crate) fn scan_log(&mut self, id: u32) -> bool {
+    /// Recovery: walks a segment's whole data validating every record (`record::walk`), sets
+    /// its log end and verified state, and lists its valid records' offsets for
+    /// `recover_segment`. Damaged bytes between valid records are skipped and counted; invalid
+    /// bytes with nothing valid after them are a write the crash tore (when `torn_possible`;
+    /// else damage too), and the log ends where they start.
+    pub(crate) fn scan_log(&mut self, id: u32, torn_possible: bool, report: &mut RecoveryReport) {
+        let mut offsets = std::mem::take(&mut self.scan_offsets);
+        offsets.clear();
+        let mut causes: Vec<Damage> = Vec::new();
         let owned = self.owned_mut(id);
-        let data = owned.segment.data();
-        let mut offset = 0;
-        let mut invalid = false;
-        while offset < data.len() {
-            match record::read(&data[offset..]) {
-                record::Scan::Record(view) => offset += view.size_bytes,
-                record::Scan::End => break,
-                record::Scan::Invalid => {
-                    invalid = true;
-                    break;
+        let mut walk = record::walk(owned.segment.data());
+        let mut log_end = None;
+        let mut damaged = false;
+        for step in walk.by_ref() {
+            match step {
+                record::Step::Record { offset, .. } => offsets.push(offset as u32),
+                record::Step::Damaged { cause, .. } => {
+                    damaged = true;
+                    causes.push(cause);
+                }
+                record::Step::Tail { offset, cause } => {
+                    log_end = Some(offset);
+                    if torn_possible {
+                        report.records_torn += 1;
+                    } else {
+                        causes.push(cause);
+                    }
                 }
             }
         }
-        owned.write_offset = offset;
-        invalid
+        let end = log_end.unwrap_or(walk.offset());
+        owned.write_offset = end;
+        owned.verified = if damaged {
+            Verified::Damaged
+        } else {
+            Verified::Clean
+        };
+        for cause in causes {
+            report.records_damaged += 1;
+            self.counters.count_damage(cause);
+        }
+        self.scan_offsets = offsets;
     }
 
     /// The seq of an owned segment.
@@ -1015,7 +1136,7 @@ impl Shard {
         self.owned(id).fields.seq
     }
 
-    /// Recovery: indexes the live records of an adopted segment, resolving duplicates by
+    /// Recovery: indexes the live records `scan_log` listed, resolving duplicates by
     /// `(seq, offset)` and marking expired ones dead. Both index buckets of each record are
     /// prefetched a batch ahead, so the random index misses overlap instead of queueing.
     pub(crate) fn recover_segment(
@@ -1026,24 +1147,27 @@ impl Shard {
         report: &mut RecoveryReport,
     ) {
         const BATCH: usize = 16;
-        let end = self.owned(id).write_offset;
+        let offsets = std::mem::take(&mut self.scan_offsets);
         let mut batch: Vec<(usize, u64)> = Vec::with_capacity(BATCH);
-        let mut offset = 0;
-        while offset < end {
+        for chunk in offsets.chunks(BATCH) {
             batch.clear();
-            while offset < end && batch.len() < BATCH {
-                let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
+            for &offset in chunk {
+                let offset = offset as usize;
+                // Validated by `scan_log` under this same exclusive lock.
+                let Some(view) = record::read_trusted(&self.owned(id).log()[offset..]) else {
+                    continue;
+                };
                 if view.live {
                     let hash = inner.hash(view.key);
                     self.index.prefetch(index::hash28(hash));
                     batch.push((offset, hash));
                 }
-                offset += view.size_bytes;
             }
             for &(at, hash) in &batch {
                 self.recover_record(inner, id, at, hash, now_ms, report);
             }
         }
+        self.scan_offsets = offsets;
     }
 
     fn recover_record(
@@ -1057,7 +1181,9 @@ impl Shard {
     ) {
         let location = inner.join_location(id, offset);
         let (expired, existing) = {
-            let view = record::read_trusted(&self.owned(id).segment.data()[offset..]);
+            let Some(view) = record::read_trusted(&self.owned(id).log()[offset..]) else {
+                return;
+            };
             let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
             let existing = (!expired)
                 .then(|| self.lookup(inner, view.key, hash))
@@ -1093,7 +1219,9 @@ impl Shard {
     /// Recovery: counts a record as live in its segment.
     fn recover_count(&mut self, id: u32, offset: usize) {
         let owned = self.owned_mut(id);
-        let view = record::read_trusted(&owned.segment.data()[offset..]);
+        let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
+            return; // Validated by `scan_log`: cannot happen.
+        };
         let (size, expires_at_ms) = (view.size_bytes, view.meta.expires_at_ms);
         let first = owned.live_items == 0;
         owned.live_items += 1;
@@ -1111,7 +1239,10 @@ impl Shard {
     /// Recovery: un-counts and kills a record that a newer one supersedes.
     fn recover_uncount_kill(&mut self, id: u32, offset: usize) {
         let owned = self.owned_mut(id);
-        let size = record::read_trusted(&owned.segment.data()[offset..]).size_bytes as u64;
+        let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
+            return; // Validated by `scan_log`: cannot happen.
+        };
+        let size = view.size_bytes as u64;
         owned.live_items -= 1;
         owned.live_bytes -= size;
         self.live_bytes -= size;
@@ -1132,17 +1263,264 @@ impl Shard {
         }
     }
 
+    /// Takes the entries (hash bits, location) that reads found pointing at no valid record.
+    pub(crate) fn take_damaged_reads(&self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut *self.damaged_reads.lock())
+    }
+
+    /// Whether the entry (hash bits, location) points at the start of a valid, live record of
+    /// a key with those hash bits, in a segment of this shard. Validates the record whatever
+    /// the segment's state.
+    pub(crate) fn entry_is_sound(&self, inner: &Inner, h28: u32, location: u64) -> bool {
+        let (id, offset) = inner.split_location(location);
+        let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) else {
+            return false;
+        };
+        if offset >= owned.write_offset {
+            return false;
+        }
+        match record::read(&owned.log()[offset..]) {
+            record::Scan::Record(view) => view.live && index::hash28(inner.hash(view.key)) == h28,
+            _ => false,
+        }
+    }
+
+    /// Drops the index entry (hash bits, location) if it is still there and still points at no
+    /// valid record of its key. Returns whether it dropped one.
+    pub(crate) fn drop_if_damaged(&mut self, inner: &Inner, h28: u32, location: u64) -> bool {
+        if self.entry_is_sound(inner, h28, location) {
+            return false; // Rewritten since the read that queued it, or a race: keep it.
+        }
+        let Some((slot, _)) = self.index.find(h28, |l| l == location) else {
+            return false;
+        };
+        self.index.remove(slot);
+        self.dropped(inner, location);
+        true
+    }
+
+    /// Drops the entry in `slot` if it still holds `entry` and points at no valid record of its
+    /// key (the scrub's check found it; its hash bits may be damaged too, so it is removed where
+    /// it is rather than looked up). Returns whether it dropped it.
+    pub(crate) fn drop_slot_if_damaged(
+        &mut self,
+        inner: &Inner,
+        slot: index::SlotRef,
+        entry: index::Entry,
+    ) -> bool {
+        if self.entry_is_sound(inner, entry.hash28, entry.location)
+            || !self.index.remove_if(slot, entry)
+        {
+            return false;
+        }
+        self.dropped(inner, entry.location);
+        true
+    }
+
+    /// Accounts for an entry dropped because it pointed at no valid record. The segment's live
+    /// counts are the scrub's to set (`scrub_settle` counts the valid live records of a damaged
+    /// segment): whether the damaged bytes were counted live cannot be read back.
+    fn dropped(&mut self, inner: &Inner, location: u64) {
+        let (id, offset) = inner.split_location(location);
+        bump(&self.counters.damaged_items_dropped, 1);
+        crate::scrub::log_damage(self.id, id, offset, Damage::Location, "item dropped");
+    }
+
+    /// Segments whose records no walk has validated yet: `(id, seq)`.
+    pub(crate) fn unverified_segments(&self) -> Vec<(u32, u64)> {
+        self.segments
+            .iter()
+            .flatten()
+            .filter(|owned| owned.verified == Verified::Unverified)
+            .map(|owned| (owned.segment.id(), owned.fields.seq))
+            .collect()
+    }
+
+    /// Whether any segment has known damage.
+    pub(crate) fn has_damaged_segments(&self) -> bool {
+        self.segments
+            .iter()
+            .flatten()
+            .any(|owned| owned.verified == Verified::Damaged)
+    }
+
+    /// The scrub's walk of segment `id` (if it is still the segment of stamp `seq`): the damage
+    /// it holds, `(offset, cause)`, empty when every record is valid; and, while the index is
+    /// unverified (mapped from its files), the valid live records it does not find, `(offset,
+    /// hash)`: their entries were damaged.
+    pub(crate) fn scrub_walk(&self, inner: &Inner, id: u32, seq: u64) -> Option<ScrubWalk> {
+        let owned = self.segments.get(id as usize)?.as_deref()?;
+        if owned.fields.seq != seq || owned.verified != Verified::Unverified {
+            return None;
+        }
+        let mut found = ScrubWalk::default();
+        let mut walk = record::walk(owned.log());
+        for step in walk.by_ref() {
+            if let record::Step::Record { view, .. } = &step {
+                if view.live {
+                    found.live.0 += 1;
+                    found.live.1 += view.size_bytes as u64;
+                }
+            }
+            match step {
+                record::Step::Record { offset, view } if view.live && !self.index_verified => {
+                    let hash = inner.hash(view.key);
+                    let location = inner.join_location(id, offset);
+                    let indexed = self
+                        .lookup(inner, view.key, hash)
+                        .is_some_and(|f| f.entry.location == location);
+                    if !indexed {
+                        found.unindexed.push((offset, hash));
+                    }
+                }
+                record::Step::Record { .. } => {}
+                record::Step::Damaged { offset, cause, .. }
+                | record::Step::Tail { offset, cause } => {
+                    found.damage.push((offset, cause));
+                }
+            }
+        }
+        // The log's end is known here: zeros before it are records that were wiped.
+        if walk.offset() < owned.write_offset && found.damage.is_empty() {
+            found.damage.push((walk.offset(), Damage::State));
+        }
+        Some(found)
+    }
+
+    /// Records the outcome of the scrub's walk of segment `id` (still of stamp `seq`).
+    pub(crate) fn scrub_settle(&mut self, inner: &Inner, id: u32, seq: u64, walked: &ScrubWalk) {
+        let Some(owned) = self
+            .segments
+            .get_mut(id as usize)
+            .and_then(|s| s.as_deref_mut())
+        else {
+            return;
+        };
+        if owned.fields.seq != seq || owned.verified != Verified::Unverified {
+            return;
+        }
+        owned.verified = if walked.damage.is_empty() {
+            Verified::Clean
+        } else {
+            Verified::Damaged
+        };
+        if owned.verified == Verified::Damaged || !self.index_verified {
+            // The book counted records the walk found damaged (or an index that lost entries
+            // was behind it): the walk's count is the truth.
+            let (items, bytes) = walked.live;
+            self.live_bytes = self.live_bytes.saturating_sub(owned.live_bytes) + bytes;
+            (owned.live_items, owned.live_bytes) = (items, bytes);
+            self.touch(id);
+        }
+        for &(offset, cause) in &walked.damage {
+            self.counters.count_damage(cause);
+            crate::scrub::log_damage(self.id, id, offset, cause, "found by the scrub");
+        }
+        for &(offset, hash) in &walked.unindexed {
+            self.reindex(inner, id, offset, hash);
+        }
+    }
+
+    /// Puts back a valid live record that a damaged (mapped) index lost: indexed again, or, if
+    /// the index holds another live record of its key, the older of the two marked dead (only a
+    /// damaged dead mark makes two; a scan would pick the newer the same way).
+    fn reindex(&mut self, inner: &Inner, id: u32, offset: usize, hash: u64) {
+        let location = inner.join_location(id, offset);
+        let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) else {
+            return;
+        };
+        let record::Scan::Record(view) = record::read(&owned.log()[offset..]) else {
+            return;
+        };
+        if !view.live {
+            return;
+        }
+        let size = view.size_bytes;
+        let other = self
+            .lookup(inner, view.key, hash)
+            .map(|found| (found.slot, found.entry.location, found.view.size_bytes));
+        let kill = match other {
+            None => {
+                self.insert_index(inner, hash, location, 0);
+                None
+            }
+            Some((_, other, _)) if other == location => return,
+            Some((slot, other, other_size)) => {
+                let (other_id, other_offset) = inner.split_location(other);
+                if (self.seq_of(other_id), other_offset) < (self.seq_of(id), offset) {
+                    self.index.relocate(slot, location);
+                    Some((other, other_size))
+                } else {
+                    Some((location, size))
+                }
+            }
+        };
+        if let Some((dead, dead_size)) = kill {
+            let (dead_id, _) = inner.split_location(dead);
+            let owned = self.owned_mut(dead_id);
+            owned.live_items = owned.live_items.saturating_sub(1);
+            owned.live_bytes = owned.live_bytes.saturating_sub(dead_size as u64);
+            self.live_bytes = self.live_bytes.saturating_sub(dead_size as u64);
+            // A failed persist latches the engine; the mark is redone by any later recovery.
+            let _ = self.mark_dead_now(inner, dead);
+        }
+        self.touch(id);
+        self.counters.count_damage(Damage::Location);
+        crate::scrub::log_damage(
+            self.id,
+            id,
+            offset,
+            Damage::Location,
+            "index entry restored",
+        );
+    }
+
+    /// The scrub's check of the entries of index buckets `[cursor, cursor + budget)`: those
+    /// that may point at no valid record of their key. Entries of clean segments are trusted
+    /// once the index is verified.
+    pub(crate) fn scrub_entries(
+        &self,
+        inner: &Inner,
+        cursor: u32,
+        bucket_budget: usize,
+    ) -> (Option<u32>, Vec<(index::SlotRef, index::Entry)>) {
+        let mut bad = Vec::new();
+        let next = self.index.scan_slots(cursor, bucket_budget, |slot, entry| {
+            let (id, _) = inner.split_location(entry.location);
+            let trusted = self.index_verified
+                && self
+                    .segments
+                    .get(id as usize)
+                    .and_then(|s| s.as_deref())
+                    .is_some_and(OwnedSegment::is_clean);
+            if !trusted && !self.entry_is_sound(inner, entry.hash28, entry.location) {
+                bad.push((slot, entry));
+            }
+        });
+        (next, bad)
+    }
+
     /// Verifies the invariants in the module docs. Costly: tests and `strata pool verify`.
+    /// Damaged segments (damage found and skipped) are checked only for what damage cannot
+    /// excuse: every valid live record indexed.
     pub(crate) fn check_integrity(&self, inner: &Inner) -> Result<(), String> {
         let mut live_records = 0usize;
+        let mut damaged = false;
         for owned in self.segments.iter().flatten() {
             let id = owned.segment.id();
-            let mut offset = 0;
             let mut live = 0u32;
-            while offset < owned.write_offset {
-                let record::Scan::Record(view) = record::read(&owned.segment.data()[offset..])
-                else {
-                    return Err(format!("segment {id} offset {offset}: invalid record"));
+            for step in record::walk(owned.log()) {
+                let (offset, view) = match step {
+                    record::Step::Record { offset, view } => (offset, view),
+                    record::Step::Damaged { offset, .. } | record::Step::Tail { offset, .. } => {
+                        if owned.is_clean() {
+                            return Err(format!(
+                                "segment {id} offset {offset}: damage in a segment marked clean"
+                            ));
+                        }
+                        damaged = true;
+                        continue;
+                    }
                 };
                 let location = inner.join_location(id, offset);
                 if view.live && !self.pending_dead.contains(&location) {
@@ -1154,9 +1532,8 @@ impl Shard {
                         ));
                     }
                 }
-                offset += view.size_bytes;
             }
-            if live != owned.live_items {
+            if live != owned.live_items && owned.verified != Verified::Damaged {
                 return Err(format!(
                     "segment {id}: {live} live records, counted {}",
                     owned.live_items
@@ -1164,7 +1541,7 @@ impl Shard {
             }
             live_records += live as usize;
         }
-        if live_records != self.index.len() {
+        if live_records != self.index.len() && !damaged {
             return Err(format!(
                 "{live_records} live records but {} index entries",
                 self.index.len()

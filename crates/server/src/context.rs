@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use strata_engine::Engine;
 
-use crate::health::Health;
 use crate::auth::Credentials;
+use crate::health::Health;
 use crate::stats::ServerStats;
 
 /// Settings the protocol sessions need (the full configuration lives in `config`).

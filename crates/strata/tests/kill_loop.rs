@@ -918,14 +918,14 @@ fn every_acknowledged_write_survives_kill_9() {
         verify(&server, &mut states, &in_flight, &mut cas_seen, &context);
         println!(
             "round {round} {} {} {:?}{}: {acked} acked, {} in flight; recovered {} items, {} \
-             invalid records, {} shards mapped, {} ms to open; {} segments used, {} free",
+             torn records, {} shards mapped, {} ms to open; {} segments used, {} free",
             cell.placement,
             cell.durability,
             cell.kill,
             recovery_steps.map_or(String::new(), |s| format!(" (killed after {s} steps)")),
             in_flight.iter().map(Vec::len).sum::<usize>(),
             log_field(&server, "engine open", "items_recovered"),
-            log_field(&server, "engine open", "records_invalid"),
+            log_field(&server, "engine open", "records_torn"),
             log_field(&server, "engine open", "shards_from_index_files"),
             log_field(&server, "engine open", "elapsed_ms"),
             server.metric("strata_segments_used"),

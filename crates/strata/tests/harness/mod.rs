@@ -127,6 +127,7 @@ impl Server {
     /// listener accepts.
     pub fn await_ready(&mut self) {
         self.wait_until(|s| s.log().contains("strata ready"), "the startup line");
+        let unbound = SocketAddr::from(([127, 0, 0, 1], 0));
         let log = self.log();
         let ready = log
             .lines()
