@@ -584,6 +584,9 @@ impl Engine {
     /// in a background thread; an embedder may call it whenever it likes, or never (reads then
     /// keep validating unchecked records).
     pub fn scrub_step(&self) -> bool {
+        if self.closed.load(Ordering::Acquire) {
+            return true; // A closed pool is not written again.
+        }
         let mut state = self.inner.scrub.lock();
         crate::scrub::step(&self.inner, &mut state)
     }

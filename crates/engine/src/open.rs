@@ -218,7 +218,14 @@ impl Engine {
             scrub: Mutex::new(crate::scrub::ScrubState::default()),
         };
         let snapshot = match (plan, pool.take_sidecar()) {
-            (RecoveryPlan::Recover, Some(payload)) if files.is_none() => Some(payload),
+            (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),
+            (_, Err(Some(why))) => {
+                tracing::warn!(
+                    pool = %pool.path().display(),
+                    "the clean-close sidecar was not used ({why}); every segment is scanned instead"
+                );
+                None
+            }
             _ => None,
         };
         let observer = config.recovery_observer.as_ref();
@@ -233,7 +240,14 @@ impl Engine {
         let recovery = match snapshot {
             Some(payload) => match snapshot::restore(&inner, segments, &payload) {
                 Ok(report) => report,
-                Err(segments) => recover(segments)?,
+                Err(segments) => {
+                    tracing::warn!(
+                        pool = %pool.path().display(),
+                        "the clean-close snapshot does not match the pool; every segment is \
+                         scanned instead"
+                    );
+                    recover(segments)?
+                }
             },
             None => recover(segments)?,
         };

@@ -1095,7 +1095,7 @@ impl Shard {
     pub(crate) fn scan_log(&mut self, id: u32, torn_possible: bool, report: &mut RecoveryReport) {
         let mut offsets = std::mem::take(&mut self.scan_offsets);
         offsets.clear();
-        let mut causes: Vec<Damage> = Vec::new();
+        let mut causes: Vec<(usize, Damage)> = Vec::new();
         let owned = self.owned_mut(id);
         let mut walk = record::walk(owned.segment.data());
         let mut log_end = None;
@@ -1103,16 +1103,16 @@ impl Shard {
         for step in walk.by_ref() {
             match step {
                 record::Step::Record { offset, .. } => offsets.push(offset as u32),
-                record::Step::Damaged { cause, .. } => {
+                record::Step::Damaged { offset, cause, .. } => {
                     damaged = true;
-                    causes.push(cause);
+                    causes.push((offset, cause));
                 }
                 record::Step::Tail { offset, cause } => {
                     log_end = Some(offset);
                     if torn_possible {
                         report.records_torn += 1;
                     } else {
-                        causes.push(cause);
+                        causes.push((offset, cause));
                     }
                 }
             }
@@ -1124,9 +1124,10 @@ impl Shard {
         } else {
             Verified::Clean
         };
-        for cause in causes {
+        for (offset, cause) in causes {
             report.records_damaged += 1;
             self.counters.count_damage(cause);
+            crate::scrub::log_damage(self.id, id, offset, cause, "skipped by recovery");
         }
         self.scan_offsets = offsets;
     }

@@ -352,17 +352,22 @@ impl Pool {
     }
 
     /// At open: the sidecar saved by the clean close this pool was reopened from, if it is there
-    /// and valid. The file is removed either way (the pool is about to change).
-    pub fn take_sidecar(&mut self) -> Option<Vec<u8>> {
-        let path = self.sidecar_path()?;
+    /// and valid; else why it was not used (`Err(None)`: there was none). The file is removed
+    /// either way (the pool is about to change).
+    pub fn take_sidecar(&mut self) -> Result<Vec<u8>, Option<&'static str>> {
+        let path = self.sidecar_path().ok_or(None)?;
         let Opened::Reopened { previous, .. } = self.opened else {
             let _ = std::fs::remove_file(&path);
-            return None;
+            return Err(None);
         };
-        let payload = previous
-            .clean
-            .then(|| sidecar::read(&path, self.info.pool_id, previous.state_seq))
-            .flatten();
+        let payload = if previous.clean {
+            sidecar::read(&path, self.info.pool_id, previous.state_seq)
+        } else {
+            // A sidecar of a pool that did not close cleanly is from an earlier clean close.
+            Err(path
+                .exists()
+                .then_some("the pool did not close cleanly since"))
+        };
         let _ = std::fs::remove_file(&path);
         payload
     }

@@ -50,20 +50,36 @@ pub(crate) fn write(
         .map_err(|e| crate::io_err("fsync sidecar", path, e))
 }
 
-/// Reads the sidecar's payload if it is valid for this pool and clean state.
-pub(crate) fn read(path: &Path, pool_id: u64, clean_state_seq: u64) -> Option<Vec<u8>> {
-    let bytes = std::fs::read(path).ok()?;
-    let header = bytes.get(..HEADER_SIZE_BYTES)?;
+/// Reads the sidecar's payload if it is valid for this pool and clean state; otherwise says
+/// why not (`None`: there is no sidecar).
+pub(crate) fn read(
+    path: &Path,
+    pool_id: u64,
+    clean_state_seq: u64,
+) -> Result<Vec<u8>, Option<&'static str>> {
+    let bytes = std::fs::read(path).map_err(|_| None)?;
+    let header = bytes
+        .get(..HEADER_SIZE_BYTES)
+        .ok_or(Some("shorter than its header"))?;
     let header_crc = crc32c::crc32c(&header[..36]) ^ crc32c::crc32c(&header[40..48]);
-    let valid = header[..8] == MAGIC
-        && read_u32(header, 8) == VERSION
-        && read_u32(header, 12) == 0
-        && read_u32(header, 36) == header_crc
-        && read_u64(header, 16) == pool_id
-        && read_u64(header, 24) == clean_state_seq
-        && read_u64(header, 40) == (bytes.len() - HEADER_SIZE_BYTES) as u64;
+    if header[..8] != MAGIC
+        || read_u32(header, 8) != VERSION
+        || read_u32(header, 12) != 0
+        || read_u32(header, 36) != header_crc
+    {
+        return Err(Some("its header is damaged"));
+    }
+    if read_u64(header, 16) != pool_id || read_u64(header, 24) != clean_state_seq {
+        return Err(Some("it was written for another pool or pool state"));
+    }
     let payload = &bytes[HEADER_SIZE_BYTES..];
-    (valid && crc32c::crc32c(payload) == read_u32(header, 32)).then(|| payload.to_vec())
+    if read_u64(header, 40) != payload.len() as u64 {
+        return Err(Some("it is cut short or extended"));
+    }
+    if crc32c::crc32c(payload) != read_u32(header, 32) {
+        return Err(Some("its payload fails its checksum"));
+    }
+    Ok(payload.to_vec())
 }
 
 #[cfg(test)]
@@ -74,14 +90,18 @@ mod tests {
     fn a_sidecar_is_read_only_for_its_pool_and_state() {
         let path = std::env::temp_dir().join(format!("strata-sidecar-{}", std::process::id()));
         write(&path, 7, 12, b"payload").unwrap();
-        assert_eq!(read(&path, 7, 12).as_deref(), Some(&b"payload"[..]));
-        assert_eq!(read(&path, 8, 12), None, "other pool");
-        assert_eq!(read(&path, 7, 13), None, "other state");
+        assert_eq!(read(&path, 7, 12).as_deref(), Ok(&b"payload"[..]));
+        assert!(read(&path, 8, 12).is_err(), "other pool");
+        assert!(read(&path, 7, 13).is_err(), "other state");
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(read(&path, 7, 12), None, "damaged payload");
+        assert_eq!(
+            read(&path, 7, 12),
+            Err(Some("its payload fails its checksum")),
+            "damaged payload"
+        );
         std::fs::remove_file(&path).unwrap();
     }
 }

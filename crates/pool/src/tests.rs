@@ -152,7 +152,7 @@ fn a_foreign_file_is_refused_and_left_untouched() {
 }
 
 #[test]
-fn other_geometry_and_truncation_are_refused_with_the_numbers() {
+fn other_geometry_and_extension_are_refused_and_a_cut_pool_is_extended_back() {
     let path = temp_path("geometry");
     let _cleanup = Cleanup(path.clone());
     drop(
@@ -173,14 +173,26 @@ fn other_geometry_and_truncation_are_refused_with_the_numbers() {
             ..
         }
     ));
+    // Cut short: opened, extended back to its length, the cut reported.
     let file = OpenOptions::new().write(true).open(&path).unwrap();
-    file.set_len(SMALL.pool_size_bytes() - 4096).unwrap();
+    let cut = SMALL.pool_size_bytes() - 4096;
+    file.set_len(cut).unwrap();
+    let pool = Pool::open(options(
+        Location::File(path.clone()),
+        OpenMode::OpenOrCreate,
+    ))
+    .unwrap();
+    assert_eq!(pool.cut_at(), Some(cut));
+    assert_eq!(file.metadata().unwrap().len(), SMALL.pool_size_bytes());
+    drop(pool);
+    // Longer than its header says: another shape, refused.
+    file.set_len(SMALL.pool_size_bytes() + 4096).unwrap();
     let err = Pool::open(options(
         Location::File(path.clone()),
         OpenMode::OpenOrCreate,
     ))
     .unwrap_err();
-    assert!(matches!(err, PoolError::Truncated { .. }));
+    assert!(matches!(err, PoolError::Truncated { .. }), "{err:?}");
     let fresh = Pool::open(options(Location::File(path.clone()), OpenMode::Fresh)).unwrap();
     assert_eq!(fresh.opened(), Opened::Created);
 }

@@ -118,6 +118,7 @@ pub fn render(ctx: &ServerContext, metrics: &Metrics) -> String {
     render_server(&mut out, ctx);
     render_faults(&mut out, ctx);
     render_engine(&mut out, ctx);
+    render_damage(&mut out, ctx);
     render_latency(&mut out, metrics);
     out
 }
@@ -244,6 +245,49 @@ fn render_faults(out: &mut String, ctx: &ServerContext) {
     for (name, help, value) in counters {
         single(out, name, "counter", help, value);
     }
+}
+
+/// Damage found in the pool (issue 17): records that failed validation, by cause, and what it
+/// cost.
+fn render_damage(out: &mut String, ctx: &ServerContext) {
+    let engine = ctx.engine.stats();
+    header(
+        out,
+        "strata_records_damaged_total",
+        "counter",
+        "Damaged records found in the pool (never served), by cause.",
+    );
+    for (cause, count) in strata_engine::DAMAGE_CAUSES
+        .iter()
+        .zip(engine.records_damaged)
+    {
+        let _ = writeln!(
+            out,
+            "strata_records_damaged_total{{cause=\"{cause}\"}} {count}"
+        );
+    }
+    single(
+        out,
+        "strata_damaged_items_dropped_total",
+        "counter",
+        "Items dropped from the index because their record was found damaged.",
+        engine.damaged_items_dropped,
+    );
+    single(
+        out,
+        "strata_segments_unverified",
+        "gauge",
+        "Segments adopted at open not yet checked by the scrub (their reads validate).",
+        engine.segments_unverified,
+    );
+    let report = ctx.engine.recovery_report();
+    single(
+        out,
+        "strata_recovery_records_torn",
+        "gauge",
+        "Writes torn by the crash before this start (dropped at recovery; never acknowledged).",
+        report.records_torn,
+    );
 }
 
 fn render_engine(out: &mut String, ctx: &ServerContext) {

@@ -148,6 +148,7 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         admin::spawn(admin, Arc::clone(&ctx), Arc::clone(&metrics))?;
     }
     let maintenance = spawn_maintenance(Arc::clone(&ctx))?;
+    spawn_scrub(Arc::clone(&engine))?;
     log_ready(config, &engine, [memcache_addr, resp_addr, admin_addr]);
 
     for worker in acceptor.run() {
@@ -160,6 +161,40 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         uptime_secs = ctx.uptime_secs(),
         "stopped; pool closed cleanly"
     );
+    Ok(())
+}
+
+/// Checks, in the background at the lowest priority, what the open adopted without reading
+/// (see `strata_engine::Engine::scrub_step`): until it is done, reads of unchecked records
+/// validate them. Ends when the scrub is done or the engine is dropped.
+fn spawn_scrub(engine: Arc<Engine>) -> std::io::Result<()> {
+    if engine.scrub_done() {
+        return Ok(());
+    }
+    let weak = Arc::downgrade(&engine);
+    drop(engine);
+    std::thread::Builder::new()
+        .name("strata-scrub".into())
+        .spawn(move || {
+            strata_pool::lower_thread_priority();
+            let began = Instant::now();
+            let mut steps = 0u64;
+            loop {
+                let Some(engine) = weak.upgrade() else { return };
+                if engine.scrub_step() {
+                    let stats = engine.stats();
+                    tracing::info!(
+                        steps,
+                        elapsed_ms = began.elapsed().as_millis() as u64,
+                        records_damaged = stats.records_damaged.iter().sum::<u64>(),
+                        damaged_items_dropped = stats.damaged_items_dropped,
+                        "scrub done: every record the open adopted unread is checked"
+                    );
+                    return;
+                }
+                steps += 1;
+            }
+        })?;
     Ok(())
 }
 
@@ -246,6 +281,8 @@ fn spawn_maintenance(ctx: Arc<ServerContext>) -> std::io::Result<JoinHandle<()>>
             };
             let mut last_commit = std::time::Instant::now();
             while !ctx.shutdown.load(std::sync::atomic::Ordering::Acquire) {
+                // Items whose records reads found damaged (served as absent) leave the index.
+                ctx.engine.repair();
                 if let Err(err) = ctx.engine.expire() {
                     tracing::error!(error = %err, "expiry failed");
                 }

@@ -84,11 +84,14 @@ fn print_occupancy(report: &PoolReport) {
         report.records_live, report.records_dead
     );
     println!("torn log ends:   {}", report.logs_ending_invalid);
+    println!("damaged records: {}", report.records_damaged);
 }
 
 /// Read-only: validates the header, the engine root, every segment header and every record's
 /// checksum. Exit 0 when sound (a torn last record, left by a crash, is reported but sound:
-/// recovery drops it), 1 otherwise. Never writes the file.
+/// recovery drops it), 1 otherwise: a damaged record anywhere (each is listed with its segment,
+/// offset and cause; the records around it are still read), or any invalid record in a pool
+/// closed cleanly. Never writes the file.
 fn verify(path: &Path) -> Result<(), String> {
     let report = strata_engine::check_pool_file(path).map_err(|err| err.to_string())?;
     print_occupancy(&report);

@@ -172,6 +172,22 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     stat(out, "strata_expired_segments", engine.expired_segments);
     stat(out, "strata_merged_items", engine.merged_items);
     stat(out, "strata_index_bytes", engine.index_bytes);
+    for (cause, count) in strata_engine::DAMAGE_CAUSES
+        .iter()
+        .zip(engine.records_damaged)
+    {
+        stat(out, &format!("strata_records_damaged_{cause}"), count);
+    }
+    stat(
+        out,
+        "strata_damaged_items_dropped",
+        engine.damaged_items_dropped,
+    );
+    stat(
+        out,
+        "strata_segments_unverified",
+        engine.segments_unverified,
+    );
 }
 
 /// `stats settings`.

@@ -195,6 +195,15 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
     text.field("evicted_segments", engine.evicted_segments);
     text.field("expired_segments", engine.expired_segments);
     text.field("merged_items", engine.merged_items);
+    for (cause, count) in strata_engine::DAMAGE_CAUSES
+        .iter()
+        .zip(engine.records_damaged)
+    {
+        text.field(&format!("records_damaged_{cause}"), count);
+    }
+    text.field("damaged_items_dropped", engine.damaged_items_dropped);
+    text.field("segments_unverified", engine.segments_unverified);
+    text.field("recovery_records_torn", recovery.records_torn);
     text.field("index_bytes", engine.index_bytes);
     text.field("index_buckets", engine.index_buckets);
     text.field("index_overflow_buckets", engine.index_overflow_buckets);

@@ -308,6 +308,13 @@ impl Client {
         self.line()
     }
 
+    /// Reads exactly `len` bytes (through the line buffer).
+    pub fn read_bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut data = vec![0; len];
+        self.reader.read_exact(&mut data).expect("read bytes");
+        data
+    }
+
     /// Reads a RESP bulk reply and returns its payload (`None` for a null bulk).
     pub fn bulk(&mut self) -> Option<Vec<u8>> {
         let header = self.line();
