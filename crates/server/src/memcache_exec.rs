@@ -86,6 +86,9 @@ pub struct MemcacheSession {
     /// A multiget stopped at the output soft limit: it stays, unconsumed, at the front of the
     /// input and resumes from its next key in the next call (`retrieval.rs`).
     get_paused: Option<retrieval::Paused>,
+    /// Output length below which a multiget of the current `process` call cannot pass an output
+    /// limit (`retrieval::stop_len`).
+    output_stop_len: usize,
 }
 
 impl Default for MemcacheSession {
@@ -102,6 +105,7 @@ impl MemcacheSession {
             key_scratch: [0; KEY_LEN_MAX],
             pending: PendingCounts::default(),
             get_paused: None,
+            output_stop_len: 0,
         }
     }
 
@@ -115,6 +119,13 @@ impl MemcacheSession {
         let dropped = self.swallow_len.min(input.len());
         self.swallow_len -= dropped;
         dropped
+    }
+
+    /// Runs a retrieval, or resumes the one that paused; returns whether it paused (again).
+    fn get(&mut self, get: Get<'_>, ctx: &ServerContext, out: &mut Vec<u8>) -> bool {
+        let (paused, stop_len) = (self.get_paused, self.output_stop_len);
+        self.get_paused = retrieval::execute(get, paused, ctx, out, stop_len, &mut self.pending);
+        self.get_paused.is_some()
     }
 
     /// Runs a request that ended a batch (any but a get or a store, which run in batches:
@@ -160,9 +171,15 @@ impl MemcacheSession {
 
 impl Session for MemcacheSession {
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        self.output_stop_len = retrieval::stop_len(ctx, out);
         let processed = self.process_requests(input, ctx, out);
         self.pending.publish(&ctx.stats);
         processed
+    }
+
+    /// memcached streams multigets: past the output budget they pause like at the soft limit.
+    fn pauses_over_budget(&self) -> bool {
+        true
     }
 }
 
@@ -191,14 +208,9 @@ impl MemcacheSession {
             for (request, end) in batch.hot() {
                 match request {
                     Hot::Get(get) => {
-                        self.get_paused =
-                            retrieval::execute(get, self.get_paused, ctx, out, &mut self.pending);
-                        if self.get_paused.is_some() {
+                        if self.get(get, ctx, out) {
                             // Resumed once the connection has written the output.
-                            return Processed {
-                                consumed,
-                                close: false,
-                            };
+                            return Processed::paused(consumed);
                         }
                     }
                     Hot::Store(store) => storage::execute(store, ctx, out, &mut self.pending),
@@ -208,10 +220,7 @@ impl MemcacheSession {
             if let BatchEnd::Other(request) = batch_end {
                 consumed = parsed_to;
                 if self.execute(request, ctx, out) {
-                    return Processed {
-                        consumed,
-                        close: true,
-                    };
+                    return Processed::closing(consumed);
                 }
             }
             debug_assert_eq!(consumed, parsed_to);
@@ -228,20 +237,12 @@ impl MemcacheSession {
                     self.swallow_len = swallow_len;
                 }
                 BatchEnd::Error(ParseError::Incomplete) => break,
-                BatchEnd::Error(_) => {
-                    return Processed {
-                        consumed,
-                        close: true,
-                    }
-                }
+                BatchEnd::Error(_) => return Processed::closing(consumed),
             }
             consumed += self.swallow(&input[consumed..]);
         }
         debug_assert!(consumed <= input.len());
-        Processed {
-            consumed,
-            close: false,
-        }
+        Processed::open(consumed)
     }
 }
 

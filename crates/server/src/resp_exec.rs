@@ -100,6 +100,12 @@ pub(crate) struct State {
     pub reply_skip_next: bool,
     /// Close once the current reply is written (QUIT, SHUTDOWN).
     pub close: bool,
+    /// A reply was cut short because all connections' output passed the budget and this one
+    /// holds the most: close without writing anything (`strings::output_limit_passed`).
+    pub over_budget: bool,
+    /// The output buffer's capacity when the current `process` call began, all of it published
+    /// to the output budget: what the buffer grows beyond it is this call's own.
+    pub output_capacity_at_call: usize,
     /// xorshift state for RANDOMKEY.
     pub random_state: u64,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
@@ -133,6 +139,8 @@ impl RespSession {
                 reply_off: false,
                 reply_skip_next: false,
                 close: false,
+                over_budget: false,
+                output_capacity_at_call: 0,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 pending: PendingCounts::default(),
             },
@@ -213,6 +221,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 impl Session for RespSession {
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        self.state.output_capacity_at_call = out.capacity();
         let processed = self.process_commands(input, ctx, out);
         self.state.pending.publish(&ctx.stats);
         processed
@@ -276,9 +285,10 @@ impl RespSession {
             for (args, &(start, end)) in self.batch.iter().zip(&ranges[..count]) {
                 execute(&mut self.state, args, &input[start..end], ctx, out);
                 if self.state.close {
+                    let over_budget = std::mem::take(&mut self.state.over_budget);
                     return Processed {
-                        consumed: end,
-                        close: true,
+                        over_budget,
+                        ..Processed::closing(end)
                     };
                 }
             }
@@ -289,25 +299,16 @@ impl RespSession {
                 Some(ParseError::Protocol(error)) => {
                     error.encode(out);
                     ctx.stats.count_error();
-                    return Processed {
-                        consumed: input.len(),
-                        close: true,
-                    };
+                    return Processed::closing(input.len());
                 }
                 // A parse failure this session does not know: nothing after it can be trusted.
                 Some(_) => {
-                    return Processed {
-                        consumed: input.len(),
-                        close: true,
-                    };
+                    return Processed::closing(input.len());
                 }
             }
         }
         debug_assert!(consumed <= input.len());
-        Processed {
-            consumed,
-            close: false,
-        }
+        Processed::open(consumed)
     }
 }
 

@@ -113,6 +113,9 @@ pub struct ServerStats {
     /// Connections closed because their output buffer passed its hard limit (Redis INFO
     /// `client_output_buffer_limit_disconnections`).
     pub output_limit_disconnections: AtomicU64,
+    /// Connections closed because all connections' output passed `--client-output-memory` and
+    /// they held the most (Redis INFO `evicted_clients`, for `maxmemory-clients`).
+    pub evicted_clients: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -128,6 +131,7 @@ impl Default for ServerStats {
             get_hits: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             output_limit_disconnections: AtomicU64::new(0),
+            evicted_clients: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +165,7 @@ impl ServerStats {
             &self.connections_total,
             &self.connections_rejected,
             &self.output_limit_disconnections,
+            &self.evicted_clients,
         ] {
             counter.store(0, Ordering::Relaxed);
         }

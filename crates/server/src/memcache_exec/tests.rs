@@ -179,7 +179,8 @@ fn quit_closes_without_a_reply() {
         processed,
         Processed {
             consumed: 15,
-            close: true
+            close: true,
+            ..Processed::default()
         }
     );
 }
@@ -578,7 +579,8 @@ fn a_long_pipeline_runs_in_order_across_batches() {
         processed,
         Processed {
             consumed: input.len(),
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
 }

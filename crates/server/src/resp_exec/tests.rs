@@ -71,7 +71,8 @@ fn pipelined_and_incomplete_input() {
         processed,
         Processed {
             consumed: input.len() - 16,
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
     assert_eq!(out, b"+OK\r\n$1\r\n1\r\n");
@@ -106,7 +107,8 @@ fn protocol_error_replies_and_closes() {
             processed,
             Processed {
                 consumed: input.len(),
-                close: true
+                close: true,
+                ..Processed::default()
             }
         );
         assert_eq!(
@@ -140,7 +142,8 @@ fn incomplete_input_consumes_nothing_and_resumes() {
             processed,
             Processed {
                 consumed: 0,
-                close: false
+                close: false,
+                ..Processed::default()
             },
             "cut at {cut}"
         );
@@ -156,7 +159,8 @@ fn incomplete_input_consumes_nothing_and_resumes() {
         processed,
         Processed {
             consumed: 11,
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
     assert!(out.is_empty());
@@ -405,7 +409,8 @@ fn shutdown_sets_the_flag_and_closes_silently() {
         processed,
         Processed {
             consumed: input.len(),
-            close: true
+            close: true,
+            ..Processed::default()
         }
     );
     assert!(out.is_empty());
@@ -424,7 +429,8 @@ fn quit_stops_the_pipeline() {
         processed,
         Processed {
             consumed: 14,
-            close: true
+            close: true,
+            ..Processed::default()
         }
     );
     assert_eq!(out, b"+OK\r\n");
@@ -590,7 +596,8 @@ fn a_long_pipeline_runs_in_order_across_batches() {
         processed,
         Processed {
             consumed: input.len() - 18,
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
 }
