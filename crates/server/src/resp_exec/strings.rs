@@ -195,11 +195,11 @@ impl<'a> StringOptions<'a> {
     }
 }
 
-/// Replies `ERR_STRING_TOO_LONG` and returns false when `value` cannot be stored under `key`.
+/// Replies `ERR_VALUE_TOO_LARGE` and returns false when `value` cannot be stored under `key`.
 fn value_fits(call: &Call<'_>, key: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool {
     let fits = value.len() <= call.value_len_max(key);
     if !fits {
-        out.extend_from_slice(errors::ERR_STRING_TOO_LONG);
+        out.extend_from_slice(super::ERR_VALUE_TOO_LARGE);
     }
     fits
 }
