@@ -459,3 +459,43 @@ fn past_the_output_budget_the_client_holding_the_most_is_closed_first() {
     assert_unharmed_and_logged(&server, &mut bystander, holder_address);
     assert_peak_rss_bounded(&server, before, BUDGET_BYTES + 2 * BUDGET_VALUE_BYTES);
 }
+
+#[test]
+fn a_memcached_multiget_pauses_at_the_output_budget_and_is_never_closed() {
+    const KEYS: usize = 200; // 100 MiB of reply, streamed under an 8 MiB budget.
+    const BUDGET_BYTES: usize = 8 << 20;
+    // The per-client soft limit (64 MiB) is far above the budget: only the budget pauses it.
+    let server = Server::start(&[
+        "--threads",
+        "1",
+        "--max-value-size",
+        "512KiB",
+        "--client-output-memory",
+        "8MiB",
+    ]);
+    let mut writer = Client::connect(server.memcache);
+    for i in 0..8 {
+        let mut set = format!("set big:{i} {i} 0 {BUDGET_VALUE_BYTES}\r\n").into_bytes();
+        set.extend(budget_value(i));
+        set.extend(b"\r\n");
+        assert_eq!(writer.call(&set), "STORED\r\n");
+    }
+    let before = resident_bytes(server.pid());
+    let mut reader = Client::connect(server.memcache);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("big:{}", i % 8)).collect();
+    reader.send(format!("get {}\r\n", keys.join(" ")).as_bytes());
+    // While the reader takes nothing, the same worker serves the writer.
+    assert!(writer.call(b"version\r\n").starts_with("VERSION "));
+    for i in 0..KEYS {
+        let header = format!("VALUE big:{} {} {BUDGET_VALUE_BYTES}\r\n", i % 8, i % 8);
+        assert_eq!(reader.line(), header, "value {i}");
+        let data = reader.line().into_bytes();
+        assert!(
+            data[..BUDGET_VALUE_BYTES] == budget_value(i % 8)[..],
+            "value {i}"
+        );
+    }
+    assert_eq!(reader.line(), "END\r\n");
+    assert_eq!(server.metric("strata_evicted_clients_total"), 0);
+    assert_peak_rss_bounded(&server, before, BUDGET_BYTES + 2 * BUDGET_VALUE_BYTES);
+}
