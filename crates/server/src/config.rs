@@ -216,6 +216,11 @@ pub struct ServeOptions {
     /// client-output-buffer-limit hard limit); past a quarter its input waits [default: 256MiB].
     #[arg(long, value_name = "SIZE")]
     pub output_buffer_limit: Option<ByteSize>,
+    /// Output buffer memory all clients together may hold: past it the Redis client holding
+    /// the most is closed and memcached multigets pause (Redis's maxmemory-clients)
+    /// [default: --output-buffer-limit].
+    #[arg(long, value_name = "SIZE")]
+    pub client_output_memory: Option<ByteSize>,
     /// Password Redis clients must send with AUTH.
     #[arg(long, value_name = "PASS")]
     pub requirepass: Option<String>,
@@ -282,6 +287,8 @@ pub struct ServerConfig {
     pub idle_timeout_secs: u64,
     /// Output a connection's buffer may hold before the connection is closed.
     pub output_buffered_bytes_hard: usize,
+    /// Output buffer memory all connections together may hold.
+    pub client_output_bytes_max: usize,
     /// Redis AUTH password.
     pub requirepass: Option<String>,
     /// memcached auth file entries, read and checked at startup.
@@ -336,6 +343,7 @@ impl ServeOptions {
             max_value_size: self.max_value_size.or(file.max_value_size),
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
             output_buffer_limit: self.output_buffer_limit.or(file.output_buffer_limit),
+            client_output_memory: self.client_output_memory.or(file.client_output_memory),
             requirepass: self.requirepass.or(file.requirepass),
             memcache_auth_file: self.memcache_auth_file.or(file.memcache_auth_file),
             allow_unauthenticated_memcache: self.allow_unauthenticated_memcache
@@ -363,6 +371,10 @@ impl ServeOptions {
             .transpose()
             .map_err(|error| ConfigError(format!("--memcache-auth-file: {error}")))?
             .map(Arc::new);
+        let bytes = |size: ByteSize| usize::try_from(size.0).unwrap_or(usize::MAX);
+        let output_buffered_bytes_hard = self
+            .output_buffer_limit
+            .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, bytes);
         let config = ServerConfig {
             memcache_listen,
             resp_listen,
@@ -386,11 +398,12 @@ impl ServeOptions {
             )
             .unwrap_or(usize::MAX),
             idle_timeout_secs: self.idle_timeout.unwrap_or(0),
-            output_buffered_bytes_hard: self
-                .output_buffer_limit
-                .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, |s| {
-                    usize::try_from(s.0).unwrap_or(usize::MAX)
-                }),
+            output_buffered_bytes_hard,
+            // All clients together may hold what one client may: the default bounds the total
+            // where it bounded each client, so one client alone meets the same limit as before.
+            client_output_bytes_max: self
+                .client_output_memory
+                .map_or(output_buffered_bytes_hard, bytes),
             requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
             memcache_auth,
             allow_unauthenticated_memcache: self.allow_unauthenticated_memcache,
@@ -465,16 +478,7 @@ impl ServerConfig {
                 ByteSize(SEGMENT_SIZE_BYTES_MAX)
             ));
         }
-        let output_limit_min = self.value_len_max * OUTPUT_BUFFER_LIMIT_VALUES_MIN;
-        if self.output_buffered_bytes_hard < output_limit_min {
-            return fail(format!(
-                "--output-buffer-limit ({}) must be at least {OUTPUT_BUFFER_LIMIT_VALUES_MIN} \
-                 times --max-value-size ({}): raise it to {} or more",
-                ByteSize(self.output_buffered_bytes_hard as u64),
-                ByteSize(value_len_max),
-                ByteSize(output_limit_min as u64)
-            ));
-        }
+        self.check_output_limits()?;
         if self.memcache_listen.is_none() && self.resp_listen.is_none() {
             return fail(
                 "--memcache-listen and --resp-listen are both off: nothing to serve".into(),
@@ -521,6 +525,28 @@ impl ServerConfig {
         }
     }
 
+    /// Each output limit must hold a few of the largest values: a smaller one would close
+    /// clients (or pause multigets) for ordinary replies.
+    fn check_output_limits(&self) -> Result<(), ConfigError> {
+        let output_limit_min = self.value_len_max * OUTPUT_BUFFER_LIMIT_VALUES_MIN;
+        let limits = [
+            ("--output-buffer-limit", self.output_buffered_bytes_hard),
+            ("--client-output-memory", self.client_output_bytes_max),
+        ];
+        for (flag, bytes) in limits {
+            if bytes < output_limit_min {
+                return Err(ConfigError(format!(
+                    "{flag} ({}) must be at least {OUTPUT_BUFFER_LIMIT_VALUES_MIN} times \
+                     --max-value-size ({}): raise it to {} or more",
+                    ByteSize(bytes as u64),
+                    ByteSize(self.value_len_max as u64),
+                    ByteSize(output_limit_min as u64)
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The engine's configuration.
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
@@ -556,6 +582,7 @@ impl ServerConfig {
             durability: self.durability.name(),
             output: OutputLimits::new(self.output_buffered_bytes_hard),
             debug_command_enabled: self.debug_command_enabled,
+            client_output_bytes_max: self.client_output_bytes_max,
             ..Settings::default()
         }
     }

@@ -12,6 +12,11 @@
 //!   `OutputLimits::buffered_bytes_hard`. Sessions check the same limits on the same buffer
 //!   (`write_buf` is their `out`) while building multi-key replies, so no request takes it past
 //!   a limit by more than one value.
+//! - `output_held_bytes` is what this connection has published to the server's
+//!   [`OutputBudget`]: its write buffer's capacity beyond the base, as of the last check. It is
+//!   brought up to date after every session call and every flush, so a session starts each
+//!   call with its buffer's capacity published and needs to add only what it grows by itself.
+//!   The worker releases it when it removes the connection.
 //! - The session sees each byte once: it is called per read batch with the unconsumed input
 //!   (in chunks, from [`PROCESS_CHUNK_BYTES_INITIAL`] doubling while replies stay small, so one
 //!   call for a typical batch), answers every complete request in it (pipelining) and reports
@@ -25,9 +30,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use strata_engine::Engine;
 
-use crate::context::{OutputLimits, ServerContext, Session, OUTPUT_BUFFERED_BYTES_HARD_DEFAULT};
+use crate::context::{
+    output_held_bytes, OutputBudget, OutputLimits, Processed, ServerContext, Session,
+    OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, OUTPUT_BUFFER_BYTES_BASE,
+};
 use crate::metrics::LatencyHistogram;
 
 /// Initial size of a connection's read and write buffers.
@@ -51,6 +58,8 @@ pub const PROCESS_CHUNK_BYTES_MIN: usize = 64;
 pub const PROCESS_OUTPUT_BYTES_TARGET: usize = 1 << 20;
 
 const _: () = assert!(BUFFER_BYTES_INITIAL <= BUFFER_BYTES_RETAINED_MAX);
+// The budget leaves out exactly the write buffer every connection starts with.
+const _: () = assert!(BUFFER_BYTES_INITIAL == OUTPUT_BUFFER_BYTES_BASE);
 const _: () = assert!(PROCESS_CHUNK_BYTES_MIN < PROCESS_CHUNK_BYTES_INITIAL);
 const _: () = assert!(PROCESS_CHUNK_BYTES_INITIAL < PROCESS_CHUNK_BYTES_MAX);
 const _: () = assert!(
@@ -90,6 +99,9 @@ pub enum CloseReason {
     /// The output buffer passed its hard limit: the client does not read its replies, or one
     /// request asked for a reply larger than the limit.
     OutputTooLarge,
+    /// All connections together held more output than `--client-output-memory`, and this one
+    /// held the most (Redis's `maxmemory-clients` eviction).
+    OutputBudget,
     /// No input within the idle timeout.
     Idle,
     /// A socket error.
@@ -153,6 +165,13 @@ pub struct Connection {
     closing: Option<CloseReason>,
     /// Processing stopped at the output limit with input left: process it before reading.
     input_waiting: bool,
+    /// Output memory published to the budget (see the module invariants).
+    output_held_bytes: usize,
+    /// The session pauses over the budget instead of having the connection closed.
+    pauses_over_budget: bool,
+    /// Processing paused because the budget was passed while this connection's buffer grew:
+    /// it resumes once the output has drained completely.
+    budget_paused: bool,
     /// Last time input arrived.
     pub last_active: Instant,
 }
@@ -180,15 +199,25 @@ pub struct PassContext<'a> {
 impl Connection {
     /// A connection with fresh buffers.
     pub fn new(stream: TcpStream, session: Box<dyn Session>, now: Instant) -> Self {
+        let pauses_over_budget = session.pauses_over_budget();
+        let write_buf = Vec::with_capacity(BUFFER_BYTES_INITIAL);
+        let output_held_bytes = output_held_bytes(write_buf.capacity());
+        debug_assert_eq!(
+            output_held_bytes, 0,
+            "the budget does not count the base buffer"
+        );
         Connection {
             stream,
             session,
             read_buf: vec![0; BUFFER_BYTES_INITIAL],
             read_len: 0,
-            write_buf: Vec::with_capacity(BUFFER_BYTES_INITIAL),
+            write_buf,
             write_pos: 0,
             closing: None,
             input_waiting: false,
+            output_held_bytes,
+            pauses_over_budget,
+            budget_paused: false,
             uncommitted_from: None,
             last_active: now,
         }
@@ -210,9 +239,63 @@ impl Connection {
         self.write_buf.len()
     }
 
-    /// Whether input is left unread because the client does not read its output.
+    /// Output memory this connection holds against the server's [`OutputBudget`], as last
+    /// published.
+    pub fn output_held_bytes(&self) -> usize {
+        self.output_held_bytes
+    }
+
+    /// [`Connection::output_held_bytes`] if the budget may close this connection, else 0.
+    pub fn output_closable_bytes(&self) -> usize {
+        if self.pauses_over_budget {
+            0
+        } else {
+            self.output_held_bytes
+        }
+    }
+
+    /// The client's address, for logs.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+
+    /// Whether input is left unread because the client does not read its output: the buffer
+    /// is past the soft limit, or the budget paused processing and output is still pending.
     fn reading_paused(&self, output: &OutputLimits) -> bool {
-        output.past_soft(&self.write_buf)
+        output.past_soft(&self.write_buf) || (self.budget_paused && self.output_pending_bytes() > 0)
+    }
+
+    /// Publishes the write buffer's held bytes to the budget if they changed since the last
+    /// time (only after a reallocation); returns whether they grew.
+    fn publish_output(&mut self, budget: &OutputBudget) -> bool {
+        let held = output_held_bytes(self.write_buf.capacity());
+        if held == self.output_held_bytes {
+            return false;
+        }
+        budget.publish(self.output_held_bytes, held);
+        let grew = held > self.output_held_bytes;
+        self.output_held_bytes = held;
+        grew
+    }
+
+    /// Gives the buffer's memory back to the budget: the worker calls this when it removes the
+    /// connection.
+    pub fn release_output(&mut self, budget: &OutputBudget) {
+        budget.publish(self.output_held_bytes, 0);
+        self.output_held_bytes = 0;
+    }
+
+    /// Shrinks a drained write buffer back to its initial size, however large it is, and
+    /// publishes the change: what the worker does first when the budget is passed, since it
+    /// frees memory without costing any client anything.
+    pub fn shrink_drained_output(&mut self, budget: &OutputBudget) {
+        if self.output_pending_bytes() == 0 && self.write_buf.capacity() > BUFFER_BYTES_INITIAL {
+            debug_assert!(self.uncommitted_from.is_none(), "nothing unsent to commit");
+            self.write_buf.clear();
+            self.write_pos = 0;
+            self.write_buf.shrink_to(BUFFER_BYTES_INITIAL);
+            self.publish_output(budget);
+        }
     }
 
     /// Whether a writable event concerns this connection: output is waiting, or reading is
@@ -225,7 +308,7 @@ impl Connection {
     /// events, on writable events (output drained may resume reading), and for `Again`.
     pub fn pass(&mut self, pass: &mut PassContext<'_>) -> Status {
         for _ in 0..READ_ROUNDS_MAX {
-            if let Err(reason) = self.flush(pass.traffic, &pass.ctx.engine) {
+            if let Err(reason) = self.flush(pass.traffic, pass.ctx) {
                 return Status::Closed(reason);
             }
             if let Some(reason) = self.closing {
@@ -252,7 +335,7 @@ impl Connection {
                     if pass.defer_flush && self.output_pending_bytes() > 0 {
                         return Status::Flush;
                     }
-                    return match self.flush(pass.traffic, &pass.ctx.engine) {
+                    return match self.flush(pass.traffic, pass.ctx) {
                         Err(reason) => Status::Closed(reason),
                         Ok(()) => self
                             .closing
@@ -323,6 +406,8 @@ impl Connection {
     /// that produced much output makes the next one smaller, down to about one request.
     fn process(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
         self.input_waiting = false;
+        // Called only once the output a budget pause waited for has drained.
+        self.budget_paused = false;
         if self.read_len == 0 {
             return Ok(());
         }
@@ -336,7 +421,7 @@ impl Connection {
         }
         let started = Instant::now();
         let output_before = self.write_buf.len();
-        let consumed = self.process_chunks(pass);
+        let (consumed, over_budget) = self.process_chunks(pass);
         // Group commit: with `--durability sync` these replies may acknowledge writes that are
         // not durable yet; `flush` commits before any of them leaves (the worker commits once
         // for all its connections at the end of a round, so one persist covers them all).
@@ -353,18 +438,31 @@ impl Connection {
         let output = &pass.ctx.settings.output;
         if output.past_hard(&self.write_buf) {
             tracing::warn!(
-                peer = ?self.stream.peer_addr().ok(),
+                peer = ?self.peer_addr(),
                 buffered_bytes = self.write_buf.len(),
                 limit_bytes = output.buffered_bytes_hard,
                 "client closed for overcoming the output buffer limit; its replies are dropped"
             );
             return Err(CloseReason::OutputTooLarge);
         }
+        if over_budget {
+            let budget = &pass.ctx.output_budget;
+            tracing::warn!(
+                peer = ?self.peer_addr(),
+                held_bytes = self.output_held_bytes,
+                all_clients_bytes = budget.held_bytes(),
+                limit_bytes = budget.limit_bytes(),
+                "client closed: all clients' output passed --client-output-memory and it held \
+                 the most; its replies are dropped"
+            );
+            return Err(CloseReason::OutputBudget);
+        }
         Ok(())
     }
 
-    /// Calls the session on successive chunks of the input; returns the bytes consumed.
-    fn process_chunks(&mut self, pass: &mut PassContext<'_>) -> usize {
+    /// Calls the session on successive chunks of the input; returns the bytes consumed, and
+    /// whether the connection must be closed for the output budget.
+    fn process_chunks(&mut self, pass: &mut PassContext<'_>) -> (usize, bool) {
         let mut start = 0;
         let mut chunk = PROCESS_CHUNK_BYTES_INITIAL;
         let output = pass.ctx.settings.output;
@@ -381,6 +479,9 @@ impl Connection {
                 "session consumed more than its input"
             );
             start += processed.consumed;
+            if processed.over_budget || self.after_growth(pass.ctx, &processed) {
+                return (start, true);
+            }
             if processed.close {
                 self.closing = Some(if self.session.hang_up() {
                     self.hang_up(pass.ctx)
@@ -389,7 +490,11 @@ impl Connection {
                 });
                 break;
             }
-            if start < self.read_len && self.reading_paused(&output) {
+            debug_assert!(
+                !processed.paused || start < self.read_len,
+                "paused inside a request"
+            );
+            if processed.paused || (start < self.read_len && self.reading_paused(&output)) {
                 // Complete requests may be left, perhaps a request the session stopped inside (a
                 // memcached multiget resumes from its next key): they wait until the client
                 // reads, and are processed before more is read.
@@ -410,7 +515,40 @@ impl Connection {
                 (chunk * 2).min(PROCESS_CHUNK_BYTES_MAX)
             };
         }
-        start
+        (start, false)
+    }
+
+    /// Publishes the buffer's growth after a session call and, if the budget is passed with
+    /// it, applies the budget: a connection that pauses stops processing until its output has
+    /// drained; another is closed if it holds the most (returns true), or else asks the worker
+    /// of the connection that does to close it. A plain comparison unless the buffer was
+    /// reallocated.
+    #[inline]
+    fn after_growth(&mut self, ctx: &ServerContext, processed: &Processed) -> bool {
+        let capacity_published = self.output_held_bytes + OUTPUT_BUFFER_BYTES_BASE;
+        self.write_buf.capacity() > capacity_published && self.apply_budget(ctx, processed)
+    }
+
+    /// [`Connection::after_growth`] once the buffer grew.
+    #[cold]
+    #[inline(never)]
+    fn apply_budget(&mut self, ctx: &ServerContext, processed: &Processed) -> bool {
+        let budget = &ctx.output_budget;
+        if !self.publish_output(budget) || !budget.over(0) {
+            return false;
+        }
+        if self.pauses_over_budget {
+            self.budget_paused = true;
+            return false;
+        }
+        if processed.close {
+            return false; // Closing anyway, after writing what it holds (QUIT, an error).
+        }
+        if budget.is_largest(self.output_held_bytes) {
+            return true;
+        }
+        budget.request_eviction();
+        false
     }
 
     /// Drops every reply not yet written, as memcached and Redis do when they hang up on an
@@ -445,9 +583,9 @@ impl Connection {
     }
 
     /// Writes pending output until done or the socket is full.
-    fn flush(&mut self, traffic: &mut Traffic, engine: &Engine) -> Result<(), CloseReason> {
+    fn flush(&mut self, traffic: &mut Traffic, ctx: &ServerContext) -> Result<(), CloseReason> {
         if let Some(from) = self.uncommitted_from {
-            if let Err(err) = engine.commit() {
+            if let Err(err) = ctx.engine.commit() {
                 tracing::error!(error = %err, "persist failed; dropping the unacknowledged replies and closing the connection");
                 self.write_buf.truncate(from.max(self.write_pos));
                 return Err(CloseReason::PersistFailed);
@@ -470,6 +608,7 @@ impl Connection {
         self.write_pos = 0;
         if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX {
             self.write_buf.shrink_to(BUFFER_BYTES_INITIAL);
+            self.publish_output(&ctx.output_budget);
         }
         Ok(())
     }
@@ -481,8 +620,8 @@ impl Connection {
     }
 
     /// Writes pending output (writable event during shutdown or for a closing connection).
-    pub fn flush_only(&mut self, traffic: &mut Traffic, engine: &Engine) -> Status {
-        if let Err(reason) = self.flush(traffic, engine) {
+    pub fn flush_only(&mut self, traffic: &mut Traffic, ctx: &ServerContext) -> Status {
+        if let Err(reason) = self.flush(traffic, ctx) {
             return Status::Closed(reason);
         }
         self.closing

@@ -5,10 +5,11 @@
 //! the session appended to the output buffer. The memcached and RESP sessions
 //! (`memcache_exec`, `resp_exec`) know no sockets. Both sides meet here.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use mio::Waker;
 use strata_engine::Engine;
 
 use crate::auth::Credentials;
@@ -49,6 +50,8 @@ pub struct Settings {
     pub output: OutputLimits,
     /// Whether the RESP `DEBUG` command runs (`--enable-debug-command`; tests only).
     pub debug_command_enabled: bool,
+    /// How much output memory all connections together may hold ([`OutputBudget`]).
+    pub client_output_bytes_max: usize,
 }
 
 impl Default for Settings {
@@ -69,6 +72,7 @@ impl Default for Settings {
             durability: "none".to_string(),
             output: OutputLimits::new(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT),
             debug_command_enabled: false,
+            client_output_bytes_max: OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
         }
     }
 }
@@ -123,6 +127,150 @@ impl OutputLimits {
     }
 }
 
+/// Capacity of the output buffer every connection starts with. The budget does not count it:
+/// it is a fixed cost of `max-connections`, and a connection whose replies stay this small
+/// never reallocates its buffer, so it never touches the budget's shared counters.
+pub const OUTPUT_BUFFER_BYTES_BASE: usize = 16 << 10;
+
+/// Output memory a buffer of `capacity` bytes holds against the [`OutputBudget`].
+pub fn output_held_bytes(capacity: usize) -> usize {
+    capacity.saturating_sub(OUTPUT_BUFFER_BYTES_BASE)
+}
+
+/// The output memory all connections together may hold (`--client-output-memory`, the idea of
+/// Redis's `maxmemory-clients` applied to output buffers), and what they hold now.
+///
+/// What counts is memory: each output buffer's capacity beyond [`OUTPUT_BUFFER_BYTES_BASE`],
+/// including replies already written but not yet reclaimed and capacity kept after a large
+/// reply (a drained buffer over `connection::BUFFER_BYTES_RETAINED_MAX` shrinks back).
+///
+/// Without locks and without shared writes per request:
+/// - a connection publishes its held bytes into `held_bytes` only when its buffer's capacity
+///   changes (a reallocation, rare: capacity doubles as a reply grows and shrinks after a
+///   large one drains), comparing a plain field on every pass;
+/// - a session building a reply checks the budget only once its buffer has grown during the
+///   current call, adding that unpublished growth to the published total;
+/// - each worker publishes the held bytes of its largest connection that may be closed
+///   (Redis connections; memcached ones pause instead), so whoever finds the budget passed
+///   can tell whether it holds the most (then it closes itself) or which worker holds the
+///   connection that does (then it asks that worker, through a flag and its waker, to close
+///   that connection, and carries on).
+///
+/// Growth still in flight on other workers is not yet published, so the total can pass the
+/// budget by about one buffer doubling per worker building a reply at that moment.
+pub struct OutputBudget {
+    /// Most bytes all connections' output buffers may hold together.
+    limit_bytes: usize,
+    /// What they hold, as published.
+    held_bytes: AtomicUsize,
+    /// One entry per worker.
+    workers: Box<[WorkerOutput]>,
+}
+
+/// One worker's part of the [`OutputBudget`], on its own cache line: written when its largest
+/// connection changes size or an eviction is asked for, read when the budget is passed.
+#[repr(align(64))]
+#[derive(Default)]
+struct WorkerOutput {
+    /// Held bytes of the worker's largest connection that may be closed for the budget.
+    largest_bytes: AtomicUsize,
+    /// Another connection found the budget passed while this worker held the largest one.
+    eviction_requested: AtomicBool,
+    /// Wakes the worker's event loop.
+    waker: OnceLock<Arc<Waker>>,
+}
+
+impl OutputBudget {
+    /// A budget of `limit_bytes` for `workers` worker threads.
+    pub fn new(limit_bytes: usize, workers: usize) -> Self {
+        assert!(workers > 0, "a server has at least one worker");
+        OutputBudget {
+            limit_bytes,
+            held_bytes: AtomicUsize::new(0),
+            workers: (0..workers).map(|_| WorkerOutput::default()).collect(),
+        }
+    }
+
+    /// Most bytes all output buffers may hold together.
+    pub fn limit_bytes(&self) -> usize {
+        self.limit_bytes
+    }
+
+    /// What all output buffers hold, as published.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Records that a connection's buffer went from holding `from` to `to` bytes.
+    pub fn publish(&self, from: usize, to: usize) {
+        if to > from {
+            self.held_bytes.fetch_add(to - from, Ordering::Relaxed);
+        } else if from > to {
+            let previous = self.held_bytes.fetch_sub(from - to, Ordering::Relaxed);
+            assert!(previous >= from - to, "output budget underflow");
+        }
+    }
+
+    /// Whether the published total plus `unpublished` bytes passes the budget.
+    pub fn over(&self, unpublished: usize) -> bool {
+        self.held_bytes().saturating_add(unpublished) > self.limit_bytes
+    }
+
+    /// For a session building a reply into `out`: whether the buffer grew during this call
+    /// (it had `capacity_at_call` bytes of capacity when the call began, all published) and
+    /// the total with that growth passes the budget. Reads no shared memory unless it grew.
+    pub fn passed_by(&self, out: &Vec<u8>, capacity_at_call: usize) -> bool {
+        let grown = out.capacity().saturating_sub(capacity_at_call);
+        grown > 0 && self.over(grown)
+    }
+
+    /// Whether a connection holding `held` bytes holds at least as much as every worker's
+    /// largest closable connection: it is the one to close.
+    pub fn is_largest(&self, held: usize) -> bool {
+        self.workers
+            .iter()
+            .all(|worker| worker.largest_bytes.load(Ordering::Relaxed) <= held)
+    }
+
+    /// Asks the worker holding the largest closable connection to close it, waking it unless
+    /// the request is already pending. Nothing happens when no worker holds one.
+    pub fn request_eviction(&self) {
+        let largest = self
+            .workers
+            .iter()
+            .max_by_key(|worker| worker.largest_bytes.load(Ordering::Relaxed));
+        let Some(worker) = largest.filter(|w| w.largest_bytes.load(Ordering::Relaxed) > 0) else {
+            return;
+        };
+        if !worker.eviction_requested.load(Ordering::Relaxed)
+            && !worker.eviction_requested.swap(true, Ordering::AcqRel)
+        {
+            if let Some(waker) = worker.waker.get() {
+                // A failed wake leaves the request for the worker's next loop iteration.
+                let _ = waker.wake();
+            }
+        }
+    }
+
+    /// Worker `worker`'s largest closable connection now holds `bytes`.
+    pub fn publish_largest(&self, worker: usize, bytes: usize) {
+        self.workers[worker]
+            .largest_bytes
+            .store(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether an eviction was asked of worker `worker`; clears the request.
+    pub fn take_eviction_request(&self, worker: usize) -> bool {
+        let requested = &self.workers[worker].eviction_requested;
+        requested.load(Ordering::Relaxed) && requested.swap(false, Ordering::AcqRel)
+    }
+
+    /// Registers the waker of worker `worker`'s event loop.
+    pub fn set_waker(&self, worker: usize, waker: Arc<Waker>) {
+        let _ = self.workers[worker].waker.set(waker);
+    }
+}
+
 /// Shared by all connections of a server.
 pub struct ServerContext {
     /// The store.
@@ -132,6 +280,8 @@ pub struct ServerContext {
     pub settings: Settings,
     /// Counters for stats, INFO and /metrics.
     pub stats: ServerStats,
+    /// The output memory of all connections together.
+    pub output_budget: OutputBudget,
     /// When the server started.
     pub started: Instant,
     /// Set when the server is shutting down (SHUTDOWN, SIGTERM).
@@ -153,6 +303,7 @@ impl ServerContext {
     pub fn new(engine: Arc<Engine>, settings: Settings) -> Self {
         let health = Health::new(settings.threads);
         ServerContext {
+            output_budget: OutputBudget::new(settings.client_output_bytes_max, settings.threads),
             engine,
             settings,
             health,
@@ -222,6 +373,41 @@ pub struct Processed {
     pub consumed: usize,
     /// Close the connection after writing the output (quit, protocol error, shutdown).
     pub close: bool,
+    /// The session stopped at an output limit inside its input, with a request left to
+    /// resume (a memcached multiget): call it again with the rest once the output has drained.
+    pub paused: bool,
+    /// The session stopped building a reply because all connections together hold more output
+    /// than the [`OutputBudget`] and this one holds the most: close the connection without
+    /// writing what it holds.
+    pub over_budget: bool,
+}
+
+impl Processed {
+    /// `consumed` bytes handled; the connection stays open.
+    pub fn open(consumed: usize) -> Self {
+        Processed {
+            consumed,
+            ..Processed::default()
+        }
+    }
+
+    /// `consumed` bytes handled; close the connection once the output is written.
+    pub fn closing(consumed: usize) -> Self {
+        Processed {
+            consumed,
+            close: true,
+            ..Processed::default()
+        }
+    }
+
+    /// `consumed` bytes handled, then a request paused at an output limit ([`Processed::paused`]).
+    pub fn paused(consumed: usize) -> Self {
+        Processed {
+            consumed,
+            paused: true,
+            ..Processed::default()
+        }
+    }
 }
 
 /// Per-connection protocol state. `process` handles every complete request in `input`
@@ -236,6 +422,14 @@ pub trait Session: Send {
     /// output the connection still holds. True after a request of another protocol (an HTTP
     /// request on a cache port), which memcached and Redis both drop with all they buffered.
     fn hang_up(&self) -> bool {
+        false
+    }
+
+    /// Whether the connection pauses, rather than being closed, when all connections together
+    /// hold more output than the [`OutputBudget`]: memcached streams its multigets, so its
+    /// session pauses them; a Redis client holding the most output is closed, as Redis closes
+    /// clients over `maxmemory-clients`.
+    fn pauses_over_budget(&self) -> bool {
         false
     }
 }

@@ -96,6 +96,9 @@ pub struct MemcacheSession {
     /// `Some` until the client has authenticated, when the server has an auth file
     /// (`--memcache-auth-file`): requests go through the gate instead of the parser.
     gate: Option<auth::Gate>,
+    /// Output length below which a multiget of the current `process` call cannot pass an output
+    /// limit (`retrieval::stop_len`).
+    output_stop_len: usize,
 }
 
 impl Default for MemcacheSession {
@@ -114,6 +117,7 @@ impl MemcacheSession {
             get_paused: None,
             hang_up: false,
             gate: None,
+            output_stop_len: 0,
         }
     }
 
@@ -140,6 +144,13 @@ impl MemcacheSession {
         let dropped = self.swallow_len.min(input.len());
         self.swallow_len -= dropped;
         dropped
+    }
+
+    /// Runs a retrieval, or resumes the one that paused; returns whether it paused (again).
+    fn get(&mut self, get: Get<'_>, ctx: &ServerContext, out: &mut Vec<u8>) -> bool {
+        let (paused, stop_len) = (self.get_paused, self.output_stop_len);
+        self.get_paused = retrieval::execute(get, paused, ctx, out, stop_len, &mut self.pending);
+        self.get_paused.is_some()
     }
 
     /// Runs a request that ended a batch (any but a get or a store, which run in batches:
@@ -188,6 +199,7 @@ impl Session for MemcacheSession {
         if self.gate.is_some() {
             return self.process_locked(input, ctx, out);
         }
+        self.output_stop_len = retrieval::stop_len(ctx, out);
         let processed = self.process_requests(input, ctx, out);
         self.pending.publish(&ctx.stats);
         processed
@@ -195,6 +207,11 @@ impl Session for MemcacheSession {
 
     fn hang_up(&self) -> bool {
         self.hang_up
+    }
+
+    /// memcached streams multigets: past the output budget they pause like at the soft limit.
+    fn pauses_over_budget(&self) -> bool {
+        true
     }
 }
 
@@ -214,27 +231,19 @@ impl MemcacheSession {
         };
         let (consumed, passage) = gate.process(input, ctx, credentials, out);
         match passage {
-            auth::Passage::Locked => Processed {
-                consumed,
-                close: false,
-            },
-            auth::Passage::Close => Processed {
-                consumed,
-                close: true,
-            },
+            auth::Passage::Locked => Processed::open(consumed),
+            auth::Passage::Close => Processed::closing(consumed),
             auth::Passage::Authenticated => {
                 self.gate = None;
                 let rest = self.process(&input[consumed..], ctx, out);
                 Processed {
                     consumed: consumed + rest.consumed,
-                    close: rest.close,
+                    ..rest
                 }
             }
         }
     }
-}
 
-impl MemcacheSession {
     /// Handles the complete requests at the start of `input` (see [`Session::process`]).
     ///
     /// Requests are parsed a batch at a time ([`PREFETCH_KEYS_MAX`] at most), the engine starts
@@ -259,14 +268,9 @@ impl MemcacheSession {
             for (request, end) in batch.hot() {
                 match request {
                     Hot::Get(get) => {
-                        self.get_paused =
-                            retrieval::execute(get, self.get_paused, ctx, out, &mut self.pending);
-                        if self.get_paused.is_some() {
+                        if self.get(get, ctx, out) {
                             // Resumed once the connection has written the output.
-                            return Processed {
-                                consumed,
-                                close: false,
-                            };
+                            return Processed::paused(consumed);
                         }
                     }
                     Hot::Store(store) => storage::execute(store, ctx, out, &mut self.pending),
@@ -276,10 +280,7 @@ impl MemcacheSession {
             if let BatchEnd::Other(request) = batch_end {
                 consumed = parsed_to;
                 if self.execute(request, ctx, out) {
-                    return Processed {
-                        consumed,
-                        close: true,
-                    };
+                    return Processed::closing(consumed);
                 }
             }
             debug_assert_eq!(consumed, parsed_to);
@@ -298,19 +299,13 @@ impl MemcacheSession {
                 BatchEnd::Error(ParseError::Incomplete) => break,
                 BatchEnd::Error(error) => {
                     self.hang_up = error == ParseError::CrossProtocol;
-                    return Processed {
-                        consumed,
-                        close: true,
-                    };
+                    return Processed::closing(consumed);
                 }
             }
             consumed += self.swallow(&input[consumed..]);
         }
         debug_assert!(consumed <= input.len());
-        Processed {
-            consumed,
-            close: false,
-        }
+        Processed::open(consumed)
     }
 }
 

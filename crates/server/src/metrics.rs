@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::context::ServerContext;
-use crate::stats::COMMAND_NAMES;
+use crate::stats::{ServerStats, COMMAND_NAMES};
 
 /// Upper bounds of the latency buckets, in nanoseconds (250 ns to 1 s): a batch of small
 /// requests takes well under a microsecond, a large multi-get or a synced write much longer.
@@ -126,19 +126,7 @@ pub fn render(ctx: &ServerContext, metrics: &Metrics) -> String {
 fn render_server(out: &mut String, ctx: &ServerContext) {
     let stats = &ctx.stats;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    header(
-        out,
-        "strata_commands_total",
-        "counter",
-        "Requests handled, by command.",
-    );
-    for (name, counter) in COMMAND_NAMES.iter().zip(&stats.commands) {
-        let _ = writeln!(
-            out,
-            "strata_commands_total{{command=\"{name}\"}} {}",
-            load(counter)
-        );
-    }
+    render_commands(out, stats);
     let get_keys = load(&stats.get_keys);
     let get_hits = load(&stats.get_hits);
     let counters = [
@@ -166,6 +154,12 @@ fn render_server(out: &mut String, ctx: &ServerContext) {
             "strata_output_limit_disconnections_total",
             "Client connections closed because their output buffer passed its hard limit.",
             load(&stats.output_limit_disconnections),
+        ),
+        (
+            "strata_evicted_clients_total",
+            "Client connections closed because all clients' output passed \
+             --client-output-memory and they held the most.",
+            load(&stats.evicted_clients),
         ),
         (
             "strata_read_bytes_total",
@@ -212,6 +206,7 @@ fn render_server(out: &mut String, ctx: &ServerContext) {
         "Client connection limit.",
         limit,
     );
+    render_client_output(out, ctx);
     single(
         out,
         "strata_uptime_seconds",
@@ -287,6 +282,42 @@ fn render_damage(out: &mut String, ctx: &ServerContext) {
         "gauge",
         "Writes torn by the crash before this start (dropped at recovery; never acknowledged).",
         report.records_torn,
+    );
+}
+
+/// Requests handled, by command.
+fn render_commands(out: &mut String, stats: &ServerStats) {
+    header(
+        out,
+        "strata_commands_total",
+        "counter",
+        "Requests handled, by command.",
+    );
+    for (name, counter) in COMMAND_NAMES.iter().zip(&stats.commands) {
+        let _ = writeln!(
+            out,
+            "strata_commands_total{{command=\"{name}\"}} {}",
+            counter.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// The output buffer memory all clients hold, and its budget (`--client-output-memory`).
+fn render_client_output(out: &mut String, ctx: &ServerContext) {
+    let budget = &ctx.output_budget;
+    single(
+        out,
+        "strata_client_output_bytes",
+        "gauge",
+        "Output buffer memory all clients hold, beyond each connection's initial buffer.",
+        budget.held_bytes() as u64,
+    );
+    single(
+        out,
+        "strata_client_output_bytes_max",
+        "gauge",
+        "Most output buffer memory all clients may hold (--client-output-memory).",
+        budget.limit_bytes() as u64,
     );
 }
 

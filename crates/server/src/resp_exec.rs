@@ -30,6 +30,10 @@
 //!   itself answers with nothing: empty commands (`*0`, blank inline lines), `SHUTDOWN`, and
 //!   commands under `CLIENT REPLY OFF|SKIP`.
 //! * A protocol error is answered and closes the connection; nothing after it is executed.
+//! * A command with a bulk argument longer than the value limit allows (but within
+//!   [`BULK_LEN_DISCARD_MAX`]) is refused with [`ERR_VALUE_TOO_LARGE`] once its bytes have been
+//!   read and dropped as they arrived, never buffered: the client sees the error rather than a
+//!   connection closed while it is still sending (what Redis does past `proto-max-bulk-len`).
 //! * The GET and SET paths allocate nothing: arguments are positions into the input, replies
 //!   are written straight into `out` while the engine holds the item.
 //!
@@ -54,7 +58,8 @@ use std::time::Instant;
 
 use strata_engine::{Change, Engine, Expiry, ItemRef, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::resp::{
-    encode, errors, parse_command, Arg, Args, Limits, ParseError, Version, INLINE_LEN_MAX_DEFAULT,
+    encode, errors, parse_bulk_header, parse_command, too_long_at, Arg, Args, Limits, ParseError,
+    Version, BULK_LEN_MAX_DEFAULT, INLINE_LEN_MAX_DEFAULT,
 };
 
 use crate::context::{Processed, ServerContext, Session};
@@ -68,6 +73,28 @@ pub const REDIS_VERSION_COMPATIBLE: &str = "7.0.15";
 /// commands that carry no value, so `bulk_len_max` tracks the value limit without cutting keys.
 pub const BULK_LEN_MARGIN_BYTES: usize = 64 * 1024;
 
+/// Longest bulk argument strata reads at all: Redis's `proto-max-bulk-len` default, 512 MiB. A
+/// longer one is Redis's `-ERR Protocol error: invalid bulk length`, and the connection is
+/// closed; one over the value limit but within this is read and dropped as it arrives, and its
+/// command refused with [`ERR_VALUE_TOO_LARGE`].
+pub const BULK_LEN_DISCARD_MAX: usize = BULK_LEN_MAX_DEFAULT;
+
+/// The reply to a value, or any argument, larger than `--max-value-size` allows: Redis's text
+/// for a string over its `proto-max-bulk-len`, naming the strata setting to raise instead.
+/// (`CONFIG GET proto-max-bulk-len` reports the same limit.)
+pub const ERR_VALUE_TOO_LARGE: &[u8] =
+    b"-ERR string exceeds maximum allowed size (max-value-size)\r\n";
+
+/// The reply to a string of `len` bytes over the value limit: Redis's exact reply where Redis
+/// refuses it too (past its `proto-max-bulk-len`), else [`ERR_VALUE_TOO_LARGE`].
+pub(crate) fn too_large_reply(len: usize) -> &'static [u8] {
+    if len > BULK_LEN_DISCARD_MAX {
+        errors::ERR_STRING_TOO_LONG
+    } else {
+        ERR_VALUE_TOO_LARGE
+    }
+}
+
 /// Most arguments in one command. Redis allows `INT_MAX`; strata bounds it so one `MGET`
 /// cannot make the argument list of a connection grow without limit.
 pub const ARGS_MAX: usize = 1 << 20;
@@ -78,6 +105,10 @@ pub const CLIENT_NAME_LEN_MAX: usize = 256;
 
 const _: () = assert!(BULK_LEN_MARGIN_BYTES >= strata_engine::KEY_LEN_MAX);
 const _: () = assert!(CLIENT_NAME_LEN_MAX <= BULK_LEN_MARGIN_BYTES);
+// The largest `--max-value-size` (a segment, 8 MiB) plus the margin stays below it.
+const _: () = assert!(
+    strata_engine::SEGMENT_SIZE_BYTES_MAX as usize + BULK_LEN_MARGIN_BYTES < BULK_LEN_DISCARD_MAX
+);
 
 /// Per-connection state the handlers read and change (everything but the argument list, so a
 /// handler can borrow both at once).
@@ -105,6 +136,12 @@ pub(crate) struct State {
     pub close: bool,
     /// With `close`: close without writing any reply still buffered (an HTTP request).
     pub hang_up: bool,
+    /// A reply was cut short because all connections' output passed the budget and this one
+    /// holds the most: close without writing anything (`strings::output_limit_passed`).
+    pub over_budget: bool,
+    /// The output buffer's capacity when the current `process` call began, all of it published
+    /// to the output budget: what the buffer grows beyond it is this call's own.
+    pub output_capacity_at_call: usize,
     /// xorshift state for RANDOMKEY.
     pub random_state: u64,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
@@ -119,6 +156,17 @@ pub struct RespSession {
     /// per command. It grows to the deepest batch this connection has sent, at most
     /// [`PREFETCH_KEYS_MAX`] entries, and keeps its capacity.
     batch: Vec<Args>,
+    /// A command refused for a too-long argument, whose bytes are still being dropped.
+    discard: Option<Discard>,
+}
+
+/// What is left to drop of a command refused for a too-long bulk argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Discard {
+    /// Bytes of the current argument still to come (its data and the two bytes after it).
+    bytes_left: usize,
+    /// Arguments after it, each `$<len>` line, data and two bytes.
+    args_left: usize,
 }
 
 impl RespSession {
@@ -139,10 +187,13 @@ impl RespSession {
                 reply_skip_next: false,
                 close: false,
                 hang_up: false,
+                over_budget: false,
+                output_capacity_at_call: 0,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 pending: PendingCounts::default(),
             },
             batch: Vec::new(),
+            discard: None,
         }
     }
 
@@ -158,6 +209,7 @@ impl RespSession {
         Limits {
             args_max: ARGS_MAX,
             bulk_len_max: ctx.settings.value_len_max + BULK_LEN_MARGIN_BYTES,
+            bulk_len_discard_max: BULK_LEN_DISCARD_MAX,
             inline_len_max: INLINE_LEN_MAX_DEFAULT,
             auth_pending: !authenticated(&self.state, ctx),
         }
@@ -219,6 +271,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 impl Session for RespSession {
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        self.state.output_capacity_at_call = out.capacity();
         let processed = self.process_commands(input, ctx, out);
         self.state.pending.publish(&ctx.stats);
         processed
@@ -246,6 +299,16 @@ impl RespSession {
     ) -> Processed {
         let mut consumed = 0;
         while consumed < input.len() {
+            if self.discard.is_some() {
+                let Some(dropped) = self.discard(&input[consumed..], ctx, out) else {
+                    return Processed::closing(input.len());
+                };
+                consumed += dropped;
+                if self.discard.is_none() {
+                    continue;
+                }
+                break; // The rest of it is still to come.
+            }
             let limits = self.limits(ctx);
             // Each command's input range, and the keys to prefetch.
             let mut ranges = [(0, 0); PREFETCH_KEYS_MAX];
@@ -283,42 +346,109 @@ impl RespSession {
             if keys_len > 1 {
                 ctx.engine.prefetch(&keys[..keys_len]);
             }
-            for (args, &(start, end)) in self.batch.iter().zip(&ranges[..count]) {
-                execute(&mut self.state, args, &input[start..end], ctx, out);
-                if self.state.close {
-                    return Processed {
-                        consumed: end,
-                        close: true,
-                    };
-                }
+            if let Some(closing) = self.run_batch(input, &ranges[..count], ctx, out) {
+                return closing;
             }
             consumed = parsed_to;
             match stop {
                 None => {}
                 Some(ParseError::Incomplete) => break,
-                Some(ParseError::Protocol(error)) => {
-                    error.encode(out);
-                    ctx.stats.count_error();
-                    return Processed {
-                        consumed: input.len(),
-                        close: true,
-                    };
-                }
-                // A parse failure this session does not know: nothing after it can be trusted.
-                Some(_) => {
-                    return Processed {
-                        consumed: input.len(),
-                        close: true,
-                    };
-                }
+                Some(ParseError::TooLong) => consumed = self.discard_from(input, consumed, &limits),
+                Some(error) => return protocol_error(error, input, ctx, out),
             }
         }
         debug_assert!(consumed <= input.len());
-        Processed {
-            consumed,
-            close: false,
-        }
+        Processed::open(consumed)
     }
+
+    /// Runs the parsed batch, whose commands span `ranges` of `input`, in order; returns what to
+    /// report if one of them closes the connection (the commands after it do not run).
+    fn run_batch(
+        &mut self,
+        input: &[u8],
+        ranges: &[(usize, usize)],
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Option<Processed> {
+        for (args, &(start, end)) in self.batch.iter().zip(ranges) {
+            execute(&mut self.state, args, &input[start..end], ctx, out);
+            if self.state.close {
+                let over_budget = std::mem::take(&mut self.state.over_budget);
+                return Some(Processed {
+                    over_budget,
+                    ..Processed::closing(end)
+                });
+            }
+        }
+        None
+    }
+
+    /// Starts dropping the command at `input[start..]`, refused for a too-long argument;
+    /// returns where the bytes of it already parsed, which the caller drops, end.
+    fn discard_from(&mut self, input: &[u8], start: usize, limits: &Limits) -> usize {
+        debug_assert!(self.discard.is_none());
+        let too_long = too_long_at(&input[start..], limits).expect("the parser found it");
+        self.discard = Some(Discard {
+            bytes_left: too_long.discard_len,
+            args_left: too_long.args_left,
+        });
+        start + too_long.consumed
+    }
+
+    /// Drops what `input` holds of the command being discarded and, once all of it has gone,
+    /// refuses it. Returns the bytes dropped, or `None` after a protocol error in a later
+    /// argument's `$<len>` line (answered; the connection must close).
+    fn discard(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Option<usize> {
+        let limits = self.limits(ctx);
+        let discard = self.discard.as_mut()?;
+        let mut dropped = 0;
+        loop {
+            let take = discard.bytes_left.min(input.len() - dropped);
+            discard.bytes_left -= take;
+            dropped += take;
+            if discard.bytes_left > 0 {
+                return Some(dropped); // The rest comes in later reads.
+            }
+            if discard.args_left == 0 {
+                break;
+            }
+            match parse_bulk_header(&input[dropped..], &limits) {
+                Ok((len, header_len)) => {
+                    dropped += header_len;
+                    discard.bytes_left = len.saturating_add(2);
+                    discard.args_left -= 1;
+                }
+                Err(ParseError::Incomplete) => return Some(dropped),
+                Err(error) => {
+                    protocol_error(error, input, ctx, out);
+                    return None;
+                }
+            }
+        }
+        self.discard = None;
+        ctx.stats.count_error();
+        let skip = std::mem::take(&mut self.state.reply_skip_next);
+        if !self.state.reply_off && !skip {
+            out.extend_from_slice(ERR_VALUE_TOO_LARGE);
+        }
+        Some(dropped)
+    }
+}
+
+/// Answers a parse error after which the stream cannot be followed; the connection closes.
+fn protocol_error(
+    error: ParseError,
+    input: &[u8],
+    ctx: &ServerContext,
+    out: &mut Vec<u8>,
+) -> Processed {
+    if let ParseError::Protocol(error) = error {
+        error.encode(out);
+        ctx.stats.count_error();
+    }
+    // Any other parse failure is one this session does not know: nothing after it can be
+    // trusted either.
+    Processed::closing(input.len())
 }
 
 /// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for
@@ -406,7 +536,7 @@ pub(crate) fn write_error(out: &mut Vec<u8>, error: &WriteError) {
             let message = format!("ERR key is longer than strata's limit of {max} bytes");
             encode::error(out, message.as_bytes());
         }
-        WriteError::TooLarge { .. } => out.extend_from_slice(errors::ERR_STRING_TOO_LONG),
+        WriteError::TooLarge { .. } => out.extend_from_slice(ERR_VALUE_TOO_LARGE),
         WriteError::OutOfMemory => out.extend_from_slice(errors::ERR_OOM),
         WriteError::Persist(persist) => {
             let message = format!(

@@ -123,6 +123,9 @@ pub struct ServerStats {
     pub auth_commands: AtomicU64,
     /// Of those, refused (memcached's `auth_errors`).
     pub auth_errors: AtomicU64,
+    /// Connections closed because all connections' output passed `--client-output-memory` and
+    /// they held the most (Redis INFO `evicted_clients`, for `maxmemory-clients`).
+    pub evicted_clients: AtomicU64,
 }
 
 impl Default for ServerStats {
@@ -143,6 +146,7 @@ impl Default for ServerStats {
             cross_protocol_closes: AtomicU64::new(0),
             auth_commands: AtomicU64::new(0),
             auth_errors: AtomicU64::new(0),
+            evicted_clients: AtomicU64::new(0),
         }
     }
 }
@@ -180,6 +184,7 @@ impl ServerStats {
             &self.output_limit_disconnections,
             &self.auth_commands,
             &self.auth_errors,
+            &self.evicted_clients,
         ] {
             counter.store(0, Ordering::Relaxed);
         }

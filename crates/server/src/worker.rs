@@ -7,6 +7,10 @@
 //! - After warm-up the loop allocates nothing per request: the event list, the slot table, the
 //!   revisit list and the connection buffers are reused (buffers grow only for large requests
 //!   or output, and shrink back once drained).
+//! - The worker publishes to the `OutputBudget` the held output bytes of its largest connection
+//!   that the budget may close (`largest`), comparing each connection's published figure after
+//!   its pass: a plain comparison per pass, a shared store only when the largest changes, and
+//!   a scan of the slots only after the largest connection shrank or closed.
 //! - Shutdown: once woken with `ServerContext::shutdown` set, the worker reads and answers what
 //!   each client already sent, stops reading, writes pending output for up to
 //!   [`DRAIN_TIME_MAX`], closes everything and returns.
@@ -98,6 +102,7 @@ pub struct WorkerShared {
 pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
+    shared.ctx.output_budget.set_waker(id, Arc::clone(&waker));
     let (sender, receiver) = std::sync::mpsc::channel();
     let worker = Worker {
         id,
@@ -109,6 +114,7 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
         again: Vec::new(),
         unflushed: Vec::new(),
         traffic: Traffic::default(),
+        largest: Largest::default(),
         drain_deadline: None,
         next_idle_sweep: Instant::now() + IDLE_SWEEP_INTERVAL,
     };
@@ -129,6 +135,18 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
     })
 }
 
+/// A worker's connection holding the most output memory among those the output budget may
+/// close, as published to the budget.
+#[derive(Clone, Copy, Debug, Default)]
+struct Largest {
+    /// Its slot.
+    slot: usize,
+    /// Its held bytes (0: none holds any).
+    bytes: usize,
+    /// That connection shrank or closed: find the largest again at the end of the round.
+    stale: bool,
+}
+
 struct Worker {
     id: usize,
     poll: Poll,
@@ -142,6 +160,8 @@ struct Worker {
     /// Connections whose replies are written once this round's input is processed.
     unflushed: Vec<usize>,
     traffic: Traffic,
+    /// This worker's largest connection that the output budget may close.
+    largest: Largest,
     /// Set once shutdown began.
     drain_deadline: Option<Instant>,
     next_idle_sweep: Instant,
@@ -233,6 +253,8 @@ impl Worker {
                 self.on_ready(slot, now);
             }
             self.flush_unflushed();
+            self.evict_if_requested();
+            self.refresh_largest();
             self.sweep_idle(now);
             self.publish_traffic();
             if self.drained(now) {
@@ -314,7 +336,7 @@ impl Worker {
             return; // Closed earlier in this round.
         };
         let status = if self.drain_deadline.is_some() {
-            connection.flush_only(&mut self.traffic, &self.shared.ctx.engine)
+            connection.flush_only(&mut self.traffic, &self.shared.ctx)
         } else {
             let mut pass = PassContext {
                 ctx: &shared.ctx,
@@ -332,12 +354,92 @@ impl Worker {
             }
             status
         };
+        let bytes = connection.output_closable_bytes();
         match status {
             Status::Open => {}
             Status::Again => self.again.push(slot),
             Status::Flush => self.unflushed.push(slot),
-            Status::Closed(reason) => self.remove(slot, reason),
+            Status::Closed(reason) => return self.remove(slot, reason),
         }
+        self.track_output(slot, bytes);
+    }
+
+    /// Keeps [`Largest`] up to date after connection `slot` may have published a new size:
+    /// it holds `bytes` the budget may close.
+    fn track_output(&mut self, slot: usize, bytes: usize) {
+        if bytes > self.largest.bytes {
+            self.largest.slot = slot;
+            self.largest.bytes = bytes;
+            self.shared
+                .ctx
+                .output_budget
+                .publish_largest(self.id, bytes);
+        } else if slot == self.largest.slot && bytes < self.largest.bytes {
+            self.largest.stale = true;
+        }
+    }
+
+    /// Finds the largest closable connection again after the previous one shrank or closed.
+    fn refresh_largest(&mut self) {
+        if !self.largest.stale {
+            return;
+        }
+        let (slot, bytes) = self.find_largest();
+        self.largest = Largest {
+            slot,
+            bytes,
+            stale: false,
+        };
+        self.shared
+            .ctx
+            .output_budget
+            .publish_largest(self.id, bytes);
+    }
+
+    /// The slot and held bytes of the connection holding the most output among those the
+    /// budget may close ((0, 0) when none holds any).
+    fn find_largest(&self) -> (usize, usize) {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| c.as_ref().map(|c| (slot, c.output_closable_bytes())))
+            .max_by_key(|&(_, bytes)| bytes)
+            .unwrap_or((0, 0))
+    }
+
+    /// Another connection found all connections' output over `--client-output-memory` with
+    /// this worker holding the largest closable one. Drained buffers give their memory back
+    /// first, which costs no client anything; if the total is still over, the largest
+    /// closable connection is closed without writing what it holds, as Redis evicts clients
+    /// over `maxmemory-clients`.
+    fn evict_if_requested(&mut self) {
+        let budget = &self.shared.ctx.output_budget;
+        if !budget.take_eviction_request(self.id) {
+            return;
+        }
+        for connection in self.slots.iter_mut().flatten() {
+            connection.shrink_drained_output(budget);
+        }
+        self.largest.stale = true;
+        if !budget.over(0) {
+            return;
+        }
+        let (slot, bytes) = self.find_largest();
+        if bytes == 0 {
+            return;
+        }
+        if let Some(connection) = self.slots[slot].as_ref() {
+            tracing::warn!(
+                worker = self.id,
+                peer = ?connection.peer_addr(),
+                held_bytes = bytes,
+                all_clients_bytes = budget.held_bytes(),
+                limit_bytes = budget.limit_bytes(),
+                "client closed: all clients' output passed --client-output-memory and it held \
+                 the most; its replies are dropped"
+            );
+        }
+        self.remove(slot, CloseReason::OutputBudget);
     }
 
     /// Writes the replies that passes of this round left unwritten ([`Status::Flush`]).
@@ -356,9 +458,12 @@ impl Worker {
                 connection.mark_committed();
             }
             if let Status::Closed(reason) =
-                connection.flush_only(&mut self.traffic, &self.shared.ctx.engine)
+                connection.flush_only(&mut self.traffic, &self.shared.ctx)
             {
                 self.remove(slot, reason);
+            } else {
+                let bytes = connection.output_closable_bytes();
+                self.track_output(slot, bytes);
             }
         }
         self.unflushed.clear();
@@ -366,6 +471,10 @@ impl Worker {
 
     fn remove(&mut self, slot: usize, reason: CloseReason) {
         if let Some(mut connection) = self.slots[slot].take() {
+            connection.release_output(&self.shared.ctx.output_budget);
+            if slot == self.largest.slot {
+                self.largest.stale = true;
+            }
             let _ = self.poll.registry().deregister(connection.stream_mut());
             self.free_slots.push(slot);
             self.closed(reason);
@@ -381,11 +490,14 @@ impl Worker {
             CloseReason::RequestTooLarge => {
                 tracing::info!(worker = self.id, ?reason, "closed a client over a limit");
             }
-            // The connection logged the client and its buffer when it gave up on it.
+            // The connection (or the eviction) logged the client and its buffer.
             CloseReason::OutputTooLarge => {
                 stats
                     .output_limit_disconnections
                     .fetch_add(1, Ordering::Relaxed);
+            }
+            CloseReason::OutputBudget => {
+                stats.evicted_clients.fetch_add(1, Ordering::Relaxed);
             }
             _ => tracing::debug!(worker = self.id, ?reason, "connection closed"),
         }

@@ -310,3 +310,70 @@ fn memcache_pipelined_in_one_write() {
           delete b\r\nget a b\r\n",
     ]);
 }
+
+impl Pair {
+    /// Sends `step` to both and checks that both close the connection without a reply: the
+    /// last step of a test.
+    fn check_closes(mut self, step: &[u8]) {
+        self.socket.write_all(step).expect("write");
+        let mut reply = Vec::new();
+        let closed = match self.socket.read_to_end(&mut reply) {
+            Ok(_) => true,
+            Err(error) => error.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(
+            closed && reply.is_empty(),
+            "memcached sent {reply:?} and closed: {closed}"
+        );
+        self.pending.extend_from_slice(step);
+        let mut out = Vec::new();
+        let processed = self.session.process(&self.pending, &self.ctx, &mut out);
+        assert!(processed.close, "strata closes too");
+        assert!(out.is_empty(), "without a reply: {}", out.escape_ascii());
+    }
+}
+
+/// `line` padded with spaces before its `\r\n` to `len` bytes in all.
+fn padded(line: &str, len: usize) -> Vec<u8> {
+    let mut step = line.as_bytes().to_vec();
+    step.resize(len - 2, b' ');
+    step.extend_from_slice(b"\r\n");
+    step
+}
+
+#[test]
+fn memcache_long_lines_that_fill_the_read_buffer_are_processed() {
+    let mut pair = Pair::new();
+    let mut leading = vec![b' '; 3000];
+    leading.extend_from_slice(b"set k 0 0 1\r\nx\r\n");
+    let keys: Vec<String> = (0..3000).map(|i| format!("k{}", i % 7)).collect();
+    let many_keys = format!("set k1 1 0 2\r\nv1\r\nget {}\r\n", keys.join(" "));
+    let mut full = padded("set k 0 0 2", 16_384);
+    full.extend_from_slice(b"ab\r\nget k\r\n");
+    pair.check(&[
+        &leading,
+        &padded("get k", 5000),
+        &padded("gets k", 10_000),
+        &padded("touch k 100", 3000),
+        &padded("incr k 1", 3000),
+        &padded("mg k v f", 4000),
+        &padded("delete k", 16_384),
+        many_keys.as_bytes(),
+        &full,
+    ]);
+}
+
+#[test]
+fn memcache_a_long_line_without_a_newline_in_the_read_buffer_closes() {
+    Pair::new().check_closes(&padded("delete k", 16_385));
+}
+
+#[test]
+fn memcache_a_long_multiget_with_many_leading_spaces_closes() {
+    let mut step = vec![b' '; 101];
+    step.extend_from_slice(b"get");
+    while step.len() < 20_000 {
+        step.extend_from_slice(b" k");
+    }
+    Pair::new().check_closes(&step);
+}

@@ -62,6 +62,7 @@ impl Session for Echo {
         Processed {
             consumed,
             close: false,
+            ..Processed::default()
         }
     }
 }
@@ -102,7 +103,7 @@ fn a_warm_connection_allocates_nothing_per_request() {
             };
             // As the worker does: replies left for the end of the round are written then.
             let status = match connection.pass(&mut pass) {
-                Status::Flush => connection.flush_only(traffic, &ctx.engine),
+                Status::Flush => connection.flush_only(traffic, &ctx),
                 status => status,
             };
             assert_eq!(status, Status::Open);

@@ -64,6 +64,40 @@ fn a_value_larger_than_the_initial_buffer_round_trips() {
     assert_eq!(client.line(), "END\r\n");
 }
 
+/// The data block of a store one byte over `--max-value-size` is refused with memcached's
+/// reply and dropped as it arrives, in pieces, the connection staying in step; a value well
+/// under the limit is stored. (A value of exactly the limit is the engine's business.)
+#[test]
+fn a_store_one_byte_over_the_value_limit_is_refused_and_its_data_dropped() {
+    const VALUE_LEN_MAX: usize = 64 << 10;
+    let server = Server::start(&["--max-value-size", "64KiB"]);
+    let mut client = Client::connect(server.memcache);
+    assert_eq!(client.call(b"set k 0 0 1\r\nx\r\n"), "STORED\r\n");
+    for command in ["set", "add", "replace", "append", "prepend"] {
+        let over = VALUE_LEN_MAX + 1;
+        client.send(format!("{command} k 0 0 {over}\r\n").as_bytes());
+        // The data arrives in pieces smaller than the value, then the next command.
+        for piece in vec![b'v'; over].chunks(4096) {
+            client.send(piece);
+        }
+        client.send(b"\r\nversion\r\n");
+        assert_eq!(
+            client.line(),
+            "SERVER_ERROR object too large for cache\r\n",
+            "{command}"
+        );
+        assert!(
+            client.line().starts_with("VERSION "),
+            "in step after {command}"
+        );
+    }
+    // memcached removes the old value when a set fails, so a stale one is never read.
+    assert_eq!(client.call(b"get k\r\n"), "END\r\n");
+    let under = "u".repeat(VALUE_LEN_MAX - 4096);
+    let set = format!("set k 0 0 {}\r\n{under}\r\n", under.len());
+    assert_eq!(client.call(set.as_bytes()), "STORED\r\n");
+}
+
 /// Meta `E` over TCP: the chosen CAS is the item's for `mg c`, `gets` and a later `C`
 /// compare, and it is stored with the record, so a file pool still has it after a restart.
 /// `h` and the refusal of `l` go through the real binary too.

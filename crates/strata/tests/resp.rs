@@ -115,3 +115,61 @@ fn a_file_pool_restarts_warm_after_sigterm() {
     assert_eq!(client.call(&command(&["GET", "kept"])), "$15\r\n");
     assert_eq!(client.line(), "across restarts\r\n");
 }
+
+/// A value over `--max-value-size` (1 MiB by default), far over the request limit that used to
+/// close the connection while the client was still sending it.
+const VALUE_OVER_LIMIT_BYTES: usize = 3 << 20;
+
+#[test]
+fn a_value_over_the_limit_gets_an_error_and_the_connection_stays_open() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    let value = "v".repeat(VALUE_OVER_LIMIT_BYTES);
+    // Sent whole, before reading: strata reads and drops it as it arrives.
+    client.send(&command(&["SET", "big", &value]));
+    assert_eq!(
+        client.line(),
+        "-ERR string exceeds maximum allowed size (max-value-size)\r\n"
+    );
+    assert_eq!(
+        client.call(b"PING\r\n"),
+        "+PONG\r\n",
+        "the same connection goes on"
+    );
+    client.send(b"GET big\r\n");
+    assert_eq!(client.bulk(), None, "nothing stored");
+    assert_eq!(client.call(&command(&["SET", "small", "v"])), "+OK\r\n");
+}
+
+#[test]
+fn redis_cli_shows_the_error_for_a_value_over_the_limit() {
+    let server = Server::start(&[]);
+    let port = server.resp.port().to_string();
+    let run = |args: &[&str], stdin: &[u8]| {
+        let mut child = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!("cannot run redis-cli ({error}): install redis-tools (./scripts/test.sh)")
+            });
+        let mut input = child.stdin.take().expect("stdin");
+        std::io::Write::write_all(&mut input, stdin).expect("feed redis-cli");
+        drop(input);
+        let output = child.wait_with_output().expect("redis-cli runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    };
+    let value = vec![b'v'; VALUE_OVER_LIMIT_BYTES];
+    // `-x` sends standard input as the last argument.
+    let reply = run(&["-x", "SET", "big"], &value);
+    assert_eq!(
+        reply.trim(),
+        "ERR string exceeds maximum allowed size (max-value-size)",
+        "redis-cli prints the error (without a terminal, with no `(error)` prefix)"
+    );
+    assert_eq!(run(&["EXISTS", "big"], b"").trim(), "0");
+}

@@ -3,7 +3,7 @@
 mod harness;
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 
 use harness::{resp_command, run_to_exit, Client, Server};
 
@@ -327,4 +327,175 @@ fn a_huge_multiget_streams_every_value_within_the_output_limit() {
     assert_eq!(reader.call(b"version\r\n").get(..8), Some("VERSION "));
     assert_eq!(server.metric("strata_output_limit_disconnections_total"), 0);
     assert_peak_rss_bounded(&server, before, OUTPUT_LIMIT_BYTES / 4 + BIG_VALUE_BYTES);
+}
+
+/// Values of the output budget tests: 512 KiB, as in the report that all clients' replies
+/// together were unbounded.
+const BUDGET_VALUE_BYTES: usize = 512 << 10;
+
+/// The value stored under `big:<i>` in the budget tests: [`BUDGET_VALUE_BYTES`] of one letter.
+fn budget_value(i: usize) -> Vec<u8> {
+    vec![b'a' + u8::try_from(i % 26).expect("small"); BUDGET_VALUE_BYTES]
+}
+
+/// Stores `big:0` .. `big:7` through `client`.
+fn store_budget_values(client: &mut Client) {
+    for i in 0..8 {
+        let key = format!("big:{i}");
+        let set = resp_command(&[b"SET", key.as_bytes(), &budget_value(i)]);
+        assert_eq!(client.call(&set), "+OK\r\n");
+    }
+}
+
+/// `MGET big:0 big:1 ...`, `keys` keys in all.
+fn budget_mget(keys: usize) -> Vec<u8> {
+    let keys: Vec<String> = (0..keys).map(|i| format!("big:{}", i % 8)).collect();
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().map(String::as_bytes));
+    resp_command(&args)
+}
+
+/// Checks that the bystander still gets every stored value and that the server logged the
+/// eviction of `client` (its address and held bytes).
+fn assert_unharmed_and_logged(server: &Server, bystander: &mut Client, client: SocketAddr) {
+    assert_eq!(bystander.call(b"PING\r\n"), "+PONG\r\n");
+    for i in 0..8 {
+        bystander.send(format!("GET big:{i}\r\n").as_bytes());
+        assert_eq!(bystander.bulk(), Some(budget_value(i)), "big:{i}");
+    }
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains(&client.to_string()) && line.contains("--client-output-memory"))
+        .unwrap_or_else(|| panic!("no eviction logged for {client}:\n{log}"));
+    assert!(
+        line.contains("WARN") && line.contains("held_bytes="),
+        "{line}"
+    );
+}
+
+#[test]
+fn clients_that_never_read_their_mgets_stay_within_the_output_budget() {
+    const CLIENTS: usize = 6;
+    const BUDGET_BYTES: usize = 16 << 20;
+    // 500 values of 512 KiB: 250 MiB each, under the 256 MiB per-client limit; six of them
+    // took the process from 40 MB to 1.58 GB before the budget.
+    let mut server = Server::start(&[
+        "--threads",
+        "2",
+        "--max-value-size",
+        "512KiB",
+        "--client-output-memory",
+        "16MiB",
+    ]);
+    let mut bystander = Client::connect(server.resp);
+    store_budget_values(&mut bystander);
+    let before = resident_bytes(server.pid());
+
+    let mut offenders: Vec<Client> = (0..CLIENTS).map(|_| Client::connect(server.resp)).collect();
+    for offender in &mut offenders {
+        offender.send(&budget_mget(500));
+    }
+    server.wait_metric("strata_evicted_clients_total", |n| n == CLIENTS as u64);
+    assert_eq!(
+        server.metric("strata_client_output_bytes"),
+        0,
+        "all given back"
+    );
+    for offender in &mut offenders {
+        let address = offender.stream().local_addr().expect("address");
+        let sent = offender.bytes_until_closed().expect("closed by the server");
+        assert_eq!(sent, 0, "no part of the reply is sent");
+        assert_unharmed_and_logged(&server, &mut bystander, address);
+    }
+    assert_eq!(server.metric("strata_output_limit_disconnections_total"), 0);
+    // Two workers may each build a reply up to the budget (plus one value) at the same time.
+    assert_peak_rss_bounded(&server, before, 2 * (BUDGET_BYTES + BUDGET_VALUE_BYTES));
+    bystander.send(b"INFO stats\r\n");
+    let info = String::from_utf8(bystander.bulk().expect("INFO")).expect("text");
+    assert!(info.contains("evicted_clients:6\r\n"), "{info}");
+    assert!(
+        info.contains("client_output_buffer_limit_disconnections:0\r\n"),
+        "{info}"
+    );
+}
+
+#[test]
+fn past_the_output_budget_the_client_holding_the_most_is_closed_first() {
+    const BUDGET_BYTES: usize = 40 << 20;
+    const HOLDER_KEYS: usize = 40; // 20 MiB, far more than the socket buffers take.
+    const READER_KEYS: usize = 24; // 12 MiB: with the holder's, past the budget.
+    let mut server = Server::start(&[
+        "--threads",
+        "2",
+        "--max-value-size",
+        "512KiB",
+        "--client-output-memory",
+        "40MiB",
+    ]);
+    // Connections go to the workers in turn: the bystander and the reader to the first, the
+    // holder to the second, so closing the holder takes a request from one worker to another.
+    let mut bystander = Client::connect(server.resp);
+    store_budget_values(&mut bystander);
+    let mut holder = Client::connect(server.resp);
+    let mut reader = Client::connect(server.resp);
+    let before = resident_bytes(server.pid());
+    holder.send(&budget_mget(HOLDER_KEYS));
+    server.wait_metric("strata_client_output_bytes", |n| n >= 16 << 20);
+
+    reader.send(&budget_mget(READER_KEYS));
+    assert_eq!(reader.line(), format!("*{READER_KEYS}\r\n"));
+    for i in 0..READER_KEYS {
+        assert_eq!(reader.bulk(), Some(budget_value(i % 8)), "value {i}");
+    }
+    let holder_address = holder.stream().local_addr().expect("address");
+    let received = holder.bytes_until_closed().expect("the holder is closed");
+    assert!(
+        received < HOLDER_KEYS * BUDGET_VALUE_BYTES,
+        "{received} bytes"
+    );
+    assert_eq!(server.metric("strata_evicted_clients_total"), 1);
+    assert_eq!(reader.call(b"PING\r\n"), "+PONG\r\n", "the reader stays");
+    assert_unharmed_and_logged(&server, &mut bystander, holder_address);
+    assert_peak_rss_bounded(&server, before, BUDGET_BYTES + 2 * BUDGET_VALUE_BYTES);
+}
+
+#[test]
+fn a_memcached_multiget_pauses_at_the_output_budget_and_is_never_closed() {
+    const KEYS: usize = 200; // 100 MiB of reply, streamed under an 8 MiB budget.
+    const BUDGET_BYTES: usize = 8 << 20;
+    // The per-client soft limit (64 MiB) is far above the budget: only the budget pauses it.
+    let server = Server::start(&[
+        "--threads",
+        "1",
+        "--max-value-size",
+        "512KiB",
+        "--client-output-memory",
+        "8MiB",
+    ]);
+    let mut writer = Client::connect(server.memcache);
+    for i in 0..8 {
+        let mut set = format!("set big:{i} {i} 0 {BUDGET_VALUE_BYTES}\r\n").into_bytes();
+        set.extend(budget_value(i));
+        set.extend(b"\r\n");
+        assert_eq!(writer.call(&set), "STORED\r\n");
+    }
+    let before = resident_bytes(server.pid());
+    let mut reader = Client::connect(server.memcache);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("big:{}", i % 8)).collect();
+    reader.send(format!("get {}\r\n", keys.join(" ")).as_bytes());
+    // While the reader takes nothing, the same worker serves the writer.
+    assert!(writer.call(b"version\r\n").starts_with("VERSION "));
+    for i in 0..KEYS {
+        let header = format!("VALUE big:{} {} {BUDGET_VALUE_BYTES}\r\n", i % 8, i % 8);
+        assert_eq!(reader.line(), header, "value {i}");
+        let data = reader.line().into_bytes();
+        assert!(
+            data[..BUDGET_VALUE_BYTES] == budget_value(i % 8)[..],
+            "value {i}"
+        );
+    }
+    assert_eq!(reader.line(), "END\r\n");
+    assert_eq!(server.metric("strata_evicted_clients_total"), 0);
+    assert_peak_rss_bounded(&server, before, BUDGET_BYTES + 2 * BUDGET_VALUE_BYTES);
 }

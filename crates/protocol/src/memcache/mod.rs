@@ -36,22 +36,26 @@
 //!   `SERVER_ERROR object too large for cache` (unless `noreply`), discards the data block
 //!   without buffering it, and, for `set` and `ms`, removes the existing item, as memcached does
 //!   so a failed update leaves no stale value behind.
-//! - A line longer than [`Limits::line_len_max`] closes the connection, unless it starts with
-//!   `get ` or `gets ` (multigets may be longer).
 //! - An unknown command whose last token starts with `HTTP/` (`GET / HTTP/1.1`) is part of an
 //!   HTTP request, and closes the connection without a reply ([`ParseError::CrossProtocol`]).
 //! - Before a client authenticates (memcached's `-Y` auth file), lines are read by
 //!   [`parse_auth_line`] instead, and an authentication token by [`split_auth_token`].
+//! - A line longer than [`Limits::line_len_max`] (16,383 bytes: memcached's read buffer) closes
+//!   the connection without a reply, unless up to 100 spaces and then `get ` or `gets ` begin
+//!   it: a multiget may be up to [`Limits::get_line_len_max`] long and have any number of keys.
+//!   Shorter lines are processed whatever they hold (`version` after 3,000 spaces answers).
 //!
 //! # Departures from memcached
 //!
-//! - memcached applies the 2048-byte rule to whatever is buffered when no newline has been seen,
-//!   so its outcome depends on how reads are split; strata applies it to the line itself, which
-//!   makes parsing independent of read boundaries.
+//! - memcached closes the connection once more than 2048 bytes are buffered without a newline
+//!   (unless a multiget begins them), so a line of 2,049 to 16,383 bytes is processed if it
+//!   arrives in one read and closed if a read ends inside it past byte 2,048. strata processes
+//!   such a line however it arrives, so its outcome never depends on read boundaries: it
+//!   accepts every line memcached can accept, and closes what memcached always closes.
 //! - memcached's text parser accepts control characters and tabs inside keys; strata refuses
 //!   them with `CLIENT_ERROR bad command line format`, as `doc/protocol.txt` asks.
-//! - memcached has no bound on multiget keys; strata refuses lines with more than
-//!   [`Limits::keys_per_get_max`] keys with `CLIENT_ERROR bad command line format`.
+//! - memcached has no bound on a multiget line; strata closes one longer than
+//!   [`Limits::get_line_len_max`] (1 MiB by default), as memcached closes other long lines.
 //! - memcached truncates data lengths to 32 bits (`set a 0 0 4294967296` reads 0 bytes); strata
 //!   refuses lengths above `i32::MAX - 2` as malformed.
 //! - The meta flags `E` (all commands) and `x` (`md`) are accepted as in later 1.6 releases;
@@ -79,8 +83,8 @@ pub use base64::{decode_key, encode_base64};
 pub use client::encode_request;
 pub use delete::Delete;
 pub use limits::{
-    Limits, KEYS_PER_GET_MAX_DEFAULT, KEY_LEN_MAX_DEFAULT, LEADING_SPACES_MAX,
-    LINE_LEN_MAX_DEFAULT, VALUE_LEN_MAX_DEFAULT,
+    Limits, GET_LINE_LEN_MAX_DEFAULT, KEY_LEN_MAX_DEFAULT, LEADING_SPACES_MAX,
+    LINE_LEN_MAX_DEFAULT, MEMCACHED_READ_BUFFER_BYTES, VALUE_LEN_MAX_DEFAULT,
 };
 pub use meta::{
     ArithMode, MetaArith, MetaCommand, MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode,
@@ -312,7 +316,7 @@ fn unknown(line: Line<'_>) -> ParseError {
 /// Finds the command line at the front of `buf`: its text without `\r\n`, and the bytes through
 /// its `\n`. Applies memcached's line-length rule.
 fn next_line<'a>(buf: &'a [u8], limits: &Limits) -> Result<(&'a [u8], usize), ParseError> {
-    let get_line_len_max = limits.get_line_len_max();
+    let get_line_len_max = limits.line_len_waited_max();
     let window = &buf[..buf.len().min(get_line_len_max + 1)];
     let Some(newline) = crate::scan::find_byte(window, b'\n') else {
         let too_long =
@@ -481,31 +485,58 @@ mod tests {
     }
 
     #[test]
-    fn long_lines_close_unless_multiget() {
+    fn lines_that_fill_memcacheds_read_buffer_are_processed_longer_ones_close() {
         let limits = Limits::default();
-        let mut set = b"set ".to_vec();
-        set.resize(2048, b'a');
-        assert_eq!(parse_default(&set), Err(ParseError::Incomplete));
-        set.push(b'a');
-        assert_eq!(parse_default(&set), Err(ParseError::Close));
-        set.extend_from_slice(b" 0 0 1\r\nx\r\n");
-        assert_eq!(parse_default(&set), Err(ParseError::Close));
+        // 16,375 spaces, `version` and `\r\n` fill memcached's 16 KiB read buffer exactly.
+        let mut version = vec![b' '; 16375];
+        version.extend_from_slice(b"version\r\n");
+        assert_eq!(version.len(), MEMCACHED_READ_BUFFER_BYTES);
+        let parsed = parse_default(&version).expect("processed");
+        assert_eq!((parsed.request, parsed.consumed), (Request::Version, 16384));
+        assert_eq!(
+            parse_default(&version[..16000]),
+            Err(ParseError::Incomplete),
+            "waited for"
+        );
+        version.insert(0, b' ');
+        assert_eq!(parse_default(&version), Err(ParseError::Close));
+        assert_eq!(parse_default(&version[..16384]), Err(ParseError::Close));
+        // Any command: a long `set` line stores.
+        let mut set = b"set k 0 0 1".to_vec();
+        set.resize(16382, b' ');
+        set.extend_from_slice(b"\r\nx\r\n");
+        assert!(matches!(
+            parse_default(&set),
+            Ok(Parsed {
+                request: Request::Store(_),
+                ..
+            })
+        ));
         for prefix in [&b"get "[..], b"gets ", b"   get "] {
             let mut get = prefix.to_vec();
-            get.resize(3000, b'a');
-            assert_eq!(parse_default(&get), Err(ParseError::Incomplete));
+            get.resize(20_000, b'a');
+            assert_eq!(
+                parse_default(&get),
+                Err(ParseError::Incomplete),
+                "{prefix:?}"
+            );
         }
         for prefix in [&b"gat "[..], b"mg ", b"get"] {
             let mut line = prefix.to_vec();
-            line.resize(3000, b'a');
+            line.resize(20_000, b'a');
             assert_eq!(parse_default(&line), Err(ParseError::Close), "{prefix:?}");
         }
         let mut spaced = vec![b' '; 101];
-        spaced.extend_from_slice(b"get ");
-        spaced.resize(3000, b'a');
+        spaced.extend_from_slice(b"get");
+        while spaced.len() < 20_000 {
+            spaced.extend_from_slice(b" a");
+        }
         assert_eq!(parse_default(&spaced), Err(ParseError::Close));
+        spaced.truncate(3000);
+        spaced.extend_from_slice(b"\r\n");
+        assert!(parse_default(&spaced).is_ok(), "short enough: processed");
         let mut huge_get = b"get".to_vec();
-        while huge_get.len() <= limits.get_line_len_max() {
+        while huge_get.len() <= limits.get_line_len_max {
             huge_get.extend_from_slice(b" a");
         }
         assert_eq!(parse_default(&huge_get), Err(ParseError::Close));
@@ -543,12 +574,12 @@ mod tests {
         inputs.push(long.clone());
         long.remove(4);
         inputs.push(long);
-        let no_keys = Limits {
-            keys_per_get_max: 0,
+        let short_keys = Limits {
+            key_len_max: 1,
             ..Limits::default()
         };
         for input in &inputs {
-            for limits in [Limits::default(), no_keys] {
+            for limits in [Limits::default(), short_keys] {
                 assert_eq!(
                     parse(input, &limits),
                     parse_general(input, &limits),

@@ -99,7 +99,7 @@ impl<'a> Keys<'a> {
 /// goes through the general parser, which gives the same result for this shape.
 pub(crate) fn single_get<'a>(text: &'a [u8], limits: &Limits) -> Option<Get<'a>> {
     let key = text.strip_prefix(b"get ")?;
-    if limits.keys_per_get_max == 0 || !key_is_valid(key, limits.key_len_max) {
+    if !key_is_valid(key, limits.key_len_max) {
         return None;
     }
     Some(Get {
@@ -140,7 +140,7 @@ pub(crate) fn parse<'a>(
     };
     let mut len = 0;
     for key in args {
-        if !key_is_valid(key, limits.key_len_max) || len == limits.keys_per_get_max {
+        if !key_is_valid(key, limits.key_len_max) {
             return Err(line.refuse(CLIENT_ERROR_BAD_FORMAT, false));
         }
         len += 1;
@@ -225,17 +225,11 @@ mod tests {
     }
 
     #[test]
-    fn keys_per_get_max_is_enforced() {
-        let limits = Limits {
-            keys_per_get_max: 2,
-            ..Limits::default()
-        };
-        assert!(parse(b"get a b\r\n", &limits).is_ok());
-        let want = ParseError::Reply {
-            reply: CLIENT_ERROR_BAD_FORMAT,
-            consumed: 11,
-            swallow_len: 0,
-        };
-        assert_eq!(parse(b"get a b c\r\n", &limits), Err(want));
+    fn a_multiget_takes_any_number_of_keys_as_in_memcached() {
+        let keys: Vec<String> = (0..5000).map(|i| format!("k{i}")).collect();
+        let line = format!("get {}\r\n", keys.join(" "));
+        let (request, consumed) = get(line.as_bytes());
+        assert_eq!((request.keys.len(), consumed), (5000, line.len()));
+        assert_eq!(request.keys.iter().last(), Some(&b"k4999"[..]));
     }
 }

@@ -13,6 +13,27 @@ pub enum ParseError {
     Incomplete,
     /// The client broke the protocol: send [`ProtocolError::encode`] and close the connection.
     Protocol(ProtocolError),
+    /// A bulk argument is longer than [`crate::resp::Limits::bulk_len_max`] but within
+    /// [`crate::resp::Limits::bulk_len_discard_max`]: the stream can still be followed, so the
+    /// caller drops the command's remaining bytes as they arrive, without buffering them, and
+    /// then refuses the command instead of closing the connection.
+    /// [`crate::resp::too_long_at`] says where the command stands. (The variant carries nothing
+    /// so that every parse result stays two words, returned in registers.)
+    TooLong,
+}
+
+/// Where a command with a too-long bulk argument stands ([`ParseError::TooLong`],
+/// [`crate::resp::too_long_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooLong {
+    /// Bytes of the command up to the long bulk's data (its `$<len>` line included): the caller
+    /// drops them.
+    pub consumed: usize,
+    /// Bytes still to drop for that bulk: its data and the two bytes after it.
+    pub discard_len: usize,
+    /// Arguments of the command after it, to drop too: each starts with a `$<len>` line that
+    /// [`crate::resp::parse_bulk_header`] reads.
+    pub args_left: usize,
 }
 
 /// A protocol violation, named after Redis 7.0's reply (`networking.c`).
@@ -93,6 +114,7 @@ impl fmt::Display for ParseError {
         match self {
             Self::Incomplete => f.write_str("incomplete request: read more bytes"),
             Self::Protocol(error) => error.fmt(f),
+            Self::TooLong => f.write_str("a bulk argument is too long: drop the command"),
         }
     }
 }

@@ -37,10 +37,15 @@ pub struct Limits {
     /// Largest multibulk count accepted (`*<count>`); larger counts are
     /// `-ERR Protocol error: invalid multibulk length`.
     pub args_max: usize,
-    /// Largest bulk length in bytes (`$<len>`); larger lengths are
-    /// `-ERR Protocol error: invalid bulk length`. The server sets this to its value limit plus
-    /// a margin.
+    /// Largest bulk length in bytes (`$<len>`) parsed as an argument. A longer one, up to
+    /// [`Limits::bulk_len_discard_max`], is [`crate::resp::ParseError::TooLong`]: the caller
+    /// reads and discards the command's remaining bytes and refuses it. The server sets this to
+    /// its value limit plus a margin.
     pub bulk_len_max: usize,
+    /// Largest bulk length in bytes accepted at all (Redis's `proto-max-bulk-len`); longer ones
+    /// are `-ERR Protocol error: invalid bulk length`, after which the stream cannot be followed.
+    /// At most `bulk_len_max` means no bulk is ever discarded.
+    pub bulk_len_discard_max: usize,
     /// Longest inline request, and longest `*`/`$` count line, in bytes before its terminator.
     pub inline_len_max: usize,
     /// Set while the connection must still authenticate: counts above
@@ -54,6 +59,7 @@ impl Default for Limits {
         Self {
             args_max: ARGS_MAX_DEFAULT,
             bulk_len_max: BULK_LEN_MAX_DEFAULT,
+            bulk_len_discard_max: BULK_LEN_MAX_DEFAULT,
             inline_len_max: INLINE_LEN_MAX_DEFAULT,
             auth_pending: false,
         }
@@ -69,6 +75,7 @@ mod tests {
         let limits = Limits::default();
         assert_eq!(limits.args_max, 2_147_483_647);
         assert_eq!(limits.bulk_len_max, 536_870_912);
+        assert_eq!(limits.bulk_len_discard_max, 536_870_912);
         assert_eq!(limits.inline_len_max, 65_536);
         assert!(!limits.auth_pending);
     }

@@ -18,7 +18,7 @@
 //! that arrives in a single read is accepted. strata checks the first `inline_len_max + 1` bytes
 //! whatever the read pattern, so the outcome never depends on how the stream was split.
 
-use super::error::{ParseError, ProtocolError};
+use super::error::{ParseError, ProtocolError, TooLong};
 use super::inline::split_inline;
 use super::limits::{Limits, UNAUTHENTICATED_ARGS_MAX, UNAUTHENTICATED_BULK_LEN_MAX};
 use super::number::parse_i64;
@@ -202,6 +202,9 @@ fn find_line(buf: &[u8], start: usize, terminator: u8, line_len_max: usize) -> L
 
 /// Finds a `*`/`$` count line starting at `start` and parses its integer. Returns the integer
 /// (or `None` if `string2ll` rejects it) and the offset after the line, or the error to report.
+/// Always inlined: it is on the path of every argument, and the cold readers of bulk lines
+/// ([`bulk_header`]) would otherwise keep the compiler from inlining it there.
+#[inline(always)]
 fn count_line(
     buf: &[u8],
     start: usize,
@@ -287,6 +290,90 @@ fn parse_multibulk(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize
     Ok(position)
 }
 
+/// Where the command at the start of `buf` stands, for which [`parse_command`] (with the same
+/// `limits`) returned [`ParseError::TooLong`]: the bytes up to its first too-long bulk's data,
+/// that bulk's remaining bytes, and the arguments after it. `None` if `buf` does not hold such
+/// a command.
+#[must_use]
+pub fn too_long_at(buf: &[u8], limits: &Limits) -> Option<TooLong> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    let (count, mut position) =
+        count_line(buf, 0, limits, ProtocolError::TooBigMbulkCountString).ok()?;
+    let count = usize::try_from(count?).ok()?;
+    for index in 0..count {
+        let (len, data_start) = bulk_header(buf, position, limits).ok()?;
+        if len > limits.bulk_len_max {
+            return Some(TooLong {
+                consumed: data_start,
+                discard_len: len.saturating_add(2),
+                args_left: count - index - 1,
+            });
+        }
+        position = data_start.checked_add(len)?.checked_add(2)?;
+    }
+    None
+}
+
+/// Parses the `$<len>\r\n` line at the start of `buf`, as each argument of a multibulk request
+/// begins, and returns the length it declares and the bytes of the line. Lengths up to
+/// [`Limits::bulk_len_discard_max`] are accepted: the caller uses this to walk over the
+/// arguments of a command it drops ([`ParseError::TooLong`]).
+///
+/// # Errors
+/// [`ParseError::Incomplete`] until the line is whole; [`ParseError::Protocol`] as
+/// [`parse_command`] reports a bad bulk line.
+pub fn parse_bulk_header(buf: &[u8], limits: &Limits) -> Result<(usize, usize), ParseError> {
+    if buf.is_empty() {
+        return Err(ParseError::Incomplete);
+    }
+    bulk_header(buf, 0, limits)
+}
+
+/// The bulk line at `start`: the declared length, up to `bulk_len_discard_max` (checked as
+/// [`refused_bulk_len`] does), and the offset of the data.
+fn bulk_header(buf: &[u8], start: usize, limits: &Limits) -> Result<(usize, usize), ParseError> {
+    let (len, data_start) = count_line(buf, start, limits, ProtocolError::TooBigBulkCountString)?;
+    if buf[start] != b'$' {
+        return Err(ProtocolError::ExpectedDollar(buf[start]).into());
+    }
+    let len = match len {
+        Some(len) if len >= 0 && len as u64 <= limits.bulk_len_max as u64 => len as usize,
+        len => match refused_bulk_len(len, limits) {
+            // Within the discard limit, so a non-negative `i64`.
+            ParseError::TooLong => usize::try_from(len.unwrap_or(0)).unwrap_or(usize::MAX),
+            error => return Err(error),
+        },
+    };
+    if limits.auth_pending && len > UNAUTHENTICATED_BULK_LEN_MAX {
+        return Err(ProtocolError::UnauthenticatedBulkLength.into());
+    }
+    Ok((len, data_start))
+}
+
+/// Why a declared bulk length `len` (`None` if it is not an integer) outside
+/// `0..=bulk_len_max` is refused, checked in Redis's order: past `bulk_len_discard_max` (its
+/// `proto-max-bulk-len`) or negative, the length is invalid; over Redis's limit before
+/// authentication, unauthenticated; otherwise the argument is merely too long
+/// ([`ParseError::TooLong`]). Out of line: the common bulk never gets here.
+#[cold]
+#[inline(never)]
+fn refused_bulk_len(len: Option<i64>, limits: &Limits) -> ParseError {
+    let discard_max = limits.bulk_len_discard_max.max(limits.bulk_len_max) as u64;
+    match len {
+        Some(len) if len >= 0 && len as u64 <= discard_max => {
+            if limits.auth_pending && len as u64 > UNAUTHENTICATED_BULK_LEN_MAX as u64 {
+                ProtocolError::UnauthenticatedBulkLength.into()
+            } else {
+                debug_assert!(len as u64 > limits.bulk_len_max as u64);
+                ParseError::TooLong
+            }
+        }
+        _ => ProtocolError::InvalidBulkLength.into(),
+    }
+}
+
 /// Parses one `$<len>\r\n<bytes>\r\n` at `start`, records it, and returns the offset after it.
 fn parse_bulk(
     buf: &[u8],
@@ -300,7 +387,7 @@ fn parse_bulk(
     }
     let len = match len {
         Some(len) if len >= 0 && len as u64 <= limits.bulk_len_max as u64 => len as usize,
-        _ => return Err(ProtocolError::InvalidBulkLength.into()),
+        len => return Err(refused_bulk_len(len, limits)),
     };
     if limits.auth_pending && len > UNAUTHENTICATED_BULK_LEN_MAX {
         return Err(ProtocolError::UnauthenticatedBulkLength.into());
@@ -522,6 +609,7 @@ mod tests {
         let limits = Limits {
             args_max: 2,
             bulk_len_max: 3,
+            bulk_len_discard_max: 3,
             ..Limits::default()
         };
         let table: &[(&[u8], Parsed)] = &[
@@ -535,6 +623,84 @@ mod tests {
                 expected,
                 "{}",
                 buf.escape_ascii()
+            );
+        }
+    }
+
+    #[test]
+    fn a_bulk_over_the_limit_within_the_discard_limit_is_too_long_not_an_error() {
+        let limits = Limits {
+            bulk_len_max: 3,
+            bulk_len_discard_max: 100,
+            ..Limits::default()
+        };
+        let too_long = |consumed, discard_len, args_left| {
+            Some(TooLong {
+                consumed,
+                discard_len,
+                args_left,
+            })
+        };
+        // The command's earlier arguments are parsed; the long one's data need not be here.
+        for (buf, at) in [
+            (
+                &b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\n"[..],
+                too_long(24, 6, 0),
+            ),
+            (b"*3\r\n$3\r\nSET\r\n$100\r\nxy", too_long(19, 102, 1)),
+        ] {
+            assert_eq!(parse_with(buf, &limits), Err(ParseError::TooLong));
+            assert_eq!(too_long_at(buf, &limits), at, "{}", buf.escape_ascii());
+        }
+        assert_eq!(too_long_at(b"*1\r\n$3\r\nabc\r\n", &limits), None);
+        let table: &[(&[u8], Parsed)] = &[
+            (
+                b"*1\r\n$101\r\n",
+                protocol(ProtocolError::InvalidBulkLength),
+            ),
+            (b"*1\r\n$-1\r\n", protocol(ProtocolError::InvalidBulkLength)),
+            (b"*2\r\n$3\r\nabc\r\n$3\r\nde", Err(ParseError::Incomplete)),
+            (b"*2\r\n$3\r\nabc\r\n$10", Err(ParseError::Incomplete)),
+        ];
+        for (buf, expected) in table {
+            let got = parse_with(buf, &limits);
+            assert_eq!(&got, expected, "{}", buf.escape_ascii());
+        }
+        let before_auth = Limits {
+            auth_pending: true,
+            bulk_len_max: 3,
+            bulk_len_discard_max: 1 << 20,
+            ..Limits::default()
+        };
+        assert_eq!(
+            parse_with(b"*1\r\n$16385\r\n", &before_auth),
+            protocol(ProtocolError::UnauthenticatedBulkLength),
+            "Redis's limit before AUTH still closes"
+        );
+    }
+
+    #[test]
+    fn bulk_headers_are_read_up_to_the_discard_limit() {
+        let limits = Limits {
+            bulk_len_max: 3,
+            bulk_len_discard_max: 100,
+            ..Limits::default()
+        };
+        assert_eq!(parse_bulk_header(b"$100\r\nxx", &limits), Ok((100, 6)));
+        assert_eq!(parse_bulk_header(b"$0\r\n", &limits), Ok((0, 4)));
+        assert_eq!(
+            parse_bulk_header(b"$10", &limits),
+            Err(ParseError::Incomplete)
+        );
+        assert_eq!(parse_bulk_header(b"", &limits), Err(ParseError::Incomplete));
+        for (buf, error) in [
+            (&b"$101\r\n"[..], ProtocolError::InvalidBulkLength),
+            (b"$x\r\n", ProtocolError::InvalidBulkLength),
+            (b"*1\r\n", ProtocolError::ExpectedDollar(b'*')),
+        ] {
+            assert_eq!(
+                parse_bulk_header(buf, &limits),
+                Err(ParseError::Protocol(error))
             );
         }
     }

@@ -117,6 +117,38 @@ fn the_output_buffer_limit_sets_both_output_limits() {
 }
 
 #[test]
+fn the_client_output_memory_defaults_to_the_output_buffer_limit() {
+    let defaults = parse(&[]).expect("defaults");
+    assert_eq!(defaults.client_output_bytes_max, 256 << 20);
+    assert_eq!(
+        defaults.settings(None, None).client_output_bytes_max,
+        Settings::default().client_output_bytes_max,
+        "the server and the sessions' default settings agree"
+    );
+    let raised = parse(&["--output-buffer-limit", "1GiB"]).expect("valid");
+    assert_eq!(
+        raised.client_output_bytes_max,
+        1 << 30,
+        "follows the per-client limit"
+    );
+    let set = parse(&[
+        "--output-buffer-limit",
+        "1GiB",
+        "--client-output-memory",
+        "64MiB",
+    ]);
+    let settings = set.expect("valid").settings(None, None);
+    assert_eq!(settings.client_output_bytes_max, 64 << 20);
+    assert_eq!(settings.output.buffered_bytes_hard, 1 << 30);
+    let mut file = tempfile();
+    writeln!(file.1, "client-output-memory = \"32MiB\"").expect("write");
+    let path = file.0.to_str().expect("utf-8 path");
+    let config = parse(&["--config", path]).expect("valid");
+    std::fs::remove_file(&file.0).expect("remove");
+    assert_eq!(config.client_output_bytes_max, 32 << 20);
+}
+
+#[test]
 fn file_keys_are_flag_names_and_flags_override_them() {
     let mut file = tempfile();
     writeln!(
@@ -158,6 +190,10 @@ fn bad_values_are_refused_with_the_flag_named() {
         ),
         (&["--eviction", "lru"], "--eviction"),
         (&["--output-buffer-limit", "3MiB"], "--output-buffer-limit"),
+        (
+            &["--client-output-memory", "3MiB"],
+            "--client-output-memory",
+        ),
         (
             &[
                 "--max-value-size",

@@ -12,9 +12,11 @@ use super::*;
 use crate::context::{OutputLimits, Processed, Settings};
 
 /// Answers each line with `reply_bytes` bytes (or the line itself when 0); counts its calls.
+/// With `pauses`, it asks to be paused rather than closed over the output budget.
 struct LineSession {
     calls: Arc<AtomicUsize>,
     reply_bytes: usize,
+    pauses: bool,
 }
 
 impl Session for LineSession {
@@ -27,6 +29,7 @@ impl Session for LineSession {
                 return Processed {
                     consumed: consumed + end + 1,
                     close: true,
+                    ..Processed::default()
                 };
             }
             if self.reply_bytes == 0 {
@@ -39,7 +42,12 @@ impl Session for LineSession {
         Processed {
             consumed,
             close: false,
+            ..Processed::default()
         }
+    }
+
+    fn pauses_over_budget(&self) -> bool {
+        self.pauses
     }
 }
 
@@ -54,13 +62,31 @@ struct Fixture {
 }
 
 fn fixture(output: OutputLimits, reply_bytes: usize) -> Fixture {
-    let session = |calls| Box::new(LineSession { calls, reply_bytes }) as Box<dyn Session>;
+    let session = |calls| {
+        Box::new(LineSession {
+            calls,
+            reply_bytes,
+            pauses: false,
+        }) as Box<dyn Session>
+    };
     fixture_with(output, session)
 }
 
 /// A fixture whose connection runs the session `session` makes (given the call counter).
 fn fixture_with(
     output: OutputLimits,
+    session: impl FnOnce(Arc<AtomicUsize>) -> Box<dyn Session>,
+) -> Fixture {
+    let settings = Settings {
+        output,
+        ..Settings::default()
+    };
+    fixture_settings(settings, session)
+}
+
+/// A fixture with `settings` whose connection runs the session `session` makes.
+fn fixture_settings(
+    settings: Settings,
     session: impl FnOnce(Arc<AtomicUsize>) -> Box<dyn Session>,
 ) -> Fixture {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -75,13 +101,7 @@ fn fixture_with(
     };
     let engine = Arc::new(Engine::open(config).expect("engine"));
     Fixture {
-        ctx: ServerContext::new(
-            engine,
-            Settings {
-                output,
-                ..Settings::default()
-            },
-        ),
+        ctx: ServerContext::new(engine, settings),
         limits: Limits::new(64 << 10, 0),
         latency: LatencyHistogram::default(),
         traffic: Traffic::default(),
@@ -337,6 +357,7 @@ impl Session for StreamSession {
         Processed {
             consumed: end + 1,
             close: false,
+            ..Processed::default()
         }
     }
 }
@@ -407,4 +428,110 @@ fn a_client_that_closes_its_side_after_sending_still_gets_a_reply_stopped_at_the
     drop(f);
     let received = drain.join().expect("reader").expect("read to the end");
     assert_eq!(received, PIECES * STREAM_PIECE_BYTES);
+}
+
+/// Settings with a 256 MiB hard output limit per connection and `budget` bytes for all
+/// connections together.
+fn budget_settings(budget: usize) -> Settings {
+    Settings {
+        output: output(64 << 20, 256 << 20),
+        client_output_bytes_max: budget,
+        ..Settings::default()
+    }
+}
+
+/// A fixture whose line session answers each line with `reply_bytes` bytes, paused rather than
+/// closed over the budget when `pauses`.
+fn budget_fixture(budget: usize, reply_bytes: usize, pauses: bool) -> Fixture {
+    fixture_settings(budget_settings(budget), |calls| {
+        Box::new(LineSession {
+            calls,
+            reply_bytes,
+            pauses,
+        })
+    })
+}
+
+#[test]
+fn the_connection_holding_the_most_output_is_closed_past_the_budget() {
+    // 32 MiB of reply, under the 256 MiB per-connection limit but over the 4 MiB budget.
+    let mut f = budget_fixture(4 << 20, 32 << 20, false);
+    f.client.write_all(b"a\n").expect("send");
+    let status = f.pass_until(|_, status| status != Status::Open);
+    assert_eq!(status, Status::Closed(CloseReason::OutputBudget));
+    assert_eq!(f.traffic.written_bytes, 0, "nothing of it is written");
+    let held = f.ctx.output_budget.held_bytes();
+    assert!(
+        held >= (32 << 20) - BUFFER_BYTES_INITIAL,
+        "published until removed: {held}"
+    );
+    f.connection.release_output(&f.ctx.output_budget);
+    assert_eq!(f.ctx.output_budget.held_bytes(), 0);
+}
+
+#[test]
+fn past_the_budget_the_worker_of_a_larger_connection_is_asked_to_close_it() {
+    let mut f = budget_fixture(4 << 20, 32 << 20, false);
+    // Another connection of worker 0 holds more than this one will.
+    f.ctx.output_budget.publish(0, 64 << 20);
+    f.ctx.output_budget.publish_largest(0, 64 << 20);
+    f.client.write_all(b"a\n").expect("send");
+    let status = f.pass_until(|f, _| f.calls.load(Ordering::Relaxed) == 1);
+    assert_eq!(status, Status::Open, "this connection goes on");
+    assert!(f.connection.output_pending_bytes() > 0);
+    assert!(
+        f.ctx.output_budget.take_eviction_request(0),
+        "worker 0 is asked"
+    );
+    assert!(!f.ctx.output_budget.take_eviction_request(0), "once");
+}
+
+#[test]
+fn a_pausing_session_past_the_budget_reads_no_more_until_its_output_drains() {
+    const REPLY_BYTES: usize = 32 << 20;
+    // The reply is under the 64 MiB soft limit: only the budget pauses the connection.
+    let mut f = budget_fixture(4 << 20, REPLY_BYTES, true);
+    f.client.write_all(b"a\n").expect("send");
+    f.pass_until(|f, _| f.calls.load(Ordering::Relaxed) == 1);
+    f.client.write_all(b"b\n").expect("send");
+    for _ in 0..10 {
+        assert_eq!(f.pass(), Status::Open, "paused, not closed");
+    }
+    assert_eq!(f.calls.load(Ordering::Relaxed), 1, "input waits");
+    // Once the client has read the first reply, the second is built.
+    let mut reader = f.client.try_clone().expect("clone");
+    let drain = std::thread::spawn(move || {
+        let mut reply = vec![0u8; 2 * REPLY_BYTES];
+        reader.read_exact(&mut reply).map(|()| reply.len())
+    });
+    f.pass_until(|f, _| f.traffic.written_bytes == 2 * REPLY_BYTES as u64);
+    assert_eq!(f.calls.load(Ordering::Relaxed), 2);
+    assert_eq!(
+        drain.join().expect("reader").expect("replies"),
+        2 * REPLY_BYTES
+    );
+}
+
+#[test]
+fn a_drained_buffer_gives_its_memory_back_to_the_budget() {
+    // More than loopback socket buffers take at once, so the first pass leaves some pending.
+    const REPLY_BYTES: usize = 32 << 20;
+    let mut f = budget_fixture(256 << 20, REPLY_BYTES, false);
+    f.client.write_all(b"a\n").expect("send");
+    f.pass_until(|f, _| f.calls.load(Ordering::Relaxed) == 1);
+    assert!(f.connection.output_pending_bytes() > 0);
+    assert_eq!(
+        f.ctx.output_budget.held_bytes(),
+        f.connection.output_held_bytes()
+    );
+    assert!(f.connection.output_held_bytes() >= REPLY_BYTES - BUFFER_BYTES_INITIAL);
+    let mut reader = f.client.try_clone().expect("clone");
+    let drain = std::thread::spawn(move || {
+        let mut reply = vec![0u8; REPLY_BYTES];
+        reader.read_exact(&mut reply).map(|()| reply.len())
+    });
+    f.pass_until(|f, _| f.traffic.written_bytes == REPLY_BYTES as u64);
+    assert_eq!(drain.join().expect("reader").expect("reply"), REPLY_BYTES);
+    assert_eq!(f.connection.output_held_bytes(), 0, "shrunk after draining");
+    assert_eq!(f.ctx.output_budget.held_bytes(), 0);
 }

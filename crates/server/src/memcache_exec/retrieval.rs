@@ -11,9 +11,12 @@
 //! more input until the client has taken the buffered output, and calls the session again with
 //! the same request, which resumes from its next key. So `get k1 ... k1024` over 1 MiB values
 //! holds about the soft limit plus one value at a time, not a gigabyte, and the client gets
-//! every value without being disconnected. A resumed multiget answers at least one key per
-//! call, so it always moves on. A `gat` that fails after a pause ends its reply with the error
-//! line after the values already sent (before a pause the values are dropped, as before).
+//! every value without being disconnected. It pauses the same way once the buffer has grown
+//! during the call while all connections together hold more output than the budget
+//! (`--client-output-memory`): a multiget is never closed for its output, it waits for its
+//! client. A resumed multiget answers at least one key per call, so it always moves on. A
+//! `gat` that fails after a pause ends its reply with the error line after the values already
+//! sent (before a pause the values are dropped, as before).
 
 use strata_engine::{Change, Expiry, ItemRef};
 use strata_protocol::memcache::{encode, Get};
@@ -30,13 +33,16 @@ pub(super) struct Paused {
 }
 
 /// Runs a retrieval command, from where `paused` says a previous call of the same request
-/// stopped. Returns where this call stopped at the output soft limit (the session keeps the
-/// request and calls again once the output has drained), or `None` once the reply is complete.
+/// stopped. Returns where this call stopped at the output soft limit or the output budget (the
+/// session keeps the request and calls again once the output has drained), or `None` once the
+/// reply is complete. Below `stop_len` bytes of output ([`stop_len`]) neither limit can be
+/// passed, so each key costs one comparison.
 pub(super) fn execute(
     get: Get<'_>,
     paused: Option<Paused>,
     ctx: &ServerContext,
     out: &mut Vec<u8>,
+    stop_len: usize,
     pending: &mut PendingCounts,
 ) -> Option<Paused> {
     let returns_cas = get.command.returns_cas();
@@ -60,12 +66,11 @@ pub(super) fn execute(
         keys_skipped < get.keys.len() || keys_skipped == 0,
         "a multiget resumes inside its own keys"
     );
-    let output = ctx.settings.output;
     let start = out.len();
     let (mut hits, mut keys_done) = (0u64, keys_skipped);
     for key in get.keys.iter().skip(keys_skipped) {
         let progressed = paused.is_none() || keys_done > keys_skipped;
-        if progressed && output.past_soft(out) {
+        if progressed && out.len() > stop_len && output_stop(ctx, out, stop_len) {
             pending.count_gets((keys_done - keys_skipped) as u64, hits);
             return Some(Paused { keys_done });
         }
@@ -89,6 +94,24 @@ pub(super) fn execute(
     pending.count_gets((keys_done - keys_skipped) as u64, hits);
     encode::write_end(out);
     None
+}
+
+/// The output length up to which a multiget need not look at its limits, for a session call
+/// that began with `out`: the smaller of the soft limit and the buffer's capacity then (all of
+/// it published to the output budget). Below the soft limit only a buffer that grew during the
+/// call can pass the budget, and it grew only if its length passed that capacity.
+pub(super) fn stop_len(ctx: &ServerContext, out: &Vec<u8>) -> usize {
+    ctx.settings.output.buffered_bytes_soft.min(out.capacity())
+}
+
+/// Past [`stop_len`]: whether the multiget must pause, because `out` is past the soft limit or
+/// because it grew during the call (`stop_len` is then its capacity when the call began) while
+/// all connections together hold more output than the budget. Out of line: small replies never
+/// get here.
+#[cold]
+#[inline(never)]
+fn output_stop(ctx: &ServerContext, out: &Vec<u8>, stop_len: usize) -> bool {
+    ctx.settings.output.past_soft(out) || ctx.output_budget.passed_by(out, stop_len)
 }
 
 /// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
@@ -142,11 +165,15 @@ mod tests {
 
     /// A context with a soft output limit of [`SOFT`], holding `k0` .. `k4`.
     fn context() -> ServerContext {
-        let engine = Engine::open(EngineConfig::default()).expect("a DRAM engine opens");
-        let settings = Settings {
+        context_with(Settings {
             output: OutputLimits::new(SOFT * OutputLimits::SOFT_DIVISOR),
             ..Settings::default()
-        };
+        })
+    }
+
+    /// A context with `settings`, holding `k0` .. `k4`.
+    fn context_with(settings: Settings) -> ServerContext {
+        let engine = Engine::open(EngineConfig::default()).expect("a DRAM engine opens");
         let ctx = ServerContext::new(Arc::new(engine), settings);
         let mut session = MemcacheSession::new();
         for i in 0..5 {
@@ -225,5 +252,21 @@ mod tests {
         assert_eq!(text.matches("END\r\n").count(), 3);
         assert!(sent.starts_with(&values(&[0, 1, 2, 3])));
         assert!(sent.ends_with(&values(&[0, 1])));
+    }
+
+    #[test]
+    fn a_multiget_past_the_output_budget_pauses_as_at_the_soft_limit() {
+        // The soft limit is far away; the budget of all connections is what stops it.
+        let ctx = context_with(Settings {
+            client_output_bytes_max: SOFT,
+            ..Settings::default()
+        });
+        assert!(ctx.settings.output.buffered_bytes_soft > 1 << 20);
+        let keys: Vec<u8> = (0..40).map(|i| i % 5).collect();
+        let line: Vec<String> = keys.iter().map(|i| format!("k{i}")).collect();
+        let input = format!("get {}\r\n", line.join(" "));
+        let (sent, calls) = run_streaming(&ctx, input.as_bytes());
+        assert!(calls >= 400 / 128, "{calls} calls for 400 KiB of values");
+        assert_eq!(sent, values(&keys), "every value, in order, never closed");
     }
 }

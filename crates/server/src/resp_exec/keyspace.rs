@@ -206,7 +206,6 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let Some(options) = parse_scan_options(call, out) else {
         return;
     };
-    let output = call.ctx.settings.output;
     let keys_start = out.len();
     let (mut found, mut visited) = (0usize, 0usize);
     let mut next = cursor;
@@ -217,16 +216,20 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
                 None => true,
                 Some(pattern) => glob_match(pattern, key, false),
             };
-            if options.strings_only && matches && !output.past_hard(out) {
+            if options.strings_only
+                && matches
+                && !state.close
+                && !output_limit_passed(state, call, out)
+            {
                 encode::bulk(out, key);
                 found += 1;
             }
         });
-        if next == 0 || visited >= options.count || output.past_hard(out) {
+        if next == 0 || visited >= options.count || state.close {
             break;
         }
     }
-    if output_limit_passed(state, call, out) {
+    if state.close || output_limit_passed(state, call, out) {
         return;
     }
     let mut digits = [0u8; U64_LEN_MAX];
@@ -253,22 +256,24 @@ fn insert_header(out: &mut Vec<u8>, start: usize, write_header: impl FnOnce(&mut
 pub(crate) fn keys(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let pattern = call.arg(1);
     let everything = pattern == b"*";
-    let output = call.ctx.settings.output;
     let keys_start = out.len();
     let mut found = 0usize;
     let mut cursor = 0;
     loop {
         cursor = call.engine().scan(cursor, KEYS_SCAN_COUNT, &mut |key| {
-            if (everything || glob_match(pattern, key, false)) && !output.past_hard(out) {
+            if (everything || glob_match(pattern, key, false))
+                && !state.close
+                && !output_limit_passed(state, call, out)
+            {
                 encode::bulk(out, key);
                 found += 1;
             }
         });
-        if cursor == 0 || output.past_hard(out) {
+        if cursor == 0 || state.close {
             break;
         }
     }
-    if output_limit_passed(state, call, out) {
+    if state.close || output_limit_passed(state, call, out) {
         return;
     }
     insert_header(out, keys_start, |out| {
@@ -433,7 +438,8 @@ mod limit_tests {
                 processed,
                 Processed {
                     consumed: request.len(),
-                    close: true
+                    close: true,
+                    ..Processed::default()
                 }
             );
             assert!(ctx.settings.output.past_hard(&out));

@@ -1,20 +1,21 @@
 //! Parts of strings: APPEND, STRLEN, GETRANGE (and its old name SUBSTR), SETRANGE.
 //!
 //! Length limits: a result longer than the server's value limit (also what
-//! `CONFIG GET proto-max-bulk-len` reports) is refused with Redis's
-//! `-ERR string exceeds maximum allowed size (proto-max-bulk-len)`.
+//! `CONFIG GET proto-max-bulk-len` reports) is refused with Redis's text for a string over its
+//! limit, naming strata's setting: `-ERR string exceeds maximum allowed size (max-value-size)`;
+//! past Redis's own limit (512 MiB), with Redis's exact reply (`too_large_reply`).
 
 use strata_engine::Change;
 use strata_protocol::resp::{encode, errors, parse_i64};
 
-use super::{rewrite, write_error, Call, State};
+use super::{rewrite, too_large_reply, write_error, Call, State};
 
 /// What a read-modify-write of a string decided, for the reply after the engine call.
 enum Edit {
     /// The new length.
     Length(usize),
-    /// The result would exceed the value limit.
-    TooLong,
+    /// The result, of this length, would exceed the value limit.
+    TooLong(usize),
 }
 
 /// `APPEND key value`: the new length; creates the key when missing.
@@ -25,7 +26,7 @@ pub(crate) fn append(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let result = call.engine().modify(key, |current, buffer| {
         let old = current.as_ref().map_or(&[][..], |item| item.value);
         if old.len() + data.len() > len_max {
-            edit = Edit::TooLong;
+            edit = Edit::TooLong(old.len() + data.len());
             return Change::Keep;
         }
         buffer.extend_from_slice(old);
@@ -41,7 +42,7 @@ fn reply_edit(out: &mut Vec<u8>, result: Result<Edit, strata_engine::WriteError>
         Ok(Edit::Length(len)) => {
             encode::integer(out, i64::try_from(len).unwrap_or(i64::MAX));
         }
-        Ok(Edit::TooLong) => out.extend_from_slice(errors::ERR_STRING_TOO_LONG),
+        Ok(Edit::TooLong(len)) => out.extend_from_slice(too_large_reply(len)),
         Err(error) => write_error(out, &error),
     }
 }
@@ -114,7 +115,7 @@ pub(crate) fn setrange(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             return Change::Keep;
         }
         if offset.saturating_add(data.len()) > len_max {
-            edit = Edit::TooLong;
+            edit = Edit::TooLong(offset.saturating_add(data.len()));
             return Change::Keep;
         }
         buffer.extend_from_slice(old);

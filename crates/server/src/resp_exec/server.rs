@@ -137,6 +137,9 @@ fn write_memory(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
     text.field("maxmemory", engine.memory_bytes);
     text.field("maxmemory_human", human_bytes(engine.memory_bytes));
     text.field("maxmemory_policy", policy_name(ctx));
+    // Output buffers only (what `--client-output-memory` bounds), not Redis's whole clients.
+    text.field("mem_clients_normal", ctx.output_budget.held_bytes());
+    text.field("maxmemory_clients", ctx.output_budget.limit_bytes());
     text.field("mem_allocator", "strata-segments");
 }
 
@@ -158,6 +161,8 @@ fn write_stats(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
     );
     text.field("expired_keys", engine.expired_items);
     text.field("evicted_keys", engine.evicted_items);
+    // Closed over `--client-output-memory`, strata's `maxmemory-clients` for output buffers.
+    text.field("evicted_clients", load(&stats.evicted_clients));
     text.field("keyspace_hits", hits);
     text.field("keyspace_misses", keys.saturating_sub(hits));
     text.field("total_error_replies", load(&stats.errors));
@@ -285,6 +290,10 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("port", settings.resp_port.unwrap_or(0).to_string()),
         ("proto-max-bulk-len", settings.value_len_max.to_string()),
         ("maxclients", settings.connections_max.to_string()),
+        (
+            "maxmemory-clients",
+            settings.client_output_bytes_max.to_string(),
+        ),
         ("timeout", settings.idle_timeout_secs.to_string()),
         ("io-threads", settings.threads.to_string()),
         (

@@ -6,7 +6,8 @@
 //! MGET checks the connection's output limit before each value it appends
 //! ([`output_limit_passed`]), so one MGET of many large values cannot grow the output buffer
 //! past the hard limit by more than one value: past it the reply stops and the connection is
-//! closed without sending it, as Redis closes a client over `client-output-buffer-limit`.
+//! closed without sending it, as Redis closes a client over `client-output-buffer-limit`. The
+//! same check applies the budget of all connections' output (`--client-output-memory`).
 //!
 //! Departure: MSETNX checks that every key is absent and then stores them; strata's shards are
 //! locked one at a time, so a concurrent writer can slip in between (Redis is single-threaded).
@@ -16,6 +17,7 @@ use strata_protocol::resp::{encode, errors, name_eq};
 
 use super::expire::{option_expire_at_ms, Unit};
 use super::{write_error, Call, State};
+use crate::context::output_held_bytes;
 
 /// `GET key`.
 pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
@@ -37,12 +39,31 @@ pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// connection then finds its buffer over the limit and closes without writing any of it, so
 /// the partial reply never reaches the client and no later command of the batch runs.
 ///
+/// It also applies the budget of all connections' output (`OutputBudget`), once this call has
+/// grown the buffer (before that, nothing it wrote holds new memory): past the budget, if this
+/// connection holds the most, the reply stops the same way and the connection is closed as
+/// Redis evicts a client over `maxmemory-clients`; if another holds more, its worker is asked
+/// to close it and the reply goes on.
+///
 /// Departure: under `CLIENT REPLY OFF|SKIP` the reply is dropped after the handler returns, so
 /// the connection closes as for QUIT, without counting an output limit disconnection.
-pub(crate) fn output_limit_passed(state: &mut State, call: &Call<'_>, out: &[u8]) -> bool {
+pub(crate) fn output_limit_passed(state: &mut State, call: &Call<'_>, out: &Vec<u8>) -> bool {
     let passed = call.ctx.settings.output.past_hard(out);
     state.close |= passed;
-    passed
+    if passed {
+        return true;
+    }
+    let budget = &call.ctx.output_budget;
+    if !budget.passed_by(out, state.output_capacity_at_call) {
+        return false;
+    }
+    if budget.is_largest(output_held_bytes(out.capacity())) {
+        state.close = true;
+        state.over_budget = true;
+        return true;
+    }
+    budget.request_eviction();
+    false
 }
 
 /// `MGET key [key ...]`.
@@ -174,11 +195,11 @@ impl<'a> StringOptions<'a> {
     }
 }
 
-/// Replies `ERR_STRING_TOO_LONG` and returns false when `value` cannot be stored under `key`.
+/// Replies `ERR_VALUE_TOO_LARGE` and returns false when `value` cannot be stored under `key`.
 fn value_fits(call: &Call<'_>, key: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool {
     let fits = value.len() <= call.value_len_max(key);
     if !fits {
-        out.extend_from_slice(errors::ERR_STRING_TOO_LONG);
+        out.extend_from_slice(super::ERR_VALUE_TOO_LARGE);
     }
     fits
 }
@@ -446,11 +467,15 @@ pub(crate) mod tests {
 
     /// A context whose output hard limit is `hard` bytes, holding `v` = [`VALUE_BYTES`] bytes.
     pub(crate) fn context(hard: usize) -> ServerContext {
-        let engine = Engine::open(EngineConfig::default()).expect("a DRAM engine opens");
-        let settings = Settings {
+        context_with(Settings {
             output: OutputLimits::new(hard),
             ..Settings::default()
-        };
+        })
+    }
+
+    /// A context with `settings`, holding `v` = [`VALUE_BYTES`] bytes.
+    fn context_with(settings: Settings) -> ServerContext {
+        let engine = Engine::open(EngineConfig::default()).expect("a DRAM engine opens");
         let ctx = ServerContext::new(Arc::new(engine), settings);
         let mut out = Vec::new();
         let set = command(&["SET", "v", &"x".repeat(VALUE_BYTES)]);
@@ -484,7 +509,8 @@ pub(crate) mod tests {
             processed,
             Processed {
                 consumed: input.len(),
-                close: false
+                close: false,
+                ..Processed::default()
             }
         );
         let bulk = [
@@ -514,7 +540,8 @@ pub(crate) mod tests {
             processed,
             Processed {
                 consumed: mget_len,
-                close: true
+                close: true,
+                ..Processed::default()
             }
         );
         assert!(
@@ -528,5 +555,63 @@ pub(crate) mod tests {
             "nothing after it ran"
         );
         assert!(ctx.engine.get(b"v", |item| item.value.len()) == Some(VALUE_BYTES));
+    }
+
+    /// A context whose output buffers may hold 1 MiB together (and 256 MiB each).
+    fn budget_context() -> ServerContext {
+        context_with(Settings {
+            client_output_bytes_max: 1 << 20,
+            ..Settings::default()
+        })
+    }
+
+    #[test]
+    fn mget_past_the_budget_holding_the_most_stops_and_closes_without_its_reply() {
+        let ctx = budget_context();
+        // 10,000 values would be 100 MiB, under the per-connection limit.
+        let mut input = mget(10_000);
+        let mget_len = input.len();
+        input.extend(command(&["SET", "after", "1"]));
+        let mut out = Vec::new();
+        let processed = RespSession::new(2).process(&input, &ctx, &mut out);
+        assert_eq!(
+            processed,
+            Processed {
+                consumed: mget_len,
+                close: true,
+                over_budget: true,
+                ..Processed::default()
+            }
+        );
+        // Capacity doubles: the check sees the buffer at 2 MiB of capacity, just past 1 MiB.
+        assert!(
+            out.len() <= (1 << 20) + VALUE_BYTES + 16,
+            "{} bytes",
+            out.len()
+        );
+        assert!(
+            ctx.engine.get(b"after", |_| ()).is_none(),
+            "nothing after it ran"
+        );
+    }
+
+    #[test]
+    fn mget_past_the_budget_asks_for_a_larger_connection_to_close_and_goes_on() {
+        let ctx = budget_context();
+        // Another connection, on worker 0, holds 8 MiB.
+        ctx.output_budget.publish(0, 8 << 20);
+        ctx.output_budget.publish_largest(0, 8 << 20);
+        let input = mget(200); // 2 MiB.
+        let mut out = Vec::new();
+        let processed = RespSession::new(2).process(&input, &ctx, &mut out);
+        assert_eq!(
+            processed,
+            Processed {
+                consumed: input.len(),
+                ..Processed::default()
+            }
+        );
+        assert!(out.len() > 200 * VALUE_BYTES, "answered whole");
+        assert!(ctx.output_budget.take_eviction_request(0));
     }
 }

@@ -71,7 +71,8 @@ fn pipelined_and_incomplete_input() {
         processed,
         Processed {
             consumed: input.len() - 16,
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
     assert_eq!(out, b"+OK\r\n$1\r\n1\r\n");
@@ -106,7 +107,8 @@ fn protocol_error_replies_and_closes() {
             processed,
             Processed {
                 consumed: input.len(),
-                close: true
+                close: true,
+                ..Processed::default()
             }
         );
         assert_eq!(
@@ -114,7 +116,8 @@ fn protocol_error_replies_and_closes() {
             reply.escape_ascii().to_string()
         );
     }
-    // A bulk longer than the value limit plus the margin is refused while parsing.
+    // A bulk longer than Redis's proto-max-bulk-len is refused while parsing; one over the
+    // value limit plus the margin, but within it, is dropped (see the tests below).
     let settings = Settings {
         value_len_max: 1024,
         ..Settings::default()
@@ -122,7 +125,7 @@ fn protocol_error_replies_and_closes() {
     let ctx = context(settings);
     let mut session = RespSession::new(1);
     let mut out = Vec::new();
-    let too_long = format!("*1\r\n${}\r\n", 1024 + super::BULK_LEN_MARGIN_BYTES + 1);
+    let too_long = format!("*1\r\n${}\r\n", super::BULK_LEN_DISCARD_MAX + 1);
     let processed = session.process(too_long.as_bytes(), &ctx, &mut out);
     assert!(processed.close);
     assert_eq!(out, b"-ERR Protocol error: invalid bulk length\r\n");
@@ -140,7 +143,8 @@ fn incomplete_input_consumes_nothing_and_resumes() {
             processed,
             Processed {
                 consumed: 0,
-                close: false
+                close: false,
+                ..Processed::default()
             },
             "cut at {cut}"
         );
@@ -156,7 +160,8 @@ fn incomplete_input_consumes_nothing_and_resumes() {
         processed,
         Processed {
             consumed: 11,
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
     assert!(out.is_empty());
@@ -214,7 +219,7 @@ fn values_over_the_limit_are_refused() {
         ..Settings::default()
     };
     let ctx = context(settings);
-    let too_long = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
+    let too_long = "-ERR string exceeds maximum allowed size (max-value-size)\r\n";
     check(
         &ctx,
         &[
@@ -405,7 +410,8 @@ fn shutdown_sets_the_flag_and_closes_silently() {
         processed,
         Processed {
             consumed: input.len(),
-            close: true
+            close: true,
+            ..Processed::default()
         }
     );
     assert!(out.is_empty());
@@ -424,7 +430,8 @@ fn quit_stops_the_pipeline() {
         processed,
         Processed {
             consumed: 14,
-            close: true
+            close: true,
+            ..Processed::default()
         }
     );
     assert_eq!(out, b"+OK\r\n");
@@ -590,7 +597,8 @@ fn a_long_pipeline_runs_in_order_across_batches() {
         processed,
         Processed {
             consumed: input.len() - 18,
-            close: false
+            close: false,
+            ..Processed::default()
         }
     );
 }
@@ -616,4 +624,120 @@ fn a_protocol_error_mid_batch_answers_what_came_before() {
             .to_string()
     );
     assert_eq!(run(&mut RespSession::new(2), &ctx, "GET a"), b"$1\r\n1\r\n");
+}
+
+/// Feeds `input` to `session` in pieces of `piece` bytes, as reads would bring it, keeping
+/// what a call leaves unconsumed for the next; returns the replies and the largest input a
+/// call had to be given (what the connection would have buffered).
+fn feed(
+    session: &mut RespSession,
+    ctx: &ServerContext,
+    input: &[u8],
+    piece: usize,
+) -> (Vec<u8>, usize, Processed) {
+    let (mut out, mut pending, mut held_max) = (Vec::new(), Vec::new(), 0);
+    let mut last = Processed::default();
+    for chunk in input.chunks(piece) {
+        pending.extend_from_slice(chunk);
+        held_max = held_max.max(pending.len());
+        last = session.process(&pending, ctx, &mut out);
+        pending.drain(..last.consumed);
+        if last.close {
+            break;
+        }
+    }
+    (out, held_max, last)
+}
+
+/// A context whose largest value is 1 KiB, so bulks over 1 KiB + 64 KiB are dropped unread.
+fn small_value_context() -> ServerContext {
+    context(Settings {
+        value_len_max: 1024,
+        ..Settings::default()
+    })
+}
+
+#[test]
+fn an_argument_over_the_value_limit_is_dropped_as_it_arrives_and_refused() {
+    let ctx = small_value_context();
+    let mut session = RespSession::new(1);
+    let big = "v".repeat(1 << 20);
+    let mut input = command(&["SET", "k", &big]);
+    input.extend(command(&["SET", "after", "1"]));
+    let (out, held_max, last) = feed(&mut session, &ctx, &input, 4096);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "-ERR string exceeds maximum allowed size (max-value-size)\r\n+OK\r\n"
+    );
+    assert!(!last.close, "the connection stays open");
+    assert!(
+        held_max <= 2 * 4096,
+        "buffered {held_max} bytes of a 1 MiB argument"
+    );
+    assert!(ctx.engine.get(b"k", |_| ()).is_none());
+    assert!(ctx.engine.get(b"after", |_| ()).is_some());
+}
+
+#[test]
+fn the_arguments_after_a_too_long_one_are_dropped_with_it() {
+    let ctx = small_value_context();
+    let mut session = RespSession::new(1);
+    let big = "v".repeat(200 << 10);
+    let mut input = command(&["MSET", "a", &big, "b", &big, "c", "3"]);
+    input.extend(b"PING\r\n");
+    for piece in [1, 7, 1 << 20] {
+        let (out, _, last) = feed(&mut session, &ctx, &input, piece);
+        let text = String::from_utf8_lossy(&out);
+        assert_eq!(
+            text, "-ERR string exceeds maximum allowed size (max-value-size)\r\n+PONG\r\n",
+            "in pieces of {piece}"
+        );
+        assert!(!last.close);
+        assert!(ctx.engine.get(b"c", |_| ()).is_none(), "nothing of it ran");
+    }
+    let info = run(&mut session, &ctx, "INFO stats");
+    let info = String::from_utf8_lossy(&info);
+    assert!(info.contains("total_error_replies:3\r\n"), "{info}");
+}
+
+#[test]
+fn a_too_long_argument_is_refused_silently_under_client_reply_off() {
+    let ctx = small_value_context();
+    let mut session = RespSession::new(1);
+    let big = "v".repeat(100 << 10);
+    let mut input = command(&["CLIENT", "REPLY", "OFF"]);
+    input.extend(command(&["SET", "k", &big]));
+    input.extend(command(&["CLIENT", "REPLY", "ON"]));
+    let (out, _, _) = feed(&mut session, &ctx, &input, 1000);
+    assert_eq!(out, b"+OK\r\n", "only CLIENT REPLY ON answers");
+}
+
+#[test]
+fn past_the_protocol_limit_or_in_a_broken_stream_the_connection_closes() {
+    let ctx = small_value_context();
+    let invalid = b"-ERR Protocol error: invalid bulk length\r\n";
+    for (input, reply) in [
+        (
+            &b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$536870913\r\n"[..],
+            &invalid[..],
+        ),
+        (
+            b"*3\r\n$3\r\nSET\r\n$70000\r\n",
+            b"-ERR Protocol error: expected '$', got 'x'\r\n",
+        ),
+    ] {
+        let mut input = input.to_vec();
+        if input.ends_with(b"$70000\r\n") {
+            // The long key is dropped; the next argument's line is not a bulk line.
+            input.extend(vec![b'k'; 70_000]);
+            input.extend(b"\r\nxyz\r\n");
+        }
+        let mut session = RespSession::new(1);
+        let (out, _, last) = feed(&mut session, &ctx, &input, 1000);
+        assert_eq!(
+            out.escape_ascii().to_string(),
+            reply.escape_ascii().to_string()
+        );
+        assert!(last.close);
+    }
 }
