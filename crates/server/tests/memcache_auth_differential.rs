@@ -36,7 +36,11 @@ struct AuthFile(PathBuf);
 
 impl AuthFile {
     fn new() -> AuthFile {
-        let path = std::env::temp_dir().join(format!("strata-mc-auth-{}.txt", std::process::id()));
+        // One file per pair: the tests of this file run in parallel and each removes its own.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("strata-mc-auth-{}-{n}.txt", std::process::id());
+        let path = std::env::temp_dir().join(name);
         std::fs::write(&path, AUTH_FILE).expect("write auth file");
         // memcached drops to `nobody` before reading it.
         let permissions = std::fs::Permissions::from_mode(0o644);

@@ -62,7 +62,7 @@ use crate::context::ServerContext;
 
 /// Longest command line read before authentication, in bytes before the `\n`; a longer one
 /// closes the connection (memcached's 2048 bytes without a newline).
-pub const LINE_LEN_MAX: usize = strata_protocol::memcache::LINE_LEN_MAX_DEFAULT;
+pub const LINE_LEN_MAX: usize = 2048;
 
 /// Longest authentication token, without its `\r\n` (memcached 1.6.42's `MAX_AUTH_REQ_LEN`).
 pub const TOKEN_LEN_MAX: usize = 16384;
