@@ -60,7 +60,7 @@ impl Engine {
         if value_len > max || size > self.inner.segment_size_bytes {
             return Err(WriteError::TooLarge {
                 len: value_len,
-                max: self.value_len_max(key.len()),
+                max: self.value_len_max_for_key(key.len()),
             });
         }
         Ok(())

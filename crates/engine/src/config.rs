@@ -7,12 +7,26 @@ use crate::clock::{Clock, SystemClock};
 
 /// Default memory budget (pool + index): 64 MiB.
 pub const MEMORY_BYTES_DEFAULT: u64 = 64 << 20;
-/// Default segment size, as in Segcache.
-pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 1 << 20;
+/// Default segment size: the smallest that holds the largest item at the default value limit
+/// ([`segment_size_bytes_for`]), 1 MiB + 4 KiB, so that a value of exactly 1 MiB is accepted
+/// (Segcache's segments are 1 MiB; an item never spans two).
+pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = segment_size_bytes_for(VALUE_LEN_MAX_DEFAULT);
 /// Largest segment: CAS values carry the record offset in 20 bits of 8-byte units.
 pub const SEGMENT_SIZE_BYTES_MAX: u64 = 8 << 20;
 /// Default largest value: 1 MiB (an item must also fit in one segment with its header).
 pub const VALUE_LEN_MAX_DEFAULT: usize = 1 << 20;
+/// Keys up to this long (memcached's limit; nearly every Redis key) may have values of exactly
+/// the value limit; a longer key (RESP allows up to [`crate::KEY_LEN_MAX`]) shortens the largest
+/// value by its extra length, since key and value share one segment.
+pub const KEY_LEN_FOR_VALUE_LIMIT: usize = 250;
+
+/// The smallest segment size (a multiple of 4 KiB) that holds a record with every optional
+/// field, a key of [`KEY_LEN_FOR_VALUE_LIMIT`] bytes and a value of `value_len_max` bytes.
+pub const fn segment_size_bytes_for(value_len_max: usize) -> u64 {
+    let record = crate::record::record_size_max(KEY_LEN_FOR_VALUE_LIMIT, value_len_max);
+    (record as u64).next_multiple_of(4096)
+}
+
 /// Default number of shards (each with its own lock, index and open segments).
 pub const SHARD_COUNT_DEFAULT: usize = 8;
 /// Most shards.

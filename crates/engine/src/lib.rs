@@ -42,9 +42,10 @@ pub use api::{
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation, RecoveryObserver,
-    RecoveryProgress, DATA_BYTES_MAX, MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
-    SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
+    segment_size_bytes_for, Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation,
+    RecoveryObserver, RecoveryProgress, DATA_BYTES_MAX, KEY_LEN_FOR_VALUE_LIMIT,
+    MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT,
+    VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
 pub use record::KEY_LEN_MAX;

@@ -214,7 +214,10 @@ impl Engine {
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             flush_at_ms: AtomicU64::new(0),
-            value_len_max: config.value_len_max,
+            value_len_max: config.value_len_max.min(record::value_len_fitting(
+                segment_size_bytes,
+                crate::config::KEY_LEN_FOR_VALUE_LIMIT,
+            )),
             scrub: Mutex::new(crate::scrub::ScrubState::default()),
         };
         let snapshot = match (plan, pool.take_sidecar()) {
@@ -301,12 +304,20 @@ impl Engine {
         self.pool.lock().path()
     }
 
-    /// Largest value accepted for a key of `key_len` bytes (without TTL/flags/CAS fields).
-    pub fn value_len_max(&self, key_len: usize) -> usize {
-        let overhead = record::HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + key_len;
-        self.inner
-            .value_len_max
-            .min(self.inner.segment_size_bytes.saturating_sub(overhead))
+    /// Largest value accepted for a key of up to [`crate::KEY_LEN_FOR_VALUE_LIMIT`] bytes,
+    /// whatever the record's optional fields: the configured limit, or less if the segments
+    /// cannot hold one that long (see [`crate::segment_size_bytes_for`]).
+    pub fn value_len_max(&self) -> usize {
+        self.inner.value_len_max
+    }
+
+    /// Largest value accepted for a key of `key_len` bytes: [`Engine::value_len_max`], less
+    /// what a key longer than [`crate::KEY_LEN_FOR_VALUE_LIMIT`] takes of its segment.
+    pub fn value_len_max_for_key(&self, key_len: usize) -> usize {
+        self.inner.value_len_max.min(record::value_len_fitting(
+            self.inner.segment_size_bytes,
+            key_len,
+        ))
     }
 
     /// Persists everything and marks the pool cleanly closed, so the next open knows nothing

@@ -138,6 +138,19 @@ fn optional_fields_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> 
     (flags, size)
 }
 
+/// Bytes a record with a key of `key_len` and a value of `value_len` bytes occupies at most:
+/// with the wide form and every optional field, padding included.
+pub const fn record_size_max(key_len: usize, value_len: usize) -> usize {
+    (HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + key_len + value_len).next_multiple_of(RECORD_ALIGN_BYTES)
+}
+
+/// The largest value whose record, with a key of `key_len` bytes and every optional field,
+/// fits in `capacity` bytes.
+pub const fn value_len_fitting(capacity: usize, key_len: usize) -> usize {
+    (capacity / RECORD_ALIGN_BYTES * RECORD_ALIGN_BYTES)
+        .saturating_sub(HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + key_len)
+}
+
 /// Bytes a record with these sizes and fields occupies, padding included.
 pub fn record_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> usize {
     let (_, optional) = optional_fields_size(key_len, value_len, meta);

@@ -69,8 +69,10 @@ fn a_value_as_large_as_a_segment_allows_is_accepted_when_configured() {
         ..EngineConfig::default()
     })
     .unwrap();
-    let max = engine.value_len_max(3);
+    let max = engine.value_len_max();
     assert!(max < 64 << 10 && max > 60 << 10);
+    assert_eq!(max, engine.value_len_max_for_key(250));
+    assert!(engine.value_len_max_for_key(1000) < max);
     engine
         .set(b"big", &vec![7u8; max], 0, Expiry::Never)
         .unwrap();

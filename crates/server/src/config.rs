@@ -12,8 +12,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use strata_engine::{
-    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation,
-    SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX,
+    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation, SEGMENT_SIZE_BYTES_MAX,
 };
 
 use crate::auth::Credentials;
@@ -375,6 +374,10 @@ impl ServeOptions {
         let output_buffered_bytes_hard = self
             .output_buffer_limit
             .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, bytes);
+        let value_len_max = bytes(
+            self.max_value_size
+                .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
+        );
         let config = ServerConfig {
             memcache_listen,
             resp_listen,
@@ -383,9 +386,12 @@ impl ServeOptions {
             memory_bytes: self.memory.map_or(MEMORY_BYTES_DEFAULT, |s| s.0),
             pool: self.pool,
             fresh: self.fresh,
-            segment_size_bytes: self
-                .segment_size
-                .map_or(SEGMENT_SIZE_BYTES_DEFAULT, |s| s.0),
+            // By default, the smallest segment that holds the largest value (with a key of up to
+            // 250 bytes and every record field): 1 MiB + 4 KiB for the default 1 MiB.
+            segment_size_bytes: self.segment_size.map_or_else(
+                || strata_engine::segment_size_bytes_for(value_len_max),
+                |s| s.0,
+            ),
             eviction: eviction(self.eviction.unwrap_or(EvictionArg::Merge)),
             durability: self.durability.map_or(Durability::None, |d| d.0),
             index_placement: match self.index_placement {
@@ -393,10 +399,7 @@ impl ServeOptions {
                 Some(IndexPlacementArg::Dram) | None => IndexPlacement::Dram,
             },
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
-            value_len_max: usize::try_from(
-                self.max_value_size.map_or(VALUE_LEN_MAX_DEFAULT, |s| s.0),
-            )
-            .unwrap_or(usize::MAX),
+            value_len_max,
             idle_timeout_secs: self.idle_timeout.unwrap_or(0),
             output_buffered_bytes_hard,
             // All clients together may hold what one client may: the default bounds the total
@@ -469,12 +472,16 @@ impl ServerConfig {
                 ByteSize(value_len_max)
             ));
         }
-        if value_len_max > self.segment_size_bytes {
+        let segment_needed = strata_engine::segment_size_bytes_for(self.value_len_max);
+        if self.segment_size_bytes < segment_needed {
             return fail(format!(
-                "--max-value-size ({}) must not exceed --segment-size ({}): an item lives in one \
-                 segment; raise --segment-size (at most {})",
-                ByteSize(value_len_max),
+                "--segment-size ({}) cannot hold a value of --max-value-size ({}) with its key \
+                 (up to {} bytes) and record header: an item lives in one segment; raise \
+                 --segment-size to {} or more (at most {}), or lower --max-value-size",
                 ByteSize(self.segment_size_bytes),
+                ByteSize(value_len_max),
+                strata_engine::KEY_LEN_FOR_VALUE_LIMIT,
+                ByteSize(segment_needed),
                 ByteSize(SEGMENT_SIZE_BYTES_MAX)
             ));
         }

@@ -502,13 +502,14 @@ impl<'a> Call<'a> {
         &self.ctx.engine
     }
 
-    /// The largest value a write of `key` may leave: the server's value limit and the engine's
-    /// (which depends on the key length).
+    /// The largest value a write of `key` may leave: the server's value limit, exact for keys
+    /// of up to 250 bytes, shortened by a longer key's extra length (key and value share one
+    /// segment).
     pub fn value_len_max(&self, key: &[u8]) -> usize {
         self.ctx
             .settings
             .value_len_max
-            .min(self.engine().value_len_max(key.len()))
+            .min(self.engine().value_len_max_for_key(key.len()))
     }
 }
 

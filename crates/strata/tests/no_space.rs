@@ -22,7 +22,8 @@ struct SmallFs(PathBuf);
 
 impl SmallFs {
     fn mount(name: &str, size: &str) -> SmallFs {
-        let dir = std::env::temp_dir().join(format!("strata-nospace-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("strata-nospace-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mount point");
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -64,13 +65,24 @@ impl Drop for SmallFs {
 fn assert_refused_cleanly(pool: &str, extra: &[&str]) {
     let mut args = vec!["serve", "--pool", pool, "--memory", "256MiB"];
     args.extend(extra);
-    args.extend(["--memcache-listen", "127.0.0.1:0", "--resp-listen", "127.0.0.1:0"]);
+    args.extend([
+        "--memcache-listen",
+        "127.0.0.1:0",
+        "--resp-listen",
+        "127.0.0.1:0",
+    ]);
     args.extend(["--admin-listen", "127.0.0.1:0"]);
     let (status, _, stderr) = run_output(&args);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot reserve"), "{stderr}");
-    assert!(stderr.contains("free space"), "the message says what to do: {stderr}");
-    assert!(!Path::new(pool).exists(), "a partial pool file was left behind");
+    assert!(
+        stderr.contains("free space"),
+        "the message says what to do: {stderr}"
+    );
+    assert!(
+        !Path::new(pool).exists(),
+        "a partial pool file was left behind"
+    );
 }
 
 #[test]
@@ -134,7 +146,11 @@ fn writes_after_the_file_system_fills_never_kill_the_server() {
         // The latest writes are the ones eviction kept: the small keys, every one of them.
         for i in (0..20_000).step_by(97) {
             client.send(format!("get small:{i:06}\r\n").as_bytes());
-            assert_eq!(client.line(), format!("VALUE small:{i:06} 0 2\r\n"), "{placement}");
+            assert_eq!(
+                client.line(),
+                format!("VALUE small:{i:06} 0 2\r\n"),
+                "{placement}"
+            );
             assert_eq!(client.line(), "ok\r\n");
             assert_eq!(client.line(), "END\r\n");
         }

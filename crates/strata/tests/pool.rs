@@ -9,7 +9,8 @@ fn inspect_and_verify_a_cleanly_closed_pool() {
     let pool_file = PoolFile::new("inspect");
     let pool = pool_file.path();
     {
-        let mut server = Server::start(&["--pool", pool, "--fresh", "--segment-size", "1MiB"]);
+        let flags = ["--pool", pool, "--fresh", "--segment-size", "1MiB"];
+        let mut server = Server::start(&[&flags[..], &["--max-value-size", "512KiB"]].concat());
         let mut client = Client::connect(server.resp);
         assert_eq!(client.call(b"SET k v\r\n"), "+OK\r\n");
         server.terminate();

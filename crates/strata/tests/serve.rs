@@ -499,3 +499,40 @@ fn a_memcached_multiget_pauses_at_the_output_budget_and_is_never_closed() {
     assert_eq!(server.metric("strata_evicted_clients_total"), 0);
     assert_peak_rss_bounded(&server, before, BUDGET_BYTES + 2 * BUDGET_VALUE_BYTES);
 }
+
+/// Issue 10, finding 7: the documented 1 MiB value limit was really 1,048,559 bytes (memcached)
+/// and 1,048,539 (RESP), what a 1 MiB segment left after the record header and the key. The
+/// default segment now holds exactly `max-value-size` with any key of up to 250 bytes, on both
+/// protocols; one byte more is refused, and the connection goes on.
+#[test]
+fn the_value_limit_is_exactly_max_value_size_on_both_protocols() {
+    let server = Server::start(&["--memory", "64MiB"]);
+    let limit = 1usize << 20;
+    let mut mc = Client::connect(server.memcache);
+    let mut resp = Client::connect(server.resp);
+    for key_len in [1, 250] {
+        let key = "k".repeat(key_len);
+        for (len, stored) in [(limit, true), (limit + 1, false)] {
+            let value = vec![b'v'; len];
+            let mut request = format!("set {key} 5 0 {len}\r\n").into_bytes();
+            request.extend_from_slice(&value);
+            request.extend_from_slice(b"\r\n");
+            let expected = if stored {
+                "STORED\r\n"
+            } else {
+                "SERVER_ERROR object too large for cache\r\n"
+            };
+            assert_eq!(mc.call(&request), expected, "memcached, {len} bytes");
+            let reply = resp.call(&resp_command(&[b"SET", key.as_bytes(), &value]));
+            if stored {
+                assert_eq!(reply, "+OK\r\n", "RESP, {len} bytes");
+                assert_eq!(
+                    resp.call(&resp_command(&[b"STRLEN", key.as_bytes()])),
+                    format!(":{limit}\r\n")
+                );
+            } else {
+                assert!(reply.starts_with("-ERR"), "RESP, {len} bytes: {reply:?}");
+            }
+        }
+    }
+}

@@ -173,6 +173,20 @@ fn file_keys_are_flag_names_and_flags_override_them() {
     std::fs::remove_file(&file.0).expect("remove");
 }
 
+/// The default segment holds a value of exactly `--max-value-size` with a 250-byte key and every
+/// record field (issue 10, finding 7).
+#[test]
+fn the_default_segment_holds_the_largest_value() {
+    let config = parse(&[]).expect("defaults");
+    assert_eq!(config.segment_size_bytes, (1 << 20) + 4096);
+    let config = parse(&["--max-value-size", "4MiB"]).expect("valid");
+    assert_eq!(config.segment_size_bytes, (4 << 20) + 4096);
+    assert!(
+        parse(&["--segment-size", "1MiB"]).is_err(),
+        "1 MiB cannot hold 1 MiB"
+    );
+}
+
 #[test]
 fn bad_values_are_refused_with_the_flag_named() {
     for (args, needle) in [
@@ -181,7 +195,10 @@ fn bad_values_are_refused_with_the_flag_named() {
         (&["--memory", "1MiB"], "--memory"),
         (&["--memory", "lots"], "--memory"),
         (&["--segment-size", "5000"], "segment size"),
-        (&["--max-value-size", "4MiB"], "--segment-size"),
+        (
+            &["--max-value-size", "4MiB", "--segment-size", "4MiB"],
+            "raise --segment-size to 4100 KiB",
+        ),
         (&["--max-value-size", "10"], "--max-value-size"),
         (&["--memcache-listen", "nowhere"], "--memcache-listen"),
         (
