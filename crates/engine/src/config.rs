@@ -212,6 +212,10 @@ pub struct EngineConfig {
     /// Told how a recovery at open progresses (the server logs it; tests stop an open at a
     /// chosen point to leave the pool as a crash there would).
     pub recovery_observer: Option<RecoveryObserver>,
+    /// With a simulated pool (power-failure tests) and the index in the pool: the directory of
+    /// its index files, which then records persists instead of making them (see
+    /// `Engine::crash_images`). File pools keep theirs in `<pool>.index`.
+    pub simulated_index_dir: Option<PathBuf>,
 }
 
 /// A step of the recovery that `Engine::open` runs on a reopened pool.
@@ -263,6 +267,7 @@ impl Default for EngineConfig {
             clock: Arc::new(SystemClock),
             fail_persist_from: None,
             recovery_observer: None,
+            simulated_index_dir: None,
         }
     }
 }
@@ -292,8 +297,11 @@ impl EngineConfig {
         if self.shard_count == 0 || self.shard_count > SHARD_COUNT_MAX {
             return Err("shard count must be 1..=1024");
         }
+        let simulated_files =
+            self.pool == PoolLocation::Simulated && self.simulated_index_dir.is_some();
         if self.index_placement == IndexPlacement::Pool
             && !matches!(self.pool, PoolLocation::File(_))
+            && !simulated_files
         {
             return Err("index placement `pool` needs a file pool");
         }

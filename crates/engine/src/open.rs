@@ -112,6 +112,19 @@ impl Engine {
                 (PoolLocation::File(path), IndexPlacement::Pool) => Some(Arc::new(
                     IndexFiles::open(path, usize::from(shard_count), segments.len())?,
                 )),
+                (PoolLocation::Simulated, IndexPlacement::Pool) => {
+                    let dir = config
+                        .simulated_index_dir
+                        .clone()
+                        .expect("checked by validate");
+                    let shards = usize::from(shard_count);
+                    Some(Arc::new(IndexFiles::open_dir(
+                        dir,
+                        shards,
+                        segments.len(),
+                        true,
+                    )?))
+                }
                 (PoolLocation::File(path), IndexPlacement::Dram) => {
                     IndexFiles::remove(path);
                     None
@@ -357,8 +370,23 @@ impl Engine {
     /// For a simulated pool: what a power cut now would leave (see `strata_pool::Pool::crash_image`).
     /// Takes every shard's lock so no write is half-way through a copy.
     pub fn crash_image(&self, keep_unpersisted_line: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
-        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
+        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.hold()).collect();
         self.pool.lock().crash_image(keep_unpersisted_line)
+    }
+
+    /// For a simulated pool with its index in (simulated) files: what a power cut now would
+    /// leave of both, at the same instant: the pool image, and the index directory's written to
+    /// `index_target` (see `strata_pool::IndexFiles::crash_image`).
+    pub fn crash_images(
+        &self,
+        index_target: &std::path::Path,
+        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<Vec<u8>, strata_pool::PoolError> {
+        let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.hold()).collect();
+        if let Some(files) = &self.files {
+            files.crash_image(index_target, keep_unpersisted_line)?;
+        }
+        Ok(self.pool.lock().crash_image(keep_unpersisted_line))
     }
 
     /// Figures for stats.

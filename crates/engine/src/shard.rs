@@ -173,6 +173,12 @@ impl ShardLock {
         ShardWrite::begin(self.0.write())
     }
 
+    /// Exclusive access that changes nothing, so does not mark the shard as changing: for
+    /// taking a crash image, which must show the control line as it is between changes.
+    pub(crate) fn hold(&self) -> parking_lot::RwLockWriteGuard<'_, Shard> {
+        self.0.write()
+    }
+
     /// Exclusive access if no one holds the lock right now.
     pub(crate) fn try_write(&self) -> Option<ShardWrite<'_>> {
         self.0.try_write().map(ShardWrite::begin)

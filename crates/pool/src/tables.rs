@@ -19,9 +19,11 @@
 //! a store through their mapping never meets a full file system (a SIGBUS).
 //! They are only written by the process holding the pool's exclusive lock.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::PoolError;
 use crate::{io_err, AtomicLine, CACHE_LINE_SIZE_BYTES};
@@ -37,8 +39,14 @@ enum Storage {
     File {
         _map: memmap2::MmapMut,
         path: PathBuf,
+        /// Power-failure simulation (tests): the bytes as last persisted. `persist` copies the
+        /// table here instead of (only) calling msync; see [`IndexFiles::crash_image`].
+        persisted: Option<Arc<Mutex<Vec<u8>>>>,
     },
 }
+
+/// Where a simulated index directory keeps what each table file last persisted, by file name.
+type Persisted = Mutex<HashMap<PathBuf, Weak<Mutex<Vec<u8>>>>>;
 
 /// A fixed-size table of zeroed-at-creation cache lines.
 pub struct LineTable {
@@ -74,7 +82,12 @@ impl LineTable {
         }
     }
 
-    fn file(path: PathBuf, count: usize, create: bool) -> Result<LineTable, PoolError> {
+    fn file(
+        path: PathBuf,
+        count: usize,
+        create: bool,
+        simulated: Option<&Persisted>,
+    ) -> Result<LineTable, PoolError> {
         assert!(count > 0, "file tables are never empty");
         let len = count
             .checked_mul(CACHE_LINE_SIZE_BYTES)
@@ -118,10 +131,21 @@ impl LineTable {
             0,
             "mappings are page aligned"
         );
+        let persisted = simulated.map(|registry| {
+            // What the file holds when it is opened is taken as persisted (a created file: zeros).
+            let shadow = Arc::new(Mutex::new(map.to_vec()));
+            let mut registry = registry.lock().expect("registry lock");
+            registry.insert(path.clone(), Arc::downgrade(&shadow));
+            shadow
+        });
         Ok(LineTable {
             base,
             count,
-            storage: Storage::File { _map: map, path },
+            storage: Storage::File {
+                _map: map,
+                path,
+                persisted,
+            },
         })
     }
 
@@ -149,11 +173,25 @@ impl LineTable {
         }
     }
 
-    /// Writes the table's file back to its medium (msync); nothing for DRAM.
+    /// Writes the table's file back to its medium (msync); nothing for DRAM. In a simulated
+    /// index directory, records the table as persisted.
     pub fn persist(&self) -> Result<(), PoolError> {
         match &self.storage {
             Storage::Dram(_) => Ok(()),
-            Storage::File { _map: map, path } => map
+            Storage::File {
+                _map: map,
+                persisted: Some(shadow),
+                ..
+            } => {
+                shadow
+                    .lock()
+                    .expect("shadow lock")
+                    .copy_from_slice(&map[..]);
+                Ok(())
+            }
+            Storage::File {
+                _map: map, path, ..
+            } => map
                 .flush()
                 .map_err(|e| io_err("msync index table", path, e)),
         }
@@ -209,6 +247,8 @@ pub struct IndexFiles {
     control: LineTable,
     shard_count: usize,
     found: Option<ControlHeader>,
+    /// For a simulated pool (tests): what each table file last persisted.
+    simulated: Option<Persisted>,
 }
 
 impl std::fmt::Debug for IndexFiles {
@@ -236,13 +276,25 @@ impl IndexFiles {
         shard_count: usize,
         segment_count: usize,
     ) -> Result<IndexFiles, PoolError> {
-        let dir = Self::dir_for(pool_path);
+        Self::open_dir(Self::dir_for(pool_path), shard_count, segment_count, false)
+    }
+
+    /// [`IndexFiles::open`] on the directory `dir`. With `simulated` (the index of a simulated
+    /// pool, for power-failure tests), persists are recorded rather than made, and
+    /// [`IndexFiles::crash_image`] builds what a power cut would leave of the directory.
+    pub fn open_dir(
+        dir: PathBuf,
+        shard_count: usize,
+        segment_count: usize,
+        simulated: bool,
+    ) -> Result<IndexFiles, PoolError> {
         std::fs::create_dir_all(&dir).map_err(|e| io_err("create index directory", &dir, e))?;
+        let simulated = simulated.then(|| Mutex::new(HashMap::new()));
         let lines = 1 + shard_count + segment_count.div_ceil(BOOKS_PER_LINE);
         let path = dir.join("control");
         let existing = std::fs::metadata(&path)
             .is_ok_and(|m| m.len() == (lines * CACHE_LINE_SIZE_BYTES) as u64);
-        let control = LineTable::file(path, lines, !existing)?;
+        let control = LineTable::file(path, lines, !existing, simulated.as_ref())?;
         let word = |i: usize| control[0].0[i].load(Ordering::Relaxed);
         let found = (existing
             && word(0) == CONTROL_MAGIC
@@ -265,7 +317,50 @@ impl IndexFiles {
             control,
             shard_count,
             found,
+            simulated,
         })
+    }
+
+    /// For a simulated index directory: writes into `target` what a power cut now would leave
+    /// of each file: its bytes as last persisted, plus each 64-byte line written since for which
+    /// `keep_unpersisted_line` says yes (as the pool's `crash_image` builds them). A file never
+    /// persisted keeps only the lines chosen, over zeros. Files deleted are gone.
+    pub fn crash_image(
+        &self,
+        target: &Path,
+        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<(), PoolError> {
+        let registry = self
+            .simulated
+            .as_ref()
+            .expect("crash images are made of simulated index directories")
+            .lock()
+            .expect("registry lock");
+        std::fs::create_dir_all(target).map_err(|e| io_err("create image dir", target, e))?;
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| io_err("list", &self.dir, e))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let live = std::fs::read(&path).map_err(|e| io_err("read", &path, e))?;
+            let persisted = registry
+                .get(&path)
+                .and_then(Weak::upgrade)
+                .map(|shadow| shadow.lock().expect("shadow lock").clone())
+                .filter(|shadow| shadow.len() == live.len())
+                .unwrap_or_else(|| vec![0; live.len()]);
+            let mut image = persisted;
+            for (line, (kept, now)) in image
+                .chunks_mut(CACHE_LINE_SIZE_BYTES)
+                .zip(live.chunks(CACHE_LINE_SIZE_BYTES))
+                .enumerate()
+            {
+                if kept != now && keep_unpersisted_line(line) {
+                    kept.copy_from_slice(now);
+                }
+            }
+            let out = target.join(entry.file_name());
+            std::fs::write(&out, image).map_err(|e| io_err("write image", &out, e))?;
+        }
+        Ok(())
     }
 
     /// The header found at open, if the control file had this shape.
@@ -309,7 +404,8 @@ impl IndexFiles {
         generation: u64,
         count: usize,
     ) -> Result<LineTable, PoolError> {
-        LineTable::file(self.table_path(shard, kind, generation), count, true)
+        let path = self.table_path(shard, kind, generation);
+        LineTable::file(path, count, true, self.simulated.as_ref())
     }
 
     /// Opens an existing table file, which must hold exactly `count` lines.
@@ -320,7 +416,8 @@ impl IndexFiles {
         generation: u64,
         count: usize,
     ) -> Result<LineTable, PoolError> {
-        LineTable::file(self.table_path(shard, kind, generation), count, false)
+        let path = self.table_path(shard, kind, generation);
+        LineTable::file(path, count, false, self.simulated.as_ref())
     }
 
     /// Deletes every table file of `shard` except the generations in `keep`.
