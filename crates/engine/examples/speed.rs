@@ -1,7 +1,9 @@
 //! In-process speed: ns per get, set and get_many(100) on 1M items of 16-byte keys and 32-byte
 //! values, uniform and zipf(0.99) keys, 1 and 2 threads. Prints the median of 5 rounds.
 //!
-//! Run: `cargo run --release -p strata-engine --example speed`
+//! Run: `cargo run --release -p strata-engine --example speed`; with `STRATA_VALIDATE_READS=1`
+//! every read validates its record's checksum (`EngineConfig::validate_every_read`), the cost
+//! of checking on read rather than scrubbing once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,6 +83,7 @@ fn main() {
     let engine = Arc::new(
         Engine::open(EngineConfig {
             memory_bytes: 512 << 20,
+            validate_every_read: std::env::var("STRATA_VALIDATE_READS").is_ok_and(|v| v == "1"),
             ..EngineConfig::default()
         })
         .unwrap(),

@@ -216,6 +216,10 @@ pub struct EngineConfig {
     /// its index files, which then records persists instead of making them (see
     /// `Engine::crash_images`). File pools keep theirs in `<pool>.index`.
     pub simulated_index_dir: Option<PathBuf>,
+    /// Validate every record a read touches (checksum), not only those no walk has checked
+    /// since the open (the default; see the `scrub` module). Costs a CRC32C of the record per
+    /// read; for pools whose memory is not trusted to keep what was written.
+    pub validate_every_read: bool,
 }
 
 /// A step of the recovery that `Engine::open` runs on a reopened pool.
@@ -268,6 +272,7 @@ impl Default for EngineConfig {
             fail_persist_from: None,
             recovery_observer: None,
             simulated_index_dir: None,
+            validate_every_read: false,
         }
     }
 }

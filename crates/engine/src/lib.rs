@@ -303,6 +303,8 @@ pub(crate) struct Inner {
     value_len_max: usize,
     /// Where the scrub of unverified segments and index entries stands.
     scrub: Mutex<scrub::ScrubState>,
+    /// `EngineConfig::validate_every_read`.
+    pub(crate) validate_every_read: bool,
 }
 
 impl Inner {

@@ -232,6 +232,7 @@ impl Engine {
                 crate::config::KEY_LEN_FOR_VALUE_LIMIT,
             )),
             scrub: Mutex::new(crate::scrub::ScrubState::default()),
+            validate_every_read: config.validate_every_read,
         };
         let snapshot = match (plan, pool.take_sidecar()) {
             (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),
