@@ -127,9 +127,18 @@ fn resp_seeds() -> Vec<(String, Vec<u8>)> {
     named(&[
         ("get", b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n"),
         ("set", b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"),
-        ("set-ex", b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n10\r\n"),
-        ("pipeline", b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n*1\r\n$4\r\nQUIT\r\n"),
-        ("mget", b"*4\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"),
+        (
+            "set-ex",
+            b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n10\r\n",
+        ),
+        (
+            "pipeline",
+            b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n*1\r\n$4\r\nQUIT\r\n",
+        ),
+        (
+            "mget",
+            b"*4\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n",
+        ),
         ("empty-bulk", b"*2\r\n$4\r\nECHO\r\n$0\r\n\r\n"),
         ("zero-count", b"*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n"),
         ("unchecked-tail", b"*1\r\n$4\r\nPINGxy*1\r\n$4\r\nPING\r\n"),
@@ -150,8 +159,15 @@ fn resp_seeds() -> Vec<(String, Vec<u8>)> {
         ("inline-spaces", b"  SET\tk \x0bv\x0c  \r\n"),
         ("hello", b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"),
         ("auth", b"*3\r\n$4\r\nAUTH\r\n$4\r\nuser\r\n$4\r\npass\r\n"),
-        ("scan", b"*6\r\n$4\r\nSCAN\r\n$1\r\n0\r\n$5\r\nMATCH\r\n$2\r\nk*\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n"),
-        ("long-count-line", b"*00000000000000000000001\r\n$4\r\nPING\r\n"),
+        (
+            "scan",
+            b"*6\r\n$4\r\nSCAN\r\n$1\r\n0\r\n$5\r\nMATCH\r\n$2\r\nk*\r\n\
+              $5\r\nCOUNT\r\n$2\r\n10\r\n",
+        ),
+        (
+            "long-count-line",
+            b"*00000000000000000000001\r\n$4\r\nPING\r\n",
+        ),
         ("long-inline", &[b'a'; 100]),
     ])
 }

@@ -1,4 +1,4 @@
-//! `cargo fuzz run memcache_parse`: see `strata_fuzz::memcache` for the input and the invariants checked.
+//! `cargo fuzz run memcache_parse`: input and invariants are in `strata_fuzz::memcache`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| strata_fuzz::memcache::check(data));

@@ -1,4 +1,4 @@
-//! `cargo fuzz run resp_parse`: see `strata_fuzz::resp` for the input and the invariants checked.
+//! `cargo fuzz run resp_parse`: the input and the invariants checked are in `strata_fuzz::resp`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| strata_fuzz::resp::check(data));
