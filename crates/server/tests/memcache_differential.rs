@@ -210,6 +210,10 @@ fn memcache_delete_touch_arith() {
         b"set x 0 0 0\r\n\r\nincr x 1\r\nset x 0 0 3\r\n 12\r\nincr x 1\r\nget x\r\n",
         b"set x 0 0 3\r\n1 2\r\nincr x 1 noreply\r\nget x\r\n",
         b"incr x abc\r\nincr x -1\r\n",
+        // A key named `noreply` is a key when it is the only argument (found by fuzzing).
+        b"set noreply 0 0 1\r\nx\r\ndelete noreply\r\ndelete noreply\r\n",
+        b"set noreply 0 0 1\r\n5\r\ntouch noreply 10\r\nincr noreply 1\r\nget noreply\r\n",
+        b"delete noreply noreply\r\nverbosity noreply\r\nflush_all noreply\r\n",
     ]);
 }
 

@@ -1,7 +1,8 @@
 //! `delete <key> [0] [noreply]`.
 //!
 //! memcached 1.6 still accepts the legacy hold time `0` (`t/issue_108.t`): `delete a 0`,
-//! `delete a 0 noreply` and `delete a noreply` are fine; any other second argument is
+//! `delete a 0 noreply` and `delete a noreply` are fine (`delete noreply` deletes the key
+//! `noreply`, with a reply); any other second argument is
 //! `CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]` (two spaces, as sent),
 //! and more than three arguments are `ERROR`. `noreply` suppresses the error replies.
 
@@ -23,7 +24,10 @@ pub(crate) fn parse<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, P
     if !(1..=3).contains(&count) {
         return Err(line.refuse(ERROR, false));
     }
-    let noreply = noreply_last(&args, count);
+    // memcached looks for `noreply` only after a second argument (`process_delete_command`
+    // calls `set_noreply_maybe` only then): `delete noreply` deletes the key `noreply` and
+    // replies.
+    let noreply = count > 1 && noreply_last(&args, count);
     if count > 1 {
         let hold_is_zero = args[1] == b"0";
         let valid = (count == 2 && (hold_is_zero || noreply)) || (hold_is_zero && noreply);
@@ -60,6 +64,29 @@ mod tests {
             };
             assert_eq!(parse(input, &Limits::default()), Ok(want), "{input:?}");
         }
+    }
+
+    /// Found by the memcache_parse fuzz target (its encoding of `delete noreply` did not parse
+    /// back to the same request): strata took the only argument for both the key and the
+    /// `noreply` flag, and sent no reply, where memcached 1.6.18 deletes the key `noreply` and
+    /// replies; a client waiting for that reply would hang.
+    #[test]
+    fn a_key_named_noreply_alone_is_a_key_and_gets_a_reply() {
+        let input = b"delete noreply\r\n";
+        let want = Parsed {
+            request: Request::Delete(Delete {
+                key: b"noreply",
+                noreply: false,
+            }),
+            consumed: input.len(),
+        };
+        assert_eq!(parse(input, &Limits::default()), Ok(want));
+        let twice = parse(b"delete noreply noreply\r\n", &Limits::default()).unwrap();
+        let want = Delete {
+            key: b"noreply",
+            noreply: true,
+        };
+        assert_eq!(twice.request, Request::Delete(want));
     }
 
     #[test]

@@ -319,8 +319,8 @@ fn next_line<'a>(buf: &'a [u8], limits: &Limits) -> Result<(&'a [u8], usize), Pa
     let get_line_len_max = limits.line_len_waited_max();
     let window = &buf[..buf.len().min(get_line_len_max + 1)];
     let Some(newline) = crate::scan::find_byte(window, b'\n') else {
-        let too_long =
-            buf.len() > limits.line_len_max && (buf.len() > get_line_len_max || !is_multiget(buf));
+        let too_long = buf.len() > limits.line_len_max
+            && (buf.len() > get_line_len_max || !may_become_multiget(buf));
         return Err(if too_long {
             ParseError::Close
         } else {
@@ -341,6 +341,19 @@ fn is_multiget(buf: &[u8]) -> bool {
     let spaces = buf.iter().take_while(|&&b| b == b' ').count();
     let rest = &buf[spaces..];
     spaces <= LEADING_SPACES_MAX && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+}
+
+/// Whether a line whose end has not arrived may still turn out to be a multiget: it is one
+/// already, or it is leading spaces and the start of `get `/`gets ` that the next read may
+/// complete. Deciding on what has arrived alone would close a connection whose multiget arrives
+/// split just there when `line_len_max` is below the allowance of leading spaces, which the
+/// complete line would not.
+fn may_become_multiget(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[spaces..];
+    is_multiget(buf)
+        || (spaces <= LEADING_SPACES_MAX
+            && (b"get ".starts_with(rest) || b"gets ".starts_with(rest)))
 }
 
 /// Splits up to `N` arguments into an array and counts all of them, so a command can check its
@@ -540,6 +553,44 @@ mod tests {
             huge_get.extend_from_slice(b" a");
         }
         assert_eq!(parse_default(&huge_get), Err(ParseError::Close));
+    }
+
+    /// Found by the memcache_parse fuzz target: with a line limit below the 100 leading spaces
+    /// memcached allows before `get `, a multiget that arrived as far as its spaces (or part of
+    /// `gets`) closed the connection, although the whole line is accepted. The outcome must not
+    /// depend on where the reads split the line.
+    #[test]
+    fn a_multiget_split_in_its_leading_spaces_is_incomplete() {
+        let limits = Limits {
+            line_len_max: 64,
+            ..Limits::default()
+        };
+        let mut line = vec![b' '; 90];
+        line.extend_from_slice(b"gets a b\r\n");
+        let whole = parse(&line, &limits);
+        assert!(
+            matches!(
+                whole,
+                Ok(Parsed {
+                    request: Request::Get(_),
+                    ..
+                })
+            ),
+            "{whole:?}"
+        );
+        for end in 65..line.len() {
+            assert_eq!(
+                parse(&line[..end], &limits),
+                Err(ParseError::Incomplete),
+                "{end} bytes"
+            );
+        }
+        // More spaces than memcached allows, or another command: no multiget can follow.
+        let mut spaces = vec![b' '; LEADING_SPACES_MAX + 1];
+        assert_eq!(parse(&spaces, &limits), Err(ParseError::Close));
+        spaces.truncate(80);
+        spaces.extend_from_slice(b"gat");
+        assert_eq!(parse(&spaces, &limits), Err(ParseError::Close));
     }
 
     /// The general path alone, for comparison with [`parse`]'s shortcut.
