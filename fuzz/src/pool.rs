@@ -19,6 +19,8 @@
 //! - An opened engine answers every read without panicking: recovery report, stats, a full
 //!   `scan` (which terminates), `get`/`peek`/`contains`/`get_many` of every key scanned,
 //!   `random_key`; `check_integrity` may report damage but not panic; `close` returns.
+//! - After `repair` and the scrub have run to their end, `check_integrity` passes and every
+//!   key a scan returns is found by `get` under that key, whatever the damage.
 //! - When recovery rebuilt the index from the records and `check_integrity` passes, every key
 //!   the scan returned is found by `get` under that key. (An index restored from the sidecar or
 //!   mapped from index files is taken as the clean stop or the crash left it; with checksums
@@ -265,6 +267,7 @@ fn use_every_read_path(engine: &Engine) -> Outcome {
     }
     let _ = engine.len();
     let sound = engine.check_integrity().is_ok();
+    scrub_and_check(engine);
     let report = engine.recovery_report();
     let rebuilt = !report.from_snapshot && report.shards_from_index_files == 0;
     if sound && rebuilt {
@@ -275,6 +278,32 @@ fn use_every_read_path(engine: &Engine) -> Outcome {
     Outcome::Opened {
         keys: keys.len(),
         sound,
+    }
+}
+
+/// Most scrub steps a pool of the fuzzer's size can need.
+const SCRUB_STEPS_MAX: usize = 1 << 20;
+
+/// Runs the repair and the scrub to the end: then the engine must be sound whatever the damage,
+/// and every key a scan returns must be found by `get`.
+fn scrub_and_check(engine: &Engine) {
+    engine.repair();
+    let mut steps = 0;
+    while !engine.scrub_step() {
+        steps += 1;
+        assert!(steps < SCRUB_STEPS_MAX, "the scrub does not end");
+    }
+    engine.repair();
+    if let Err(problem) = engine.check_integrity() {
+        panic!("unsound after the scrub: {problem}");
+    }
+    for key in scan_all(engine) {
+        let found = engine.get(&key, |item| item.key == &key[..]);
+        assert_eq!(
+            found,
+            Some(true),
+            "scanned key {key:?} not found by get after the scrub"
+        );
     }
 }
 

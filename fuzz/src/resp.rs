@@ -30,6 +30,7 @@ use crate::{bytewise_plan, chunk_plan, find};
 const LIMITS_SMALL: Limits = Limits {
     args_max: 4,
     bulk_len_max: 16,
+    bulk_len_discard_max: 64,
     inline_len_max: 32,
     auth_pending: false,
 };

@@ -63,14 +63,12 @@ fn pool_seeds_pass() {
     strata_fuzz::pool::remove_scratch_dir();
 }
 
-/// Damaged pools on which today's engine panics instead of refusing them or opening them
-/// soundly (issue 17: reads trust index entries, snapshot contents and header fields that
-/// nothing validated), or opens them inconsistently; fuzz/README.md lists them. Each file is an
-/// input the pool_open target saved; remove the ignore once the engine is fixed, and they guard
-/// the fix. (`root-shard-count-16170-slow-open` does not panic: it takes tens of seconds to open,
-/// which libFuzzer's `-timeout` reports and this test does not.)
+/// Damaged pools on which the engine once panicked instead of refusing them or opening them
+/// soundly (issue 17: reads trusted index entries, snapshot contents and header fields that
+/// nothing validated), or opened them inconsistently; fuzz/README.md lists them. Each file is an
+/// input the pool_open target saved; they now guard the fixes. (`root-shard-count-16170-slow-open`
+/// took tens of seconds to open; its shard count is now refused as out of range.)
 #[test]
-#[ignore = "issue 17: the engine panics on these damaged pools"]
 fn pool_regressions_pass() {
     replay(
         &inputs("regressions", "pool_open"),

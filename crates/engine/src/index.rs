@@ -152,7 +152,10 @@ fn unpack(slot: u64) -> Entry {
     Entry {
         hash28: (slot >> HASH_SHIFT) as u32,
         freq3: ((slot & FREQ_MASK) >> FREQ_SHIFT) as u8,
-        location: (slot & LOCATION_MASK) - 1,
+        // Wrapping: an item slot never holds location bits 0 (`pack` adds one); only damage to
+        // a mapped table does, and it then names a location past every segment, which reads
+        // find to hold no record.
+        location: (slot & LOCATION_MASK).wrapping_sub(1),
     }
 }
 
@@ -549,7 +552,9 @@ impl Index {
         let slot = self.slot(at);
         assert!(!is_link(slot.load(Ordering::Relaxed)) && slot.load(Ordering::Relaxed) != 0);
         slot.store(0, Ordering::Relaxed);
-        self.items -= 1;
+        // Saturating: a count restored from a damaged control line can be below the entries the
+        // tables hold, until the scrub counts them again (`recount`).
+        self.items = self.items.saturating_sub(1);
     }
 
     /// Removes the item slot with this hash and location, if present; returns whether it was.

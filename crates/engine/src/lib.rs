@@ -316,7 +316,7 @@ impl Inner {
         xxhash_rust::xxh3::xxh3_64(key)
     }
 
-    fn shard_of(&self, hash: u64) -> usize {
+    pub(crate) fn shard_of(&self, hash: u64) -> usize {
         (((hash >> 32) * self.shards.len() as u64) >> 32) as usize
     }
 

@@ -101,8 +101,8 @@ pub fn read(area: &[u8]) -> Result<Root, &'static str> {
             .try_into()
             .expect("2"),
     );
-    if shard_count == 0 {
-        return Err("zero shards");
+    if shard_count == 0 || usize::from(shard_count) > crate::config::SHARD_COUNT_MAX {
+        return Err("shard count out of range (1..=1024)");
     }
     let seq_reserved = u64::from_le_bytes(
         area[SEQ_RESERVED_OFFSET..SEQ_RESERVED_OFFSET + 8]

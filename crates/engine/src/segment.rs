@@ -89,6 +89,9 @@ pub fn read_header(line: &[u8]) -> HeaderRead {
     }
     let u16_at = |at: usize| u16::from_le_bytes(line[at..at + 2].try_into().expect("2 bytes"));
     let u64_at = |at: usize| u64::from_le_bytes(line[at..at + 8].try_into().expect("8 bytes"));
+    if usize::from(u16_at(TTL_BUCKET_OFFSET)) >= crate::ttl::TTL_BUCKET_COUNT {
+        return HeaderRead::Corrupt; // A checksum that matches a field no writer could write.
+    }
     HeaderRead::InUse(HeaderFields {
         ttl_bucket: u16_at(TTL_BUCKET_OFFSET),
         shard: u16_at(SHARD_OFFSET),

@@ -358,7 +358,8 @@ impl Shard {
             .filter(|owned| offset < owned.write_offset)
             .and_then(|owned| {
                 let bytes = &owned.log()[offset..];
-                let view = if owned.is_clean() && self.index_verified && !inner.validate_every_read {
+                let view = if owned.is_clean() && self.index_verified && !inner.validate_every_read
+                {
                     record::read_trusted(bytes)
                 } else {
                     match record::read(bytes) {
@@ -536,10 +537,12 @@ impl Shard {
     ) -> Result<(), WriteError> {
         let (location, size) = (held.location, held.size_bytes);
         let (id, _) = inner.split_location(location);
+        // Saturating: a segment's counts come from books that damage may have changed (mapped
+        // index files, a snapshot that no longer matches) until the scrub counts them again.
         let owned = self.owned_mut(id);
-        owned.live_items -= 1;
-        owned.live_bytes -= size as u64;
-        self.live_bytes -= size as u64;
+        owned.live_items = owned.live_items.saturating_sub(1);
+        owned.live_bytes = owned.live_bytes.saturating_sub(size as u64);
+        self.live_bytes = self.live_bytes.saturating_sub(size as u64);
         if let (Some(replacement), true) = (replaced_by, inner.track_dirty) {
             self.pending_dead.push(location);
             self.pending_by_replacement.insert(replacement, location);
@@ -965,7 +968,7 @@ impl Shard {
                 }
             }
         }
-        self.live_bytes -= owned.live_bytes;
+        self.live_bytes = self.live_bytes.saturating_sub(owned.live_bytes);
         owned.segment.header_mut().fill(0);
         inner.persisted(owned.segment.persist_header())?;
         if inner.dram {
@@ -1166,6 +1169,12 @@ impl Shard {
                 };
                 if view.live {
                     let hash = inner.hash(view.key);
+                    if inner.shard_of(hash) != usize::from(self.id) {
+                        // A valid record of another shard's key: the segment header naming
+                        // this shard was damaged (with a checksum to match). Never indexed.
+                        self.misplaced(id, offset, report);
+                        continue;
+                    }
                     self.index.prefetch(index::hash28(hash));
                     batch.push((offset, hash));
                 }
@@ -1175,6 +1184,14 @@ impl Shard {
             }
         }
         self.scan_offsets = offsets;
+    }
+
+    /// Recovery found a record of another shard's key in segment `id`: damage.
+    fn misplaced(&mut self, id: u32, offset: usize, report: &mut RecoveryReport) {
+        self.owned_mut(id).verified = Verified::Damaged;
+        report.records_damaged += 1;
+        self.counters.count_damage(Damage::Location);
+        crate::scrub::log_damage(self.id, id, offset, Damage::Location, "of another shard");
     }
 
     fn recover_record(
@@ -1250,9 +1267,9 @@ impl Shard {
             return; // Validated by `scan_log`: cannot happen.
         };
         let size = view.size_bytes as u64;
-        owned.live_items -= 1;
-        owned.live_bytes -= size;
-        self.live_bytes -= size;
+        owned.live_items = owned.live_items.saturating_sub(1);
+        owned.live_bytes = owned.live_bytes.saturating_sub(size);
+        self.live_bytes = self.live_bytes.saturating_sub(size);
         self.recover_kill(id, offset);
     }
 
@@ -1279,17 +1296,38 @@ impl Shard {
     /// a key with those hash bits, in a segment of this shard. Validates the record whatever
     /// the segment's state.
     pub(crate) fn entry_is_sound(&self, inner: &Inner, h28: u32, location: u64) -> bool {
+        self.sound_key(inner, h28, location).is_some()
+    }
+
+    /// The key of the valid, live record at `location` if its hash bits are `h28` (see
+    /// [`Shard::entry_is_sound`]).
+    fn sound_key(&self, inner: &Inner, h28: u32, location: u64) -> Option<&[u8]> {
         let (id, offset) = inner.split_location(location);
-        let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) else {
-            return false;
-        };
+        let owned = self.segments.get(id as usize)?.as_deref()?;
         if offset >= owned.write_offset {
-            return false;
+            return None;
         }
         match record::read(&owned.log()[offset..]) {
-            record::Scan::Record(view) => view.live && index::hash28(inner.hash(view.key)) == h28,
-            _ => false,
+            record::Scan::Record(view)
+                if view.live && index::hash28(inner.hash(view.key)) == h28 =>
+            {
+                Some(view.key)
+            }
+            _ => None,
         }
+    }
+
+    /// Whether the entry in `slot` is sound and the one a lookup of its key finds: a second
+    /// entry of the same key (damage) is not, and would outlive a delete of the key.
+    fn entry_is_the_keys(&self, inner: &Inner, slot: index::SlotRef, entry: index::Entry) -> bool {
+        let Some(key) = self.sound_key(inner, entry.hash28, entry.location) else {
+            return false;
+        };
+        let first = self.index.find(entry.hash28, |location| {
+            self.record_at(inner, location)
+                .is_some_and(|(view, _)| view.key == key)
+        });
+        first.is_some_and(|(found, _)| found == slot)
     }
 
     /// Drops the index entry (hash bits, location) if it is still there and still points at no
@@ -1315,9 +1353,7 @@ impl Shard {
         slot: index::SlotRef,
         entry: index::Entry,
     ) -> bool {
-        if self.entry_is_sound(inner, entry.hash28, entry.location)
-            || !self.index.remove_if(slot, entry)
-        {
+        if self.entry_is_the_keys(inner, slot, entry) || !self.index.remove_if(slot, entry) {
             return false;
         }
         self.dropped(inner, entry.location);
@@ -1352,9 +1388,9 @@ impl Shard {
     }
 
     /// The scrub's walk of segment `id` (if it is still the segment of stamp `seq`): the damage
-    /// it holds, `(offset, cause)`, empty when every record is valid; and, while the index is
-    /// unverified (mapped from its files), the valid live records it does not find, `(offset,
-    /// hash)`: their entries were damaged.
+    /// it holds, `(offset, cause)`, empty when every record is valid; and the valid live records
+    /// the index does not find, `(offset, hash)`: their entries were damaged (an index mapped
+    /// from its files, or a snapshot that no longer matches its pool).
     pub(crate) fn scrub_walk(&self, inner: &Inner, id: u32, seq: u64) -> Option<ScrubWalk> {
         let owned = self.segments.get(id as usize)?.as_deref()?;
         if owned.fields.seq != seq || owned.verified != Verified::Unverified {
@@ -1364,13 +1400,19 @@ impl Shard {
         let mut walk = record::walk(owned.log());
         for step in walk.by_ref() {
             if let record::Step::Record { view, .. } = &step {
-                if view.live {
+                if view.live && inner.shard_of(inner.hash(view.key)) == usize::from(self.id) {
                     found.live.0 += 1;
                     found.live.1 += view.size_bytes as u64;
                 }
             }
             match step {
-                record::Step::Record { offset, view } if view.live && !self.index_verified => {
+                record::Step::Record { offset, view }
+                    if view.live
+                        && inner.shard_of(inner.hash(view.key)) != usize::from(self.id) =>
+                {
+                    found.damage.push((offset, Damage::Location));
+                }
+                record::Step::Record { offset, view } if view.live => {
                     let hash = inner.hash(view.key);
                     let location = inner.join_location(id, offset);
                     let indexed = self
@@ -1500,7 +1542,7 @@ impl Shard {
                     .get(id as usize)
                     .and_then(|s| s.as_deref())
                     .is_some_and(OwnedSegment::is_clean);
-            if !trusted && !self.entry_is_sound(inner, entry.hash28, entry.location) {
+            if !trusted && !self.entry_is_the_keys(inner, slot, entry) {
                 bad.push((slot, entry));
             }
         });
@@ -1530,9 +1572,20 @@ impl Shard {
                     }
                 };
                 let location = inner.join_location(id, offset);
+                let hash = inner.hash(view.key);
+                if view.live && inner.shard_of(hash) != usize::from(self.id) {
+                    // Another shard's key: damage (a header naming the wrong shard).
+                    if owned.is_clean() {
+                        return Err(format!(
+                            "segment {id} offset {offset}: another shard's key in a clean segment"
+                        ));
+                    }
+                    damaged = true;
+                    continue;
+                }
                 if view.live && !self.pending_dead.contains(&location) {
                     live += 1;
-                    let h28 = index::hash28(inner.hash(view.key));
+                    let h28 = index::hash28(hash);
                     if self.index.find(h28, |l| l == location).is_none() {
                         return Err(format!(
                             "segment {id} offset {offset}: live record not indexed"

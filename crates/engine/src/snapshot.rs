@@ -147,7 +147,11 @@ fn apply(
     }
     for (shard, saved_shard) in saved.into_iter().enumerate() {
         report.items_recovered += saved_shard.index.len() as u64;
-        inner.shards[shard].0.write().index = saved_shard.index;
+        let mut shard = inner.shards[shard].0.write();
+        shard.index = saved_shard.index;
+        // The payload is checksummed, but the scrub checks its entries anyway (a snapshot that
+        // a faulty process wrote, or that no longer matches its pool): reads validate until then.
+        shard.index_verified = false;
     }
     recovery::settle(inner, seq_max, report.segments_recovered as usize, free);
     report.from_snapshot = true;

@@ -8,7 +8,8 @@
 //!                    │   connection limit                                            │   sharded)
 //!   admin    :9121  ───▶ admin thread (mio): /metrics /health ◀── ServerStats, Metrics┘
 //!   signals thread: SIGTERM/SIGINT ─▶ ctx.shutdown + wake acceptor ─▶ wake workers ─▶ drain
-//!   maintenance thread: Engine::expire every 100 ms
+//!   maintenance thread: Engine::repair and Engine::expire every 100 ms
+//!   scrub thread (nice 19, after a restart that adopted segments unread): Engine::scrub_step
 //! ```
 //!
 //! Goals: every request handled on the worker that read it, without locks of the server's
