@@ -15,6 +15,7 @@
 //! verified index points at the start of a live record of its key, or, in a segment that is not
 //! clean, at bytes that reads validate before serving.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::record::Damage;
@@ -55,6 +56,10 @@ pub(crate) struct ScrubState {
     segments: Option<Vec<(u32, u64)>>,
     /// The next index bucket position of its entry check, once its segments are done.
     entries: Option<u32>,
+    /// Each walked segment's stamp and the live records its walk found.
+    walked: HashMap<u32, (u64, u32)>,
+    /// Entries the entry check found pointing into each walked segment.
+    entries_found: HashMap<u32, u32>,
     /// Every shard is done.
     pub(crate) done: bool,
 }
@@ -74,6 +79,7 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
         if let Some((id, seq)) = segments.pop() {
             let walked = lock.read().scrub_walk(inner, id, seq);
             if let Some(walked) = walked {
+                state.walked.insert(id, (seq, walked.live.0));
                 lock.write().scrub_settle(inner, id, seq, &walked);
             }
             return false;
@@ -84,9 +90,12 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
         };
         if needs_entries {
             let cursor = state.entries.get_or_insert(0);
-            let (next, bad) = lock
-                .read()
-                .scrub_entries(inner, *cursor, SCRUB_BUCKETS_PER_STEP);
+            let (next, bad) = lock.read().scrub_entries(
+                inner,
+                *cursor,
+                SCRUB_BUCKETS_PER_STEP,
+                &mut state.entries_found,
+            );
             if !bad.is_empty() {
                 let mut shard = lock.write();
                 for (slot, entry) in bad {
@@ -100,6 +109,14 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
                 }
                 None => {
                     let mut shard = lock.write();
+                    // A segment with more entries than its walk found live records has entries
+                    // that point at records the walk does not reach (inside another record, on
+                    // a resync's far side): sound to a direct read, but not the pool's.
+                    for (&id, &(seq, live)) in &state.walked {
+                        if state.entries_found.get(&id).copied().unwrap_or(0) > live {
+                            shard.drop_entries_off_the_walk(inner, id, seq);
+                        }
+                    }
                     if !shard.index_verified {
                         shard.index.recount();
                     }

@@ -1532,10 +1532,12 @@ impl Shard {
         inner: &Inner,
         cursor: u32,
         bucket_budget: usize,
+        per_segment: &mut HashMap<u32, u32>,
     ) -> (Option<u32>, Vec<(index::SlotRef, index::Entry)>) {
         let mut bad = Vec::new();
         let next = self.index.scan_slots(cursor, bucket_budget, |slot, entry| {
             let (id, _) = inner.split_location(entry.location);
+            *per_segment.entry(id).or_insert(0) += 1;
             let trusted = self.index_verified
                 && self
                     .segments
@@ -1547,6 +1549,42 @@ impl Shard {
             }
         });
         (next, bad)
+    }
+
+    /// Drops the entries pointing into segment `id` (still of stamp `seq`) at offsets where its
+    /// walk finds no live record. Scans the whole index: only for a segment whose entries
+    /// outnumber its live records, which only damage makes.
+    pub(crate) fn drop_entries_off_the_walk(&mut self, inner: &Inner, id: u32, seq: u64) {
+        let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) else {
+            return;
+        };
+        if owned.fields.seq != seq {
+            return;
+        }
+        let on_walk: std::collections::HashSet<u64> = record::walk(owned.log())
+            .filter_map(|step| match step {
+                record::Step::Record { offset, view } if view.live => {
+                    Some(inner.join_location(id, offset))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut stray = Vec::new();
+        let mut cursor = Some(0);
+        while let Some(at) = cursor {
+            cursor = self.index.scan_slots(at, 1024, |slot, entry| {
+                if inner.split_location(entry.location).0 == id
+                    && !on_walk.contains(&entry.location)
+                {
+                    stray.push((slot, entry));
+                }
+            });
+        }
+        for (slot, entry) in stray {
+            if self.index.remove_if(slot, entry) {
+                self.dropped(inner, entry.location);
+            }
+        }
     }
 
     /// Verifies the invariants in the module docs. Costly: tests and `strata pool verify`.
