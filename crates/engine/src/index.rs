@@ -749,8 +749,9 @@ impl Index {
     }
 
     /// Reads what `export` wrote from the front of `bytes`; returns the index and the bytes
-    /// consumed, or `None` when they do not describe a consistent index.
-    pub fn import(bytes: &[u8]) -> Option<(Index, usize)> {
+    /// consumed, or `None` when they do not describe a consistent index or one of more than
+    /// `buckets_max` buckets (an index never outgrows its pool's memory budget).
+    pub fn import(bytes: &[u8], buckets_max: usize) -> Option<(Index, usize)> {
         const ENTRY_BYTES: usize = 13;
         let word = |at: usize| -> Option<u64> {
             Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
@@ -763,7 +764,7 @@ impl Index {
         let total = bucket_count.checked_add(overflow_count)?;
         if bytes.len() < end
             || bucket_count < 2
-            || total > (u32::MAX as usize)
+            || total > buckets_max.min(u32::MAX as usize)
             || used > total * SLOTS_PER_BUCKET
         {
             return None;

@@ -30,7 +30,14 @@ pub(crate) fn save(shards: &[&crate::shard::Shard]) -> Vec<u8> {
     out
 }
 
-fn parse(payload: &[u8], shard_count: usize, segment_size: usize) -> Option<Vec<SavedShard>> {
+fn parse(
+    payload: &[u8],
+    shard_count: usize,
+    segment_size: usize,
+    pool_bytes: usize,
+) -> Option<Vec<SavedShard>> {
+    // An index is part of the memory budget: never more buckets than the pool's bytes hold.
+    let buckets_max = pool_bytes / std::mem::size_of::<strata_pool::AtomicLine>();
     let count = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) as usize;
     if count != shard_count {
         return None;
@@ -38,7 +45,7 @@ fn parse(payload: &[u8], shard_count: usize, segment_size: usize) -> Option<Vec<
     let mut at = 4;
     let mut shards = Vec::with_capacity(count);
     for _ in 0..count {
-        let (index, used) = Index::import(&payload[at..])?;
+        let (index, used) = Index::import(&payload[at..], buckets_max)?;
         at += used;
         let word = |at: usize| {
             Some(u64::from_le_bytes(
@@ -79,7 +86,13 @@ pub(crate) fn restore(
     segments: Vec<Segment>,
     payload: &[u8],
 ) -> Result<RecoveryReport, Vec<Segment>> {
-    let Some(saved) = parse(payload, inner.shards.len(), inner.segment_size_bytes) else {
+    let pool_bytes = segments.len() * inner.segment_size_bytes;
+    let Some(saved) = parse(
+        payload,
+        inner.shards.len(),
+        inner.segment_size_bytes,
+        pool_bytes,
+    ) else {
         return Err(segments);
     };
     let mut by_id: Vec<Option<(usize, Book)>> = vec![None; segments.len()];
