@@ -269,10 +269,14 @@ impl Index {
     pub fn open_in(files: Arc<IndexFiles>, shard: u16, desc: TablesDesc) -> Option<Self> {
         let primary_count = usize::try_from(desc.primary_count).ok()?;
         let overflow_capacity = usize::try_from(desc.overflow_capacity).ok()?;
+        let slots = primary_count
+            .saturating_add(overflow_capacity)
+            .saturating_mul(SLOTS_PER_BUCKET);
         if primary_count < 2
             || desc.overflow_len > desc.overflow_capacity
             || (desc.overflow_generation == 0) != (overflow_capacity == 0)
             || primary_count.saturating_add(overflow_capacity) > u32::MAX as usize
+            || desc.items > slots as u64
         {
             return None;
         }
@@ -398,7 +402,7 @@ impl Index {
 
     /// True when the next insert should be preceded by `grow`.
     pub fn needs_growth(&self) -> bool {
-        self.items * 100 >= self.buckets.len() * SLOTS_PER_BUCKET * LOAD_PERCENT_MAX
+        self.items.saturating_mul(100) >= self.buckets.len() * SLOTS_PER_BUCKET * LOAD_PERCENT_MAX
     }
 
     fn candidates(&self, hash28: u32) -> [usize; 2] {
