@@ -141,11 +141,7 @@ pub(crate) fn read_book(files: &IndexFiles, id: u32, segment_size_bytes: usize) 
         live_bytes: word(2),
         expires_at_ms: (word(3) != u64::MAX).then_some(word(3)),
     };
-    let sane = book.write_offset <= segment_size_bytes
-        && book.live_bytes <= book.write_offset as u64
-        && u64::from(book.live_items) * 16 <= book.live_bytes
-        && (book.live_items == 0) == (book.live_bytes == 0);
-    sane.then_some(book)
+    book.is_plausible(segment_size_bytes).then_some(book)
 }
 
 /// Per shard, whether every in-use segment it owns has a plausible book; all false when a

@@ -398,7 +398,7 @@ impl Engine {
             let c = &shard.counters;
             let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
             stats.items += shard.index.len() as u64;
-            stats.live_bytes += shard.live_bytes;
+            stats.live_bytes = stats.live_bytes.saturating_add(shard.live_bytes);
             stats.hits += load(&c.hits);
             stats.misses += load(&c.misses);
             stats.writes += load(&c.writes);

@@ -115,6 +115,15 @@ pub struct Book {
 }
 
 impl Book {
+    /// Whether the numbers can describe a segment of `segment_size_bytes` (the only check a
+    /// book read from a file can get: it has no checksum of its own).
+    pub fn is_plausible(&self, segment_size_bytes: usize) -> bool {
+        self.write_offset <= segment_size_bytes
+            && self.live_bytes <= self.write_offset as u64
+            && u64::from(self.live_items) * 16 <= self.live_bytes
+            && (self.live_items == 0) == (self.live_bytes == 0)
+    }
+
     /// The bookkeeping of a segment with no records (what recovery's scan starts from).
     pub const EMPTY: Book = Book {
         write_offset: 0,

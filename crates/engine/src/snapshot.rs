@@ -68,7 +68,7 @@ fn parse(
                 live_bytes: word(at + 16)?,
                 expires_at_ms: (expires != u64::MAX).then_some(expires),
             };
-            if book.write_offset > segment_size {
+            if !book.is_plausible(segment_size) {
                 return None;
             }
             segments.push((half(at)?, book));
