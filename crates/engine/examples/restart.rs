@@ -65,7 +65,11 @@ fn measure(config: &EngineConfig, label: &str, items: u64) -> Engine {
     let hit = engine.get(key(items - 1).as_bytes(), |i| i.value.len()) == Some(32);
     let first_hit = started.elapsed();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let get = |k: &[u8]| assert!(engine.get(k, |i| i.value.len()).is_some());
+    // Not every probe hits: the SET rate measurements of earlier rounds overwrite enough to
+    // make merge eviction drop some items (`items` shows how many remain).
+    let get = |k: &[u8]| {
+        let _ = engine.get(k, |i| i.value.len());
+    };
     let cold_get = rate(items, &mut rng, get);
     let warm_get = rate(items, &mut rng, get);
     // What the open adopted unread (snapshot, mapped index) is checked in the background by
