@@ -63,6 +63,9 @@ enum Event {
     Command(Vec<Vec<u8>>, usize),
     /// A protocol error: the connection closes.
     Protocol(ProtocolError),
+    /// A bulk argument over `bulk_len_max` (within `bulk_len_discard_max`): the session drops
+    /// the rest of the command as it arrives and refuses it (not emulated: the drive ends).
+    TooLong(strata_protocol::resp::TooLong),
     /// End of input: the first unparsed byte.
     Pending(usize),
 }
@@ -86,6 +89,16 @@ fn drive(data: &[u8], limits: &Limits, plan: &[usize], args: &mut Args) -> Vec<E
                 Err(ParseError::Protocol(error)) => {
                     check_error(error);
                     events.push(Event::Protocol(error));
+                    return events;
+                }
+                Err(ParseError::TooLong) => {
+                    let at = strata_protocol::resp::too_long_at(buf, limits)
+                        .expect("TooLong says where the command stands");
+                    assert!(at.consumed <= buf.len(), "{at:?}");
+                    let bulk_len = at.discard_len - 2;
+                    assert!(bulk_len > limits.bulk_len_max, "{at:?}");
+                    assert!(bulk_len <= limits.bulk_len_discard_max, "{at:?}");
+                    events.push(Event::TooLong(at));
                     return events;
                 }
                 Err(other) => panic!("unknown parse error {other:?}"),

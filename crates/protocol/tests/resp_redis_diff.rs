@@ -2,10 +2,9 @@
 //! sent to the server and to `parse_command`, and both must agree on the arguments (read back with
 //! `LRANGE`) or on the exact protocol error.
 //!
-//! Runs only when `STRATA_REDIS_ADDR` names a disposable server, e.g.
-//! `redis-server --port 21399 --save '' --appendonly no --daemonize yes` and
-//! `STRATA_REDIS_ADDR=127.0.0.1:21399 cargo test -p strata-protocol --test resp_redis_diff`.
-//! It uses the key `strata:resp:diff`. Last run against redis-server 7.0.15.
+//! Starts a disposable `redis-server` of its own on a free port (scripts/test.sh installs it), or
+//! uses the one `STRATA_REDIS_ADDR` names. It uses the key `strata:resp:diff`. Last run against
+//! redis-server 7.0.15.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -50,11 +49,51 @@ fn call(stream: &mut TcpStream, args: &[&[u8]]) -> Option<Reply> {
     read_reply(stream)
 }
 
+/// A `redis-server` this test started, killed on drop.
+struct RedisServer(std::process::Child);
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a disposable redis-server on a free port; panics if it cannot (a test that passes
+/// without its reference server would prove nothing).
+fn start_redis() -> (RedisServer, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = std::process::Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server runs (scripts/test.sh installs it: apt-get install redis-server)");
+    let server = RedisServer(child);
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (server, addr)
+}
+
 #[test]
 fn inline_requests_match_redis() {
-    let Ok(addr) = std::env::var("STRATA_REDIS_ADDR") else {
-        eprintln!("STRATA_REDIS_ADDR is not set: skipping the differential test");
-        return;
+    let (_server, addr) = match std::env::var("STRATA_REDIS_ADDR") {
+        Ok(addr) => (None, addr),
+        Err(_) => {
+            let (server, addr) = start_redis();
+            (Some(server), addr)
+        }
     };
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
