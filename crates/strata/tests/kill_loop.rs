@@ -58,21 +58,24 @@ const APPEND_LEN_MAX: usize = 1500;
 /// One SET in this many (on string keys) stores a value over 64 KiB (the wide record form).
 const WIDE_ONE_IN: u64 = 400;
 /// Expiries given to three SETs in ten: long enough that nothing expires during a run.
-const TTL_SECS: (u64, u64) = (3_600, 2_000_000);
-/// Pool settings: 256 KiB segments give about 500 segments in 128 MiB.
+/// A few TTL buckets only: every restart seals each open segment, one per TTL bucket written
+/// per shard, and a spread of TTLs would fill a pool with sealed, nearly empty segments.
+const TTL_SECS: [u64; 4] = [3_600, 86_400, 604_800, 2_000_000];
+/// Pool settings: 256 KiB segments give about 1,000 segments in 256 MiB.
 const SERVER_FLAGS: [&str; 8] = [
     "--threads",
     "2",
     "--memory",
-    "128MiB",
+    "256MiB",
     "--segment-size",
     "256KiB",
     "--max-value-size",
     "128KiB",
 ];
-/// A new pool generation starts when fewer segments than this are free: one round writes at
-/// most a few MiB, and each of its (up to two) restarts seals the open segments, up to a few
-/// per shard.
+/// A new pool generation starts when fewer segments than this are free, so that no round can
+/// evict: one round writes at most a few MiB (a dozen segments), and each of its (up to two)
+/// restarts seals every open segment, one per TTL bucket written per shard ([`TTL_SECS`] and
+/// no expiry: 5), so up to 80 for the round's two restarts.
 const SEGMENTS_FREE_MIN: u64 = 160;
 
 /// SplitMix64: small, seedable, good enough to pick operations.
@@ -286,7 +289,7 @@ fn pick_op(i: usize, current: &Option<Vec<u8>>, versions: &mut u64, rng: &mut Rn
     let roll = rng.below(100);
     let ttl = match rng.below(10) {
         0..=6 => 0,
-        _ => rng.range(TTL_SECS),
+        _ => TTL_SECS[rng.below(TTL_SECS.len() as u64) as usize],
     };
     if is_counter(i) {
         return match roll {
