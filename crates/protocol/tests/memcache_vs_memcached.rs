@@ -26,7 +26,13 @@ impl Drop for Memcached {
     }
 }
 
+/// A real memcached on a free port. A port can be taken between the probe that found it and
+/// memcached's bind (tests run in parallel): memcached then exits and another port is tried.
 fn start_memcached() -> Option<Memcached> {
+    (0..10).find_map(|_| try_start_memcached())
+}
+
+fn try_start_memcached() -> Option<Memcached> {
     let binary = std::env::var("MEMCACHED").unwrap_or_else(|_| "memcached".to_string());
     let port = TcpListener::bind("127.0.0.1:0")
         .ok()?
@@ -51,11 +57,13 @@ fn start_memcached() -> Option<Memcached> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let server = Memcached { child, port };
+    let mut server = Memcached { child, port };
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(server);
+            // Ours must still run: another test's memcached may hold the port.
+            std::thread::sleep(Duration::from_millis(50));
+            return matches!(server.child.try_wait(), Ok(None)).then_some(server);
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 /// Longest wait for memcached to accept connections or to answer a step.
 pub const WAIT_MAX: Duration = Duration::from_secs(20);
+/// Free ports tried before giving up.
+const START_ATTEMPTS_MAX: usize = 10;
 
 /// A memcached child process, killed on drop.
 pub struct Memcached {
@@ -28,8 +30,18 @@ fn free_port() -> u16 {
 
 impl Memcached {
     /// Starts memcached with one thread, TCP only, and `extra` flags; waits until it accepts.
+    /// A free port can be taken between the probe that found it and memcached's bind (tests run
+    /// in parallel, each with its memcached): then memcached exits, and another port is tried.
     pub fn start(extra: &[&str]) -> Memcached {
-        let port = free_port();
+        for _ in 0..START_ATTEMPTS_MAX {
+            if let Some(memcached) = Self::try_start(free_port(), extra) {
+                return memcached;
+            }
+        }
+        panic!("memcached did not start on any of {START_ATTEMPTS_MAX} free ports");
+    }
+
+    fn try_start(port: u16, extra: &[&str]) -> Option<Memcached> {
         // `-u nobody` is needed only when running as root and ignored otherwise.
         let child = Command::new("memcached")
             .args([
@@ -47,7 +59,7 @@ impl Memcached {
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|error| {
                 panic!(
@@ -58,9 +70,26 @@ impl Memcached {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut memcached = Memcached { child, addr };
         let deadline = Instant::now() + WAIT_MAX;
-        while TcpStream::connect(addr).is_err() {
+        loop {
+            // Ours must still run once something accepts: another test's memcached may hold the
+            // port, and ours then exits, unable to bind.
             if let Ok(Some(status)) = memcached.child.try_wait() {
-                panic!("memcached exited ({status}) with flags {extra:?}");
+                let mut said = String::new();
+                if let Some(mut stderr) = memcached.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
+                }
+                assert!(
+                    said.contains("listen"),
+                    "memcached exited ({status}) with flags {extra:?}: {said}"
+                );
+                return None;
+            }
+            if TcpStream::connect(addr).is_ok() {
+                std::thread::sleep(Duration::from_millis(50));
+                return match memcached.child.try_wait() {
+                    Ok(None) => Some(memcached),
+                    _ => None,
+                };
             }
             assert!(
                 Instant::now() < deadline,
@@ -68,6 +97,5 @@ impl Memcached {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        memcached
     }
 }
