@@ -26,8 +26,10 @@
 mod error;
 mod header;
 mod mapping;
+mod medium;
 mod sidecar;
 mod tables;
+pub mod testing;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -40,6 +42,7 @@ pub use header::{
     SEGMENT_HEADER_SIZE_BYTES,
 };
 pub use mapping::{Backend, FaultPlan, FlushMethod, PersistenceDomain};
+pub use medium::{AlignedBuf, DirectFile, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
 pub use tables::{ControlHeader, IndexFiles, LineTable, TableKind, SEGMENT_BOOK_SIZE_BYTES};
 
 use mapping::Mapping;
@@ -690,7 +693,7 @@ fn open_file(
     Ok((mapping, existing, cut_at))
 }
 
-fn lock_exclusive(file: &File, path: &Path) -> Result<(), PoolError> {
+pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<(), PoolError> {
     // SAFETY: flock on a descriptor we own; no memory is involved.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc == 0 {

@@ -239,3 +239,97 @@ fn injected_persist_faults_start_at_the_chosen_call() {
         "every call after the first failure fails"
     );
 }
+
+mod media {
+    use crate::testing::{Faults, MemoryMedium, SimulatedMedium, SECTOR_SIZE_BYTES};
+    use crate::{AlignedBuf, DirectFile, Medium, MediumError};
+
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        // The VM disk (ext4) for O_DIRECT; tmpfs has none.
+        std::env::temp_dir().join(format!("strata-medium-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn a_direct_file_reads_back_what_it_wrote_and_checks_ranges() {
+        let path = temp_path("direct");
+        let len = 1 << 20;
+        let medium = DirectFile::open(&path, len).unwrap();
+        assert_eq!(medium.len_bytes(), len);
+        assert!(medium.is_direct(), "ext4 supports O_DIRECT");
+        let block = medium.block_size_bytes();
+        let mut data = AlignedBuf::zeroed(3 * block, block);
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = (i * 7) as u8;
+        }
+        medium.write_at(block as u64, &data).unwrap();
+        medium.persist(0, len).unwrap();
+        let mut back = AlignedBuf::zeroed(3 * block, block);
+        medium.read_at(block as u64, &mut back).unwrap();
+        assert_eq!(&back[..], &data[..]);
+        assert!(matches!(
+            medium.read_at(len - block as u64, &mut back),
+            Err(MediumError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            medium.read_at(100, &mut back),
+            Err(MediumError::Misaligned { .. })
+        ));
+        medium.discard(block as u64, block as u64).unwrap();
+        medium.read_at(block as u64, &mut back).unwrap();
+        assert!(
+            back[..block].iter().all(|&b| b == 0),
+            "a discarded block reads zero"
+        );
+        assert_eq!(&back[block..], &data[block..]);
+        // Locked: a second open of the same file is refused.
+        assert!(DirectFile::open(&path, len).is_err());
+        drop(medium);
+        // Reopened: the bytes are there, the length kept.
+        let medium = DirectFile::open(&path, len).unwrap();
+        medium
+            .read_at(2 * block as u64, &mut back[..block])
+            .unwrap();
+        assert_eq!(&back[..block], &data[block..2 * block]);
+        drop(medium);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_power_cut_keeps_persisted_sectors_and_any_subset_of_the_rest() {
+        let medium = SimulatedMedium::new(MemoryMedium::new(8192, 512), Faults::default());
+        medium.write_at(0, &[1u8; 1024]).unwrap();
+        medium.persist(0, 1024).unwrap();
+        medium.write_at(0, &[2u8; 2048]).unwrap(); // four sectors, none persisted
+        assert_eq!(medium.unpersisted_sectors(), 4);
+        let none = medium.crash_image(&mut |_| false);
+        assert!(none[..1024].iter().all(|&b| b == 1), "persisted kept");
+        assert!(none[1024..2048].iter().all(|&b| b == 0), "unpersisted lost");
+        // A torn write: its first and third sectors reached the media, the others not.
+        let torn = medium.crash_image(&mut |sector| sector % 2 == 0);
+        assert!(torn[..SECTOR_SIZE_BYTES].iter().all(|&b| b == 2));
+        assert!(torn[SECTOR_SIZE_BYTES..1024].iter().all(|&b| b == 1));
+        assert!(torn[1024..1536].iter().all(|&b| b == 2));
+        assert!(torn[1536..2048].iter().all(|&b| b == 0));
+        medium.persist(0, 8192).unwrap();
+        assert_eq!(medium.unpersisted_sectors(), 0);
+        assert!(medium.crash_image(&mut |_| false)[..2048]
+            .iter()
+            .all(|&b| b == 2));
+    }
+
+    #[test]
+    fn faults_fail_the_nth_write_and_persist_and_every_later_one() {
+        let faults = Faults {
+            fail_write_from: Some(3),
+            fail_persist_from: Some(2),
+            ..Faults::default()
+        };
+        let medium = SimulatedMedium::new(MemoryMedium::new(4096, 512), faults);
+        medium.write_at(0, &[1; 512]).unwrap();
+        medium.write_at(512, &[1; 512]).unwrap();
+        assert!(medium.write_at(1024, &[1; 512]).is_err());
+        assert!(medium.write_at(1536, &[1; 512]).is_err());
+        medium.persist(0, 4096).unwrap();
+        assert!(medium.persist(0, 4096).is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! Media: the one small interface every place strata keeps bytes offers the tiers above it, in
+//! the spirit of redb's `StorageBackend` and nbdkit's plugin table.
+//!
+//! ```text
+//!   flash tier, block cache ──► dyn Medium: read_at, write_at, persist, discard, len
+//!                                   ├── DirectFile   a file or block device, O_DIRECT
+//!                                   └── testing::SimulatedMedium<M>  (tests: power cuts,
+//!                                        torn and lost sector writes, failing and slow I/O)
+//! ```
+//!
+//! The contract, per method:
+//! - `read_at(offset, buf)`: fills `buf` with the bytes at `[offset, offset + buf.len())`, or
+//!   fails and leaves `buf` unspecified. Reads see every write that returned before they began.
+//! - `write_at(offset, data)`: stores `data`; after it returns, reads see it, but only a
+//!   `persist` covering it makes it survive a power loss. A failed write leaves the range's old
+//!   or new bytes, sector by sector, in any mix: the caller must not trust that range until it
+//!   has rewritten it.
+//! - `persist(offset, len)`: makes every write into the range that returned before the call
+//!   durable. On failure nothing is promised about the range, and the caller must assume the
+//!   medium's durability is void (the engine latches writes off).
+//! - `discard(offset, len)`: the range's content is no longer needed; it reads as zeros or as
+//!   its old bytes. A hint: media that cannot discard return `Ok`.
+//!
+//! Offsets, lengths and buffer addresses must be multiples of [`Medium::block_size_bytes`]
+//! (512 or the device's logical block for direct I/O); [`AlignedBuf`] provides such buffers.
+//! No call may ask the caller to retry: a medium that is behind is the tier's business (it
+//! keeps items in memory or drops them), not the medium's.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::PersistError;
+use crate::mapping::{FlushMethod, PersistenceDomain};
+
+/// Why a medium call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MediumError {
+    /// The range lies (partly) past the medium's end.
+    #[error("range {offset}+{len} past the medium's {medium_len} bytes")]
+    OutOfRange {
+        /// Start of the range.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The medium's length.
+        medium_len: u64,
+    },
+    /// An offset, length or buffer address is not a multiple of the medium's block size.
+    #[error("offset {offset}, length {len} or buffer not aligned to {block} bytes")]
+    Misaligned {
+        /// Start of the range.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The alignment the medium needs.
+        block: usize,
+    },
+    /// The operating system refused or failed the call.
+    #[error("{op} of {path}: {message}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or device.
+        path: PathBuf,
+        /// The OS error text.
+        message: String,
+    },
+}
+
+/// A store of bytes (see the module documentation for the contract of each method).
+pub trait Medium: Send + Sync + std::fmt::Debug {
+    /// Bytes the medium holds.
+    fn len_bytes(&self) -> u64;
+    /// What survives what.
+    fn domain(&self) -> PersistenceDomain;
+    /// The alignment of offsets, lengths and buffers.
+    fn block_size_bytes(&self) -> usize;
+    /// Whether I/O bypasses the page cache (O_DIRECT), for stats and logs.
+    fn is_direct(&self) -> bool;
+    /// Reads `buf.len()` bytes at `offset`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError>;
+    /// Writes `data` at `offset`.
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError>;
+    /// Makes the writes into `[offset, offset + len)` durable.
+    fn persist(&self, offset: u64, len: u64) -> Result<(), PersistError>;
+    /// Drops the content of `[offset, offset + len)`.
+    fn discard(&self, offset: u64, len: u64) -> Result<(), MediumError>;
+}
+
+/// Checks a call's range and alignment against a medium's.
+pub(crate) fn check_range(
+    medium_len: u64,
+    block: usize,
+    offset: u64,
+    len: usize,
+    address: usize,
+) -> Result<(), MediumError> {
+    let len = len as u64;
+    if offset.checked_add(len).is_none_or(|end| end > medium_len) {
+        return Err(MediumError::OutOfRange {
+            offset,
+            len,
+            medium_len,
+        });
+    }
+    let block_u64 = block as u64;
+    if !offset.is_multiple_of(block_u64)
+        || !len.is_multiple_of(block_u64)
+        || !address.is_multiple_of(block)
+    {
+        return Err(MediumError::Misaligned { offset, len, block });
+    }
+    Ok(())
+}
+
+/// A heap buffer whose address and length are multiples of an alignment (direct I/O needs
+/// both). Zeroed at creation.
+pub struct AlignedBuf {
+    bytes: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes (rounded up to `align`), aligned to `align` (a power of
+    /// two, at most 64 KiB).
+    pub fn zeroed(len: usize, align: usize) -> AlignedBuf {
+        assert!(align.is_power_of_two() && align <= 1 << 16);
+        let len = len.next_multiple_of(align);
+        let bytes = vec![0u8; len + align];
+        let start = bytes.as_ptr().align_offset(align);
+        assert!(start < align, "a Vec<u8> can be offset to any alignment");
+        AlignedBuf { bytes, start, len }
+    }
+
+    /// The buffer's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Direct I/O's alignment when the device does not say: the classic sector.
+pub const DIRECT_BLOCK_SIZE_BYTES: usize = 4096;
+
+/// A file or block device used through `pread`/`pwrite`, opened `O_DIRECT` when the file system
+/// allows it (tmpfs does not; then the page cache is used and [`Medium::is_direct`] says so).
+/// Held under an exclusive `flock` for its lifetime. A regular file is sized to the requested
+/// length with every block reserved (`posix_fallocate`), so writes never find a full disk.
+#[derive(Debug)]
+pub struct DirectFile {
+    file: File,
+    path: PathBuf,
+    len_bytes: u64,
+    direct: bool,
+    device: bool,
+}
+
+impl DirectFile {
+    /// Opens (creating if missing) `path` with `len_bytes` usable bytes: a regular file is
+    /// created or resized to exactly that; a block device must hold at least that much.
+    pub fn open(path: &Path, len_bytes: u64) -> Result<DirectFile, crate::PoolError> {
+        let io = |op, e: std::io::Error| crate::io_err(op, path, e);
+        let open = |direct: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                .open(path)
+        };
+        let (file, direct) = match open(true) {
+            Ok(file) => (file, true),
+            // EINVAL: the file system has no direct I/O (tmpfs).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (open(false).map_err(|e| io("open", e))?, false)
+            }
+            Err(e) => return Err(io("open", e)),
+        };
+        crate::lock_exclusive(&file, path)?;
+        let metadata = file.metadata().map_err(|e| io("stat", e))?;
+        let device = std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type());
+        if device {
+            let size = block_device_size(&file).map_err(|e| io("size block device", e))?;
+            if size < len_bytes {
+                return Err(crate::PoolError::Io {
+                    op: "size block device",
+                    path: path.to_path_buf(),
+                    message: format!("{size} bytes, {len_bytes} asked for"),
+                });
+            }
+        } else {
+            if metadata.len() != len_bytes {
+                file.set_len(len_bytes).map_err(|e| io("set length", e))?;
+            }
+            crate::reserve(&file, len_bytes, path)?;
+        }
+        Ok(DirectFile {
+            file,
+            path: path.to_path_buf(),
+            len_bytes,
+            direct,
+            device,
+        })
+    }
+
+    /// The path it was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io_error(&self, op: &'static str, error: std::io::Error) -> MediumError {
+        MediumError::Io {
+            op,
+            path: self.path.clone(),
+            message: error.to_string(),
+        }
+    }
+}
+
+fn block_device_size(file: &File) -> std::io::Result<u64> {
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points at `size`, alive for
+    // the call; the descriptor is ours.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+    if rc == 0 {
+        Ok(size)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+impl Medium for DirectFile {
+    fn len_bytes(&self) -> u64 {
+        self.len_bytes
+    }
+
+    fn domain(&self) -> PersistenceDomain {
+        PersistenceDomain {
+            survives_process_crash: true,
+            survives_power_loss: true,
+            flush: FlushMethod::Msync,
+        }
+    }
+
+    fn block_size_bytes(&self) -> usize {
+        DIRECT_BLOCK_SIZE_BYTES
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        let block = self.block_size_bytes();
+        check_range(
+            self.len_bytes,
+            block,
+            offset,
+            buf.len(),
+            buf.as_ptr() as usize,
+        )?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.io_error("read", e))
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
+        let block = self.block_size_bytes();
+        check_range(
+            self.len_bytes,
+            block,
+            offset,
+            data.len(),
+            data.as_ptr() as usize,
+        )?;
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| self.io_error("write", e))
+    }
+
+    fn persist(&self, offset: u64, len: u64) -> Result<(), PersistError> {
+        // The device's volatile write cache and the file's metadata: fdatasync covers both.
+        self.file.sync_data().map_err(|e| PersistError {
+            offset,
+            len_bytes: len,
+            message: e.to_string(),
+        })
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), MediumError> {
+        check_range(self.len_bytes, 1, offset, len as usize, 0)?;
+        if self.device {
+            return Ok(()); // BLKDISCARD needs a privilege we may not have; a hint only.
+        }
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate takes our descriptor and integers; no memory of ours is touched.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(self.io_error("discard", std::io::Error::last_os_error()));
+        }
+        // A punched hole must be reserved again, or a later write could meet a full disk.
+        // SAFETY: as above.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                0,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(self.io_error("reserve", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,306 @@
+//! Media for tests: [`MemoryMedium`], a medium in DRAM, and [`SimulatedMedium`], which wraps
+//! any medium to model what the real world does to it: a power cut that keeps only what was
+//! persisted plus an arbitrary subset of the sectors written since (so a write spanning sectors
+//! can be torn, and a later write can survive an earlier one), the N-th write or persist
+//! failing, and slow I/O. Production code never builds these; they implement the same
+//! [`Medium`] contract, so the code under test runs unchanged.
+//!
+//! The sector is the unit of atomicity: a 512-byte write either fully reached the media or did
+//! not, as NVMe guarantees for its atomic write unit (and 4 KiB-sector devices for 4 KiB).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::PersistError;
+use crate::mapping::{FlushMethod, PersistenceDomain};
+use crate::medium::{check_range, Medium, MediumError};
+
+/// Bytes a power cut keeps or loses together.
+pub const SECTOR_SIZE_BYTES: usize = 512;
+
+/// A medium in DRAM (a RAM disk), with the given block size.
+#[derive(Debug)]
+pub struct MemoryMedium {
+    bytes: Mutex<Vec<u8>>,
+    block_size_bytes: usize,
+}
+
+impl MemoryMedium {
+    /// `len_bytes` zeroed bytes.
+    pub fn new(len_bytes: usize, block_size_bytes: usize) -> MemoryMedium {
+        MemoryMedium::from_image(vec![0; len_bytes], block_size_bytes)
+    }
+
+    /// A medium holding `image` (a crash image, say).
+    pub fn from_image(image: Vec<u8>, block_size_bytes: usize) -> MemoryMedium {
+        MemoryMedium {
+            bytes: Mutex::new(image),
+            block_size_bytes,
+        }
+    }
+}
+
+impl Medium for MemoryMedium {
+    fn len_bytes(&self) -> u64 {
+        self.bytes.lock().expect("medium lock").len() as u64
+    }
+
+    fn domain(&self) -> PersistenceDomain {
+        PersistenceDomain {
+            survives_process_crash: false,
+            survives_power_loss: false,
+            flush: FlushMethod::None,
+        }
+    }
+
+    fn block_size_bytes(&self) -> usize {
+        self.block_size_bytes
+    }
+
+    fn is_direct(&self) -> bool {
+        false
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        let bytes = self.bytes.lock().expect("medium lock");
+        check_range(
+            bytes.len() as u64,
+            self.block_size_bytes,
+            offset,
+            buf.len(),
+            0,
+        )?;
+        let at = offset as usize;
+        buf.copy_from_slice(&bytes[at..at + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
+        let mut bytes = self.bytes.lock().expect("medium lock");
+        check_range(
+            bytes.len() as u64,
+            self.block_size_bytes,
+            offset,
+            data.len(),
+            0,
+        )?;
+        let at = offset as usize;
+        bytes[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn persist(&self, _offset: u64, _len: u64) -> Result<(), PersistError> {
+        Ok(())
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), MediumError> {
+        let mut bytes = self.bytes.lock().expect("medium lock");
+        check_range(bytes.len() as u64, 1, offset, len as usize, 0)?;
+        bytes[offset as usize..(offset + len) as usize].fill(0);
+        Ok(())
+    }
+}
+
+/// What to do wrong, and when.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Fail the write with this 1-based number and every write after it.
+    pub fail_write_from: Option<u64>,
+    /// Fail the persist with this 1-based number and every persist after it.
+    pub fail_persist_from: Option<u64>,
+    /// Fail every read.
+    pub fail_reads: bool,
+    /// Sleep this long in every read and write (a slow or overloaded device).
+    pub latency: Option<Duration>,
+}
+
+/// Wraps a medium and keeps, beside it, the bytes a power cut would leave: see the module
+/// documentation.
+#[derive(Debug)]
+pub struct SimulatedMedium<M: Medium> {
+    inner: M,
+    /// What the media holds for sure: the bytes as of each sector's last persist.
+    durable: Mutex<Vec<u8>>,
+    /// Sectors written since their last persist.
+    unpersisted: Mutex<BTreeSet<usize>>,
+    faults: Faults,
+    writes: AtomicU64,
+    persists: AtomicU64,
+}
+
+impl<M: Medium> SimulatedMedium<M> {
+    /// Wraps `inner`, whose current bytes are taken as persisted.
+    pub fn new(inner: M, faults: Faults) -> SimulatedMedium<M> {
+        let len = inner.len_bytes() as usize;
+        let mut durable = vec![0u8; len];
+        let block = inner.block_size_bytes();
+        for (at, chunk) in (0..len)
+            .step_by(block.max(SECTOR_SIZE_BYTES))
+            .zip(durable.chunks_mut(block.max(SECTOR_SIZE_BYTES)))
+        {
+            // A medium that cannot be read at open is a test set-up error.
+            inner
+                .read_at(at as u64, chunk)
+                .expect("the wrapped medium reads");
+        }
+        SimulatedMedium {
+            inner,
+            durable: Mutex::new(durable),
+            unpersisted: Mutex::new(BTreeSet::new()),
+            faults,
+            writes: AtomicU64::new(0),
+            persists: AtomicU64::new(0),
+        }
+    }
+
+    /// The bytes a power cut now could leave: every persisted sector, and each sector written
+    /// since its last persist as written when `keep_written_sector(sector)` says so, as it was
+    /// persisted otherwise. Keeping some sectors of a write and not others is a torn write;
+    /// keeping a later write's sectors and not an earlier one's is writes reaching the media out
+    /// of order.
+    pub fn crash_image(&self, keep_written_sector: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
+        let mut image = self.durable.lock().expect("durable lock").clone();
+        let unpersisted = self.unpersisted.lock().expect("unpersisted lock");
+        let mut sector = vec![0u8; SECTOR_SIZE_BYTES];
+        for &index in unpersisted.iter() {
+            if keep_written_sector(index) {
+                let at = index * SECTOR_SIZE_BYTES;
+                if self.read_sector(at, &mut sector).is_ok() {
+                    image[at..at + SECTOR_SIZE_BYTES].copy_from_slice(&sector);
+                }
+            }
+        }
+        image
+    }
+
+    /// Sectors written and not persisted since.
+    pub fn unpersisted_sectors(&self) -> usize {
+        self.unpersisted.lock().expect("unpersisted lock").len()
+    }
+
+    /// The wrapped medium.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+
+    fn read_sector(&self, at: usize, out: &mut [u8]) -> Result<(), MediumError> {
+        let block = self.inner.block_size_bytes();
+        if block <= SECTOR_SIZE_BYTES {
+            return self.inner.read_at(at as u64, out);
+        }
+        let mut whole = vec![0u8; block];
+        let block_start = at / block * block;
+        self.inner.read_at(block_start as u64, &mut whole)?;
+        out.copy_from_slice(&whole[at - block_start..at - block_start + SECTOR_SIZE_BYTES]);
+        Ok(())
+    }
+
+    fn delay(&self) {
+        if let Some(latency) = self.faults.latency {
+            std::thread::sleep(latency);
+        }
+    }
+
+    fn injected(&self, op: &'static str) -> MediumError {
+        MediumError::Io {
+            op,
+            path: "(simulated)".into(),
+            message: "injected fault".into(),
+        }
+    }
+}
+
+impl<M: Medium> Medium for SimulatedMedium<M> {
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+
+    fn domain(&self) -> PersistenceDomain {
+        PersistenceDomain {
+            survives_process_crash: true,
+            survives_power_loss: true,
+            flush: FlushMethod::Simulated,
+        }
+    }
+
+    fn block_size_bytes(&self) -> usize {
+        self.inner.block_size_bytes()
+    }
+
+    fn is_direct(&self) -> bool {
+        self.inner.is_direct()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+        self.delay();
+        if self.faults.fail_reads {
+            return Err(self.injected("read"));
+        }
+        self.inner.read_at(offset, buf)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
+        self.delay();
+        let number = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        if self
+            .faults
+            .fail_write_from
+            .is_some_and(|from| number >= from)
+        {
+            return Err(self.injected("write"));
+        }
+        self.inner.write_at(offset, data)?;
+        let first = offset as usize / SECTOR_SIZE_BYTES;
+        let last = (offset as usize + data.len()).div_ceil(SECTOR_SIZE_BYTES);
+        let mut unpersisted = self.unpersisted.lock().expect("unpersisted lock");
+        unpersisted.extend(first..last);
+        Ok(())
+    }
+
+    fn persist(&self, offset: u64, len: u64) -> Result<(), PersistError> {
+        let number = self.persists.fetch_add(1, Ordering::Relaxed) + 1;
+        if self
+            .faults
+            .fail_persist_from
+            .is_some_and(|from| number >= from)
+        {
+            return Err(PersistError {
+                offset,
+                len_bytes: len,
+                message: "injected fault".into(),
+            });
+        }
+        let first = offset as usize / SECTOR_SIZE_BYTES;
+        let last = (offset + len).div_ceil(SECTOR_SIZE_BYTES as u64) as usize;
+        let mut unpersisted = self.unpersisted.lock().expect("unpersisted lock");
+        let covered: Vec<usize> = unpersisted.range(first..last).copied().collect();
+        let mut durable = self.durable.lock().expect("durable lock");
+        let mut sector = vec![0u8; SECTOR_SIZE_BYTES];
+        for index in covered {
+            let at = index * SECTOR_SIZE_BYTES;
+            self.read_sector(at, &mut sector)
+                .map_err(|e| PersistError {
+                    offset,
+                    len_bytes: len,
+                    message: e.to_string(),
+                })?;
+            durable[at..at + SECTOR_SIZE_BYTES].copy_from_slice(&sector);
+            unpersisted.remove(&index);
+        }
+        self.inner.persist(offset, len)
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), MediumError> {
+        // A discard is a write of zeros as far as a power cut can tell.
+        self.inner.discard(offset, len)?;
+        let first = offset as usize / SECTOR_SIZE_BYTES;
+        let last = (offset + len).div_ceil(SECTOR_SIZE_BYTES as u64) as usize;
+        self.unpersisted
+            .lock()
+            .expect("unpersisted lock")
+            .extend(first..last);
+        Ok(())
+    }
+}
