@@ -127,7 +127,7 @@ impl Engine {
         for (key, hash) in keys.iter().zip(&mut hashes) {
             *hash = self.inner.hash(key);
             let shard = self.inner.shards[self.inner.shard_of(*hash)].0.read();
-            shard.index.prefetch(crate::index::hash28(*hash));
+            shard.index.prefetch(crate::index::hash24(*hash));
         }
         for &hash in &hashes[..keys.len()] {
             let shard = self.inner.shards[self.inner.shard_of(hash)].0.read();

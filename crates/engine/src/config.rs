@@ -35,8 +35,8 @@ pub const SHARD_COUNT_MAX: usize = 1024;
 /// and the 8-byte record header, a typical small cache item. Larger items leave the index
 /// under-filled (it costs about 9 bytes per expected item); smaller ones make it grow online.
 pub const ITEM_SIZE_BYTES_EXPECTED_DEFAULT: u64 = 56;
-/// Largest data area an index slot can address (32-bit location in 8-byte units).
-pub const DATA_BYTES_MAX: u64 = 32 << 30;
+/// Largest data area an index slot can address (a 35-bit location in 8-byte units).
+pub const DATA_BYTES_MAX: u64 = 256 << 30;
 
 /// Where the engine's pool lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -297,7 +297,7 @@ impl EngineConfig {
             return Err("memory must hold at least two segments");
         }
         if self.segment_count() * self.segment_size_bytes > DATA_BYTES_MAX {
-            return Err("memory must be at most 32 GiB (the index addresses 32 GiB of segments)");
+            return Err("memory must be at most 256 GiB (the index addresses 256 GiB of segments)");
         }
         if self.shard_count == 0 || self.shard_count > SHARD_COUNT_MAX {
             return Err("shard count must be 1..=1024");

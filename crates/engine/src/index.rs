@@ -2,11 +2,14 @@
 //! per key, overflow chains for the rare full pair, and online growth.
 //!
 //! ```text
-//!  slot (u64):  63            36   35   34  32  31                              0
-//!              +----------------+----+-------+----------------------------------+
-//!              | hash28         |link| freq3 | location + 1 (8-byte units)      |
-//!              +----------------+----+-------+----------------------------------+
-//!  bucket: 8 slots = 64 bytes = one cache line. An all-zero slot is empty.
+//!  slot (u64):  63        40   39   38  36  35  34                                  0
+//!              +------------+----+-------+---+-------------------------------------+
+//!              | hash24     |link| freq3 |    location + 1                          |
+//!              +------------+----+-------+---+-------------------------------------+
+//!  location (36 bits): bit 35 = 0: the memory tier, bits 0..34 in 8-byte units of the pool's
+//!  data area (256 GiB); bit 35 = 1: the flash tier, bits 0..34 in 64-byte units of the flash
+//!  medium (2 TiB). Stored plus one, so an all-zero slot is empty.
+//!  bucket: 8 slots = 64 bytes = one cache line.
 //!  A link slot (link bit set) is always slot 7; its low 32 bits are an overflow bucket index.
 //! ```
 //!
@@ -24,8 +27,8 @@
 //! "fetched" bit, which the meta protocol's `h` flag reports. A read sets both; carrying an item
 //! forward clears `freq` only; a write that replaces the item clears both (`forget_reads`).
 //!
-//! `hash28` is 28 bits of the key's hash. A key's two candidate buckets are
-//! `(hash28 * n) >> 28` and the same of a bijective mix of `hash28`, for `n` buckets: any `n`
+//! `hash24` is 24 bits of the key's hash. A key's two candidate buckets are
+//! `(hash24 * n) >> 24` and the same of a bijective mix of `hash24`, for `n` buckets: any `n`
 //! works, and doubling `n` maps bucket `b` onto `2b` and `2b + 1`, so growth needs no key bytes,
 //! only the stored hash. Inserts go to the first candidate with room (most hits read one cache
 //! line), then the second, then an overflow chain off the first. Lookups compare stored hashes
@@ -61,21 +64,25 @@ pub const LOAD_PERCENT_SIZED: usize = 95;
 pub const GROWTH_NUMERATOR: usize = 5;
 /// See [`GROWTH_NUMERATOR`].
 pub const GROWTH_DENOMINATOR: usize = 4;
-/// Bits of the key hash kept in a slot.
-pub const HASH_BITS: u32 = 28;
-/// Largest location (in 8-byte units) a slot can hold: the data area is at most 32 GiB.
-pub const LOCATION_MAX: u64 = u32::MAX as u64 - 1;
+/// Bits of the key hash kept in a slot. With 16 candidate slots a lookup compares a wrong key's
+/// record once in a million lookups; a shard's table grows to at most 2^24 buckets (134M items;
+/// more items need more shards), past which inserts chain.
+pub const HASH_BITS: u32 = 24;
+/// The location bit that names the flash tier (clear: the memory tier).
+pub const FLASH_TIER_BIT: u64 = 1 << 35;
+/// Largest location a slot can hold, tier bit included.
+pub const LOCATION_MAX: u64 = (1 << 36) - 2;
 /// Largest access frequency a slot counts to (the 3-bit field's largest value, 7, less the
 /// one value that records "fetched, but not since carried forward").
 pub const FREQ_MAX: u8 = 6;
 
-const HASH_SHIFT: u32 = 36;
-const LINK_BIT: u64 = 1 << 35;
-const FREQ_SHIFT: u32 = 32;
+const HASH_SHIFT: u32 = 40;
+const LINK_BIT: u64 = 1 << 39;
+const FREQ_SHIFT: u32 = 36;
 const FREQ_MASK: u64 = 0x7 << FREQ_SHIFT;
 /// The 3-bit field of an item fetched since written but not read since carried forward.
 const FREQ3_FETCHED: u8 = 1;
-const LOCATION_MASK: u64 = 0xFFFF_FFFF;
+const LOCATION_MASK: u64 = (1 << 36) - 1;
 const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
 const LINK_SLOT: usize = SLOTS_PER_BUCKET - 1;
 
@@ -94,8 +101,8 @@ pub struct SlotRef {
 /// An item slot's contents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
-    /// The 28 stored hash bits.
-    pub hash28: u32,
+    /// The 24 stored hash bits.
+    pub hash24: u32,
     /// The `freq3` field as stored; `freq` and `fetched` decode it, so a lookup that uses
     /// neither pays nothing for them.
     freq3: u8,
@@ -106,7 +113,7 @@ pub struct Entry {
 impl Entry {
     /// An entry of an item read `freq` times since it was written or carried forward, and
     /// `fetched` if read at all since it was written (`freq > 0` implies `fetched`).
-    pub fn new(hash28: u32, freq: u8, fetched: bool, location: u64) -> Self {
+    pub fn new(hash24: u32, freq: u8, fetched: bool, location: u64) -> Self {
         debug_assert!(
             freq <= FREQ_MAX && (fetched || freq == 0),
             "a read item is fetched"
@@ -117,7 +124,7 @@ impl Entry {
             (freq, _) => freq + FREQ3_FETCHED,
         };
         Entry {
-            hash28,
+            hash24,
             freq3,
             location,
         }
@@ -136,21 +143,21 @@ impl Entry {
 
     /// This entry with other reads (see `new`).
     fn with_reads(self, freq: u8, fetched: bool) -> Self {
-        Entry::new(self.hash28, freq, fetched, self.location)
+        Entry::new(self.hash24, freq, fetched, self.location)
     }
 }
 
 fn pack(entry: Entry) -> u64 {
     assert!(entry.location <= LOCATION_MAX);
-    debug_assert!(u64::from(entry.hash28) <= HASH_MASK);
-    (u64::from(entry.hash28) << HASH_SHIFT)
+    debug_assert!(u64::from(entry.hash24) <= HASH_MASK);
+    (u64::from(entry.hash24) << HASH_SHIFT)
         | (u64::from(entry.freq3) << FREQ_SHIFT)
         | (entry.location + 1)
 }
 
 fn unpack(slot: u64) -> Entry {
     Entry {
-        hash28: (slot >> HASH_SHIFT) as u32,
+        hash24: (slot >> HASH_SHIFT) as u32,
         freq3: ((slot & FREQ_MASK) >> FREQ_SHIFT) as u8,
         // Wrapping: an item slot never holds location bits 0 (`pack` adds one); only damage to
         // a mapped table does, and it then names a location past every segment, which reads
@@ -163,15 +170,15 @@ fn is_link(slot: u64) -> bool {
     slot & LINK_BIT != 0
 }
 
-/// The 28 index bits of a 64-bit key hash.
-pub fn hash28(hash: u64) -> u32 {
+/// The 24 index bits of a 64-bit key hash.
+pub fn hash24(hash: u64) -> u32 {
     (hash & HASH_MASK) as u32
 }
 
-fn mix(hash28: u32) -> u32 {
-    // An odd multiplier is a bijection modulo 2^28, so the second candidate is as uniform as
+fn mix(hash24: u32) -> u32 {
+    // An odd multiplier is a bijection modulo 2^24, so the second candidate is as uniform as
     // the first and can be recomputed from the stored bits alone.
-    (hash28.wrapping_mul(0x9E37_79B1)) & HASH_MASK as u32
+    (hash24.wrapping_mul(0x9E37_79B1)) & HASH_MASK as u32
 }
 
 fn position(h: u32, bucket_count: usize) -> usize {
@@ -402,13 +409,16 @@ impl Index {
 
     /// True when the next insert should be preceded by `grow`.
     pub fn needs_growth(&self) -> bool {
-        self.items.saturating_mul(100) >= self.buckets.len() * SLOTS_PER_BUCKET * LOAD_PERCENT_MAX
+        // Past 2^HASH_BITS buckets more buckets would not spread the items further.
+        self.buckets.len() < 1 << HASH_BITS
+            && self.items.saturating_mul(100)
+                >= self.buckets.len() * SLOTS_PER_BUCKET * LOAD_PERCENT_MAX
     }
 
-    fn candidates(&self, hash28: u32) -> [usize; 2] {
+    fn candidates(&self, hash24: u32) -> [usize; 2] {
         let n = self.buckets.len();
-        let first = position(hash28, n);
-        let mut second = position(mix(hash28), n);
+        let first = position(hash24, n);
+        let mut second = position(mix(hash24), n);
         if second == first {
             second = (first + 1) % n;
         }
@@ -480,9 +490,9 @@ impl Index {
         }
     }
 
-    /// Starts loading both candidate buckets of `hash28` into the cache.
-    pub fn prefetch(&self, hash28: u32) {
-        for head in self.candidates(hash28) {
+    /// Starts loading both candidate buckets of `hash24` into the cache.
+    pub fn prefetch(&self, hash24: u32) {
+        for head in self.candidates(hash24) {
             strata_pool::prefetch(&self.buckets[head]);
         }
     }
@@ -490,16 +500,16 @@ impl Index {
     /// Finds the slot whose hash matches and whose location `is_key` confirms.
     pub fn find(
         &self,
-        hash28: u32,
+        hash24: u32,
         mut is_key: impl FnMut(u64) -> bool,
     ) -> Option<(SlotRef, Entry)> {
-        let heads = self.candidates(hash28);
+        let heads = self.candidates(hash24);
         // Start the second bucket's miss now: it overlaps with the scan of the first.
         strata_pool::prefetch(&self.buckets[heads[1]]);
         for head in heads {
             let found = self.walk_chain(head, |at, value| {
                 // Compare the stored hash bits before decoding the rest of the slot.
-                if (value >> HASH_SHIFT) as u32 != hash28 {
+                if (value >> HASH_SHIFT) as u32 != hash24 {
                     return None;
                 }
                 let entry = unpack(value);
@@ -563,8 +573,8 @@ impl Index {
 
     /// Removes the item slot with this hash and location, if present; returns whether it was.
     #[cfg(test)]
-    pub fn remove_location(&mut self, hash28: u32, location: u64) -> bool {
-        match self.find(hash28, |l| l == location) {
+    pub fn remove_location(&mut self, hash24: u32, location: u64) -> bool {
+        match self.find(hash24, |l| l == location) {
             Some((at, _)) => {
                 self.remove(at);
                 true
@@ -574,9 +584,9 @@ impl Index {
     }
 
     /// Adds an item. The caller has checked the key is absent and called `grow` if needed.
-    pub fn insert(&mut self, hash28: u32, location: u64, freq: u8) {
-        let value = pack(Entry::new(hash28, freq, freq > 0, location));
-        let [first, second] = self.candidates(hash28);
+    pub fn insert(&mut self, hash24: u32, location: u64, freq: u8) {
+        let value = pack(Entry::new(hash24, freq, freq > 0, location));
+        let [first, second] = self.candidates(hash24);
         // The emptier candidate first: balancing the pair keeps overflow rare at high load.
         let (a, b) = if self.free_slots(second) > self.free_slots(first) {
             (second, first)
@@ -601,7 +611,7 @@ impl Index {
             if resident == 0 || is_link(resident) {
                 continue;
             }
-            let [first, second] = self.candidates(unpack(resident).hash28);
+            let [first, second] = self.candidates(unpack(resident).hash24);
             let other = if head == first { second } else { first };
             if other != head && self.free_slots(other) > 0 {
                 let placed = self.try_place_in_chain(other, resident);
@@ -686,14 +696,14 @@ impl Index {
         for head in 0..self.buckets.len() {
             self.walk_chain::<()>(head, |_, value| {
                 let entry = unpack(value);
-                let [first, _] = self.candidates(entry.hash28);
+                let [first, _] = self.candidates(entry.hash24);
                 let h = if head == first {
-                    entry.hash28
+                    entry.hash24
                 } else {
-                    mix(entry.hash28)
+                    mix(entry.hash24)
                 };
                 let mut target = position(h, new_count);
-                if h != entry.hash28 && target == position(entry.hash28, new_count) {
+                if h != entry.hash24 && target == position(entry.hash24, new_count) {
                     target = (target + 1) % new_count;
                 }
                 if !grown.try_place_in_chain(target, value) {
@@ -883,7 +893,7 @@ mod tests {
 
     fn hashes(count: usize) -> Vec<u32> {
         (0..count as u64)
-            .map(|i| hash28(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())))
+            .map(|i| hash24(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())))
             .collect()
     }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!             key ──xxh3──► hash ──► shard (RwLock) ──► index: 2 candidate buckets (64 B)
-//!                                         │                    slot = hash28 | freq | location
+//!                                         │                    slot = hash24 | freq | location
 //!                                         ▼
 //!   TTL chain [bucket b]: seg 7 ─► seg 12 ─► seg 30 (open)      records appended, 8-B aligned
 //!   pool: | header | segment table | seg 0 | seg 1 | ... |      (DRAM, DAX file, or file)
@@ -328,7 +328,11 @@ impl Inner {
 
     pub(crate) fn join_location(&self, id: u32, offset: usize) -> u64 {
         debug_assert!(offset.is_multiple_of(record::RECORD_ALIGN_BYTES));
-        u64::from(id) * self.units_per_segment + (offset / record::RECORD_ALIGN_BYTES) as u64
+        let location =
+            u64::from(id) * self.units_per_segment + (offset / record::RECORD_ALIGN_BYTES) as u64;
+        // `DATA_BYTES_MAX` keeps memory locations below the flash tier's bit.
+        debug_assert_eq!(location & index::FLASH_TIER_BIT, 0);
+        location
     }
 
     pub(crate) fn check_writable(&self) -> Result<(), WriteError> {

@@ -117,6 +117,10 @@ pub fn read(area: &[u8]) -> Result<Root, &'static str> {
     if area[DURABILITY_OFFSET] > 2 {
         return Err("unknown durability level");
     }
+    // Room is left for a few reservations above it; seqs stay below `SEQ_LIMIT` (CAS values).
+    if seq_reserved >= crate::segment::SEQ_LIMIT / 2 {
+        return Err("segment seq reservation out of range");
+    }
     Ok(Root {
         shard_count,
         seq_reserved,

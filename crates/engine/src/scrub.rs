@@ -141,8 +141,8 @@ pub(crate) fn repair(inner: &Inner) -> u64 {
             continue;
         }
         let mut shard = lock.0.write();
-        for (h28, location) in found {
-            dropped += u64::from(shard.drop_if_damaged(inner, h28, location));
+        for (h24, location) in found {
+            dropped += u64::from(shard.drop_if_damaged(inner, h24, location));
         }
     }
     dropped

@@ -377,12 +377,12 @@ impl Shard {
 
     /// Finds the key's live record, expired or not.
     pub(crate) fn lookup(&self, inner: &Inner, key: &[u8], hash: u64) -> Option<Found<'_>> {
-        let h28 = index::hash28(hash);
+        let h24 = index::hash24(hash);
         let mut hit = None;
-        let (slot, entry) = self.index.find(h28, |location| {
+        let (slot, entry) = self.index.find(h24, |location| {
             let Some(record) = self.record_at(inner, location) else {
                 // Damaged: not this key's record; dropped from the index at the next repair.
-                self.damaged_reads.lock().push((h28, location));
+                self.damaged_reads.lock().push((h24, location));
                 return false;
             };
             let is_key = record.0.key == key;
@@ -403,7 +403,7 @@ impl Shard {
     /// Starts loading the record of the first slot whose stored hash matches (no key compare:
     /// a hint for `Engine::prefetch`).
     pub(crate) fn prefetch_record(&self, inner: &Inner, hash: u64) {
-        let _ = self.index.find(index::hash28(hash), |location| {
+        let _ = self.index.find(index::hash24(hash), |location| {
             let (id, offset) = inner.split_location(location);
             if let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) {
                 // Two lines: a small item's header, key and value nearly always straddle a
@@ -510,7 +510,7 @@ impl Shard {
             inner.index_growing(&self.index);
             self.index.grow();
         }
-        self.index.insert(index::hash28(hash), location, freq);
+        self.index.insert(index::hash24(hash), location, freq);
     }
 
     fn seq_at(&self, inner: &Inner, location: u64) -> u64 {
@@ -832,7 +832,7 @@ impl Shard {
         let survivors = std::mem::take(&mut self.survivors);
         let slots = std::mem::take(&mut self.survivor_slots);
         let mut at = 0;
-        for &(h28, old_location) in &slots {
+        for &(h24, old_location) in &slots {
             let view = record::read_trusted(&survivors[at..])
                 .expect("survivors were written by this process");
             let size = view.size_bytes;
@@ -852,7 +852,7 @@ impl Shard {
             let location = inner.join_location(id, offset);
             let (slot, _) = self
                 .index
-                .find(h28, |l| l == old_location)
+                .find(h24, |l| l == old_location)
                 .expect("survivor indexed");
             self.index.relocate(slot, location);
             self.index.set_freq(slot, 0);
@@ -990,8 +990,8 @@ impl Shard {
         now_ms: u64,
         survivor_budget: usize,
     ) {
-        let h28 = index::hash28(inner.hash(view.key));
-        let Some((slot, entry)) = self.index.find(h28, |l| l == location) else {
+        let h24 = index::hash24(inner.hash(view.key));
+        let Some((slot, entry)) = self.index.find(h24, |l| l == location) else {
             // Only where damage made the index lose the record (or point elsewhere).
             debug_assert!(
                 !(owned.is_clean() && self.index_verified),
@@ -1015,7 +1015,7 @@ impl Shard {
                 let start = self.survivors.len();
                 self.survivors.resize(start + size, 0);
                 record::write(&mut self.survivors[start..], view.key, view.value, &meta);
-                self.survivor_slots.push((h28, location));
+                self.survivor_slots.push((h24, location));
                 return;
             }
         }
@@ -1091,7 +1091,7 @@ impl Shard {
                 None => self
                     .damaged_reads
                     .lock()
-                    .push((entry.hash28, entry.location)),
+                    .push((entry.hash24, entry.location)),
             }
         })
     }
@@ -1175,7 +1175,7 @@ impl Shard {
                         self.misplaced(id, offset, report);
                         continue;
                     }
-                    self.index.prefetch(index::hash28(hash));
+                    self.index.prefetch(index::hash24(hash));
                     batch.push((offset, hash));
                 }
             }
@@ -1295,13 +1295,13 @@ impl Shard {
     /// Whether the entry (hash bits, location) points at the start of a valid, live record of
     /// a key with those hash bits, in a segment of this shard. Validates the record whatever
     /// the segment's state.
-    pub(crate) fn entry_is_sound(&self, inner: &Inner, h28: u32, location: u64) -> bool {
-        self.sound_key(inner, h28, location).is_some()
+    pub(crate) fn entry_is_sound(&self, inner: &Inner, h24: u32, location: u64) -> bool {
+        self.sound_key(inner, h24, location).is_some()
     }
 
-    /// The key of the valid, live record at `location` if its hash bits are `h28` (see
+    /// The key of the valid, live record at `location` if its hash bits are `h24` (see
     /// [`Shard::entry_is_sound`]).
-    fn sound_key(&self, inner: &Inner, h28: u32, location: u64) -> Option<&[u8]> {
+    fn sound_key(&self, inner: &Inner, h24: u32, location: u64) -> Option<&[u8]> {
         let (id, offset) = inner.split_location(location);
         let owned = self.segments.get(id as usize)?.as_deref()?;
         if offset >= owned.write_offset {
@@ -1309,7 +1309,7 @@ impl Shard {
         }
         match record::read(&owned.log()[offset..]) {
             record::Scan::Record(view)
-                if view.live && index::hash28(inner.hash(view.key)) == h28 =>
+                if view.live && index::hash24(inner.hash(view.key)) == h24 =>
             {
                 Some(view.key)
             }
@@ -1320,10 +1320,10 @@ impl Shard {
     /// Whether the entry in `slot` is sound and the one a lookup of its key finds: a second
     /// entry of the same key (damage) is not, and would outlive a delete of the key.
     fn entry_is_the_keys(&self, inner: &Inner, slot: index::SlotRef, entry: index::Entry) -> bool {
-        let Some(key) = self.sound_key(inner, entry.hash28, entry.location) else {
+        let Some(key) = self.sound_key(inner, entry.hash24, entry.location) else {
             return false;
         };
-        let first = self.index.find(entry.hash28, |location| {
+        let first = self.index.find(entry.hash24, |location| {
             self.record_at(inner, location)
                 .is_some_and(|(view, _)| view.key == key)
         });
@@ -1332,11 +1332,11 @@ impl Shard {
 
     /// Drops the index entry (hash bits, location) if it is still there and still points at no
     /// valid record of its key. Returns whether it dropped one.
-    pub(crate) fn drop_if_damaged(&mut self, inner: &Inner, h28: u32, location: u64) -> bool {
-        if self.entry_is_sound(inner, h28, location) {
+    pub(crate) fn drop_if_damaged(&mut self, inner: &Inner, h24: u32, location: u64) -> bool {
+        if self.entry_is_sound(inner, h24, location) {
             return false; // Rewritten since the read that queued it, or a race: keep it.
         }
-        let Some((slot, _)) = self.index.find(h28, |l| l == location) else {
+        let Some((slot, _)) = self.index.find(h24, |l| l == location) else {
             return false;
         };
         self.index.remove(slot);
@@ -1623,8 +1623,8 @@ impl Shard {
                 }
                 if view.live && !self.pending_dead.contains(&location) {
                     live += 1;
-                    let h28 = index::hash28(hash);
-                    if self.index.find(h28, |l| l == location).is_none() {
+                    let h24 = index::hash24(hash);
+                    if self.index.find(h24, |l| l == location).is_none() {
                         return Err(format!(
                             "segment {id} offset {offset}: live record not indexed"
                         ));

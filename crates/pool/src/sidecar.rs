@@ -21,7 +21,7 @@ use crate::error::PoolError;
 use crate::header::{read_u32, read_u64, write_u32, write_u64};
 
 const MAGIC: [u8; 8] = *b"STRATASC";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_SIZE_BYTES: usize = 48;
 
 /// Writes the sidecar and fsyncs it.
@@ -62,12 +62,11 @@ pub(crate) fn read(
         .get(..HEADER_SIZE_BYTES)
         .ok_or(Some("shorter than its header"))?;
     let header_crc = crc32c::crc32c(&header[..36]) ^ crc32c::crc32c(&header[40..48]);
-    if header[..8] != MAGIC
-        || read_u32(header, 8) != VERSION
-        || read_u32(header, 12) != 0
-        || read_u32(header, 36) != header_crc
-    {
+    if header[..8] != MAGIC || read_u32(header, 12) != 0 || read_u32(header, 36) != header_crc {
         return Err(Some("its header is damaged"));
+    }
+    if read_u32(header, 8) != VERSION {
+        return Err(Some("another version of strata wrote it"));
     }
     if read_u64(header, 16) != pool_id || read_u64(header, 24) != clean_state_seq {
         return Err(Some("it was written for another pool or pool state"));

@@ -10,7 +10,7 @@
 //!  P.index/s0003-o18        shard 3's overflow bucket table, generation 18
 //! ```
 //!
-//! Control header words (u64, little-endian): `magic "STRATAIX"`, `version (1)`, `pool_id`,
+//! Control header words (u64, little-endian): `magic "STRATAIX"`, `version (2)`, `pool_id`,
 //! `session_state_seq`, `shard_count`, `segment_count`, then two zero words. A restart trusts the
 //! files only when the header names this pool and the exact pool state it was left in (see the
 //! engine's `index_files` module for the rest of the rule).
@@ -29,7 +29,7 @@ use crate::error::PoolError;
 use crate::{io_err, AtomicLine, CACHE_LINE_SIZE_BYTES};
 
 const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"STRATAIX");
-const CONTROL_VERSION: u64 = 1;
+const CONTROL_VERSION: u64 = 2;
 /// Bytes of one segment's book in the control file.
 pub const SEGMENT_BOOK_SIZE_BYTES: usize = 32;
 const BOOKS_PER_LINE: usize = CACHE_LINE_SIZE_BYTES / SEGMENT_BOOK_SIZE_BYTES;
