@@ -272,8 +272,16 @@ pub(crate) fn validate(
     };
     let mut boot_id = [0; 16];
     boot_id.copy_from_slice(&page[BOOT_ID_OFFSET..BOOT_ID_OFFSET + 16]);
+    let state_seq = read_u64(page, STATE_SEQ_OFFSET);
+    // One state update per open and per clean close: 2^62 is out of reach, and a value past it
+    // (with a checksum to match) would overflow the next update.
+    if state_seq >= 1 << 62 {
+        return Err(PoolError::HeaderCorrupt {
+            what: "state sequence out of range",
+        });
+    }
     let state = HeaderState {
-        state_seq: read_u64(page, STATE_SEQ_OFFSET),
+        state_seq,
         clean,
         boot_id,
     };
