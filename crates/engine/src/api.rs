@@ -653,7 +653,13 @@ impl Engine {
             // Keys on flash are read with no lock held (a key deleted meanwhile may still be
             // returned, as SCAN allows for keys not present for the whole iteration).
             for location in flash.drain(..) {
-                if let Some(key) = tiering::read_key(&self.inner, location, now_ms) {
+                let Some(key) = tiering::read_key(&self.inner, location, now_ms) else {
+                    continue;
+                };
+                // An older copy of a key memory holds (see `shard::flash`) is not a second key.
+                let hash = self.inner.hash(&key);
+                let shard = self.inner.shards[shard_index as usize].0.read();
+                if shard.lookup(&self.inner, &key, hash).is_none() {
                     counting(&key);
                 }
             }

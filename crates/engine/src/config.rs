@@ -222,6 +222,11 @@ pub struct EngineConfig {
     /// since the open (the default; see the `scrub` module). Costs a CRC32C of the record per
     /// read; for pools whose memory is not trusted to keep what was written.
     pub validate_every_read: bool,
+    /// Tests only: keep 6 of the 24 hash bits the index stores, so that distinct keys share
+    /// them (and their buckets) all the time, as they rarely do with millions of items. The
+    /// pool is then readable only with the same setting.
+    #[doc(hidden)]
+    pub hash_collisions_for_tests: bool,
 }
 
 /// Default bytes per flash region: large sequential writes, reclaimed whole.
@@ -348,6 +353,7 @@ impl Default for EngineConfig {
             recovery_observer: None,
             simulated_index_dir: None,
             validate_every_read: false,
+            hash_collisions_for_tests: false,
             flash: None,
         }
     }

@@ -310,6 +310,8 @@ pub(crate) struct Inner {
     scrub: Mutex<scrub::ScrubState>,
     /// `EngineConfig::validate_every_read`.
     pub(crate) validate_every_read: bool,
+    /// Bits of a key's hash kept (all but in tests; see `hash_collisions_for_tests`).
+    pub(crate) hash_mask: u64,
     /// The flash tier below the memory tier, if configured.
     pub(crate) flash: Option<flash::FlashTier>,
     /// Which evicted items the flash tier takes.
@@ -324,7 +326,7 @@ impl Inner {
     }
 
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(key)
+        xxhash_rust::xxh3::xxh3_64(key) & self.hash_mask
     }
 
     pub(crate) fn shard_of(&self, hash: u64) -> usize {

@@ -12,7 +12,7 @@ use crate::config::{
     Durability, EngineConfig, FlashAdmission, FlashMedium, IndexPlacement, PoolLocation,
 };
 use crate::error::OpenError;
-use crate::flash::tiering::FlashWorker;
+use crate::flash::tiering::{self, FlashWorker};
 use crate::flash::{FlashError, FlashTier};
 use crate::index::{Index, TableHome};
 use crate::index_files::{self, Anchor};
@@ -207,7 +207,9 @@ impl Engine {
                 // are found through the index, and a new pool's index is empty.
                 let keep = plan == RecoveryPlan::Recover
                     && matches!(pool.opened(), Opened::Reopened { .. });
-                let record_bytes_max = record::record_size_max(KEY_LEN_MAX, value_len_max);
+                // Every record lives in one segment, so no demoted record is larger.
+                let record_bytes_max = record::record_size_max(KEY_LEN_MAX, value_len_max)
+                    .min(config.segment_size_bytes as usize);
                 let medium: Arc<dyn strata_pool::Medium> = match &flash.medium {
                     FlashMedium::File { path, size_bytes } => {
                         Arc::new(strata_pool::DirectFile::open(path, *size_bytes)?)
@@ -267,6 +269,11 @@ impl Engine {
             value_len_max,
             scrub: Mutex::new(crate::scrub::ScrubState::default()),
             validate_every_read: config.validate_every_read,
+            hash_mask: if config.hash_collisions_for_tests {
+                !(((1u64 << crate::index::HASH_BITS) - 1) & !0x3f)
+            } else {
+                u64::MAX
+            },
             flash,
             flash_admission: config
                 .flash
@@ -405,6 +412,8 @@ impl Engine {
         // region is written, so the entries the index keeps point at records on the medium.
         drop(self.flash_worker.lock().take());
         if let Some(flash) = &self.inner.flash {
+            // No suspect outlives the close: a restart would not know the keys it shadows.
+            tiering::settle_suspects(&self.inner);
             flash_write_all(flash).map_err(|e| strata_pool::PoolError::Io {
                 op: "write the flash tier",
                 path: self.pool.lock().path(),
@@ -488,13 +497,17 @@ impl Engine {
             stats.damaged_items_dropped += load(&c.damaged_items_dropped);
             stats.segments_unverified += shard.unverified_segments().len() as u64;
         }
-        let flash_items: u64 = self
-            .inner
-            .shards
-            .iter()
-            .map(|s| s.0.read().flash_items())
-            .sum();
-        stats.flash = self.inner.flash.as_ref().map(|f| f.stats(flash_items));
+        let (mut flash_items, mut suspects) = (0, 0);
+        for shard in self.inner.shards.iter() {
+            let shard = shard.0.read();
+            flash_items += shard.flash_items();
+            suspects += shard.flash_suspect_count();
+        }
+        stats.flash = self.inner.flash.as_ref().map(|f| {
+            let mut flash = f.stats(flash_items);
+            flash.suspects = suspects;
+            flash
+        });
         let free = self.inner.free.lock();
         stats.segments_free = free.list.len() as u64;
         stats.segments_retired = free.retired.len() as u64;
@@ -566,6 +579,9 @@ fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport) {
                 .is_some_and(|flash| flash.holds(location))
         });
         report.flash_items_dropped += dropped;
+        // A crash loses the list of suspects: any flash entry beside a memory entry with its
+        // hash bits is one again, until the flash thread has read it.
+        shard.suspect_flash_beside_memory();
         report.flash_items_kept += shard.flash_items();
         report.items_recovered = report.items_recovered.saturating_sub(dropped);
     }

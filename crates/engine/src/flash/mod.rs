@@ -158,6 +158,8 @@ pub(crate) struct FlashCounters {
     pub(crate) damaged_records: AtomicU64,
     /// Read latency, log2 buckets of microseconds: bucket i counts reads of < 2^i µs.
     pub(crate) read_latency_us: [AtomicU64; READ_LATENCY_BUCKETS],
+    /// Microseconds all reads took together.
+    pub(crate) read_latency_us_sum: AtomicU64,
 }
 
 /// Buckets of `FlashCounters::read_latency_us`.
@@ -168,6 +170,7 @@ impl FlashCounters {
         let us = elapsed.as_micros().max(1) as u64;
         let bucket = (64 - us.leading_zeros()).min(READ_LATENCY_BUCKETS as u32 - 1) as usize;
         self.read_latency_us[bucket].fetch_add(1, Ordering::Relaxed);
+        self.read_latency_us_sum.fetch_add(us, Ordering::Relaxed);
         self.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 }
@@ -179,6 +182,8 @@ pub(crate) struct FlashTier {
     superblock: Superblock,
     regions: Mutex<Regions>,
     pub(crate) counters: FlashCounters,
+    /// The flash thread, woken when a region is sealed (it also polls).
+    writer: Mutex<Option<std::thread::Thread>>,
 }
 
 /// Why the tier could not be opened.
@@ -208,6 +213,9 @@ pub enum FlashError {
 pub struct FlashStats {
     /// Items whose record is on flash (index entries of the tier).
     pub items: u64,
+    /// Flash entries sharing hash bits with a key written to memory since, waiting for the
+    /// flash thread to read whether they are its older copy (see `shard::flash`).
+    pub suspects: u64,
     /// Bytes of the medium.
     pub medium_bytes: u64,
     /// Whether I/O bypasses the page cache.
@@ -222,6 +230,8 @@ pub struct FlashStats {
     pub regions_written: u64,
     /// Regions free for new records.
     pub regions_free: u64,
+    /// Sealed regions waiting for the flash thread or being written (the write queue).
+    pub regions_queued: u64,
     /// DRAM held by region buffers (open regions and regions being written).
     pub buffer_bytes: u64,
     /// Reads served from flash.
@@ -258,6 +268,8 @@ pub struct FlashStats {
     pub damaged_records: u64,
     /// Read latency: bucket i counts medium reads that took under 2^i microseconds.
     pub read_latency_us: [u64; READ_LATENCY_BUCKETS],
+    /// Microseconds all reads took together.
+    pub read_latency_us_sum: u64,
 }
 
 /// What `FlashTier::open` found.
@@ -351,6 +363,7 @@ impl FlashTier {
                 next_seq: 1,
             }),
             counters: FlashCounters::default(),
+            writer: Mutex::new(None),
         };
         let regions_kept = tier.list_regions()?;
         Ok((
@@ -401,18 +414,20 @@ impl FlashTier {
 
     /// Figures for stats; `items` (the index's flash entries) is the caller's.
     pub(crate) fn stats(&self, items: u64) -> FlashStats {
-        let (regions_written, regions_free, buffers) = {
+        let (regions_written, regions_free, buffers, regions_queued) = {
             let regions = self.regions.lock().expect("regions lock");
             (
                 regions.written.len() as u64,
                 regions.free.len() as u64,
                 regions.buffers as u64,
+                (regions.to_write.len() + regions.writing) as u64,
             )
         };
         let c = &self.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         FlashStats {
             items,
+            suspects: 0,
             medium_bytes: self.medium.len_bytes(),
             direct_io: self.medium.is_direct(),
             io_engine: "pread",
@@ -420,6 +435,7 @@ impl FlashTier {
             regions_total: self.superblock.region_count,
             regions_written,
             regions_free,
+            regions_queued,
             buffer_bytes: buffers * self.superblock.region_size_bytes,
             hits: load(&c.hits),
             misses: load(&c.misses),
@@ -438,6 +454,7 @@ impl FlashTier {
             write_errors: load(&c.write_errors),
             damaged_records: load(&c.damaged_records),
             read_latency_us: std::array::from_fn(|i| load(&c.read_latency_us[i])),
+            read_latency_us_sum: load(&c.read_latency_us_sum),
         }
     }
 
@@ -588,6 +605,14 @@ impl FlashTier {
             payload_bytes: open.payload_len as u64,
             expires_at_ms: open.expires_at_ms,
         });
+        if let Some(writer) = self.writer.lock().expect("writer lock").as_ref() {
+            writer.unpark();
+        }
+    }
+
+    /// Names the thread that writes sealed regions, to wake when one is sealed.
+    pub(crate) fn set_writer(&self, thread: std::thread::Thread) {
+        *self.writer.lock().expect("writer lock") = Some(thread);
     }
 
     /// Seals every open region that holds records (a clean close, or a test that wants

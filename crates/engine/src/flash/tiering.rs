@@ -153,9 +153,13 @@ impl FlashWorker {
     pub(crate) fn spawn(inner: Arc<Inner>) -> std::io::Result<FlashWorker> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let flash_inner = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("strata-flash".into())
-            .spawn(move || run(&inner, &flag))?;
+            .spawn(move || run(&flash_inner, &flag))?;
+        if let Some(flash) = inner.flash.as_ref() {
+            flash.set_writer(thread.thread().clone());
+        }
         Ok(FlashWorker {
             stop,
             thread: Some(thread),
@@ -167,6 +171,7 @@ impl Drop for FlashWorker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }
@@ -194,6 +199,7 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             reclaim_one(inner);
             busy = true;
         }
+        busy |= settle_suspects(inner) > 0;
         if !busy {
             std::thread::park_timeout(IDLE_WAIT);
         }
@@ -209,6 +215,34 @@ fn pace(rate: u64, written: u64, started: std::time::Instant) {
     if let Some(ahead) = due.checked_sub(started.elapsed()) {
         std::thread::sleep(ahead);
     }
+}
+
+/// Reads the key of every flash suspect (see `crate::shard::flash`) and settles it: dropped if
+/// memory holds that key, kept if it is another key's only copy. Returns how many it read.
+pub(crate) fn settle_suspects(inner: &Inner) -> usize {
+    let mut read = 0;
+    for padded in inner.shards.iter() {
+        let lock = &padded.0;
+        let suspects = lock.read().flash_suspects();
+        for suspect in suspects {
+            let key = record_key(inner, suspect.location);
+            lock.write().settle_suspect(inner, suspect, key.as_deref());
+            read += 1;
+        }
+    }
+    read
+}
+
+/// The key of the valid, live flash record at `location` (tier bit set), expired or not.
+fn record_key(inner: &Inner, location: u64) -> Option<Vec<u8>> {
+    let flash = inner.flash.as_ref()?;
+    with_read_buf(|buf| {
+        let range = flash.read(location & !FLASH_TIER_BIT, buf)?;
+        match record::read(&buf[range]) {
+            record::Scan::Record(view) if view.live => Some(view.key.to_vec()),
+            _ => None,
+        }
+    })
 }
 
 /// Reclaims a region (see `FlashTier::reclaim`): every index entry still pointing into it

@@ -1,9 +1,20 @@
 //! The shard's side of the flash tier: demoting evicted items into it, promoting items back,
 //! and dropping its entries (see `crate::flash::tiering` for the engine's side).
 //!
-//! A key has at most one index entry, of either tier. Entries of the flash tier carry
-//! `FLASH_TIER_BIT`; memory lookups skip them (`Shard::lookup`), and their count is kept in
-//! `Shard::flash_items`.
+//! Entries of the flash tier carry `FLASH_TIER_BIT`; memory lookups skip them
+//! (`Shard::lookup`), and their count is kept in `Shard::flash_items`.
+//!
+//! A key has at most one live copy: a read looks in memory first and on flash only when
+//! memory misses. Writing a key to memory cannot tell, without a flash read, whether a flash
+//! entry with the key's 24 hash bits is the key's older copy or the only copy of another key
+//! (in a shard of a million flash items, one write in sixteen meets such an entry). So the
+//! write leaves those entries indexed and lists them as *suspects* ([`FlashSuspect`]); the
+//! flash thread reads each one's key and drops it only if memory holds that key (memory's copy
+//! is always the newer: demotion moves a key's only copy to flash, promotion moves it back, and
+//! a write puts the newest in memory). Until then,
+//! memory holds the newer copy and answers first, and every path that takes the key's memory
+//! entry out of the index (delete, eviction, demotion, expiry, damage) drops the suspects with
+//! its hash bits first, unread, so an older copy can never become visible again.
 
 use crate::config::FlashAdmission;
 use crate::error::WriteError;
@@ -15,9 +26,17 @@ use crate::Inner;
 
 use super::Shard;
 
+/// A flash entry that may hold an older copy of a key written to memory since: its hash bits
+/// and location (tier bit set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FlashSuspect {
+    pub(crate) h24: u32,
+    pub(crate) location: u64,
+}
+
 /// Most flash entries one lookup reads (entries sharing a key's 24 hash bits in its buckets;
 /// more than one is a rare collision).
-pub(crate) const FLASH_CANDIDATES_MAX: usize = 4;
+pub(crate) const FLASH_CANDIDATES_MAX: usize = 8;
 
 /// Flash locations that may hold a key's record.
 #[derive(Clone, Copy, Debug, Default)]
@@ -68,6 +87,116 @@ impl Shard {
         dropped
     }
 
+    /// Lists the flash entries with `hash`'s 24 bits as suspects: its key has just been
+    /// written to memory (see the module docs).
+    pub(crate) fn suspect_flash_copies(&mut self, hash: u64) {
+        if self.flash_items == 0 {
+            return;
+        }
+        // Every one, however many: a copy left off the list could outlive the key's memory
+        // copy (reads look at the first few candidates only, which costs misses, never this).
+        let h24 = index::hash24(hash);
+        let mut found = Vec::new();
+        let _ = self.index.find(h24, |location| {
+            if is_flash(location) {
+                found.push(location);
+            }
+            false
+        });
+        for location in found {
+            self.add_suspect(FlashSuspect { h24, location });
+        }
+    }
+
+    fn add_suspect(&mut self, suspect: FlashSuspect) {
+        if !self.flash_suspects.contains(&suspect) {
+            self.flash_suspects.push(suspect);
+        }
+    }
+
+    /// Takes the memory entry in `slot` (hash bits `h24`) out of the index; first drops, unread,
+    /// the flash suspects with those bits, which may be the key's older copies.
+    pub(super) fn remove_memory_slot(&mut self, slot: SlotRef, h24: u32) {
+        self.index.remove(slot);
+        self.drop_suspects(h24);
+    }
+
+    /// Drops the flash entries of the suspects with hash bits `h24` (see the module docs).
+    pub(super) fn drop_suspects(&mut self, h24: u32) {
+        if self.flash_suspects.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.flash_suspects.len() {
+            let suspect = self.flash_suspects[i];
+            if suspect.h24 == h24 {
+                self.flash_suspects.swap_remove(i);
+                self.unindex_flash(h24, suspect.location);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// How many suspects wait for the flash thread.
+    pub(crate) fn flash_suspect_count(&self) -> u64 {
+        self.flash_suspects.len() as u64
+    }
+
+    /// The suspects waiting for the flash thread.
+    pub(crate) fn flash_suspects(&self) -> Vec<FlashSuspect> {
+        self.flash_suspects.clone()
+    }
+
+    /// Settles a suspect the flash thread has read: `key` is the key its record holds (`None`:
+    /// no valid record). Its entry is dropped when memory holds that key (the flash copy is the
+    /// older) or the record is not valid; otherwise it is another key's only copy and stays.
+    /// Nothing happens if the suspect was settled meanwhile. Returns whether it was dropped.
+    pub(crate) fn settle_suspect(
+        &mut self,
+        inner: &Inner,
+        suspect: FlashSuspect,
+        key: Option<&[u8]>,
+    ) -> bool {
+        let Some(at) = self.flash_suspects.iter().position(|s| *s == suspect) else {
+            return false;
+        };
+        self.flash_suspects.swap_remove(at);
+        let older = match key {
+            Some(key) => self.lookup(inner, key, inner.hash(key)).is_some(),
+            None => true,
+        };
+        older && self.unindex_flash(suspect.h24, suspect.location)
+    }
+
+    /// After an open: lists as suspects the flash entries that share hash bits with a memory
+    /// entry (a crash may have lost the list; a clean close settled it, so these are mostly
+    /// other keys, which the flash thread then keeps).
+    pub(crate) fn suspect_flash_beside_memory(&mut self) {
+        if self.flash_items == 0 {
+            return;
+        }
+        let mut flash_entries = Vec::new();
+        self.index.all_entries(|entry| {
+            if is_flash(entry.location) {
+                flash_entries.push(entry);
+            }
+            true
+        });
+        for entry in flash_entries {
+            let beside_memory = self
+                .index
+                .find(entry.hash24, |location| !is_flash(location))
+                .is_some();
+            if beside_memory {
+                self.add_suspect(FlashSuspect {
+                    h24: entry.hash24,
+                    location: entry.location,
+                });
+            }
+        }
+    }
+
     /// Drops the flash entry (hash bits, location) if it is still there: its region is being
     /// reclaimed, or a read found its record damaged. Returns whether it was there.
     pub(crate) fn unindex_flash(&mut self, h24: u32, location: u64) -> bool {
@@ -115,6 +244,9 @@ impl Shard {
                 dropped += 1;
             }
         }
+        let index = &self.index;
+        self.flash_suspects
+            .retain(|s| index.find(s.h24, |l| l == s.location).is_some());
         self.count_flash_items();
         dropped
     }
@@ -156,9 +288,13 @@ impl Shard {
             cas: Some(item.cas),
             ..item.meta
         };
-        // With no memory record, the write drops the flash entry and indexes the new record
-        // as read once (a touch).
+        // With no memory record, the write indexes the new record as read once (a touch); the
+        // flash copy it was read from is dropped here, not left to the flash thread.
         self.write(inner, key, hash, item.value, meta, true)?;
+        let h24 = index::hash24(hash);
+        self.flash_suspects
+            .retain(|s| !(s.h24 == h24 && s.location == location));
+        self.unindex_flash(h24, location);
         if let Some(flash) = &inner.flash {
             flash
                 .counters
@@ -201,6 +337,10 @@ impl Shard {
         self.index.relocate(slot, flash_location | FLASH_TIER_BIT);
         self.index.set_freq(slot, 0);
         self.flash_items += 1;
+        // The key left memory: its older flash copies, if any are among the suspects, must
+        // not outlive that (the new entry is not a suspect). Removing slots may move others,
+        // so this comes after the last use of `slot`.
+        self.drop_suspects(entry.hash24);
         true
     }
 }

@@ -126,6 +126,9 @@ pub(crate) struct Shard {
     flash_items: u64,
     /// A record being demoted to flash, kept to reuse its allocation.
     demote_scratch: Vec<u8>,
+    /// Flash entries that may be older copies of keys written to memory since (see
+    /// `flash::FlashSuspect`).
+    flash_suspects: Vec<flash::FlashSuspect>,
 }
 
 /// What the scrub's walk of one segment found.
@@ -305,6 +308,7 @@ impl Shard {
             scan_offsets: Vec::new(),
             flash_items: 0,
             demote_scratch: Vec::new(),
+            flash_suspects: Vec::new(),
         }
     }
 
@@ -513,9 +517,11 @@ impl Shard {
                 }
             }
             // A touch whose record was evicted while making room is still the same item, and
-            // this access counts as a read of it. A flash copy of the key is dead from now on.
+            // this access counts as a read of it. A flash copy of the key is dead from now on:
+            // memory answers first, and the flash entries with the key's hash bits stay only
+            // until the flash thread has read which key they hold.
             None => {
-                self.drop_flash_slots(index::hash24(hash));
+                self.suspect_flash_copies(hash);
                 self.insert_index(inner, hash, location, u8::from(touch));
             }
         }
@@ -706,7 +712,7 @@ impl Shard {
             .is_some_and(|at| at <= inner.now_ms());
         let held = Held::of(found);
         self.kill_record(inner, held, None)?;
-        self.index.remove(held.slot);
+        self.remove_memory_slot(held.slot, index::hash24(hash));
         if expired {
             bump(&self.counters.expired_items, 1);
         }
@@ -1047,7 +1053,7 @@ impl Shard {
                 return;
             }
         }
-        self.index.remove(slot);
+        self.remove_memory_slot(slot, h24);
         let counter = match reason {
             _ if expired => &self.counters.expired_items,
             FreeReason::Evict { .. } => &self.counters.evicted_items,
@@ -1381,7 +1387,7 @@ impl Shard {
         let Some((slot, _)) = self.index.find(h24, |l| l == location) else {
             return false;
         };
-        self.index.remove(slot);
+        self.remove_memory_slot(slot, h24);
         self.dropped(inner, location);
         true
     }
@@ -1398,6 +1404,7 @@ impl Shard {
         if self.entry_is_the_keys(inner, slot, entry) || !self.index.remove_if(slot, entry) {
             return false;
         }
+        self.drop_suspects(entry.hash24);
         self.dropped(inner, entry.location);
         true
     }
@@ -1628,6 +1635,7 @@ impl Shard {
         }
         for (slot, entry) in stray {
             if self.index.remove_if(slot, entry) {
+                self.drop_suspects(entry.hash24);
                 self.dropped(inner, entry.location);
             }
         }
