@@ -411,3 +411,49 @@ fn the_overrides_are_file_keys_too() {
     std::fs::remove_file(&file.0).expect("remove");
     assert!(config.expect("valid").allow_unauthenticated_memcache);
 }
+
+#[test]
+fn the_flash_tier_is_configured_from_flags_or_the_file() {
+    assert_eq!(
+        parse(&[]).expect("defaults").flash,
+        None,
+        "no flash unless asked"
+    );
+    let config = parse(&[
+        "--flash",
+        "/dev/nvme0n1",
+        "--flash-size",
+        "64GiB",
+        "--flash-admission",
+        "fetched",
+        "--flash-write-rate",
+        "100MiB",
+    ])
+    .expect("valid");
+    let flash = config.flash.clone().expect("a flash tier");
+    assert_eq!(flash.path, std::path::PathBuf::from("/dev/nvme0n1"));
+    assert_eq!(flash.size_bytes, 64 << 30);
+    assert_eq!(flash.admission, strata_engine::FlashAdmission::Fetched);
+    assert_eq!(flash.write_bytes_per_sec_max, 100 << 20);
+    let engine = config.engine_config().flash.expect("passed to the engine");
+    assert_eq!(
+        engine.region_size_bytes,
+        strata_engine::FLASH_REGION_SIZE_BYTES_DEFAULT.max(config.segment_size_bytes)
+    );
+
+    let mut file = tempfile();
+    writeln!(
+        file.1,
+        "flash = \"/tmp/tier.flash\"\nflash-size = \"1GiB\"\nflash-region-size = \"8MiB\""
+    )
+    .expect("write");
+    let path = file.0.to_str().expect("utf-8 path");
+    let config = parse(&["--config", path, "--flash-size", "2GiB"]).expect("valid");
+    let flash = config.flash.expect("from the file");
+    assert_eq!(flash.size_bytes, 2 << 30, "the flag wins");
+    assert_eq!(flash.region_size_bytes, Some(8 << 20));
+    std::fs::remove_file(&file.0).expect("remove");
+
+    let message = parse(&["--flash-admission", "all"]).expect_err("needs --flash");
+    assert!(message.contains("give --flash PATH too"), "{message}");
+}

@@ -1,0 +1,161 @@
+//! The flash tier through the real binary: `--flash`, items evicted from memory served from
+//! flash, kept across a clean restart and a `kill -9`, never a wrong value, and the tier in
+//! `stats`, `INFO` and `/metrics`.
+
+mod harness;
+
+use harness::{run_to_exit, Client, PoolFile, Server};
+
+/// Keys written: 24,000 values of 1,000 bytes (24 MB) into a 16 MiB memory tier.
+const KEYS: usize = 24_000;
+const VALUE_LEN: usize = 1000;
+
+fn value_of(i: usize) -> Vec<u8> {
+    let mut value = format!("v{i}:").into_bytes();
+    value.resize(VALUE_LEN, b'a' + (i % 26) as u8);
+    value
+}
+
+/// Writes every key with pipelined `noreply` sets, then a `mn` to wait for them all.
+fn write_all(client: &mut Client) {
+    let mut batch = Vec::new();
+    for i in 0..KEYS {
+        batch.extend_from_slice(format!("set k{i} 0 0 {VALUE_LEN} noreply\r\n").as_bytes());
+        batch.extend_from_slice(&value_of(i));
+        batch.extend_from_slice(b"\r\n");
+        if batch.len() > 256 << 10 {
+            client.send(&batch);
+            batch.clear();
+        }
+    }
+    client.send(&batch);
+    assert_eq!(client.call(b"mn\r\n"), "MN\r\n");
+}
+
+/// Reads every key; every value returned must be the key's own. Returns the keys found.
+fn read_all(client: &mut Client) -> Vec<usize> {
+    let mut found = Vec::new();
+    for i in 0..KEYS {
+        let reply = client.call(format!("get k{i}\r\n").as_bytes());
+        if reply == "END\r\n" {
+            continue;
+        }
+        assert_eq!(reply, format!("VALUE k{i} 0 {VALUE_LEN}\r\n"), "key {i}");
+        let data = client.read_bytes(VALUE_LEN + 2);
+        assert_eq!(&data[..VALUE_LEN], &value_of(i)[..], "value of key {i}");
+        assert_eq!(client.line(), "END\r\n");
+        found.push(i);
+    }
+    found
+}
+
+/// One `stats` line's value.
+fn stat(client: &mut Client, name: &str) -> u64 {
+    client.send(b"stats\r\n");
+    let mut value = None;
+    loop {
+        let line = client.line();
+        if line == "END\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix(&format!("STAT {name} ")) {
+            value = rest.trim_end().parse().ok();
+        }
+    }
+    value.unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+fn flash_dir(name: &str) -> std::path::PathBuf {
+    // The VM disk, so direct I/O is used where the file system allows it.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("flash-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("flash dir");
+    dir
+}
+
+#[test]
+fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
+    let pool_file = PoolFile::new("flash");
+    let dir = flash_dir("restart");
+    let flash = dir.join("tier.flash");
+    let flash = flash.to_str().expect("utf-8");
+    let flags = [
+        "--pool",
+        pool_file.path(),
+        "--index-placement",
+        "pool",
+        "--flash",
+        flash,
+        "--flash-size",
+        "96MiB",
+        "--flash-region-size",
+        "1MiB",
+        "--segment-size",
+        "64KiB",
+        "--max-value-size",
+        "32KiB",
+    ];
+    let mut server = Server::start(&flags);
+    server.assert_logged("flash tier ready");
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    let found = read_all(&mut client);
+    let on_flash = stat(&mut client, "strata_flash_items");
+    assert!(on_flash > 5_000, "{on_flash} items on flash");
+    assert!(stat(&mut client, "get_extstore") > 5_000, "reads hit flash");
+    let refused = stat(&mut client, "strata_flash_refused_items");
+    assert!(
+        found.len() as u64 + refused >= KEYS as u64 * 9 / 10,
+        "{} found, {refused} refused by flash",
+        found.len()
+    );
+    assert!(server.metric("strata_tier_items{tier=\"flash\"}") > 0);
+    let mut resp = Client::connect(server.resp);
+    resp.send(b"INFO strata\r\n");
+    let info = String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8");
+    assert!(info.contains("tier_flash:medium=file"), "{info}");
+
+    // A clean stop writes every region still in memory: the restart serves the same keys.
+    server.terminate();
+    let mut server = Server::start(&flags);
+    server.assert_logged("flash tier reopened");
+    let mut client = Client::connect(server.memcache);
+    let after_restart = read_all(&mut client);
+    assert_eq!(
+        after_restart.len(),
+        found.len(),
+        "a clean restart keeps every item"
+    );
+
+    // A kill -9 after new writes: what flash had written survives, nothing is wrong.
+    write_all(&mut client);
+    server.signal("KILL");
+    let _ = server.wait_exit();
+    let mut server = Server::start(&flags);
+    let mut client = Client::connect(server.memcache);
+    let after_kill = read_all(&mut client);
+    assert!(
+        after_kill.len() > KEYS / 4,
+        "{} of {KEYS} after the kill",
+        after_kill.len()
+    );
+    assert!(stat(&mut client, "strata_flash_items") > 0);
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn flash_options_need_flash_and_a_size() {
+    let (status, stderr) = run_to_exit(&["serve", "--flash-size", "1GiB"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--flash-size configures the flash tier: give --flash PATH too"),
+        "{stderr}"
+    );
+    let dir = flash_dir("flags");
+    let missing = dir.join("missing.flash");
+    let (status, stderr) = run_to_exit(&["serve", "--flash", missing.to_str().expect("utf-8")]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("give --flash-size SIZE"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
