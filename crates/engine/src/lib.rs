@@ -318,6 +318,9 @@ pub(crate) struct Inner {
     pub(crate) flash_admission: FlashAdmission,
     /// Most bytes a second the flash thread writes (0: no cap).
     pub(crate) flash_write_bytes_per_sec_max: u64,
+    /// Most flash items one shard indexes: their slots stay within half of `--memory`. At
+    /// the bound, the flash thread reclaims the oldest region, and demotion waits for it.
+    pub(crate) flash_items_per_shard_max: u64,
 }
 
 impl Inner {

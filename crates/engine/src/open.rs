@@ -47,6 +47,15 @@ const OPEN_SEGMENTS_PER_SHARD_MAX: usize = 32;
 
 /// Index bytes per item at the growth threshold (8-byte slots, 94% full).
 const INDEX_BYTES_PER_ITEM: u64 = 9;
+/// Share of the memory budget, in percent, that the index entries of flash items may take:
+/// every flash item costs an index slot in DRAM, so without a bound a flash tier of small
+/// items would grow the index past `--memory` and squeeze the memory tier to nothing.
+const FLASH_INDEX_SHARE_PERCENT: u64 = 50;
+
+/// Most flash items a shard indexes (see [`FLASH_INDEX_SHARE_PERCENT`]).
+fn flash_items_per_shard_max(memory_bytes: u64, shard_count: usize) -> u64 {
+    memory_bytes * FLASH_INDEX_SHARE_PERCENT / 100 / INDEX_BYTES_PER_ITEM / shard_count as u64
+}
 
 impl Engine {
     /// Opens the engine: creates the pool, or reopens it and recovers its items.
@@ -283,6 +292,10 @@ impl Engine {
                 .flash
                 .as_ref()
                 .map_or(0, |f| f.write_bytes_per_sec_max),
+            flash_items_per_shard_max: flash_items_per_shard_max(
+                geometry.segment_count * geometry.segment_size_bytes,
+                config.shard_count,
+            ),
         };
         let snapshot = match (plan, pool.take_sidecar()) {
             (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),

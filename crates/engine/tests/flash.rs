@@ -407,3 +407,44 @@ fn a_power_cut_of_the_flash_medium_never_serves_an_older_value() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every flash item costs an index slot in DRAM: small items must not grow the index past the
+/// memory budget (the flash thread reclaims the oldest region at the bound, and evicted items
+/// are refused meanwhile), and the memory tier keeps its segments.
+#[test]
+fn small_items_on_flash_keep_the_index_within_the_memory_budget() {
+    let engine = Engine::open(config(ram_disk(512), false)).unwrap();
+    for i in 0..60_000u32 {
+        engine
+            .set(
+                format!("small-{i}").as_bytes(),
+                b"12345678",
+                0,
+                Expiry::Never,
+            )
+            .unwrap();
+        if i % 64 == 0 {
+            wait_for("the write queue to drain", || {
+                flash_stats(&engine).regions_queued == 0
+            });
+        }
+    }
+    let stats = engine.stats();
+    let flash = stats.flash.clone().expect("a flash tier");
+    assert!(flash.items > 2_000, "{flash:?}");
+    assert!(
+        stats.index_bytes <= stats.memory_bytes / 2 + 64 * 1024,
+        "index {} bytes of a {} byte budget: {stats:?}",
+        stats.index_bytes,
+        stats.memory_bytes
+    );
+    assert!(
+        flash.evicted_items > 0,
+        "the oldest regions went: {flash:?}"
+    );
+    assert!(
+        get(&engine, b"small-59999").is_some(),
+        "the newest item is served"
+    );
+    engine.check_integrity().unwrap();
+}

@@ -672,7 +672,7 @@ impl FlashTier {
     /// The region the flash thread should reclaim next, if any: one whose records have all
     /// expired at `now_ms` (dropped whole, Segcache's idea), else the oldest when fewer
     /// regions are free than the reserve.
-    fn reclaim_candidate(&self, regions: &Regions, now_ms: u64) -> Option<usize> {
+    fn reclaim_candidate(&self, regions: &Regions, now_ms: u64, oldest: bool) -> Option<usize> {
         let expired = regions.written.iter().position(|&(index, _)| {
             matches!(
                 regions.states[index as usize],
@@ -680,14 +680,15 @@ impl FlashTier {
             )
         });
         expired.or_else(|| {
-            (regions.free.len() < FREE_REGIONS_MIN && !regions.written.is_empty()).then_some(0)
+            ((oldest || regions.free.len() < FREE_REGIONS_MIN) && !regions.written.is_empty())
+                .then_some(0)
         })
     }
 
     /// Whether the flash thread has a region to reclaim.
     pub(crate) fn needs_reclaim(&self, now_ms: u64) -> bool {
         let regions = self.regions.lock().expect("regions lock");
-        self.reclaim_candidate(&regions, now_ms).is_some()
+        self.reclaim_candidate(&regions, now_ms, false).is_some()
     }
 
     /// Reclaims a region (see `needs_reclaim`): reads it whole and calls `unindex(location,
@@ -696,11 +697,12 @@ impl FlashTier {
     pub(crate) fn reclaim(
         &self,
         now_ms: u64,
+        oldest: bool,
         unindex: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<u64, MediumError> {
         let (index, seq, payload_bytes) = {
             let mut regions = self.regions.lock().expect("regions lock");
-            let Some(at) = self.reclaim_candidate(&regions, now_ms) else {
+            let Some(at) = self.reclaim_candidate(&regions, now_ms, oldest) else {
                 return Ok(0);
             };
             let (index, seq) = regions.written.remove(at).expect("candidate in range");
@@ -999,7 +1001,7 @@ mod tests {
             write_all(&tier);
             while tier.needs_reclaim(0) {
                 let mut visited = Vec::new();
-                tier.reclaim(0, &mut |location, bytes| {
+                tier.reclaim(0, false, &mut |location, bytes| {
                     let record::Scan::Record(view) = record::read(bytes) else {
                         panic!("a reclaimed region holds valid records")
                     };
@@ -1060,7 +1062,7 @@ mod tests {
         write_all(&tier);
         // The oldest region is reclaimed: its records are gone for good.
         let mut reclaimed = Vec::new();
-        tier.reclaim(0, &mut |location, _| reclaimed.push(location))
+        tier.reclaim(0, false, &mut |location, _| reclaimed.push(location))
             .unwrap_or_else(|_| panic!("reclaim"));
         assert!(!reclaimed.is_empty());
         let written = tier.stats(0).regions_written;
@@ -1116,7 +1118,7 @@ mod tests {
                 write_all(&tier);
                 tier.persist().unwrap();
                 while tier.needs_reclaim(0) {
-                    tier.reclaim(0, &mut |location, _| {
+                    tier.reclaim(0, false, &mut |location, _| {
                         current.remove(&location);
                     })
                     .unwrap();

@@ -196,14 +196,24 @@ fn run(inner: &Inner, stop: &AtomicBool) {
             busy = true;
         }
         if flash.needs_reclaim(inner.now_ms()) {
-            reclaim_one(inner);
-            busy = true;
+            busy |= reclaim_one(inner, false);
+        } else if at_item_bound(inner) {
+            busy |= reclaim_one(inner, true);
         }
         busy |= settle_suspects(inner) > 0;
         if !busy {
             std::thread::park_timeout(IDLE_WAIT);
         }
     }
+}
+
+/// Whether some shard indexes as many flash items as its share of memory allows (then the
+/// oldest region goes, as when the medium is full).
+fn at_item_bound(inner: &Inner) -> bool {
+    inner
+        .shards
+        .iter()
+        .any(|shard| shard.0.read().flash_items() >= inner.flash_items_per_shard_max)
 }
 
 /// Sleeps as long as writing `written` bytes since `started` is ahead of `rate` bytes a second.
@@ -247,12 +257,14 @@ fn record_key(inner: &Inner, location: u64) -> Option<Vec<u8>> {
 
 /// Reclaims a region (see `FlashTier::reclaim`): every index entry still pointing into it
 /// is dropped; those items leave the cache.
-pub(crate) fn reclaim_one(inner: &Inner) {
+/// With `oldest`, the oldest written region goes even when free regions remain. Returns
+/// whether a region was reclaimed.
+pub(crate) fn reclaim_one(inner: &Inner, oldest: bool) -> bool {
     let Some(flash) = inner.flash.as_ref() else {
-        return;
+        return false;
     };
     let mut evicted = 0u64;
-    let result = flash.reclaim(inner.now_ms(), &mut |location, bytes| {
+    let result = flash.reclaim(inner.now_ms(), oldest, &mut |location, bytes| {
         let record::Scan::Record(view) = record::read(bytes) else {
             return;
         };
@@ -267,7 +279,11 @@ pub(crate) fn reclaim_one(inner: &Inner) {
         .counters
         .evicted_items
         .fetch_add(evicted, Ordering::Relaxed);
-    if let Err(err) = result {
-        tracing::error!(error = %err, "flash region could not be read back or marked reclaimed");
+    match result {
+        Ok(visited) => visited > 0,
+        Err(err) => {
+            tracing::error!(error = %err, "flash region could not be read back or marked reclaimed");
+            false
+        }
     }
 }

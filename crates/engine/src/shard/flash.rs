@@ -324,6 +324,15 @@ impl Shard {
         if inner.flash_admission == FlashAdmission::Fetched && !entry.fetched() {
             return false;
         }
+        if self.flash_items >= inner.flash_items_per_shard_max {
+            // The index share for flash items is full: the flash thread reclaims the oldest
+            // region; until then evicted items are dropped, counted as refused.
+            flash
+                .counters
+                .refused_items
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return false;
+        }
         let (_, offset) = inner.split_location(location);
         let cas = view.meta.cas.unwrap_or_else(|| owned.cas_at(offset));
         let mut record = std::mem::take(&mut self.demote_scratch);
