@@ -63,16 +63,19 @@ for target in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$target" "fuzz/regressions/$target" "fuzz/artifacts/$target"
   log="fuzz/artifacts/$target/last-run.log"
   echo "== $target: $seconds s"
+  # A pool the harness configures is at most 4 MiB; a target writing a file past 256 MiB gets
+  # SIGXFSZ, which libFuzzer reports as a crash with its input, instead of filling the scratch
+  # file system (memory, on /dev/shm) until the kernel kills the fuzzer without one.
   # shellcheck disable=SC2086 # options are words on purpose
-  if cargo fuzz run "${build_flags[@]}" "$target" \
+  if (ulimit -f 262144 && cargo fuzz run "${build_flags[@]}" "$target" \
       "fuzz/corpus/$target" "fuzz/seeds/$target" "fuzz/regressions/$target" -- \
       ${options[$target]} -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
-      >"$log" 2>&1; then
+      >"$log" 2>&1); then
     status=ok
   else
     status=CRASHED
     failed+=("$target")
-    grep -E -A2 "panicked at|ERROR: libFuzzer|Test unit written to" "$log" | head -30 || true
+    grep -E -A2 "panicked at|ERROR: libFuzzer|Test unit written to|exited with signal" "$log" | head -30 || true
     echo "   full log: $log"
   fi
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

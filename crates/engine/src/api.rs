@@ -2,9 +2,10 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::flash::tiering;
 use crate::index::SlotRef;
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
-use crate::shard::{Found, Shard, ShardLock};
+use crate::shard::{FlashCandidates, Found, Shard, ShardLock, ShardWrite};
 use crate::{
     Arith, Change, Condition, Engine, Expiry, Inner, ItemRef, StoreOptions, StoreOutcome,
     WriteError,
@@ -111,10 +112,121 @@ impl Engine {
                 Some(f(item(&found)))
             }
             None => {
+                if self.inner.flash.is_some() {
+                    let candidates = shard.flash_candidates(crate::index::hash24(hash));
+                    if !candidates.is_empty() {
+                        drop(shard);
+                        return self.read_flash(key, hash, lock, &candidates, bump, f);
+                    }
+                }
                 shard.counters.misses.fetch_add(1, Ordering::Relaxed);
                 None
             }
         }
+    }
+
+    /// The read of a key found only among the flash tier's entries: each candidate's record
+    /// is read with no lock held, then, under the read lock, the entry must still point there
+    /// (a write or delete that raced with the read wins: the read misses). A hit that makes
+    /// the item read often enough moves it back to memory.
+    #[cold]
+    fn read_flash<R>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        lock: &ShardLock,
+        candidates: &FlashCandidates,
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        let inner: &Inner = &self.inner;
+        let flash = inner
+            .flash
+            .as_ref()
+            .expect("candidates come from a flash tier");
+        let h24 = crate::index::hash24(hash);
+        let now_ms = inner.now_ms();
+        let mut f = Some(f);
+        for &location in candidates.as_slice() {
+            let read = tiering::read_record(inner, key, location, now_ms, |item| {
+                let shard = lock.read();
+                let (slot, entry) = shard.index.find(h24, |l| l == location)?;
+                if bump {
+                    shard.index.bump_freq(slot);
+                }
+                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+                flash.counters.hits.fetch_add(1, Ordering::Relaxed);
+                let f = f.take().expect("called once");
+                let result = f(ItemRef {
+                    key,
+                    value: item.value,
+                    client_flags: item.meta.client_flags,
+                    cas: item.cas,
+                    expires_at_ms: item.meta.expires_at_ms,
+                    fetched: entry.fetched(),
+                });
+                drop(shard);
+                if bump && entry.freq() + 1 >= tiering::PROMOTE_AFTER_READS {
+                    // Best effort: a failed promotion leaves the item on flash.
+                    let _ = lock.write().promote(inner, key, hash, location, &item);
+                }
+                Some(result)
+            });
+            match read {
+                tiering::FlashRead::Item(Some(result)) => return Some(result),
+                tiering::FlashRead::Item(None) | tiering::FlashRead::Expired => break,
+                tiering::FlashRead::NotIt => {}
+                tiering::FlashRead::Damaged => lock.read().queue_flash_damage(h24, location),
+            }
+        }
+        flash.counters.misses.fetch_add(1, Ordering::Relaxed);
+        lock.read().counters.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Before a read-modify-write of a key that memory does not hold: moves the key's flash
+    /// record (if one of the candidates is it) into memory, so the change sees it. Returns the
+    /// shard locked for the change.
+    fn lock_for_change<'a>(&'a self, key: &[u8], hash: u64, lock: &'a ShardLock) -> ShardWrite<'a> {
+        let inner: &Inner = &self.inner;
+        let h24 = crate::index::hash24(hash);
+        // A promoted item can be demoted again before the lock is retaken (a full memory tier
+        // under a write storm): a few tries, then the change sees the key as absent.
+        for _ in 0..4 {
+            let shard = lock.write();
+            if inner.flash.is_none() || shard.lookup(inner, key, hash).is_some() {
+                return shard;
+            }
+            let candidates = shard.flash_candidates(h24);
+            if candidates.is_empty() {
+                return shard;
+            }
+            drop(shard);
+            let now_ms = inner.now_ms();
+            let mut promoted = false;
+            for &location in candidates.as_slice() {
+                let read = tiering::read_record(inner, key, location, now_ms, |item| {
+                    lock.write().promote(inner, key, hash, location, &item)
+                });
+                match read {
+                    tiering::FlashRead::Item(Ok(true)) => {
+                        promoted = true;
+                        break;
+                    }
+                    tiering::FlashRead::Item(Ok(false)) => {
+                        promoted = true; // Raced with a change of the key: look again.
+                        break;
+                    }
+                    tiering::FlashRead::Item(Err(_)) | tiering::FlashRead::Expired => break,
+                    tiering::FlashRead::NotIt => {}
+                    tiering::FlashRead::Damaged => lock.read().queue_flash_damage(h24, location),
+                }
+            }
+            if !promoted {
+                return lock.write();
+            }
+        }
+        lock.write()
     }
 
     /// Starts loading what reads of `keys` will touch: both index buckets of each key, then the
@@ -158,7 +270,18 @@ impl Engine {
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
-        shard.lookup_unexpired(&self.inner, key, hash).is_some()
+        if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+            return true;
+        }
+        let candidates = shard.flash_candidates(crate::index::hash24(hash));
+        drop(shard);
+        let now_ms = self.inner.now_ms();
+        candidates.as_slice().iter().any(|&location| {
+            matches!(
+                tiering::read_record(&self.inner, key, location, now_ms, |_| ()),
+                tiering::FlashRead::Item(())
+            )
+        })
     }
 
     /// Stores `value` under `key` subject to `options.condition`.
@@ -257,7 +380,7 @@ impl Engine {
         check_key(key)?;
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
-        let mut shard = lock.write();
+        let mut shard = self.lock_for_change(key, hash, lock);
         let inner: &Inner = &self.inner;
         let mut buffer = std::mem::take(&mut shard.scratch);
         buffer.clear();
@@ -515,6 +638,7 @@ impl Engine {
             returned.set(returned.get() + 1);
             visit(key);
         };
+        let mut flash = Vec::new();
         while shard_index < shards {
             let shard = self.inner.shards[shard_index as usize].0.read();
             let next = shard.scan(
@@ -523,8 +647,22 @@ impl Engine {
                 SCAN_BUCKETS_PER_STEP,
                 now_ms,
                 &mut counting,
+                &mut flash,
             );
             drop(shard);
+            // Keys on flash are read with no lock held (a key deleted meanwhile may still be
+            // returned, as SCAN allows for keys not present for the whole iteration).
+            for location in flash.drain(..) {
+                let Some(key) = tiering::read_key(&self.inner, location, now_ms) else {
+                    continue;
+                };
+                // An older copy of a key memory holds (see `shard::flash`) is not a second key.
+                let hash = self.inner.hash(&key);
+                let shard = self.inner.shards[shard_index as usize].0.read();
+                if shard.lookup(&self.inner, &key, hash).is_none() {
+                    counting(&key);
+                }
+            }
             buckets_visited += SCAN_BUCKETS_PER_STEP;
             match next {
                 Some(next) => position = next,
@@ -563,9 +701,18 @@ impl Engine {
                     if stop_at.is_some_and(|stop| position >= stop) {
                         break;
                     }
-                    cursor = shard.scan(&self.inner, position, 64, now_ms, &mut |key| {
-                        found.get_or_insert_with(|| key.to_vec());
-                    });
+                    // Memory keys only: a flash read under the lock is not worth it here.
+                    let mut flash = Vec::new();
+                    cursor = shard.scan(
+                        &self.inner,
+                        position,
+                        64,
+                        now_ms,
+                        &mut |key| {
+                            found.get_or_insert_with(|| key.to_vec());
+                        },
+                        &mut flash,
+                    );
                     if found.is_some() {
                         return found;
                     }

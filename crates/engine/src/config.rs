@@ -216,10 +216,90 @@ pub struct EngineConfig {
     /// its index files, which then records persists instead of making them (see
     /// `Engine::crash_images`). File pools keep theirs in `<pool>.index`.
     pub simulated_index_dir: Option<PathBuf>,
+    /// A flash tier below the memory tier (`None`: none).
+    pub flash: Option<FlashConfig>,
     /// Validate every record a read touches (checksum), not only those no walk has checked
     /// since the open (the default; see the `scrub` module). Costs a CRC32C of the record per
     /// read; for pools whose memory is not trusted to keep what was written.
     pub validate_every_read: bool,
+    /// Tests only: keep 6 of the 24 hash bits the index stores, so that distinct keys share
+    /// them (and their buckets) all the time, as they rarely do with millions of items. The
+    /// pool is then readable only with the same setting.
+    #[doc(hidden)]
+    pub hash_collisions_for_tests: bool,
+}
+
+/// Default bytes per flash region: large sequential writes, reclaimed whole.
+pub const FLASH_REGION_SIZE_BYTES_DEFAULT: u64 = 4 << 20;
+
+/// Where the flash tier keeps its bytes.
+#[derive(Clone, Debug)]
+pub enum FlashMedium {
+    /// A file (created and sized to `size_bytes`, every block reserved) or a block device of at
+    /// least that size, used with direct I/O where its file system allows it.
+    File {
+        /// The file or device.
+        path: PathBuf,
+        /// Bytes to use.
+        size_bytes: u64,
+    },
+    /// A medium the caller made (tests: a simulated one).
+    Given(Arc<dyn strata_pool::Medium>),
+}
+
+/// Which evicted items the flash tier takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashAdmission {
+    /// Every item evicted from memory that has not expired (memcached's extstore).
+    All,
+    /// Only items read at least once since they were written: one-hit wonders never wear the
+    /// flash.
+    Fetched,
+}
+
+impl FlashAdmission {
+    /// Parses `all` or `fetched`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "all" => Some(FlashAdmission::All),
+            "fetched" => Some(FlashAdmission::Fetched),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlashAdmission::All => "all",
+            FlashAdmission::Fetched => "fetched",
+        }
+    }
+}
+
+/// The flash tier's settings.
+#[derive(Clone, Debug)]
+pub struct FlashConfig {
+    /// Where its bytes live.
+    pub medium: FlashMedium,
+    /// Bytes per region (a multiple of 4 KiB that holds the largest item).
+    pub region_size_bytes: u64,
+    /// Which evicted items it takes.
+    pub admission: FlashAdmission,
+    /// Most bytes written to flash per second (0: as fast as the medium goes). Items evicted
+    /// while the tier is at its rate are dropped, as when it is behind.
+    pub write_bytes_per_sec_max: u64,
+}
+
+impl FlashConfig {
+    /// A flash tier on the file or device at `path`, `size_bytes` large, with the defaults.
+    pub fn file(path: PathBuf, size_bytes: u64) -> FlashConfig {
+        FlashConfig {
+            medium: FlashMedium::File { path, size_bytes },
+            region_size_bytes: FLASH_REGION_SIZE_BYTES_DEFAULT,
+            admission: FlashAdmission::All,
+            write_bytes_per_sec_max: 0,
+        }
+    }
 }
 
 /// A step of the recovery that `Engine::open` runs on a reopened pool.
@@ -273,6 +353,8 @@ impl Default for EngineConfig {
             recovery_observer: None,
             simulated_index_dir: None,
             validate_every_read: false,
+            hash_collisions_for_tests: false,
+            flash: None,
         }
     }
 }

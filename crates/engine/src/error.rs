@@ -15,6 +15,9 @@ pub enum OpenError {
     /// The pool's engine root area is not ours or is damaged.
     #[error("pool root area is invalid ({0}); refusing to use the pool — restore it or start fresh explicitly")]
     Root(&'static str),
+    /// The flash tier could not be opened.
+    #[error(transparent)]
+    Flash(#[from] crate::FlashError),
     /// Persisting during open failed.
     #[error("persist failed while opening the pool: {0}")]
     Persist(#[from] PersistError),

@@ -70,6 +70,12 @@ pub const GROWTH_DENOMINATOR: usize = 4;
 pub const HASH_BITS: u32 = 24;
 /// The location bit that names the flash tier (clear: the memory tier).
 pub const FLASH_TIER_BIT: u64 = 1 << 35;
+/// Whether a slot's location names the flash tier.
+#[inline]
+pub const fn is_flash(location: u64) -> bool {
+    location & FLASH_TIER_BIT != 0
+}
+
 /// Largest location a slot can hold, tier bit included.
 pub const LOCATION_MAX: u64 = (1 << 36) - 2;
 /// Largest access frequency a slot counts to (the 3-bit field's largest value, 7, less the

@@ -25,6 +25,7 @@ mod check;
 mod clock;
 mod config;
 mod error;
+mod flash;
 mod index;
 mod index_files;
 mod record;
@@ -42,12 +43,13 @@ pub use api::{
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    segment_size_bytes_for, Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation,
-    RecoveryObserver, RecoveryProgress, DATA_BYTES_MAX, KEY_LEN_FOR_VALUE_LIMIT,
-    MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT,
-    VALUE_LEN_MAX_DEFAULT,
+    segment_size_bytes_for, Durability, EngineConfig, EvictionPolicy, FlashAdmission, FlashConfig,
+    FlashMedium, IndexPlacement, PoolLocation, RecoveryObserver, RecoveryProgress, DATA_BYTES_MAX,
+    FLASH_REGION_SIZE_BYTES_DEFAULT, KEY_LEN_FOR_VALUE_LIMIT, MEMORY_BYTES_DEFAULT,
+    SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
+pub use flash::{FlashError, FlashOpened, FlashStats};
 pub use record::KEY_LEN_MAX;
 pub use recovery::{RecoveryPlan, RecoveryReport};
 pub use strata_pool::{Backend, PersistenceDomain};
@@ -235,6 +237,9 @@ pub struct EngineStats {
     pub damaged_items_dropped: u64,
     /// Segments adopted at open that the scrub has not checked yet (reads of them validate).
     pub segments_unverified: u64,
+    /// The flash tier's figures (`None`: no flash tier). `items`, `hits` and `misses` above
+    /// count both tiers.
+    pub flash: Option<FlashStats>,
 }
 
 /// The causes of `EngineStats::records_damaged`, as stats, INFO and metrics name them.
@@ -305,6 +310,14 @@ pub(crate) struct Inner {
     scrub: Mutex<scrub::ScrubState>,
     /// `EngineConfig::validate_every_read`.
     pub(crate) validate_every_read: bool,
+    /// Bits of a key's hash kept (all but in tests; see `hash_collisions_for_tests`).
+    pub(crate) hash_mask: u64,
+    /// The flash tier below the memory tier, if configured.
+    pub(crate) flash: Option<flash::FlashTier>,
+    /// Which evicted items the flash tier takes.
+    pub(crate) flash_admission: FlashAdmission,
+    /// Most bytes a second the flash thread writes (0: no cap).
+    pub(crate) flash_write_bytes_per_sec_max: u64,
 }
 
 impl Inner {
@@ -313,7 +326,7 @@ impl Inner {
     }
 
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(key)
+        xxhash_rust::xxh3::xxh3_64(key) & self.hash_mask
     }
 
     pub(crate) fn shard_of(&self, hash: u64) -> usize {
@@ -480,7 +493,9 @@ impl Inner {
 
 /// The engine. `Send + Sync`: share it with `Arc` between threads.
 pub struct Engine {
-    inner: Inner,
+    /// The flash thread; declared first so it is stopped and joined before anything else goes.
+    flash_worker: Mutex<Option<flash::tiering::FlashWorker>>,
+    inner: Arc<Inner>,
     /// The index directory, when the index lives in the pool.
     files: Option<std::sync::Arc<strata_pool::IndexFiles>>,
     /// Faults a reopened file pool in after open; declared before `pool` so it is joined first.

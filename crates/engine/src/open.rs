@@ -8,10 +8,15 @@ use strata_pool::{
     Backend, FaultPlan, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions,
 };
 
-use crate::config::{Durability, EngineConfig, IndexPlacement, PoolLocation};
+use crate::config::{
+    Durability, EngineConfig, FlashAdmission, FlashMedium, IndexPlacement, PoolLocation,
+};
 use crate::error::OpenError;
+use crate::flash::tiering::{self, FlashWorker};
+use crate::flash::{FlashError, FlashTier};
 use crate::index::{Index, TableHome};
 use crate::index_files::{self, Anchor};
+use crate::record::KEY_LEN_MAX;
 use crate::recovery::{self, RecoveryPlan, RecoveryReport};
 use crate::shard::{Shard, ShardLock};
 use crate::{record, root, snapshot, Engine, EngineStats, FreePool, Inner, Padded, SeqState};
@@ -192,6 +197,40 @@ impl Engine {
             files.bind(pool.info().pool_id, pool.state_seq());
         }
         let index_bytes: usize = shards.iter().map(|s| s.0.read().index.size_bytes()).sum();
+        let value_len_max = config.value_len_max.min(record::value_len_fitting(
+            geometry.segment_size_bytes as usize,
+            crate::config::KEY_LEN_FOR_VALUE_LIMIT,
+        ));
+        let flash = match &config.flash {
+            Some(flash) => {
+                // Only a pool that kept its items may keep the flash tier's: items on flash
+                // are found through the index, and a new pool's index is empty.
+                let keep = plan == RecoveryPlan::Recover
+                    && matches!(pool.opened(), Opened::Reopened { .. });
+                // Every record lives in one segment, so no demoted record is larger.
+                let record_bytes_max = record::record_size_max(KEY_LEN_MAX, value_len_max)
+                    .min(config.segment_size_bytes as usize);
+                let medium: Arc<dyn strata_pool::Medium> = match &flash.medium {
+                    FlashMedium::File { path, size_bytes } => {
+                        Arc::new(strata_pool::DirectFile::open(path, *size_bytes)?)
+                    }
+                    FlashMedium::Given(medium) => Arc::clone(medium),
+                };
+                let (tier, opened) = FlashTier::open(
+                    medium,
+                    pool.info().pool_id,
+                    flash.region_size_bytes,
+                    record_bytes_max,
+                    keep,
+                )?;
+                Some((tier, opened))
+            }
+            None => None,
+        };
+        let (flash, flash_opened) = match flash {
+            Some((tier, opened)) => (Some(tier), Some(opened)),
+            None => (None, None),
+        };
         let segment_size_bytes = geometry.segment_size_bytes as usize;
         let total = segments.len();
         let inner = Inner {
@@ -227,12 +266,23 @@ impl Engine {
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             flush_at_ms: AtomicU64::new(0),
-            value_len_max: config.value_len_max.min(record::value_len_fitting(
-                segment_size_bytes,
-                crate::config::KEY_LEN_FOR_VALUE_LIMIT,
-            )),
+            value_len_max,
             scrub: Mutex::new(crate::scrub::ScrubState::default()),
             validate_every_read: config.validate_every_read,
+            hash_mask: if config.hash_collisions_for_tests {
+                !(((1u64 << crate::index::HASH_BITS) - 1) & !0x3f)
+            } else {
+                u64::MAX
+            },
+            flash,
+            flash_admission: config
+                .flash
+                .as_ref()
+                .map_or(FlashAdmission::All, |f| f.admission),
+            flash_write_bytes_per_sec_max: config
+                .flash
+                .as_ref()
+                .map_or(0, |f| f.write_bytes_per_sec_max),
         };
         let snapshot = match (plan, pool.take_sidecar()) {
             (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),
@@ -274,7 +324,25 @@ impl Engine {
         let warmer = (recovery.shards_from_index_files > 0)
             .then(|| pool.populator().map(Warmer::spawn))
             .flatten();
+        let mut recovery = recovery;
+        keep_flash_entries(&inner, &mut recovery);
+        recovery.flash = flash_opened;
+        if let Some(opened) = &recovery.flash {
+            log_flash_open(opened, &recovery);
+        }
+        let inner = Arc::new(inner);
+        let flash_worker = match &inner.flash {
+            Some(_) => Some(FlashWorker::spawn(Arc::clone(&inner)).map_err(|e| {
+                OpenError::Flash(FlashError::Medium(strata_pool::MediumError::Io {
+                    op: "spawn the flash thread",
+                    path: "(flash)".into(),
+                    message: e.to_string(),
+                }))
+            })?),
+            None => None,
+        };
         Ok(Engine {
+            flash_worker: Mutex::new(flash_worker),
             inner,
             files,
             _warmer: warmer,
@@ -339,6 +407,18 @@ impl Engine {
     pub fn close(&self) -> Result<(), strata_pool::PoolError> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
+        }
+        // The flash thread stops first (it takes shard locks to reclaim); then every open
+        // region is written, so the entries the index keeps point at records on the medium.
+        drop(self.flash_worker.lock().take());
+        if let Some(flash) = &self.inner.flash {
+            // No suspect outlives the close: a restart would not know the keys it shadows.
+            tiering::settle_suspects(&self.inner);
+            flash_write_all(flash).map_err(|e| strata_pool::PoolError::Io {
+                op: "write the flash tier",
+                path: self.pool.lock().path(),
+                message: e.to_string(),
+            })?;
         }
         let mut locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.write()).collect();
         for shard in &mut locks {
@@ -417,6 +497,17 @@ impl Engine {
             stats.damaged_items_dropped += load(&c.damaged_items_dropped);
             stats.segments_unverified += shard.unverified_segments().len() as u64;
         }
+        let (mut flash_items, mut suspects) = (0, 0);
+        for shard in self.inner.shards.iter() {
+            let shard = shard.0.read();
+            flash_items += shard.flash_items();
+            suspects += shard.flash_suspect_count();
+        }
+        stats.flash = self.inner.flash.as_ref().map(|f| {
+            let mut flash = f.stats(flash_items);
+            flash.suspects = suspects;
+            flash
+        });
         let free = self.inner.free.lock();
         stats.segments_free = free.list.len() as u64;
         stats.segments_retired = free.retired.len() as u64;
@@ -462,5 +553,52 @@ impl Drop for Warmer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// Writes every region the flash tier holds in DRAM and persists the medium (a clean close).
+/// The flash thread is stopped, so nothing else writes.
+fn flash_write_all(flash: &FlashTier) -> Result<(), String> {
+    flash.seal_all();
+    while let Some(job) = flash.next_write() {
+        flash.write(job).map_err(|e| e.to_string())?;
+    }
+    flash.persist().map_err(|e| e.to_string())
+}
+
+/// After recovery: drops the index entries of the flash tier whose region the medium does not
+/// hold as written (never written before a crash, reclaimed, or a formatted medium), and counts
+/// what is kept.
+fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport) {
+    for lock in inner.shards.iter() {
+        let mut shard = lock.0.write();
+        let dropped = shard.drop_flash_entries(|location| {
+            inner
+                .flash
+                .as_ref()
+                .is_some_and(|flash| flash.holds(location))
+        });
+        report.flash_items_dropped += dropped;
+        // A crash loses the list of suspects: any flash entry beside a memory entry with its
+        // hash bits is one again, until the flash thread has read it.
+        shard.suspect_flash_beside_memory();
+        report.flash_items_kept += shard.flash_items();
+        report.items_recovered = report.items_recovered.saturating_sub(dropped);
+    }
+}
+
+fn log_flash_open(opened: &crate::FlashOpened, report: &RecoveryReport) {
+    match opened.formatted_because {
+        Some(why) => tracing::info!(
+            why,
+            items_dropped = report.flash_items_dropped,
+            "flash tier formatted: it starts empty"
+        ),
+        None => tracing::info!(
+            regions = opened.regions_kept,
+            items_kept = report.flash_items_kept,
+            items_dropped = report.flash_items_dropped,
+            "flash tier reopened"
+        ),
     }
 }

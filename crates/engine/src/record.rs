@@ -315,6 +315,22 @@ pub fn read_trusted(bytes: &[u8]) -> Option<RecordView<'_>> {
     })
 }
 
+/// The size a record at the start of `bytes` declares (header and optional fields decoded,
+/// nothing checked): enough of a record's first bytes to know how many to read. `None` when
+/// they cannot start a record.
+pub fn declared_size(bytes: &[u8]) -> Option<usize> {
+    if bytes.len() < HEADER_SIZE_BYTES {
+        return None;
+    }
+    let state = bytes[0] & STATE_MASK;
+    if state != STATE_LIVE && state != STATE_DEAD {
+        return None;
+    }
+    let (key_len, value_len, _, at) = fields(bytes, bytes[0] & !STATE_MASK)?;
+    let end = at.checked_add(key_len)?.checked_add(value_len)?;
+    Some(end.next_multiple_of(RECORD_ALIGN_BYTES))
+}
+
 /// One step of a [`walk`] over a segment's log.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step<'a> {

@@ -49,6 +49,13 @@ pub struct RecoveryReport {
     pub from_snapshot: bool,
     /// Shards whose index was mapped from the pool's index files as they were left (no scan).
     pub shards_from_index_files: u64,
+    /// Items kept on the flash tier (entries of a restored index whose region survived).
+    pub flash_items_kept: u64,
+    /// Items of the flash tier that could not be kept: their region was not written before
+    /// the stop, or the flash medium was formatted (see `flash`).
+    pub flash_items_dropped: u64,
+    /// What the flash tier's open found (`None`: no flash tier).
+    pub flash: Option<crate::FlashOpened>,
 }
 
 /// Recovers every shard from its segments, except shards marked `trusted`, whose index was

@@ -192,7 +192,7 @@ pub(crate) fn write_state(page: &mut [u8], state: HeaderState) {
 
 /// The pool length a header page describes, if its magic, version and geometry checksum are
 /// sound (the rest is for `validate`).
-pub(crate) fn described_length(page: &[u8]) -> Option<u64> {
+pub(crate) fn described_geometry(page: &[u8]) -> Option<Geometry> {
     if page.len() < HEADER_SIZE_BYTES
         || page[MAGIC_OFFSET..MAGIC_OFFSET + 8] != MAGIC
         || read_u32(page, VERSION_OFFSET) != FORMAT_VERSION
@@ -205,7 +205,7 @@ pub(crate) fn described_length(page: &[u8]) -> Option<u64> {
         segment_count: read_u64(page, SEGMENT_COUNT_OFFSET),
     };
     check_geometry_fields(page, geometry).ok()?;
-    Some(geometry.pool_size_bytes())
+    Some(geometry)
 }
 
 /// Validates a header page: magic, version, checksums, internal consistency, zeroed reserved

@@ -629,11 +629,11 @@ pub(crate) fn reserve(file: &File, len: u64, path: &Path) -> Result<(), PoolErro
     })
 }
 
-/// The length an existing pool file's header describes, if its header is sound.
-fn header_length(file: &File) -> Option<u64> {
+/// The geometry an existing pool file's header describes, if its header is sound.
+fn header_geometry(file: &File) -> Option<Geometry> {
     let mut page = vec![0u8; HEADER_SIZE_BYTES];
     std::os::unix::fs::FileExt::read_exact_at(file, &mut page, 0).ok()?;
-    header::described_length(&page)
+    header::described_geometry(&page)
 }
 
 /// Opens (or creates) the file, takes its lock and maps it. Returns whether it held a pool,
@@ -665,7 +665,19 @@ fn open_file(
             found_bytes: found_len,
         });
     }
-    let described = existing.then(|| header_length(&file)).flatten();
+    let described_geometry = existing.then(|| header_geometry(&file)).flatten();
+    // A pool of another shape than configured is refused before anything is extended or
+    // reserved: a header describing a pool far larger than its file must not grow the file
+    // (and fill its file system or memory) only to be refused afterwards.
+    if let Some(found) = described_geometry.filter(|found| *found != geometry) {
+        return Err(PoolError::GeometryMismatch {
+            file_segment_size_bytes: found.segment_size_bytes,
+            file_segment_count: found.segment_count,
+            segment_size_bytes: geometry.segment_size_bytes,
+            segment_count: geometry.segment_count,
+        });
+    }
+    let described = described_geometry.map(|g| g.pool_size_bytes());
     let cut_at = described.filter(|&len| found_len < len).map(|_| found_len);
     let len = match (existing, described) {
         // A pool cut short keeps what is left; validation reports anything else wrong.

@@ -185,6 +185,15 @@ fn other_geometry_and_extension_are_refused_and_a_cut_pool_is_extended_back() {
     assert_eq!(pool.cut_at(), Some(cut));
     assert_eq!(file.metadata().unwrap().len(), SMALL.pool_size_bytes());
     drop(pool);
+    // Cut short and of another shape than configured: refused before it is extended (a header
+    // describing a huge pool must not make the open fill the file system first).
+    file.set_len(cut).unwrap();
+    let mut bigger = options(Location::File(path.clone()), OpenMode::OpenOrCreate);
+    bigger.geometry.segment_count = SMALL.segment_count * 64;
+    let err = Pool::open(bigger).unwrap_err();
+    assert!(matches!(err, PoolError::GeometryMismatch { .. }), "{err:?}");
+    assert_eq!(file.metadata().unwrap().len(), cut, "not extended");
+    file.set_len(SMALL.pool_size_bytes()).unwrap();
     // Longer than its header says: another shape, refused.
     file.set_len(SMALL.pool_size_bytes() + 4096).unwrap();
     let err = Pool::open(options(

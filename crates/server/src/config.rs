@@ -12,7 +12,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use strata_engine::{
-    Durability, EngineConfig, EvictionPolicy, IndexPlacement, PoolLocation, SEGMENT_SIZE_BYTES_MAX,
+    Durability, EngineConfig, EvictionPolicy, FlashAdmission, FlashConfig, FlashMedium,
+    IndexPlacement, PoolLocation, FLASH_REGION_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX,
 };
 
 use crate::auth::Credentials;
@@ -86,6 +87,40 @@ pub enum EvictionArg {
     Random,
     /// Segcache merge: drop the oldest segment but keep its recently read items.
     Merge,
+}
+
+/// Which evicted items the flash tier takes, as flags and file values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashAdmissionArg {
+    /// Every unexpired item evicted from memory (memcached's extstore).
+    All,
+    /// Only items read at least once since they were written.
+    Fetched,
+}
+
+/// The flash tier as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashSettings {
+    /// The file or block device.
+    pub path: PathBuf,
+    /// Bytes of it to use.
+    pub size_bytes: u64,
+    /// Which evicted items it takes.
+    pub admission: FlashAdmission,
+    /// Most bytes written per second (0: no cap).
+    pub write_bytes_per_sec_max: u64,
+    /// Bytes per region, if given.
+    pub region_size_bytes: Option<u64>,
+}
+
+impl FlashSettings {
+    /// Bytes per region: as given, else the default or one segment, whichever is larger (a
+    /// region holds the largest item a segment holds).
+    pub fn region_size_bytes(&self, segment_size_bytes: u64) -> u64 {
+        self.region_size_bytes
+            .unwrap_or_else(|| FLASH_REGION_SIZE_BYTES_DEFAULT.max(segment_size_bytes))
+    }
 }
 
 /// Where the index lives, as flags and file values.
@@ -190,6 +225,26 @@ pub struct ServeOptions {
     #[arg(long)]
     #[serde(default)]
     pub fresh: bool,
+    /// A flash tier below memory: items evicted from memory move to this file or block
+    /// device (written in whole regions, direct I/O) and are read back from it.
+    #[arg(long, value_name = "PATH")]
+    pub flash: Option<PathBuf>,
+    /// Bytes of --flash to use (a file is created or grown to it, every block reserved)
+    /// [default: the size of an existing file or device].
+    #[arg(long, value_name = "SIZE")]
+    pub flash_size: Option<ByteSize>,
+    /// Which evicted items go to flash: all (memcached's extstore), or fetched (only items
+    /// read since they were written, so one-hit wonders never wear the flash) [default: all].
+    #[arg(long, value_enum)]
+    pub flash_admission: Option<FlashAdmissionArg>,
+    /// Most bytes written to flash per second; items evicted past it are dropped, as when
+    /// flash is behind; 0: as fast as the device goes [default: 0].
+    #[arg(long, value_name = "SIZE")]
+    pub flash_write_rate: Option<ByteSize>,
+    /// Bytes per flash region, the unit written and reclaimed whole (4 KiB multiple, at
+    /// least --segment-size) [default: 4MiB, or --segment-size if larger].
+    #[arg(long, value_name = "SIZE")]
+    pub flash_region_size: Option<ByteSize>,
     /// Check every record a read touches (its CRC32C), not only those the pool's scrub has not
     /// checked yet since the start: for pools on memory not trusted to keep what was written.
     /// Costs about 15% of a small GET [default: off].
@@ -277,6 +332,8 @@ pub struct ServerConfig {
     pub pool: Option<PathBuf>,
     /// Discard an existing pool.
     pub fresh: bool,
+    /// The flash tier, if any.
+    pub flash: Option<FlashSettings>,
     /// Validate every read's record.
     pub validate_every_read: bool,
     /// Segment size.
@@ -343,6 +400,11 @@ impl ServeOptions {
             memory: self.memory.or(file.memory),
             pool: self.pool.or(file.pool),
             fresh: self.fresh || file.fresh,
+            flash: self.flash.or(file.flash),
+            flash_size: self.flash_size.or(file.flash_size),
+            flash_admission: self.flash_admission.or(file.flash_admission),
+            flash_write_rate: self.flash_write_rate.or(file.flash_write_rate),
+            flash_region_size: self.flash_region_size.or(file.flash_region_size),
             validate_every_read: self.validate_every_read || file.validate_every_read,
             segment_size: self.segment_size.or(file.segment_size),
             eviction: self.eviction.or(file.eviction),
@@ -388,6 +450,7 @@ impl ServeOptions {
             self.max_value_size
                 .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
         );
+        let flash = self.flash_settings()?;
         let config = ServerConfig {
             memcache_listen,
             resp_listen,
@@ -396,6 +459,7 @@ impl ServeOptions {
             memory_bytes: self.memory.map_or(MEMORY_BYTES_DEFAULT, |s| s.0),
             pool: self.pool,
             fresh: self.fresh,
+            flash,
             validate_every_read: self.validate_every_read,
             // By default, the smallest segment that holds the largest value (with a key of up to
             // 250 bytes and every record field): 1 MiB + 4 KiB for the default 1 MiB.
@@ -429,6 +493,55 @@ impl ServeOptions {
         config.check()?;
         Ok(config)
     }
+}
+
+impl ServeOptions {
+    /// The flash tier's settings: none without `--flash`; the other flash options need it.
+    fn flash_settings(&self) -> Result<Option<FlashSettings>, ConfigError> {
+        let Some(path) = self.flash.clone() else {
+            let given = [
+                ("--flash-size", self.flash_size.is_some()),
+                ("--flash-admission", self.flash_admission.is_some()),
+                ("--flash-write-rate", self.flash_write_rate.is_some()),
+                ("--flash-region-size", self.flash_region_size.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+                return Err(ConfigError(format!(
+                    "{flag} configures the flash tier: give --flash PATH too"
+                )));
+            }
+            return Ok(None);
+        };
+        let size_bytes = match self.flash_size {
+            Some(size) => size.0,
+            None => existing_size(&path).ok_or_else(|| {
+                ConfigError(format!(
+                    "--flash {}: give --flash-size SIZE (the file does not exist yet, or its \
+                     size cannot be read)",
+                    path.display()
+                ))
+            })?,
+        };
+        Ok(Some(FlashSettings {
+            path,
+            size_bytes,
+            admission: match self.flash_admission {
+                Some(FlashAdmissionArg::Fetched) => FlashAdmission::Fetched,
+                Some(FlashAdmissionArg::All) | None => FlashAdmission::All,
+            },
+            write_bytes_per_sec_max: self.flash_write_rate.map_or(0, |r| r.0),
+            region_size_bytes: self.flash_region_size.map(|r| r.0),
+        }))
+    }
+}
+
+/// The size of an existing file or block device (a block device's `metadata().len()` is 0,
+/// so its end is found by seeking).
+fn existing_size(path: &std::path::Path) -> Option<u64> {
+    use std::io::Seek;
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.seek(std::io::SeekFrom::End(0)).ok()?;
+    (len > 0).then_some(len)
 }
 
 fn eviction(arg: EvictionArg) -> EvictionPolicy {
@@ -582,6 +695,15 @@ impl ServerConfig {
             // The server acknowledges a batch only after `Engine::commit` (see connection.rs).
             group_commit: true,
             validate_every_read: self.validate_every_read,
+            flash: self.flash.as_ref().map(|flash| FlashConfig {
+                medium: FlashMedium::File {
+                    path: flash.path.clone(),
+                    size_bytes: flash.size_bytes,
+                },
+                region_size_bytes: flash.region_size_bytes(self.segment_size_bytes),
+                admission: flash.admission,
+                write_bytes_per_sec_max: flash.write_bytes_per_sec_max,
+            }),
             ..EngineConfig::default()
         }
     }

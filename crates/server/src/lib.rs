@@ -44,6 +44,7 @@ pub mod sessions;
 pub mod signals;
 pub mod size;
 pub mod stats;
+pub mod tiers;
 pub mod worker;
 
 pub use config::{ConfigError, ServeOptions, ServerConfig};

@@ -119,6 +119,7 @@ pub fn render(ctx: &ServerContext, metrics: &Metrics) -> String {
     render_faults(&mut out, ctx);
     render_engine(&mut out, ctx);
     render_damage(&mut out, ctx);
+    render_tiers(&mut out, ctx);
     render_latency(&mut out, metrics);
     out
 }
@@ -283,6 +284,89 @@ fn render_damage(out: &mut String, ctx: &ServerContext) {
         "Writes torn by the crash before this start (dropped at recovery; never acknowledged).",
         report.records_torn,
     );
+}
+
+/// Each storage tier (memory; flash with `--flash`): items, capacity, hits, evictions, and
+/// the flash tier's own counters and read latency histogram.
+fn render_tiers(out: &mut String, ctx: &ServerContext) {
+    use crate::tiers;
+    let engine = ctx.engine.stats();
+    let memory_capacity = engine.segments_total * engine.segment_size_bytes;
+    let flash = engine.flash.as_ref();
+    let families = [
+        (
+            "strata_tier_items",
+            "gauge",
+            "Items whose record is in the tier.",
+            engine.items,
+            flash.map(|f| f.items),
+        ),
+        (
+            "strata_tier_capacity_bytes",
+            "gauge",
+            "Bytes the tier holds data in.",
+            memory_capacity,
+            flash.map(|f| f.medium_bytes),
+        ),
+        (
+            "strata_tier_hits_total",
+            "counter",
+            "Reads the tier served.",
+            tiers::memory_hits(&engine),
+            flash.map(|f| f.hits),
+        ),
+        (
+            "strata_tier_evictions_total",
+            "counter",
+            "Items dropped from the tier to make room (from memory: to flash when it takes them).",
+            engine.evicted_items,
+            flash.map(|f| f.evicted_items),
+        ),
+    ];
+    for (name, kind, help, memory, flash) in families {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name}{{tier=\"memory\"}} {memory}");
+        if let Some(flash) = flash {
+            let _ = writeln!(out, "{name}{{tier=\"flash\"}} {flash}");
+        }
+    }
+    let Some(flash) = flash else {
+        return;
+    };
+    for field in tiers::flash_fields(flash) {
+        let (kind, suffix) = match field.kind {
+            tiers::Kind::Counter => ("counter", "_total"),
+            tiers::Kind::Gauge => ("gauge", ""),
+        };
+        single(
+            out,
+            &format!("strata_flash_{}{suffix}", field.name),
+            kind,
+            field.help,
+            field.value,
+        );
+    }
+    let name = "strata_flash_read_latency_seconds";
+    header(
+        out,
+        name,
+        "histogram",
+        "Latency of reads of the flash medium.",
+    );
+    let cumulative = tiers::flash_read_latency_cumulative(flash);
+    for &(bound_us, count) in &cumulative {
+        match bound_us {
+            Some(us) => {
+                let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {count}", us as f64 / 1e6);
+            }
+            None => {
+                let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+            }
+        }
+    }
+    let total = cumulative.last().map_or(0, |&(_, count)| count);
+    let _ = writeln!(out, "{name}_sum {}", flash.read_latency_us_sum as f64 / 1e6);
+    let _ = writeln!(out, "{name}_count {total}");
 }
 
 /// Requests handled, by command.

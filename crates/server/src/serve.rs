@@ -266,6 +266,20 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
         connections_max = config.connections_max,
         "strata ready"
     );
+    if let (Some(settings), Some(flash)) = (&config.flash, engine.stats().flash) {
+        tracing::info!(
+            path = %settings.path.display(),
+            size = %ByteSize(flash.medium_bytes),
+            io_engine = flash.io_engine,
+            direct_io = flash.direct_io,
+            region_size = %ByteSize(flash.region_size_bytes),
+            regions = flash.regions_total,
+            items = flash.items,
+            admission = settings.admission.name(),
+            write_rate_max = %ByteSize(settings.write_bytes_per_sec_max),
+            "flash tier ready"
+        );
+    }
 }
 
 /// Reclaims expired segments every [`EXPIRE_INTERVAL`] until shutdown.

@@ -188,6 +188,36 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
         "strata_segments_unverified",
         engine.segments_unverified,
     );
+    if let Some(flash) = &engine.flash {
+        flash_items(flash, out);
+    }
+}
+
+/// The flash tier's lines: every field as `strata_flash_<name>`, and memcached extstore's
+/// names for the ones its users' dashboards read.
+fn flash_items(flash: &strata_engine::FlashStats, out: &mut Vec<u8>) {
+    encode::write_stat(out, b"strata_flash_io_engine", flash.io_engine.as_bytes());
+    for field in crate::tiers::flash_fields(flash) {
+        encode::write_stat_u64(
+            out,
+            format!("strata_flash_{}", field.name).as_bytes(),
+            field.value,
+        );
+    }
+    let extstore = [
+        ("get_extstore", flash.hits),
+        ("recache_from_extstore", flash.promoted_items),
+        ("extstore_objects_used", flash.items),
+        ("extstore_objects_written", flash.appended_items),
+        ("extstore_objects_evicted", flash.evicted_items),
+        ("extstore_bytes_written", flash.written_bytes),
+        ("extstore_bytes_read", flash.read_bytes),
+        ("extstore_page_reclaims", flash.reclaimed_regions),
+        ("extstore_limit_maxbytes", flash.medium_bytes),
+    ];
+    for (name, value) in extstore {
+        encode::write_stat_u64(out, name.as_bytes(), value);
+    }
 }
 
 /// `stats settings`.

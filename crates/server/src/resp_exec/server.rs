@@ -229,6 +229,13 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
         engine.live_bytes
     );
     text.field("tier_pool", pool_tier);
+    if let Some(flash) = &engine.flash {
+        text.field("tier_flash", crate::tiers::flash_summary(flash));
+        text.field("flash_io_engine", flash.io_engine);
+        for field in crate::tiers::flash_fields(flash) {
+            text.field(&format!("flash_{}", field.name), field.value);
+        }
+    }
 }
 
 /// Redis's `bytesToHuman`: two decimals and a B/K/M/G/T suffix.

@@ -25,6 +25,10 @@ use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
 use crate::ttl;
 use crate::Inner;
 
+mod flash;
+
+pub(crate) use flash::FlashCandidates;
+
 /// Dead marks closer than this share one persist call.
 const MARK_RUN_GAP_BYTES: usize = 4096;
 
@@ -118,6 +122,13 @@ pub(crate) struct Shard {
     damaged_reads: parking_lot::Mutex<Vec<(u32, u64)>>,
     /// Recovery's list of a segment's valid record offsets, kept to reuse its allocation.
     scan_offsets: Vec<u32>,
+    /// Index entries of the flash tier (see the `flash` module).
+    flash_items: u64,
+    /// A record being demoted to flash, kept to reuse its allocation.
+    demote_scratch: Vec<u8>,
+    /// Flash entries that may be older copies of keys written to memory since (see
+    /// `flash::FlashSuspect`).
+    flash_suspects: Vec<flash::FlashSuspect>,
 }
 
 /// What the scrub's walk of one segment found.
@@ -295,6 +306,9 @@ impl Shard {
             index_verified: true,
             damaged_reads: parking_lot::Mutex::new(Vec::new()),
             scan_offsets: Vec::new(),
+            flash_items: 0,
+            demote_scratch: Vec::new(),
+            flash_suspects: Vec::new(),
         }
     }
 
@@ -380,6 +394,9 @@ impl Shard {
         let h24 = index::hash24(hash);
         let mut hit = None;
         let (slot, entry) = self.index.find(h24, |location| {
+            if index::is_flash(location) {
+                return false; // The flash tier's: read outside the lock (`flash::tiering`).
+            }
             let Some(record) = self.record_at(inner, location) else {
                 // Damaged: not this key's record; dropped from the index at the next repair.
                 self.damaged_reads.lock().push((h24, location));
@@ -404,6 +421,9 @@ impl Shard {
     /// a hint for `Engine::prefetch`).
     pub(crate) fn prefetch_record(&self, inner: &Inner, hash: u64) {
         let _ = self.index.find(index::hash24(hash), |location| {
+            if index::is_flash(location) {
+                return false;
+            }
             let (id, offset) = inner.split_location(location);
             if let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) {
                 // Two lines: a small item's header, key and value nearly always straddle a
@@ -497,8 +517,13 @@ impl Shard {
                 }
             }
             // A touch whose record was evicted while making room is still the same item, and
-            // this access counts as a read of it.
-            None => self.insert_index(inner, hash, location, u8::from(touch)),
+            // this access counts as a read of it. A flash copy of the key is dead from now on:
+            // memory answers first, and the flash entries with the key's hash bits stay only
+            // until the flash thread has read which key they hold.
+            None => {
+                self.suspect_flash_copies(hash);
+                self.insert_index(inner, hash, location, u8::from(touch));
+            }
         }
         bump(&self.counters.writes, 1);
         Ok(cas)
@@ -676,6 +701,8 @@ impl Shard {
     ) -> Result<bool, WriteError> {
         inner.check_writable()?;
         let Some(found) = self.lookup(inner, key, hash) else {
+            // A flash copy (the caller promoted it first if it needed to know of it) dies too.
+            self.drop_flash_slots(index::hash24(hash));
             return Ok(false);
         };
         let expired = found
@@ -685,7 +712,7 @@ impl Shard {
             .is_some_and(|at| at <= inner.now_ms());
         let held = Held::of(found);
         self.kill_record(inner, held, None)?;
-        self.index.remove(held.slot);
+        self.remove_memory_slot(held.slot, index::hash24(hash));
         if expired {
             bump(&self.counters.expired_items, 1);
         }
@@ -1004,6 +1031,13 @@ impl Shard {
             && !expired
             && entry.freq() > 0
             && self.survivors.len() + view.size_bytes + 8 <= survivor_budget;
+        if !keep
+            && !expired
+            && matches!(reason, FreeReason::Evict { .. })
+            && self.demote(inner, owned, slot, entry, &view, location, now_ms)
+        {
+            return;
+        }
         if keep {
             let (_, offset) = inner.split_location(location);
             let meta = RecordMeta {
@@ -1019,7 +1053,7 @@ impl Shard {
                 return;
             }
         }
-        self.index.remove(slot);
+        self.remove_memory_slot(slot, h24);
         let counter = match reason {
             _ if expired => &self.counters.expired_items,
             FreeReason::Evict { .. } => &self.counters.evicted_items,
@@ -1064,6 +1098,7 @@ impl Shard {
             }
         }
         self.order.clear();
+        self.drop_flash_entries(|_| false);
         assert_eq!(self.index.len(), 0, "flush unindexes everything");
         Ok(freed)
     }
@@ -1081,8 +1116,13 @@ impl Shard {
         bucket_budget: usize,
         now_ms: u64,
         visit: &mut dyn FnMut(&[u8]),
+        flash: &mut Vec<u64>,
     ) -> Option<u32> {
         self.index.scan(cursor, bucket_budget, |entry| {
+            if index::is_flash(entry.location) {
+                flash.push(entry.location);
+                return;
+            }
             match self.record_at(inner, entry.location) {
                 Some((view, _)) if view.meta.expires_at_ms.is_none_or(|at| at > now_ms) => {
                     visit(view.key);
@@ -1333,13 +1373,21 @@ impl Shard {
     /// Drops the index entry (hash bits, location) if it is still there and still points at no
     /// valid record of its key. Returns whether it dropped one.
     pub(crate) fn drop_if_damaged(&mut self, inner: &Inner, h24: u32, location: u64) -> bool {
+        if index::is_flash(location) {
+            // A flash read found it damaged: its bytes on flash do not change until reclaim.
+            let dropped = self.unindex_flash(h24, location);
+            if dropped {
+                bump(&self.counters.damaged_items_dropped, 1);
+            }
+            return dropped;
+        }
         if self.entry_is_sound(inner, h24, location) {
             return false; // Rewritten since the read that queued it, or a race: keep it.
         }
         let Some((slot, _)) = self.index.find(h24, |l| l == location) else {
             return false;
         };
-        self.index.remove(slot);
+        self.remove_memory_slot(slot, h24);
         self.dropped(inner, location);
         true
     }
@@ -1356,6 +1404,7 @@ impl Shard {
         if self.entry_is_the_keys(inner, slot, entry) || !self.index.remove_if(slot, entry) {
             return false;
         }
+        self.drop_suspects(entry.hash24);
         self.dropped(inner, entry.location);
         true
     }
@@ -1536,6 +1585,9 @@ impl Shard {
     ) -> (Option<u32>, Vec<(index::SlotRef, index::Entry)>) {
         let mut bad = Vec::new();
         let next = self.index.scan_slots(cursor, bucket_budget, |slot, entry| {
+            if index::is_flash(entry.location) {
+                return; // Flash records are checked as they are read.
+            }
             let (id, _) = inner.split_location(entry.location);
             *per_segment.entry(id).or_insert(0) += 1;
             let trusted = self.index_verified
@@ -1573,7 +1625,8 @@ impl Shard {
         let mut cursor = Some(0);
         while let Some(at) = cursor {
             cursor = self.index.scan_slots(at, 1024, |slot, entry| {
-                if inner.split_location(entry.location).0 == id
+                if !index::is_flash(entry.location)
+                    && inner.split_location(entry.location).0 == id
                     && !on_walk.contains(&entry.location)
                 {
                     stray.push((slot, entry));
@@ -1582,6 +1635,7 @@ impl Shard {
         }
         for (slot, entry) in stray {
             if self.index.remove_if(slot, entry) {
+                self.drop_suspects(entry.hash24);
                 self.dropped(inner, entry.location);
             }
         }
@@ -1639,10 +1693,21 @@ impl Shard {
             }
             live_records += live as usize;
         }
-        if live_records != self.index.len() && !damaged {
+        let mut flash_entries = 0u64;
+        self.index.all_entries(|entry| {
+            flash_entries += u64::from(index::is_flash(entry.location));
+            true
+        });
+        if flash_entries != self.flash_items {
             return Err(format!(
-                "{live_records} live records but {} index entries",
-                self.index.len()
+                "{flash_entries} flash entries, counted {}",
+                self.flash_items
+            ));
+        }
+        let memory_entries = self.index.len() - flash_entries as usize;
+        if live_records != memory_entries && !damaged {
+            return Err(format!(
+                "{live_records} live records but {memory_entries} memory index entries",
             ));
         }
         Ok(())

@@ -1,0 +1,248 @@
+//! The flash tier's on-medium format (docs/FLASH_FORMAT.md is the full description).
+//!
+//! ```text
+//!  offset 0          4096            4096 + R          4096 + 2R
+//!  +----------------+----------------+----------------+-----+
+//!  | superblock     | region 0       | region 1       | ... |      R = region_size_bytes
+//!  +----------------+----------------+----------------+-----+
+//!
+//!  region:  +------------------+----------------------------------------------------+
+//!           | header (4 KiB)   | records, each 64-byte aligned, zero padded          |
+//!           +------------------+----------------------------------------------------+
+//! ```
+//!
+//! All integers little-endian. The superblock binds the medium to one pool (`pool_id`) and
+//! says its geometry; a region header names its region seq (unique for the medium's life) and
+//! carries a CRC32C of its payload, so a region torn by a crash, or left from an earlier use,
+//! is never read as current. Each record is preceded by an 8-byte stamp (`flash_id ^ seq` of
+//! the region generation that wrote it), so bytes a torn region write left from an earlier
+//! generation never pass for a record of the current one. Records are the engine's
+//! (`record.rs`), always with their CAS written out (their position no longer derives it).
+//!
+//! ```text
+//!  record:  | stamp u64 | engine record (header, key, value, CRC32C) | zeros to 64 B |
+//! ```
+//!
+//! A reclaimed region keeps a header (state `reclaimed`) with its last seq, so that seqs are
+//! never reused on the medium even across restarts.
+
+/// Bytes of the superblock and of each region header.
+pub const BLOCK_SIZE_BYTES: usize = 4096;
+/// Records on flash start at multiples of this; index locations count in these units.
+pub const RECORD_ALIGN_BYTES: usize = 64;
+
+const SUPER_MAGIC: [u8; 8] = *b"STRATAFL";
+const REGION_MAGIC: [u8; 8] = *b"STRATARG";
+/// Version of this format.
+pub const FORMAT_VERSION: u32 = 1;
+
+// Superblock fields, each at the end of the one before.
+const S_MAGIC: usize = 0;
+const S_VERSION: usize = S_MAGIC + 8;
+const S_RESERVED: usize = S_VERSION + 4;
+const S_FLASH_ID: usize = S_RESERVED + 4;
+const S_POOL_ID: usize = S_FLASH_ID + 8;
+const S_REGION_SIZE: usize = S_POOL_ID + 8;
+const S_REGION_COUNT: usize = S_REGION_SIZE + 8;
+const S_CREATED: usize = S_REGION_COUNT + 8;
+const S_CRC: usize = S_CREATED + 8;
+const S_END: usize = S_CRC + 4;
+const _: () = assert!(S_END <= BLOCK_SIZE_BYTES);
+
+// Region header fields.
+const R_MAGIC: usize = 0;
+const R_VERSION: usize = R_MAGIC + 8;
+const R_STATE: usize = R_VERSION + 4;
+const R_FLASH_ID: usize = R_STATE + 4;
+const R_SEQ: usize = R_FLASH_ID + 8;
+const R_CREATED: usize = R_SEQ + 8;
+const R_EXPIRES: usize = R_CREATED + 8;
+const R_PAYLOAD_LEN: usize = R_EXPIRES + 8;
+const R_RECORDS: usize = R_PAYLOAD_LEN + 8;
+const R_PAYLOAD_CRC: usize = R_RECORDS + 8;
+const R_CRC: usize = R_PAYLOAD_CRC + 4;
+const R_END: usize = R_CRC + 4;
+const _: () = assert!(R_END <= BLOCK_SIZE_BYTES);
+
+/// What the superblock says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Random, chosen when the medium was formatted; every region header repeats it.
+    pub flash_id: u64,
+    /// The pool this flash tier belongs to.
+    pub pool_id: u64,
+    /// Bytes per region, header included.
+    pub region_size_bytes: u64,
+    /// Regions after the superblock.
+    pub region_count: u64,
+    /// When it was formatted.
+    pub created_unix_secs: u64,
+}
+
+/// What a region header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionHeader {
+    /// The superblock's `flash_id`.
+    pub flash_id: u64,
+    /// Unique for the medium's life, increasing: orders regions (FIFO reclaim).
+    pub seq: u64,
+    /// When the region was filled, Unix ms.
+    pub created_ms: u64,
+    /// Latest expiry of its records (`u64::MAX`: some never expires).
+    pub expires_at_ms: u64,
+    /// Bytes of records after the header.
+    pub payload_bytes: u64,
+    /// Records in the payload.
+    pub records: u64,
+    /// CRC32C of the payload.
+    pub payload_crc: u32,
+    /// The region was reclaimed: its records are not to be read, but its seq stays on the
+    /// medium, so a later open never hands the same seq to the region again.
+    pub reclaimed: bool,
+}
+
+const STATE_WRITTEN: u32 = 1;
+const STATE_RECLAIMED: u32 = 2;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+fn put_u32(b: &mut [u8], at: usize, value: u32) {
+    b[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+fn put_u64(b: &mut [u8], at: usize, value: u64) {
+    b[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Writes a superblock into `block` (4 KiB, zeroed past it).
+pub fn write_superblock(block: &mut [u8], sb: &Superblock) {
+    block[..BLOCK_SIZE_BYTES].fill(0);
+    block[S_MAGIC..S_MAGIC + 8].copy_from_slice(&SUPER_MAGIC);
+    put_u32(block, S_VERSION, FORMAT_VERSION);
+    put_u64(block, S_FLASH_ID, sb.flash_id);
+    put_u64(block, S_POOL_ID, sb.pool_id);
+    put_u64(block, S_REGION_SIZE, sb.region_size_bytes);
+    put_u64(block, S_REGION_COUNT, sb.region_count);
+    put_u64(block, S_CREATED, sb.created_unix_secs);
+    let crc = crc32c::crc32c(&block[..S_CRC]);
+    put_u32(block, S_CRC, crc);
+}
+
+/// Reads a superblock; `None` unless magic, version, checksum and reserved bytes are right.
+pub fn read_superblock(block: &[u8]) -> Option<Superblock> {
+    if block.len() < BLOCK_SIZE_BYTES
+        || block[S_MAGIC..S_MAGIC + 8] != SUPER_MAGIC
+        || u32_at(block, S_VERSION) != FORMAT_VERSION
+        || u32_at(block, S_RESERVED) != 0
+        || u32_at(block, S_CRC) != crc32c::crc32c(&block[..S_CRC])
+        || block[S_END..BLOCK_SIZE_BYTES].iter().any(|&b| b != 0)
+    {
+        return None;
+    }
+    Some(Superblock {
+        flash_id: u64_at(block, S_FLASH_ID),
+        pool_id: u64_at(block, S_POOL_ID),
+        region_size_bytes: u64_at(block, S_REGION_SIZE),
+        region_count: u64_at(block, S_REGION_COUNT),
+        created_unix_secs: u64_at(block, S_CREATED),
+    })
+}
+
+/// Writes a region header into `block` (4 KiB, zeroed past it).
+pub fn write_region_header(block: &mut [u8], header: &RegionHeader) {
+    block[..BLOCK_SIZE_BYTES].fill(0);
+    block[R_MAGIC..R_MAGIC + 8].copy_from_slice(&REGION_MAGIC);
+    put_u32(block, R_VERSION, FORMAT_VERSION);
+    let state = if header.reclaimed {
+        STATE_RECLAIMED
+    } else {
+        STATE_WRITTEN
+    };
+    put_u32(block, R_STATE, state);
+    put_u64(block, R_FLASH_ID, header.flash_id);
+    put_u64(block, R_SEQ, header.seq);
+    put_u64(block, R_CREATED, header.created_ms);
+    put_u64(block, R_EXPIRES, header.expires_at_ms);
+    put_u64(block, R_PAYLOAD_LEN, header.payload_bytes);
+    put_u64(block, R_RECORDS, header.records);
+    put_u32(block, R_PAYLOAD_CRC, header.payload_crc);
+    let crc = crc32c::crc32c(&block[..R_CRC]);
+    put_u32(block, R_CRC, crc);
+}
+
+/// Reads a region header; `None` unless magic, version, checksum and reserved bytes are right.
+/// Whether it belongs to the medium (its `flash_id`) and fits the region is the caller's check.
+pub fn read_region_header(block: &[u8]) -> Option<RegionHeader> {
+    if block.len() < BLOCK_SIZE_BYTES
+        || block[R_MAGIC..R_MAGIC + 8] != REGION_MAGIC
+        || u32_at(block, R_VERSION) != FORMAT_VERSION
+        || !matches!(u32_at(block, R_STATE), STATE_WRITTEN | STATE_RECLAIMED)
+        || u32_at(block, R_CRC) != crc32c::crc32c(&block[..R_CRC])
+        || block[R_END..BLOCK_SIZE_BYTES].iter().any(|&b| b != 0)
+    {
+        return None;
+    }
+    Some(RegionHeader {
+        flash_id: u64_at(block, R_FLASH_ID),
+        seq: u64_at(block, R_SEQ),
+        created_ms: u64_at(block, R_CREATED),
+        expires_at_ms: u64_at(block, R_EXPIRES),
+        payload_bytes: u64_at(block, R_PAYLOAD_LEN),
+        records: u64_at(block, R_RECORDS),
+        payload_crc: u32_at(block, R_PAYLOAD_CRC),
+        reclaimed: u32_at(block, R_STATE) == STATE_RECLAIMED,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superblocks_and_headers_round_trip_and_every_damaged_byte_is_caught() {
+        let sb = Superblock {
+            flash_id: 0xDEAD_BEEF_0000_0001,
+            pool_id: 7,
+            region_size_bytes: 4 << 20,
+            region_count: 1000,
+            created_unix_secs: 1_700_000_000,
+        };
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        write_superblock(&mut block, &sb);
+        assert_eq!(read_superblock(&block), Some(sb));
+        let header = RegionHeader {
+            flash_id: sb.flash_id,
+            seq: 99,
+            created_ms: 5,
+            expires_at_ms: u64::MAX,
+            payload_bytes: 12_345,
+            records: 17,
+            payload_crc: 0xABCD,
+            reclaimed: false,
+        };
+        let mut region = vec![0u8; BLOCK_SIZE_BYTES];
+        write_region_header(&mut region, &header);
+        assert_eq!(read_region_header(&region), Some(header));
+        for at in 0..S_END.max(R_END) + 8 {
+            let mut bad = block.clone();
+            bad[at] ^= 0x04;
+            assert_eq!(read_superblock(&bad), None, "superblock byte {at}");
+            let mut bad = region.clone();
+            bad[at] ^= 0x04;
+            assert_eq!(read_region_header(&bad), None, "region header byte {at}");
+        }
+        assert_eq!(
+            read_region_header(&block),
+            None,
+            "a superblock is no region header"
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! How the engine uses its flash tier: the flash thread (region writes and reclaim), demotion of
+//! evicted items, reads of flash-resident items, and promotion of the ones read often.
+//!
+//! Reads never hold a shard lock across flash I/O: a lookup that finds only flash candidates
+//! (slots of the flash tier with the key's hash bits) drops the lock, reads each candidate's
+//! record, checks it (checksum, the key), and then checks under the read lock again that the
+//! index still points there, so a write or delete that raced with the read wins.
+//!
+//! A write of a key (SET) drops every flash slot with the key's hash bits among its candidates
+//! without reading them: the key's flash copy (if any) is superseded, and the rare other key
+//! sharing 24 hash bits and a bucket loses only its flash copy, a miss, never a wrong value.
+//! Read-modify-writes (and deletes, which answer whether the key existed) first promote the
+//! key's flash copy into memory and then run there.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_pool::AlignedBuf;
+
+use crate::index::{self, FLASH_TIER_BIT};
+use crate::record::{self, RecordMeta};
+use crate::Inner;
+
+/// Reads of a flash-resident item after which it moves back to memory.
+pub(crate) const PROMOTE_AFTER_READS: u8 = 2;
+/// How long the flash thread sleeps when it has nothing to do.
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+
+thread_local! {
+    /// Where a thread's flash reads land (one record at a time).
+    static READ_BUF: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::zeroed(4096, 4096));
+}
+
+/// A record read from flash, as the read path hands it on.
+pub(crate) struct FlashItem<'a> {
+    pub(crate) value: &'a [u8],
+    pub(crate) meta: RecordMeta,
+    /// The item's CAS (flash records always carry it).
+    pub(crate) cas: u64,
+}
+
+/// What a flash read of a key found.
+pub(crate) enum FlashRead<R> {
+    /// The key's record, unexpired: `f`'s result.
+    Item(R),
+    /// The key's record, expired: a miss, and no other candidate can be the key.
+    Expired,
+    /// Another key's record (sharing the key's hash bits).
+    NotIt,
+    /// No valid record there: damaged, torn by a crash, of a reclaimed region, or unreadable.
+    Damaged,
+}
+
+/// Reads the flash record at index location `location` (tier bit set) and calls `f` with it
+/// if it is a valid, live, unexpired record of `key`. A record that fails its checks is
+/// counted; the caller queues its entry for `repair`.
+pub(crate) fn read_record<R>(
+    inner: &Inner,
+    key: &[u8],
+    location: u64,
+    now_ms: u64,
+    f: impl FnOnce(FlashItem<'_>) -> R,
+) -> FlashRead<R> {
+    let Some(flash) = inner.flash.as_ref() else {
+        return FlashRead::NotIt;
+    };
+    with_read_buf(|buf| {
+        let Some(range) = flash.read(location & !FLASH_TIER_BIT, buf) else {
+            flash
+                .counters
+                .damaged_records
+                .fetch_add(1, Ordering::Relaxed);
+            return FlashRead::Damaged;
+        };
+        match record::read(&buf[range]) {
+            record::Scan::Record(view) if view.live && view.key == key => {
+                if view.meta.expires_at_ms.is_some_and(|at| at <= now_ms) {
+                    return FlashRead::Expired;
+                }
+                FlashRead::Item(f(FlashItem {
+                    value: view.value,
+                    meta: view.meta,
+                    cas: view.meta.cas.unwrap_or(0),
+                }))
+            }
+            record::Scan::Record(view) if view.live => FlashRead::NotIt,
+            _ => {
+                flash
+                    .counters
+                    .damaged_records
+                    .fetch_add(1, Ordering::Relaxed);
+                FlashRead::Damaged
+            }
+        }
+    })
+}
+
+/// Runs `f` with this thread's read buffer (a new one when a caller's closure reads flash
+/// again from inside a read).
+fn with_read_buf<R>(f: impl FnOnce(&mut AlignedBuf) -> R) -> R {
+    READ_BUF.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => f(&mut buf),
+        Err(_) => f(&mut AlignedBuf::zeroed(4096, 4096)),
+    })
+}
+
+/// Reads the flash record at `location` (tier bit set) and returns its key if it is valid,
+/// live and unexpired at `now_ms` (for SCAN, which does not know the key).
+pub(crate) fn read_key(inner: &Inner, location: u64, now_ms: u64) -> Option<Vec<u8>> {
+    let flash = inner.flash.as_ref()?;
+    with_read_buf(|buf| {
+        let range = flash.read(location & !FLASH_TIER_BIT, buf)?;
+        match record::read(&buf[range]) {
+            record::Scan::Record(view)
+                if view.live && view.meta.expires_at_ms.is_none_or(|at| at > now_ms) =>
+            {
+                Some(view.key.to_vec())
+            }
+            _ => None,
+        }
+    })
+}
+
+/// The record bytes to demote for a memory record: the same fields with its CAS written out
+/// (its position no longer derives it).
+pub(crate) fn demoted_record(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    value: &[u8],
+    meta: RecordMeta,
+    cas: u64,
+) {
+    let meta = RecordMeta {
+        cas: Some(cas),
+        ..meta
+    };
+    let size = record::record_size(key.len(), value.len(), &meta);
+    out.clear();
+    out.resize(size, 0);
+    record::write(out, key, value, &meta);
+}
+
+/// The flash thread: writes sealed regions, reclaims the oldest when free ones run low, and
+/// paces writes to the configured rate. Stopped and joined when the engine is dropped.
+pub(crate) struct FlashWorker {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FlashWorker {
+    pub(crate) fn spawn(inner: Arc<Inner>) -> std::io::Result<FlashWorker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let flash_inner = Arc::clone(&inner);
+        let thread = std::thread::Builder::new()
+            .name("strata-flash".into())
+            .spawn(move || run(&flash_inner, &flag))?;
+        if let Some(flash) = inner.flash.as_ref() {
+            flash.set_writer(thread.thread().clone());
+        }
+        Ok(FlashWorker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for FlashWorker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(inner: &Inner, stop: &AtomicBool) {
+    let Some(flash) = inner.flash.as_ref() else {
+        return;
+    };
+    let rate = inner.flash_write_bytes_per_sec_max;
+    let started = std::time::Instant::now();
+    let mut written = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let mut busy = false;
+        if let Some(job) = flash.next_write() {
+            let len = job.len_bytes as u64;
+            if let Err(err) = flash.write(job) {
+                tracing::error!(error = %err, "flash region write failed; its items are dropped");
+            }
+            written += len;
+            pace(rate, written, started);
+            busy = true;
+        }
+        if flash.needs_reclaim(inner.now_ms()) {
+            reclaim_one(inner);
+            busy = true;
+        }
+        busy |= settle_suspects(inner) > 0;
+        if !busy {
+            std::thread::park_timeout(IDLE_WAIT);
+        }
+    }
+}
+
+/// Sleeps as long as writing `written` bytes since `started` is ahead of `rate` bytes a second.
+fn pace(rate: u64, written: u64, started: std::time::Instant) {
+    if rate == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(written as f64 / rate as f64);
+    if let Some(ahead) = due.checked_sub(started.elapsed()) {
+        std::thread::sleep(ahead);
+    }
+}
+
+/// Reads the key of every flash suspect (see `crate::shard::flash`) and settles it: dropped if
+/// memory holds that key, kept if it is another key's only copy. Returns how many it read.
+pub(crate) fn settle_suspects(inner: &Inner) -> usize {
+    let mut read = 0;
+    for padded in inner.shards.iter() {
+        let lock = &padded.0;
+        let suspects = lock.read().flash_suspects();
+        for suspect in suspects {
+            let key = record_key(inner, suspect.location);
+            lock.write().settle_suspect(inner, suspect, key.as_deref());
+            read += 1;
+        }
+    }
+    read
+}
+
+/// The key of the valid, live flash record at `location` (tier bit set), expired or not.
+fn record_key(inner: &Inner, location: u64) -> Option<Vec<u8>> {
+    let flash = inner.flash.as_ref()?;
+    with_read_buf(|buf| {
+        let range = flash.read(location & !FLASH_TIER_BIT, buf)?;
+        match record::read(&buf[range]) {
+            record::Scan::Record(view) if view.live => Some(view.key.to_vec()),
+            _ => None,
+        }
+    })
+}
+
+/// Reclaims a region (see `FlashTier::reclaim`): every index entry still pointing into it
+/// is dropped; those items leave the cache.
+pub(crate) fn reclaim_one(inner: &Inner) {
+    let Some(flash) = inner.flash.as_ref() else {
+        return;
+    };
+    let mut evicted = 0u64;
+    let result = flash.reclaim(inner.now_ms(), &mut |location, bytes| {
+        let record::Scan::Record(view) = record::read(bytes) else {
+            return;
+        };
+        let hash = inner.hash(view.key);
+        let lock = &inner.shards[inner.shard_of(hash)].0;
+        let mut shard = lock.write();
+        if shard.unindex_flash(index::hash24(hash), location | FLASH_TIER_BIT) {
+            evicted += 1;
+        }
+    });
+    flash
+        .counters
+        .evicted_items
+        .fetch_add(evicted, Ordering::Relaxed);
+    if let Err(err) = result {
+        tracing::error!(error = %err, "flash region could not be read back or marked reclaimed");
+    }
+}

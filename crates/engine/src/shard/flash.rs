@@ -1,0 +1,346 @@
+//! The shard's side of the flash tier: demoting evicted items into it, promoting items back,
+//! and dropping its entries (see `crate::flash::tiering` for the engine's side).
+//!
+//! Entries of the flash tier carry `FLASH_TIER_BIT`; memory lookups skip them
+//! (`Shard::lookup`), and their count is kept in `Shard::flash_items`.
+//!
+//! A key has at most one live copy: a read looks in memory first and on flash only when
+//! memory misses. Writing a key to memory cannot tell, without a flash read, whether a flash
+//! entry with the key's 24 hash bits is the key's older copy or the only copy of another key
+//! (in a shard of a million flash items, one write in sixteen meets such an entry). So the
+//! write leaves those entries indexed and lists them as *suspects* ([`FlashSuspect`]); the
+//! flash thread reads each one's key and drops it only if memory holds that key (memory's copy
+//! is always the newer: demotion moves a key's only copy to flash, promotion moves it back, and
+//! a write puts the newest in memory). Until then,
+//! memory holds the newer copy and answers first, and every path that takes the key's memory
+//! entry out of the index (delete, eviction, demotion, expiry, damage) drops the suspects with
+//! its hash bits first, unread, so an older copy can never become visible again.
+
+use crate::config::FlashAdmission;
+use crate::error::WriteError;
+use crate::flash::{self, tiering};
+use crate::index::{self, is_flash, Entry, SlotRef, FLASH_TIER_BIT};
+use crate::record::{RecordMeta, RecordView};
+use crate::segment::OwnedSegment;
+use crate::Inner;
+
+use super::Shard;
+
+/// A flash entry that may hold an older copy of a key written to memory since: its hash bits
+/// and location (tier bit set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FlashSuspect {
+    pub(crate) h24: u32,
+    pub(crate) location: u64,
+}
+
+/// Most flash entries one lookup reads (entries sharing a key's 24 hash bits in its buckets;
+/// more than one is a rare collision).
+pub(crate) const FLASH_CANDIDATES_MAX: usize = 8;
+
+/// Flash locations that may hold a key's record.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FlashCandidates {
+    locations: [u64; FLASH_CANDIDATES_MAX],
+    len: usize,
+}
+
+impl FlashCandidates {
+    pub(crate) fn as_slice(&self) -> &[u64] {
+        &self.locations[..self.len]
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Shard {
+    /// The flash entries with hash bits `h24`: the places a key missing from memory may be.
+    pub(crate) fn flash_candidates(&self, h24: u32) -> FlashCandidates {
+        let mut found = FlashCandidates::default();
+        if self.flash_items == 0 {
+            return found;
+        }
+        let _ = self.index.find(h24, |location| {
+            if is_flash(location) && found.len < FLASH_CANDIDATES_MAX {
+                found.locations[found.len] = location;
+                found.len += 1;
+            }
+            false
+        });
+        found
+    }
+
+    /// Drops every flash entry with hash bits `h24`, unread: the key is being written or
+    /// deleted in memory, so its flash copy is dead at once (another key sharing the hash bits
+    /// loses its flash copy too: a miss, never a wrong value). Returns how many.
+    pub(crate) fn drop_flash_slots(&mut self, h24: u32) -> usize {
+        let mut dropped = 0;
+        while self.flash_items > 0 {
+            let Some((slot, _)) = self.index.find(h24, is_flash) else {
+                break;
+            };
+            self.remove_flash_slot(slot);
+            dropped += 1;
+        }
+        dropped
+    }
+
+    /// Lists the flash entries with `hash`'s 24 bits as suspects: its key has just been
+    /// written to memory (see the module docs).
+    pub(crate) fn suspect_flash_copies(&mut self, hash: u64) {
+        if self.flash_items == 0 {
+            return;
+        }
+        // Every one, however many: a copy left off the list could outlive the key's memory
+        // copy (reads look at the first few candidates only, which costs misses, never this).
+        let h24 = index::hash24(hash);
+        let mut found = Vec::new();
+        let _ = self.index.find(h24, |location| {
+            if is_flash(location) {
+                found.push(location);
+            }
+            false
+        });
+        for location in found {
+            self.add_suspect(FlashSuspect { h24, location });
+        }
+    }
+
+    fn add_suspect(&mut self, suspect: FlashSuspect) {
+        if !self.flash_suspects.contains(&suspect) {
+            self.flash_suspects.push(suspect);
+        }
+    }
+
+    /// Takes the memory entry in `slot` (hash bits `h24`) out of the index; first drops, unread,
+    /// the flash suspects with those bits, which may be the key's older copies.
+    pub(super) fn remove_memory_slot(&mut self, slot: SlotRef, h24: u32) {
+        self.index.remove(slot);
+        self.drop_suspects(h24);
+    }
+
+    /// Drops the flash entries of the suspects with hash bits `h24` (see the module docs).
+    pub(super) fn drop_suspects(&mut self, h24: u32) {
+        if self.flash_suspects.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.flash_suspects.len() {
+            let suspect = self.flash_suspects[i];
+            if suspect.h24 == h24 {
+                self.flash_suspects.swap_remove(i);
+                self.unindex_flash(h24, suspect.location);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// How many suspects wait for the flash thread.
+    pub(crate) fn flash_suspect_count(&self) -> u64 {
+        self.flash_suspects.len() as u64
+    }
+
+    /// The suspects waiting for the flash thread.
+    pub(crate) fn flash_suspects(&self) -> Vec<FlashSuspect> {
+        self.flash_suspects.clone()
+    }
+
+    /// Settles a suspect the flash thread has read: `key` is the key its record holds (`None`:
+    /// no valid record). Its entry is dropped when memory holds that key (the flash copy is the
+    /// older) or the record is not valid; otherwise it is another key's only copy and stays.
+    /// Nothing happens if the suspect was settled meanwhile. Returns whether it was dropped.
+    pub(crate) fn settle_suspect(
+        &mut self,
+        inner: &Inner,
+        suspect: FlashSuspect,
+        key: Option<&[u8]>,
+    ) -> bool {
+        let Some(at) = self.flash_suspects.iter().position(|s| *s == suspect) else {
+            return false;
+        };
+        self.flash_suspects.swap_remove(at);
+        let older = match key {
+            Some(key) => self.lookup(inner, key, inner.hash(key)).is_some(),
+            None => true,
+        };
+        older && self.unindex_flash(suspect.h24, suspect.location)
+    }
+
+    /// After an open: lists as suspects the flash entries that share hash bits with a memory
+    /// entry (a crash may have lost the list; a clean close settled it, so these are mostly
+    /// other keys, which the flash thread then keeps).
+    pub(crate) fn suspect_flash_beside_memory(&mut self) {
+        if self.flash_items == 0 {
+            return;
+        }
+        let mut flash_entries = Vec::new();
+        self.index.all_entries(|entry| {
+            if is_flash(entry.location) {
+                flash_entries.push(entry);
+            }
+            true
+        });
+        for entry in flash_entries {
+            let beside_memory = self
+                .index
+                .find(entry.hash24, |location| !is_flash(location))
+                .is_some();
+            if beside_memory {
+                self.add_suspect(FlashSuspect {
+                    h24: entry.hash24,
+                    location: entry.location,
+                });
+            }
+        }
+    }
+
+    /// Drops the flash entry (hash bits, location) if it is still there: its region is being
+    /// reclaimed, or a read found its record damaged. Returns whether it was there.
+    pub(crate) fn unindex_flash(&mut self, h24: u32, location: u64) -> bool {
+        debug_assert!(is_flash(location));
+        match self.index.find(h24, |l| l == location) {
+            Some((slot, _)) => {
+                self.remove_flash_slot(slot);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Queues the flash entry (hash bits, location) for `repair`: a read found no valid
+    /// record there. Logged, since only damage or a lost write puts one there.
+    pub(crate) fn queue_flash_damage(&self, h24: u32, location: u64) {
+        tracing::warn!(
+            shard = self.id,
+            flash_location = location & !FLASH_TIER_BIT,
+            "a flash record failed its checks (damaged, torn or reclaimed); it is dropped, not served"
+        );
+        self.damaged_reads.lock().push((h24, location));
+    }
+
+    fn remove_flash_slot(&mut self, slot: SlotRef) {
+        self.index.remove(slot);
+        self.flash_items = self.flash_items.saturating_sub(1);
+    }
+
+    /// Drops every flash entry for which `keep(location)` is false (all of them for a flush,
+    /// those whose region did not survive for an open). Returns how many were dropped.
+    pub(crate) fn drop_flash_entries(&mut self, mut keep: impl FnMut(u64) -> bool) -> u64 {
+        let mut stale: Vec<(SlotRef, Entry)> = Vec::new();
+        let mut cursor = Some(0);
+        while let Some(at) = cursor {
+            cursor = self.index.scan_slots(at, 1024, |slot, entry| {
+                if is_flash(entry.location) && !keep(entry.location & !FLASH_TIER_BIT) {
+                    stale.push((slot, entry));
+                }
+            });
+        }
+        let mut dropped = 0;
+        for (slot, entry) in stale {
+            if self.index.remove_if(slot, entry) {
+                dropped += 1;
+            }
+        }
+        let index = &self.index;
+        self.flash_suspects
+            .retain(|s| index.find(s.h24, |l| l == s.location).is_some());
+        self.count_flash_items();
+        dropped
+    }
+
+    /// Counts the flash entries from the tables (after an open or a bulk drop).
+    pub(crate) fn count_flash_items(&mut self) {
+        let mut count = 0;
+        self.index.all_entries(|entry| {
+            count += u64::from(is_flash(entry.location));
+            true
+        });
+        self.flash_items = count;
+    }
+
+    /// Flash entries this shard indexes.
+    pub(crate) fn flash_items(&self) -> u64 {
+        self.flash_items
+    }
+
+    /// Moves the key's flash record at `location` (read as `item`) back into memory, as one
+    /// more read of it. Returns false, changing nothing, when the entry no longer points there
+    /// (a write, delete or reclaim came first).
+    pub(crate) fn promote(
+        &mut self,
+        inner: &Inner,
+        key: &[u8],
+        hash: u64,
+        location: u64,
+        item: &tiering::FlashItem<'_>,
+    ) -> Result<bool, WriteError> {
+        if self
+            .index
+            .find(index::hash24(hash), |l| l == location)
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let meta = RecordMeta {
+            cas: Some(item.cas),
+            ..item.meta
+        };
+        // With no memory record, the write indexes the new record as read once (a touch); the
+        // flash copy it was read from is dropped here, not left to the flash thread.
+        self.write(inner, key, hash, item.value, meta, true)?;
+        let h24 = index::hash24(hash);
+        self.flash_suspects
+            .retain(|s| !(s.h24 == h24 && s.location == location));
+        self.unindex_flash(h24, location);
+        if let Some(flash) = &inner.flash {
+            flash
+                .counters
+                .promoted_items
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
+    /// Offers an evicted memory record to the flash tier; on success its entry points there
+    /// (frequency reset, fetched kept) and the caller keeps it indexed. False when there is no
+    /// flash tier, admission refuses the item, or the tier is behind.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn demote(
+        &mut self,
+        inner: &Inner,
+        owned: &OwnedSegment,
+        slot: SlotRef,
+        entry: Entry,
+        view: &RecordView<'_>,
+        location: u64,
+        now_ms: u64,
+    ) -> bool {
+        let Some(flash) = inner.flash.as_ref() else {
+            return false;
+        };
+        if inner.flash_admission == FlashAdmission::Fetched && !entry.fetched() {
+            return false;
+        }
+        let (_, offset) = inner.split_location(location);
+        let cas = view.meta.cas.unwrap_or_else(|| owned.cas_at(offset));
+        let mut record = std::mem::take(&mut self.demote_scratch);
+        tiering::demoted_record(&mut record, view.key, view.value, view.meta, cas);
+        let class = flash::class_of(view.meta.expires_at_ms, now_ms);
+        let placed = flash.append(&record, view.value.len(), class, view.meta.expires_at_ms);
+        self.demote_scratch = record;
+        let Some(flash_location) = placed else {
+            return false;
+        };
+        self.index.relocate(slot, flash_location | FLASH_TIER_BIT);
+        self.index.set_freq(slot, 0);
+        self.flash_items += 1;
+        // The key left memory: its older flash copies, if any are among the suspects, must
+        // not outlive that (the new entry is not a suspect). Removing slots may move others,
+        // so this comes after the last use of `slot`.
+        self.drop_suspects(entry.hash24);
+        true
+    }
+}
