@@ -36,7 +36,7 @@ fn load(name: &str, text: &str) -> Result<Scenario, String> {
 
 #[test]
 fn shipped_flash_scenarios_match_the_issue() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/scenarios");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/scenarios-flash");
     let flash: Vec<Scenario> = load_dir(&dir)
         .unwrap()
         .into_iter()
@@ -46,7 +46,12 @@ fn shipped_flash_scenarios_match_the_issue() {
     assert_eq!(names, ["flash-100b", "flash-1k"]);
     for scenario in &flash {
         let spec = scenario.flash.as_ref().unwrap();
-        assert_eq!((spec.memory_mib, spec.flash_mib), (256, 4096), "{}", scenario.name);
+        assert_eq!(
+            (spec.memory_mib, spec.flash_mib),
+            (256, 4096),
+            "{}",
+            scenario.name
+        );
         assert_eq!(spec.offered_mib, 32 * spec.memory_mib, "32x memory offered");
         let dists = spec.key_dists().unwrap();
         assert_eq!(dists, [KeyDist::Zipf(0.9), KeyDist::Uniform]);
@@ -78,14 +83,42 @@ fn flash_table_is_parsed_with_defaults() {
 #[test]
 fn bad_flash_scenarios_are_refused() {
     let cases = [
-        ("no-table", FLASH.replace("[flash]", "[other]"), "unknown field"),
-        ("keyspace", FLASH.replace("[load]", "[load]\nkeyspace = 10"), "remove keyspace"),
-        ("dist", FLASH.replace("\"uniform\"]", "\"pareto\"]"), "pareto"),
-        ("empty", FLASH.replace("[\"zipf:0.9\", \"uniform\"]", "[]"), "at least one"),
+        (
+            "no-table",
+            FLASH.replace("[flash]", "[other]"),
+            "unknown field",
+        ),
+        (
+            "keyspace",
+            FLASH.replace("[load]", "[load]\nkeyspace = 10"),
+            "remove keyspace",
+        ),
+        (
+            "dist",
+            FLASH.replace("\"uniform\"]", "\"pareto\"]"),
+            "pareto",
+        ),
+        (
+            "empty",
+            FLASH.replace("[\"zipf:0.9\", \"uniform\"]", "[]"),
+            "at least one",
+        ),
         ("rate", FLASH.replace("= 5000", "= -1"), "fixed_rate"),
-        ("zero", FLASH.replace("memory_mib = 64", "memory_mib = 0"), "must be > 0"),
-        ("unknown", FLASH.replace("fixed_rate", "fixed_rat"), "unknown field"),
-        ("kind", FLASH.replace("kind = \"flash\"", "kind = \"memory\""), "kind = \"flash\""),
+        (
+            "zero",
+            FLASH.replace("memory_mib = 64", "memory_mib = 0"),
+            "must be > 0",
+        ),
+        (
+            "unknown",
+            FLASH.replace("fixed_rate", "fixed_rat"),
+            "unknown field",
+        ),
+        (
+            "kind",
+            FLASH.replace("kind = \"flash\"", "kind = \"memory\""),
+            "kind = \"flash\"",
+        ),
     ];
     for (name, text, want) in cases {
         let error = load(name, &text).unwrap_err();
@@ -147,7 +180,11 @@ fn mounts_pick_the_longest_prefix() {
     assert_eq!(of("/dev/shm/x").as_deref(), Some("tmpfs on tmpfs"));
     assert_eq!(of("/work/data").as_deref(), Some("xfs on /dev/vdb"));
     assert_eq!(of("/work/data/flash").as_deref(), Some("xfs on /dev/vdb"));
-    assert_eq!(of("/work/database").as_deref(), Some("ext4 on /dev/vda"), "not a prefix");
+    assert_eq!(
+        of("/work/database").as_deref(),
+        Some("ext4 on /dev/vda"),
+        "not a prefix"
+    );
     assert_eq!(mount_of("", "/x"), None);
 }
 
@@ -163,4 +200,14 @@ fn stats_lines_are_split() {
     );
     assert_eq!(parse_stat_line("END"), None);
     assert_eq!(parse_stat_line("STAT lonely"), None);
+}
+
+#[test]
+fn default_comparison_runs_no_flash_scenario() {
+    // bench/compare.sh runs bench/scenarios; the flash scenarios take minutes each and write
+    // gigabytes to the disk, so they live in bench/scenarios-flash and run only when asked.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/scenarios");
+    let scenarios = load_dir(&dir).unwrap();
+    assert!(!scenarios.is_empty());
+    assert!(scenarios.iter().all(|s| s.kind != ScenarioKind::Flash));
 }

@@ -41,13 +41,15 @@ use crate::BenchArgs;
 /// How long the `stats` probe waits for memcached's `END`.
 const STATS_TIMEOUT: Duration = Duration::from_secs(10);
 /// Counters, in servers' own `stats`, of values written to flash; the first present is used.
-/// memcached names it `extstore_objects_written`; `flash_items_written` is the name this
-/// runner looks for in strata's, once its flash tier reports one.
-pub const DEMOTED_ITEMS_STATS: [&str; 2] = ["extstore_objects_written", "flash_items_written"];
+/// memcached names it `extstore_objects_written`; strata reports the same name (and its own,
+/// `strata_flash_demoted_items`).
+pub const DEMOTED_ITEMS_STATS: [&str; 2] =
+    ["extstore_objects_written", "strata_flash_demoted_items"];
 /// Counters, in servers' own `stats`, of bytes written to flash; the first present is used.
 /// `/proc/PID/io` undercounts a writer that goes through the page cache (memcached's extstore
 /// does): a page rewritten before writeback counts once.
-pub const FLASH_BYTES_WRITTEN_STATS: [&str; 2] = ["extstore_bytes_written", "flash_bytes_written"];
+pub const FLASH_BYTES_WRITTEN_STATS: [&str; 2] =
+    ["extstore_bytes_written", "strata_flash_written_bytes"];
 
 /// The `[flash]` table of a flash scenario.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -545,7 +547,10 @@ mod tests {
         );
         // Any other start-up failure keeps its own message.
         std::fs::write(&log, "error: --flash-size 0 is too small\n").unwrap();
-        assert_eq!(refused_flash_reason("strata", &log, &error), error.to_string());
+        assert_eq!(
+            refused_flash_reason("strata", &log, &error),
+            error.to_string()
+        );
         std::fs::remove_file(&log).unwrap();
     }
 }

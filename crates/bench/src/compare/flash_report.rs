@@ -13,12 +13,19 @@ use super::flash_math::{dram_per_flash_item, write_amplification, MIB};
 use super::summary::{median, TargetSummary};
 
 /// Server stats shown beside the derived figures, where the server reports them.
-pub const SHOWN_STATS: [&str; 5] = [
+/// strata's `strata_flash_refused_items` counts evicted items its flash tier dropped (behind, or
+/// at its write rate); its write and read errors should stay 0.
+pub const SHOWN_STATS: [&str; 10] = [
     "curr_items",
     "evictions",
     "extstore_objects_used",
     "extstore_objects_written",
     "extstore_bytes_written",
+    "extstore_objects_evicted",
+    "strata_flash_refused_items",
+    "strata_flash_write_errors",
+    "strata_flash_read_errors",
+    "strata_flash_damaged_records",
 ];
 
 /// One mixed phase's medians.

@@ -36,8 +36,8 @@ pub const STRATA_COMMAND: &str = "{target_dir}/release/strata serve \
 /// memcached's extstore (1.5.4+), with its defaults for everything but the file: `{flash_path}`
 /// and `{flash_mib}` are filled in by the flash scenarios.
 pub const MEMCACHED_FLASH_ARGS: &str = "-o ext_path={flash_path}:{flash_mib}m";
-/// strata's flash tier (issue 11): these flags do not exist yet, and a strata that refuses
-/// them is reported as "not run".
+/// strata's flash tier (issue 11), its defaults otherwise (admission `all`, like extstore); a
+/// strata built before the tier refuses the flags and is reported as "not run".
 pub const STRATA_FLASH_ARGS: &str = "--flash {flash_path} --flash-size {flash_mib}MiB";
 
 /// One server to compare.

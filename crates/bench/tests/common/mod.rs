@@ -57,7 +57,7 @@ pub fn compare_one_with(name: &str, scenario: &str, extra: &[&str]) -> (Vec<RunR
         "--strata-cmd".as_ref(),
         "/nonexistent/strata serve --memcache-listen 127.0.0.1:{memcache_port}".as_ref(),
     ];
-    argv.extend(extra.iter().map(|flag| flag.as_ref()));
+    argv.extend(extra.iter().map(std::ffi::OsStr::new));
     let args = Wrapper::try_parse_from(argv).unwrap().args;
     let records = run_compare(&args).expect("compare runs");
     (records, dir)
