@@ -79,6 +79,9 @@ pub struct BenchArgs {
     /// Keys per GET in the read-back phase.
     #[arg(long, default_value_t = 100)]
     pub readback_batch_keys: usize,
+    /// Read back every N-th key only (keys 0, N, 2N...): a sample of a large key space.
+    #[arg(long, default_value_t = 1)]
+    pub readback_stride: u64,
     /// CPUs to pin load threads to (comma-separated, round-robin), e.g. 1.
     #[arg(long, value_delimiter = ',')]
     pub cpu: Vec<usize>,
@@ -142,6 +145,9 @@ impl BenchArgs {
         let secs_ok = |secs: f64| secs.is_finite() && secs >= 0.0;
         if !secs_ok(self.warmup_secs) || !secs_ok(self.duration_secs) {
             return Err("--warmup-secs and --duration-secs must be >= 0".into());
+        }
+        if self.readback_stride == 0 {
+            return Err("--readback-stride must be >= 1".into());
         }
         if self.backlog_max == 0 {
             return Err("--backlog-max must be > 0".into());

@@ -47,6 +47,43 @@ pub fn rss_bytes(pid: u32) -> std::io::Result<u64> {
     })
 }
 
+/// Bytes a process caused to be read from and written to storage (not the page cache).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IoBytes {
+    /// `read_bytes` of `/proc/PID/io`.
+    pub read_bytes: u64,
+    /// `write_bytes` of `/proc/PID/io`: counted when the process dirties page-cache pages or
+    /// writes with O_DIRECT, so buffered writes count before they reach the disk.
+    pub write_bytes: u64,
+}
+
+/// The storage I/O of `pid` so far, from `/proc/PID/io` (readable for one's own processes).
+///
+/// # Errors
+/// When the file is missing or lacks the two fields.
+pub fn io_bytes(pid: u32) -> std::io::Result<IoBytes> {
+    let text = fs::read_to_string(format!("/proc/{pid}/io"))?;
+    parse_io(&text).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no read_bytes/write_bytes in /proc/PID/io",
+        )
+    })
+}
+
+/// `read_bytes` and `write_bytes` from the text of `/proc/PID/io`.
+fn parse_io(text: &str) -> Option<IoBytes> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|value| value.trim().parse().ok())
+    };
+    Some(IoBytes {
+        read_bytes: field("read_bytes")?,
+        write_bytes: field("write_bytes")?,
+    })
+}
+
 /// utime + stime, in ticks, from the text of `/proc/PID/stat`.
 fn parse_stat_ticks(text: &str) -> Option<u64> {
     // The command name (field 2) is in parentheses and may hold spaces or parentheses, so
@@ -99,9 +136,19 @@ mod tests {
     }
 
     #[test]
+    fn parses_io() {
+        let text = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\n\
+                    write_bytes: 8192\ncancelled_write_bytes: 0\n";
+        let io = parse_io(text).unwrap();
+        assert_eq!((io.read_bytes, io.write_bytes), (4096, 8192));
+        assert_eq!(parse_io("rchar: 1\n"), None);
+    }
+
+    #[test]
     fn reads_this_process() {
         assert!(cpu_secs(None).unwrap() >= 0.0);
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
         assert!(clock_ticks_per_sec() > 0);
+        assert!(io_bytes(std::process::id()).is_ok());
     }
 }

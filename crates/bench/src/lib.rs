@@ -83,6 +83,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         server_pid: args.server_pid,
         drain_ns: args.drain_secs * 1_000_000_000,
         backlog_max: args.backlog_max,
+        stride: 1,
     };
     let bulk = PhasePlan {
         pipeline: args.pipeline.max(BULK_PIPELINE_MIN),
@@ -108,6 +109,7 @@ pub fn run(args: &BenchArgs) -> Result<Report, BenchError> {
         Some(run_phase(&PhasePlan {
             kind,
             workload: Arc::new(readback_workload),
+            stride: args.readback_stride,
             ..bulk
         })?)
     } else {

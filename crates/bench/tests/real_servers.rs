@@ -24,6 +24,7 @@ fn start(name: &str, program: &str, command: &str, protocols: Vec<Protocol>) -> 
         command: command.into(),
         protocols,
         is_peer: true,
+        flash_args: None,
     };
     let resources = ServerResources {
         threads: 1,

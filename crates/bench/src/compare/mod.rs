@@ -14,6 +14,10 @@
 //! carries on with the others.
 
 pub mod charts;
+pub mod disk;
+pub mod flash;
+pub mod flash_math;
+pub mod flash_report;
 pub mod report;
 pub mod restart;
 pub mod runner;
@@ -70,4 +74,35 @@ pub struct CompareArgs {
     /// strata's command template (relative paths are from the current directory).
     #[arg(long, default_value = servers::STRATA_COMMAND)]
     pub strata_cmd: String,
+    /// More memcached binaries to compare, e.g. one built from a newer release: each runs
+    /// memcached's command template with its own program, as the peer `memcached-VERSION`.
+    #[arg(long, value_delimiter = ',')]
+    pub memcached_builds: Vec<PathBuf>,
+    /// memcached's flash-tier flags (extstore), appended in flash scenarios.
+    #[arg(long, default_value = servers::MEMCACHED_FLASH_ARGS)]
+    pub memcached_flash_args: String,
+    /// strata's flash-tier flags, appended in flash scenarios.
+    #[arg(long, default_value = servers::STRATA_FLASH_ARGS)]
+    pub strata_flash_args: String,
+    /// Multiply the flash scenarios' memory budget, flash size and data offered (e.g. 0.25 for
+    /// a smoke run: 64 MiB of memory and 2 GiB offered instead of 256 MiB and 8 GiB).
+    #[arg(long, default_value_t = 1.0)]
+    pub size_scale: f64,
+    /// Where flash scenarios put their flash files and fio its test file (default: OUT/flash).
+    /// Use a directory on the disk under test, not tmpfs.
+    #[arg(long)]
+    pub flash_dir: Option<PathBuf>,
+    /// Seconds of fio per queue depth for the raw-disk figures of flash scenarios (0: skip).
+    #[arg(long, default_value_t = 10)]
+    pub fio_secs: u64,
+}
+
+impl CompareArgs {
+    /// The directory for flash files: `--flash-dir`, or `flash` under `--out`.
+    #[must_use]
+    pub fn flash_dir(&self) -> PathBuf {
+        self.flash_dir
+            .clone()
+            .unwrap_or_else(|| self.out.join("flash"))
+    }
 }

@@ -4,6 +4,8 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use super::charts::human;
+use super::disk::DiskProbe;
+use super::flash_report::{disk_paragraph, flash_tables};
 use super::scenarios::{Scenario, ScenarioKind};
 use super::servers::version;
 use super::summary::{ScenarioSummary, TargetSummary};
@@ -17,6 +19,7 @@ pub fn render(
     summaries: &[ScenarioSummary],
     charts: &[(String, String)],
     loads: (Option<f64>, Option<f64>),
+    disk: Option<DiskProbe>,
 ) -> String {
     let mut md = String::from("# strata vs memcached vs Redis\n\n");
     let _ = writeln!(
@@ -45,7 +48,11 @@ pub fn render(
     );
     for (scenario, summary) in scenarios.iter().zip(summaries) {
         let _ = writeln!(md, "## {}\n\n{}\n", scenario.name, scenario.title);
+        if let (ScenarioKind::Flash, Some(disk)) = (scenario.kind, &disk) {
+            md.push_str(&disk_paragraph(disk));
+        }
         match scenario.kind {
+            ScenarioKind::Flash => flash_tables(&mut md, &summary.targets),
             ScenarioKind::Memory => memory_table(&mut md, scenario, summary),
             ScenarioKind::Restart => restart_table(&mut md, summary),
             ScenarioKind::Sweep => sweep_tables(&mut md, scenario, summary),
@@ -84,6 +91,10 @@ fn machine_section(args: &CompareArgs) -> String {
         shell("uname -r")
     );
     let _ = writeln!(md, "- memcached: {}", version("memcached", "-V"));
+    for build in &args.memcached_builds {
+        let program = build.display().to_string();
+        let _ = writeln!(md, "- {program}: {}", version(&program, "-V"));
+    }
     let _ = writeln!(md, "- Redis: {}", version("redis-server", "-v"));
     let _ = writeln!(
         md,
@@ -92,7 +103,12 @@ fn machine_section(args: &CompareArgs) -> String {
     );
     let _ = writeln!(md, "- memcached: `{}`", args.memcached_cmd);
     let _ = writeln!(md, "- Redis: `{}`", args.redis_cmd);
-    let _ = writeln!(md, "- strata: `{}`\n", args.strata_cmd);
+    let _ = writeln!(md, "- strata: `{}`", args.strata_cmd);
+    let _ = writeln!(
+        md,
+        "- Flash scenarios add memcached `{}` and strata `{}`; sizes × {}.\n",
+        args.memcached_flash_args, args.strata_flash_args, args.size_scale
+    );
     md
 }
 

@@ -155,7 +155,7 @@ fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
     let file = file.display();
     let (args, clean_signal, save_first) = match server {
         name if name.starts_with("strata") => (format!("--pool {file}.pool"), "TERM", false),
-        "memcached" => (format!("-e {file}.mem"), "USR1", false),
+        name if name.starts_with("memcached") => (format!("-e {file}.mem"), "USR1", false),
         "redis" => (
             format!("--dir {} --dbfilename {prefix}.rdb", dir.display()),
             "TERM",

@@ -4,9 +4,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::disk::DiskProbe;
+use super::flash::{run_flash, FlashResult};
 use super::restart::{run_restart, RestartResult};
 use super::scenarios::{load_dir, Scenario, ScenarioKind};
-use super::servers::{ServerProcess, ServerResources, ServerSpec};
+use super::servers::{version, ServerProcess, ServerResources, ServerSpec};
 use super::summary::summarise;
 use super::{charts, report, CompareArgs};
 use crate::cpu::rss_bytes;
@@ -58,33 +60,51 @@ pub struct RunRecord {
     /// Restart scenarios: what the restart after one stop measured.
     #[serde(default)]
     pub restart: Option<RestartResult>,
+    /// Flash scenarios: everything the flash run measured.
+    #[serde(default)]
+    pub flash: Option<FlashResult>,
 }
 
 /// The servers to compare, from the CLI.
 #[must_use]
 pub fn server_specs(args: &CompareArgs) -> Vec<ServerSpec> {
-    let text = [Protocol::MemcacheText, Protocol::MemcacheMeta];
-    let all = [
-        ("memcached", &args.memcached_cmd, text.to_vec(), true),
-        ("redis", &args.redis_cmd, vec![Protocol::Resp], true),
-        (
-            "strata",
-            &args.strata_cmd,
-            vec![
-                Protocol::MemcacheText,
-                Protocol::MemcacheMeta,
-                Protocol::Resp,
-            ],
-            false,
-        ),
-    ];
+    let text = vec![Protocol::MemcacheText, Protocol::MemcacheMeta];
+    let memcached = ServerSpec {
+        name: "memcached".to_owned(),
+        command: args.memcached_cmd.clone(),
+        protocols: text.clone(),
+        is_peer: true,
+        flash_args: Some(args.memcached_flash_args.clone()),
+    };
+    let mut all = vec![memcached.clone()];
+    all.extend(args.memcached_builds.iter().map(|program| {
+        let program = program.display().to_string();
+        // memcached -V prints "memcached 1.6.45".
+        let version = version(&program, "-V").replace(' ', "-");
+        ServerSpec {
+            name: version,
+            command: args.memcached_cmd.replacen("memcached", &program, 1),
+            ..memcached.clone()
+        }
+    }));
+    all.push(ServerSpec {
+        name: "redis".to_owned(),
+        command: args.redis_cmd.clone(),
+        protocols: vec![Protocol::Resp],
+        is_peer: true,
+        flash_args: None,
+    });
+    all.push(ServerSpec {
+        name: "strata".to_owned(),
+        command: args.strata_cmd.clone(),
+        protocols: [text, vec![Protocol::Resp]].concat(),
+        is_peer: false,
+        flash_args: Some(args.strata_flash_args.clone()),
+    });
     all.into_iter()
-        .filter(|(name, ..)| args.servers.is_empty() || args.servers.iter().any(|s| s == name))
-        .map(|(name, command, protocols, is_peer)| ServerSpec {
-            name: name.to_owned(),
-            command: command.clone(),
-            protocols,
-            is_peer,
+        .filter(|spec| {
+            let family = spec.name.split('-').next().unwrap_or_default();
+            args.servers.is_empty() || args.servers.iter().any(|s| *s == spec.name || s == family)
         })
         .collect()
 }
@@ -105,6 +125,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
         )));
     }
     let meta_path = args.out.join("meta.json");
+    let disk_path = args.out.join("disk.json");
     // The 1-minute load averages at the start and end of the runs, kept beside results.json;
     // re-rendering reuses the ones the run recorded.
     let (records, loads) = if args.rerender {
@@ -117,6 +138,20 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
             .map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))?;
         (records, read_meta(&meta_path).unwrap_or_default())
     } else {
+        let _ = std::fs::remove_file(&disk_path);
+        if scenarios.iter().any(|s| s.kind == ScenarioKind::Flash) {
+            // The raw disk under the flash files, once per comparison, before any server runs.
+            let dir = args.flash_dir();
+            std::fs::create_dir_all(&dir).map_err(|source| BenchError::File {
+                path: dir.clone(),
+                source,
+            })?;
+            std::fs::create_dir_all(&args.out).map_err(|source| BenchError::File {
+                path: args.out.clone(),
+                source,
+            })?;
+            write_json(&disk_path, &super::disk::probe(&dir, args.fio_secs))?;
+        }
         let load_start = load_average();
         let records = run_matrix(args, &scenarios)?;
         let loads = (load_start, load_average());
@@ -125,7 +160,10 @@ pub fn run_compare(args: &CompareArgs) -> Result<Vec<RunRecord>, BenchError> {
     };
     let summaries = summarise(&scenarios, &records);
     let chart_files = charts::write_all(&args.out, &scenarios, &summaries)?;
-    let markdown = report::render(args, &scenarios, &summaries, &chart_files, loads);
+    let disk: Option<DiskProbe> = std::fs::read_to_string(&disk_path)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    let markdown = report::render(args, &scenarios, &summaries, &chart_files, loads, disk);
     let path = args.out.join("REPORT.md");
     std::fs::write(&path, markdown).map_err(|source| BenchError::File { path, source })?;
     write_json(&args.out.join("summary.json"), &summaries)?;
@@ -150,8 +188,9 @@ fn run_matrix(args: &CompareArgs, scenarios: &[Scenario]) -> Result<Vec<RunRecor
         let servers = with_variants(&servers, scenario);
         for repeat in 0..repeats {
             for server in &servers {
-                // A restart's time does not depend on the protocol: one per server.
-                let take = if scenario.kind == ScenarioKind::Restart {
+                // A restart's time or a flash run does not depend on the protocol: one per
+                // server.
+                let take = if matches!(scenario.kind, ScenarioKind::Restart | ScenarioKind::Flash) {
                     1
                 } else {
                     usize::MAX
@@ -227,6 +266,7 @@ impl Target<'_> {
             rss_bytes_before: None,
             rss_bytes_after: None,
             restart: None,
+            flash: None,
         }
     }
 }
@@ -240,6 +280,9 @@ fn run_target(
 ) -> Vec<RunRecord> {
     if scenario.kind == ScenarioKind::Restart {
         return run_restart(args, scenario, target, logs);
+    }
+    if scenario.kind == ScenarioKind::Flash {
+        return run_flash(args, scenario, target, logs);
     }
     let rates: Vec<Option<f64>> = match (&scenario.kind, &scenario.sweep) {
         (ScenarioKind::Sweep, Some(sweep)) => sweep.rates.iter().copied().map(Some).collect(),

@@ -23,6 +23,13 @@
 //! dir = "/dev/shm"                           # where pools, memory files and dumps go
 //! stops = ["clean", "kill"]                  # each stop is followed by a timed restart
 //! memory_mib = 512                           # instead of --memory-mib, for this scenario
+//!
+//! [flash]                                    # kind = "flash" only (see flash.rs)
+//! memory_mib = 256                           # the memory budget, × --size-scale
+//! flash_mib = 4096                           # the flash file, × --size-scale
+//! offered_mib = 8192                         # key + value bytes the fill offers, × --size-scale
+//! key_dists = ["zipf:0.9", "uniform"]        # one closed-loop mixed phase each
+//! fixed_rate = 20000                         # then one open-loop phase at this rate
 //! ```
 //!
 //! The `[load]` table becomes command-line flags parsed by the same `BenchArgs` as
@@ -32,6 +39,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::flash::FlashSpec;
 use super::restart::RestartSpec;
 use crate::args::BenchArgs;
 use crate::error::BenchError;
@@ -50,6 +58,9 @@ pub enum ScenarioKind {
     Memory,
     /// Preload, stop, restart: process start to first hit (see `restart.rs`).
     Restart,
+    /// A flash tier below a small memory budget: items kept, hit ratio, DRAM per flash item
+    /// (see `flash.rs`).
+    Flash,
 }
 
 /// The figure a throughput scenario ranks servers by.
@@ -116,6 +127,9 @@ pub struct Scenario {
     /// Stops and files for a restart scenario.
     #[serde(default)]
     pub restart: Option<RestartSpec>,
+    /// Sizes and phases of a flash scenario.
+    #[serde(default)]
+    pub flash: Option<FlashSpec>,
 }
 
 impl Scenario {
@@ -150,8 +164,27 @@ impl Scenario {
         }
         scenario
             .bench_args(&[])
+            .and_then(|_| scenario.check_flash())
             .map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))?;
         Ok(scenario)
+    }
+
+    /// A flash scenario needs a valid `[flash]` table and sizes its own key space.
+    ///
+    /// # Errors
+    /// Saying what to fix.
+    pub fn check_flash(&self) -> Result<(), String> {
+        match (&self.flash, self.kind == ScenarioKind::Flash) {
+            (None, true) => Err("a flash scenario needs a [flash] table".into()),
+            (Some(_), false) => Err("[flash] belongs to kind = \"flash\" only".into()),
+            (Some(_), true) if self.load.contains_key("keyspace") => Err(
+                "a flash scenario's key space is [flash] offered_mib / (key + value bytes): \
+                 remove keyspace from [load]"
+                    .into(),
+            ),
+            (Some(flash), true) => flash.validate(),
+            (None, false) => Ok(()),
+        }
     }
 
     /// The generator arguments: `[load]` plus `extra` flags (target, protocol, CPU...).

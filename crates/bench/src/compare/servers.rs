@@ -33,6 +33,13 @@ pub const STRATA_COMMAND: &str = "{target_dir}/release/strata serve \
      --memcache-listen 127.0.0.1:{memcache_port} --resp-listen 127.0.0.1:{resp_port} \
      --admin-listen off --threads {threads} --memory {memory_mib}MiB";
 
+/// memcached's extstore (1.5.4+), with its defaults for everything but the file: `{flash_path}`
+/// and `{flash_mib}` are filled in by the flash scenarios.
+pub const MEMCACHED_FLASH_ARGS: &str = "-o ext_path={flash_path}:{flash_mib}m";
+/// strata's flash tier (issue 11), its defaults otherwise (admission `all`, like extstore); a
+/// strata built before the tier refuses the flags and is reported as "not run".
+pub const STRATA_FLASH_ARGS: &str = "--flash {flash_path} --flash-size {flash_mib}MiB";
+
 /// One server to compare.
 #[derive(Debug, Clone)]
 pub struct ServerSpec {
@@ -44,6 +51,9 @@ pub struct ServerSpec {
     pub protocols: Vec<Protocol>,
     /// True for the reference servers strata is compared against.
     pub is_peer: bool,
+    /// The flags that add a flash tier (with `{flash_path}` and `{flash_mib}`), for servers
+    /// that have one; flash scenarios skip the others.
+    pub flash_args: Option<String>,
 }
 
 /// Resources every server gets.
@@ -302,6 +312,7 @@ mod tests {
             command: command.into(),
             protocols: vec![Protocol::Resp],
             is_peer: false,
+            flash_args: None,
         };
         let resources = ServerResources {
             threads: 1,

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::flash_report::FlashSummary;
 use super::restart::{RestartResult, StopKind};
 use super::runner::{RunRecord, RunStatus};
 use super::scenarios::{Headline, Scenario, ScenarioKind};
@@ -97,6 +98,9 @@ pub struct TargetSummary {
     /// Restart: medians per kind of stop.
     #[serde(default)]
     pub restart: Vec<RestartSummary>,
+    /// Flash: medians of the flash figures.
+    #[serde(default)]
+    pub flash: Option<FlashSummary>,
 }
 
 /// One scenario's summaries.
@@ -135,6 +139,9 @@ pub fn headline_meta(scenario: &Scenario) -> (&'static str, bool) {
         (ScenarioKind::Sweep, _) => ("highest req/s with p99.9 within SLO", true),
         (ScenarioKind::Memory, _) => ("bytes per retained item (RSS growth)", false),
         (ScenarioKind::Restart, _) => ("process start → first hit after a clean stop, ms", false),
+        (ScenarioKind::Flash, Headline::RequestsPerSec) => {
+            ("requests/s in the first mixed phase", true)
+        }
         (_, Headline::RequestsPerSec) => ("requests/s", true),
         (_, Headline::KeysPerSec) => ("keys/s", true),
         (_, Headline::P99Us) => ("p99 latency, µs", false),
@@ -228,6 +235,11 @@ fn summarise_target(
         headline: median(per_repeat),
         ratio_vs_best_peer: median(ratios),
         restart: restart_summaries(&ok),
+        flash: super::flash_report::summarise(
+            &ok.iter()
+                .filter_map(|r| r.flash.as_ref())
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 
@@ -380,16 +392,25 @@ fn headline_value(scenario: &Scenario, records: &[&RunRecord]) -> Option<f64> {
                     Some(best.map_or(rate, |b| b.max(rate)))
                 })
         }
+        ScenarioKind::Flash => {
+            let phase = &records.first()?.flash.as_ref()?.phases.first()?.report;
+            headline_of_phase(scenario.headline, phase)
+        }
         ScenarioKind::Throughput => {
             let phase = measured_phase(records.first()?)?;
-            match scenario.headline {
-                Headline::RequestsPerSec => Some(phase.requests_per_sec),
-                Headline::KeysPerSec => Some(phase.keys_per_sec),
-                Headline::P99Us => Some(phase.latency.p99_us),
-                Headline::P999Us => Some(phase.latency.p999_us),
-                Headline::ServerCpuUsPerRequest => phase.server_cpu_us_per_request,
-            }
+            headline_of_phase(scenario.headline, phase)
         }
+    }
+}
+
+/// The headline figure of one phase.
+fn headline_of_phase(headline: Headline, phase: &PhaseReport) -> Option<f64> {
+    match headline {
+        Headline::RequestsPerSec => Some(phase.requests_per_sec),
+        Headline::KeysPerSec => Some(phase.keys_per_sec),
+        Headline::P99Us => Some(phase.latency.p99_us),
+        Headline::P999Us => Some(phase.latency.p999_us),
+        Headline::ServerCpuUsPerRequest => phase.server_cpu_us_per_request,
     }
 }
 

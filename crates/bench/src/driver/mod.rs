@@ -78,6 +78,8 @@ pub struct PhasePlan {
     pub drain_ns: u64,
     /// Open loop: arrivals each thread may queue before dropping.
     pub backlog_max: usize,
+    /// Sequential phases visit every `stride`-th key (1: every key).
+    pub stride: u64,
 }
 
 /// A phase's merged results.
@@ -283,16 +285,19 @@ fn thread_schedule(plan: &PhasePlan, index: usize, seed: u64) -> (Pace, Window, 
             (pace, window, KeySource::Random)
         }
         PhaseKind::Sequential(op) => {
-            let keys_count = plan.workload.keys.keys_count();
+            // The positions 0..visits, split among threads; position p is key p * stride.
+            let stride = plan.stride.max(1);
+            let visits = plan.workload.keys.keys_count().div_ceil(stride);
             let threads = plan.threads as u64;
             let index = index as u64;
-            let keys = keys_count * index / threads..keys_count * (index + 1) / threads;
+            let keys = visits * index / threads..visits * (index + 1) / threads;
             let window = Window {
                 measure_start_ns: 0,
                 send_end_ns: None,
                 drain_ns: plan.drain_ns,
             };
-            (Pace::Closed, window, KeySource::Sequential { op, keys })
+            let source = KeySource::Sequential { op, keys, stride };
+            (Pace::Closed, window, source)
         }
     }
 }

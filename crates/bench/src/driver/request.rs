@@ -17,8 +17,10 @@ pub enum KeySource {
     Sequential {
         /// The verb for every request.
         op: OpKind,
-        /// Keys not yet visited.
+        /// Positions not yet visited; position `p` is key `p * stride`.
         keys: Range<u64>,
+        /// 1 visits every key; N visits every N-th (a sampled read-back).
+        stride: u64,
     },
 }
 
@@ -80,9 +82,9 @@ impl RequestMaker {
                 }
                 op
             }
-            KeySource::Sequential { op, keys } => {
-                for index in keys.by_ref().take(workload.keys_per(*op)) {
-                    batch.push(&workload.keys, index);
+            KeySource::Sequential { op, keys, stride } => {
+                for position in keys.by_ref().take(workload.keys_per(*op)) {
+                    batch.push(&workload.keys, position * *stride);
                 }
                 if batch.is_empty() {
                     return None;
@@ -128,6 +130,7 @@ mod tests {
         let source = KeySource::Sequential {
             op: OpKind::Set,
             keys: 3..6,
+            stride: 1,
         };
         let mut maker = RequestMaker::new(Protocol::MemcacheText, workload(1), source, 1);
         let mut out = Vec::new();
@@ -147,6 +150,7 @@ mod tests {
         let source = KeySource::Sequential {
             op: OpKind::Get,
             keys: 0..5,
+            stride: 1,
         };
         let mut maker = RequestMaker::new(Protocol::MemcacheText, workload(3), source, 1);
         let mut out = Vec::new();
@@ -154,6 +158,19 @@ mod tests {
         assert_eq!(maker.encode_next(&mut out).unwrap().keys, 2);
         assert!(maker.encode_next(&mut out).is_none());
         assert_eq!(out, b"get k000 k001 k002\r\nget k003 k004\r\n");
+    }
+
+    #[test]
+    fn strided_gets_visit_every_nth_key() {
+        let source = KeySource::Sequential {
+            op: OpKind::Get,
+            keys: 0..4,
+            stride: 3,
+        };
+        let mut maker = RequestMaker::new(Protocol::MemcacheText, workload(2), source, 1);
+        let mut out = Vec::new();
+        while maker.encode_next(&mut out).is_some() {}
+        assert_eq!(out, b"get k000 k003\r\nget k006 k009\r\n");
     }
 
     #[test]

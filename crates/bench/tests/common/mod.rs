@@ -37,13 +37,18 @@ struct Wrapper {
 /// binary that does not exist. Returns the records and the directory, whose `out/` holds the
 /// report; the caller removes the directory once its checks pass.
 pub fn compare_one(name: &str, scenario: &str) -> (Vec<RunRecord>, PathBuf) {
+    compare_one_with(name, scenario, &[])
+}
+
+/// [`compare_one`] with `extra` `compare` flags.
+pub fn compare_one_with(name: &str, scenario: &str, extra: &[&str]) -> (Vec<RunRecord>, PathBuf) {
     let dir = std::env::temp_dir().join(format!("strata-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let scenarios = dir.join("scenarios");
     std::fs::create_dir_all(&scenarios).unwrap();
     std::fs::write(scenarios.join("scenario.toml"), scenario).unwrap();
     let out = dir.join("out");
-    let argv = [
+    let mut argv: Vec<&std::ffi::OsStr> = vec![
         "compare".as_ref(),
         "--scenarios".as_ref(),
         scenarios.as_os_str(),
@@ -52,6 +57,7 @@ pub fn compare_one(name: &str, scenario: &str) -> (Vec<RunRecord>, PathBuf) {
         "--strata-cmd".as_ref(),
         "/nonexistent/strata serve --memcache-listen 127.0.0.1:{memcache_port}".as_ref(),
     ];
+    argv.extend(extra.iter().map(std::ffi::OsStr::new));
     let args = Wrapper::try_parse_from(argv).unwrap().args;
     let records = run_compare(&args).expect("compare runs");
     (records, dir)
