@@ -184,6 +184,52 @@ impl Engine {
         None
     }
 
+    /// Whether a read of `key` now would read the flash medium: memory does not hold it, and a
+    /// flash entry with its hash bits has no record read ahead ([`Engine::stage_flash`]). A
+    /// server asks this before running a request, and has an I/O thread stage the key while
+    /// the request waits instead of blocking its worker. Always false without a flash tier.
+    pub fn flash_read_needed(&self, key: &[u8]) -> bool {
+        let Some(flash) = self.inner.flash.as_ref() else {
+            return false;
+        };
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+            return false;
+        }
+        let candidates = shard.flash_candidates(crate::index::hash24(hash));
+        drop(shard);
+        candidates
+            .as_slice()
+            .iter()
+            .any(|&location| !flash.is_staged(location & !crate::index::FLASH_TIER_BIT))
+    }
+
+    /// Reads ahead, from the flash medium, the records a read of `key` would read there, and
+    /// keeps them for that read (blocking I/O: for an I/O thread, not a worker). A no-op when
+    /// memory holds the key or there is no flash tier.
+    pub fn stage_flash(&self, key: &[u8]) {
+        let Some(flash) = self.inner.flash.as_ref() else {
+            return;
+        };
+        let (hash, lock) = self.shard_for(key);
+        let candidates = {
+            let shard = lock.read();
+            if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+                return;
+            }
+            shard.flash_candidates(crate::index::hash24(hash))
+        };
+        for &location in candidates.as_slice() {
+            flash.stage(location & !crate::index::FLASH_TIER_BIT);
+        }
+    }
+
+    /// Whether the engine has a flash tier.
+    pub fn has_flash(&self) -> bool {
+        self.inner.flash.is_some()
+    }
+
     /// Before a read-modify-write of a key that memory does not hold: moves the key's flash
     /// record (if one of the candidates is it) into memory, so the change sees it. Returns the
     /// shard locked for the change.

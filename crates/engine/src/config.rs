@@ -288,6 +288,8 @@ pub struct FlashConfig {
     /// Most bytes written to flash per second (0: as fast as the medium goes). Items evicted
     /// while the tier is at its rate are dropped, as when it is behind.
     pub write_bytes_per_sec_max: u64,
+    /// Tests only: every read of the medium takes this much longer (a slow device).
+    pub read_delay_for_tests: std::time::Duration,
 }
 
 impl FlashConfig {
@@ -298,6 +300,7 @@ impl FlashConfig {
             region_size_bytes: FLASH_REGION_SIZE_BYTES_DEFAULT,
             admission: FlashAdmission::All,
             write_bytes_per_sec_max: 0,
+            read_delay_for_tests: std::time::Duration::ZERO,
         }
     }
 }

@@ -225,13 +225,14 @@ impl Engine {
                     }
                     FlashMedium::Given(medium) => Arc::clone(medium),
                 };
-                let (tier, opened) = FlashTier::open(
+                let (mut tier, opened) = FlashTier::open(
                     medium,
                     pool.info().pool_id,
                     flash.region_size_bytes,
                     record_bytes_max,
                     keep,
                 )?;
+                tier.read_delay_for_tests = flash.read_delay_for_tests;
                 Some((tier, opened))
             }
             None => None,

@@ -26,6 +26,7 @@ fn config(medium: Arc<dyn Medium>, collisions: bool) -> EngineConfig {
             region_size_bytes: REGION_SIZE_BYTES,
             admission: FlashAdmission::All,
             write_bytes_per_sec_max: 0,
+            read_delay_for_tests: std::time::Duration::ZERO,
         }),
         ..EngineConfig::default()
     }
@@ -447,4 +448,32 @@ fn small_items_on_flash_keep_the_index_within_the_memory_budget() {
         "the newest item is served"
     );
     engine.check_integrity().unwrap();
+}
+
+/// A server has an I/O thread read a key's flash record ahead (`stage_flash`) while the request
+/// waits; the read that follows then does no I/O, and a write in between still wins.
+#[test]
+fn a_record_read_ahead_serves_the_next_read_without_io() {
+    let engine = Engine::open(config(ram_disk(64), false)).unwrap();
+    let keys = fill(&engine, 600);
+    let key = &keys[5];
+    assert!(engine.flash_read_needed(key), "on flash, not read ahead");
+    engine.stage_flash(key);
+    assert!(!engine.flash_read_needed(key), "read ahead");
+    let reads = flash_stats(&engine).reads;
+    assert_eq!(peek(&engine, key), Some(value_of(5)));
+    let flash = flash_stats(&engine);
+    assert_eq!(flash.reads, reads, "no medium read: {flash:?}");
+    assert_eq!(flash.staged_reads, 1);
+    assert!(engine.flash_read_needed(key), "taken by that read");
+    // Read ahead, then written: the new value is served, never the staged one.
+    let key = &keys[6];
+    engine.stage_flash(key);
+    engine.set(key, b"newer", 0, Expiry::Never).unwrap();
+    assert!(!engine.flash_read_needed(key), "memory holds it");
+    assert_eq!(peek(&engine, key).as_deref(), Some(&b"newer"[..]));
+    assert!(
+        !engine.flash_read_needed(&keys[599]),
+        "the newest key is in memory"
+    );
 }

@@ -139,6 +139,7 @@ impl Harness {
                 region_size_bytes: 16384,
                 admission: FlashAdmission::All,
                 write_bytes_per_sec_max: 0,
+                read_delay_for_tests: std::time::Duration::ZERO,
             }),
         )
     }

@@ -703,6 +703,7 @@ impl ServerConfig {
                 region_size_bytes: flash.region_size_bytes(self.segment_size_bytes),
                 admission: flash.admission,
                 write_bytes_per_sec_max: flash.write_bytes_per_sec_max,
+                read_delay_for_tests: std::time::Duration::ZERO,
             }),
             ..EngineConfig::default()
         }

@@ -172,9 +172,17 @@ pub struct Connection {
     /// Processing paused because the budget was passed while this connection's buffer grew:
     /// it resumes once the output has drained completely.
     budget_paused: bool,
+    /// A request waits for flash reads ahead ([`crate::flash_io`]): nothing more is processed
+    /// or read until the worker hears they are done ([`Connection::flash_staged`]).
+    flash_waiting: bool,
+    /// Unique for the server's life: tells a finished read-ahead which connection it is for.
+    pub id: u64,
     /// Last time input arrived.
     pub last_active: Instant,
 }
+
+/// Source of connection ids.
+static NEXT_CONNECTION_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// What a pass needs besides the connection.
 pub struct PassContext<'a> {
@@ -218,8 +226,27 @@ impl Connection {
             output_held_bytes,
             pauses_over_budget,
             budget_paused: false,
+            flash_waiting: false,
+            id: NEXT_CONNECTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             uncommitted_from: None,
             last_active: now,
+        }
+    }
+
+    /// The keys a request that just began waiting for flash reads ([`Processed::flash_wait`])
+    /// needs read ahead; `None` when no request began waiting since the last call.
+    pub fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+        if !self.flash_waiting {
+            return None;
+        }
+        self.session.take_flash_keys()
+    }
+
+    /// The waiting request's keys were read ahead: it runs on the next pass.
+    pub fn flash_staged(&mut self) {
+        if self.flash_waiting {
+            self.flash_waiting = false;
+            self.session.flash_keys_staged();
         }
     }
 
@@ -262,7 +289,9 @@ impl Connection {
     /// Whether input is left unread because the client does not read its output: the buffer
     /// is past the soft limit, or the budget paused processing and output is still pending.
     fn reading_paused(&self, output: &OutputLimits) -> bool {
-        output.past_soft(&self.write_buf) || (self.budget_paused && self.output_pending_bytes() > 0)
+        self.flash_waiting
+            || output.past_soft(&self.write_buf)
+            || (self.budget_paused && self.output_pending_bytes() > 0)
     }
 
     /// Publishes the write buffer's held bytes to the budget if they changed since the last
@@ -491,9 +520,15 @@ impl Connection {
                 break;
             }
             debug_assert!(
-                !processed.paused || start < self.read_len,
+                !(processed.paused || processed.flash_wait) || start < self.read_len,
                 "paused inside a request"
             );
+            if processed.flash_wait {
+                // The request stays unconsumed until its keys have been read ahead.
+                self.flash_waiting = true;
+                self.input_waiting = true;
+                break;
+            }
             if processed.paused || (start < self.read_len && self.reading_paused(&output)) {
                 // Complete requests may be left, perhaps a request the session stopped inside (a
                 // memcached multiget resumes from its next key): they wait until the client

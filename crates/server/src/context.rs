@@ -296,6 +296,8 @@ pub struct ServerContext {
     next_client_id: AtomicU64,
     /// The meta protocol's stale / recache-token state.
     pub(crate) leases: crate::memcache_exec::lease::Leases,
+    /// The flash tier's I/O threads (none without a flash tier, or in unit tests).
+    pub flash_io: Option<crate::flash_io::FlashIo>,
 }
 
 impl ServerContext {
@@ -314,6 +316,7 @@ impl ServerContext {
             shutdown: AtomicBool::new(false),
             next_client_id: AtomicU64::new(1),
             leases: Default::default(),
+            flash_io: None,
         }
     }
 
@@ -380,6 +383,10 @@ pub struct Processed {
     /// than the [`OutputBudget`] and this one holds the most: close the connection without
     /// writing what it holds.
     pub over_budget: bool,
+    /// The session stopped before a request whose keys are on flash
+    /// ([`Session::take_flash_keys`] names them): the connection waits while an I/O thread reads
+    /// them ahead, then calls the session again with the same input.
+    pub flash_wait: bool,
 }
 
 impl Processed {
@@ -408,6 +415,16 @@ impl Processed {
             ..Processed::default()
         }
     }
+
+    /// `consumed` bytes handled, then a request that waits for flash reads
+    /// ([`Processed::flash_wait`]).
+    pub fn flash_wait(consumed: usize) -> Self {
+        Processed {
+            consumed,
+            flash_wait: true,
+            ..Processed::default()
+        }
+    }
 }
 
 /// Per-connection protocol state. `process` handles every complete request in `input`
@@ -432,6 +449,15 @@ pub trait Session: Send {
     fn pauses_over_budget(&self) -> bool {
         false
     }
+
+    /// After a call that returned [`Processed::flash_wait`]: the keys to read ahead.
+    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+        None
+    }
+
+    /// The keys of the waiting request were read ahead: its next run must not wait again (a
+    /// key that went back to flash meanwhile is read on the worker, so the request moves on).
+    fn flash_keys_staged(&mut self) {}
 }
 
 #[cfg(test)]

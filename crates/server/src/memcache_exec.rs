@@ -99,6 +99,8 @@ pub struct MemcacheSession {
     /// Output length below which a multiget of the current `process` call cannot pass an output
     /// limit (`retrieval::stop_len`).
     output_stop_len: usize,
+    /// A get whose keys are on flash waits for I/O threads to read them ahead.
+    flash_wait: crate::flash_io::FlashWait,
 }
 
 impl Default for MemcacheSession {
@@ -118,6 +120,7 @@ impl MemcacheSession {
             hang_up: false,
             gate: None,
             output_stop_len: 0,
+            flash_wait: Default::default(),
         }
     }
 
@@ -213,6 +216,14 @@ impl Session for MemcacheSession {
     fn pauses_over_budget(&self) -> bool {
         true
     }
+
+    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+        self.flash_wait.take_keys()
+    }
+
+    fn flash_keys_staged(&mut self) {
+        self.flash_wait.staged();
+    }
 }
 
 impl MemcacheSession {
@@ -268,6 +279,14 @@ impl MemcacheSession {
             for (request, end) in batch.hot() {
                 match request {
                     Hot::Get(get) => {
+                        // A get, gets or gat from its first key: wait (the request stays
+                        // unconsumed) while I/O threads read its flash keys ahead.
+                        if self.get_paused.is_none()
+                            && ctx.flash_io.is_some()
+                            && self.flash_wait.must_wait(ctx, get.keys.iter())
+                        {
+                            return Processed::flash_wait(consumed);
+                        }
                         if self.get(get, ctx, out) {
                             // Resumed once the connection has written the output.
                             return Processed::paused(consumed);

@@ -158,6 +158,8 @@ pub struct RespSession {
     batch: Vec<Args>,
     /// A command refused for a too-long argument, whose bytes are still being dropped.
     discard: Option<Discard>,
+    /// A GET or MGET whose keys are on flash waits for I/O threads to read them ahead.
+    flash_wait: crate::flash_io::FlashWait,
 }
 
 /// What is left to drop of a command refused for a too-long bulk argument.
@@ -194,6 +196,7 @@ impl RespSession {
             },
             batch: Vec::new(),
             discard: None,
+            flash_wait: Default::default(),
         }
     }
 
@@ -279,6 +282,14 @@ impl Session for RespSession {
 
     fn hang_up(&self) -> bool {
         self.state.hang_up
+    }
+
+    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+        self.flash_wait.take_keys()
+    }
+
+    fn flash_keys_staged(&mut self) {
+        self.flash_wait.staged();
     }
 }
 
@@ -371,7 +382,15 @@ impl RespSession {
         out: &mut Vec<u8>,
     ) -> Option<Processed> {
         for (args, &(start, end)) in self.batch.iter().zip(ranges) {
-            execute(&mut self.state, args, &input[start..end], ctx, out);
+            let command = &input[start..end];
+            if ctx.flash_io.is_some() && self.state.authenticated && reads_keys(args, command) {
+                let keys = args.iter(command).skip(1);
+                if self.flash_wait.must_wait(ctx, keys) {
+                    // The command stays unconsumed while I/O threads read its keys ahead.
+                    return Some(Processed::flash_wait(start));
+                }
+            }
+            execute(&mut self.state, args, command, ctx, out);
             if self.state.close {
                 let over_budget = std::mem::take(&mut self.state.over_budget);
                 return Some(Processed {
@@ -453,6 +472,13 @@ fn protocol_error(
 
 /// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for
 /// any other command, which ends the batch.
+/// Whether the command is a GET or MGET (whose arguments after the name are all keys read),
+/// the commands that wait for flash reads ahead rather than read flash on the worker.
+fn reads_keys(args: &Args, command: &[u8]) -> bool {
+    let name = args.get(command, 0).unwrap_or_default();
+    args.len() >= 2 && (name.eq_ignore_ascii_case(b"get") || name.eq_ignore_ascii_case(b"mget"))
+}
+
 fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {
     let (
         Some(&Arg::Input { start, len }),

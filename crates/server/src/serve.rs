@@ -98,10 +98,16 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
     );
 
     let opening = Instant::now();
-    let engine_config = strata_engine::EngineConfig {
+    let mut engine_config = strata_engine::EngineConfig {
         recovery_observer: Some(recovery_observer()),
         ..config.engine_config()
     };
+    if let (Some(flash), Ok(ms)) = (
+        engine_config.flash.as_mut(),
+        std::env::var(FLASH_READ_DELAY_ENV),
+    ) {
+        flash.read_delay_for_tests = Duration::from_millis(ms.parse().unwrap_or(0));
+    }
     let engine = Arc::new(Engine::open(engine_config)?);
     let report = engine.recovery_report();
     tracing::info!(
@@ -117,7 +123,17 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         "engine open"
     );
     let settings = config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));
-    let ctx = Arc::new(ServerContext::new(Arc::clone(&engine), settings));
+    let mut ctx = ServerContext::new(Arc::clone(&engine), settings);
+    if engine.has_flash() {
+        ctx.flash_io = Some(
+            crate::flash_io::FlashIo::start(
+                Arc::clone(&engine),
+                crate::flash_io::FLASH_IO_THREADS_DEFAULT,
+            )
+            .map_err(ServeError::Start)?,
+        );
+    }
+    let ctx = Arc::new(ctx);
     let metrics = Arc::new(Metrics::new(config.threads));
 
     let poll = Poll::new()?;
@@ -201,6 +217,9 @@ fn spawn_scrub(engine: Arc<Engine>) -> std::io::Result<()> {
 /// Environment variable for crash tests: sleep this many milliseconds after each recovery step,
 /// so a test can `kill -9` the server while it is recovering (crates/strata/tests/kill_loop.rs).
 pub const RECOVERY_STALL_ENV: &str = "STRATA_TEST_RECOVERY_STALL_MS";
+/// Tests only: every read of the flash medium takes this many milliseconds longer, as on a
+/// very slow device, so a test can see that a worker serves other connections meanwhile.
+pub const FLASH_READ_DELAY_ENV: &str = "STRATA_TEST_FLASH_READ_DELAY_MS";
 
 /// Logs how a recovery at open progresses (a large pool can take seconds to rebuild).
 fn recovery_observer() -> strata_engine::RecoveryObserver {

@@ -151,6 +151,12 @@ pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
             "Items dropped from the cache when their region was reclaimed.",
             flash.evicted_items,
         ),
+        field(
+            "staged_reads",
+            Counter,
+            "Flash reads served from a record an I/O thread read ahead while the request waited.",
+            flash.staged_reads,
+        ),
         field("reads", Counter, "Reads of the medium.", flash.reads),
         field(
             "read_bytes",

@@ -52,6 +52,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::connection::{CloseReason, Connection, Limits, PassContext, Status, Traffic};
 use crate::context::ServerContext;
+use crate::flash_io;
 use crate::health::ThreadState;
 use crate::metrics::Metrics;
 use crate::panics;
@@ -104,10 +105,16 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
     shared.ctx.output_budget.set_waker(id, Arc::clone(&waker));
     let (sender, receiver) = std::sync::mpsc::channel();
+    let (flash_sender, flash_done) = std::sync::mpsc::channel();
     let worker = Worker {
         id,
         poll,
         incoming: receiver,
+        flash_reply: flash_io::ReplyTo {
+            sender: flash_sender,
+            waker: Arc::clone(&waker),
+        },
+        flash_done,
         shared,
         slots: Vec::new(),
         free_slots: Vec::new(),
@@ -151,6 +158,9 @@ struct Worker {
     id: usize,
     poll: Poll,
     incoming: Receiver<Incoming>,
+    /// Where this worker's flash read-aheads report back ([`crate::flash_io`]).
+    flash_reply: flash_io::ReplyTo,
+    flash_done: Receiver<flash_io::Done>,
     shared: WorkerShared,
     /// Connections by token; `None` slots are listed in `free_slots`.
     slots: Vec<Option<Connection>>,
@@ -282,10 +292,20 @@ impl Worker {
         }
     }
 
-    /// New connections, or shutdown.
+    /// New connections, finished flash read-aheads, or shutdown.
     fn on_wake(&mut self, now: Instant) {
         while let Ok(incoming) = self.incoming.try_recv() {
             self.add(incoming, now);
+        }
+        while let Ok(done) = self.flash_done.try_recv() {
+            let slot = done.slot;
+            let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+                continue; // Closed while it waited.
+            };
+            if connection.id == done.connection_id {
+                connection.flash_staged();
+                self.again.push(slot);
+            }
         }
         if self.drain_deadline.is_none() && self.shared.ctx.shutdown.load(Ordering::Acquire) {
             self.start_drain(now);
@@ -354,6 +374,26 @@ impl Worker {
             }
             status
         };
+        if let Some(keys) = connection.take_flash_keys() {
+            let job = flash_io::Job {
+                keys,
+                done: flash_io::Done {
+                    slot,
+                    connection_id: connection.id,
+                },
+                reply: self.flash_reply.clone(),
+            };
+            let queued = shared
+                .ctx
+                .flash_io
+                .as_ref()
+                .is_some_and(|io| io.submit(job));
+            if !queued {
+                // No I/O threads: the request runs now and reads flash on this thread.
+                connection.flash_staged();
+                self.again.push(slot);
+            }
+        }
         let bytes = connection.output_closable_bytes();
         match status {
             Status::Open => {}

@@ -169,3 +169,80 @@ fn flash_options_need_flash_and_a_size() {
     assert!(stderr.contains("give --flash-size SIZE"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A GET of an item on flash waits for an I/O thread without holding up the other connections
+/// of its worker (every flash read is slowed to one second here, as on a very slow device: a
+/// read on the worker would hold B's reply up behind A's), and a pipeline behind it keeps its
+/// order.
+#[test]
+fn a_flash_read_does_not_hold_up_other_connections() {
+    let dir = flash_dir("parked");
+    let flash = dir.join("tier.flash");
+    let flags = [
+        "--threads",
+        "1",
+        "--flash",
+        flash.to_str().expect("utf-8"),
+        "--flash-size",
+        "96MiB",
+        "--flash-region-size",
+        "1MiB",
+        "--segment-size",
+        "64KiB",
+        "--max-value-size",
+        "32KiB",
+    ];
+    let mut server = Server::launch(&[], &flags, &[("STRATA_TEST_FLASH_READ_DELAY_MS", "1000")]);
+    server.await_ready();
+    let mut writer = Client::connect(server.memcache);
+    write_all(&mut writer);
+    assert!(stat(&mut writer, "strata_flash_items") > 5_000);
+    let newest = KEYS - 1;
+
+    // A asks for the oldest key (on flash), then, pipelined, for the newest (in memory).
+    let mut a = Client::connect(server.memcache);
+    a.send(format!("get k0\r\nget k{newest}\r\n").as_bytes());
+    // B, on the same worker, asks for the newest key and is answered while A waits.
+    let mut b = Client::connect(server.memcache);
+    let reply = b.call(format!("get k{newest}\r\n").as_bytes());
+    assert_eq!(reply, format!("VALUE k{newest} 0 {VALUE_LEN}\r\n"));
+    assert_eq!(
+        &b.read_bytes(VALUE_LEN + 2)[..VALUE_LEN],
+        &value_of(newest)[..]
+    );
+    assert_eq!(b.line(), "END\r\n");
+    a.stream().set_nonblocking(true).expect("nonblocking");
+    let mut byte = [0u8; 1];
+    let early = std::io::Read::read(a.stream(), &mut byte);
+    assert!(
+        matches!(&early, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "A's reply came before its flash read finished: {early:?}"
+    );
+    a.stream().set_nonblocking(false).expect("blocking");
+    // Then A's replies, in request order.
+    assert_eq!(a.line(), format!("VALUE k0 0 {VALUE_LEN}\r\n"));
+    assert_eq!(&a.read_bytes(VALUE_LEN + 2)[..VALUE_LEN], &value_of(0)[..]);
+    assert_eq!(a.line(), "END\r\n");
+    assert_eq!(a.line(), format!("VALUE k{newest} 0 {VALUE_LEN}\r\n"));
+    assert_eq!(
+        &a.read_bytes(VALUE_LEN + 2)[..VALUE_LEN],
+        &value_of(newest)[..]
+    );
+    assert_eq!(a.line(), "END\r\n");
+    assert!(
+        stat(&mut b, "strata_flash_staged_reads") >= 1,
+        "served from the read-ahead"
+    );
+    // The same through RESP: MGET of a flash key and a memory key.
+    let mut resp = Client::connect(server.resp);
+    resp.send(&harness::resp_command(&[
+        b"MGET",
+        b"k1",
+        format!("k{newest}").as_bytes(),
+    ]));
+    assert_eq!(resp.line(), "*2\r\n");
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(1)[..]));
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(newest)[..]));
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -29,7 +29,7 @@
 pub(crate) mod format;
 pub(crate) mod tiering;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -160,6 +160,8 @@ pub(crate) struct FlashCounters {
     pub(crate) read_latency_us: [AtomicU64; READ_LATENCY_BUCKETS],
     /// Microseconds all reads took together.
     pub(crate) read_latency_us_sum: AtomicU64,
+    /// Reads served from a record an I/O thread had read ahead (no I/O on the worker).
+    pub(crate) staged_reads: AtomicU64,
 }
 
 /// Buckets of `FlashCounters::read_latency_us`.
@@ -184,7 +186,23 @@ pub(crate) struct FlashTier {
     pub(crate) counters: FlashCounters,
     /// The flash thread, woken when a region is sealed (it also polls).
     writer: Mutex<Option<std::thread::Thread>>,
+    /// Records read ahead by I/O threads for a request that waits for them (see `stage`),
+    /// by location; taken by the read that uses them.
+    staged: Mutex<HashMap<u64, StagedRecord>>,
+    /// `FlashConfig::read_delay_for_tests`.
+    pub(crate) read_delay_for_tests: std::time::Duration,
 }
+
+/// A record read ahead: its region generation when read, and its bytes.
+#[derive(Debug)]
+struct StagedRecord {
+    seq: u64,
+    bytes: Vec<u8>,
+}
+
+/// Most records held read ahead; past it the oldest are not kept apart (a read finds none
+/// and reads the medium itself).
+const STAGED_RECORDS_MAX: usize = 4096;
 
 /// Why the tier could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +288,8 @@ pub struct FlashStats {
     pub read_latency_us: [u64; READ_LATENCY_BUCKETS],
     /// Microseconds all reads took together.
     pub read_latency_us_sum: u64,
+    /// Reads served from a record an I/O thread had read ahead while its request waited.
+    pub staged_reads: u64,
 }
 
 /// What `FlashTier::open` found.
@@ -364,6 +384,8 @@ impl FlashTier {
             }),
             counters: FlashCounters::default(),
             writer: Mutex::new(None),
+            staged: Mutex::new(HashMap::new()),
+            read_delay_for_tests: std::time::Duration::ZERO,
         };
         let regions_kept = tier.list_regions()?;
         Ok((
@@ -455,6 +477,7 @@ impl FlashTier {
             damaged_records: load(&c.damaged_records),
             read_latency_us: std::array::from_fn(|i| load(&c.read_latency_us[i])),
             read_latency_us_sum: load(&c.read_latency_us_sum),
+            staged_reads: load(&c.staged_reads),
         }
     }
 
@@ -822,6 +845,11 @@ impl FlashTier {
                 }
             }
         };
+        if buffered.is_none() {
+            if let Some(range) = self.take_staged(location, seq, out) {
+                return Some(range);
+            }
+        }
         if let Some(buf) = buffered {
             let at = BLOCK_SIZE_BYTES + offset;
             return self.take_record(seq, &buf[at..], 0, out);
@@ -829,6 +857,78 @@ impl FlashTier {
         let range = self.read_medium(index, offset, seq, out)?;
         self.counters.record_read(started.elapsed(), range.len());
         Some(range)
+    }
+
+    /// Reads the record at `location` from the medium and keeps it apart for the read that
+    /// will ask for it (an I/O thread's work for a request that waits, so that the worker's
+    /// read then finds it without I/O). Nothing is kept for a location not on the medium.
+    pub(crate) fn stage(&self, location: u64) {
+        let Some((index, offset)) = self.split(location) else {
+            return;
+        };
+        let seq = {
+            let regions = self.regions.lock().expect("regions lock");
+            match &regions.states[index as usize] {
+                RegionState::Written {
+                    seq, payload_bytes, ..
+                } if ((offset + STAMP_BYTES) as u64) < *payload_bytes => *seq,
+                _ => return, // In a buffer (no I/O to save) or not a record.
+            }
+        };
+        if self
+            .staged
+            .lock()
+            .expect("staged lock")
+            .contains_key(&location)
+        {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let mut buf = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
+        let Some(range) = self.read_medium(index, offset, seq, &mut buf) else {
+            return;
+        };
+        self.counters.record_read(started.elapsed(), range.len());
+        let mut staged = self.staged.lock().expect("staged lock");
+        if staged.len() >= STAGED_RECORDS_MAX {
+            staged.clear(); // Reads that wanted them read the medium themselves.
+        }
+        staged.insert(
+            location,
+            StagedRecord {
+                seq,
+                bytes: buf[range].to_vec(),
+            },
+        );
+    }
+
+    /// Whether a record read ahead waits for `location`.
+    pub(crate) fn is_staged(&self, location: u64) -> bool {
+        self.staged
+            .lock()
+            .expect("staged lock")
+            .contains_key(&location)
+    }
+
+    /// Takes the record read ahead for `location` into `out`, if it is of generation `seq`
+    /// (a region reclaimed and written again since makes it worthless: dropped).
+    fn take_staged(
+        &self,
+        location: u64,
+        seq: u64,
+        out: &mut AlignedBuf,
+    ) -> Option<std::ops::Range<usize>> {
+        let staged = self.staged.lock().expect("staged lock").remove(&location)?;
+        if staged.seq != seq {
+            return None;
+        }
+        let len = staged.bytes.len();
+        if out.len() < len {
+            *out = AlignedBuf::zeroed(len.next_multiple_of(BLOCK_SIZE_BYTES), BLOCK_SIZE_BYTES);
+        }
+        out[..len].copy_from_slice(&staged.bytes);
+        self.counters.staged_reads.fetch_add(1, Ordering::Relaxed);
+        Some(0..len)
     }
 
     /// Copies the record stamped `seq` at `bytes[at..]` into `out`.
@@ -872,6 +972,9 @@ impl FlashTier {
                 *out = AlignedBuf::zeroed(len, block);
             }
             self.counters.reads.fetch_add(1, Ordering::Relaxed);
+            if !self.read_delay_for_tests.is_zero() {
+                std::thread::sleep(self.read_delay_for_tests);
+            }
             if self.medium.read_at(start, &mut out[..len]).is_err() {
                 self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
                 return None;

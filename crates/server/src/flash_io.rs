@@ -1,0 +1,148 @@
+//! I/O threads for the flash tier: a request whose keys are on flash waits while one of these
+//! threads reads their records ahead, instead of blocking its worker's other connections.
+//!
+//! ```text
+//!  worker: session sees a GET of a key on flash (Engine::flash_read_needed)
+//!          └─ the request stays unconsumed, the connection parks ─▶ FlashIo::submit(job)
+//!  strata-flash-io-N: Engine::stage_flash(key) for each key (blocking pread)
+//!          └─ Done { slot, connection_id } ─▶ the worker's queue, and its waker
+//!  worker: the connection unparks and runs the request again; its flash reads find the
+//!          records read ahead (no I/O), and replies leave in request order.
+//! ```
+//!
+//! A record read ahead is used only if the index still points at it and its region is still
+//! the generation it was read from (the engine checks), so a write, delete or reclaim that
+//! happens while the request waits wins. The request then runs with whatever a read finds;
+//! if a key went back to flash meanwhile, that read blocks (rare), it is never wrong.
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use mio::Waker;
+use strata_engine::Engine;
+
+/// I/O threads started with a flash tier: enough reads in flight to keep an NVMe queue busy
+/// while each thread blocks in `pread`.
+pub const FLASH_IO_THREADS_DEFAULT: usize = 8;
+
+/// A finished read-ahead, for the worker that parked the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// The connection's slot in its worker.
+    pub slot: usize,
+    /// The connection's id: a slot reused by a newer connection ignores the old one's `Done`.
+    pub connection_id: u64,
+}
+
+/// Where a worker takes its finished read-aheads.
+#[derive(Clone)]
+pub struct ReplyTo {
+    /// The worker's queue.
+    pub sender: Sender<Done>,
+    /// Wakes the worker's poll.
+    pub waker: Arc<Waker>,
+}
+
+/// Keys to read ahead for a parked connection.
+pub struct Job {
+    /// The keys its request reads.
+    pub keys: Vec<Vec<u8>>,
+    /// Who to tell.
+    pub done: Done,
+    /// Where to tell it.
+    pub reply: ReplyTo,
+}
+
+/// The pool of I/O threads; they end when it is dropped (their queue closes).
+pub struct FlashIo {
+    sender: Mutex<Sender<Job>>,
+}
+
+impl FlashIo {
+    /// Starts `threads` I/O threads reading ahead for `engine`.
+    pub fn start(engine: Arc<Engine>, threads: usize) -> std::io::Result<Self> {
+        let (sender, receiver) = std::sync::mpsc::channel::<Job>();
+        let receiver = Arc::new(Mutex::new(receiver));
+        for i in 0..threads.max(1) {
+            let engine = Arc::clone(&engine);
+            let receiver = Arc::clone(&receiver);
+            std::thread::Builder::new()
+                .name(format!("strata-flash-io-{i}"))
+                .spawn(move || serve(&engine, &receiver))?;
+        }
+        Ok(FlashIo {
+            sender: Mutex::new(sender),
+        })
+    }
+
+    /// Queues a read-ahead. Returns false if the I/O threads are gone (the caller then runs
+    /// the request at once, reading flash itself).
+    pub fn submit(&self, job: Job) -> bool {
+        self.sender
+            .lock()
+            .map(|sender| sender.send(job).is_ok())
+            .unwrap_or(false)
+    }
+}
+
+fn serve(engine: &Engine, receiver: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match receiver.lock() {
+            Ok(receiver) => match receiver.recv() {
+                Ok(job) => job,
+                Err(_) => return, // The server is stopping.
+            },
+            Err(_) => return,
+        };
+        for key in &job.keys {
+            engine.stage_flash(key);
+        }
+        // A worker that is gone (shutdown) no longer listens: nothing to tell.
+        if job.reply.sender.send(job.done).is_ok() {
+            let _ = job.reply.waker.wake();
+        }
+    }
+}
+
+/// A session's side of waiting for flash: the keys its waiting request needs read ahead, and
+/// whether they were (then the request runs without checking again, so it always moves on).
+#[derive(Debug, Default)]
+pub struct FlashWait {
+    keys: Option<Vec<Vec<u8>>>,
+    staged: bool,
+}
+
+impl FlashWait {
+    /// Whether the request reading `keys` must wait for flash reads ahead: some key is on
+    /// flash and not read ahead, and the request did not just wait. Then the keys to read are
+    /// kept for [`FlashWait::take_keys`]. Without I/O threads, never.
+    pub fn must_wait<'k>(
+        &mut self,
+        ctx: &crate::context::ServerContext,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> bool {
+        if std::mem::take(&mut self.staged) || ctx.flash_io.is_none() {
+            return false;
+        }
+        let needed: Vec<Vec<u8>> = keys
+            .into_iter()
+            .filter(|key| ctx.engine.flash_read_needed(key))
+            .map(<[u8]>::to_vec)
+            .collect();
+        if needed.is_empty() {
+            return false;
+        }
+        self.keys = Some(needed);
+        true
+    }
+
+    /// The keys of the request that began waiting.
+    pub fn take_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+        self.keys.take()
+    }
+
+    /// Its keys were read ahead.
+    pub fn staged(&mut self) {
+        self.staged = true;
+    }
+}
