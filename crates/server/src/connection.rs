@@ -175,6 +175,9 @@ pub struct Connection {
     /// A request waits for flash reads ahead ([`crate::flash_io`]): nothing more is processed
     /// or read until the worker hears they are done ([`Connection::flash_staged`]).
     flash_waiting: bool,
+    /// The waiting request's keys were read ahead and it has not run yet (during shutdown the
+    /// worker runs it before the connection closes: see [`Connection::run_resumed`]).
+    flash_resumed: bool,
     /// Unique for the server's life: tells a finished read-ahead which connection it is for.
     pub id: u64,
     /// Last time input arrived.
@@ -227,6 +230,7 @@ impl Connection {
             pauses_over_budget,
             budget_paused: false,
             flash_waiting: false,
+            flash_resumed: false,
             id: NEXT_CONNECTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             uncommitted_from: None,
             last_active: now,
@@ -246,8 +250,20 @@ impl Connection {
     pub fn flash_staged(&mut self) {
         if self.flash_waiting {
             self.flash_waiting = false;
+            self.flash_resumed = true;
             self.session.flash_keys_staged();
         }
+    }
+
+    /// During shutdown, which reads no more input: runs a request whose flash reads finished,
+    /// and what the client had sent after it, so that it is answered before the close.
+    pub fn run_resumed(&mut self, pass: &mut PassContext<'_>) -> Status {
+        if self.flash_resumed {
+            if let Err(reason) = self.process(pass) {
+                return Status::Closed(reason);
+            }
+        }
+        self.flush_only(pass.traffic, pass.ctx)
     }
 
     /// The socket, to register with the poller.
@@ -380,7 +396,8 @@ impl Connection {
 
     /// Closed once pending output is written; open (waiting for writable) until then.
     fn closing_status(&self, reason: CloseReason) -> Status {
-        if self.output_pending_bytes() == 0 {
+        // A request waiting for flash reads is answered before the close.
+        if self.output_pending_bytes() == 0 && !self.flash_waiting && !self.flash_resumed {
             Status::Closed(reason)
         } else {
             Status::Open
@@ -435,6 +452,7 @@ impl Connection {
     /// that produced much output makes the next one smaller, down to about one request.
     fn process(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
         self.input_waiting = false;
+        self.flash_resumed = false;
         // Called only once the output a budget pause waited for has drained.
         self.budget_paused = false;
         if self.read_len == 0 {

@@ -355,17 +355,17 @@ impl Worker {
         let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
             return; // Closed earlier in this round.
         };
+        let mut pass = PassContext {
+            ctx: &shared.ctx,
+            limits: &shared.limits,
+            latency: &shared.metrics.latency[self.id],
+            traffic: &mut self.traffic,
+            now,
+            defer_flush: self.drain_deadline.is_none(),
+        };
         let status = if self.drain_deadline.is_some() {
-            connection.flush_only(&mut self.traffic, &self.shared.ctx)
+            connection.run_resumed(&mut pass)
         } else {
-            let mut pass = PassContext {
-                ctx: &shared.ctx,
-                limits: &shared.limits,
-                latency: &shared.metrics.latency[self.id],
-                traffic: &mut self.traffic,
-                now,
-                defer_flush: true,
-            };
             let status = connection.pass(&mut pass);
             if shared.ctx.shutdown.load(Ordering::Relaxed) {
                 // A session (Redis SHUTDOWN) asked: the acceptor stops listening and wakes

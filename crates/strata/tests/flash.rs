@@ -243,6 +243,12 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert_eq!(resp.line(), "*2\r\n");
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(1)[..]));
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(newest)[..]));
-    server.terminate();
+    // A shutdown while a request waits for flash answers it before closing.
+    a.send(b"get k2\r\n");
+    server.signal("TERM");
+    assert_eq!(a.line(), format!("VALUE k2 0 {VALUE_LEN}\r\n"));
+    assert_eq!(&a.read_bytes(VALUE_LEN + 2)[..VALUE_LEN], &value_of(2)[..]);
+    assert_eq!(a.line(), "END\r\n");
+    assert!(server.wait_exit().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
