@@ -46,7 +46,23 @@ pub enum PoolLocation {
     /// A file (DAX when the filesystem supports it, else shared file or tmpfs).
     File(PathBuf),
     /// DRAM with a simulated persistent image (power-failure tests).
-    Simulated,
+    Simulated {
+        /// Fail the N-th persist and every one after it (`None`: never), as a device that
+        /// stops taking writes.
+        fail_persist_from: Option<u64>,
+    },
+}
+
+impl PoolLocation {
+    /// A simulated pool whose persists all succeed.
+    pub const SIMULATED: PoolLocation = PoolLocation::Simulated {
+        fail_persist_from: None,
+    };
+
+    /// Whether this is a simulated pool.
+    pub fn is_simulated(&self) -> bool {
+        matches!(self, PoolLocation::Simulated { .. })
+    }
 }
 
 /// Where the hash index lives (Feed-Cube's two configurations).
@@ -207,8 +223,6 @@ pub struct EngineConfig {
     pub group_commit: bool,
     /// Wall clock for expiry.
     pub clock: Arc<dyn Clock>,
-    /// Fail the N-th persist and all after (tests).
-    pub fail_persist_from: Option<u64>,
     /// Told how a recovery at open progresses (the server logs it; tests stop an open at a
     /// chosen point to leave the pool as a crash there would).
     pub recovery_observer: Option<RecoveryObserver>,
@@ -352,7 +366,6 @@ impl Default for EngineConfig {
             index_placement: IndexPlacement::Dram,
             group_commit: false,
             clock: Arc::new(SystemClock),
-            fail_persist_from: None,
             recovery_observer: None,
             simulated_index_dir: None,
             validate_every_read: false,
@@ -387,8 +400,7 @@ impl EngineConfig {
         if self.shard_count == 0 || self.shard_count > SHARD_COUNT_MAX {
             return Err("shard count must be 1..=1024");
         }
-        let simulated_files =
-            self.pool == PoolLocation::Simulated && self.simulated_index_dir.is_some();
+        let simulated_files = self.pool.is_simulated() && self.simulated_index_dir.is_some();
         if self.index_placement == IndexPlacement::Pool
             && !matches!(self.pool, PoolLocation::File(_))
             && !simulated_files

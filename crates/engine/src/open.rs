@@ -68,10 +68,13 @@ impl Engine {
         let location = match &config.pool {
             PoolLocation::Dram => Location::Dram,
             PoolLocation::File(path) => Location::File(path.clone()),
-            PoolLocation::Simulated => Location::Simulated,
+            PoolLocation::Simulated { .. } => Location::Simulated,
         };
         let faults = FaultPlan {
-            fail_persist_from: config.fail_persist_from,
+            fail_persist_from: match config.pool {
+                PoolLocation::Simulated { fail_persist_from } => fail_persist_from,
+                _ => None,
+            },
         };
         let mode = if config.fresh {
             OpenMode::Fresh
@@ -126,7 +129,7 @@ impl Engine {
                 (PoolLocation::File(path), IndexPlacement::Pool) => Some(Arc::new(
                     IndexFiles::open(path, usize::from(shard_count), segments.len())?,
                 )),
-                (PoolLocation::Simulated, IndexPlacement::Pool) => {
+                (PoolLocation::Simulated { .. }, IndexPlacement::Pool) => {
                     let dir = config
                         .simulated_index_dir
                         .clone()

@@ -147,9 +147,10 @@ fn a_failed_persist_refuses_every_later_write() {
     let config = EngineConfig {
         memory_bytes: 1 << 20,
         segment_size_bytes: 64 << 10,
-        pool: PoolLocation::Simulated,
+        pool: PoolLocation::Simulated {
+            fail_persist_from: Some(30),
+        },
         durability: Durability::Sync,
-        fail_persist_from: Some(30),
         ..EngineConfig::default()
     };
     let _ = dir;

@@ -41,10 +41,9 @@ fn config(level: Level, fail_persist_from: Option<u64>) -> EngineConfig {
         memory_bytes: 32 * 16384,
         segment_size_bytes: 16384,
         shard_count: 2,
-        pool: PoolLocation::Simulated,
+        pool: PoolLocation::Simulated { fail_persist_from },
         durability,
         group_commit,
-        fail_persist_from,
         ..EngineConfig::default()
     }
 }

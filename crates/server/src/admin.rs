@@ -399,9 +399,10 @@ mod tests {
         let engine = Engine::open(EngineConfig {
             memory_bytes: 1 << 20,
             segment_size_bytes: 64 << 10,
-            pool: PoolLocation::Simulated,
+            pool: PoolLocation::Simulated {
+                fail_persist_from: Some(30),
+            },
             durability: Durability::Sync,
-            fail_persist_from: Some(30),
             ..EngineConfig::default()
         })
         .expect("engine");

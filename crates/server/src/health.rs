@@ -196,9 +196,10 @@ mod tests {
             EngineConfig {
                 memory_bytes: 1 << 20,
                 segment_size_bytes: 64 << 10,
-                pool: PoolLocation::Simulated,
+                pool: PoolLocation::Simulated {
+                    fail_persist_from: Some(30),
+                },
                 durability: Durability::Sync,
-                fail_persist_from: Some(30),
                 ..EngineConfig::default()
             },
             1,

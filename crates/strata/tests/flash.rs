@@ -252,3 +252,143 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert!(server.wait_exit().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kill loop with the flash tier: rounds of pipelined overwrites of more data than memory
+/// holds (so items keep moving to flash and back), each ended by `kill -9` with a batch in
+/// flight, and a restart on the same pool and flash file. After each restart, every key is
+/// absent (a cache may lose what flash had not written) or holds its last acknowledged value
+/// or one of the values in flight: never an older one, never a torn one.
+/// `STRATA_FLASH_KILL_ROUNDS=N` runs more rounds (default 4).
+#[test]
+fn kill_loop_with_flash_never_serves_an_older_value() {
+    const KEYS_IN_LOOP: usize = 40_000;
+    let rounds: u64 = std::env::var("STRATA_FLASH_KILL_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4);
+    let pool_file = PoolFile::new("flash-kill");
+    let dir = flash_dir("kill");
+    let flash = dir.join("tier.flash");
+    let flags = [
+        "--pool",
+        pool_file.path(),
+        "--index-placement",
+        "pool",
+        "--flash",
+        flash.to_str().expect("utf-8"),
+        "--flash-size",
+        "64MiB",
+        "--flash-region-size",
+        "256KiB",
+        "--segment-size",
+        "64KiB",
+        "--max-value-size",
+        "32KiB",
+    ];
+    let value = |key: usize, version: u64| {
+        let mut value = format!("k{key}:v{version}:").into_bytes();
+        value.resize(900, b'x');
+        value
+    };
+    // Per key: the last acknowledged version (0: never written or lost), and the versions in
+    // flight when the process was killed.
+    let mut acked = vec![0u64; KEYS_IN_LOOP];
+    let mut in_flight: Vec<Vec<u64>> = vec![Vec::new(); KEYS_IN_LOOP];
+    let mut version = 0u64;
+    let mut kept_on_flash = 0u64;
+    let (mut checked, mut absent) = (0u64, 0u64);
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for round in 0..rounds {
+        let mut server = Server::start(&flags);
+        let mut client = Client::connect(server.memcache);
+        // Check every key against the model, then adopt what survived.
+        for key in 0..KEYS_IN_LOOP {
+            let reply = client.call(format!("get k{key}\r\n").as_bytes());
+            let got = if reply == "END\r\n" {
+                None
+            } else {
+                let len: usize = reply
+                    .trim_end()
+                    .rsplit(' ')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let data = client.read_bytes(len + 2);
+                assert_eq!(client.line(), "END\r\n");
+                Some(data[..len].to_vec())
+            };
+            let allowed = |v: u64| v > 0 && got.as_deref() == Some(&value(key, v)[..]);
+            checked += u64::from(acked[key] > 0);
+            match &got {
+                None => {
+                    absent += u64::from(acked[key] > 0);
+                    acked[key] = 0;
+                }
+                Some(_) if allowed(acked[key]) => {}
+                Some(_) if in_flight[key].iter().any(|&v| allowed(v)) => {
+                    acked[key] = *in_flight[key].iter().find(|&&v| allowed(v)).unwrap();
+                }
+                Some(data) => panic!(
+                    "round {round}: k{key} = {:?}, acknowledged v{}, in flight {:?}",
+                    String::from_utf8_lossy(&data[..data.len().min(24)]),
+                    acked[key],
+                    in_flight[key]
+                ),
+            }
+            in_flight[key].clear();
+        }
+        if round > 0 {
+            kept_on_flash += stat(&mut client, "strata_flash_items");
+        }
+        // Pipelined overwrites of random keys, acknowledged batch by batch.
+        let batches = 20 + next() % 200;
+        for _ in 0..batches {
+            let keys: Vec<usize> = (0..100)
+                .map(|_| (next() % KEYS_IN_LOOP as u64) as usize)
+                .collect();
+            let mut batch = Vec::new();
+            let mut versions = Vec::new();
+            for &key in &keys {
+                version += 1;
+                versions.push((key, version));
+                batch.extend_from_slice(format!("set k{key} 0 0 900\r\n").as_bytes());
+                batch.extend_from_slice(&value(key, version));
+                batch.extend_from_slice(b"\r\n");
+            }
+            client.send(&batch);
+            for (key, v) in versions {
+                assert_eq!(client.line(), "STORED\r\n");
+                acked[key] = v;
+            }
+        }
+        // One more batch, killed in flight.
+        let mut batch = Vec::new();
+        for _ in 0..100 {
+            let key = (next() % KEYS_IN_LOOP as u64) as usize;
+            version += 1;
+            in_flight[key].push(version);
+            batch.extend_from_slice(format!("set k{key} 0 0 900\r\n").as_bytes());
+            batch.extend_from_slice(&value(key, version));
+            batch.extend_from_slice(b"\r\n");
+        }
+        client.send(&batch);
+        server.signal("KILL");
+        let _ = server.wait_exit();
+    }
+    eprintln!(
+        "{rounds} rounds: {checked} written keys checked after kills, {absent} absent, \
+         {kept_on_flash} flash items found after restarts, no older or torn value"
+    );
+    assert!(
+        rounds < 2 || kept_on_flash > 0,
+        "some flash items survived the kills"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
