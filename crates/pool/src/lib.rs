@@ -30,6 +30,7 @@ mod medium;
 mod sidecar;
 mod tables;
 pub mod testing;
+mod uring;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -42,7 +43,7 @@ pub use header::{
     SEGMENT_HEADER_SIZE_BYTES,
 };
 pub use mapping::{Backend, FaultPlan, FlushMethod, PersistenceDomain};
-pub use medium::{AlignedBuf, DirectFile, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
+pub use medium::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
 pub use tables::{ControlHeader, IndexFiles, LineTable, TableKind, SEGMENT_BOOK_SIZE_BYTES};
 
 use mapping::Mapping;

@@ -88,6 +88,11 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn persist(&self, offset: u64, len: u64) -> Result<(), PersistError>;
     /// Drops the content of `[offset, offset + len)`.
     fn discard(&self, offset: u64, len: u64) -> Result<(), MediumError>;
+
+    /// How reads and writes reach the medium, for logs and stats (`io_uring`, `pread`, ...).
+    fn io_engine(&self) -> &'static str {
+        "memory"
+    }
 }
 
 /// Checks a call's range and alignment against a medium's.
@@ -183,12 +188,49 @@ pub struct DirectFile {
     len_bytes: u64,
     direct: bool,
     device: bool,
+    engine: IoEngine,
+}
+
+/// How a [`DirectFile`] reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoEngine {
+    /// io_uring, one ring per thread (the default where the kernel allows it).
+    Uring,
+    /// `pread`/`pwrite` (the fallback, or asked for).
+    Pread,
+}
+
+impl IoEngine {
+    /// The name logs and stats use.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoEngine::Uring => "io_uring",
+            IoEngine::Pread => "pread",
+        }
+    }
+
+    /// io_uring where this process can set up a ring, else `pread` with the reason.
+    pub fn best() -> (IoEngine, Option<&'static str>) {
+        match crate::uring::probe() {
+            Ok(()) => (IoEngine::Uring, None),
+            Err(why) => (IoEngine::Pread, Some(why.as_str())),
+        }
+    }
 }
 
 impl DirectFile {
     /// Opens (creating if missing) `path` with `len_bytes` usable bytes: a regular file is
     /// created or resized to exactly that; a block device must hold at least that much.
     pub fn open(path: &Path, len_bytes: u64) -> Result<DirectFile, crate::PoolError> {
+        Self::open_with(path, len_bytes, IoEngine::best().0)
+    }
+
+    /// [`DirectFile::open`] with the I/O engine chosen (tests run both).
+    pub fn open_with(
+        path: &Path,
+        len_bytes: u64,
+        engine: IoEngine,
+    ) -> Result<DirectFile, crate::PoolError> {
         let io = |op, e: std::io::Error| crate::io_err(op, path, e);
         let open = |direct: bool| {
             OpenOptions::new()
@@ -231,6 +273,7 @@ impl DirectFile {
             len_bytes,
             direct,
             device,
+            engine,
         })
     }
 
@@ -282,6 +325,10 @@ impl Medium for DirectFile {
         self.direct
     }
 
+    fn io_engine(&self) -> &'static str {
+        self.engine.name()
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
         let block = self.block_size_bytes();
         check_range(
@@ -291,9 +338,11 @@ impl Medium for DirectFile {
             buf.len(),
             buf.as_ptr() as usize,
         )?;
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(|e| self.io_error("read", e))
+        match self.engine {
+            IoEngine::Uring => crate::uring::read_exact_at(self.file.as_raw_fd(), buf, offset),
+            IoEngine::Pread => self.file.read_exact_at(buf, offset),
+        }
+        .map_err(|e| self.io_error("read", e))
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
@@ -305,9 +354,11 @@ impl Medium for DirectFile {
             data.len(),
             data.as_ptr() as usize,
         )?;
-        self.file
-            .write_all_at(data, offset)
-            .map_err(|e| self.io_error("write", e))
+        match self.engine {
+            IoEngine::Uring => crate::uring::write_all_at(self.file.as_raw_fd(), data, offset),
+            IoEngine::Pread => self.file.write_all_at(data, offset),
+        }
+        .map_err(|e| self.io_error("write", e))
     }
 
     fn persist(&self, offset: u64, len: u64) -> Result<(), PersistError> {

@@ -233,6 +233,10 @@ impl<M: Medium> Medium for SimulatedMedium<M> {
         self.inner.is_direct()
     }
 
+    fn io_engine(&self) -> &'static str {
+        self.inner.io_engine()
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
         self.delay();
         if self.faults.fail_reads {

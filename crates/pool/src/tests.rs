@@ -251,7 +251,7 @@ fn injected_persist_faults_start_at_the_chosen_call() {
 
 mod media {
     use crate::testing::{Faults, MemoryMedium, SimulatedMedium, SECTOR_SIZE_BYTES};
-    use crate::{AlignedBuf, DirectFile, Medium, MediumError};
+    use crate::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError};
 
     fn temp_path(name: &str) -> std::path::PathBuf {
         // The VM disk (ext4) for O_DIRECT; tmpfs has none.
@@ -259,10 +259,25 @@ mod media {
     }
 
     #[test]
-    fn a_direct_file_reads_back_what_it_wrote_and_checks_ranges() {
-        let path = temp_path("direct");
+    fn a_direct_file_reads_back_what_it_wrote_and_checks_ranges_through_pread() {
+        direct_file_round_trip("direct-pread", IoEngine::Pread);
+    }
+
+    /// io_uring where this kernel allows it (the engine `DirectFile::open` picks), else the
+    /// fallback, which must then say why.
+    #[test]
+    fn a_direct_file_reads_back_what_it_wrote_through_the_best_engine() {
+        let (engine, why) = IoEngine::best();
+        assert_eq!(engine == IoEngine::Pread, why.is_some(), "{why:?}");
+        eprintln!("best I/O engine here: {} {why:?}", engine.name());
+        direct_file_round_trip("direct-best", engine);
+    }
+
+    fn direct_file_round_trip(name: &str, engine: IoEngine) {
+        let path = temp_path(name);
         let len = 1 << 20;
-        let medium = DirectFile::open(&path, len).unwrap();
+        let medium = DirectFile::open_with(&path, len, engine).unwrap();
+        assert_eq!(medium.io_engine(), engine.name());
         assert_eq!(medium.len_bytes(), len);
         assert!(medium.is_direct(), "ext4 supports O_DIRECT");
         let block = medium.block_size_bytes();
@@ -291,10 +306,10 @@ mod media {
         );
         assert_eq!(&back[block..], &data[block..]);
         // Locked: a second open of the same file is refused.
-        assert!(DirectFile::open(&path, len).is_err());
+        assert!(DirectFile::open_with(&path, len, engine).is_err());
         drop(medium);
         // Reopened: the bytes are there, the length kept.
-        let medium = DirectFile::open(&path, len).unwrap();
+        let medium = DirectFile::open_with(&path, len, engine).unwrap();
         medium
             .read_at(2 * block as u64, &mut back[..block])
             .unwrap();

@@ -298,6 +298,9 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
             write_rate_max = %ByteSize(settings.write_bytes_per_sec_max),
             "flash tier ready"
         );
+        if let Some(why) = strata_pool::IoEngine::best().1 {
+            tracing::warn!(reason = why, "flash I/O falls back to pread/pwrite");
+        }
     }
 }
 

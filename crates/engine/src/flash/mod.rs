@@ -452,7 +452,7 @@ impl FlashTier {
             suspects: 0,
             medium_bytes: self.medium.len_bytes(),
             direct_io: self.medium.is_direct(),
-            io_engine: "pread",
+            io_engine: self.medium.io_engine(),
             region_size_bytes: self.superblock.region_size_bytes,
             regions_total: self.superblock.region_count,
             regions_written,

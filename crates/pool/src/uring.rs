@@ -1,0 +1,121 @@
+//! Reads and writes of a [`crate::DirectFile`] through io_uring (the `io-uring` crate), with
+//! `pread`/`pwrite` as the fallback where the kernel or a seccomp policy refuses io_uring.
+//!
+//! Each thread that does I/O gets its own ring on first use (a thread-local), so threads never
+//! wait for one another's submissions: the flash tier's I/O threads each keep one request in
+//! flight, as with `pread`, but through the ring. A ring that cannot be set up once makes the
+//! whole process use `pread`, and says why ([`probe`]).
+
+use std::cell::RefCell;
+use std::os::fd::RawFd;
+use std::sync::OnceLock;
+
+use io_uring::{opcode, types, IoUring};
+
+/// Entries of each thread's ring: one request in flight per call, with room to spare.
+const RING_ENTRIES: u32 = 8;
+
+thread_local! {
+    static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+}
+
+/// Whether io_uring works here: `Ok` after a ring was set up once, else why not (the first
+/// call decides for the process's life).
+pub fn probe() -> &'static Result<(), String> {
+    static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBED.get_or_init(|| {
+        IoUring::new(RING_ENTRIES)
+            .map(drop)
+            .map_err(|e| format!("io_uring unavailable ({e}); using pread/pwrite"))
+    })
+}
+
+/// What one ring operation moves.
+enum Op<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+/// Reads `buf.len()` bytes at `offset` of `fd` through this thread's ring, resubmitting after
+/// short reads. An end of file before the buffer is full is an error, as `read_exact_at`'s.
+pub fn read_exact_at(fd: RawFd, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = submit(fd, Op::Read(&mut buf[done..]), offset + done as u64)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Writes all of `data` at `offset` of `fd` through this thread's ring.
+pub fn write_all_at(fd: RawFd, data: &[u8], offset: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let n = submit(fd, Op::Write(&data[done..]), offset + done as u64)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Submits one operation and waits for its completion; returns the bytes it moved.
+fn submit(fd: RawFd, op: Op<'_>, offset: u64) -> std::io::Result<usize> {
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(IoUring::new(RING_ENTRIES)?);
+        }
+        let ring = slot.as_mut().expect("set above");
+        let entry = match op {
+            Op::Read(buf) => {
+                let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+                opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len)
+                    .offset(offset)
+                    .build()
+            }
+            Op::Write(data) => {
+                let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                opcode::Write::new(types::Fd(fd), data.as_ptr(), len)
+                    .offset(offset)
+                    .build()
+            }
+        };
+        // SAFETY: the entry names a descriptor the caller keeps open for this call and a buffer
+        // borrowed (mutably, for a read) for this call; the call waits below for the entry's
+        // completion before it returns, so the kernel never touches either after the borrow
+        // ends. The ring is this thread's own, empty between calls.
+        unsafe {
+            ring.submission()
+                .push(&entry)
+                .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
+        }
+        loop {
+            match ring.submit_and_wait(1) {
+                Ok(_) if !ring.completion().is_empty() => break,
+                Ok(_) => {}
+                // Never handed to the kernel: dropping the ring drops the entry, unread.
+                Err(e) if !ring.submission().is_empty() => {
+                    *slot = None;
+                    return Err(e);
+                }
+                // Handed to the kernel, which may still be using the buffer: the call must not
+                // return before the completion (EINTR and EBUSY pass; nothing else is expected).
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+        let cqe = ring
+            .completion()
+            .next()
+            .ok_or_else(|| std::io::Error::other("io_uring completion missing"))?;
+        let result = cqe.result();
+        if result < 0 {
+            return Err(std::io::Error::from_raw_os_error(-result));
+        }
+        Ok(result as usize)
+    })
+}
