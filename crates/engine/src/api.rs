@@ -194,10 +194,11 @@ impl Engine {
         };
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
-        if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+        // Candidates first: with no flash entry sharing the key's bits (most keys), no lookup.
+        let candidates = shard.flash_candidates(crate::index::hash24(hash));
+        if candidates.is_empty() || shard.lookup_unexpired(&self.inner, key, hash).is_some() {
             return false;
         }
-        let candidates = shard.flash_candidates(crate::index::hash24(hash));
         drop(shard);
         candidates
             .as_slice()

@@ -430,7 +430,7 @@ impl Engine {
         drop(self.flash_worker.lock().take());
         if let Some(flash) = &self.inner.flash {
             // No suspect outlives the close: a restart would not know the keys it shadows.
-            tiering::settle_suspects(&self.inner);
+            while tiering::settle_suspects(&self.inner, usize::MAX) > 0 {}
             flash_write_all(flash).map_err(|e| strata_pool::PoolError::Io {
                 op: "write the flash tier",
                 path: self.pool.lock().path(),

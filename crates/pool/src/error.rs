@@ -60,7 +60,7 @@ pub enum PoolError {
     /// The file system could not reserve the file's blocks: writing through the mapping later
     /// would kill the process (SIGBUS) the moment the file system filled up, so strata does not
     /// start on such a file.
-    #[error("cannot reserve {bytes} bytes for {path} ({message}): free space on its file system, or choose a smaller --memory")]
+    #[error("cannot reserve {bytes} bytes for {path} ({message}): free space on its file system, or choose a smaller size (--memory for a pool, --flash-size for a flash file)")]
     NoSpace {
         /// The file.
         path: PathBuf,

@@ -241,6 +241,7 @@ impl DirectFile {
                 .custom_flags(if direct { libc::O_DIRECT } else { 0 })
                 .open(path)
         };
+        let created = !path.exists();
         let (file, direct) = match open(true) {
             Ok(file) => (file, true),
             // EINVAL: the file system has no direct I/O (tmpfs).
@@ -262,10 +263,18 @@ impl DirectFile {
                 });
             }
         } else {
-            if metadata.len() != len_bytes {
-                file.set_len(len_bytes).map_err(|e| io("set length", e))?;
+            let sized = if metadata.len() == len_bytes {
+                Ok(())
+            } else {
+                file.set_len(len_bytes).map_err(|e| io("set length", e))
+            };
+            if let Err(err) = sized.and_then(|()| crate::reserve(&file, len_bytes, path)) {
+                // A file this open made is not left behind, sized but without its blocks.
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(err);
             }
-            crate::reserve(&file, len_bytes, path)?;
         }
         Ok(DirectFile {
             file,

@@ -392,3 +392,74 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Damage to the flash file while the server is stopped (issue 17's rule for every tier): a
+/// flipped record byte, a zeroed 4 KiB block, a damaged region header, then a damaged
+/// superblock. No damaged value is ever served, damage costs only what it hit, and it is
+/// counted.
+#[test]
+fn damaged_flash_bytes_are_never_served() {
+    const REGION: u64 = 1 << 20;
+    const HEADER: u64 = 4096;
+    let pool_file = PoolFile::new("flash-damage");
+    let dir = flash_dir("damage");
+    let flash = dir.join("tier.flash");
+    let flash_path = flash.to_str().expect("utf-8");
+    let flags = [
+        "--pool",
+        pool_file.path(),
+        "--flash",
+        flash_path,
+        "--flash-size",
+        "96MiB",
+        "--flash-region-size",
+        "1MiB",
+        "--segment-size",
+        "64KiB",
+        "--max-value-size",
+        "32KiB",
+    ];
+    let mut server = Server::start(&flags);
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    let before = read_all(&mut client).len();
+    let on_flash = stat(&mut client, "strata_flash_items");
+    assert!(on_flash > 5_000);
+    server.terminate();
+
+    // Region i starts at HEADER + i * REGION; its records after its own 4 KiB header.
+    let mut bytes = std::fs::read(&flash).expect("read flash file");
+    let record_area = |region: u64| (HEADER + region * REGION + HEADER) as usize;
+    bytes[record_area(0) + 700] ^= 0x10; // One flipped byte inside a record.
+    let block = record_area(1) + 8192;
+    bytes[block..block + 4096].fill(0); // A zeroed block.
+    bytes[(HEADER + 2 * REGION) as usize + 20] ^= 0xff; // Region 2's header.
+    std::fs::write(&flash, &bytes).expect("write flash file");
+
+    let mut server = Server::start(&flags);
+    let mut client = Client::connect(server.memcache);
+    let after = read_all(&mut client); // Asserts every value it gets is the key's own.
+    let damaged = stat(&mut client, "strata_flash_damaged_records");
+    assert!(
+        damaged >= 2,
+        "the flipped and zeroed records were found: {damaged}"
+    );
+    assert!(
+        after.len() + 3 * (REGION as usize / 1024) >= before,
+        "damage cost about what it hit: {} of {before} left",
+        after.len()
+    );
+    server.terminate();
+
+    // A damaged superblock: the tier starts empty (said in the log), nothing wrong is served.
+    let mut bytes = std::fs::read(&flash).expect("read flash file");
+    bytes[30] ^= 0x01;
+    std::fs::write(&flash, &bytes).expect("write flash file");
+    let mut server = Server::start(&flags);
+    server.assert_logged("flash tier formatted");
+    let mut client = Client::connect(server.memcache);
+    let _ = read_all(&mut client);
+    assert_eq!(stat(&mut client, "strata_flash_items"), 0);
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+}

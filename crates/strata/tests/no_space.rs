@@ -169,3 +169,31 @@ fn stop_without_a_signal(server: &mut Server, placement: &str) {
         server.log()
     );
 }
+
+/// A flash file that does not fit its file system is refused at start with a clear message,
+/// and no partial file is left behind.
+#[test]
+fn a_flash_file_that_does_not_fit_is_refused_at_start_and_leaves_nothing() {
+    let fs = SmallFs::mount("flash", "20m");
+    let flash = fs.path("tier.flash");
+    let (status, _, stderr) = run_output(&[
+        "serve",
+        "--flash",
+        &flash,
+        "--flash-size",
+        "256MiB",
+        "--memcache-listen",
+        "127.0.0.1:0",
+        "--resp-listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reserve"), "{stderr}");
+    assert!(stderr.contains("--flash-size"), "says what to do: {stderr}");
+    assert!(
+        !Path::new(&flash).exists(),
+        "a partial flash file was left behind"
+    );
+}

@@ -188,7 +188,7 @@ pub(crate) struct FlashTier {
     writer: Mutex<Option<std::thread::Thread>>,
     /// Records read ahead by I/O threads for a request that waits for them (see `stage`),
     /// by location; taken by the read that uses them.
-    staged: Mutex<HashMap<u64, StagedRecord>>,
+    staged: Mutex<Staged>,
     /// `FlashConfig::read_delay_for_tests`.
     pub(crate) read_delay_for_tests: std::time::Duration,
 }
@@ -200,9 +200,17 @@ struct StagedRecord {
     bytes: Vec<u8>,
 }
 
-/// Most records held read ahead; past it the oldest are not kept apart (a read finds none
-/// and reads the medium itself).
+/// The records read ahead, and the bytes they hold.
+#[derive(Debug, Default)]
+struct Staged {
+    records: HashMap<u64, StagedRecord>,
+    bytes: usize,
+}
+
+/// Most records, and most bytes, held read ahead. Past either, all are dropped (records no
+/// read came for accumulate otherwise): a read that wanted one reads the medium itself.
 const STAGED_RECORDS_MAX: usize = 4096;
+const STAGED_BYTES_MAX: usize = 64 << 20;
 
 /// Why the tier could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -384,7 +392,7 @@ impl FlashTier {
             }),
             counters: FlashCounters::default(),
             writer: Mutex::new(None),
-            staged: Mutex::new(HashMap::new()),
+            staged: Mutex::new(Staged::default()),
             read_delay_for_tests: std::time::Duration::ZERO,
         };
         let regions_kept = tier.list_regions()?;
@@ -633,6 +641,16 @@ impl FlashTier {
         }
     }
 
+    /// Whether sealed regions wait for the flash thread.
+    pub(crate) fn has_writes_queued(&self) -> bool {
+        !self
+            .regions
+            .lock()
+            .expect("regions lock")
+            .to_write
+            .is_empty()
+    }
+
     /// Names the thread that writes sealed regions, to wake when one is sealed.
     pub(crate) fn set_writer(&self, thread: std::thread::Thread) {
         *self.writer.lock().expect("writer lock") = Some(thread);
@@ -879,6 +897,7 @@ impl FlashTier {
             .staged
             .lock()
             .expect("staged lock")
+            .records
             .contains_key(&location)
         {
             return;
@@ -889,17 +908,19 @@ impl FlashTier {
             return;
         };
         self.counters.record_read(started.elapsed(), range.len());
+        let bytes = buf[range].to_vec();
         let mut staged = self.staged.lock().expect("staged lock");
-        if staged.len() >= STAGED_RECORDS_MAX {
-            staged.clear(); // Reads that wanted them read the medium themselves.
+        if staged.records.len() >= STAGED_RECORDS_MAX
+            || staged.bytes + bytes.len() > STAGED_BYTES_MAX
+        {
+            // Reads that wanted them read the medium themselves.
+            staged.records.clear();
+            staged.bytes = 0;
         }
-        staged.insert(
-            location,
-            StagedRecord {
-                seq,
-                bytes: buf[range].to_vec(),
-            },
-        );
+        staged.bytes += bytes.len();
+        if let Some(old) = staged.records.insert(location, StagedRecord { seq, bytes }) {
+            staged.bytes -= old.bytes.len();
+        }
     }
 
     /// Whether a record read ahead waits for `location`.
@@ -907,6 +928,7 @@ impl FlashTier {
         self.staged
             .lock()
             .expect("staged lock")
+            .records
             .contains_key(&location)
     }
 
@@ -918,7 +940,12 @@ impl FlashTier {
         seq: u64,
         out: &mut AlignedBuf,
     ) -> Option<std::ops::Range<usize>> {
-        let staged = self.staged.lock().expect("staged lock").remove(&location)?;
+        let staged = {
+            let mut all = self.staged.lock().expect("staged lock");
+            let record = all.records.remove(&location)?;
+            all.bytes -= record.bytes.len();
+            record
+        };
         if staged.seq != seq {
             return None;
         }

@@ -25,6 +25,8 @@ use crate::Inner;
 
 /// Reads of a flash-resident item after which it moves back to memory.
 pub(crate) const PROMOTE_AFTER_READS: u8 = 2;
+/// Suspects of each shard the flash thread settles between two looks at its write queue.
+const SETTLE_PER_ROUND_MAX: usize = 32;
 /// How long the flash thread sleeps when it has nothing to do.
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
@@ -200,7 +202,11 @@ fn run(inner: &Inner, stop: &AtomicBool) {
         } else if at_item_bound(inner) {
             busy |= reclaim_one(inner, true);
         }
-        busy |= settle_suspects(inner) > 0;
+        // Region writes come first: a suspect waiting costs a lookup's extra read at most,
+        // while a region not written in time makes the next evictions refused.
+        if !flash.has_writes_queued() {
+            busy |= settle_suspects(inner, SETTLE_PER_ROUND_MAX) > 0;
+        }
         if !busy {
             std::thread::park_timeout(IDLE_WAIT);
         }
@@ -227,13 +233,14 @@ fn pace(rate: u64, written: u64, started: std::time::Instant) {
     }
 }
 
-/// Reads the key of every flash suspect (see `crate::shard::flash`) and settles it: dropped if
-/// memory holds that key, kept if it is another key's only copy. Returns how many it read.
-pub(crate) fn settle_suspects(inner: &Inner) -> usize {
+/// Reads the key of up to `max_per_shard` flash suspects of each shard (see
+/// `crate::shard::flash`) and settles them: dropped if memory holds that key, kept if it is
+/// another key's only copy. Returns how many it read.
+pub(crate) fn settle_suspects(inner: &Inner, max_per_shard: usize) -> usize {
     let mut read = 0;
     for padded in inner.shards.iter() {
         let lock = &padded.0;
-        let suspects = lock.read().flash_suspects();
+        let suspects = lock.read().flash_suspects(max_per_shard);
         for suspect in suspects {
             let key = record_key(inner, suspect.location);
             lock.write().settle_suspect(inner, suspect, key.as_deref());

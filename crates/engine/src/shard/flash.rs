@@ -34,6 +34,71 @@ pub(crate) struct FlashSuspect {
     pub(crate) location: u64,
 }
 
+/// The suspects of a shard, by hash bits: adding one, dropping those of a key's bits and
+/// settling one each cost a hash lookup, whatever their number (a write storm over a large
+/// flash tier makes thousands).
+#[derive(Debug, Default)]
+pub(crate) struct Suspects {
+    by_h24: std::collections::HashMap<u32, Vec<u64>>,
+    count: usize,
+}
+
+impl Suspects {
+    fn add(&mut self, suspect: FlashSuspect) {
+        let locations = self.by_h24.entry(suspect.h24).or_default();
+        if !locations.contains(&suspect.location) {
+            locations.push(suspect.location);
+            self.count += 1;
+        }
+    }
+
+    /// Removes and returns the locations of the suspects with hash bits `h24`.
+    fn take(&mut self, h24: u32) -> Vec<u64> {
+        let locations = self.by_h24.remove(&h24).unwrap_or_default();
+        self.count -= locations.len();
+        locations
+    }
+
+    /// Removes one suspect; returns whether it was there.
+    fn remove(&mut self, suspect: FlashSuspect) -> bool {
+        let Some(locations) = self.by_h24.get_mut(&suspect.h24) else {
+            return false;
+        };
+        let Some(at) = locations.iter().position(|&l| l == suspect.location) else {
+            return false;
+        };
+        locations.swap_remove(at);
+        if locations.is_empty() {
+            self.by_h24.remove(&suspect.h24);
+        }
+        self.count -= 1;
+        true
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(FlashSuspect) -> bool) {
+        let mut count = 0;
+        self.by_h24.retain(|&h24, locations| {
+            locations.retain(|&location| keep(FlashSuspect { h24, location }));
+            count += locations.len();
+            !locations.is_empty()
+        });
+        self.count = count;
+    }
+
+    /// Up to `max` suspects, for the flash thread to read.
+    fn some(&self, max: usize) -> Vec<FlashSuspect> {
+        self.by_h24
+            .iter()
+            .flat_map(|(&h24, locations)| {
+                locations
+                    .iter()
+                    .map(move |&location| FlashSuspect { h24, location })
+            })
+            .take(max)
+            .collect()
+    }
+}
+
 /// Most flash entries one lookup reads (entries sharing a key's 24 hash bits in its buckets;
 /// more than one is a rare collision).
 pub(crate) const FLASH_CANDIDATES_MAX: usize = 8;
@@ -109,9 +174,7 @@ impl Shard {
     }
 
     fn add_suspect(&mut self, suspect: FlashSuspect) {
-        if !self.flash_suspects.contains(&suspect) {
-            self.flash_suspects.push(suspect);
-        }
+        self.flash_suspects.add(suspect);
     }
 
     /// Takes the memory entry in `slot` (hash bits `h24`) out of the index; first drops, unread,
@@ -123,29 +186,22 @@ impl Shard {
 
     /// Drops the flash entries of the suspects with hash bits `h24` (see the module docs).
     pub(super) fn drop_suspects(&mut self, h24: u32) {
-        if self.flash_suspects.is_empty() {
+        if self.flash_suspects.count == 0 {
             return;
         }
-        let mut i = 0;
-        while i < self.flash_suspects.len() {
-            let suspect = self.flash_suspects[i];
-            if suspect.h24 == h24 {
-                self.flash_suspects.swap_remove(i);
-                self.unindex_flash(h24, suspect.location);
-            } else {
-                i += 1;
-            }
+        for location in self.flash_suspects.take(h24) {
+            self.unindex_flash(h24, location);
         }
     }
 
     /// How many suspects wait for the flash thread.
     pub(crate) fn flash_suspect_count(&self) -> u64 {
-        self.flash_suspects.len() as u64
+        self.flash_suspects.count as u64
     }
 
-    /// The suspects waiting for the flash thread.
-    pub(crate) fn flash_suspects(&self) -> Vec<FlashSuspect> {
-        self.flash_suspects.clone()
+    /// Up to `max` of the suspects waiting for the flash thread.
+    pub(crate) fn flash_suspects(&self, max: usize) -> Vec<FlashSuspect> {
+        self.flash_suspects.some(max)
     }
 
     /// Settles a suspect the flash thread has read: `key` is the key its record holds (`None`:
@@ -158,10 +214,9 @@ impl Shard {
         suspect: FlashSuspect,
         key: Option<&[u8]>,
     ) -> bool {
-        let Some(at) = self.flash_suspects.iter().position(|s| *s == suspect) else {
+        if !self.flash_suspects.remove(suspect) {
             return false;
-        };
-        self.flash_suspects.swap_remove(at);
+        }
         let older = match key {
             Some(key) => self.lookup(inner, key, inner.hash(key)).is_some(),
             None => true,
@@ -292,8 +347,7 @@ impl Shard {
         // flash copy it was read from is dropped here, not left to the flash thread.
         self.write(inner, key, hash, item.value, meta, true)?;
         let h24 = index::hash24(hash);
-        self.flash_suspects
-            .retain(|s| !(s.h24 == h24 && s.location == location));
+        self.flash_suspects.remove(FlashSuspect { h24, location });
         self.unindex_flash(h24, location);
         if let Some(flash) = &inner.flash {
             flash

@@ -128,7 +128,7 @@ pub(crate) struct Shard {
     demote_scratch: Vec<u8>,
     /// Flash entries that may be older copies of keys written to memory since (see
     /// `flash::FlashSuspect`).
-    flash_suspects: Vec<flash::FlashSuspect>,
+    flash_suspects: flash::Suspects,
 }
 
 /// What the scrub's walk of one segment found.
@@ -308,7 +308,7 @@ impl Shard {
             scan_offsets: Vec::new(),
             flash_items: 0,
             demote_scratch: Vec::new(),
-            flash_suspects: Vec::new(),
+            flash_suspects: flash::Suspects::default(),
         }
     }
 
