@@ -253,66 +253,57 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A kill loop with the flash tier: rounds of pipelined overwrites of more data than memory
-/// holds (so items keep moving to flash and back), each ended by `kill -9` with a batch in
-/// flight, and a restart on the same pool and flash file. After each restart, every key is
-/// absent (a cache may lose what flash had not written) or holds its last acknowledged value
-/// or one of the values in flight: never an older one, never a torn one.
-/// `STRATA_FLASH_KILL_ROUNDS=N` runs more rounds (default 4).
-#[test]
-fn kill_loop_with_flash_never_serves_an_older_value() {
-    const KEYS_IN_LOOP: usize = 40_000;
-    let rounds: u64 = std::env::var("STRATA_FLASH_KILL_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(4);
-    let pool_file = PoolFile::new("flash-kill");
-    let dir = flash_dir("kill");
-    let flash = dir.join("tier.flash");
-    let flags = [
-        "--pool",
-        pool_file.path(),
-        "--index-placement",
-        "pool",
-        "--flash",
-        flash.to_str().expect("utf-8"),
-        "--flash-size",
-        "64MiB",
-        "--flash-region-size",
-        "256KiB",
-        "--segment-size",
-        "64KiB",
-        "--max-value-size",
-        "32KiB",
-    ];
-    let value = |key: usize, version: u64| {
+/// Keys of the flash kill loop: 36 MB of values through a 16 MiB memory tier.
+const KILL_LOOP_KEYS: usize = 40_000;
+
+/// What the flash kill loop knows of each key: the last acknowledged version (0: never
+/// written, or found absent after a kill) and the versions in flight when the process died.
+struct KillModel {
+    acked: Vec<u64>,
+    in_flight: Vec<Vec<u64>>,
+    version: u64,
+    rng: u64,
+    /// Keys checked after kills, how many were absent, and flash items found after restarts.
+    checked: u64,
+    absent: u64,
+    kept_on_flash: u64,
+}
+
+impl KillModel {
+    fn new(seed: u64) -> KillModel {
+        KillModel {
+            acked: vec![0; KILL_LOOP_KEYS],
+            in_flight: vec![Vec::new(); KILL_LOOP_KEYS],
+            version: 0,
+            rng: seed | 1,
+            checked: 0,
+            absent: 0,
+            kept_on_flash: 0,
+        }
+    }
+
+    fn value(key: usize, version: u64) -> Vec<u8> {
         let mut value = format!("k{key}:v{version}:").into_bytes();
         value.resize(900, b'x');
         value
-    };
-    // Per key: the last acknowledged version (0: never written or lost), and the versions in
-    // flight when the process was killed.
-    let mut acked = vec![0u64; KEYS_IN_LOOP];
-    let mut in_flight: Vec<Vec<u64>> = vec![Vec::new(); KEYS_IN_LOOP];
-    let mut version = 0u64;
-    let mut kept_on_flash = 0u64;
-    let (mut checked, mut absent) = (0u64, 0u64);
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
-    for round in 0..rounds {
-        let mut server = Server::start(&flags);
-        let mut client = Client::connect(server.memcache);
-        // Check every key against the model, then adopt what survived.
-        for key in 0..KEYS_IN_LOOP {
+    }
+
+    fn next(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    fn random_key(&mut self) -> usize {
+        (self.next() % KILL_LOOP_KEYS as u64) as usize
+    }
+
+    /// After a restart: every key absent, acknowledged or in flight; adopts what survived.
+    fn check(&mut self, client: &mut Client, cell: &str) {
+        for key in 0..KILL_LOOP_KEYS {
             let reply = client.call(format!("get k{key}\r\n").as_bytes());
-            let got = if reply == "END\r\n" {
-                None
-            } else {
+            let got = (reply != "END\r\n").then(|| {
                 let len: usize = reply
                     .trim_end()
                     .rsplit(' ')
@@ -322,75 +313,122 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
                     .unwrap();
                 let data = client.read_bytes(len + 2);
                 assert_eq!(client.line(), "END\r\n");
-                Some(data[..len].to_vec())
-            };
-            let allowed = |v: u64| v > 0 && got.as_deref() == Some(&value(key, v)[..]);
-            checked += u64::from(acked[key] > 0);
-            match &got {
-                None => {
-                    absent += u64::from(acked[key] > 0);
-                    acked[key] = 0;
-                }
-                Some(_) if allowed(acked[key]) => {}
-                Some(_) if in_flight[key].iter().any(|&v| allowed(v)) => {
-                    acked[key] = *in_flight[key].iter().find(|&&v| allowed(v)).unwrap();
-                }
-                Some(data) => panic!(
-                    "round {round}: k{key} = {:?}, acknowledged v{}, in flight {:?}",
+                data[..len].to_vec()
+            });
+            let is = |v: u64| v > 0 && got.as_deref() == Some(&Self::value(key, v)[..]);
+            self.checked += u64::from(self.acked[key] > 0);
+            if got.is_none() {
+                self.absent += u64::from(self.acked[key] > 0);
+                self.acked[key] = 0;
+            } else if let Some(&v) = self.in_flight[key].iter().find(|&&v| is(v)) {
+                self.acked[key] = v;
+            } else if !is(self.acked[key]) {
+                let data = got.unwrap_or_default();
+                panic!(
+                    "{cell}: k{key} = {:?}, acknowledged v{}, in flight {:?}",
                     String::from_utf8_lossy(&data[..data.len().min(24)]),
-                    acked[key],
-                    in_flight[key]
-                ),
+                    self.acked[key],
+                    self.in_flight[key]
+                );
             }
-            in_flight[key].clear();
+            self.in_flight[key].clear();
         }
-        if round > 0 {
-            kept_on_flash += stat(&mut client, "strata_flash_items");
-        }
-        // Pipelined overwrites of random keys, acknowledged batch by batch.
-        let batches = 20 + next() % 200;
-        for _ in 0..batches {
-            let keys: Vec<usize> = (0..100)
-                .map(|_| (next() % KEYS_IN_LOOP as u64) as usize)
-                .collect();
-            let mut batch = Vec::new();
-            let mut versions = Vec::new();
-            for &key in &keys {
-                version += 1;
-                versions.push((key, version));
-                batch.extend_from_slice(format!("set k{key} 0 0 900\r\n").as_bytes());
-                batch.extend_from_slice(&value(key, version));
-                batch.extend_from_slice(b"\r\n");
-            }
-            client.send(&batch);
-            for (key, v) in versions {
-                assert_eq!(client.line(), "STORED\r\n");
-                acked[key] = v;
-            }
-        }
-        // One more batch, killed in flight.
-        let mut batch = Vec::new();
-        for _ in 0..100 {
-            let key = (next() % KEYS_IN_LOOP as u64) as usize;
-            version += 1;
-            in_flight[key].push(version);
-            batch.extend_from_slice(format!("set k{key} 0 0 900\r\n").as_bytes());
-            batch.extend_from_slice(&value(key, version));
-            batch.extend_from_slice(b"\r\n");
-        }
-        client.send(&batch);
-        server.signal("KILL");
-        let _ = server.wait_exit();
     }
-    eprintln!(
-        "{rounds} rounds: {checked} written keys checked after kills, {absent} absent, \
-         {kept_on_flash} flash items found after restarts, no older or torn value"
-    );
-    assert!(
-        rounds < 2 || kept_on_flash > 0,
-        "some flash items survived the kills"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+
+    /// A pipelined batch of 100 overwrites of random keys; `in_flight` keeps it unanswered.
+    fn batch(&mut self, client: &mut Client, in_flight: bool) {
+        let mut request = Vec::new();
+        let mut versions = Vec::new();
+        for _ in 0..100 {
+            let key = self.random_key();
+            self.version += 1;
+            versions.push((key, self.version));
+            request.extend_from_slice(format!("set k{key} 0 0 900\r\n").as_bytes());
+            request.extend_from_slice(&Self::value(key, self.version));
+            request.extend_from_slice(b"\r\n");
+        }
+        client.send(&request);
+        for (key, version) in versions {
+            if in_flight {
+                self.in_flight[key].push(version);
+            } else {
+                assert_eq!(client.line(), "STORED\r\n");
+                self.acked[key] = version;
+            }
+        }
+    }
+}
+
+/// A kill loop with the flash tier, in each cell of index placement (pool, dram) ×
+/// durability (none, sync): rounds of pipelined overwrites of more data than memory holds (so
+/// items keep moving to flash and back), each ended by `kill -9` with a batch in flight, and a
+/// restart on the same pool and flash file. After each restart, every key is absent (a cache
+/// may lose what flash had not written; with the index in DRAM a crash drops every flash
+/// entry) or holds its last acknowledged value or one of the values in flight: never an older
+/// one, never a torn one. `STRATA_FLASH_KILL_ROUNDS=N` runs more rounds per cell (default 2).
+#[test]
+fn kill_loop_with_flash_never_serves_an_older_value() {
+    let rounds: u64 = std::env::var("STRATA_FLASH_KILL_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
+    for (i, (placement, durability)) in [("pool", "none"), ("pool", "sync"), ("dram", "none")]
+        .into_iter()
+        .enumerate()
+    {
+        let cell = format!("index {placement}, durability {durability}");
+        let pool_file = PoolFile::new(&format!("flash-kill-{i}"));
+        let dir = flash_dir(&format!("kill-{i}"));
+        let flash = dir.join("tier.flash");
+        let flags = [
+            "--pool",
+            pool_file.path(),
+            "--index-placement",
+            placement,
+            "--durability",
+            durability,
+            "--flash",
+            flash.to_str().expect("utf-8"),
+            "--flash-size",
+            "64MiB",
+            "--flash-region-size",
+            "256KiB",
+            "--segment-size",
+            "64KiB",
+            "--max-value-size",
+            "32KiB",
+        ];
+        let mut model = KillModel::new(0x9E37_79B9_7F4A_7C15 ^ i as u64);
+        for round in 0..=rounds {
+            let mut server = Server::start(&flags);
+            let mut client = Client::connect(server.memcache);
+            model.check(&mut client, &cell);
+            if round > 0 {
+                model.kept_on_flash += stat(&mut client, "strata_flash_items");
+            }
+            if round == rounds {
+                break;
+            }
+            for _ in 0..20 + model.next() % 200 {
+                model.batch(&mut client, false);
+            }
+            model.batch(&mut client, true);
+            server.signal("KILL");
+            let _ = server.wait_exit();
+        }
+        eprintln!(
+            "{cell}, {rounds} kills: {} written keys checked, {} absent, {} flash items found \
+             after restarts, no older or torn value",
+            model.checked, model.absent, model.kept_on_flash
+        );
+        if placement == "pool" {
+            assert!(
+                model.kept_on_flash > 0,
+                "{cell}: flash items survived the kills"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// Damage to the flash file while the server is stopped (issue 17's rule for every tier): a
