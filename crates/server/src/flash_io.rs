@@ -55,13 +55,22 @@ pub struct Job {
 
 /// The pool of I/O threads; they end when it is dropped (their queue closes).
 pub struct FlashIo {
-    sender: Mutex<Sender<Job>>,
+    sender: Mutex<Sender<Part>>,
+}
+
+/// One key of a job, for one I/O thread: the job's keys are read in parallel, and the thread
+/// that reads the last one tells the worker.
+struct Part {
+    key: Vec<u8>,
+    left: Arc<std::sync::atomic::AtomicUsize>,
+    done: Done,
+    reply: ReplyTo,
 }
 
 impl FlashIo {
     /// Starts `threads` I/O threads reading ahead for `engine`.
     pub fn start(engine: Arc<Engine>, threads: usize) -> std::io::Result<Self> {
-        let (sender, receiver) = std::sync::mpsc::channel::<Job>();
+        let (sender, receiver) = std::sync::mpsc::channel::<Part>();
         let receiver = Arc::new(Mutex::new(receiver));
         for i in 0..threads.max(1) {
             let engine = Arc::clone(&engine);
@@ -75,31 +84,45 @@ impl FlashIo {
         })
     }
 
-    /// Queues a read-ahead. Returns false if the I/O threads are gone (the caller then runs
-    /// the request at once, reading flash itself).
+    /// Queues a read-ahead, one part per key. Returns false if the I/O threads are gone (the
+    /// caller then runs the request at once, reading flash itself).
     pub fn submit(&self, job: Job) -> bool {
-        self.sender
-            .lock()
-            .map(|sender| sender.send(job).is_ok())
-            .unwrap_or(false)
+        let Ok(sender) = self.sender.lock() else {
+            return false;
+        };
+        if job.keys.is_empty() {
+            return false;
+        }
+        let left = Arc::new(std::sync::atomic::AtomicUsize::new(job.keys.len()));
+        for key in job.keys {
+            let part = Part {
+                key,
+                left: Arc::clone(&left),
+                done: job.done,
+                reply: job.reply.clone(),
+            };
+            if sender.send(part).is_err() {
+                return false;
+            }
+        }
+        true
     }
 }
 
-fn serve(engine: &Engine, receiver: &Mutex<Receiver<Job>>) {
+fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
     loop {
-        let job = match receiver.lock() {
+        let part = match receiver.lock() {
             Ok(receiver) => match receiver.recv() {
-                Ok(job) => job,
+                Ok(part) => part,
                 Err(_) => return, // The server is stopping.
             },
             Err(_) => return,
         };
-        for key in &job.keys {
-            engine.stage_flash(key);
-        }
+        engine.stage_flash(&part.key);
+        let last = part.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1;
         // A worker that is gone (shutdown) no longer listens: nothing to tell.
-        if job.reply.sender.send(job.done).is_ok() {
-            let _ = job.reply.waker.wake();
+        if last && part.reply.sender.send(part.done).is_ok() {
+            let _ = part.reply.waker.wake();
         }
     }
 }
@@ -113,19 +136,27 @@ pub struct FlashWait {
 }
 
 impl FlashWait {
-    /// Whether the request reading `keys` must wait for flash reads ahead: some key is on
-    /// flash and not read ahead, and the request did not just wait. Then the keys to read are
+    /// Whether the requests reading `keys` must wait for flash reads ahead: some key is on
+    /// flash and not read ahead, and the session did not just wait. Then the keys to read are
     /// kept for [`FlashWait::take_keys`]. Without I/O threads, never.
+    ///
+    /// After a wait, the next call with keys runs without waiting, whatever its keys now need:
+    /// that is the request that waited (it stayed first in the input), so every wait moves the
+    /// connection on, and a key that went back to flash meanwhile is read on the worker. A call
+    /// with no keys leaves that turn to the next.
     pub fn must_wait<'k>(
         &mut self,
         ctx: &crate::context::ServerContext,
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) -> bool {
-        if std::mem::take(&mut self.staged) || ctx.flash_io.is_none() {
+        if ctx.flash_io.is_none() {
+            return false;
+        }
+        let mut keys = keys.into_iter().peekable();
+        if keys.peek().is_none() || std::mem::take(&mut self.staged) {
             return false;
         }
         let needed: Vec<Vec<u8>> = keys
-            .into_iter()
             .filter(|key| ctx.engine.flash_read_needed(key))
             .map(<[u8]>::to_vec)
             .collect();

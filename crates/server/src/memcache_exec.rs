@@ -279,8 +279,9 @@ impl MemcacheSession {
             for (request, end) in batch.hot() {
                 match request {
                     Hot::Get(get) => {
-                        // A get, gets or gat from its first key: wait (the request stays
-                        // unconsumed) while I/O threads read its flash keys ahead.
+                        // A get, gets or gat of keys on flash, from its first key: it waits,
+                        // unconsumed, while I/O threads read those keys ahead (in parallel);
+                        // the requests before it have run and their replies go out meanwhile.
                         if self.get_paused.is_none()
                             && ctx.flash_io.is_some()
                             && self.flash_wait.must_wait(ctx, get.keys.iter())

@@ -386,7 +386,8 @@ impl RespSession {
             if ctx.flash_io.is_some() && self.state.authenticated && reads_keys(args, command) {
                 let keys = args.iter(command).skip(1);
                 if self.flash_wait.must_wait(ctx, keys) {
-                    // The command stays unconsumed while I/O threads read its keys ahead.
+                    // The command waits, unconsumed, while I/O threads read its keys ahead
+                    // (in parallel); the commands before it have run.
                     return Some(Processed::flash_wait(start));
                 }
             }

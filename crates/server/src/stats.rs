@@ -119,6 +119,10 @@ pub struct ServerStats {
     pub panic_closed_connections: AtomicU64,
     /// Client connections closed because they sent an HTTP request to a cache port.
     pub cross_protocol_closes: AtomicU64,
+    /// Requests that waited for flash reads ahead (a batch of them counts once).
+    pub flash_waits: AtomicU64,
+    /// Of those, the ones whose reads ahead finished and whose connection resumed.
+    pub flash_waits_done: AtomicU64,
     /// memcached authentication tokens checked (memcached's `auth_cmds`).
     pub auth_commands: AtomicU64,
     /// Of those, refused (memcached's `auth_errors`).
@@ -144,6 +148,8 @@ impl Default for ServerStats {
             worker_panics: AtomicU64::new(0),
             panic_closed_connections: AtomicU64::new(0),
             cross_protocol_closes: AtomicU64::new(0),
+            flash_waits: AtomicU64::new(0),
+            flash_waits_done: AtomicU64::new(0),
             auth_commands: AtomicU64::new(0),
             auth_errors: AtomicU64::new(0),
             evicted_clients: AtomicU64::new(0),

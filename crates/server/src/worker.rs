@@ -303,6 +303,8 @@ impl Worker {
                 continue; // Closed while it waited.
             };
             if connection.id == done.connection_id {
+                let stats = &self.shared.ctx.stats;
+                stats.flash_waits_done.fetch_add(1, Ordering::Relaxed);
                 connection.flash_staged();
                 self.again.push(slot);
             }
@@ -383,6 +385,7 @@ impl Worker {
                 },
                 reply: self.flash_reply.clone(),
             };
+            shared.ctx.stats.flash_waits.fetch_add(1, Ordering::Relaxed);
             let queued = shared
                 .ctx
                 .flash_io

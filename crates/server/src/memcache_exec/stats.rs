@@ -152,6 +152,12 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     stat(out, "strata_panic_closed_connections", closed);
     let cross = load(&ctx.stats.cross_protocol_closes);
     stat(out, "strata_cross_protocol_closes", cross);
+    stat(out, "strata_flash_waits", load(&ctx.stats.flash_waits));
+    stat(
+        out,
+        "strata_flash_waits_done",
+        load(&ctx.stats.flash_waits_done),
+    );
     let backend = ctx.engine.backend().name();
     let domain = ctx.engine.persistence_domain().summary();
     encode::write_stat(out, b"strata_pool_backend", backend.as_bytes());
