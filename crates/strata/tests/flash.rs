@@ -233,6 +233,13 @@ fn a_flash_read_does_not_hold_up_other_connections() {
         stat(&mut b, "strata_flash_staged_reads") >= 1,
         "served from the read-ahead"
     );
+    let waits = stat(&mut b, "strata_flash_waits");
+    assert!(waits >= 1, "A's request waited");
+    assert_eq!(
+        stat(&mut b, "strata_flash_waits_done"),
+        waits,
+        "and resumed"
+    );
     // The same through RESP: MGET of a flash key and a memory key.
     let mut resp = Client::connect(server.resp);
     resp.send(&harness::resp_command(&[
