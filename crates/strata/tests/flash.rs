@@ -366,8 +366,44 @@ impl KillModel {
     }
 }
 
-/// A kill loop with the flash tier, in each cell of index placement (pool, dram) ×
-/// durability (none, sync): rounds of pipelined overwrites of more data than memory holds (so
+/// Where a round of the flash kill loop kills the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KillPoint {
+    /// `kill -9` under load, a batch in flight.
+    Load,
+    /// SIGTERM with a batch in flight, then `kill -9` a few milliseconds into the shutdown
+    /// (while it drains and writes its flash regions).
+    Shutdown,
+    /// `kill -9` under load, then again while the restart recovers (each step stalled).
+    Recovery,
+}
+
+/// Ends a round of the flash kill loop at `point` (the server is gone when it returns).
+fn kill_at(point: KillPoint, server: &mut Server, flags: &[&str], model: &mut KillModel) {
+    match point {
+        KillPoint::Load | KillPoint::Recovery => server.signal("KILL"),
+        KillPoint::Shutdown => {
+            server.signal("TERM");
+            std::thread::sleep(std::time::Duration::from_millis(model.next() % 30));
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &server.pid().to_string()])
+                .status();
+        }
+    }
+    let _ = server.wait_exit();
+    if point == KillPoint::Recovery {
+        let stall = [("STRATA_TEST_RECOVERY_STALL_MS", "50")];
+        let mut recovering = Server::launch(&[], flags, &stall);
+        std::thread::sleep(std::time::Duration::from_millis(model.next() % 400));
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &recovering.pid().to_string()])
+            .status();
+        let _ = recovering.wait_exit();
+    }
+}
+
+/// A kill loop with the flash tier, in cells of index placement (pool, dram) × durability
+/// (none, sync) × kill point (under load, during shutdown, during recovery): rounds of pipelined overwrites of more data than memory holds (so
 /// items keep moving to flash and back), each ended by `kill -9` with a batch in flight, and a
 /// restart on the same pool and flash file. After each restart, every key is absent (a cache
 /// may lose what flash had not written; with the index in DRAM a crash drops every flash
@@ -379,11 +415,15 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2);
-    for (i, (placement, durability)) in [("pool", "none"), ("pool", "sync"), ("dram", "none")]
-        .into_iter()
-        .enumerate()
-    {
-        let cell = format!("index {placement}, durability {durability}");
+    let cells = [
+        ("pool", "none", KillPoint::Load),
+        ("pool", "sync", KillPoint::Load),
+        ("dram", "none", KillPoint::Load),
+        ("pool", "none", KillPoint::Shutdown),
+        ("pool", "none", KillPoint::Recovery),
+    ];
+    for (i, (placement, durability, point)) in cells.into_iter().enumerate() {
+        let cell = format!("index {placement}, durability {durability}, kill {point:?}");
         let pool_file = PoolFile::new(&format!("flash-kill-{i}"));
         let dir = flash_dir(&format!("kill-{i}"));
         let flash = dir.join("tier.flash");
@@ -420,15 +460,14 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
                 model.batch(&mut client, false);
             }
             model.batch(&mut client, true);
-            server.signal("KILL");
-            let _ = server.wait_exit();
+            kill_at(point, &mut server, &flags, &mut model);
         }
         eprintln!(
             "{cell}, {rounds} kills: {} written keys checked, {} absent, {} flash items found \
              after restarts, no older or torn value",
             model.checked, model.absent, model.kept_on_flash
         );
-        if placement == "pool" {
+        if placement == "pool" && point == KillPoint::Load {
             assert!(
                 model.kept_on_flash > 0,
                 "{cell}: flash items survived the kills"
