@@ -740,6 +740,7 @@ impl FlashTier {
         now_ms: u64,
         oldest: bool,
         unindex: &mut dyn FnMut(u64, &[u8]),
+        visited_all: &mut dyn FnMut(),
     ) -> Result<u64, MediumError> {
         let (index, seq, payload_bytes) = {
             let mut regions = self.regions.lock().expect("regions lock");
@@ -762,6 +763,8 @@ impl FlashTier {
         } else {
             self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
         }
+        // The caller's batched drops happen before the region can be reused.
+        visited_all();
         // A region that cannot be read back: its entries fail every read's check (they miss)
         // and are replaced or dropped as their keys are written; nothing is served from it.
         // The reclaimed header goes down (and is persisted) before the region is reused, so
@@ -1131,12 +1134,17 @@ mod tests {
             write_all(&tier);
             while tier.needs_reclaim(0) {
                 let mut visited = Vec::new();
-                tier.reclaim(0, false, &mut |location, bytes| {
-                    let record::Scan::Record(view) = record::read(bytes) else {
-                        panic!("a reclaimed region holds valid records")
-                    };
-                    visited.push((location, String::from_utf8(view.key.to_vec()).unwrap()));
-                })
+                tier.reclaim(
+                    0,
+                    false,
+                    &mut |location, bytes| {
+                        let record::Scan::Record(view) = record::read(bytes) else {
+                            panic!("a reclaimed region holds valid records")
+                        };
+                        visited.push((location, String::from_utf8(view.key.to_vec()).unwrap()));
+                    },
+                    &mut || {},
+                )
                 .unwrap();
                 assert!(!visited.is_empty());
                 for entry in &visited {
@@ -1192,8 +1200,13 @@ mod tests {
         write_all(&tier);
         // The oldest region is reclaimed: its records are gone for good.
         let mut reclaimed = Vec::new();
-        tier.reclaim(0, false, &mut |location, _| reclaimed.push(location))
-            .unwrap_or_else(|_| panic!("reclaim"));
+        tier.reclaim(
+            0,
+            false,
+            &mut |location, _| reclaimed.push(location),
+            &mut || {},
+        )
+        .unwrap_or_else(|_| panic!("reclaim"));
         assert!(!reclaimed.is_empty());
         let written = tier.stats(0).regions_written;
         drop(tier);
@@ -1248,9 +1261,14 @@ mod tests {
                 write_all(&tier);
                 tier.persist().unwrap();
                 while tier.needs_reclaim(0) {
-                    tier.reclaim(0, false, &mut |location, _| {
-                        current.remove(&location);
-                    })
+                    tier.reclaim(
+                        0,
+                        false,
+                        &mut |location, _| {
+                            current.remove(&location);
+                        },
+                        &mut || {},
+                    )
                     .unwrap();
                 }
             }
