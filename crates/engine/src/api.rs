@@ -112,7 +112,9 @@ impl Engine {
                 Some(f(item(&found)))
             }
             None => {
-                if self.inner.flash.is_some() {
+                // A memory record of the key, even expired, is newer than any flash copy:
+                // only a key memory does not hold at all is looked for on flash.
+                if self.inner.flash.is_some() && shard.lookup(&self.inner, key, hash).is_none() {
                     let candidates = shard.flash_candidates(crate::index::hash24(hash));
                     if !candidates.is_empty() {
                         drop(shard);
@@ -196,7 +198,7 @@ impl Engine {
         let shard = lock.read();
         // Candidates first: with no flash entry sharing the key's bits (most keys), no lookup.
         let candidates = shard.flash_candidates(crate::index::hash24(hash));
-        if candidates.is_empty() || shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+        if candidates.is_empty() || shard.lookup(&self.inner, key, hash).is_some() {
             return false;
         }
         drop(shard);
@@ -216,7 +218,7 @@ impl Engine {
         let (hash, lock) = self.shard_for(key);
         let candidates = {
             let shard = lock.read();
-            if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+            if shard.lookup(&self.inner, key, hash).is_some() {
                 return;
             }
             shard.flash_candidates(crate::index::hash24(hash))
@@ -319,6 +321,10 @@ impl Engine {
         let shard = lock.read();
         if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
             return true;
+        }
+        // An expired memory record shadows any older flash copy.
+        if shard.lookup(&self.inner, key, hash).is_some() {
+            return false;
         }
         let candidates = shard.flash_candidates(crate::index::hash24(hash));
         drop(shard);

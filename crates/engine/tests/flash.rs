@@ -477,3 +477,37 @@ fn a_record_read_ahead_serves_the_next_read_without_io() {
         "the newest key is in memory"
     );
 }
+
+/// A key whose older value is on flash and whose newer value in memory has expired is absent:
+/// the expired memory record shadows the flash copy (found by the model test: the older value
+/// came back once the newer one expired).
+#[test]
+fn an_expired_memory_record_shadows_an_older_flash_copy() {
+    let clock = ManualClock::new(1_800_000_000_000);
+    let engine = Engine::open(EngineConfig {
+        clock: Arc::new(clock.clone()),
+        ..config(ram_disk(64), false)
+    })
+    .unwrap();
+    let keys = fill(&engine, 600);
+    let key = &keys[4];
+    assert!(
+        engine.flash_read_needed(key),
+        "the key's first value is on flash"
+    );
+    let expires = Expiry::AtMs(clock.now_ms() + 10_000);
+    engine.set(key, b"newer, expiring", 0, expires).unwrap();
+    assert_eq!(peek(&engine, key).as_deref(), Some(&b"newer, expiring"[..]));
+    clock.advance_ms(20_000);
+    assert_eq!(
+        get(&engine, key),
+        None,
+        "expired, and the older flash copy stays hidden"
+    );
+    assert!(!engine.contains(key));
+    assert!(
+        !engine.flash_read_needed(key),
+        "nothing to read from flash for it"
+    );
+    engine.check_integrity().unwrap();
+}
