@@ -105,6 +105,13 @@ fn drive<'a>(data: &'a [u8], limits: &Limits, plan: &[usize]) -> Vec<Event<'a>> 
                     events.push(Event::Close);
                     return events;
                 }
+                // An HTTP request on the memcached port: hung up on without a reply.
+                Err(error @ ParseError::CrossProtocol) => {
+                    check_cross_protocol(buf);
+                    let _ = error.to_string();
+                    events.push(Event::Close);
+                    return events;
+                }
                 Err(other) => panic!("unknown parse error {other:?}"),
             }
         }
@@ -271,6 +278,17 @@ fn check_refusal(buf: &[u8], reply: &[u8], consumed: usize) {
             "reply {reply:?}"
         );
     }
+}
+
+/// A hang-up for another protocol comes only on a complete line that looks like an HTTP
+/// request line.
+fn check_cross_protocol(buf: &[u8]) {
+    let (line, _) = command_line(buf);
+    assert!(
+        strata_protocol::cross_protocol::is_http_line(line),
+        "hung up on a line that is not HTTP: {:?}",
+        String::from_utf8_lossy(line)
+    );
 }
 
 fn check_close(buf: &[u8], limits: &Limits) {
