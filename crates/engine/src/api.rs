@@ -706,7 +706,7 @@ impl Engine {
             // Keys on flash are read with no lock held (a key deleted meanwhile may still be
             // returned, as SCAN allows for keys not present for the whole iteration).
             for location in flash.drain(..) {
-                let Some(key) = tiering::read_key(&self.inner, location, now_ms) else {
+                let Some(key) = tiering::read_key(&self.inner, location, Some(now_ms)) else {
                     continue;
                 };
                 // An older copy of a key memory holds (see `shard::flash`) is not a second key.

@@ -73,28 +73,42 @@ fn flash_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// The flash flags every test here uses: the tier on `flash`, `size` large, in regions of
+/// `region`, with 64 KiB segments (small regions fill, and get written, quickly), then `extra`.
+fn flash_flags<'a>(
+    flash: &'a str,
+    size: &'a str,
+    region: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut flags = vec![
+        "--flash",
+        flash,
+        "--flash-size",
+        size,
+        "--flash-region-size",
+        region,
+        "--segment-size",
+        "64KiB",
+        "--max-value-size",
+        "32KiB",
+    ];
+    flags.extend_from_slice(extra);
+    flags
+}
+
 #[test]
 fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
     let pool_file = PoolFile::new("flash");
     let dir = flash_dir("restart");
     let flash = dir.join("tier.flash");
     let flash = flash.to_str().expect("utf-8");
-    let flags = [
-        "--pool",
-        pool_file.path(),
-        "--index-placement",
-        "pool",
-        "--flash",
+    let flags = flash_flags(
         flash,
-        "--flash-size",
         "96MiB",
-        "--flash-region-size",
         "1MiB",
-        "--segment-size",
-        "64KiB",
-        "--max-value-size",
-        "32KiB",
-    ];
+        &["--pool", pool_file.path(), "--index-placement", "pool"],
+    );
     let mut server = Server::start(&flags);
     server.assert_logged("flash tier ready");
     let mut client = Client::connect(server.memcache);
@@ -178,20 +192,12 @@ fn flash_options_need_flash_and_a_size() {
 fn a_flash_read_does_not_hold_up_other_connections() {
     let dir = flash_dir("parked");
     let flash = dir.join("tier.flash");
-    let flags = [
-        "--threads",
-        "1",
-        "--flash",
+    let flags = flash_flags(
         flash.to_str().expect("utf-8"),
-        "--flash-size",
         "96MiB",
-        "--flash-region-size",
         "1MiB",
-        "--segment-size",
-        "64KiB",
-        "--max-value-size",
-        "32KiB",
-    ];
+        &["--threads", "1"],
+    );
     let mut server = Server::launch(&[], &flags, &[("STRATA_TEST_FLASH_READ_DELAY_MS", "1000")]);
     server.await_ready();
     let mut writer = Client::connect(server.memcache);
@@ -428,24 +434,15 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
         let pool_file = PoolFile::new(&format!("flash-kill-{i}"));
         let dir = flash_dir(&format!("kill-{i}"));
         let flash = dir.join("tier.flash");
-        let flags = [
+        let extra = [
             "--pool",
             pool_file.path(),
             "--index-placement",
             placement,
             "--durability",
             durability,
-            "--flash",
-            flash.to_str().expect("utf-8"),
-            "--flash-size",
-            "64MiB",
-            "--flash-region-size",
-            "256KiB",
-            "--segment-size",
-            "64KiB",
-            "--max-value-size",
-            "32KiB",
         ];
+        let flags = flash_flags(flash.to_str().expect("utf-8"), "64MiB", "256KiB", &extra);
         let mut model = KillModel::new(0x9E37_79B9_7F4A_7C15 ^ i as u64);
         for round in 0..=rounds {
             let mut server = Server::start(&flags);
@@ -493,20 +490,7 @@ fn damaged_flash_bytes_are_never_served() {
     let dir = flash_dir("damage");
     let flash = dir.join("tier.flash");
     let flash_path = flash.to_str().expect("utf-8");
-    let flags = [
-        "--pool",
-        pool_file.path(),
-        "--flash",
-        flash_path,
-        "--flash-size",
-        "96MiB",
-        "--flash-region-size",
-        "1MiB",
-        "--segment-size",
-        "64KiB",
-        "--max-value-size",
-        "32KiB",
-    ];
+    let flags = flash_flags(flash_path, "96MiB", "1MiB", &["--pool", pool_file.path()]);
     let mut server = Server::start(&flags);
     let mut client = Client::connect(server.memcache);
     write_all(&mut client);

@@ -111,14 +111,21 @@ fn with_read_buf<R>(f: impl FnOnce(&mut AlignedBuf) -> R) -> R {
 }
 
 /// Reads the flash record at `location` (tier bit set) and returns its key if it is valid,
-/// live and unexpired at `now_ms` (for SCAN, which does not know the key).
-pub(crate) fn read_key(inner: &Inner, location: u64, now_ms: u64) -> Option<Vec<u8>> {
+/// live and, given `unexpired_at_ms`, unexpired then (SCAN, which does not know the key; the
+/// flash thread settling a suspect passes `None`: expired or not, the record is that key's).
+pub(crate) fn read_key(
+    inner: &Inner,
+    location: u64,
+    unexpired_at_ms: Option<u64>,
+) -> Option<Vec<u8>> {
     let flash = inner.flash.as_ref()?;
     with_read_buf(|buf| {
         let range = flash.read(location & !FLASH_TIER_BIT, buf)?;
         match record::read(&buf[range]) {
             record::Scan::Record(view)
-                if view.live && view.meta.expires_at_ms.is_none_or(|at| at > now_ms) =>
+                if view.live
+                    && unexpired_at_ms
+                        .is_none_or(|now| view.meta.expires_at_ms.is_none_or(|at| at > now)) =>
             {
                 Some(view.key.to_vec())
             }
@@ -244,24 +251,12 @@ pub(crate) fn settle_suspects(inner: &Inner, max_per_shard: usize) -> usize {
         let lock = &padded.0;
         let suspects = lock.read().flash_suspects(max_per_shard);
         for suspect in suspects {
-            let key = record_key(inner, suspect.location);
+            let key = read_key(inner, suspect.location, None);
             lock.write().settle_suspect(inner, suspect, key.as_deref());
             read += 1;
         }
     }
     read
-}
-
-/// The key of the valid, live flash record at `location` (tier bit set), expired or not.
-fn record_key(inner: &Inner, location: u64) -> Option<Vec<u8>> {
-    let flash = inner.flash.as_ref()?;
-    with_read_buf(|buf| {
-        let range = flash.read(location & !FLASH_TIER_BIT, buf)?;
-        match record::read(&buf[range]) {
-            record::Scan::Record(view) if view.live => Some(view.key.to_vec()),
-            _ => None,
-        }
-    })
 }
 
 /// Reclaims a region (see `FlashTier::reclaim`): every index entry still pointing into it

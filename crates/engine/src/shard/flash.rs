@@ -124,17 +124,26 @@ impl Shard {
     /// The flash entries with hash bits `h24`: the places a key missing from memory may be.
     pub(crate) fn flash_candidates(&self, h24: u32) -> FlashCandidates {
         let mut found = FlashCandidates::default();
-        if self.flash_items == 0 {
-            return found;
-        }
-        let _ = self.index.find(h24, |location| {
-            if is_flash(location) && found.len < FLASH_CANDIDATES_MAX {
+        self.for_each_flash_entry(h24, |location| {
+            if found.len < FLASH_CANDIDATES_MAX {
                 found.locations[found.len] = location;
                 found.len += 1;
             }
-            false
         });
         found
+    }
+
+    /// Calls `f` with the location of every flash entry with hash bits `h24`.
+    fn for_each_flash_entry(&self, h24: u32, mut f: impl FnMut(u64)) {
+        if self.flash_items == 0 {
+            return;
+        }
+        let _ = self.index.find(h24, |location| {
+            if is_flash(location) {
+                f(location);
+            }
+            false
+        });
     }
 
     /// Drops every flash entry with hash bits `h24`, unread: the key is being written or
@@ -155,19 +164,11 @@ impl Shard {
     /// Lists the flash entries with `hash`'s 24 bits as suspects: its key has just been
     /// written to memory (see the module docs).
     pub(crate) fn suspect_flash_copies(&mut self, hash: u64) {
-        if self.flash_items == 0 {
-            return;
-        }
         // Every one, however many: a copy left off the list could outlive the key's memory
         // copy (reads look at the first few candidates only, which costs misses, never this).
         let h24 = index::hash24(hash);
         let mut found = Vec::new();
-        let _ = self.index.find(h24, |location| {
-            if is_flash(location) {
-                found.push(location);
-            }
-            false
-        });
+        self.for_each_flash_entry(h24, |location| found.push(location));
         for location in found {
             self.add_suspect(FlashSuspect { h24, location });
         }
