@@ -123,6 +123,8 @@ pub struct ServerStats {
     pub flash_waits: AtomicU64,
     /// Of those, the ones whose reads ahead finished and whose connection resumed.
     pub flash_waits_done: AtomicU64,
+    /// Of those, the ones whose connection had closed when the reads finished.
+    pub flash_waits_abandoned: AtomicU64,
     /// memcached authentication tokens checked (memcached's `auth_cmds`).
     pub auth_commands: AtomicU64,
     /// Of those, refused (memcached's `auth_errors`).
@@ -150,6 +152,7 @@ impl Default for ServerStats {
             cross_protocol_closes: AtomicU64::new(0),
             flash_waits: AtomicU64::new(0),
             flash_waits_done: AtomicU64::new(0),
+            flash_waits_abandoned: AtomicU64::new(0),
             auth_commands: AtomicU64::new(0),
             auth_errors: AtomicU64::new(0),
             evicted_clients: AtomicU64::new(0),

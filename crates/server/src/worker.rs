@@ -299,14 +299,18 @@ impl Worker {
         }
         while let Ok(done) = self.flash_done.try_recv() {
             let slot = done.slot;
-            let Some(connection) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
-                continue; // Closed while it waited.
-            };
-            if connection.id == done.connection_id {
-                let stats = &self.shared.ctx.stats;
-                stats.flash_waits_done.fetch_add(1, Ordering::Relaxed);
-                connection.flash_staged();
-                self.again.push(slot);
+            let stats = &self.shared.ctx.stats;
+            // The slot may be empty or hold a newer connection: this one closed while it
+            // waited, and its reads ahead are left to the staging area's bound.
+            match self.slots.get_mut(slot).and_then(Option::as_mut) {
+                Some(connection) if connection.id == done.connection_id => {
+                    stats.flash_waits_done.fetch_add(1, Ordering::Relaxed);
+                    connection.flash_staged();
+                    self.again.push(slot);
+                }
+                _ => {
+                    stats.flash_waits_abandoned.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         if self.drain_deadline.is_none() && self.shared.ctx.shutdown.load(Ordering::Acquire) {

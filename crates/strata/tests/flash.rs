@@ -256,6 +256,39 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert_eq!(resp.line(), "*2\r\n");
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(1)[..]));
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(newest)[..]));
+    // A client that hangs up while its request waits for flash. The hang-up reads as the end
+    // of its input, which may be a half-close whose requests are still owed their replies
+    // (memcached's rule), so the request completes and the connection then closes. C,
+    // connected meanwhile, gets its own replies only, before and after that read completes.
+    let connections = stat(&mut b, "curr_connections");
+    let waits_before = stat(&mut b, "strata_flash_waits");
+    let mut gone = Client::connect(server.memcache);
+    gone.send(b"get k3\r\n");
+    while stat(&mut b, "strata_flash_waits") == waits_before {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(gone);
+    let mut c = Client::connect(server.memcache);
+    let own_reply = |c: &mut Client| {
+        assert_eq!(c.call(b"get k4\r\n"), format!("VALUE k4 0 {VALUE_LEN}\r\n"));
+        assert_eq!(&c.read_bytes(VALUE_LEN + 2)[..VALUE_LEN], &value_of(4)[..]);
+        assert_eq!(c.line(), "END\r\n");
+    };
+    own_reply(&mut c);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stat(&mut b, "curr_connections") != connections + 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the departed client's connection was never closed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let waits = stat(&mut b, "strata_flash_waits");
+    let done = stat(&mut b, "strata_flash_waits_done");
+    let abandoned = stat(&mut b, "strata_flash_waits_abandoned");
+    assert_eq!(done + abandoned, waits, "every wait ended");
+    own_reply(&mut c);
+    assert_eq!(c.call(b"mn\r\n"), "MN\r\n", "nothing else was sent to C");
     // A shutdown while a request waits for flash answers it before closing.
     a.send(b"get k2\r\n");
     server.signal("TERM");

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::flash_math::{check_stride, items_kept, FlashSizes};
+use super::restart::{self, remove_files, Answer, Recipe, StopKind};
 use super::runner::{target_flags, RunRecord, RunStatus, Target};
 use super::scenarios::Scenario;
 use super::servers::{ServerProcess, ServerResources, ServerSpec};
@@ -35,7 +36,7 @@ use crate::cpu::{io_bytes, rss_bytes, IoBytes};
 use crate::error::BenchError;
 use crate::protocol::Protocol;
 use crate::report::PhaseReport;
-use crate::workload::KeyDist;
+use crate::workload::{KeyBatch, KeyDist, KeySpace};
 use crate::BenchArgs;
 
 /// How long the `stats` probe waits for memcached's `END`.
@@ -76,6 +77,24 @@ pub struct FlashSpec {
     /// Also run each server without its flash tier, to measure what memory alone keeps.
     #[serde(default = "default_true")]
     pub memory_only_run: bool,
+    /// After the mixed phases, stop the server this way and start it again, in order (`clean`,
+    /// `kill`): each start is timed to its first hit and followed by the items-kept check. The
+    /// server then runs with its restart recipe from the start (strata `--pool FILE`,
+    /// memcached `-e FILE`; `compare/restart.rs`), its file in `restart_dir`.
+    #[serde(default)]
+    pub restarts: Vec<StopKind>,
+    /// Where the restart recipes' files go: the memory tier's persistence (tmpfs stands in for
+    /// PMem).
+    #[serde(default = "default_restart_dir")]
+    pub restart_dir: PathBuf,
+    /// Flags strata gets besides `--pool FILE` when restarts are measured (e.g.
+    /// `--index-placement pool`, whose index, flash entries included, survives a kill).
+    #[serde(default)]
+    pub strata_restart_args: String,
+}
+
+fn default_restart_dir() -> PathBuf {
+    PathBuf::from("/dev/shm")
 }
 
 fn default_key_dists() -> Vec<String> {
@@ -151,6 +170,25 @@ pub struct FlashPhase {
     pub wall_secs: f64,
 }
 
+/// One stop and start after the mixed phases.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlashRestart {
+    /// How the server was stopped.
+    pub stop: StopKind,
+    /// Exactly how (the signal).
+    pub stop_how: String,
+    /// Process start → first GET answered, ms.
+    pub serving_ms: f64,
+    /// Process start → first GET hit, ms; `None` when the first answer was a miss (cold).
+    pub first_hit_ms: Option<f64>,
+    /// Items kept just before the stop (estimated from the check's sample).
+    pub items_before: f64,
+    /// Items kept after the start (the same check).
+    pub items_after: f64,
+    /// The check after the start.
+    pub check: PhaseReport,
+}
+
 /// The same server without its flash tier, filled past its budget.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemoryOnly {
@@ -195,6 +233,12 @@ pub struct FlashResult {
     pub stats_after_check: BTreeMap<String, String>,
     /// The mixed phases.
     pub phases: Vec<FlashPhase>,
+    /// The stops and starts after the mixed phases, in order.
+    #[serde(default)]
+    pub restarts: Vec<FlashRestart>,
+    /// Why the restarts failed, if they did (the rest of the run stands).
+    #[serde(default)]
+    pub restart_error: Option<String>,
     /// The memory-only run, if made and successful.
     pub memory_only: Option<MemoryOnly>,
     /// Why the memory-only run failed, if it did.
@@ -224,8 +268,17 @@ pub(crate) fn run_flash(
     let flash_args = flash_args
         .replace("{flash_path}", &path.display().to_string())
         .replace("{flash_mib}", &session.sizes.flash_mib.to_string());
+    let recipe = session.restart_recipe();
+    let mut command = format!("{} {flash_args}", target.server.command);
+    if let Some(recipe) = &recipe {
+        remove_files(&session.spec.restart_dir, &recipe.prefix);
+        command = format!("{command} {}", recipe.args);
+        if target.server.name.starts_with("strata") {
+            command = format!("{command} {}", session.spec.strata_restart_args);
+        }
+    }
     let spec = ServerSpec {
-        command: format!("{} {flash_args}", target.server.command),
+        command,
         ..target.server.clone()
     };
     let log = session.log("flash");
@@ -237,8 +290,11 @@ pub(crate) fn run_flash(
             return record(RunStatus::NotRun(reason));
         }
     };
-    let result = session.run_tier(server, &path);
+    let result = session.run_tier(server, &path, &spec, recipe.as_ref());
     let _ = std::fs::remove_file(&path);
+    if let Some(recipe) = &recipe {
+        remove_files(&session.spec.restart_dir, &recipe.prefix);
+    }
     let mut flash = match result {
         Ok(flash) => flash,
         Err(error) => {
@@ -379,8 +435,23 @@ impl<'a> Session<'a> {
         Ok((check, stride))
     }
 
-    /// The fill, the check and the mixed phases against a server started with its flash tier.
-    fn run_tier(&self, server: ServerProcess, path: &Path) -> Result<FlashResult, BenchError> {
+    /// The restart recipe, when the scenario measures restarts and the server has one.
+    fn restart_recipe(&self) -> Option<Recipe> {
+        if self.spec.restarts.is_empty() {
+            return None;
+        }
+        restart::recipe(&self.target.server.name, &self.spec.restart_dir)
+    }
+
+    /// The fill, the check and the mixed phases against a server started with its flash tier
+    /// (as `spec`), then the restarts if `recipe` is given.
+    fn run_tier(
+        &self,
+        server: ServerProcess,
+        path: &Path,
+        spec: &ServerSpec,
+        recipe: Option<&Recipe>,
+    ) -> Result<FlashResult, BenchError> {
         let pid = server.pid;
         let rss_bytes_start = rss_bytes(pid)?;
         let io_start = io_bytes(pid)?;
@@ -393,6 +464,11 @@ impl<'a> Session<'a> {
         let stats_after_check = memcache_stats(server.port(Protocol::MemcacheText))
             .unwrap_or_else(|error| BTreeMap::from([("error".to_owned(), error)]));
         let phases = self.mixed_phases(&server)?;
+        let rss_bytes_end = rss_bytes(pid)?;
+        let (restarts, restart_error) = match recipe {
+            Some(recipe) => self.restarts(server, spec, recipe),
+            None => (Vec::new(), None),
+        };
         Ok(FlashResult {
             sizes: self.sizes,
             value_bytes: self.value_bytes,
@@ -403,14 +479,126 @@ impl<'a> Session<'a> {
             check_stride,
             rss_bytes_start,
             rss_bytes_after_check,
-            rss_bytes_end: rss_bytes(pid)?,
+            rss_bytes_end,
             io_fill,
             flash_file_bytes,
             stats_after_check,
             phases,
+            restarts,
+            restart_error,
             memory_only: None,
             memory_only_error: None,
         })
+    }
+
+    /// Stops and starts `server` once per entry of `restarts`; the figures of those that
+    /// completed, and why the next failed if one did.
+    fn restarts(
+        &self,
+        mut server: ServerProcess,
+        spec: &ServerSpec,
+        recipe: &Recipe,
+    ) -> (Vec<FlashRestart>, Option<String>) {
+        let mut done = Vec::new();
+        let Ok((check, stride)) = self.check(&server, self.sizes.keys) else {
+            return (done, Some("the check before the first stop failed".into()));
+        };
+        let mut items_before = items_kept(check.counts.hits, self.sizes.keys, stride);
+        for (n, &stop) in self.spec.restarts.iter().enumerate() {
+            match self.restart_once(&mut server, spec, recipe, stop, n) {
+                Ok((stop_how, serving, first_hit, check)) => {
+                    let items_after = items_kept(check.counts.hits, self.sizes.keys, stride);
+                    done.push(FlashRestart {
+                        stop,
+                        stop_how,
+                        serving_ms: serving.as_secs_f64() * 1e3,
+                        first_hit_ms: first_hit.map(|d| d.as_secs_f64() * 1e3),
+                        items_before,
+                        items_after,
+                        check,
+                    });
+                    items_before = items_after;
+                }
+                Err(error) => {
+                    eprintln!("  restart failed: {error}");
+                    return (done, Some(error.to_string()));
+                }
+            }
+        }
+        (done, None)
+    }
+
+    /// One stop and start: how it stopped, start → serving, start → first hit, and the check.
+    fn restart_once(
+        &self,
+        server: &mut ServerProcess,
+        spec: &ServerSpec,
+        recipe: &Recipe,
+        stop: StopKind,
+        n: usize,
+    ) -> Result<(String, Duration, Option<Duration>, PhaseReport), BenchError> {
+        // The oldest key still held: for a tiered server, most likely a flash item.
+        let probe_key = self.present_key(server)?;
+        let stop_how = restart::stop_server(server, &self.target.server.name, recipe, stop)?;
+        // memcached restarts cold when started in the same second as its stop.
+        std::thread::sleep(Duration::from_millis(1100));
+        let log = self.log(&format!("restart{}", n + 1));
+        let started = Instant::now();
+        *server = ServerProcess::spawn(spec, self.resources(), &log)?;
+        let (serving, first_hit) =
+            restart::probe(server, self.target.protocol, &probe_key, started).map_err(
+                |detail| BenchError::Server {
+                    server: self.target.server.name.clone(),
+                    detail: format!("{detail}; see {}", log.display()),
+                },
+            )?;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        eprintln!(
+            "  {}: serving after {:.1} ms, {}",
+            stop.name(),
+            ms(serving),
+            first_hit.map_or("first GET missed (cold)".into(), |h| format!(
+                "first hit after {:.1} ms",
+                ms(h)
+            ))
+        );
+        let (check, _) = self.check(server, self.sizes.keys)?;
+        Ok((stop_how, serving, first_hit, check))
+    }
+
+    /// The first of every stride-th key (from key 0, the oldest) that `server` holds; key 0
+    /// when it holds none of the first thousand tried.
+    fn present_key(&self, server: &ServerProcess) -> Result<KeyBatch, BenchError> {
+        let bench = self.bench_args(server, self.sizes.keys)?;
+        let keys = KeySpace::new(self.sizes.keys, bench.key_size)?;
+        let stride = check_stride(self.sizes.keys, self.spec.check_keys_max);
+        let key = |index: u64| {
+            let mut key = KeyBatch::default();
+            key.push(&keys, index);
+            key
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], server.port(Protocol::MemcacheText)));
+        let io = |e: std::io::Error| BenchError::Server {
+            server: self.target.server.name.clone(),
+            detail: format!("finding a present key: {e}"),
+        };
+        let mut stream = TcpStream::connect(addr).map_err(io)?;
+        stream.set_read_timeout(Some(STATS_TIMEOUT)).map_err(io)?;
+        let mut input = Vec::new();
+        for index in (0..self.sizes.keys)
+            .step_by(stride.try_into().unwrap_or(1))
+            .take(1000)
+        {
+            let mut request = Vec::new();
+            Protocol::MemcacheText.encode_get(&mut request, &key(index));
+            let answer =
+                restart::get_once(&mut stream, Protocol::MemcacheText, &request, &mut input)
+                    .map_err(io)?;
+            if matches!(answer, Answer::Hit) {
+                return Ok(key(index));
+            }
+        }
+        Ok(key(0))
     }
 
     /// One closed-loop phase per key distribution, then the fixed-rate phase.

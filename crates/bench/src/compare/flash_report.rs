@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::charts::human;
 use super::disk::{DiskProbe, FioOutcome};
-use super::flash::{FlashResult, DEMOTED_ITEMS_STATS, FLASH_BYTES_WRITTEN_STATS};
+use super::flash::{FlashRestart, FlashResult, DEMOTED_ITEMS_STATS, FLASH_BYTES_WRITTEN_STATS};
 use super::flash_math::{dram_per_flash_item, write_amplification, MIB};
 use super::summary::{median, TargetSummary};
 
@@ -47,6 +47,21 @@ pub struct FlashPhaseSummary {
     pub server_cpu_us_per_request: Option<f64>,
     /// Bytes the server read from the disk per GET (page-cache hits read nothing).
     pub disk_read_bytes_per_get: Option<f64>,
+}
+
+/// One stop and start's medians.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlashRestartSummary {
+    /// "clean stop", "kill -9".
+    pub stop: String,
+    /// Process start → first GET answered, ms.
+    pub serving_ms: Option<f64>,
+    /// Process start → first GET hit, ms; `None` when every start was cold.
+    pub first_hit_ms: Option<f64>,
+    /// Items kept before the stop.
+    pub items_before: Option<f64>,
+    /// Items kept after the start.
+    pub items_after: Option<f64>,
 }
 
 /// One server's flash figures: medians over repeats.
@@ -90,6 +105,12 @@ pub struct FlashSummary {
     pub write_amplification: Option<f64>,
     /// The mixed phases, in order.
     pub phases: Vec<FlashPhaseSummary>,
+    /// The stops and starts after them, in order.
+    #[serde(default)]
+    pub restarts: Vec<FlashRestartSummary>,
+    /// Why the first run's restarts failed, if they did.
+    #[serde(default)]
+    pub restart_error: Option<String>,
     /// [`SHOWN_STATS`] present in the first run's stats after the check.
     pub stats: BTreeMap<String, String>,
 }
@@ -189,6 +210,8 @@ pub fn summarise(results: &[&FlashResult]) -> Option<FlashSummary> {
         demoted_source: derived[0].2.clone(),
         write_amplification: med_derived(&|d| d.write_amplification),
         phases: phase_summaries(results),
+        restarts: restart_summaries(results),
+        restart_error: first.restart_error.clone(),
         stats: SHOWN_STATS
             .iter()
             .filter_map(|&name| Some((name.to_owned(), first.stats_after_check.get(name)?.clone())))
@@ -217,6 +240,25 @@ fn phase_summaries(results: &[&FlashResult]) -> Vec<FlashPhaseSummary> {
                 server_cpu_us_per_request: med(&|p| p.report.server_cpu_us_per_request),
                 disk_read_bytes_per_get: med(&disk_read_bytes_per_get),
                 label,
+            }
+        })
+        .collect()
+}
+
+fn restart_summaries(results: &[&FlashResult]) -> Vec<FlashRestartSummary> {
+    (0..results[0].restarts.len())
+        .map(|n| {
+            let restarts: Vec<&FlashRestart> =
+                results.iter().filter_map(|r| r.restarts.get(n)).collect();
+            let med = |f: &dyn Fn(&FlashRestart) -> Option<f64>| {
+                median(restarts.iter().filter_map(|r| f(r)).collect())
+            };
+            FlashRestartSummary {
+                stop: restarts[0].stop.name().to_owned(),
+                serving_ms: med(&|r| Some(r.serving_ms)),
+                first_hit_ms: med(&|r| r.first_hit_ms),
+                items_before: med(&|r| Some(r.items_before)),
+                items_after: med(&|r| Some(r.items_after)),
             }
         })
         .collect()
@@ -335,6 +377,7 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
         }
     }
     md.push('\n');
+    restart_table(md, targets);
     for t in targets {
         if let Some(f) = t.flash.as_ref().filter(|f| !f.stats.is_empty()) {
             let stats: Vec<String> = f.stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -346,6 +389,49 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
             );
         }
     }
+}
+
+/// The stops and starts after the mixed phases, where any server made them.
+fn restart_table(md: &mut String, targets: &[TargetSummary]) {
+    if targets
+        .iter()
+        .flat_map(|t| &t.flash)
+        .all(|f| f.restarts.is_empty() && f.restart_error.is_none())
+    {
+        return;
+    }
+    md.push_str(
+        "Restarts with the flash tier full, after the mixed phases (each server with its warm \
+         restart file on tmpfs; items kept by the same sampled check before the stop and after \
+         the start):\n\n| server | stop | start → serving ms | start → first hit ms | items \
+         before | items after | kept % |\n|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    for t in targets {
+        let Some(f) = &t.flash else { continue };
+        for r in &f.restarts {
+            let kept = r
+                .items_before
+                .zip(r.items_after)
+                .and_then(|(b, a)| (b > 0.0).then(|| a / b * 100.0));
+            let first_hit = r
+                .first_hit_ms
+                .map_or_else(|| "cold".to_owned(), |ms| format!("{ms:.0}"));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {first_hit} | {} | {} | {} |",
+                t.server,
+                r.stop,
+                opt(r.serving_ms, 0),
+                opt(r.items_before, 0),
+                opt(r.items_after, 0),
+                opt(kept, 1),
+            );
+        }
+        if let Some(error) = &f.restart_error {
+            let _ = writeln!(md, "| {} | failed: {error} | | | | | |", t.server);
+        }
+    }
+    md.push('\n');
 }
 
 fn summary_row(md: &mut String, t: &TargetSummary) {

@@ -138,18 +138,19 @@ pub struct RestartResult {
 }
 
 /// How one server keeps its data across a restart.
-struct Recipe {
+pub(crate) struct Recipe {
     /// Appended to the server's command.
-    args: String,
+    pub(crate) args: String,
     /// The graceful stop's signal.
     clean_signal: &'static str,
     /// Send Redis's SAVE before stopping.
     save_first: bool,
     /// Files to remove before and after (prefix match in the directory).
-    prefix: String,
+    pub(crate) prefix: String,
 }
 
-fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
+/// `server`'s restart recipe with its files in `dir`, or `None` for a server without one.
+pub(crate) fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
     let prefix = format!("strata-bench-restart-{}-{server}", std::process::id());
     let file = dir.join(&prefix);
     let file = file.display();
@@ -171,7 +172,8 @@ fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
     })
 }
 
-fn remove_files(dir: &Path, prefix: &str) {
+/// Removes the files in `dir` whose names start with `prefix`.
+pub(crate) fn remove_files(dir: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -361,28 +363,39 @@ impl<'a> Session<'a> {
 
     /// Stops the server as `stop` says and waits for it to exit; returns how.
     fn stop(&self, server: &mut ServerProcess, stop: StopKind) -> Result<String, BenchError> {
-        let fail = |detail: String| BenchError::Server {
-            server: self.target.server.name.clone(),
-            detail,
-        };
-        let mut how = Vec::new();
-        if self.recipe.save_first {
-            let port = server.port(Protocol::Resp);
-            redis_save(port).map_err(|e| fail(format!("SAVE failed: {e}")))?;
-            how.push("SAVE");
-        }
-        let signal = match stop {
-            StopKind::Clean => self.recipe.clean_signal,
-            StopKind::Kill => "KILL",
-        };
-        server.signal(signal).map_err(fail)?;
-        let status = server.wait_exit(WAIT_MAX).map_err(fail)?;
-        let signal = format!("SIG{signal}");
-        how.push(&signal);
-        let how = how.join(", then ");
-        eprintln!("  stopped with {how}: {status}");
-        Ok(how)
+        stop_server(server, &self.target.server.name, self.recipe, stop)
     }
+}
+
+/// Stops `server` (named `name`) as `stop` says, the recipe's way, and waits for it to exit;
+/// returns how.
+pub(crate) fn stop_server(
+    server: &mut ServerProcess,
+    name: &str,
+    recipe: &Recipe,
+    stop: StopKind,
+) -> Result<String, BenchError> {
+    let fail = |detail: String| BenchError::Server {
+        server: name.to_owned(),
+        detail,
+    };
+    let mut how = Vec::new();
+    if recipe.save_first {
+        let port = server.port(Protocol::Resp);
+        redis_save(port).map_err(|e| fail(format!("SAVE failed: {e}")))?;
+        how.push("SAVE");
+    }
+    let signal = match stop {
+        StopKind::Clean => recipe.clean_signal,
+        StopKind::Kill => "KILL",
+    };
+    server.signal(signal).map_err(fail)?;
+    let status = server.wait_exit(WAIT_MAX).map_err(fail)?;
+    let signal = format!("SIG{signal}");
+    how.push(&signal);
+    let how = how.join(", then ");
+    eprintln!("  stopped with {how}: {status}");
+    Ok(how)
 }
 
 /// Sends SAVE and waits for `+OK`.
@@ -401,7 +414,7 @@ fn redis_save(port: u16) -> std::io::Result<()> {
 }
 
 /// A GET's answer.
-enum Answer {
+pub(crate) enum Answer {
     Hit,
     Miss,
     /// Up, not serving yet (Redis `-LOADING`).
@@ -410,7 +423,7 @@ enum Answer {
 
 /// Sends the encoded GET `request` once on `stream` and reads its reply, in `protocol`.
 /// `input` holds bytes received but not yet parsed.
-fn get_once(
+pub(crate) fn get_once(
     stream: &mut TcpStream,
     protocol: Protocol,
     request: &[u8],
@@ -449,7 +462,7 @@ fn get_once(
 
 /// Connects and GETs `key` until the server answers: the time (from `started`) of the first
 /// answer, and of the first hit if that answer was one.
-fn probe(
+pub(crate) fn probe(
     server: &mut ServerProcess,
     protocol: Protocol,
     key: &KeyBatch,
