@@ -25,6 +25,10 @@ use strata_engine::Engine;
 /// while each thread blocks in `pread`.
 pub const FLASH_IO_THREADS_DEFAULT: usize = 8;
 
+/// Most keys one wait reads ahead for the requests pipelined behind the waiting one (the
+/// waiting request's own keys are all read, however many).
+pub const READ_AHEAD_KEYS_MAX: usize = 64;
+
 /// A finished read-ahead, for the worker that parked the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Done {
@@ -165,6 +169,28 @@ impl FlashWait {
         }
         self.keys = Some(needed);
         true
+    }
+
+    /// After [`FlashWait::must_wait`] said wait: reads `keys` ahead too, those on flash and
+    /// not read ahead yet. A server adds the keys of the requests pipelined behind the waiting
+    /// one, so that a pipeline of reads waits once, its reads in parallel, instead of once per
+    /// request, one after another.
+    pub fn read_ahead_too<'k>(
+        &mut self,
+        ctx: &crate::context::ServerContext,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) {
+        let Some(waiting) = self.keys.as_mut() else {
+            return;
+        };
+        for key in keys {
+            if waiting.len() >= READ_AHEAD_KEYS_MAX {
+                return;
+            }
+            if !waiting.iter().any(|k| k == key) && ctx.engine.flash_read_needed(key) {
+                waiting.push(key.to_vec());
+            }
+        }
     }
 
     /// The keys of the request that began waiting.

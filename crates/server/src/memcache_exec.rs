@@ -286,6 +286,17 @@ impl MemcacheSession {
                             && ctx.flash_io.is_some()
                             && self.flash_wait.must_wait(ctx, get.keys.iter())
                         {
+                            // The gets pipelined behind it are read ahead in the same wait.
+                            let behind =
+                                batch
+                                    .hot()
+                                    .filter(|&(_, e)| e > end)
+                                    .filter_map(|(request, _)| match request {
+                                        Hot::Get(get) => Some(get.keys),
+                                        Hot::Store(_) => None,
+                                    });
+                            self.flash_wait
+                                .read_ahead_too(ctx, behind.flat_map(|keys| keys.iter()));
                             return Processed::flash_wait(consumed);
                         }
                         if self.get(get, ctx, out) {

@@ -383,11 +383,20 @@ impl RespSession {
     ) -> Option<Processed> {
         for (args, &(start, end)) in self.batch.iter().zip(ranges) {
             let command = &input[start..end];
-            if ctx.flash_io.is_some() && self.state.authenticated && reads_keys(args, command) {
+            if ctx.flash_io.is_some()
+                && authenticated(&self.state, ctx)
+                && reads_keys(args, command)
+            {
                 let keys = args.iter(command).skip(1);
                 if self.flash_wait.must_wait(ctx, keys) {
                     // The command waits, unconsumed, while I/O threads read its keys ahead
-                    // (in parallel); the commands before it have run.
+                    // (in parallel) with those of the reads pipelined behind it; the commands
+                    // before it have run.
+                    let behind = self.batch.iter().zip(ranges).filter_map(|(args, &(s, e))| {
+                        let command = &input[s..e];
+                        (s > start && reads_keys(args, command)).then(|| args.iter(command).skip(1))
+                    });
+                    self.flash_wait.read_ahead_too(ctx, behind.flatten());
                     return Some(Processed::flash_wait(start));
                 }
             }

@@ -256,6 +256,37 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert_eq!(resp.line(), "*2\r\n");
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(1)[..]));
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(newest)[..]));
+    // A pipeline of reads of flash keys waits once: the keys of the gets behind the first are
+    // read ahead with its own, in parallel (one wait of a second, not four in a row).
+    let waits_before = stat(&mut b, "strata_flash_waits");
+    let mut pipelined = Client::connect(server.memcache);
+    pipelined.send(b"get k5\r\nget k6 k7\r\nset x 0 0 1\r\ny\r\nget k8\r\n");
+    for i in 5..9 {
+        assert_eq!(pipelined.line(), format!("VALUE k{i} 0 {VALUE_LEN}\r\n"));
+        assert_eq!(
+            &pipelined.read_bytes(VALUE_LEN + 2)[..VALUE_LEN],
+            &value_of(i)[..]
+        );
+        if i != 6 {
+            assert_eq!(pipelined.line(), "END\r\n");
+        }
+        if i == 7 {
+            assert_eq!(pipelined.line(), "STORED\r\n");
+        }
+    }
+    assert_eq!(stat(&mut b, "strata_flash_waits"), waits_before + 1);
+    resp.send(
+        &[
+            harness::resp_command(&[b"GET", b"k9"]),
+            harness::resp_command(&[b"MGET", b"k10", b"k11"]),
+        ]
+        .concat(),
+    );
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(9)[..]));
+    assert_eq!(resp.line(), "*2\r\n");
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(10)[..]));
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(11)[..]));
+    assert_eq!(stat(&mut b, "strata_flash_waits"), waits_before + 2);
     // A client that hangs up while its request waits for flash. The hang-up reads as the end
     // of its input, which may be a half-close whose requests are still owed their replies
     // (memcached's rule), so the request completes and the connection then closes. C,
