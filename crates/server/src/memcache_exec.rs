@@ -50,7 +50,9 @@ mod storage;
 mod tests;
 
 use strata_engine::{Expiry, WriteError, PREFETCH_KEYS_MAX};
-use strata_protocol::memcache::{encode, parse, Get, Limits, ParseError, Request, Store};
+use strata_protocol::memcache::{
+    encode, parse, Get, Limits, ParseError, Request, SetMode, Store, StoreCommand,
+};
 
 use crate::context::{Processed, ServerContext, Session};
 use crate::stats::{command_index, PendingCounts};
@@ -304,11 +306,24 @@ impl MemcacheSession {
                             return Processed::paused(consumed);
                         }
                     }
-                    Hot::Store(store) => storage::execute(store, ctx, out, &mut self.pending),
+                    Hot::Store(store) => {
+                        // add, replace, append, prepend and cas read the item they change.
+                        if store.command != StoreCommand::Set
+                            && ctx.flash_io.is_some()
+                            && self.flash_wait.must_wait(ctx, [store.key])
+                        {
+                            return Processed::flash_wait(consumed);
+                        }
+                        storage::execute(store, ctx, out, &mut self.pending);
+                    }
                 }
                 consumed = end;
             }
             if let BatchEnd::Other(request) = batch_end {
+                // consumed is where it starts: it may wait, unconsumed, like a get.
+                if ctx.flash_io.is_some() && self.flash_wait.must_wait(ctx, flash_key(&request)) {
+                    return Processed::flash_wait(consumed);
+                }
                 consumed = parsed_to;
                 if self.execute(request, ctx, out) {
                     return Processed::closing(consumed);
@@ -341,6 +356,28 @@ impl MemcacheSession {
 }
 
 /// Gets and stores parsed ahead of running them, with their keys.
+/// The key a request other than a get or a store may read on flash: those of the commands that
+/// read or change an existing item. A base64 meta key is left out (it is decoded when the
+/// command runs, which then reads flash on the worker).
+fn flash_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
+    match *request {
+        Request::Delete(delete) => Some(delete.key),
+        Request::Touch(touch) => Some(touch.key),
+        Request::Arith(arith) => Some(arith.key),
+        Request::MetaGet(get) if !get.flags.key_base64() => Some(get.key),
+        Request::MetaDelete(delete) if !delete.flags.key_base64() => Some(delete.key),
+        Request::MetaArith(arith) if !arith.flags.key_base64() => Some(arith.key),
+        Request::MetaSet(set)
+            if !set.flags.key_base64()
+                && (set.mode != SetMode::Set || set.flags.compare_cas.is_some()) =>
+        {
+            Some(set.key)
+        }
+        Request::MetaDebug(debug) if !debug.key_base64 => Some(debug.key),
+        _ => None,
+    }
+}
+
 struct Batch<'a> {
     /// The gets and stores, each with the input offset just past it.
     hot: [Option<(Hot<'a>, usize)>; PREFETCH_KEYS_MAX],

@@ -385,20 +385,16 @@ impl RespSession {
             let command = &input[start..end];
             if ctx.flash_io.is_some()
                 && authenticated(&self.state, ctx)
-                && reads_keys(args, command)
+                && self.flash_wait.must_wait(ctx, flash_keys(args, command))
             {
-                let keys = args.iter(command).skip(1);
-                if self.flash_wait.must_wait(ctx, keys) {
-                    // The command waits, unconsumed, while I/O threads read its keys ahead
-                    // (in parallel) with those of the reads pipelined behind it; the commands
-                    // before it have run.
-                    let behind = self.batch.iter().zip(ranges).filter_map(|(args, &(s, e))| {
-                        let command = &input[s..e];
-                        (s > start && reads_keys(args, command)).then(|| args.iter(command).skip(1))
-                    });
-                    self.flash_wait.read_ahead_too(ctx, behind.flatten());
-                    return Some(Processed::flash_wait(start));
-                }
+                // The command waits, unconsumed, while I/O threads read its keys ahead (in
+                // parallel) with those of the commands pipelined behind it; the commands
+                // before it have run.
+                let behind = self.batch.iter().zip(ranges);
+                let behind = behind.filter(|&(_, &(s, _))| s > start);
+                let behind = behind.flat_map(|(args, &(s, e))| flash_keys(args, &input[s..e]));
+                self.flash_wait.read_ahead_too(ctx, behind);
+                return Some(Processed::flash_wait(start));
             }
             execute(&mut self.state, args, command, ctx, out);
             if self.state.close {
@@ -484,9 +480,48 @@ fn protocol_error(
 /// any other command, which ends the batch.
 /// Whether the command is a GET or MGET (whose arguments after the name are all keys read),
 /// the commands that wait for flash reads ahead rather than read flash on the worker.
-fn reads_keys(args: &Args, command: &[u8]) -> bool {
+/// The keys `command` (parsed as `args`) reads or changes as existing items, which may be on
+/// flash: every argument of MGET, DEL, UNLINK, EXISTS and TOUCH; the first of the commands
+/// that read or change one item (a plain `SET key value` reads nothing).
+fn flash_keys<'a>(args: &'a Args, command: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    const EVERY_ARG: [&[u8]; 5] = [b"mget", b"del", b"unlink", b"exists", b"touch"];
+    const FIRST_ARG: [&[u8]; 25] = [
+        b"get",
+        b"getex",
+        b"getdel",
+        b"getset",
+        b"getrange",
+        b"substr",
+        b"strlen",
+        b"append",
+        b"setrange",
+        b"setnx",
+        b"incr",
+        b"decr",
+        b"incrby",
+        b"decrby",
+        b"incrbyfloat",
+        b"ttl",
+        b"pttl",
+        b"expiretime",
+        b"pexpiretime",
+        b"type",
+        b"expire",
+        b"pexpire",
+        b"expireat",
+        b"pexpireat",
+        b"persist",
+    ];
     let name = args.get(command, 0).unwrap_or_default();
-    args.len() >= 2 && (name.eq_ignore_ascii_case(b"get") || name.eq_ignore_ascii_case(b"mget"))
+    let is = |names: &[&[u8]]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
+    let keys = if is(&EVERY_ARG) {
+        args.len().saturating_sub(1)
+    } else if is(&FIRST_ARG) || (name.eq_ignore_ascii_case(b"set") && args.len() > 3) {
+        1
+    } else {
+        0
+    };
+    args.iter(command).skip(1).take(keys)
 }
 
 fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {

@@ -287,6 +287,27 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(10)[..]));
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(11)[..]));
     assert_eq!(stat(&mut b, "strata_flash_waits"), waits_before + 2);
+    // The other commands that read or change a flash item wait the same way, instead of
+    // reading flash on the worker: meta get, append, delete; RESP STRLEN, EXISTS, DEL.
+    let waits_before = stat(&mut b, "strata_flash_waits");
+    let mut other = Client::connect(server.memcache);
+    other.send(b"mg k12 v\r\n");
+    assert_eq!(other.line(), format!("VA {VALUE_LEN}\r\n"));
+    assert_eq!(
+        &other.read_bytes(VALUE_LEN + 2)[..VALUE_LEN],
+        &value_of(12)[..]
+    );
+    assert_eq!(other.call(b"append k13 0 0 1\r\nz\r\n"), "STORED\r\n");
+    assert_eq!(other.call(b"delete k14\r\n"), "DELETED\r\n");
+    assert_eq!(other.call(b"get k14\r\n"), "END\r\n");
+    assert_eq!(stat(&mut b, "strata_flash_waits"), waits_before + 3);
+    resp.send(&harness::resp_command(&[b"STRLEN", b"k13"]));
+    assert_eq!(resp.line(), format!(":{}\r\n", VALUE_LEN + 1), "appended");
+    resp.send(&harness::resp_command(&[b"EXISTS", b"k15", b"k16", b"k14"]));
+    assert_eq!(resp.line(), ":2\r\n");
+    resp.send(&harness::resp_command(&[b"DEL", b"k17"]));
+    assert_eq!(resp.line(), ":1\r\n");
+    assert_eq!(stat(&mut b, "strata_flash_waits"), waits_before + 5);
     // A client that hangs up while its request waits for flash. The hang-up reads as the end
     // of its input, which may be a half-close whose requests are still owed their replies
     // (memcached's rule), so the request completes and the connection then closes. C,
