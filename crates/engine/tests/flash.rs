@@ -511,3 +511,53 @@ fn an_expired_memory_record_shadows_an_older_flash_copy() {
     );
     engine.check_integrity().unwrap();
 }
+
+/// A medium that starts failing its writes mid-run (a dying device, a full thin-provisioned
+/// volume): each failed region write is counted, its items read as misses (their records fail
+/// their checks: never a wrong or older value), the regions written before the failure keep
+/// serving, and writes keep going to memory.
+#[test]
+fn failing_region_writes_cost_only_their_items() {
+    use strata_pool::testing::{Faults, SimulatedMedium};
+    let simulated = Arc::new(SimulatedMedium::new(
+        MemoryMedium::new(4096 + 64 * REGION_SIZE_BYTES as usize, 4096),
+        Faults {
+            // The superblock's write, then a few regions, then every write fails.
+            fail_write_from: Some(6),
+            ..Faults::default()
+        },
+    ));
+    let engine = Engine::open(config(Arc::clone(&simulated) as Arc<dyn Medium>, false)).unwrap();
+    let keys = fill(&engine, 900);
+    let flash = flash_stats(&engine);
+    assert!(flash.written_regions >= 1, "{flash:?}");
+    assert!(flash.write_errors >= 3, "{flash:?}");
+    let mut from_flash = 0;
+    let mut absent = 0;
+    for (i, key) in keys.iter().enumerate() {
+        let hits = flash_stats(&engine).hits;
+        match peek(&engine, key) {
+            Some(value) => {
+                assert_eq!(value, value_of(i as u32), "{key:?}");
+                from_flash += u64::from(flash_stats(&engine).hits > hits);
+            }
+            None => absent += 1,
+        }
+    }
+    assert!(from_flash > 0, "regions written before the failure serve");
+    assert!(absent > 0, "the failed regions' items are gone");
+    let flash = flash_stats(&engine);
+    assert!(
+        flash.damaged_records > 0,
+        "their records failed their checks: {flash:?}"
+    );
+    // Memory goes on taking writes and serving them.
+    engine
+        .set(b"after", b"the failure", 0, Expiry::Never)
+        .unwrap();
+    assert_eq!(get(&engine, b"after"), Some(b"the failure".to_vec()));
+    for (i, key) in keys.iter().enumerate().rev().take(20) {
+        assert_eq!(peek(&engine, key), Some(value_of(i as u32)), "newest keys");
+    }
+    engine.check_integrity().unwrap();
+}
