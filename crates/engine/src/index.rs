@@ -402,9 +402,10 @@ impl Index {
         (self.buckets.len() + self.overflow.len()) * std::mem::size_of::<Bucket>()
     }
 
-    /// Memory the index would hold after the next growth.
+    /// Memory the index would hold after the next growth (its overflow buckets as they are).
     pub fn size_bytes_after_growth(&self) -> usize {
-        Self::grown_count(self.buckets.len()) * std::mem::size_of::<Bucket>()
+        (Self::grown_count(self.buckets.len()) + self.overflow.len())
+            * std::mem::size_of::<Bucket>()
     }
 
     fn grown_count(bucket_count: usize) -> usize {

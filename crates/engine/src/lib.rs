@@ -262,9 +262,12 @@ struct FreePool {
 }
 
 impl FreePool {
-    /// Segments in service: all of them but the index's share of the budget.
+    /// Segments in service: all of them but the index's share of the budget. Retired segments
+    /// count in "all of them": they are the ones already given up to the index, so a growth
+    /// charges only what it adds (counting them out charged every earlier growth again, and
+    /// a growing index squeezed the memory tier down to one segment).
     fn set_limit(&mut self, segment_size_bytes: usize) {
-        let total = self.list.len() + self.in_use;
+        let total = self.list.len() + self.in_use + self.retired.len();
         self.limit = total
             .saturating_sub(self.index_bytes.div_ceil(segment_size_bytes))
             .max(1);
@@ -418,12 +421,15 @@ impl Inner {
         Ok(seq.next - 1)
     }
 
-    /// Accounts for an index about to grow: its new size is taken from the segment budget.
-    pub(crate) fn index_growing(&self, index: &index::Index) {
+    /// Accounts for a shard's index changing size from `before` to `after` bytes (a growth
+    /// about to happen, or one of its overflow table): the difference is taken from the segment
+    /// budget.
+    pub(crate) fn index_resized(&self, before: usize, after: usize) {
+        if before == after {
+            return;
+        }
         let mut free = self.free.lock();
-        free.index_bytes += index
-            .size_bytes_after_growth()
-            .saturating_sub(index.size_bytes());
+        free.index_bytes = (free.index_bytes + after).saturating_sub(before);
         free.set_limit(self.segment_size_bytes);
     }
 

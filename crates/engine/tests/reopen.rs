@@ -520,3 +520,46 @@ fn a_panic_in_a_modify_closure_leaves_the_engine_whole() {
     );
     engine.check_integrity().unwrap();
 }
+
+/// An index that grows again and again while the pool is full (small items, far more than the
+/// first table was sized for) takes from the segment budget only what it holds: a regression
+/// where each growth charged the whole index again against what the earlier growths had left,
+/// and the memory tier ended with a single segment while most of the budget sat unused (found
+/// when 15M flash items' index slots left a 256 MiB memory tier one segment).
+#[test]
+fn repeated_index_growth_takes_only_the_index_from_the_segment_budget() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        shard_count: 2,
+        value_len_max: 1024,
+        item_size_bytes_expected: 16 << 10,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    for i in 0..2_000_000u32 {
+        engine
+            .set(format!("k{i}").as_bytes(), b"v", 0, Expiry::Never)
+            .unwrap();
+    }
+    let stats = engine.stats();
+    let index_segments = stats.index_bytes.div_ceil(stats.segment_size_bytes);
+    assert!(index_segments >= 8, "the index grew: {stats:?}");
+    // Not over the budget (growths were charged less than they took, overflow tables nothing)
+    // and not under it (each growth charged the whole index again, once segments had been
+    // given up to earlier growths).
+    assert!(
+        stats.segments_used + index_segments <= stats.segments_total + 2,
+        "{} segments hold items and the index takes {index_segments} of {}: {stats:?}",
+        stats.segments_used,
+        stats.segments_total
+    );
+    let memory_segments = stats.segments_used + stats.segments_free;
+    assert!(
+        memory_segments + index_segments + 2 >= stats.segments_total,
+        "{memory_segments} segments serve memory and the index takes {index_segments} of {}: \
+         {stats:?}",
+        stats.segments_total
+    );
+    engine.check_integrity().unwrap();
+}

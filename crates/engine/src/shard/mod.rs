@@ -531,11 +531,17 @@ impl Shard {
 
     /// Indexes a new item read `freq` times (marked fetched when `freq > 0`).
     fn insert_index(&mut self, inner: &Inner, hash: u64, location: u64, freq: u8) {
+        // The budget is charged before a growth (so segments are given up first), then set to
+        // the size the index ended with (an overflow table may have grown instead, or too).
+        let mut charged = self.index.size_bytes();
         if self.index.needs_growth() {
-            inner.index_growing(&self.index);
+            let grown = self.index.size_bytes_after_growth();
+            inner.index_resized(charged, grown);
+            charged = grown;
             self.index.grow();
         }
         self.index.insert(index::hash24(hash), location, freq);
+        inner.index_resized(charged, self.index.size_bytes());
     }
 
     fn seq_at(&self, inner: &Inner, location: u64) -> u64 {
