@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use strata_bench::compare::disk::{mount_of, parse_fio_json};
 use strata_bench::compare::flash::parse_stat_line;
+use strata_bench::compare::restart::StopKind;
 use strata_bench::compare::scenarios::{load_dir, Scenario, ScenarioKind};
 use strata_bench::workload::KeyDist;
 
@@ -43,8 +44,20 @@ fn shipped_flash_scenarios_match_the_issue() {
         .filter(|s| s.kind == ScenarioKind::Flash)
         .collect();
     let names: Vec<&str> = flash.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["flash-100b", "flash-1k"]);
-    for scenario in &flash {
+    assert_eq!(names, ["flash-100b", "flash-1k", "flash-restart"]);
+    // The restart figures: a clean stop and a kill -9 with the flash tier full, 1 KiB values
+    // at the same sizes; kept apart because the warm-restart flags change how servers run.
+    let restart = flash[2].flash.as_ref().unwrap();
+    assert_eq!(restart.restarts, [StopKind::Clean, StopKind::Kill]);
+    assert_eq!(
+        (restart.memory_mib, restart.flash_mib, restart.offered_mib),
+        (256, 4096, 8192)
+    );
+    assert!(restart
+        .strata_restart_args
+        .contains("--index-placement pool"));
+    let flash = &flash[..2];
+    for scenario in flash {
         let spec = scenario.flash.as_ref().unwrap();
         assert_eq!(
             (spec.memory_mib, spec.flash_mib),
@@ -56,6 +69,10 @@ fn shipped_flash_scenarios_match_the_issue() {
         let dists = spec.key_dists().unwrap();
         assert_eq!(dists, [KeyDist::Zipf(0.9), KeyDist::Uniform]);
         assert!(spec.fixed_rate.is_some(), "one fixed-rate open loop");
+        assert!(
+            spec.restarts.is_empty(),
+            "run as a server is run by default"
+        );
         let args = scenario.bench_args(&[]).unwrap();
         assert_eq!(args.ratio.to_string(), "9:1");
         assert!(args.rate.is_none(), "the mixed phases are closed loop");

@@ -232,24 +232,43 @@ impl Shard {
         if self.flash_items == 0 {
             return;
         }
-        let mut flash_entries = Vec::new();
-        self.index.all_entries(|entry| {
-            if is_flash(entry.location) {
-                flash_entries.push(entry);
-            }
-            true
-        });
-        for entry in flash_entries {
-            let beside_memory = self
-                .index
-                .find(entry.hash24, |location| !is_flash(location))
-                .is_some();
-            if beside_memory {
-                self.add_suspect(FlashSuspect {
-                    h24: entry.hash24,
-                    location: entry.location,
-                });
-            }
+        // Only the suspects are collected, not every flash entry (15M of them at full size),
+        // and when memory holds fewer items than flash (the usual case) a set of their hash
+        // bits answers "beside a memory entry?" instead of a random bucket read per flash entry.
+        let memory_items = self.index.len().saturating_sub(self.flash_items as usize);
+        let mut suspects = Vec::new();
+        if memory_items <= self.flash_items as usize {
+            let mut memory_h24 = std::collections::HashSet::with_capacity(memory_items);
+            self.index.all_entries(|entry| {
+                if !is_flash(entry.location) {
+                    memory_h24.insert(entry.hash24);
+                }
+                true
+            });
+            self.index.all_entries(|entry| {
+                if is_flash(entry.location) && memory_h24.contains(&entry.hash24) {
+                    suspects.push(entry);
+                }
+                true
+            });
+        } else {
+            self.index.all_entries(|entry| {
+                if is_flash(entry.location)
+                    && self
+                        .index
+                        .find(entry.hash24, |location| !is_flash(location))
+                        .is_some()
+                {
+                    suspects.push(entry);
+                }
+                true
+            });
+        }
+        for entry in suspects {
+            self.add_suspect(FlashSuspect {
+                h24: entry.hash24,
+                location: entry.location,
+            });
         }
     }
 
