@@ -342,7 +342,8 @@ impl Engine {
             .then(|| pool.populator().map(Warmer::spawn))
             .flatten();
         let mut recovery = recovery;
-        keep_flash_entries(&inner, &mut recovery);
+        // A clean close settled every suspect before it saved the index; only a crash loses them.
+        keep_flash_entries(&inner, &mut recovery, torn_possible);
         recovery.flash = flash_opened;
         if let Some(opened) = &recovery.flash {
             log_flash_open(opened, &recovery);
@@ -584,9 +585,9 @@ fn flash_write_all(flash: &FlashTier) -> Result<(), String> {
 }
 
 /// After recovery: drops the index entries of the flash tier whose region the medium does not
-/// hold as written (never written before a crash, reclaimed, or a formatted medium), and counts
-/// what is kept.
-fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport) {
+/// hold as written (never written before a crash, reclaimed, or a formatted medium), counts
+/// what is kept, and after a crash (`crashed`) lists the suspects again.
+fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport, crashed: bool) {
     for lock in inner.shards.iter() {
         let mut shard = lock.0.write();
         let dropped = shard.drop_flash_entries(|location| {
@@ -597,8 +598,12 @@ fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport) {
         });
         report.flash_items_dropped += dropped;
         // A crash loses the list of suspects: any flash entry beside a memory entry with its
-        // hash bits is one again, until the flash thread has read it.
-        shard.suspect_flash_beside_memory();
+        // hash bits is one again, until the flash thread has read it. After a clean close
+        // there were none left, and listing them again only set the flash thread reading
+        // other keys' copies (and changing every shard while it settled them).
+        if crashed {
+            shard.suspect_flash_beside_memory();
+        }
         report.flash_items_kept += shard.flash_items();
         report.items_recovered = report.items_recovered.saturating_sub(dropped);
     }

@@ -225,9 +225,9 @@ impl Shard {
         older && self.unindex_flash(suspect.h24, suspect.location)
     }
 
-    /// After an open: lists as suspects the flash entries that share hash bits with a memory
-    /// entry (a crash may have lost the list; a clean close settled it, so these are mostly
-    /// other keys, which the flash thread then keeps).
+    /// After an open that followed a crash: lists as suspects the flash entries that share
+    /// hash bits with a memory entry (the crash lost the list; a clean close settles it, and
+    /// the open after one does not call this).
     pub(crate) fn suspect_flash_beside_memory(&mut self) {
         if self.flash_items == 0 {
             return;
