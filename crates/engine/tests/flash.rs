@@ -619,3 +619,67 @@ fn a_clean_close_leaves_no_suspects_to_list_again() {
     drop(engine);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Records read ahead are bounded (4,096 records or 64 MiB, `STAGED_RECORDS_MAX`): reading
+/// ahead past the bound drops what was read ahead before, whose keys are then read from the
+/// medium. Every value read stays right, and no more reads are served from read-aheads than
+/// the bound holds.
+#[test]
+fn read_aheads_past_their_bound_are_dropped_and_reads_stay_right() {
+    const STAGED_RECORDS_MAX: u64 = 4096;
+    let engine = Engine::open(config(ram_disk(512), false)).unwrap();
+    let key = |i: u32| format!("s{i:05}").into_bytes();
+    let value = |i: u32| {
+        let mut value = format!("small-{i}-").into_bytes();
+        value.resize(48, b's');
+        value
+    };
+    for i in 0..20_000u32 {
+        engine.set(&key(i), &value(i), 0, Expiry::Never).unwrap();
+        if i % 64 == 0 {
+            wait_for("the write queue to drain", || {
+                flash_stats(&engine).regions_queued == 0
+            });
+        }
+    }
+    let on_flash: Vec<u32> = (0..20_000u32)
+        .filter(|&i| engine.flash_read_needed(&key(i)))
+        .take(5_000)
+        .collect();
+    assert!(
+        on_flash.len() as u64 > STAGED_RECORDS_MAX,
+        "{} keys on flash: {:?}",
+        on_flash.len(),
+        flash_stats(&engine)
+    );
+    for &i in &on_flash {
+        engine.stage_flash(&key(i));
+    }
+    let staged_before = flash_stats(&engine).staged_reads;
+    let reads_before = flash_stats(&engine).reads;
+    let mut found = 0;
+    for &i in &on_flash {
+        // A region reclaimed meanwhile (the flash thread keeps its item bound) makes a miss,
+        // never a wrong value.
+        if let Some(got) = peek(&engine, &key(i)) {
+            assert_eq!(got, value(i), "key {i}");
+            found += 1;
+        }
+    }
+    let flash = flash_stats(&engine);
+    let from_read_ahead = flash.staged_reads - staged_before;
+    assert!(found > on_flash.len() / 2, "{found} found: {flash:?}");
+    assert!(
+        from_read_ahead > 0,
+        "the last read-aheads served: {flash:?}"
+    );
+    assert!(
+        from_read_ahead <= STAGED_RECORDS_MAX,
+        "{from_read_ahead} reads served from read-aheads: {flash:?}"
+    );
+    assert!(
+        flash.reads > reads_before,
+        "the dropped read-aheads' keys were read from the medium: {flash:?}"
+    );
+    engine.check_integrity().unwrap();
+}
