@@ -14,49 +14,36 @@ cargo build --release -p strata-bench
 # strata's own server is built if the package exists; its rows read "not run" otherwise.
 cargo build --release -p strata 2>/dev/null || echo "strata binary not built; its rows will read 'not run'" >&2
 bench="${CARGO_TARGET_DIR:-target}/release/strata-bench"
-# --scenarios and --out default to bench/scenarios and bench-results unless given.
-scenarios_given=no
-flash_dir_given=no
+# Takes --out out of the arguments (each run below gets its own), and notes --scenarios
+# (then only that run) and --flash-dir (then the flash scenarios too). Rotating "$@" keeps
+# every argument as given, quotes included.
 out_dir=bench-results
-previous=""
-for arg in "$@"; do
-    case "$arg" in
-        --scenarios | --scenarios=*) scenarios_given=yes ;;
-        --flash-dir | --flash-dir=*) flash_dir_given=yes ;;
-        --out=*) out_dir="${arg#--out=}" ;;
-    esac
-    if [ "$previous" = "--out" ]; then
+scenarios=bench/scenarios
+flash_dir_given=no
+expect_out=no
+for arg; do
+    shift
+    if [ "$expect_out" = yes ]; then
         out_dir="$arg"
+        expect_out=no
+        continue
     fi
-    previous="$arg"
+    case "$arg" in
+        --out) expect_out=yes; continue ;;
+        --out=*) out_dir="${arg#--out=}"; continue ;;
+        --scenarios | --scenarios=*) scenarios="" ;;
+        --flash-dir | --flash-dir=*) flash_dir_given=yes ;;
+    esac
+    set -- "$@" "$arg"
 done
-out_flag=""
-case " $* " in
-    *" --out "* | *" --out="*) ;;
-    *) out_flag="--out $out_dir" ;;
-esac
-if [ "$scenarios_given" = yes ]; then
-    # shellcheck disable=SC2086 # the default is split into flag and value on purpose
-    exec "$bench" compare $out_flag "$@"
+if [ -z "$scenarios" ]; then
+    exec "$bench" compare --out "$out_dir" "$@"
 fi
 # A run that selects none of the default scenarios (--only flash-1k) fails here and goes on.
 status=0
-# shellcheck disable=SC2086
-"$bench" compare --scenarios bench/scenarios $out_flag "$@" || status=$?
+"$bench" compare --scenarios "$scenarios" --out "$out_dir" "$@" || status=$?
 if [ "$flash_dir_given" = yes ]; then
-    # The same flags, results beside the others in a folder of their own.
-    flash_out="$out_dir/flash"
-    filtered=""
-    previous=""
-    for arg in "$@"; do
-        case "$arg" in
-            --out | --out=*) ;;
-            *) if [ "$previous" != "--out" ]; then filtered="$filtered '$arg'"; fi ;;
-        esac
-        previous="$arg"
-    done
-    eval "set -- $filtered"
-    "$bench" compare --scenarios bench/scenarios-flash --out "$flash_out" "$@" || status=$?
+    "$bench" compare --scenarios bench/scenarios-flash --out "$out_dir/flash" "$@" || status=$?
 else
     echo "flash scenarios (bench/scenarios-flash) skipped: give --flash-dir DIR on the disk under test" >&2
 fi

@@ -69,6 +69,42 @@ fn peek(engine: &Engine, key: &[u8]) -> Option<Vec<u8>> {
     engine.peek(key, |item| item.value.to_vec())
 }
 
+/// A directory of its own under the temporary directory, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The test configuration (see [`config`]) with a new file pool in a directory of its own.
+fn file_pool_config(
+    name: &str,
+    medium: Arc<dyn Medium>,
+    collisions: bool,
+) -> (TempDir, EngineConfig) {
+    let dir = std::env::temp_dir().join(format!("strata-flash-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = EngineConfig {
+        pool: PoolLocation::File(dir.join("pool")),
+        fresh: true,
+        ..config(medium, collisions)
+    };
+    (TempDir(dir), config)
+}
+
+/// Closes `engine` cleanly and opens its file pool (`config`) again.
+fn close_and_reopen(engine: Engine, config: &EngineConfig) -> Engine {
+    engine.close().unwrap();
+    drop(engine);
+    Engine::open(EngineConfig {
+        fresh: false,
+        ..config.clone()
+    })
+    .unwrap()
+}
+
 /// Writes `count` keys, far more than memory holds, and waits until the flash thread has
 /// written what was demoted. Returns the keys.
 fn fill(engine: &Engine, count: u32) -> Vec<Vec<u8>> {
@@ -300,26 +336,12 @@ fn a_stuck_medium_never_makes_a_write_wait() {
 
 #[test]
 fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
-    let dir = std::env::temp_dir().join(format!("strata-flash-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pool = dir.join("pool");
-    let medium = ram_disk(64);
-    let config = EngineConfig {
-        pool: PoolLocation::File(pool.clone()),
-        fresh: true,
-        ..config(Arc::clone(&medium), false)
-    };
+    let (_dir, config) = file_pool_config("test", ram_disk(64), false);
     let engine = Engine::open(config.clone()).unwrap();
     let keys = fill(&engine, 600);
     let on_flash = flash_stats(&engine).items;
     assert!(on_flash > 300);
-    engine.close().unwrap();
-    drop(engine);
-    let engine = Engine::open(EngineConfig {
-        fresh: false,
-        ..config
-    })
-    .unwrap();
+    let engine = close_and_reopen(engine, &config);
     let report = engine.recovery_report();
     assert_eq!(report.flash_items_dropped, 0, "{report:?}");
     assert_eq!(report.flash_items_kept, on_flash, "{report:?}");
@@ -327,8 +349,6 @@ fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
         assert_eq!(peek(&engine, key), Some(value_of(i as u32)), "{key:?}");
     }
     engine.check_integrity().unwrap();
-    drop(engine);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Power cuts of the flash medium: the engine writes rounds of new values of the same keys
@@ -582,20 +602,12 @@ fn failing_region_writes_cost_only_their_items() {
 }
 
 /// A clean close settles every suspect before it saves the index, so the open after it lists
-/// none again (after a crash it must: the list was lost). Listing them only set the flash
-/// thread re-reading other keys' copies, and a kill while it settled them found shards
-/// changing. Every key sharing hash bits here (6 bits kept), so nearly every flash entry sits
-/// beside a memory entry with its bits.
+/// none again (after a crash it must: the list was lost); listing them only set the flash
+/// thread re-reading other keys' copies. Every key shares hash bits here (6 bits kept), so
+/// nearly every flash entry sits beside a memory entry with its bits.
 #[test]
 fn a_clean_close_leaves_no_suspects_to_list_again() {
-    let dir = std::env::temp_dir().join(format!("strata-flash-suspects-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pool = dir.join("pool");
-    let config = EngineConfig {
-        pool: PoolLocation::File(pool.clone()),
-        fresh: true,
-        ..config(ram_disk(64), true)
-    };
+    let (_dir, config) = file_pool_config("suspects", ram_disk(64), true);
     let engine = Engine::open(config.clone()).unwrap();
     let keys = fill(&engine, 600);
     assert!(flash_stats(&engine).items > 300);
@@ -603,21 +615,13 @@ fn a_clean_close_leaves_no_suspects_to_list_again() {
     // share them, some of them other keys' only copies: those keys are gone before the close.
     let before: Vec<Option<Vec<u8>>> = keys.iter().map(|key| peek(&engine, key)).collect();
     assert!(before.iter().filter(|v| v.is_some()).count() > 300);
-    engine.close().unwrap();
-    drop(engine);
-    let engine = Engine::open(EngineConfig {
-        fresh: false,
-        ..config
-    })
-    .unwrap();
+    let engine = close_and_reopen(engine, &config);
     assert_eq!(flash_stats(&engine).suspects, 0, "none listed again");
     for (i, key) in keys.iter().enumerate() {
         let expected = before[i].as_ref().map(|_| value_of(i as u32));
         assert_eq!(peek(&engine, key), expected, "{key:?} as before the close");
     }
     engine.check_integrity().unwrap();
-    drop(engine);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Records read ahead are bounded (4,096 records or 64 MiB, `STAGED_RECORDS_MAX`): reading

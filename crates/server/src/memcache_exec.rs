@@ -355,7 +355,6 @@ impl MemcacheSession {
     }
 }
 
-/// Gets and stores parsed ahead of running them, with their keys.
 /// The key a request other than a get or a store may read on flash: those of the commands that
 /// read or change an existing item. A base64 meta key is left out (it is decoded when the
 /// command runs, which then reads flash on the worker).
@@ -378,6 +377,7 @@ fn flash_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
     }
 }
 
+/// Gets and stores parsed ahead of running them, with their keys.
 struct Batch<'a> {
     /// The gets and stores, each with the input offset just past it.
     hot: [Option<(Hot<'a>, usize)>; PREFETCH_KEYS_MAX],

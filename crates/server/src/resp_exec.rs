@@ -476,54 +476,24 @@ fn protocol_error(
     Processed::closing(input.len())
 }
 
-/// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for
-/// any other command, which ends the batch.
-/// Whether the command is a GET or MGET (whose arguments after the name are all keys read),
-/// the commands that wait for flash reads ahead rather than read flash on the worker.
 /// The keys `command` (parsed as `args`) reads or changes as existing items, which may be on
-/// flash: every argument of MGET, DEL, UNLINK, EXISTS and TOUCH; the first of the commands
-/// that read or change one item (a plain `SET key value` reads nothing).
+/// flash: its keys by the command table's key spec (`COMMAND INFO`'s), none for the writes
+/// that replace a value whatever it was (SET without options, SETEX, PSETEX, MSET).
 fn flash_keys<'a>(args: &'a Args, command: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-    const EVERY_ARG: [&[u8]; 5] = [b"mget", b"del", b"unlink", b"exists", b"touch"];
-    const FIRST_ARG: [&[u8]; 25] = [
-        b"get",
-        b"getex",
-        b"getdel",
-        b"getset",
-        b"getrange",
-        b"substr",
-        b"strlen",
-        b"append",
-        b"setrange",
-        b"setnx",
-        b"incr",
-        b"decr",
-        b"incrby",
-        b"decrby",
-        b"incrbyfloat",
-        b"ttl",
-        b"pttl",
-        b"expiretime",
-        b"pexpiretime",
-        b"type",
-        b"expire",
-        b"pexpire",
-        b"expireat",
-        b"pexpireat",
-        b"persist",
-    ];
+    let len = args.len();
     let name = args.get(command, 0).unwrap_or_default();
-    let is = |names: &[&[u8]]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
-    let keys = if is(&EVERY_ARG) {
-        args.len().saturating_sub(1)
-    } else if is(&FIRST_ARG) || (name.eq_ignore_ascii_case(b"set") && args.len() > 3) {
-        1
-    } else {
-        0
+    let blind_write = |c: &table::Command| {
+        matches!(c.name, "setex" | "psetex" | "mset") || (c.name == "set" && len <= 3)
     };
-    args.iter(command).skip(1).take(keys)
+    table::lookup(name)
+        .filter(|c| !blind_write(c))
+        .into_iter()
+        .flat_map(move |c| c.key_positions(len))
+        .filter_map(move |position| args.get(command, position))
 }
 
+/// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for
+/// any other command, which ends the batch.
 fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {
     let (
         Some(&Arg::Input { start, len }),

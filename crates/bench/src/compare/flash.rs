@@ -543,25 +543,15 @@ impl<'a> Session<'a> {
         // memcached restarts cold when started in the same second as its stop.
         std::thread::sleep(Duration::from_millis(1100));
         let log = self.log(&format!("restart{}", n + 1));
-        let started = Instant::now();
-        *server = ServerProcess::spawn(spec, self.resources(), &log)?;
-        let (serving, first_hit) =
-            restart::probe(server, self.target.protocol, &probe_key, started).map_err(
-                |detail| BenchError::Server {
-                    server: self.target.server.name.clone(),
-                    detail: format!("{detail}; see {}", log.display()),
-                },
-            )?;
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        eprintln!(
-            "  {}: serving after {:.1} ms, {}",
-            stop.name(),
-            ms(serving),
-            first_hit.map_or("first GET missed (cold)".into(), |h| format!(
-                "first hit after {:.1} ms",
-                ms(h)
-            ))
-        );
+        let (started, serving, first_hit) = restart::start_and_probe(
+            spec,
+            self.resources(),
+            &log,
+            self.target.protocol,
+            &probe_key,
+            stop,
+        )?;
+        *server = started;
         let (check, _) = self.check(server, self.sizes.keys)?;
         Ok((stop_how, serving, first_hit, check))
     }

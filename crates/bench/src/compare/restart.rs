@@ -303,23 +303,16 @@ impl<'a> Session<'a> {
             let stop_how = self.stop(&mut server, stop)?;
             std::thread::sleep(Duration::from_millis(self.spec.downtime_ms));
             let log = self.log_path();
-            let started = Instant::now();
-            server = ServerProcess::spawn(&self.server_spec, self.resources, &log)?;
-            let (serving, hit) = probe(&mut server, self.target.protocol, &probe_key, started)
-                .map_err(|detail| BenchError::Server {
-                    server: self.target.server.name.clone(),
-                    detail: format!("{detail}; see {}", log.display()),
-                })?;
+            let (started, serving, hit) = start_and_probe(
+                &self.server_spec,
+                self.resources,
+                &log,
+                self.target.protocol,
+                &probe_key,
+                stop,
+            )?;
+            server = started;
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            eprintln!(
-                "  {}: serving after {:.1} ms, {}",
-                stop.name(),
-                ms(serving),
-                hit.map_or("first GET missed (cold)".into(), |h| format!(
-                    "first hit after {:.1} ms",
-                    ms(h)
-                ))
-            );
             // The probe's GET was answered on the protocol's port: no readiness wait is left.
             let readback = self.bench(&server, false)?;
             let retained = readback.readback.as_ref().map(|p| p.counts.hits);
@@ -365,6 +358,37 @@ impl<'a> Session<'a> {
     fn stop(&self, server: &mut ServerProcess, stop: StopKind) -> Result<String, BenchError> {
         stop_server(server, &self.target.server.name, self.recipe, stop)
     }
+}
+
+/// Starts the server of `spec` again after `stop`, logging to `log`, and GETs `probe_key`
+/// until it answers: the running server, process start → first answer, and process start →
+/// first hit (`None`: the first answer was a miss, a cold start).
+pub(crate) fn start_and_probe(
+    spec: &ServerSpec,
+    resources: ServerResources,
+    log: &Path,
+    protocol: Protocol,
+    probe_key: &KeyBatch,
+    stop: StopKind,
+) -> Result<(ServerProcess, Duration, Option<Duration>), BenchError> {
+    let started = Instant::now();
+    let mut server = ServerProcess::spawn(spec, resources, log)?;
+    let (serving, hit) =
+        probe(&mut server, protocol, probe_key, started).map_err(|detail| BenchError::Server {
+            server: spec.name.clone(),
+            detail: format!("{detail}; see {}", log.display()),
+        })?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "  {}: serving after {:.1} ms, {}",
+        stop.name(),
+        ms(serving),
+        hit.map_or("first GET missed (cold)".into(), |h| format!(
+            "first hit after {:.1} ms",
+            ms(h)
+        ))
+    );
+    Ok((server, serving, hit))
 }
 
 /// Stops `server` (named `name`) as `stop` says, the recipe's way, and waits for it to exit;

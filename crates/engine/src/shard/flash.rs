@@ -232,38 +232,25 @@ impl Shard {
         if self.flash_items == 0 {
             return;
         }
-        // Only the suspects are collected, not every flash entry (15M of them at full size),
-        // and when memory holds fewer items than flash (the usual case) a set of their hash
-        // bits answers "beside a memory entry?" instead of a random bucket read per flash entry.
-        let memory_items = self.index.len().saturating_sub(self.flash_items as usize);
+        // One bit per value of the 24 hash bits (2 MiB) marks those memory entries hold; one
+        // pass then collects the flash entries beside them. No copy of every flash entry, no
+        // random bucket read per flash entry (15M of each at full size).
+        let mut memory_bits = vec![0u64; (1usize << index::HASH_BITS) / 64];
+        self.index.all_entries(|entry| {
+            if !is_flash(entry.location) {
+                memory_bits[entry.hash24 as usize / 64] |= 1 << (entry.hash24 % 64);
+            }
+            true
+        });
         let mut suspects = Vec::new();
-        if memory_items <= self.flash_items as usize {
-            let mut memory_h24 = std::collections::HashSet::with_capacity(memory_items);
-            self.index.all_entries(|entry| {
-                if !is_flash(entry.location) {
-                    memory_h24.insert(entry.hash24);
-                }
-                true
-            });
-            self.index.all_entries(|entry| {
-                if is_flash(entry.location) && memory_h24.contains(&entry.hash24) {
-                    suspects.push(entry);
-                }
-                true
-            });
-        } else {
-            self.index.all_entries(|entry| {
-                if is_flash(entry.location)
-                    && self
-                        .index
-                        .find(entry.hash24, |location| !is_flash(location))
-                        .is_some()
-                {
-                    suspects.push(entry);
-                }
-                true
-            });
-        }
+        self.index.all_entries(|entry| {
+            let beside_memory =
+                memory_bits[entry.hash24 as usize / 64] & (1 << (entry.hash24 % 64)) != 0;
+            if is_flash(entry.location) && beside_memory {
+                suspects.push(entry);
+            }
+            true
+        });
         for entry in suspects {
             self.add_suspect(FlashSuspect {
                 h24: entry.hash24,

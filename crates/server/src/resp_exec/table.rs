@@ -41,6 +41,22 @@ impl Command {
         }
     }
 
+    /// Positions of the key arguments in a call of `len` arguments (name included), by the
+    /// key spec: first, last (negative: from the end), step; none for a first of 0.
+    pub fn key_positions(&self, len: usize) -> impl Iterator<Item = usize> {
+        let (first, last, step) = self.keys;
+        let len = i32::try_from(len).unwrap_or(i32::MAX);
+        let last = if last < 0 {
+            len + last
+        } else {
+            last.min(len - 1)
+        };
+        let first = if first > 0 { first } else { last + 1 };
+        (first..=last)
+            .step_by(step.max(1).unsigned_abs() as usize)
+            .map(|position| position.unsigned_abs() as usize)
+    }
+
     /// Commands a client may send before authenticating, as in Redis (`CMD_NO_AUTH`).
     pub fn allowed_before_auth(&self) -> bool {
         matches!(self.name, "auth" | "hello" | "quit")
@@ -613,6 +629,21 @@ mod tests {
             }
         }
         assert!(hot(b"ge").is_none() && hot(b"gets").is_none());
+    }
+
+    #[test]
+    fn key_positions_follow_the_key_spec() {
+        let positions = |name: &str, len: usize| {
+            let command = lookup(name.as_bytes()).unwrap();
+            command.key_positions(len).collect::<Vec<_>>()
+        };
+        assert_eq!(positions("get", 2), [1]);
+        assert_eq!(positions("mget", 4), [1, 2, 3]);
+        assert_eq!(positions("mset", 5), [1, 3]);
+        assert_eq!(positions("ping", 2), Vec::<usize>::new());
+        // Fewer arguments than the spec names (refused later by the arity check): none past
+        // the end.
+        assert_eq!(positions("get", 1), Vec::<usize>::new());
     }
 
     #[test]
