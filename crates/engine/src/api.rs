@@ -208,24 +208,30 @@ impl Engine {
             .any(|&location| !flash.is_staged(location & !crate::index::FLASH_TIER_BIT))
     }
 
-    /// Reads ahead, from the flash medium, the records a read of `key` would read there, and
-    /// keeps them for that read (blocking I/O: for an I/O thread, not a worker). A no-op when
-    /// memory holds the key or there is no flash tier.
-    pub fn stage_flash(&self, key: &[u8]) {
+    /// Reads ahead, from the flash medium, the records reads of `keys` would read there, all in
+    /// flight at once, and keeps them for those reads (blocking I/O: for an I/O thread, not a
+    /// worker). Keys memory holds are skipped; a no-op without a flash tier.
+    pub fn stage_flash<K: AsRef<[u8]>>(&self, keys: &[K]) {
         let Some(flash) = self.inner.flash.as_ref() else {
             return;
         };
-        let (hash, lock) = self.shard_for(key);
-        let candidates = {
+        let mut locations = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = key.as_ref();
+            let (hash, lock) = self.shard_for(key);
             let shard = lock.read();
             if shard.lookup(&self.inner, key, hash).is_some() {
-                return;
+                continue;
             }
-            shard.flash_candidates(crate::index::hash24(hash))
-        };
-        for &location in candidates.as_slice() {
-            flash.stage(location & !crate::index::FLASH_TIER_BIT);
+            let candidates = shard.flash_candidates(crate::index::hash24(hash));
+            locations.extend(
+                candidates
+                    .as_slice()
+                    .iter()
+                    .map(|&location| location & !crate::index::FLASH_TIER_BIT),
+            );
         }
+        flash.stage_many(&locations);
     }
 
     /// Whether the engine has a flash tier.

@@ -497,7 +497,7 @@ fn a_record_read_ahead_serves_the_next_read_without_io() {
     let keys = fill(&engine, 600);
     let key = &keys[5];
     assert!(engine.flash_read_needed(key), "on flash, not read ahead");
-    engine.stage_flash(key);
+    engine.stage_flash(&[key]);
     assert!(!engine.flash_read_needed(key), "read ahead");
     let reads = flash_stats(&engine).reads;
     assert_eq!(peek(&engine, key), Some(value_of(5)));
@@ -507,7 +507,7 @@ fn a_record_read_ahead_serves_the_next_read_without_io() {
     assert!(engine.flash_read_needed(key), "taken by that read");
     // Read ahead, then written: the new value is served, never the staged one.
     let key = &keys[6];
-    engine.stage_flash(key);
+    engine.stage_flash(&[key]);
     engine.set(key, b"newer", 0, Expiry::Never).unwrap();
     assert!(!engine.flash_read_needed(key), "memory holds it");
     assert_eq!(peek(&engine, key).as_deref(), Some(&b"newer"[..]));
@@ -515,6 +515,53 @@ fn a_record_read_ahead_serves_the_next_read_without_io() {
         !engine.flash_read_needed(&keys[599]),
         "the newest key is in memory"
     );
+}
+
+/// An I/O thread reads ahead the keys of many waiting requests in one batch (all in flight at
+/// once through io_uring on a real O_DIRECT file): each key's next read is then served from
+/// what the batch read, without I/O, with its own value; keys not on flash are skipped.
+#[test]
+fn a_batch_read_ahead_on_a_direct_file_serves_each_key_its_own_value() {
+    let path = std::env::temp_dir().join(format!("strata-batch-stage-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let medium: Arc<dyn Medium> =
+        Arc::new(strata_pool::DirectFile::open(&path, 4096 + 64 * REGION_SIZE_BYTES).unwrap());
+    let engine = Engine::open(config(medium, false)).unwrap();
+    let keys = fill(&engine, 600);
+    let on_flash: Vec<usize> = (0..keys.len())
+        .filter(|&i| engine.flash_read_needed(&keys[i]))
+        .take(100)
+        .collect();
+    assert!(on_flash.len() >= 80, "{} on flash", on_flash.len());
+    let in_memory = keys.len() - 1;
+    assert!(!engine.flash_read_needed(&keys[in_memory]));
+    let mut batch: Vec<&[u8]> = on_flash.iter().map(|&i| &keys[i][..]).collect();
+    batch.push(&keys[in_memory]);
+    let reads = flash_stats(&engine).reads;
+    engine.stage_flash(&batch);
+    let staged = flash_stats(&engine);
+    assert_eq!(
+        staged.reads - reads,
+        on_flash.len() as u64,
+        "one read per key on flash: {staged:?}"
+    );
+    for &i in &on_flash {
+        assert!(!engine.flash_read_needed(&keys[i]), "key {i} read ahead");
+    }
+    for &i in &on_flash {
+        assert_eq!(peek(&engine, &keys[i]), Some(value_of(i as u32)), "key {i}");
+    }
+    let served = flash_stats(&engine);
+    assert_eq!(
+        served.reads, staged.reads,
+        "no more medium reads: {served:?}"
+    );
+    assert_eq!(
+        served.staged_reads - staged.staged_reads,
+        on_flash.len() as u64
+    );
+    drop(engine);
+    let _ = std::fs::remove_file(&path);
 }
 
 /// A key whose older value is on flash and whose newer value in memory has expired is absent:
@@ -657,7 +704,7 @@ fn read_aheads_past_their_bound_are_dropped_and_reads_stay_right() {
         flash_stats(&engine)
     );
     for &i in &on_flash {
-        engine.stage_flash(&key(i));
+        engine.stage_flash(&[key(i)]);
     }
     let staged_before = flash_stats(&engine).staged_reads;
     let reads_before = flash_stats(&engine).reads;

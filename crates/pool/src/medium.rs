@@ -11,6 +11,8 @@
 //! The contract, per method:
 //! - `read_at(offset, buf)`: fills `buf` with the bytes at `[offset, offset + buf.len())`, or
 //!   fails and leaves `buf` unspecified. Reads see every write that returned before they began.
+//! - `read_many(reads)`: each `(offset, buf)` as `read_at` would, with one result per read, in
+//!   order; a medium may have all of them in flight at once (io_uring: one submission).
 //! - `write_at(offset, data)`: stores `data`; after it returns, reads see it, but only a
 //!   `persist` covering it makes it survive a power loss. A failed write leaves the range's old
 //!   or new bytes, sector by sector, in any mix: the caller must not trust that range until it
@@ -82,6 +84,14 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn is_direct(&self) -> bool;
     /// Reads `buf.len()` bytes at `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError>;
+    /// Reads each `(offset, buf)`, as [`Medium::read_at`] would, all in flight at once where the
+    /// medium can; one result per read, in order. By default, one read after another.
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<Result<(), MediumError>> {
+        reads
+            .iter_mut()
+            .map(|(offset, buf)| self.read_at(*offset, buf))
+            .collect()
+    }
     /// Writes `data` at `offset`.
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError>;
     /// Makes the writes into `[offset, offset + len)` durable.
@@ -352,6 +362,42 @@ impl Medium for DirectFile {
             IoEngine::Pread => self.file.read_exact_at(buf, offset),
         }
         .map_err(|e| self.io_error("read", e))
+    }
+
+    fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<Result<(), MediumError>> {
+        if self.engine != IoEngine::Uring {
+            return reads
+                .iter_mut()
+                .map(|(offset, buf)| self.read_at(*offset, buf))
+                .collect();
+        }
+        let block = self.block_size_bytes();
+        // Reads that fail the checks are answered here; the others go to the ring together.
+        let mut results: Vec<Result<(), MediumError>> = reads
+            .iter()
+            .map(|(offset, buf)| {
+                check_range(
+                    self.len_bytes,
+                    block,
+                    *offset,
+                    buf.len(),
+                    buf.as_ptr() as usize,
+                )
+            })
+            .collect();
+        let mut valid: Vec<(u64, &mut [u8])> = Vec::with_capacity(reads.len());
+        let mut positions = Vec::with_capacity(reads.len());
+        for (i, (offset, buf)) in reads.iter_mut().enumerate() {
+            if results[i].is_ok() {
+                valid.push((*offset, &mut buf[..]));
+                positions.push(i);
+            }
+        }
+        let done = crate::uring::read_many_exact_at(self.file.as_raw_fd(), &mut valid);
+        for (i, result) in positions.into_iter().zip(done) {
+            results[i] = result.map_err(|e| self.io_error("read", e));
+        }
+        results
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {

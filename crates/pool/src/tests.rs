@@ -319,6 +319,69 @@ mod media {
     }
 
     #[test]
+    fn a_batch_of_reads_returns_each_its_own_bytes_through_pread() {
+        batch_reads("batch-pread", IoEngine::Pread);
+    }
+
+    #[test]
+    fn a_batch_of_reads_returns_each_its_own_bytes_through_the_best_engine() {
+        batch_reads("batch-best", IoEngine::best().0);
+    }
+
+    /// More reads than one io_uring submission holds, of varied lengths, with an out-of-range
+    /// and a misaligned one among them: each valid read gets exactly its own bytes, each bad
+    /// one its own error, in order.
+    fn batch_reads(name: &str, engine: IoEngine) {
+        let path = temp_path(name);
+        let len: u64 = 4 << 20;
+        let medium = DirectFile::open_with(&path, len, engine).unwrap();
+        let block = medium.block_size_bytes();
+        let blocks = len as usize / block;
+        let mut data = AlignedBuf::zeroed(len as usize, block);
+        for (i, chunk) in data.chunks_mut(8).enumerate() {
+            chunk.copy_from_slice(&(i as u64).to_le_bytes());
+        }
+        medium.write_at(0, &data).unwrap();
+        let wanted: Vec<(u64, usize)> = (0..150usize)
+            .map(|i| {
+                let at = (i * 37) % (blocks - 3);
+                ((at * block) as u64, (1 + i % 3) * block)
+            })
+            .collect();
+        let mut bufs: Vec<AlignedBuf> = wanted
+            .iter()
+            .map(|&(_, n)| AlignedBuf::zeroed(n, block))
+            .collect();
+        let mut past_end = AlignedBuf::zeroed(2 * block, block);
+        let mut misaligned = AlignedBuf::zeroed(block, block);
+        let mut reads: Vec<(u64, &mut [u8])> = wanted
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&(offset, _), buf)| (offset, &mut buf[..]))
+            .collect();
+        reads.insert(70, (len - block as u64, &mut past_end[..]));
+        reads.insert(3, (100, &mut misaligned[..]));
+        let results = medium.read_many(&mut reads);
+        assert_eq!(results.len(), wanted.len() + 2);
+        assert!(matches!(results[3], Err(MediumError::Misaligned { .. })));
+        assert!(matches!(results[71], Err(MediumError::OutOfRange { .. })));
+        let good: Vec<_> = results
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != 3 && i != 71)
+            .map(|(_, r)| r.clone())
+            .collect();
+        drop(reads);
+        for ((&(offset, n), buf), result) in wanted.iter().zip(&bufs).zip(good) {
+            result.unwrap();
+            let at = offset as usize;
+            assert_eq!(&buf[..], &data[at..at + n], "read at {offset}");
+        }
+        drop(medium);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn a_power_cut_keeps_persisted_sectors_and_any_subset_of_the_rest() {
         let medium = SimulatedMedium::new(MemoryMedium::new(8192, 512), Faults::default());
         medium.write_at(0, &[1u8; 1024]).unwrap();

@@ -2,9 +2,10 @@
 //! `pread`/`pwrite` as the fallback where the kernel or a seccomp policy refuses io_uring.
 //!
 //! Each thread that does I/O gets its own ring on first use (a thread-local), so threads never
-//! wait for one another's submissions: the flash tier's I/O threads each keep one request in
-//! flight, as with `pread`, but through the ring. A ring that cannot be set up once makes the
-//! whole process use `pread`, and says why ([`probe`]).
+//! wait for one another's submissions. A single read or write keeps one request in flight, as
+//! `pread` would; [`read_many_exact_at`] puts a whole batch in flight with one submission (the
+//! flash tier's I/O threads read every key queued for them that way). A ring that cannot be set
+//! up once makes the whole process use `pread`, and says why ([`probe`]).
 
 use std::cell::RefCell;
 use std::os::fd::RawFd;
@@ -12,8 +13,9 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, types, IoUring};
 
-/// Entries of each thread's ring: one request in flight per call, with room to spare.
-const RING_ENTRIES: u32 = 8;
+/// Entries of each thread's ring: the most reads of a batch in flight at once (a longer batch
+/// goes in chunks of this many).
+const RING_ENTRIES: u32 = 64;
 
 thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
@@ -61,6 +63,94 @@ pub fn write_all_at(fd: RawFd, data: &[u8], offset: u64) -> std::io::Result<()> 
         done += n;
     }
     Ok(())
+}
+
+/// Reads each `(offset, buf)` of `reads` in full, all of a chunk of up to [`RING_ENTRIES`] in
+/// flight at once through this thread's ring; one result per read, in order. A short read is
+/// finished alone afterwards; an end of file before a buffer is full is that read's error.
+pub fn read_many_exact_at(fd: RawFd, reads: &mut [(u64, &mut [u8])]) -> Vec<std::io::Result<()>> {
+    let mut results = Vec::with_capacity(reads.len());
+    for chunk in reads.chunks_mut(RING_ENTRIES as usize) {
+        match submit_reads(fd, chunk) {
+            Ok(moved) => {
+                for ((offset, buf), moved) in chunk.iter_mut().zip(moved) {
+                    results.push(moved.and_then(|n| match n {
+                        0 if !buf.is_empty() => Err(std::io::ErrorKind::UnexpectedEof.into()),
+                        n if n < buf.len() => read_exact_at(fd, &mut buf[n..], *offset + n as u64),
+                        _ => Ok(()),
+                    }));
+                }
+            }
+            Err(e) => {
+                let kind = e.kind();
+                results.push(Err(e));
+                results.extend((1..chunk.len()).map(|_| Err(kind.into())));
+            }
+        }
+    }
+    results
+}
+
+/// Puts every read of `chunk` (at most [`RING_ENTRIES`]) in flight and waits for all their
+/// completions; returns the bytes each moved. `Err` only when none was handed to the kernel.
+fn submit_reads(
+    fd: RawFd,
+    chunk: &mut [(u64, &mut [u8])],
+) -> std::io::Result<Vec<std::io::Result<usize>>> {
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(IoUring::new(RING_ENTRIES)?);
+        }
+        let ring = slot.as_mut().expect("set above");
+        for (i, (offset, buf)) in chunk.iter_mut().enumerate() {
+            let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+            let entry = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), len)
+                .offset(*offset)
+                .build()
+                .user_data(i as u64);
+            // SAFETY: the entry names a descriptor the caller keeps open for this call and a
+            // buffer it lends (mutably) for this call; the call waits below for the completion
+            // of every entry the kernel took before it returns, so the kernel never touches a
+            // buffer after its borrow ends. The ring is this thread's own, empty between calls,
+            // and has room for the whole chunk.
+            unsafe {
+                ring.submission()
+                    .push(&entry)
+                    .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
+            }
+        }
+        let mut moved: Vec<std::io::Result<usize>> = (0..chunk.len())
+            .map(|_| Err(std::io::Error::other("io_uring completion missing")))
+            .collect();
+        let mut completed = 0;
+        while completed < chunk.len() {
+            match ring.submit_and_wait(chunk.len() - completed) {
+                Ok(_) => {}
+                // Nothing handed to the kernel yet: dropping the ring drops the entries, unread.
+                Err(e) if completed == 0 && ring.submission().len() == chunk.len() => {
+                    *slot = None;
+                    return Err(e);
+                }
+                // Entries the kernel took may still use their buffers: the call must not return
+                // before their completions (EINTR and EBUSY pass; nothing else is expected).
+                Err(_) => std::thread::yield_now(),
+            }
+            for cqe in ring.completion() {
+                let Some(entry) = moved.get_mut(cqe.user_data() as usize) else {
+                    continue;
+                };
+                let result = cqe.result();
+                *entry = if result < 0 {
+                    Err(std::io::Error::from_raw_os_error(-result))
+                } else {
+                    Ok(result as usize)
+                };
+                completed += 1;
+            }
+        }
+        Ok(moved)
+    })
 }
 
 /// Submits one operation and waits for its completion; returns the bytes it moved.

@@ -4,7 +4,8 @@
 //! ```text
 //!  worker: session sees a GET of a key on flash (Engine::flash_read_needed)
 //!          └─ the request stays unconsumed, the connection parks ─▶ FlashIo::submit(job)
-//!  strata-flash-io-N: Engine::stage_flash(key) for each key (blocking pread)
+//!  strata-flash-io-N: Engine::stage_flash(keys) for a batch of queued keys (one io_uring
+//!          submission; blocking)
 //!          └─ Done { slot, connection_id } ─▶ the worker's queue, and its waker
 //!  worker: the connection unparks and runs the request again; its flash reads find the
 //!          records read ahead (no I/O), and replies leave in request order.
@@ -21,9 +22,14 @@ use std::sync::{Arc, Mutex};
 use mio::Waker;
 use strata_engine::Engine;
 
-/// I/O threads started with a flash tier: enough reads in flight to keep an NVMe queue busy
-/// while each thread blocks in `pread`.
-pub const FLASH_IO_THREADS_DEFAULT: usize = 8;
+/// I/O threads started with a flash tier. Each reads a batch of keys at a time, all in flight
+/// at once (io_uring); while one waits for its batch, the other gathers the next. (Measured on
+/// 2 cores, 1 KiB values, uniform keys: 8 threads, one read each in flight, served 31K req/s;
+/// 8 batching threads 31K, 4 35K, 2 39–47K, 1 42–47K.)
+pub const FLASH_IO_THREADS_DEFAULT: usize = 2;
+
+/// Most keys one I/O thread reads in one batch.
+const BATCH_KEYS_MAX: usize = 64;
 
 /// Most keys one wait reads ahead for the requests pipelined behind the waiting one (the
 /// waiting request's own keys are all read, however many).
@@ -115,18 +121,33 @@ impl FlashIo {
 
 fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
     loop {
-        let part = match receiver.lock() {
-            Ok(receiver) => match receiver.recv() {
-                Ok(part) => part,
-                Err(_) => return, // The server is stopping.
-            },
-            Err(_) => return,
+        // Every key queued when this thread comes for work, up to a bound, in one batch: one
+        // submission puts all their reads in flight (io_uring), and the next batch gathers on
+        // another thread meanwhile.
+        let batch = {
+            let Ok(receiver) = receiver.lock() else {
+                return;
+            };
+            let Ok(first) = receiver.recv() else {
+                return; // The server is stopping.
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH_KEYS_MAX {
+                match receiver.try_recv() {
+                    Ok(part) => batch.push(part),
+                    Err(_) => break,
+                }
+            }
+            batch
         };
-        engine.stage_flash(&part.key);
-        let last = part.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1;
-        // A worker that is gone (shutdown) no longer listens: nothing to tell.
-        if last && part.reply.sender.send(part.done).is_ok() {
-            let _ = part.reply.waker.wake();
+        let keys: Vec<&[u8]> = batch.iter().map(|part| &part.key[..]).collect();
+        engine.stage_flash(&keys);
+        for part in batch {
+            let last = part.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1;
+            // A worker that is gone (shutdown) no longer listens: nothing to tell.
+            if last && part.reply.sender.send(part.done).is_ok() {
+                let _ = part.reply.waker.wake();
+            }
         }
     }
 }

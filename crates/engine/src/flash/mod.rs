@@ -207,6 +207,29 @@ struct Staged {
     bytes: usize,
 }
 
+/// Where a record's first read goes (`FlashTier::plan_read`).
+#[derive(Debug, Clone, Copy)]
+struct ReadPlan {
+    /// The medium offset read from (block-aligned).
+    start: u64,
+    /// Bytes from `start` to the record's stamp.
+    skip: usize,
+    /// Bytes read.
+    len: usize,
+    /// Bytes from `start` to the region's end: no record reaches past it.
+    room: usize,
+}
+
+/// What a read found (`FlashTier::check_read`).
+enum Checked {
+    /// The record, at this range of the buffer.
+    Record(std::ops::Range<usize>),
+    /// Not a record of the generation looked for.
+    Miss,
+    /// A record longer than what was read.
+    Longer,
+}
+
 /// Most records, and most bytes, held read ahead. Past either, all are dropped (records no
 /// read came for accumulate otherwise): a read that wanted one reads the medium itself.
 const STAGED_RECORDS_MAX: usize = 4096;
@@ -880,49 +903,101 @@ impl FlashTier {
         Some(range)
     }
 
-    /// Reads the record at `location` from the medium and keeps it apart for the read that
-    /// will ask for it (an I/O thread's work for a request that waits, so that the worker's
-    /// read then finds it without I/O). Nothing is kept for a location not on the medium.
-    pub(crate) fn stage(&self, location: u64) {
-        let Some((index, offset)) = self.split(location) else {
-            return;
-        };
-        let seq = {
-            let regions = self.regions.lock().expect("regions lock");
-            match &regions.states[index as usize] {
-                RegionState::Written {
-                    seq, payload_bytes, ..
-                } if ((offset + STAMP_BYTES) as u64) < *payload_bytes => *seq,
-                _ => return, // In a buffer (no I/O to save) or not a record.
-            }
-        };
-        if self
-            .staged
-            .lock()
-            .expect("staged lock")
-            .records
-            .contains_key(&location)
+    /// Reads the records at `locations` from the medium, all in flight at once, and keeps each
+    /// apart for the read that will ask for it (an I/O thread's work for requests that wait, so
+    /// that the worker's reads then find them without I/O). Nothing is kept for a location not
+    /// on the medium, or already kept.
+    pub(crate) fn stage_many(&self, locations: &[u64]) {
+        // (location, region generation, where the record's first blocks lie)
+        let mut planned: Vec<(u64, u64, ReadPlan)> = Vec::with_capacity(locations.len());
         {
+            let regions = self.regions.lock().expect("regions lock");
+            let staged = self.staged.lock().expect("staged lock");
+            for &location in locations {
+                let Some((index, offset)) = self.split(location) else {
+                    continue;
+                };
+                let seq = match &regions.states[index as usize] {
+                    RegionState::Written {
+                        seq, payload_bytes, ..
+                    } if ((offset + STAMP_BYTES) as u64) < *payload_bytes => *seq,
+                    _ => continue, // In a buffer (no I/O to save) or not a record.
+                };
+                if staged.records.contains_key(&location)
+                    || planned.iter().any(|(l, _, _)| *l == location)
+                {
+                    continue;
+                }
+                planned.push((location, seq, self.plan_read(index, offset)));
+            }
+        }
+        if planned.is_empty() {
             return;
         }
         let started = std::time::Instant::now();
-        let mut buf = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
-        let Some(range) = self.read_medium(index, offset, seq, &mut buf) else {
-            return;
-        };
-        self.counters.record_read(started.elapsed(), range.len());
-        let bytes = buf[range].to_vec();
-        let mut staged = self.staged.lock().expect("staged lock");
-        if staged.records.len() >= STAGED_RECORDS_MAX
-            || staged.bytes + bytes.len() > STAGED_BYTES_MAX
-        {
-            // Reads that wanted them read the medium themselves.
-            staged.records.clear();
-            staged.bytes = 0;
+        let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+        let mut bufs: Vec<AlignedBuf> = planned
+            .iter()
+            .map(|(_, _, plan)| AlignedBuf::zeroed(plan.len, block))
+            .collect();
+        self.counters
+            .reads
+            .fetch_add(planned.len() as u64, Ordering::Relaxed);
+        if !self.read_delay_for_tests.is_zero() {
+            std::thread::sleep(self.read_delay_for_tests);
         }
-        staged.bytes += bytes.len();
-        if let Some(old) = staged.records.insert(location, StagedRecord { seq, bytes }) {
-            staged.bytes -= old.bytes.len();
+        let results = {
+            let mut reads: Vec<(u64, &mut [u8])> = planned
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|((_, _, plan), buf)| (plan.start, &mut buf[..]))
+                .collect();
+            self.medium.read_many(&mut reads)
+        };
+        let elapsed = started.elapsed();
+        let mut records = Vec::with_capacity(planned.len());
+        for (((location, seq, plan), mut buf), result) in planned.into_iter().zip(bufs).zip(results)
+        {
+            if result.is_err() {
+                self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let range = match self.check_read(&buf, &plan, seq) {
+                Checked::Record(range) => range,
+                Checked::Miss => continue,
+                // Longer than its first blocks (rare): the rest read alone.
+                Checked::Longer => {
+                    let Some((index, offset)) = self.split(location) else {
+                        continue;
+                    };
+                    match self.read_medium(index, offset, seq, &mut buf) {
+                        Some(range) => range,
+                        None => continue,
+                    }
+                }
+            };
+            self.counters.record_read(elapsed, range.len());
+            records.push((
+                location,
+                StagedRecord {
+                    seq,
+                    bytes: buf[range].to_vec(),
+                },
+            ));
+        }
+        let mut staged = self.staged.lock().expect("staged lock");
+        for (location, record) in records {
+            if staged.records.len() >= STAGED_RECORDS_MAX
+                || staged.bytes + record.bytes.len() > STAGED_BYTES_MAX
+            {
+                // Reads that wanted them read the medium themselves.
+                staged.records.clear();
+                staged.bytes = 0;
+            }
+            staged.bytes += record.bytes.len();
+            if let Some(old) = staged.records.insert(location, record) {
+                staged.bytes -= old.bytes.len();
+            }
         }
     }
 
@@ -981,6 +1056,43 @@ impl FlashTier {
         Some(0..len)
     }
 
+    /// Where the first read of the record at `offset` of region `index`'s payload goes: the
+    /// blocks from its start, 4 KiB past it (most records fit: one read).
+    fn plan_read(&self, index: u32, offset: usize) -> ReadPlan {
+        let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+        let byte = self.region_offset(index) + (BLOCK_SIZE_BYTES + offset) as u64;
+        let start = byte / block as u64 * block as u64;
+        let skip = (byte - start) as usize;
+        let room = (self.region_offset(index) + self.superblock.region_size_bytes - start) as usize;
+        let len = (skip + BLOCK_SIZE_BYTES).next_multiple_of(block).min(room);
+        ReadPlan {
+            start,
+            skip,
+            len,
+            room,
+        }
+    }
+
+    /// What `buf`, read as `plan` says, holds: the record stamped `seq`, or not that record, or
+    /// the start of a record longer than the read (`plan.len` then says how much to read).
+    fn check_read(&self, buf: &[u8], plan: &ReadPlan, seq: u64) -> Checked {
+        let skip = plan.skip;
+        if buf[skip..skip + STAMP_BYTES] != self.stamp(seq).to_le_bytes() {
+            return Checked::Miss;
+        }
+        let body = skip + STAMP_BYTES;
+        let Some(size) = crate::record::declared_size(&buf[body..plan.len]) else {
+            return Checked::Miss;
+        };
+        if body + size <= plan.len {
+            Checked::Record(body..body + size)
+        } else if body + size > plan.room {
+            Checked::Miss
+        } else {
+            Checked::Longer
+        }
+    }
+
     /// Reads the blocks of the record at `offset` of region `index`'s payload: the first block
     /// says the record's length, a second read fetches the rest when it is longer.
     fn read_medium(
@@ -991,36 +1103,32 @@ impl FlashTier {
         out: &mut AlignedBuf,
     ) -> Option<std::ops::Range<usize>> {
         let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
-        let byte = self.region_offset(index) + (BLOCK_SIZE_BYTES + offset) as u64;
-        let start = byte / block as u64 * block as u64;
-        let skip = (byte - start) as usize;
-        let room = (self.region_offset(index) + self.superblock.region_size_bytes - start) as usize;
-        // Most records fit the first 4 KiB past their start: one read.
-        let mut len = (skip + BLOCK_SIZE_BYTES).next_multiple_of(block).min(room);
+        let mut plan = self.plan_read(index, offset);
         for _ in 0..2 {
-            if out.len() < len {
-                *out = AlignedBuf::zeroed(len, block);
+            if out.len() < plan.len {
+                *out = AlignedBuf::zeroed(plan.len, block);
             }
             self.counters.reads.fetch_add(1, Ordering::Relaxed);
             if !self.read_delay_for_tests.is_zero() {
                 std::thread::sleep(self.read_delay_for_tests);
             }
-            if self.medium.read_at(start, &mut out[..len]).is_err() {
+            if self
+                .medium
+                .read_at(plan.start, &mut out[..plan.len])
+                .is_err()
+            {
                 self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
-            if out[skip..skip + STAMP_BYTES] != self.stamp(seq).to_le_bytes() {
-                return None;
+            match self.check_read(out, &plan, seq) {
+                Checked::Record(range) => return Some(range),
+                Checked::Miss => return None,
+                Checked::Longer => {
+                    let body = plan.skip + STAMP_BYTES;
+                    let size = crate::record::declared_size(&out[body..plan.len])?;
+                    plan.len = (body + size).next_multiple_of(block).min(plan.room);
+                }
             }
-            let body = skip + STAMP_BYTES;
-            let size = crate::record::declared_size(&out[body..len])?;
-            if body + size <= len {
-                return Some(body..body + size);
-            }
-            if body + size > room {
-                return None;
-            }
-            len = (body + size).next_multiple_of(block).min(room);
         }
         None
     }
