@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::flash::tiering;
+use crate::flash::{tiering, FlashRead, ReadOutcome};
 use crate::index::SlotRef;
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
 use crate::shard::{FlashCandidates, Found, Shard, ShardLock, ShardWrite};
@@ -212,9 +212,41 @@ impl Engine {
     /// flight at once, and keeps them for those reads (blocking I/O: for an I/O thread, not a
     /// worker). Keys memory holds are skipped; a no-op without a flash tier.
     pub fn stage_flash<K: AsRef<[u8]>>(&self, keys: &[K]) {
-        let Some(flash) = self.inner.flash.as_ref() else {
-            return;
-        };
+        if let Some(flash) = self.inner.flash.as_ref() {
+            flash.stage_many(&self.flash_locations(keys));
+        }
+    }
+
+    /// The reads that would read ahead what reads of `keys` need from flash, for a server that
+    /// does them itself, without blocking (its own io_uring on [`Engine::flash_read_file`]),
+    /// then hands each to [`Engine::finish_flash_read`]. Empty without a flash tier, or when no
+    /// key needs the medium.
+    pub fn plan_flash_reads<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<FlashRead> {
+        match self.inner.flash.as_ref() {
+            Some(flash) => flash.plan_reads(&self.flash_locations(keys)),
+            None => Vec::new(),
+        }
+    }
+
+    /// Takes the bytes a planned read got (`None`: it failed) and keeps the record for the
+    /// request's own read; [`ReadOutcome::ReadMore`]: read again where `read` now says.
+    pub fn finish_flash_read(&self, read: &mut FlashRead, bytes: Option<&[u8]>) -> ReadOutcome {
+        match self.inner.flash.as_ref() {
+            Some(flash) => flash.finish_read(read, bytes),
+            None => ReadOutcome::Miss,
+        }
+    }
+
+    /// A duplicate of the flash medium's descriptor for reads a server puts in flight itself
+    /// ([`strata_pool::ReadRing`]); `None` without a flash tier, where the medium is not read
+    /// through io_uring, or where tests slow its reads (then [`Engine::stage_flash`] does them).
+    pub fn flash_read_file(&self) -> Option<std::os::fd::OwnedFd> {
+        self.inner.flash.as_ref()?.read_file()
+    }
+
+    /// Where the flash records of `keys` that memory does not hold may be (every entry sharing
+    /// a key's hash bits).
+    fn flash_locations<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<u64> {
         let mut locations = Vec::with_capacity(keys.len());
         for key in keys {
             let key = key.as_ref();
@@ -231,7 +263,7 @@ impl Engine {
                     .map(|&location| location & !crate::index::FLASH_TIER_BIT),
             );
         }
-        flash.stage_many(&locations);
+        locations
     }
 
     /// Whether the engine has a flash tier.

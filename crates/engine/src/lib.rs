@@ -49,7 +49,7 @@ pub use config::{
     SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
-pub use flash::{FlashError, FlashOpened, FlashStats};
+pub use flash::{FlashError, FlashOpened, FlashRead, FlashStats, ReadOutcome};
 pub use record::KEY_LEN_MAX;
 pub use recovery::{RecoveryPlan, RecoveryReport};
 pub use strata_pool::{Backend, PersistenceDomain};

@@ -564,6 +564,113 @@ fn a_batch_read_ahead_on_a_direct_file_serves_each_key_its_own_value() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A server's own reads (`plan_flash_reads`, a `ReadRing`, `finish_flash_read`): values both
+/// shorter and longer than a first read (4 KiB past the record's start), so some reads come
+/// back as `ReadMore` and go again; then each key is served its own value without I/O.
+#[test]
+fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
+    let path = std::env::temp_dir().join(format!("strata-ring-stage-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let medium: Arc<dyn Medium> =
+        Arc::new(strata_pool::DirectFile::open(&path, 4096 + 64 * REGION_SIZE_BYTES).unwrap());
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 48 * 8192,
+        segment_size_bytes: 8192,
+        value_len_max: 7000,
+        ..config(medium, false)
+    })
+    .unwrap();
+    let Some(file) = engine.flash_read_file() else {
+        eprintln!("io_uring is not available here: the I/O threads' path is the one in use");
+        assert_eq!(
+            strata_pool::IoEngine::best().0,
+            strata_pool::IoEngine::Pread
+        );
+        return;
+    };
+    let value = |i: usize| {
+        let len = if i.is_multiple_of(2) { 900 } else { 6000 };
+        let mut value = format!("value-{i}-").into_bytes();
+        value.resize(len, b'a' + (i % 26) as u8);
+        value
+    };
+    let keys: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("ring-{i:04}").into_bytes())
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        engine.set(key, &value(i), 0, Expiry::Never).unwrap();
+        wait_for("the write queue to drain", || {
+            flash_stats(&engine).regions_queued == 0
+        });
+    }
+    let on_flash: Vec<usize> = (0..keys.len())
+        .filter(|&i| engine.flash_read_needed(&keys[i]))
+        .collect();
+    assert!(
+        on_flash.iter().filter(|&&i| i % 2 == 1).count() >= 40,
+        "long values on flash: {on_flash:?}"
+    );
+    let wanted: Vec<&[u8]> = on_flash.iter().map(|&i| &keys[i][..]).collect();
+    let mut reads = engine.plan_flash_reads(&wanted);
+    // One read per key, but for those still in a region buffer (no I/O needed).
+    let planned = reads.len();
+    assert!(
+        planned <= on_flash.len() && planned + 8 >= on_flash.len(),
+        "{planned} reads for {} keys",
+        on_flash.len()
+    );
+    let mut ring = strata_pool::ReadRing::new(64, file).unwrap();
+    let mut pending: Vec<Option<FlashRead>> = Vec::new();
+    let (mut staged, mut again) = (0, 0);
+    let mut done = Vec::new();
+    while !reads.is_empty() || ring.in_flight() > 0 {
+        while ring.in_flight() < ring.capacity() {
+            let Some(read) = reads.pop() else { break };
+            ring.queue_read(read.offset(), read.len_bytes(), 4096, pending.len() as u64)
+                .unwrap();
+            pending.push(Some(read));
+        }
+        ring.submit().unwrap();
+        ring.complete(&mut done);
+        for (token, result) in done.drain(..) {
+            let mut read = pending[token as usize]
+                .take()
+                .expect("one completion per read");
+            match engine.finish_flash_read(&mut read, result.as_deref().ok()) {
+                ReadOutcome::Staged => staged += 1,
+                ReadOutcome::ReadMore => {
+                    again += 1;
+                    reads.push(read);
+                }
+                ReadOutcome::Miss => panic!("a record on flash missed"),
+            }
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(staged, planned);
+    assert!(again >= 20, "{again} long records read again");
+    let still_needed = on_flash
+        .iter()
+        .filter(|&&i| engine.flash_read_needed(&keys[i]))
+        .count();
+    assert_eq!(
+        still_needed,
+        on_flash.len() - planned,
+        "the rest are in buffers"
+    );
+    let reads_before = flash_stats(&engine).reads;
+    for &i in &on_flash {
+        assert_eq!(peek(&engine, &keys[i]), Some(value(i)), "key {i}");
+    }
+    assert_eq!(
+        flash_stats(&engine).reads,
+        reads_before,
+        "served without I/O"
+    );
+    drop(engine);
+    let _ = std::fs::remove_file(&path);
+}
+
 /// A key whose older value is on flash and whose newer value in memory has expired is absent:
 /// the expired memory record shadows the flash copy (found by the model test: the older value
 /// came back once the newer one expired).

@@ -45,6 +45,7 @@ pub use header::{
 pub use mapping::{Backend, FaultPlan, FlushMethod, PersistenceDomain};
 pub use medium::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
 pub use tables::{ControlHeader, IndexFiles, LineTable, TableKind, SEGMENT_BOOK_SIZE_BYTES};
+pub use uring::{ReadDone, ReadRing};
 
 use mapping::Mapping;
 

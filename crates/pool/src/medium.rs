@@ -103,6 +103,13 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn io_engine(&self) -> &'static str {
         "memory"
     }
+
+    /// A duplicate of the descriptor to read the medium through with one's own io_uring (a
+    /// [`crate::ReadRing`]): offsets and lengths as for `read_at`. `None` where reads do not go
+    /// through io_uring (memory media, the `pread` fallback); then use `read_at`/`read_many`.
+    fn read_file(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
 }
 
 /// Checks a call's range and alignment against a medium's.
@@ -346,6 +353,13 @@ impl Medium for DirectFile {
 
     fn io_engine(&self) -> &'static str {
         self.engine.name()
+    }
+
+    fn read_file(&self) -> Option<std::os::fd::OwnedFd> {
+        if self.engine != IoEngine::Uring {
+            return None;
+        }
+        self.file.try_clone().ok().map(std::os::fd::OwnedFd::from)
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {

@@ -209,3 +209,166 @@ fn submit(fd: RawFd, op: Op<'_>, offset: u64) -> std::io::Result<usize> {
         Ok(result as usize)
     })
 }
+
+/// Reads put in flight without waiting for them: the thread that owns the ring queues reads,
+/// submits them in one call, and learns of their completions through an eventfd it polls with
+/// its other descriptors (a server worker: no thread hand-off per read).
+///
+/// ```text
+///   queue_read(offset, len, token) ×N ─▶ submit() ─▶ … eventfd readable … ─▶ complete(out)
+///                                                        └─ (token, the bytes read or an error)
+/// ```
+///
+/// Each read gets a fresh buffer the ring owns until the read completes; the ring reads its
+/// own duplicate of the file's descriptor, so neither outlives the other. Dropping the ring
+/// waits for the reads still in flight.
+pub struct ReadRing {
+    ring: IoUring,
+    file: std::os::fd::OwnedFd,
+    eventfd: std::os::fd::OwnedFd,
+    /// By `user_data`: the buffer a read in flight fills, and the caller's token.
+    reads: Vec<Option<(crate::AlignedBuf, u64)>>,
+    free: Vec<usize>,
+    in_flight: usize,
+}
+
+/// A finished read of a [`ReadRing`]: the caller's token, and the buffer with the bytes read
+/// (all of them: a short read is an error).
+pub type ReadDone = (u64, std::io::Result<crate::AlignedBuf>);
+
+impl ReadRing {
+    /// A ring for up to `entries` reads in flight at once, reading `file` (a duplicate of a
+    /// [`crate::DirectFile`]'s descriptor, [`crate::Medium::read_file`]).
+    pub fn new(entries: u32, file: std::os::fd::OwnedFd) -> std::io::Result<ReadRing> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let ring = IoUring::new(entries)?;
+        // SAFETY: eventfd takes two integers and returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a descriptor eventfd just made, owned by nothing else.
+        let eventfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
+        Ok(ReadRing {
+            ring,
+            file,
+            eventfd,
+            reads: Vec::new(),
+            free: Vec::new(),
+            in_flight: 0,
+        })
+    }
+
+    /// The descriptor that becomes readable when reads complete (edge: [`ReadRing::complete`]
+    /// drains it).
+    pub fn eventfd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.eventfd.as_raw_fd()
+    }
+
+    /// Reads queued or in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Most reads in flight at once.
+    pub fn capacity(&self) -> usize {
+        self.ring.params().sq_entries() as usize
+    }
+
+    /// Queues a read of `len` bytes at `offset` into a new buffer aligned to `align`, for
+    /// [`ReadRing::submit`]. Refused (the caller reads another way) when the ring is full.
+    pub fn queue_read(
+        &mut self,
+        offset: u64,
+        len: usize,
+        align: usize,
+        token: u64,
+    ) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if self.in_flight >= self.capacity() {
+            return Err(std::io::Error::other("io_uring read ring full"));
+        }
+        let mut buf = crate::AlignedBuf::zeroed(len, align);
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.reads.push(None);
+            self.reads.len() - 1
+        });
+        let entry = opcode::Read::new(
+            types::Fd(self.file.as_raw_fd()),
+            buf.as_mut_ptr(),
+            u32::try_from(len).unwrap_or(u32::MAX),
+        )
+        .offset(offset)
+        .build()
+        .user_data(slot as u64);
+        if self.ring.submission().is_full() {
+            self.ring.submit()?;
+        }
+        // SAFETY: the entry names the ring's own descriptor (closed only after every read in
+        // flight completed, see Drop) and a heap buffer stored below in `reads`, which keeps it
+        // (its address does not move with the Vec) until this entry's completion is reaped.
+        unsafe {
+            self.ring
+                .submission()
+                .push(&entry)
+                .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
+        }
+        self.reads[slot] = Some((buf, token));
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Hands every queued read to the kernel without waiting for any.
+    pub fn submit(&mut self) -> std::io::Result<()> {
+        self.ring.submit().map(drop)
+    }
+
+    /// Appends the reads that completed to `out` and clears the eventfd.
+    pub fn complete(&mut self, out: &mut Vec<ReadDone>) {
+        let mut counter = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into `counter`, which lives across the call; the
+        // descriptor is ours. EAGAIN (nothing signalled) is fine.
+        let _ = unsafe { libc::read(self.eventfd(), counter.as_mut_ptr().cast(), 8) };
+        for cqe in self.ring.completion() {
+            let slot = cqe.user_data() as usize;
+            let Some((buf, token)) = self.reads.get_mut(slot).and_then(Option::take) else {
+                continue;
+            };
+            self.free.push(slot);
+            self.in_flight -= 1;
+            let result = cqe.result();
+            let done = if result < 0 {
+                Err(std::io::Error::from_raw_os_error(-result))
+            } else if (result as usize) < buf.len() {
+                Err(std::io::ErrorKind::UnexpectedEof.into())
+            } else {
+                Ok(buf)
+            };
+            out.push((token, done));
+        }
+    }
+}
+
+impl Drop for ReadRing {
+    fn drop(&mut self) {
+        // The kernel may still write into buffers of reads in flight: wait for them all.
+        let mut done = Vec::new();
+        let mut tries = 0;
+        while self.in_flight > 0 && tries < 1000 {
+            if self.ring.submit_and_wait(1).is_err() {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            self.complete(&mut done);
+            done.clear();
+        }
+        if self.in_flight > 0 {
+            // Never seen: rather leak the buffers than free memory the kernel may write.
+            for read in self.reads.drain(..).flatten() {
+                std::mem::forget(read);
+            }
+        }
+    }
+}

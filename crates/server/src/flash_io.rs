@@ -1,12 +1,16 @@
-//! I/O threads for the flash tier: a request whose keys are on flash waits while one of these
-//! threads reads their records ahead, instead of blocking its worker's other connections.
+//! Flash reads for requests that wait: a request whose keys are on flash parks while their
+//! records are read ahead, instead of blocking its worker's other connections. Two ways read:
+//! where the medium is read through io_uring, each worker puts the reads in flight on its own
+//! ring ([`RingReads`]) and learns of completions with its sockets' events; elsewhere (the
+//! `pread` fallback, test media), and when a worker's ring is full, I/O threads do them
+//! ([`FlashIo`]).
 //!
 //! ```text
 //!  worker: session sees a GET of a key on flash (Engine::flash_read_needed)
-//!          └─ the request stays unconsumed, the connection parks ─▶ FlashIo::submit(job)
-//!  strata-flash-io-N: Engine::stage_flash(keys) for a batch of queued keys (one io_uring
-//!          submission; blocking)
-//!          └─ Done { slot, connection_id } ─▶ the worker's queue, and its waker
+//!          └─ the request stays unconsumed, the connection parks
+//!             ├─▶ RingReads::start: one io_uring submission ─▶ eventfd ─▶ RingReads::complete
+//!             └─▶ FlashIo::submit(job) ─▶ strata-flash-io-N: Engine::stage_flash(keys) for a
+//!                 batch of queued keys (blocking) ─▶ Done to the worker's queue, and its waker
 //!  worker: the connection unparks and runs the request again; its flash reads find the
 //!          records read ahead (no I/O), and replies leave in request order.
 //! ```
@@ -147,6 +151,174 @@ fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
             // A worker that is gone (shutdown) no longer listens: nothing to tell.
             if last && part.reply.sender.send(part.done).is_ok() {
                 let _ = part.reply.waker.wake();
+            }
+        }
+    }
+}
+
+/// Reads a worker puts in flight itself, on its own io_uring (where the flash medium is read
+/// through io_uring): no hand-off to an I/O thread and back, which on a busy core costs more
+/// than the read. The ring's eventfd is polled with the worker's sockets.
+///
+/// ```text
+///  worker: a connection parks ─▶ RingReads::start: Engine::plan_flash_reads(keys), one
+///          submission for all ─▶ … eventfd readable … ─▶ RingReads::complete:
+///          Engine::finish_flash_read each (staged; a longer record is read again) ─▶ the
+///          connection's Done once its last read finished
+/// ```
+pub struct RingReads {
+    ring: strata_pool::ReadRing,
+    /// By token: a read in flight and the job it belongs to.
+    reads: Vec<Option<(strata_engine::FlashRead, usize)>>,
+    free_reads: Vec<usize>,
+    /// By job: who waits, and for how many reads.
+    jobs: Vec<Option<(Done, usize)>>,
+    free_jobs: Vec<usize>,
+    /// Jobs waiting for room on the ring, in arrival order.
+    queued: std::collections::VecDeque<(Vec<Vec<u8>>, Done)>,
+    completed: Vec<strata_pool::ReadDone>,
+}
+
+/// Reads in flight at once on one worker's ring; jobs past it wait their turn.
+const RING_READS_MAX: u32 = 64;
+
+/// What [`RingReads::start`] did with a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// Its reads are in flight; [`RingReads::complete`] reports the job when they finished.
+    Reading,
+    /// Nothing to read (the keys were written, or read ahead, meanwhile): run it now.
+    NothingToRead,
+}
+
+impl RingReads {
+    /// A ring reading `engine`'s flash medium; `None` where the medium is not read through
+    /// io_uring (the I/O threads then do every read), or the ring cannot be set up (said why).
+    pub fn new(engine: &Engine) -> Option<RingReads> {
+        let file = engine.flash_read_file()?;
+        match strata_pool::ReadRing::new(RING_READS_MAX, file) {
+            Ok(ring) => Some(RingReads {
+                ring,
+                reads: Vec::new(),
+                free_reads: Vec::new(),
+                jobs: Vec::new(),
+                free_jobs: Vec::new(),
+                queued: std::collections::VecDeque::new(),
+                completed: Vec::new(),
+            }),
+            Err(err) => {
+                tracing::warn!(error = %err, "no io_uring for a worker's flash reads; I/O threads read");
+                None
+            }
+        }
+    }
+
+    /// The descriptor to poll for completions.
+    pub fn eventfd(&self) -> std::os::fd::RawFd {
+        self.ring.eventfd()
+    }
+
+    /// Puts the reads of `keys` in flight for the connection `done` names, or queues them
+    /// until the ring has room (a deeper device queue only lengthens the tail).
+    pub fn start(&mut self, engine: &Engine, keys: Vec<Vec<u8>>, done: Done) -> Started {
+        if !self.queued.is_empty() || !self.has_room(keys.len()) {
+            self.queued.push_back((keys, done));
+            return Started::Reading;
+        }
+        self.start_now(engine, &keys, done)
+    }
+
+    /// Whether reads for `keys` fit (most keys have one flash candidate; a few spare entries
+    /// cover those with more). A ring with nothing in flight takes any job.
+    fn has_room(&self, keys: usize) -> bool {
+        self.ring.in_flight() == 0 || self.ring.in_flight() + keys + 4 <= self.ring.capacity()
+    }
+
+    fn start_now(&mut self, engine: &Engine, keys: &[Vec<u8>], done: Done) -> Started {
+        let reads = engine.plan_flash_reads(keys);
+        if reads.is_empty() {
+            return Started::NothingToRead;
+        }
+        let job = self.free_jobs.pop().unwrap_or_else(|| {
+            self.jobs.push(None);
+            self.jobs.len() - 1
+        });
+        let mut queued = 0;
+        for read in reads {
+            if self.queue(read, job).is_ok() {
+                queued += 1;
+            }
+        }
+        if queued == 0 {
+            self.free_jobs.push(job);
+            return Started::NothingToRead; // Read on the worker: never seen, never wrong.
+        }
+        self.jobs[job] = Some((done, queued));
+        if let Err(err) = self.ring.submit() {
+            // The entries stay queued; the next submission hands them over.
+            tracing::warn!(error = %err, "io_uring submission of flash reads failed");
+        }
+        Started::Reading
+    }
+
+    fn queue(&mut self, read: strata_engine::FlashRead, job: usize) -> std::io::Result<()> {
+        let token = self.free_reads.pop().unwrap_or_else(|| {
+            self.reads.push(None);
+            self.reads.len() - 1
+        });
+        let queued = self.ring.queue_read(
+            read.offset(),
+            read.len_bytes(),
+            strata_pool::DIRECT_BLOCK_SIZE_BYTES,
+            token as u64,
+        );
+        match queued {
+            Ok(()) => self.reads[token] = Some((read, job)),
+            Err(_) => self.free_reads.push(token),
+        }
+        queued
+    }
+
+    /// Finishes the reads that completed; appends the jobs whose last read finished.
+    pub fn complete(&mut self, engine: &Engine, finished: &mut Vec<Done>) {
+        let mut completed = std::mem::take(&mut self.completed);
+        self.ring.complete(&mut completed);
+        let mut requeued = false;
+        for (token, result) in completed.drain(..) {
+            let token = token as usize;
+            let Some((mut read, job)) = self.reads.get_mut(token).and_then(Option::take) else {
+                continue;
+            };
+            self.free_reads.push(token);
+            let outcome = engine.finish_flash_read(&mut read, result.as_deref().ok());
+            if outcome == strata_engine::ReadOutcome::ReadMore && self.queue(read, job).is_ok() {
+                requeued = true;
+                continue;
+            }
+            let Some((done, left)) = self.jobs.get_mut(job).and_then(Option::as_mut) else {
+                continue;
+            };
+            *left -= 1;
+            if *left == 0 {
+                finished.push(*done);
+                self.jobs[job] = None;
+                self.free_jobs.push(job);
+            }
+        }
+        self.completed = completed;
+        if requeued {
+            if let Err(err) = self.ring.submit() {
+                tracing::warn!(error = %err, "io_uring submission of flash reads failed");
+            }
+        }
+        while self
+            .queued
+            .front()
+            .is_some_and(|(keys, _)| self.has_room(keys.len()))
+        {
+            let (keys, done) = self.queued.pop_front().expect("front checked");
+            if self.start_now(engine, &keys, done) == Started::NothingToRead {
+                finished.push(done);
             }
         }
     }

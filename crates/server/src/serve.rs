@@ -290,6 +290,11 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
             path = %settings.path.display(),
             size = %ByteSize(flash.medium_bytes),
             io_engine = flash.io_engine,
+            reads = if engine.flash_read_file().is_some() {
+                "each worker's own io_uring"
+            } else {
+                "I/O threads"
+            },
             direct_io = flash.direct_io,
             region_size = %ByteSize(flash.region_size_bytes),
             regions = flash.regions_total,

@@ -66,6 +66,8 @@ pub const DRAIN_TIME_MAX: Duration = Duration::from_secs(5);
 const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// The token of the worker's waker (connection tokens are slot indexes).
 const WAKER_TOKEN: Token = Token(usize::MAX);
+/// The worker's flash read ring's eventfd ([`flash_io::RingReads`]).
+const FLASH_RING_TOKEN: Token = Token(usize::MAX - 1);
 
 /// A connection handed from the acceptor to a worker.
 pub struct Incoming {
@@ -106,6 +108,14 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
     shared.ctx.output_budget.set_waker(id, Arc::clone(&waker));
     let (sender, receiver) = std::sync::mpsc::channel();
     let (flash_sender, flash_done) = std::sync::mpsc::channel();
+    let flash_ring = flash_io::RingReads::new(&shared.ctx.engine);
+    if let Some(ring) = &flash_ring {
+        poll.registry().register(
+            &mut mio::unix::SourceFd(&ring.eventfd()),
+            FLASH_RING_TOKEN,
+            Interest::READABLE,
+        )?;
+    }
     let worker = Worker {
         id,
         poll,
@@ -115,6 +125,8 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
             waker: Arc::clone(&waker),
         },
         flash_done,
+        flash_ring,
+        flash_finished: Vec::new(),
         shared,
         slots: Vec::new(),
         free_slots: Vec::new(),
@@ -161,6 +173,11 @@ struct Worker {
     /// Where this worker's flash read-aheads report back ([`crate::flash_io`]).
     flash_reply: flash_io::ReplyTo,
     flash_done: Receiver<flash_io::Done>,
+    /// The worker's own flash reads, where the medium is read through io_uring (else the I/O
+    /// threads do them).
+    flash_ring: Option<flash_io::RingReads>,
+    /// Scratch: jobs whose ring reads finished.
+    flash_finished: Vec<flash_io::Done>,
     shared: WorkerShared,
     /// Connections by token; `None` slots are listed in `free_slots`.
     slots: Vec<Option<Connection>>,
@@ -247,6 +264,7 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER_TOKEN => self.on_wake(now),
+                    FLASH_RING_TOKEN => self.on_flash_ring(),
                     Token(slot)
                         if event.is_readable()
                             || event.is_read_closed()
@@ -298,23 +316,41 @@ impl Worker {
             self.add(incoming, now);
         }
         while let Ok(done) = self.flash_done.try_recv() {
-            let slot = done.slot;
-            let stats = &self.shared.ctx.stats;
-            // The slot may be empty or hold a newer connection: this one closed while it
-            // waited, and its reads ahead are left to the staging area's bound.
-            match self.slots.get_mut(slot).and_then(Option::as_mut) {
-                Some(connection) if connection.id == done.connection_id => {
-                    stats.flash_waits_done.fetch_add(1, Ordering::Relaxed);
-                    connection.flash_staged();
-                    self.again.push(slot);
-                }
-                _ => {
-                    stats.flash_waits_abandoned.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            self.flash_read_ahead(done);
         }
         if self.drain_deadline.is_none() && self.shared.ctx.shutdown.load(Ordering::Acquire) {
             self.start_drain(now);
+        }
+    }
+
+    /// Reads of the worker's ring finished: the connections whose reads all did run again.
+    fn on_flash_ring(&mut self) {
+        let Some(ring) = self.flash_ring.as_mut() else {
+            return;
+        };
+        let mut finished = std::mem::take(&mut self.flash_finished);
+        ring.complete(&self.shared.ctx.engine, &mut finished);
+        for done in finished.drain(..) {
+            self.flash_read_ahead(done);
+        }
+        self.flash_finished = finished;
+    }
+
+    /// A connection's flash reads ahead finished: it runs its request again.
+    fn flash_read_ahead(&mut self, done: flash_io::Done) {
+        let slot = done.slot;
+        let stats = &self.shared.ctx.stats;
+        // The slot may be empty or hold a newer connection: this one closed while it waited,
+        // and its reads ahead are left to the staging area's bound.
+        match self.slots.get_mut(slot).and_then(Option::as_mut) {
+            Some(connection) if connection.id == done.connection_id => {
+                stats.flash_waits_done.fetch_add(1, Ordering::Relaxed);
+                connection.flash_staged();
+                self.again.push(slot);
+            }
+            _ => {
+                stats.flash_waits_abandoned.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -381,22 +417,36 @@ impl Worker {
             status
         };
         if let Some(keys) = connection.take_flash_keys() {
-            let job = flash_io::Job {
-                keys,
-                done: flash_io::Done {
-                    slot,
-                    connection_id: connection.id,
-                },
-                reply: self.flash_reply.clone(),
+            let done = flash_io::Done {
+                slot,
+                connection_id: connection.id,
             };
             shared.ctx.stats.flash_waits.fetch_add(1, Ordering::Relaxed);
-            let queued = shared
-                .ctx
-                .flash_io
-                .as_ref()
-                .is_some_and(|io| io.submit(job));
+            let queued = match self.flash_ring.as_mut() {
+                Some(ring) => {
+                    ring.start(&shared.ctx.engine, keys, done) == flash_io::Started::Reading
+                }
+                None => {
+                    let job = flash_io::Job {
+                        keys,
+                        done,
+                        reply: self.flash_reply.clone(),
+                    };
+                    shared
+                        .ctx
+                        .flash_io
+                        .as_ref()
+                        .is_some_and(|io| io.submit(job))
+                }
+            };
             if !queued {
-                // No I/O threads: the request runs now and reads flash on this thread.
+                // Nothing to wait for, or no I/O threads: the request runs now (reading flash
+                // on this thread if it must); the wait ended at once.
+                shared
+                    .ctx
+                    .stats
+                    .flash_waits_done
+                    .fetch_add(1, Ordering::Relaxed);
                 connection.flash_staged();
                 self.again.push(slot);
             }

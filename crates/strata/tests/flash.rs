@@ -124,6 +124,17 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
         found.len()
     );
     assert!(server.metric("strata_tier_items{tier=\"flash\"}") > 0);
+    // Every read of a flash item waited for its read ahead, and every wait ended with one
+    // (none abandoned); where io_uring reads the medium, the worker's own ring read them.
+    let waits = stat(&mut client, "strata_flash_waits");
+    assert!(waits > 1_000, "{waits} waits for flash");
+    assert_eq!(stat(&mut client, "strata_flash_waits_done"), waits);
+    assert!(stat(&mut client, "strata_flash_staged_reads") > 1_000);
+    if server.log().contains("io_engine=\"io_uring\"") {
+        server.assert_logged("reads=\"each worker's own io_uring\"");
+    } else {
+        server.assert_logged("reads=\"I/O threads\"");
+    }
     let mut resp = Client::connect(server.resp);
     resp.send(b"INFO strata\r\n");
     let info = String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8");

@@ -220,6 +220,44 @@ struct ReadPlan {
     room: usize,
 }
 
+/// A read of one flash record that stages it for a request waiting on it: where to read, and
+/// what to check. Planned by the engine ([`crate::Engine::plan_flash_reads`]), done by a server
+/// (its own io_uring, or an I/O thread), and finished by the engine
+/// ([`crate::Engine::finish_flash_read`]).
+#[derive(Debug, Clone)]
+pub struct FlashRead {
+    location: u64,
+    seq: u64,
+    plan: ReadPlan,
+    /// Read again at the record's full length once already.
+    extended: bool,
+    started: std::time::Instant,
+}
+
+impl FlashRead {
+    /// The medium offset to read from.
+    pub fn offset(&self) -> u64 {
+        self.plan.start
+    }
+
+    /// Bytes to read.
+    pub fn len_bytes(&self) -> usize {
+        self.plan.len
+    }
+}
+
+/// What a finished [`FlashRead`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// The record is kept for the read that will ask for it.
+    Staged,
+    /// No record of the generation looked for (reclaimed, damaged) or the read failed: the
+    /// request's own read then misses or reads the medium itself.
+    Miss,
+    /// The record is longer than what was read: read again where the read now says.
+    ReadMore,
+}
+
 /// What a read found (`FlashTier::check_read`).
 enum Checked {
     /// The record, at this range of the buffer.
@@ -908,97 +946,126 @@ impl FlashTier {
     /// that the worker's reads then find them without I/O). Nothing is kept for a location not
     /// on the medium, or already kept.
     pub(crate) fn stage_many(&self, locations: &[u64]) {
-        // (location, region generation, where the record's first blocks lie)
-        let mut planned: Vec<(u64, u64, ReadPlan)> = Vec::with_capacity(locations.len());
-        {
-            let regions = self.regions.lock().expect("regions lock");
-            let staged = self.staged.lock().expect("staged lock");
-            for &location in locations {
-                let Some((index, offset)) = self.split(location) else {
-                    continue;
-                };
-                let seq = match &regions.states[index as usize] {
-                    RegionState::Written {
-                        seq, payload_bytes, ..
-                    } if ((offset + STAMP_BYTES) as u64) < *payload_bytes => *seq,
-                    _ => continue, // In a buffer (no I/O to save) or not a record.
-                };
-                if staged.records.contains_key(&location)
-                    || planned.iter().any(|(l, _, _)| *l == location)
-                {
-                    continue;
-                }
-                planned.push((location, seq, self.plan_read(index, offset)));
-            }
-        }
-        if planned.is_empty() {
-            return;
-        }
-        let started = std::time::Instant::now();
+        let mut reads = self.plan_reads(locations);
         let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
-        let mut bufs: Vec<AlignedBuf> = planned
-            .iter()
-            .map(|(_, _, plan)| AlignedBuf::zeroed(plan.len, block))
-            .collect();
+        // A second round for the records longer than their first read.
+        for _ in 0..2 {
+            if reads.is_empty() {
+                return;
+            }
+            if !self.read_delay_for_tests.is_zero() {
+                std::thread::sleep(self.read_delay_for_tests);
+            }
+            let mut bufs: Vec<AlignedBuf> = reads
+                .iter()
+                .map(|read| AlignedBuf::zeroed(read.plan.len, block))
+                .collect();
+            let results = {
+                let mut batch: Vec<(u64, &mut [u8])> = reads
+                    .iter()
+                    .zip(bufs.iter_mut())
+                    .map(|(read, buf)| (read.plan.start, &mut buf[..]))
+                    .collect();
+                self.medium.read_many(&mut batch)
+            };
+            let mut longer = Vec::new();
+            for ((mut read, buf), result) in reads.into_iter().zip(bufs).zip(results) {
+                let bytes = result.is_ok().then_some(&buf[..]);
+                if self.finish_read(&mut read, bytes) == ReadOutcome::ReadMore {
+                    longer.push(read);
+                }
+            }
+            reads = longer;
+        }
+    }
+
+    /// The reads that would stage the records at `locations`: those in a written region, not
+    /// staged yet, each once (see [`FlashRead`]).
+    pub(crate) fn plan_reads(&self, locations: &[u64]) -> Vec<FlashRead> {
+        let mut planned: Vec<FlashRead> = Vec::with_capacity(locations.len());
+        let regions = self.regions.lock().expect("regions lock");
+        let staged = self.staged.lock().expect("staged lock");
+        for &location in locations {
+            let Some((index, offset)) = self.split(location) else {
+                continue;
+            };
+            let seq = match &regions.states[index as usize] {
+                RegionState::Written {
+                    seq, payload_bytes, ..
+                } if ((offset + STAMP_BYTES) as u64) < *payload_bytes => *seq,
+                _ => continue, // In a buffer (no I/O to save) or not a record.
+            };
+            if staged.records.contains_key(&location)
+                || planned.iter().any(|read| read.location == location)
+            {
+                continue;
+            }
+            planned.push(FlashRead {
+                location,
+                seq,
+                plan: self.plan_read(index, offset),
+                extended: false,
+                started: std::time::Instant::now(),
+            });
+        }
         self.counters
             .reads
             .fetch_add(planned.len() as u64, Ordering::Relaxed);
-        if !self.read_delay_for_tests.is_zero() {
-            std::thread::sleep(self.read_delay_for_tests);
-        }
-        let results = {
-            let mut reads: Vec<(u64, &mut [u8])> = planned
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|((_, _, plan), buf)| (plan.start, &mut buf[..]))
-                .collect();
-            self.medium.read_many(&mut reads)
+        planned
+    }
+
+    /// Takes what `read` read (`None`: the read failed) and keeps the record for the read that
+    /// will ask for it; or says to read more, `read` then says where.
+    pub(crate) fn finish_read(&self, read: &mut FlashRead, bytes: Option<&[u8]>) -> ReadOutcome {
+        let Some(bytes) = bytes else {
+            self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+            return ReadOutcome::Miss;
         };
-        let elapsed = started.elapsed();
-        let mut records = Vec::with_capacity(planned.len());
-        for (((location, seq, plan), mut buf), result) in planned.into_iter().zip(bufs).zip(results)
-        {
-            if result.is_err() {
-                self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
-                continue;
+        let range = match self.check_read(bytes, &read.plan, read.seq) {
+            Checked::Record(range) => range,
+            Checked::Miss => return ReadOutcome::Miss,
+            Checked::Longer if read.extended => return ReadOutcome::Miss,
+            Checked::Longer => {
+                let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+                let body = read.plan.skip + STAMP_BYTES;
+                let Some(size) = crate::record::declared_size(&bytes[body..read.plan.len]) else {
+                    return ReadOutcome::Miss;
+                };
+                read.plan.len = (body + size).next_multiple_of(block).min(read.plan.room);
+                read.extended = true;
+                self.counters.reads.fetch_add(1, Ordering::Relaxed);
+                return ReadOutcome::ReadMore;
             }
-            let range = match self.check_read(&buf, &plan, seq) {
-                Checked::Record(range) => range,
-                Checked::Miss => continue,
-                // Longer than its first blocks (rare): the rest read alone.
-                Checked::Longer => {
-                    let Some((index, offset)) = self.split(location) else {
-                        continue;
-                    };
-                    match self.read_medium(index, offset, seq, &mut buf) {
-                        Some(range) => range,
-                        None => continue,
-                    }
-                }
-            };
-            self.counters.record_read(elapsed, range.len());
-            records.push((
-                location,
-                StagedRecord {
-                    seq,
-                    bytes: buf[range].to_vec(),
-                },
-            ));
-        }
+        };
+        self.counters
+            .record_read(read.started.elapsed(), range.len());
+        let record = StagedRecord {
+            seq: read.seq,
+            bytes: bytes[range].to_vec(),
+        };
         let mut staged = self.staged.lock().expect("staged lock");
-        for (location, record) in records {
-            if staged.records.len() >= STAGED_RECORDS_MAX
-                || staged.bytes + record.bytes.len() > STAGED_BYTES_MAX
-            {
-                // Reads that wanted them read the medium themselves.
-                staged.records.clear();
-                staged.bytes = 0;
-            }
-            staged.bytes += record.bytes.len();
-            if let Some(old) = staged.records.insert(location, record) {
-                staged.bytes -= old.bytes.len();
-            }
+        if staged.records.len() >= STAGED_RECORDS_MAX
+            || staged.bytes + record.bytes.len() > STAGED_BYTES_MAX
+        {
+            // Reads that wanted them read the medium themselves.
+            staged.records.clear();
+            staged.bytes = 0;
         }
+        staged.bytes += record.bytes.len();
+        if let Some(old) = staged.records.insert(read.location, record) {
+            staged.bytes -= old.bytes.len();
+        }
+        ReadOutcome::Staged
+    }
+
+    /// A duplicate of the medium's descriptor for a server's own io_uring reads
+    /// ([`Medium::read_file`]); `None` where the medium has none, or reads are slowed for tests
+    /// (only `read_many` is slowed).
+    pub(crate) fn read_file(&self) -> Option<std::os::fd::OwnedFd> {
+        if !self.read_delay_for_tests.is_zero() {
+            return None;
+        }
+        self.medium.read_file()
     }
 
     /// Whether a record read ahead waits for `location`.
