@@ -671,6 +671,36 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A first read covers about one average record past the record's start, not 4 KiB: records
+/// of ~1 KiB mostly need one 4 KiB block, and a 4 KiB guess made nearly every read two blocks
+/// long (a record rarely starts at a block's first byte). Each read is still one read.
+#[test]
+fn first_reads_of_small_records_are_about_their_size() {
+    let engine = Engine::open(config(ram_disk(64), false)).unwrap();
+    let keys = fill(&engine, 600);
+    let on_flash: Vec<&[u8]> = keys
+        .iter()
+        .filter(|key| engine.flash_read_needed(key))
+        .map(|key| &key[..])
+        .collect();
+    let reads = engine.plan_flash_reads(&on_flash);
+    assert!(reads.len() > 200, "{} reads planned", reads.len());
+    let one_block = reads.iter().filter(|read| read.len_bytes() == 4096).count();
+    assert!(
+        reads.iter().all(|read| read.len_bytes() <= 8192),
+        "no first read longer than two blocks"
+    );
+    assert!(
+        one_block * 2 > reads.len(),
+        "{one_block} of {} first reads are one block",
+        reads.len()
+    );
+    // Each planned read, done, stages its record without a second read.
+    let before = flash_stats(&engine).reads;
+    engine.stage_flash(&on_flash);
+    assert_eq!(flash_stats(&engine).reads - before, reads.len() as u64);
+}
+
 /// A key whose older value is on flash and whose newer value in memory has expired is absent:
 /// the expired memory record shadows the flash copy (found by the model test: the older value
 /// came back once the newer one expired).
