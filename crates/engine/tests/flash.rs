@@ -72,6 +72,23 @@ fn peek(engine: &Engine, key: &[u8]) -> Option<Vec<u8>> {
 /// A directory of its own under the temporary directory, removed when dropped.
 struct TempDir(std::path::PathBuf);
 
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("strata-flash-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+/// A flash medium on a real file (O_DIRECT where the temporary directory's file system has it,
+/// io_uring where the kernel allows it) of 64 regions, in a directory of its own.
+fn direct_file(name: &str) -> (TempDir, Arc<dyn Medium>) {
+    let dir = TempDir::new(name);
+    let path = dir.0.join("flash");
+    let medium = strata_pool::DirectFile::open(&path, 4096 + 64 * REGION_SIZE_BYTES).unwrap();
+    (dir, Arc::new(medium))
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -84,14 +101,13 @@ fn file_pool_config(
     medium: Arc<dyn Medium>,
     collisions: bool,
 ) -> (TempDir, EngineConfig) {
-    let dir = std::env::temp_dir().join(format!("strata-flash-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new(name);
     let config = EngineConfig {
-        pool: PoolLocation::File(dir.join("pool")),
+        pool: PoolLocation::File(dir.0.join("pool")),
         fresh: true,
         ..config(medium, collisions)
     };
-    (TempDir(dir), config)
+    (dir, config)
 }
 
 /// Closes `engine` cleanly and opens its file pool (`config`) again.
@@ -522,10 +538,7 @@ fn a_record_read_ahead_serves_the_next_read_without_io() {
 /// what the batch read, without I/O, with its own value; keys not on flash are skipped.
 #[test]
 fn a_batch_read_ahead_on_a_direct_file_serves_each_key_its_own_value() {
-    let path = std::env::temp_dir().join(format!("strata-batch-stage-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let medium: Arc<dyn Medium> =
-        Arc::new(strata_pool::DirectFile::open(&path, 4096 + 64 * REGION_SIZE_BYTES).unwrap());
+    let (_dir, medium) = direct_file("batch-stage");
     let engine = Engine::open(config(medium, false)).unwrap();
     let keys = fill(&engine, 600);
     let on_flash: Vec<usize> = (0..keys.len())
@@ -560,8 +573,6 @@ fn a_batch_read_ahead_on_a_direct_file_serves_each_key_its_own_value() {
         served.staged_reads - staged.staged_reads,
         on_flash.len() as u64
     );
-    drop(engine);
-    let _ = std::fs::remove_file(&path);
 }
 
 /// A server's own reads (`plan_flash_reads`, a `ReadRing`, `finish_flash_read`): values both
@@ -569,10 +580,7 @@ fn a_batch_read_ahead_on_a_direct_file_serves_each_key_its_own_value() {
 /// back as `ReadMore` and go again; then each key is served its own value without I/O.
 #[test]
 fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
-    let path = std::env::temp_dir().join(format!("strata-ring-stage-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let medium: Arc<dyn Medium> =
-        Arc::new(strata_pool::DirectFile::open(&path, 4096 + 64 * REGION_SIZE_BYTES).unwrap());
+    let (_dir, medium) = direct_file("ring-stage");
     let engine = Engine::open(EngineConfig {
         memory_bytes: 48 * 8192,
         segment_size_bytes: 8192,
@@ -620,22 +628,17 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
         on_flash.len()
     );
     let mut ring = strata_pool::ReadRing::new(64, file).unwrap();
-    let mut pending: Vec<Option<FlashRead>> = Vec::new();
     let (mut staged, mut again) = (0, 0);
     let mut done = Vec::new();
     while !reads.is_empty() || ring.in_flight() > 0 {
         while ring.in_flight() < ring.capacity() {
             let Some(read) = reads.pop() else { break };
-            ring.queue_read(read.offset(), read.len_bytes(), 4096, pending.len() as u64)
-                .unwrap();
-            pending.push(Some(read));
+            let (offset, len) = (read.offset(), read.len_bytes());
+            assert!(ring.queue_read(offset, len, 4096, read).is_ok());
         }
         ring.submit().unwrap();
         ring.complete(&mut done);
-        for (token, result) in done.drain(..) {
-            let mut read = pending[token as usize]
-                .take()
-                .expect("one completion per read");
+        for (mut read, result) in done.drain(..) {
             match engine.finish_flash_read(&mut read, result.as_deref().ok()) {
                 ReadOutcome::Staged => staged += 1,
                 ReadOutcome::ReadMore => {
@@ -667,8 +670,6 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
         reads_before,
         "served without I/O"
     );
-    drop(engine);
-    let _ = std::fs::remove_file(&path);
 }
 
 /// A first read covers about one average record past the record's start, not 4 KiB: records

@@ -87,10 +87,7 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     /// Reads each `(offset, buf)`, as [`Medium::read_at`] would, all in flight at once where the
     /// medium can; one result per read, in order. By default, one read after another.
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<Result<(), MediumError>> {
-        reads
-            .iter_mut()
-            .map(|(offset, buf)| self.read_at(*offset, buf))
-            .collect()
+        read_each(self, reads)
     }
     /// Writes `data` at `offset`.
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError>;
@@ -110,6 +107,17 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn read_file(&self) -> Option<std::os::fd::OwnedFd> {
         None
     }
+}
+
+/// [`Medium::read_many`] as one `read_at` after another.
+fn read_each<M: Medium + ?Sized>(
+    medium: &M,
+    reads: &mut [(u64, &mut [u8])],
+) -> Vec<Result<(), MediumError>> {
+    reads
+        .iter_mut()
+        .map(|(offset, buf)| medium.read_at(*offset, buf))
+        .collect()
 }
 
 /// Checks a call's range and alignment against a medium's.
@@ -380,10 +388,7 @@ impl Medium for DirectFile {
 
     fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<Result<(), MediumError>> {
         if self.engine != IoEngine::Uring {
-            return reads
-                .iter_mut()
-                .map(|(offset, buf)| self.read_at(*offset, buf))
-                .collect();
+            return read_each(self, reads);
         }
         let block = self.block_size_bytes();
         // Reads that fail the checks are answered here; the others go to the ring together.

@@ -140,12 +140,7 @@ fn submit_reads(
                 let Some(entry) = moved.get_mut(cqe.user_data() as usize) else {
                     continue;
                 };
-                let result = cqe.result();
-                *entry = if result < 0 {
-                    Err(std::io::Error::from_raw_os_error(-result))
-                } else {
-                    Ok(result as usize)
-                };
+                *entry = bytes_moved(cqe.result());
                 completed += 1;
             }
         }
@@ -202,12 +197,17 @@ fn submit(fd: RawFd, op: Op<'_>, offset: u64) -> std::io::Result<usize> {
             .completion()
             .next()
             .ok_or_else(|| std::io::Error::other("io_uring completion missing"))?;
-        let result = cqe.result();
-        if result < 0 {
-            return Err(std::io::Error::from_raw_os_error(-result));
-        }
-        Ok(result as usize)
+        bytes_moved(cqe.result())
     })
+}
+
+/// A completion's result: the bytes moved, or the error (a negated errno).
+fn bytes_moved(result: i32) -> std::io::Result<usize> {
+    if result < 0 {
+        Err(std::io::Error::from_raw_os_error(-result))
+    } else {
+        Ok(result as usize)
+    }
 }
 
 /// Reads put in flight without waiting for them: the thread that owns the ring queues reads,
@@ -215,31 +215,31 @@ fn submit(fd: RawFd, op: Op<'_>, offset: u64) -> std::io::Result<usize> {
 /// its other descriptors (a server worker: no thread hand-off per read).
 ///
 /// ```text
-///   queue_read(offset, len, token) ×N ─▶ submit() ─▶ … eventfd readable … ─▶ complete(out)
-///                                                        └─ (token, the bytes read or an error)
+///   queue_read(offset, len, with) ×N ─▶ submit() ─▶ … eventfd readable … ─▶ complete(out)
+///                                                        └─ (with, the bytes read or an error)
 /// ```
 ///
 /// Each read gets a fresh buffer the ring owns until the read completes; the ring reads its
 /// own duplicate of the file's descriptor, so neither outlives the other. Dropping the ring
 /// waits for the reads still in flight.
-pub struct ReadRing {
+pub struct ReadRing<T> {
     ring: IoUring,
     file: std::os::fd::OwnedFd,
     eventfd: std::os::fd::OwnedFd,
-    /// By `user_data`: the buffer a read in flight fills, and the caller's token.
-    reads: Vec<Option<(crate::AlignedBuf, u64)>>,
+    /// By `user_data`: the buffer a read in flight fills, and what the caller keeps with it.
+    reads: Vec<Option<(crate::AlignedBuf, T)>>,
     free: Vec<usize>,
     in_flight: usize,
 }
 
-/// A finished read of a [`ReadRing`]: the caller's token, and the buffer with the bytes read
-/// (all of them: a short read is an error).
-pub type ReadDone = (u64, std::io::Result<crate::AlignedBuf>);
+/// A finished read of a [`ReadRing`]: what the caller queued with it, and the buffer with the
+/// bytes read (all of them: a short read is an error).
+pub type ReadDone<T> = (T, std::io::Result<crate::AlignedBuf>);
 
-impl ReadRing {
+impl<T> ReadRing<T> {
     /// A ring for up to `entries` reads in flight at once, reading `file` (a duplicate of a
     /// [`crate::DirectFile`]'s descriptor, [`crate::Medium::read_file`]).
-    pub fn new(entries: u32, file: std::os::fd::OwnedFd) -> std::io::Result<ReadRing> {
+    pub fn new(entries: u32, file: std::os::fd::OwnedFd) -> std::io::Result<ReadRing<T>> {
         use std::os::fd::{AsRawFd, FromRawFd};
         let ring = IoUring::new(entries)?;
         // SAFETY: eventfd takes two integers and returns a new descriptor or -1.
@@ -278,17 +278,12 @@ impl ReadRing {
     }
 
     /// Queues a read of `len` bytes at `offset` into a new buffer aligned to `align`, for
-    /// [`ReadRing::submit`]. Refused (the caller reads another way) when the ring is full.
-    pub fn queue_read(
-        &mut self,
-        offset: u64,
-        len: usize,
-        align: usize,
-        token: u64,
-    ) -> std::io::Result<()> {
+    /// [`ReadRing::submit`]; `with` comes back with its completion. Refused (`with` handed
+    /// back: the caller reads another way) when the ring is full.
+    pub fn queue_read(&mut self, offset: u64, len: usize, align: usize, with: T) -> Result<(), T> {
         use std::os::fd::AsRawFd;
         if self.in_flight >= self.capacity() {
-            return Err(std::io::Error::other("io_uring read ring full"));
+            return Err(with);
         }
         let mut buf = crate::AlignedBuf::zeroed(len, align);
         let slot = self.free.pop().unwrap_or_else(|| {
@@ -303,19 +298,16 @@ impl ReadRing {
         .offset(offset)
         .build()
         .user_data(slot as u64);
-        if self.ring.submission().is_full() {
-            self.ring.submit()?;
-        }
+        // The queue holds `capacity` entries and at most `in_flight` are queued: room is left.
         // SAFETY: the entry names the ring's own descriptor (closed only after every read in
         // flight completed, see Drop) and a heap buffer stored below in `reads`, which keeps it
         // (its address does not move with the Vec) until this entry's completion is reaped.
-        unsafe {
-            self.ring
-                .submission()
-                .push(&entry)
-                .map_err(|_| std::io::Error::other("io_uring submission queue full"))?;
+        let pushed = unsafe { self.ring.submission().push(&entry) };
+        if pushed.is_err() {
+            self.free.push(slot);
+            return Err(with);
         }
-        self.reads[slot] = Some((buf, token));
+        self.reads[slot] = Some((buf, with));
         self.in_flight += 1;
         Ok(())
     }
@@ -326,32 +318,29 @@ impl ReadRing {
     }
 
     /// Appends the reads that completed to `out` and clears the eventfd.
-    pub fn complete(&mut self, out: &mut Vec<ReadDone>) {
+    pub fn complete(&mut self, out: &mut Vec<ReadDone<T>>) {
         let mut counter = [0u8; 8];
         // SAFETY: reads at most 8 bytes into `counter`, which lives across the call; the
         // descriptor is ours. EAGAIN (nothing signalled) is fine.
         let _ = unsafe { libc::read(self.eventfd(), counter.as_mut_ptr().cast(), 8) };
         for cqe in self.ring.completion() {
             let slot = cqe.user_data() as usize;
-            let Some((buf, token)) = self.reads.get_mut(slot).and_then(Option::take) else {
+            let Some((buf, with)) = self.reads.get_mut(slot).and_then(Option::take) else {
                 continue;
             };
             self.free.push(slot);
             self.in_flight -= 1;
-            let result = cqe.result();
-            let done = if result < 0 {
-                Err(std::io::Error::from_raw_os_error(-result))
-            } else if (result as usize) < buf.len() {
-                Err(std::io::ErrorKind::UnexpectedEof.into())
-            } else {
-                Ok(buf)
+            let done = match bytes_moved(cqe.result()) {
+                Ok(n) if n < buf.len() => Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => Ok(buf),
+                Err(e) => Err(e),
             };
-            out.push((token, done));
+            out.push((with, done));
         }
     }
 }
 
-impl Drop for ReadRing {
+impl<T> Drop for ReadRing<T> {
     fn drop(&mut self) {
         // The kernel may still write into buffers of reads in flight: wait for them all.
         let mut done = Vec::new();

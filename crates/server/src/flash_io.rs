@@ -1,9 +1,9 @@
 //! Flash reads for requests that wait: a request whose keys are on flash parks while their
 //! records are read ahead, instead of blocking its worker's other connections. Two ways read:
 //! where the medium is read through io_uring, each worker puts the reads in flight on its own
-//! ring ([`RingReads`]) and learns of completions with its sockets' events; elsewhere (the
-//! `pread` fallback, test media), and when a worker's ring is full, I/O threads do them
-//! ([`FlashIo`]).
+//! ring ([`RingReads`]; past 64 reads in flight, later requests wait their turn) and learns
+//! of completions with its sockets' events; elsewhere (the `pread` fallback, test media, a
+//! worker whose ring could not be set up) I/O threads do them ([`FlashIo`]).
 //!
 //! ```text
 //!  worker: session sees a GET of a key on flash (Engine::flash_read_needed)
@@ -167,17 +167,18 @@ fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
 ///          connection's Done once its last read finished
 /// ```
 pub struct RingReads {
-    ring: strata_pool::ReadRing,
-    /// By token: a read in flight and the job it belongs to.
-    reads: Vec<Option<(strata_engine::FlashRead, usize)>>,
-    free_reads: Vec<usize>,
+    /// Each read in flight carries the job it belongs to.
+    ring: strata_pool::ReadRing<RingRead>,
     /// By job: who waits, and for how many reads.
     jobs: Vec<Option<(Done, usize)>>,
     free_jobs: Vec<usize>,
     /// Jobs waiting for room on the ring, in arrival order.
     queued: std::collections::VecDeque<(Vec<Vec<u8>>, Done)>,
-    completed: Vec<strata_pool::ReadDone>,
+    completed: Vec<strata_pool::ReadDone<RingRead>>,
 }
+
+/// A read on a worker's ring, and the job (index into `RingReads::jobs`) it belongs to.
+type RingRead = (strata_engine::FlashRead, usize);
 
 /// Reads in flight at once on one worker's ring; jobs past it wait their turn.
 const RING_READS_MAX: u32 = 64;
@@ -199,8 +200,6 @@ impl RingReads {
         match strata_pool::ReadRing::new(RING_READS_MAX, file) {
             Ok(ring) => Some(RingReads {
                 ring,
-                reads: Vec::new(),
-                free_reads: Vec::new(),
                 jobs: Vec::new(),
                 free_jobs: Vec::new(),
                 queued: std::collections::VecDeque::new(),
@@ -245,7 +244,7 @@ impl RingReads {
         });
         let mut queued = 0;
         for read in reads {
-            if self.queue(read, job).is_ok() {
+            if self.queue(read, job) {
                 queued += 1;
             }
         }
@@ -261,22 +260,16 @@ impl RingReads {
         Started::Reading
     }
 
-    fn queue(&mut self, read: strata_engine::FlashRead, job: usize) -> std::io::Result<()> {
-        let token = self.free_reads.pop().unwrap_or_else(|| {
-            self.reads.push(None);
-            self.reads.len() - 1
-        });
-        let queued = self.ring.queue_read(
-            read.offset(),
-            read.len_bytes(),
-            strata_pool::DIRECT_BLOCK_SIZE_BYTES,
-            token as u64,
-        );
-        match queued {
-            Ok(()) => self.reads[token] = Some((read, job)),
-            Err(_) => self.free_reads.push(token),
-        }
-        queued
+    fn queue(&mut self, read: strata_engine::FlashRead, job: usize) -> bool {
+        let (offset, len) = (read.offset(), read.len_bytes());
+        self.ring
+            .queue_read(
+                offset,
+                len,
+                strata_pool::DIRECT_BLOCK_SIZE_BYTES,
+                (read, job),
+            )
+            .is_ok()
     }
 
     /// Finishes the reads that completed; appends the jobs whose last read finished.
@@ -284,14 +277,9 @@ impl RingReads {
         let mut completed = std::mem::take(&mut self.completed);
         self.ring.complete(&mut completed);
         let mut requeued = false;
-        for (token, result) in completed.drain(..) {
-            let token = token as usize;
-            let Some((mut read, job)) = self.reads.get_mut(token).and_then(Option::take) else {
-                continue;
-            };
-            self.free_reads.push(token);
+        for ((mut read, job), result) in completed.drain(..) {
             let outcome = engine.finish_flash_read(&mut read, result.as_deref().ok());
-            if outcome == strata_engine::ReadOutcome::ReadMore && self.queue(read, job).is_ok() {
+            if outcome == strata_engine::ReadOutcome::ReadMore && self.queue(read, job) {
                 requeued = true;
                 continue;
             }

@@ -264,8 +264,8 @@ enum Checked {
     Record(std::ops::Range<usize>),
     /// Not a record of the generation looked for.
     Miss,
-    /// A record longer than what was read.
-    Longer,
+    /// A record longer than what was read: bytes to read from the plan's start to hold it.
+    Longer(usize),
 }
 
 /// Most records, and most bytes, held read ahead. Past either, all are dropped (records no
@@ -1024,14 +1024,9 @@ impl FlashTier {
         let range = match self.check_read(bytes, &read.plan, read.seq) {
             Checked::Record(range) => range,
             Checked::Miss => return ReadOutcome::Miss,
-            Checked::Longer if read.extended => return ReadOutcome::Miss,
-            Checked::Longer => {
-                let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
-                let body = read.plan.skip + STAMP_BYTES;
-                let Some(size) = crate::record::declared_size(&bytes[body..read.plan.len]) else {
-                    return ReadOutcome::Miss;
-                };
-                read.plan.len = (body + size).next_multiple_of(block).min(read.plan.room);
+            Checked::Longer(_) if read.extended => return ReadOutcome::Miss,
+            Checked::Longer(len) => {
+                read.plan.len = len;
                 read.extended = true;
                 self.counters.reads.fetch_add(1, Ordering::Relaxed);
                 return ReadOutcome::ReadMore;
@@ -1159,7 +1154,7 @@ impl FlashTier {
     }
 
     /// What `buf`, read as `plan` says, holds: the record stamped `seq`, or not that record, or
-    /// the start of a record longer than the read (`plan.len` then says how much to read).
+    /// the start of a record longer than the read (and how much to read to hold it).
     fn check_read(&self, buf: &[u8], plan: &ReadPlan, seq: u64) -> Checked {
         let skip = plan.skip;
         if buf[skip..skip + STAMP_BYTES] != self.stamp(seq).to_le_bytes() {
@@ -1174,7 +1169,8 @@ impl FlashTier {
         } else if body + size > plan.room {
             Checked::Miss
         } else {
-            Checked::Longer
+            let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+            Checked::Longer((body + size).next_multiple_of(block).min(plan.room))
         }
     }
 
@@ -1208,11 +1204,7 @@ impl FlashTier {
             match self.check_read(out, &plan, seq) {
                 Checked::Record(range) => return Some(range),
                 Checked::Miss => return None,
-                Checked::Longer => {
-                    let body = plan.skip + STAMP_BYTES;
-                    let size = crate::record::declared_size(&out[body..plan.len])?;
-                    plan.len = (body + size).next_multiple_of(block).min(plan.room);
-                }
+                Checked::Longer(len) => plan.len = len,
             }
         }
         None
