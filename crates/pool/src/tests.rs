@@ -381,6 +381,74 @@ mod media {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// A worker's own ring: each read comes back with what it was queued with and exactly its
+    /// bytes; a read past the end comes back short (an error), a misaligned one on an O_DIRECT
+    /// file an error, never bytes; a full ring refuses and hands the caller's value back; a
+    /// ring dropped with reads in flight waits for them.
+    #[test]
+    fn a_read_ring_returns_each_read_its_bytes_and_bad_reads_as_errors() {
+        let path = temp_path("read-ring");
+        let len: u64 = 1 << 20;
+        let medium = DirectFile::open_with(&path, len, IoEngine::best().0).unwrap();
+        let Some(file) = medium.read_file() else {
+            assert_eq!(
+                IoEngine::best().0,
+                IoEngine::Pread,
+                "no descriptor only without io_uring"
+            );
+            return;
+        };
+        let block = medium.block_size_bytes();
+        let mut data = AlignedBuf::zeroed(len as usize, block);
+        for (i, chunk) in data.chunks_mut(8).enumerate() {
+            chunk.copy_from_slice(&(i as u64).to_le_bytes());
+        }
+        medium.write_at(0, &data).unwrap();
+        let mut ring: crate::ReadRing<&str> = crate::ReadRing::new(8, file).unwrap();
+        let capacity = ring.capacity();
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            let offset = (i * 3 * block) as u64;
+            assert!(ring
+                .queue_read(offset, (i + 1) * block, block, name)
+                .is_ok());
+        }
+        assert!(ring
+            .queue_read(len - block as u64, 2 * block, block, "past-end")
+            .is_ok());
+        assert!(ring.queue_read(100, block, block, "misaligned").is_ok());
+        while ring.in_flight() < capacity {
+            assert!(ring.queue_read(0, block, block, "filler").is_ok());
+        }
+        assert_eq!(ring.queue_read(0, block, block, "refused"), Err("refused"));
+        ring.submit().unwrap();
+        let mut done = Vec::new();
+        while ring.in_flight() > 0 {
+            ring.complete(&mut done);
+            std::thread::yield_now();
+        }
+        assert_eq!(done.len(), capacity);
+        for (name, result) in done {
+            match name {
+                "a" | "b" | "c" => {
+                    let i = (name.as_bytes()[0] - b'a') as usize;
+                    let at = i * 3 * block;
+                    let buf = result.unwrap();
+                    assert_eq!(&buf[..], &data[at..at + (i + 1) * block], "{name}");
+                }
+                "past-end" | "misaligned" => assert!(result.is_err(), "{name}: {result:?}"),
+                _ => assert_eq!(&result.unwrap()[..], &data[..block]),
+            }
+        }
+        // Dropped with reads in flight: it waits for them (no use of freed buffers).
+        for _ in 0..capacity {
+            assert!(ring.queue_read(0, block, block, "late").is_ok());
+        }
+        ring.submit().unwrap();
+        drop(ring);
+        drop(medium);
+        let _ = std::fs::remove_file(&path);
+    }
+
     #[test]
     fn a_power_cut_keeps_persisted_sectors_and_any_subset_of_the_rest() {
         let medium = SimulatedMedium::new(MemoryMedium::new(8192, 512), Faults::default());
