@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use strata_pool::testing::SimulatedPersistence;
+
 use crate::clock::{Clock, SystemClock};
 
 /// Default memory budget (pool + index): 64 MiB.
@@ -45,19 +47,16 @@ pub enum PoolLocation {
     Dram,
     /// A file (DAX when the filesystem supports it, else shared file or tmpfs).
     File(PathBuf),
-    /// DRAM with a simulated persistent image (power-failure tests).
-    Simulated {
-        /// Fail the N-th persist and every one after it (`None`: never), as a device that
-        /// stops taking writes.
-        fail_persist_from: Option<u64>,
-    },
+    /// DRAM watched by a test's power-failure simulator, which can also fail persists on
+    /// purpose (`SimulatedPersistence::failing_from`): power-failure and I/O-error tests.
+    Simulated(Arc<SimulatedPersistence>),
 }
 
 impl PoolLocation {
     /// A simulated pool whose persists all succeed.
-    pub const SIMULATED: PoolLocation = PoolLocation::Simulated {
-        fail_persist_from: None,
-    };
+    pub fn simulated() -> PoolLocation {
+        PoolLocation::Simulated(SimulatedPersistence::new())
+    }
 
     /// Whether this is a simulated pool.
     pub fn is_simulated(&self) -> bool {

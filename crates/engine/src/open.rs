@@ -4,9 +4,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use strata_pool::{
-    Backend, FaultPlan, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions,
-};
+use strata_pool::testing::SimulatedPersistence;
+use strata_pool::{Backend, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions};
 
 use crate::config::{
     Durability, EngineConfig, FlashAdmission, FlashMedium, IndexPlacement, PoolLocation,
@@ -68,13 +67,7 @@ impl Engine {
         let location = match &config.pool {
             PoolLocation::Dram => Location::Dram,
             PoolLocation::File(path) => Location::File(path.clone()),
-            PoolLocation::Simulated { .. } => Location::Simulated,
-        };
-        let faults = FaultPlan {
-            fail_persist_from: match config.pool {
-                PoolLocation::Simulated { fail_persist_from } => fail_persist_from,
-                _ => None,
-            },
+            PoolLocation::Simulated(simulation) => Location::Simulated(simulation.clone()),
         };
         let mode = if config.fresh {
             OpenMode::Fresh
@@ -85,7 +78,6 @@ impl Engine {
             location,
             geometry,
             mode,
-            faults,
         })?;
         Self::from_pool(pool, &config)
     }
@@ -466,11 +458,17 @@ impl Engine {
         pool.close_clean(Some(&payload))
     }
 
-    /// For a simulated pool: what a power cut now would leave (see `strata_pool::Pool::crash_image`).
-    /// Takes every shard's lock so no write is half-way through a copy.
-    pub fn crash_image(&self, keep_unpersisted_line: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
+    /// For a pool opened with `simulation` watching it: what a power cut now would leave (see
+    /// `SimulatedPersistence::crash_image`). Takes every shard's lock so no write is half-way
+    /// through a copy.
+    pub fn crash_image(
+        &self,
+        simulation: &SimulatedPersistence,
+        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
+    ) -> Vec<u8> {
         let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.hold()).collect();
-        self.pool.lock().crash_image(keep_unpersisted_line)
+        let live = self.pool.lock().live_image();
+        simulation.crash_image(&live, keep_unpersisted_line)
     }
 
     /// For a simulated pool with its index in (simulated) files: what a power cut now would
@@ -478,6 +476,7 @@ impl Engine {
     /// `index_target` (see `strata_pool::IndexFiles::crash_image`).
     pub fn crash_images(
         &self,
+        simulation: &SimulatedPersistence,
         index_target: &std::path::Path,
         keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
     ) -> Result<Vec<u8>, strata_pool::PoolError> {
@@ -485,7 +484,8 @@ impl Engine {
         if let Some(files) = &self.files {
             files.crash_image(index_target, keep_unpersisted_line)?;
         }
-        Ok(self.pool.lock().crash_image(keep_unpersisted_line))
+        let live = self.pool.lock().live_image();
+        Ok(simulation.crash_image(&live, keep_unpersisted_line))
     }
 
     /// Figures for stats.

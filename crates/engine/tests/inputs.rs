@@ -147,9 +147,7 @@ fn a_failed_persist_refuses_every_later_write() {
     let config = EngineConfig {
         memory_bytes: 1 << 20,
         segment_size_bytes: 64 << 10,
-        pool: PoolLocation::Simulated {
-            fail_persist_from: Some(30),
-        },
+        pool: PoolLocation::Simulated(strata_pool::testing::SimulatedPersistence::failing_from(30)),
         durability: Durability::Sync,
         ..EngineConfig::default()
     };

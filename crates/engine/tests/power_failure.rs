@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use strata_engine::*;
-use strata_pool::{FaultPlan, Pool};
+use strata_pool::testing::SimulatedPersistence;
+use strata_pool::Pool;
 
 const KEYS: u32 = 48;
 
@@ -30,6 +31,7 @@ enum Level {
     None,
 }
 
+/// A simulated pool's configuration; `fail_persist_from`: the persist call that fails first.
 fn config(level: Level, fail_persist_from: Option<u64>) -> EngineConfig {
     let (durability, group_commit) = match level {
         Level::SyncInline => (Durability::Sync, false),
@@ -41,10 +43,21 @@ fn config(level: Level, fail_persist_from: Option<u64>) -> EngineConfig {
         memory_bytes: 32 * 16384,
         segment_size_bytes: 16384,
         shard_count: 2,
-        pool: PoolLocation::Simulated { fail_persist_from },
+        pool: PoolLocation::Simulated(match fail_persist_from {
+            Some(call) => SimulatedPersistence::failing_from(call),
+            None => SimulatedPersistence::new(),
+        }),
         durability,
         group_commit,
         ..EngineConfig::default()
+    }
+}
+
+/// The power-failure simulator watching the pool `config` opens.
+fn simulation(config: &EngineConfig) -> &SimulatedPersistence {
+    match &config.pool {
+        PoolLocation::Simulated(simulation) => simulation,
+        other => panic!("not a simulated pool: {other:?}"),
     }
 }
 
@@ -135,7 +148,7 @@ fn run_workload(engine: &Engine, rng: &mut SmallRng, level: Level, ops: usize) -
 }
 
 fn check_image(image: Vec<u8>, level: Level, model: &Model, seed: u64) {
-    let pool = Pool::open_image(image, FaultPlan::default()).expect("image opens");
+    let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
     let engine = Engine::from_pool(pool, &config(level, None)).expect("recovery succeeds");
     check_recovered(&engine, level, model, seed);
 }
@@ -185,7 +198,8 @@ fn seeds(level_index: u64) -> Vec<u64> {
 fn power_cuts(level: Level, level_index: u64) {
     for seed in seeds(level_index) {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let engine = Engine::open(config(level, None)).unwrap();
+        let config = config(level, None);
+        let engine = Engine::open(config.clone()).unwrap();
         let ops = rng.gen_range(1..250);
         let (model, _) = run_workload(&engine, &mut rng, level, ops);
         assert_eq!(
@@ -194,7 +208,9 @@ fn power_cuts(level: Level, level_index: u64) {
             "the workload must not evict"
         );
         let keep_percent = [0, 50, 100][rng.gen_range(0..3)];
-        let image = engine.crash_image(&mut |_| rng.gen_range(0..100) < keep_percent);
+        let image = engine.crash_image(simulation(&config), &mut |_| {
+            rng.gen_range(0..100) < keep_percent
+        });
         check_image(image, level, &model, seed);
     }
 }
@@ -227,7 +243,8 @@ fn failing_the_nth_persist_never_loses_an_acknowledged_write() {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut failures_seen = 0;
     for n in 1..=400u64 {
-        let engine = match Engine::open(config(Level::SyncInline, Some(n))) {
+        let config = config(Level::SyncInline, Some(n));
+        let engine = match Engine::open(config.clone()) {
             Ok(engine) => engine,
             // The open itself hit the failure: refused with the cause named.
             Err(err) if err.to_string().contains("injected fault") => continue,
@@ -243,7 +260,7 @@ fn failing_the_nth_persist_never_loses_an_acknowledged_write() {
             );
             assert!(engine.close().is_err() || engine.close().is_ok());
         }
-        let image = engine.crash_image(&mut |_| rng.gen_bool(0.5));
+        let image = engine.crash_image(simulation(&config), &mut |_| rng.gen_bool(0.5));
         check_image(image, Level::SyncInline, &model, n);
     }
     assert!(
@@ -304,7 +321,8 @@ fn the_index_in_the_pool_keeps_each_level_s_promise_across_power_cuts() {
             let mut rng = SmallRng::seed_from_u64(seed);
             let live = TempDir::new(&format!("live-{seed}"));
             let cut = TempDir::new(&format!("cut-{seed}"));
-            let engine = Engine::open(config_with_index(level, &live.0)).unwrap();
+            let config = config_with_index(level, &live.0);
+            let engine = Engine::open(config.clone()).unwrap();
             let ops = rng.gen_range(1..250);
             let (mut model, _) = run_workload(&engine, &mut rng, level, ops);
             let clean = rng.gen_ratio(1, 4);
@@ -314,10 +332,12 @@ fn the_index_in_the_pool_keeps_each_level_s_promise_across_power_cuts() {
             }
             let keep_percent = [0, 50, 100][rng.gen_range(0..3)];
             let image = engine
-                .crash_images(&cut.0, &mut |_| rng.gen_range(0..100) < keep_percent)
+                .crash_images(simulation(&config), &cut.0, &mut |_| {
+                    rng.gen_range(0..100) < keep_percent
+                })
                 .expect("crash images");
             drop(engine);
-            let pool = Pool::open_image(image, FaultPlan::default()).expect("image opens");
+            let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
             let engine = Engine::from_pool(pool, &config_with_index(level, &cut.0))
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             let mapped = engine.recovery_report().shards_from_index_files;

@@ -42,7 +42,7 @@ pub use header::{
     Geometry, HeaderInfo, HeaderState, FORMAT_VERSION, HEADER_SIZE_BYTES, MAGIC, ROOT_SIZE_BYTES,
     SEGMENT_HEADER_SIZE_BYTES,
 };
-pub use mapping::{Backend, FaultPlan, FlushMethod, PersistenceDomain};
+pub use mapping::{Backend, FlushMethod, PersistObserver, PersistenceDomain};
 pub use medium::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
 pub use tables::{ControlHeader, IndexFiles, LineTable, TableKind, SEGMENT_BOOK_SIZE_BYTES};
 pub use uring::{ReadDone, ReadRing};
@@ -67,8 +67,8 @@ pub enum Location {
     Dram,
     /// A file; DAX is used when the filesystem supports `MAP_SYNC`.
     File(PathBuf),
-    /// Anonymous memory with a simulated persistent image (tests only).
-    Simulated,
+    /// Anonymous memory whose persists a test's power-failure simulator watches (tests only).
+    Simulated(Arc<testing::SimulatedPersistence>),
 }
 
 /// What to do when the file already holds a pool, or holds something else.
@@ -90,8 +90,6 @@ pub struct PoolOptions {
     pub geometry: Geometry,
     /// Reopen or start fresh.
     pub mode: OpenMode,
-    /// Injected persist failures (tests).
-    pub faults: FaultPlan,
 }
 
 /// Whether the pool was made now or found.
@@ -162,11 +160,13 @@ impl Pool {
         validate_geometry(options.geometry)?;
         let len = options.geometry.pool_size_bytes() as usize;
         let (mapping, existing) = match &options.location {
-            Location::Dram => (Mapping::anonymous(len, false, options.faults)?, false),
-            Location::Simulated => (Mapping::anonymous(len, true, options.faults)?, false),
+            Location::Dram => (Mapping::anonymous(len, None)?, false),
+            Location::Simulated(simulation) => {
+                let observer: Arc<dyn PersistObserver> = simulation.clone();
+                (Mapping::anonymous(len, Some(observer))?, false)
+            }
             Location::File(path) => {
-                let (mapping, existing, cut_at) =
-                    open_file(path, options.geometry, options.mode, options.faults)?;
+                let (mapping, existing, cut_at) = open_file(path, options.geometry, options.mode)?;
                 let mut pool = Self::finish_open(mapping, existing, Some(options.geometry))?;
                 pool.cut_at = cut_at;
                 return Ok(pool);
@@ -182,10 +182,15 @@ impl Pool {
         self.cut_at
     }
 
-    /// Opens a simulated pool from a crash image made by [`Pool::crash_image`]. The image is
-    /// taken to be what a power loss left: `opened()` reports another boot.
-    pub fn open_image(image: Vec<u8>, faults: FaultPlan) -> Result<Pool, PoolError> {
-        let mapping = Mapping::from_image(image, faults)?;
+    /// Opens a simulated pool from a crash image made by
+    /// [`testing::SimulatedPersistence::crash_image`], watched by `simulation` from now on (its
+    /// persisted bytes start as the image). The image is taken to be what a power loss left:
+    /// `opened()` reports another boot.
+    pub fn open_image(
+        image: &[u8],
+        simulation: Arc<testing::SimulatedPersistence>,
+    ) -> Result<Pool, PoolError> {
+        let mapping = Mapping::from_image(image, simulation)?;
         let mut pool = Self::finish_open(mapping, true, None)?;
         if let Opened::Reopened { previous, .. } = pool.opened {
             pool.opened = Opened::Reopened {
@@ -411,21 +416,11 @@ impl Pool {
         self.mapping.persist(offset, len)
     }
 
-    /// For simulated pools: what a power cut now could leave behind. Every persisted byte is
-    /// kept; each cache line with unpersisted changes is kept or lost as `keep` decides.
-    /// The engine must be quiescent while this runs.
-    pub fn crash_image(&self, keep: &mut dyn FnMut(usize) -> bool) -> Vec<u8> {
-        assert_eq!(
-            self.backend(),
-            Backend::Simulated,
-            "crash images need a simulated pool"
-        );
-        self.mapping.crash_image(keep)
-    }
-
-    /// For simulated pools: the live bytes, as a process crash (no power loss) would leave them.
+    /// A copy of the pool's live bytes, as a process crash (no power loss) would leave them;
+    /// for a simulated pool, what [`testing::SimulatedPersistence::crash_image`] starts from.
+    /// Tests only: the engine must be quiescent while this runs.
     pub fn live_image(&self) -> Vec<u8> {
-        self.mapping.crash_image(&mut |_| true)
+        self.mapping.live_copy()
     }
 }
 
@@ -648,7 +643,6 @@ fn open_file(
     path: &Path,
     geometry: Geometry,
     mode: OpenMode,
-    faults: FaultPlan,
 ) -> Result<(Mapping, bool, Option<u64>), PoolError> {
     let created = !path.exists();
     let file = OpenOptions::new()
@@ -703,7 +697,7 @@ fn open_file(
     let len = usize::try_from(len).map_err(|_| PoolError::InvalidGeometry {
         reason: "pool larger than the address space",
     })?;
-    let mapping = Mapping::file(file, path.to_path_buf(), len, faults)?;
+    let mapping = Mapping::file(file, path.to_path_buf(), len)?;
     Ok((mapping, existing, cut_at))
 }
 

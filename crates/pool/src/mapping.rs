@@ -14,8 +14,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::Arc;
 
 use crate::error::{PersistError, PoolError};
 use crate::CACHE_LINE_SIZE_BYTES;
@@ -34,7 +33,8 @@ pub enum Backend {
     /// A shared mapping of an ordinary file: survives a process crash; survives power loss only
     /// for ranges that were `msync`ed.
     SharedFile,
-    /// DRAM with a shadow copy of what has been persisted, for power-failure tests.
+    /// DRAM whose every persist is reported to a test's power-failure simulator
+    /// ([`crate::testing::SimulatedPersistence`]).
     Simulated,
 }
 
@@ -68,7 +68,7 @@ pub enum FlushMethod {
     CacheLineFlush,
     /// `msync(MS_SYNC)` of the pages covering the range.
     Msync,
-    /// Copy the range into the simulated persistent image.
+    /// Report the range to the test's [`PersistObserver`], which keeps what has been persisted.
     Simulated,
 }
 
@@ -110,11 +110,16 @@ impl PersistenceDomain {
     }
 }
 
-/// Fail persists on purpose, for tests of I/O-error handling (as Open CAS fails its N-th write).
-#[derive(Debug, Default)]
-pub struct FaultPlan {
-    /// Fail the persist call with this 1-based number and every call after it.
-    pub fail_persist_from: Option<u64>,
+/// Told of every persist of a mapped pool: how tests simulate power cuts and failing devices
+/// ([`crate::testing::SimulatedPersistence`]). Production pools have none; the mapping only
+/// calls it, and keeps no test state of its own.
+pub trait PersistObserver: Send + Sync + std::fmt::Debug {
+    /// Once, when the mapping is made: its bytes at that moment (zeros, or a crash image), all
+    /// of which count as persisted.
+    fn attached(&self, initial: &[u8]);
+    /// By every `persist` before it returns: the range rounded out to cache lines, its offset
+    /// and its live bytes (empty for an empty persist). An error fails the persist with it.
+    fn persisted(&self, offset: usize, live: &[u8]) -> Result<(), String>;
 }
 
 enum Region {
@@ -132,9 +137,7 @@ pub(crate) struct Mapping {
     pub(crate) backend: Backend,
     pub(crate) path: PathBuf,
     _lock: Option<File>,
-    persisted_image: Option<Mutex<Vec<u8>>>,
-    persist_calls: AtomicU64,
-    fail_persist_from: Option<u64>,
+    observer: Option<Arc<dyn PersistObserver>>,
     flush_instruction: FlushInstruction,
 }
 
@@ -142,7 +145,7 @@ pub(crate) struct Mapping {
 // the disjoint pieces handed out by `Pool` (see the module invariants), each guarded by Rust's
 // borrow rules on its handle. The region itself is valid for the whole lifetime of `Mapping`.
 unsafe impl Send for Mapping {}
-// SAFETY: see `Send`; the shared state (`persisted_image`, counters) is behind a Mutex or atomic.
+// SAFETY: see `Send`; the only other shared state, the observer, is `Sync`.
 unsafe impl Sync for Mapping {}
 
 impl Drop for Region {
@@ -158,22 +161,42 @@ impl Drop for Region {
 }
 
 impl Mapping {
-    /// Anonymous DRAM, zero-filled; `simulated` adds the persisted-image shadow.
+    /// Anonymous DRAM, zero-filled; with an observer, a simulated pool.
     pub(crate) fn anonymous(
         len: usize,
-        simulated: bool,
-        faults: FaultPlan,
+        observer: Option<Arc<dyn PersistObserver>>,
+    ) -> Result<Self, PoolError> {
+        Self::anonymous_with(len, observer, None)
+    }
+
+    /// A simulated pool whose live and persisted bytes both start as `image`.
+    pub(crate) fn from_image(
+        image: &[u8],
+        observer: Arc<dyn PersistObserver>,
+    ) -> Result<Self, PoolError> {
+        Self::anonymous_with(image.len(), Some(observer), Some(image))
+    }
+
+    fn anonymous_with(
+        len: usize,
+        observer: Option<Arc<dyn PersistObserver>>,
+        initial: Option<&[u8]>,
     ) -> Result<Self, PoolError> {
         let path = PathBuf::from("(anonymous)");
         let mut map =
             memmap2::MmapMut::map_anon(len).map_err(|e| crate::io_err("mmap", &path, e))?;
+        if let Some(initial) = initial {
+            map.copy_from_slice(initial);
+        }
+        if let Some(observer) = &observer {
+            observer.attached(&map);
+        }
         let base = map.as_mut_ptr();
-        let backend = if simulated {
+        let backend = if observer.is_some() {
             Backend::Simulated
         } else {
             Backend::Dram
         };
-        let image = simulated.then(|| Mutex::new(vec![0u8; len]));
         Ok(Self::assemble(
             base,
             len,
@@ -181,26 +204,12 @@ impl Mapping {
             backend,
             path,
             None,
-            image,
-            faults,
+            observer,
         ))
     }
 
-    /// A simulated pool whose live and persisted bytes both start as `image`.
-    pub(crate) fn from_image(image: Vec<u8>, faults: FaultPlan) -> Result<Self, PoolError> {
-        let mut mapping = Self::anonymous(image.len(), true, faults)?;
-        mapping.bytes_mut_at_open().copy_from_slice(&image);
-        mapping.persisted_image = Some(Mutex::new(image));
-        Ok(mapping)
-    }
-
     /// Maps `file` (already locked, already of length `len`) shared, trying DAX first.
-    pub(crate) fn file(
-        file: File,
-        path: PathBuf,
-        len: usize,
-        faults: FaultPlan,
-    ) -> Result<Self, PoolError> {
+    pub(crate) fn file(file: File, path: PathBuf, len: usize) -> Result<Self, PoolError> {
         if let Some((base, region)) = map_dax(&file, len) {
             let backend = Backend::DaxFile;
             return Ok(Self::assemble(
@@ -211,7 +220,6 @@ impl Mapping {
                 path,
                 Some(file),
                 None,
-                faults,
             ));
         }
         // SAFETY: the file is exclusively flocked by this process for the mapping's lifetime
@@ -233,11 +241,9 @@ impl Mapping {
             path,
             Some(file),
             None,
-            faults,
         ))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn assemble(
         base: *mut u8,
         len: usize,
@@ -245,8 +251,7 @@ impl Mapping {
         backend: Backend,
         path: PathBuf,
         lock: Option<File>,
-        persisted_image: Option<Mutex<Vec<u8>>>,
-        faults: FaultPlan,
+        observer: Option<Arc<dyn PersistObserver>>,
     ) -> Self {
         assert!(!base.is_null());
         assert_eq!(base as usize % 4096, 0, "mappings are page aligned");
@@ -257,9 +262,7 @@ impl Mapping {
             backend,
             path,
             _lock: lock,
-            persisted_image,
-            persist_calls: AtomicU64::new(0),
-            fail_persist_from: faults.fail_persist_from,
+            observer,
             flush_instruction: FlushInstruction::detect(),
         }
     }
@@ -301,28 +304,34 @@ impl Mapping {
     /// Makes `[offset, offset + len)` durable according to the backend.
     pub(crate) fn persist(&self, offset: usize, len: usize) -> Result<(), PersistError> {
         assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
-        let call = self.persist_calls.fetch_add(1, Ordering::Relaxed) + 1;
         let failure = |message: String| PersistError {
             offset: offset as u64,
             len_bytes: len as u64,
             message,
         };
-        if self.fail_persist_from.is_some_and(|from| call >= from) {
-            return Err(failure("injected fault".to_string()));
-        }
-        if len == 0 {
-            return Ok(());
-        }
         match PersistenceDomain::of(self.backend).flush {
             FlushMethod::None => Ok(()),
+            _ if len == 0 && self.observer.is_none() => Ok(()),
             FlushMethod::CacheLineFlush => {
                 self.flush_cache_lines(offset, len);
                 Ok(())
             }
             FlushMethod::Msync => self.msync(offset, len).map_err(|e| failure(e.to_string())),
             FlushMethod::Simulated => {
-                self.copy_to_image(offset, len);
-                Ok(())
+                let observer = self.observer.as_ref().expect("simulated pools observe");
+                let (start, end) = if len == 0 {
+                    (offset, offset)
+                } else {
+                    let start = offset / CACHE_LINE_SIZE_BYTES * CACHE_LINE_SIZE_BYTES;
+                    let end =
+                        (offset + len).div_ceil(CACHE_LINE_SIZE_BYTES) * CACHE_LINE_SIZE_BYTES;
+                    (start, end.min(self.len))
+                };
+                // SAFETY: the caller of `persist` owns the piece covering the range and holds at
+                // least a shared borrow of it; pieces are cache-line aligned (segments and
+                // headers are multiples of 64 bytes), so rounding to lines stays inside it.
+                let live = unsafe { self.slice(start, end - start) };
+                observer.persisted(start, live).map_err(failure)
             }
         }
     }
@@ -380,46 +389,12 @@ impl Mapping {
         fence();
     }
 
-    fn copy_to_image(&self, offset: usize, len: usize) {
-        let start = offset / CACHE_LINE_SIZE_BYTES * CACHE_LINE_SIZE_BYTES;
-        let end =
-            ((offset + len).div_ceil(CACHE_LINE_SIZE_BYTES) * CACHE_LINE_SIZE_BYTES).min(self.len);
-        let image = self
-            .persisted_image
-            .as_ref()
-            .expect("simulated backend has an image");
-        let mut image = image.lock().expect("image lock");
-        // SAFETY: the caller of `persist` owns the piece covering [offset, offset+len) and holds
-        // at least a shared borrow of it; pieces are cache-line aligned (segments and headers
-        // are multiples of 64 bytes), so rounding to lines stays inside that piece.
-        let live = unsafe { self.slice(start, end - start) };
-        image[start..end].copy_from_slice(live);
-    }
-
-    /// The persisted image plus, for each cache line whose live bytes differ from it, the live
-    /// line when `keep_unpersisted_line(line_index)` says so: what a power cut could leave.
-    pub(crate) fn crash_image(
-        &self,
-        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
-    ) -> Vec<u8> {
-        let image = self
-            .persisted_image
-            .as_ref()
-            .expect("only simulated pools make crash images");
-        let mut out = image.lock().expect("image lock").clone();
-        // SAFETY: crash images are taken by tests while no handle is writing (they hold `&Pool`
-        // and the engine is quiescent); reading the whole mapping is then race-free.
-        let live = unsafe { self.slice(0, self.len) };
-        for (index, (persisted, current)) in out
-            .chunks_exact_mut(CACHE_LINE_SIZE_BYTES)
-            .zip(live.chunks_exact(CACHE_LINE_SIZE_BYTES))
-            .enumerate()
-        {
-            if persisted != current && keep_unpersisted_line(index) {
-                persisted.copy_from_slice(current);
-            }
-        }
-        out
+    /// A copy of every byte, as a process crash (no power loss) would leave them. Tests only:
+    /// the engine must be quiescent (no handle writing) while it runs.
+    pub(crate) fn live_copy(&self) -> Vec<u8> {
+        // SAFETY: callers (tests taking crash images) hold the engine quiescent, so nothing
+        // writes the mapping while it is read; the range is the whole live mapping.
+        unsafe { self.slice(0, self.len) }.to_vec()
     }
 
     /// Gives the pages of `[offset, offset + len)` back to the OS; they read as zero after.

@@ -1,4 +1,6 @@
-//! Media for tests: [`MemoryMedium`], a medium in DRAM, and [`SimulatedMedium`], which wraps
+//! Simulators for tests. For a mapped pool, [`SimulatedPersistence`] watches every persist
+//! (the mapping only calls it) and builds what a power cut would leave, a cache line at a time.
+//! For media: [`MemoryMedium`], a medium in DRAM, and [`SimulatedMedium`], which wraps
 //! any medium to model what the real world does to it: a power cut that keeps only what was
 //! persisted plus an arbitrary subset of the sectors written since (so a write spanning sectors
 //! can be torn, and a later write can survive an earlier one), the N-th write or persist
@@ -10,12 +12,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::PersistError;
-use crate::mapping::{FlushMethod, PersistenceDomain};
+use crate::mapping::{FlushMethod, PersistObserver, PersistenceDomain};
 use crate::medium::{check_range, Medium, MediumError};
+use crate::CACHE_LINE_SIZE_BYTES;
 
 /// Bytes a power cut keeps or loses together.
 pub const SECTOR_SIZE_BYTES: usize = 512;
@@ -308,3 +311,78 @@ impl<M: Medium> Medium for SimulatedMedium<M> {
         Ok(())
     }
 }
+
+/// The power-failure simulator of a mapped pool ([`crate::Location::Simulated`]): it is told of
+/// every persist (it is the pool's [`PersistObserver`]) and keeps a copy of the bytes as last
+/// persisted, cache line by cache line, so a test can ask what a power cut now could leave
+/// (every persisted line, and any subset of the lines changed since). It can also fail the N-th
+/// persist and every later one, as a device that stops taking writes does.
+#[derive(Debug, Default)]
+pub struct SimulatedPersistence {
+    persisted: Mutex<Vec<u8>>,
+    persist_calls: AtomicU64,
+    fail_persist_from: Option<u64>,
+}
+
+impl SimulatedPersistence {
+    /// A simulator whose persists all succeed.
+    pub fn new() -> Arc<SimulatedPersistence> {
+        Arc::new(SimulatedPersistence::default())
+    }
+
+    /// A simulator that fails the persist with this 1-based number and every one after it (the
+    /// pool's open persists its header first).
+    pub fn failing_from(persist_call: u64) -> Arc<SimulatedPersistence> {
+        Arc::new(SimulatedPersistence {
+            fail_persist_from: Some(persist_call),
+            ..SimulatedPersistence::default()
+        })
+    }
+
+    /// What a power cut now could leave of a pool whose live bytes are `live`: the persisted
+    /// image, plus each cache line whose live bytes differ from it when
+    /// `keep_unpersisted_line(line_index)` says so.
+    pub fn crash_image(
+        &self,
+        live: &[u8],
+        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
+    ) -> Vec<u8> {
+        let mut out = self.persisted.lock().expect("image lock").clone();
+        assert_eq!(out.len(), live.len(), "the live bytes of the watched pool");
+        for (index, (persisted, current)) in out
+            .chunks_exact_mut(CACHE_LINE_SIZE_BYTES)
+            .zip(live.chunks_exact(CACHE_LINE_SIZE_BYTES))
+            .enumerate()
+        {
+            if persisted != current && keep_unpersisted_line(index) {
+                persisted.copy_from_slice(current);
+            }
+        }
+        out
+    }
+}
+
+impl PersistObserver for SimulatedPersistence {
+    fn attached(&self, initial: &[u8]) {
+        *self.persisted.lock().expect("image lock") = initial.to_vec();
+    }
+
+    fn persisted(&self, offset: usize, live: &[u8]) -> Result<(), String> {
+        let call = self.persist_calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.fail_persist_from.is_some_and(|from| call >= from) {
+            return Err("injected fault".to_string());
+        }
+        self.persisted.lock().expect("image lock")[offset..offset + live.len()]
+            .copy_from_slice(live);
+        Ok(())
+    }
+}
+
+impl PartialEq for SimulatedPersistence {
+    /// The same simulator (one per simulated pool), not equal contents.
+    fn eq(&self, other: &SimulatedPersistence) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for SimulatedPersistence {}

@@ -12,7 +12,6 @@ fn options(location: Location, mode: OpenMode) -> PoolOptions {
         location,
         geometry: SMALL,
         mode,
-        faults: FaultPlan::default(),
     }
 }
 
@@ -208,14 +207,16 @@ fn other_geometry_and_extension_are_refused_and_a_cut_pool_is_extended_back() {
 
 #[test]
 fn crash_image_keeps_persisted_lines_and_chooses_among_unpersisted_ones() {
-    let mut pool = Pool::open(options(Location::Simulated, OpenMode::OpenOrCreate)).unwrap();
+    let simulation = testing::SimulatedPersistence::new();
+    let location = Location::Simulated(simulation.clone());
+    let mut pool = Pool::open(options(location, OpenMode::OpenOrCreate)).unwrap();
     let mut segments = pool.take_segments();
     let data = &mut segments[0];
     data.data_mut()[..64].fill(1);
     data.persist_data(0, 64).unwrap();
     data.data_mut()[64..192].fill(2);
     let base = SMALL.data_offset() as usize;
-    let none = pool.crash_image(&mut |_| false);
+    let none = simulation.crash_image(&pool.live_image(), &mut |_| false);
     assert!(
         none[base..base + 64].iter().all(|&b| b == 1),
         "persisted line kept"
@@ -224,10 +225,11 @@ fn crash_image_keeps_persisted_lines_and_chooses_among_unpersisted_ones() {
         none[base + 64..base + 192].iter().all(|&b| b == 0),
         "unpersisted lines lost"
     );
-    let second_only = pool.crash_image(&mut |line| line == base / 64 + 2);
+    let second_only = simulation.crash_image(&pool.live_image(), &mut |line| line == base / 64 + 2);
     assert!(second_only[base + 64..base + 128].iter().all(|&b| b == 0));
     assert!(second_only[base + 128..base + 192].iter().all(|&b| b == 2));
-    let mut reopened = Pool::open_image(second_only, FaultPlan::default()).unwrap();
+    let mut reopened =
+        Pool::open_image(&second_only, testing::SimulatedPersistence::new()).unwrap();
     assert!(matches!(reopened.opened(), Opened::Reopened { .. }));
     assert!(reopened.take_segments()[0].data()[128..192]
         .iter()
@@ -236,9 +238,9 @@ fn crash_image_keeps_persisted_lines_and_chooses_among_unpersisted_ones() {
 
 #[test]
 fn injected_persist_faults_start_at_the_chosen_call() {
-    let mut opts = options(Location::Simulated, OpenMode::OpenOrCreate);
-    opts.faults.fail_persist_from = Some(3); // call 1 is the open's header persist
-    let mut pool = Pool::open(opts).unwrap();
+    // Call 1 is the open's header persist.
+    let location = Location::Simulated(testing::SimulatedPersistence::failing_from(3));
+    let mut pool = Pool::open(options(location, OpenMode::OpenOrCreate)).unwrap();
     let segments = pool.take_segments();
     assert!(segments[0].persist_data(0, 64).is_ok());
     let err = segments[0].persist_data(0, 64).unwrap_err();

@@ -399,9 +399,9 @@ mod tests {
         let engine = Engine::open(EngineConfig {
             memory_bytes: 1 << 20,
             segment_size_bytes: 64 << 10,
-            pool: PoolLocation::Simulated {
-                fail_persist_from: Some(30),
-            },
+            pool: PoolLocation::Simulated(
+                strata_pool::testing::SimulatedPersistence::failing_from(30),
+            ),
             durability: Durability::Sync,
             ..EngineConfig::default()
         })
