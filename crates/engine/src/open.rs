@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use strata_pool::testing::SimulatedPersistence;
-use strata_pool::{Backend, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions};
+use strata_pool::{
+    Backend, Geometry, IndexFiles, Location, OpenMode, Opened, Pool, PoolOptions, TableObserver,
+};
 
 use crate::config::{
     Durability, EngineConfig, FlashAdmission, FlashMedium, IndexPlacement, PoolLocation,
@@ -121,17 +123,18 @@ impl Engine {
                 (PoolLocation::File(path), IndexPlacement::Pool) => Some(Arc::new(
                     IndexFiles::open(path, usize::from(shard_count), segments.len())?,
                 )),
-                (PoolLocation::Simulated { .. }, IndexPlacement::Pool) => {
+                (PoolLocation::Simulated(simulation), IndexPlacement::Pool) => {
                     let dir = config
                         .simulated_index_dir
                         .clone()
                         .expect("checked by validate");
                     let shards = usize::from(shard_count);
+                    let observer: Arc<dyn TableObserver> = simulation.clone();
                     Some(Arc::new(IndexFiles::open_dir(
                         dir,
                         shards,
                         segments.len(),
-                        true,
+                        Some(observer),
                     )?))
                 }
                 (PoolLocation::File(path), IndexPlacement::Dram) => {
@@ -473,7 +476,7 @@ impl Engine {
 
     /// For a simulated pool with its index in (simulated) files: what a power cut now would
     /// leave of both, at the same instant: the pool image, and the index directory's written to
-    /// `index_target` (see `strata_pool::IndexFiles::crash_image`).
+    /// `index_target` (see `SimulatedPersistence::index_crash_image`).
     pub fn crash_images(
         &self,
         simulation: &SimulatedPersistence,
@@ -482,7 +485,7 @@ impl Engine {
     ) -> Result<Vec<u8>, strata_pool::PoolError> {
         let _locks: Vec<_> = self.inner.shards.iter().map(|s| s.0.hold()).collect();
         if let Some(files) = &self.files {
-            files.crash_image(index_target, keep_unpersisted_line)?;
+            simulation.index_crash_image(files.dir(), index_target, keep_unpersisted_line)?;
         }
         let live = self.pool.lock().live_image();
         Ok(simulation.crash_image(&live, keep_unpersisted_line))

@@ -44,7 +44,9 @@ pub use header::{
 };
 pub use mapping::{Backend, FlushMethod, PersistObserver, PersistenceDomain};
 pub use medium::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
-pub use tables::{ControlHeader, IndexFiles, LineTable, TableKind, SEGMENT_BOOK_SIZE_BYTES};
+pub use tables::{
+    ControlHeader, IndexFiles, LineTable, TableKind, TableObserver, SEGMENT_BOOK_SIZE_BYTES,
+};
 pub use uring::{ReadDone, ReadRing};
 
 use mapping::Mapping;

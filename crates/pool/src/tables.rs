@@ -19,11 +19,10 @@
 //! a store through their mapping never meets a full file system (a SIGBUS).
 //! They are only written by the process holding the pool's exclusive lock.
 
-use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use crate::error::PoolError;
 use crate::{io_err, AtomicLine, CACHE_LINE_SIZE_BYTES};
@@ -39,14 +38,22 @@ enum Storage {
     File {
         _map: memmap2::MmapMut,
         path: PathBuf,
-        /// Power-failure simulation (tests): the bytes as last persisted. `persist` copies the
-        /// table here instead of (only) calling msync; see [`IndexFiles::crash_image`].
-        persisted: Option<Arc<Mutex<Vec<u8>>>>,
+        /// Power-failure simulation (tests): `persist` hands the table to it instead of
+        /// calling msync.
+        observer: Option<Arc<dyn TableObserver>>,
     },
 }
 
-/// Where a simulated index directory keeps what each table file last persisted, by file name.
-type Persisted = Mutex<HashMap<PathBuf, Weak<Mutex<Vec<u8>>>>>;
+/// Told of every table file of an index directory opened and persisted: how tests simulate
+/// power cuts of the index ([`crate::testing::SimulatedPersistence`] keeps each file's bytes
+/// as last persisted). Production directories have none.
+pub trait TableObserver: Send + Sync + std::fmt::Debug {
+    /// A table file was opened or created at `path`; `initial` (its bytes now) counts as
+    /// persisted.
+    fn table_opened(&self, path: &Path, initial: &[u8]);
+    /// The table at `path` was persisted with these bytes.
+    fn table_persisted(&self, path: &Path, bytes: &[u8]);
+}
 
 /// A fixed-size table of zeroed-at-creation cache lines.
 pub struct LineTable {
@@ -86,7 +93,7 @@ impl LineTable {
         path: PathBuf,
         count: usize,
         create: bool,
-        simulated: Option<&Persisted>,
+        observer: Option<&Arc<dyn TableObserver>>,
     ) -> Result<LineTable, PoolError> {
         assert!(count > 0, "file tables are never empty");
         let len = count
@@ -131,20 +138,16 @@ impl LineTable {
             0,
             "mappings are page aligned"
         );
-        let persisted = simulated.map(|registry| {
-            // What the file holds when it is opened is taken as persisted (a created file: zeros).
-            let shadow = Arc::new(Mutex::new(map.to_vec()));
-            let mut registry = registry.lock().expect("registry lock");
-            registry.insert(path.clone(), Arc::downgrade(&shadow));
-            shadow
-        });
+        if let Some(observer) = observer {
+            observer.table_opened(&path, &map);
+        }
         Ok(LineTable {
             base,
             count,
             storage: Storage::File {
                 _map: map,
                 path,
-                persisted,
+                observer: observer.cloned(),
             },
         })
     }
@@ -174,19 +177,16 @@ impl LineTable {
     }
 
     /// Writes the table's file back to its medium (msync); nothing for DRAM. In a simulated
-    /// index directory, records the table as persisted.
+    /// index directory, hands the table to the observer instead.
     pub fn persist(&self) -> Result<(), PoolError> {
         match &self.storage {
             Storage::Dram(_) => Ok(()),
             Storage::File {
                 _map: map,
-                persisted: Some(shadow),
-                ..
+                path,
+                observer: Some(observer),
             } => {
-                shadow
-                    .lock()
-                    .expect("shadow lock")
-                    .copy_from_slice(&map[..]);
+                observer.table_persisted(path, &map[..]);
                 Ok(())
             }
             Storage::File {
@@ -247,8 +247,8 @@ pub struct IndexFiles {
     control: LineTable,
     shard_count: usize,
     found: Option<ControlHeader>,
-    /// For a simulated pool (tests): what each table file last persisted.
-    simulated: Option<Persisted>,
+    /// For a simulated pool (tests): told of each table's persists.
+    observer: Option<Arc<dyn TableObserver>>,
 }
 
 impl std::fmt::Debug for IndexFiles {
@@ -276,25 +276,24 @@ impl IndexFiles {
         shard_count: usize,
         segment_count: usize,
     ) -> Result<IndexFiles, PoolError> {
-        Self::open_dir(Self::dir_for(pool_path), shard_count, segment_count, false)
+        Self::open_dir(Self::dir_for(pool_path), shard_count, segment_count, None)
     }
 
-    /// [`IndexFiles::open`] on the directory `dir`. With `simulated` (the index of a simulated
-    /// pool, for power-failure tests), persists are recorded rather than made, and
-    /// [`IndexFiles::crash_image`] builds what a power cut would leave of the directory.
+    /// [`IndexFiles::open`] on the directory `dir`. With an observer (the index of a simulated
+    /// pool, for power-failure tests), persists are handed to it rather than made (see
+    /// [`crate::testing::SimulatedPersistence::index_crash_image`]).
     pub fn open_dir(
         dir: PathBuf,
         shard_count: usize,
         segment_count: usize,
-        simulated: bool,
+        observer: Option<Arc<dyn TableObserver>>,
     ) -> Result<IndexFiles, PoolError> {
         std::fs::create_dir_all(&dir).map_err(|e| io_err("create index directory", &dir, e))?;
-        let simulated = simulated.then(|| Mutex::new(HashMap::new()));
         let lines = 1 + shard_count + segment_count.div_ceil(BOOKS_PER_LINE);
         let path = dir.join("control");
         let existing = std::fs::metadata(&path)
             .is_ok_and(|m| m.len() == (lines * CACHE_LINE_SIZE_BYTES) as u64);
-        let control = LineTable::file(path, lines, !existing, simulated.as_ref())?;
+        let control = LineTable::file(path, lines, !existing, observer.as_ref())?;
         let word = |i: usize| control[0].0[i].load(Ordering::Relaxed);
         let found = (existing
             && word(0) == CONTROL_MAGIC
@@ -317,50 +316,13 @@ impl IndexFiles {
             control,
             shard_count,
             found,
-            simulated,
+            observer,
         })
     }
 
-    /// For a simulated index directory: writes into `target` what a power cut now would leave
-    /// of each file: its bytes as last persisted, plus each 64-byte line written since for which
-    /// `keep_unpersisted_line` says yes (as the pool's `crash_image` builds them). A file never
-    /// persisted keeps only the lines chosen, over zeros. Files deleted are gone.
-    pub fn crash_image(
-        &self,
-        target: &Path,
-        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
-    ) -> Result<(), PoolError> {
-        let registry = self
-            .simulated
-            .as_ref()
-            .expect("crash images are made of simulated index directories")
-            .lock()
-            .expect("registry lock");
-        std::fs::create_dir_all(target).map_err(|e| io_err("create image dir", target, e))?;
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| io_err("list", &self.dir, e))?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let live = std::fs::read(&path).map_err(|e| io_err("read", &path, e))?;
-            let persisted = registry
-                .get(&path)
-                .and_then(Weak::upgrade)
-                .map(|shadow| shadow.lock().expect("shadow lock").clone())
-                .filter(|shadow| shadow.len() == live.len())
-                .unwrap_or_else(|| vec![0; live.len()]);
-            let mut image = persisted;
-            for (line, (kept, now)) in image
-                .chunks_mut(CACHE_LINE_SIZE_BYTES)
-                .zip(live.chunks(CACHE_LINE_SIZE_BYTES))
-                .enumerate()
-            {
-                if kept != now && keep_unpersisted_line(line) {
-                    kept.copy_from_slice(now);
-                }
-            }
-            let out = target.join(entry.file_name());
-            std::fs::write(&out, image).map_err(|e| io_err("write image", &out, e))?;
-        }
-        Ok(())
+    /// The directory the files are in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The header found at open, if the control file had this shape.
@@ -405,7 +367,7 @@ impl IndexFiles {
         count: usize,
     ) -> Result<LineTable, PoolError> {
         let path = self.table_path(shard, kind, generation);
-        LineTable::file(path, count, true, self.simulated.as_ref())
+        LineTable::file(path, count, true, self.observer.as_ref())
     }
 
     /// Opens an existing table file, which must hold exactly `count` lines.
@@ -417,7 +379,7 @@ impl IndexFiles {
         count: usize,
     ) -> Result<LineTable, PoolError> {
         let path = self.table_path(shard, kind, generation);
-        LineTable::file(path, count, false, self.simulated.as_ref())
+        LineTable::file(path, count, false, self.observer.as_ref())
     }
 
     /// Deletes every table file of `shard` except the generations in `keep`.

@@ -10,15 +10,17 @@
 //! The sector is the unit of atomicity: a 512-byte write either fully reached the media or did
 //! not, as NVMe guarantees for its atomic write unit (and 4 KiB-sector devices for 4 KiB).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::error::PersistError;
+use crate::error::{PersistError, PoolError};
 use crate::mapping::{FlushMethod, PersistObserver, PersistenceDomain};
 use crate::medium::{check_range, Medium, MediumError};
-use crate::CACHE_LINE_SIZE_BYTES;
+use crate::tables::TableObserver;
+use crate::{io_err, CACHE_LINE_SIZE_BYTES};
 
 /// Bytes a power cut keeps or loses together.
 pub const SECTOR_SIZE_BYTES: usize = 512;
@@ -312,14 +314,17 @@ impl<M: Medium> Medium for SimulatedMedium<M> {
     }
 }
 
-/// The power-failure simulator of a mapped pool ([`crate::Location::Simulated`]): it is told of
-/// every persist (it is the pool's [`PersistObserver`]) and keeps a copy of the bytes as last
-/// persisted, cache line by cache line, so a test can ask what a power cut now could leave
-/// (every persisted line, and any subset of the lines changed since). It can also fail the N-th
-/// persist and every later one, as a device that stops taking writes does.
+/// The power-failure simulator of a mapped pool ([`crate::Location::Simulated`]) and of its
+/// index directory: it is told of every persist (it is the pool's [`PersistObserver`] and the
+/// directory's [`TableObserver`]) and keeps a copy of the bytes as last persisted, so a test can
+/// ask what a power cut now could leave (every persisted cache line, and any subset of the lines
+/// changed since). It can also fail the N-th persist of the pool and every later one, as a
+/// device that stops taking writes does.
 #[derive(Debug, Default)]
 pub struct SimulatedPersistence {
     persisted: Mutex<Vec<u8>>,
+    /// Each index table file's bytes as last persisted (as opened, until its first persist).
+    tables: Mutex<HashMap<PathBuf, Vec<u8>>>,
     persist_calls: AtomicU64,
     fail_persist_from: Option<u64>,
 }
@@ -349,16 +354,64 @@ impl SimulatedPersistence {
     ) -> Vec<u8> {
         let mut out = self.persisted.lock().expect("image lock").clone();
         assert_eq!(out.len(), live.len(), "the live bytes of the watched pool");
-        for (index, (persisted, current)) in out
-            .chunks_exact_mut(CACHE_LINE_SIZE_BYTES)
-            .zip(live.chunks_exact(CACHE_LINE_SIZE_BYTES))
-            .enumerate()
-        {
-            if persisted != current && keep_unpersisted_line(index) {
-                persisted.copy_from_slice(current);
-            }
-        }
+        cut_lines(&mut out, live, keep_unpersisted_line);
         out
+    }
+}
+
+/// `persisted` plus each cache line of `live` that differs from it when `keep(line_index)` says
+/// so (lines at their index in the file).
+fn cut_lines(persisted: &mut [u8], live: &[u8], keep: &mut dyn FnMut(usize) -> bool) {
+    for (index, (persisted, current)) in persisted
+        .chunks_mut(CACHE_LINE_SIZE_BYTES)
+        .zip(live.chunks(CACHE_LINE_SIZE_BYTES))
+        .enumerate()
+    {
+        if persisted != current && keep(index) {
+            persisted.copy_from_slice(current);
+        }
+    }
+}
+
+impl SimulatedPersistence {
+    /// Writes into `target` what a power cut now would leave of the index directory `dir`
+    /// (opened with this simulator watching): each file's bytes as last persisted, plus each
+    /// 64-byte line written since for which `keep_unpersisted_line` says yes. A file of another
+    /// length than last seen keeps only the lines chosen, over zeros. Files deleted are gone.
+    pub fn index_crash_image(
+        &self,
+        dir: &Path,
+        target: &Path,
+        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<(), PoolError> {
+        let tables = self.tables.lock().expect("tables lock");
+        std::fs::create_dir_all(target).map_err(|e| io_err("create image dir", target, e))?;
+        let entries = std::fs::read_dir(dir).map_err(|e| io_err("list", dir, e))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let live = std::fs::read(&path).map_err(|e| io_err("read", &path, e))?;
+            let mut image = tables
+                .get(&path)
+                .filter(|persisted| persisted.len() == live.len())
+                .cloned()
+                .unwrap_or_else(|| vec![0; live.len()]);
+            cut_lines(&mut image, &live, keep_unpersisted_line);
+            let out = target.join(entry.file_name());
+            std::fs::write(&out, image).map_err(|e| io_err("write image", &out, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl TableObserver for SimulatedPersistence {
+    fn table_opened(&self, path: &Path, initial: &[u8]) {
+        let mut tables = self.tables.lock().expect("tables lock");
+        tables.insert(path.to_path_buf(), initial.to_vec());
+    }
+
+    fn table_persisted(&self, path: &Path, bytes: &[u8]) {
+        let mut tables = self.tables.lock().expect("tables lock");
+        tables.insert(path.to_path_buf(), bytes.to_vec());
     }
 }
 
