@@ -7,7 +7,9 @@
 //!
 //! ```text
 //!  0 state         0: the line, the shard's tables and its segments' books agree with the
-//!                  pool; 1: a change is in progress, or the files cannot be trusted
+//!                  pool; 1: a change is in progress, and before it they agreed; 2: the
+//!                  files cannot describe the shard (rebuilding, dead marks waiting for a
+//!                  commit, or tables that could not stay in files)
 //!  1 items         2 primary generation   3 primary buckets
 //!  4 overflow generation (0: none)        5 overflow capacity   6 overflow buckets used
 //!  7 zero
@@ -17,17 +19,23 @@
 //! (`u64::MAX`: never). Only meaningful for a segment whose pool header is in use by a shard
 //! whose state is 0.
 //!
-//! The rule: every change to a shard happens under its write lock, between `begin` (state := 1)
-//! and `end` (tables, books and counts written, then state := 0), with release fences so the
-//! stores reach memory in that order. A `kill -9` stops the process between two instructions but
-//! keeps every store it made (page cache or DAX media), so a shard whose state is 0 is exactly
-//! described by its files. A shard caught at 1 is rebuilt from its segments, as with the DRAM
-//! placement. A power loss or reboot keeps an unknown subset of these stores, so after one the
-//! files are trusted only if the pool was closed cleanly (which persists them first).
+//! The rule: every change to a shard happens under its write lock, between `begin` (state 0
+//! becomes 1) and `end` (tables, books and counts written, then state := 0, or 2 when the
+//! files do not describe the shard), with release fences so the stores reach memory in that
+//! order. A `kill -9` stops the process between two instructions but keeps every store it made
+//! (page cache or DAX media), so a shard whose state is 0 is exactly described by its files. A shard caught
+//! at 1 or 2 is rebuilt from its segments, as with the DRAM placement. A power loss or reboot
+//! keeps an unknown subset of these stores, so after one the files are trusted only if the pool
+//! was closed cleanly (which persists them first).
 //!
 //! Under deferred durability (`interval`, `sync` with group commit) an overwritten record's dead
-//! mark waits for a commit; a shard with marks waiting stays at state 1, since its pool bytes
-//! still show the old record live.
+//! mark waits for a commit; a shard with marks waiting ends its changes at state 2, since its
+//! pool bytes still show the old record live.
+//!
+//! A shard caught at 1 by a process crash had its tables right up to the one change the crash
+//! interrupted (which no client saw acknowledged): its segments rebuild its memory entries,
+//! and its flash entries, which no segment records, are read back from those tables (see
+//! [`Anchor::changing_desc`]).
 
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -40,6 +48,7 @@ use crate::segment::{self, Book, HeaderRead, OwnedSegment};
 const STATE: usize = 0;
 const STATE_CONSISTENT: u64 = 0;
 const STATE_CHANGING: u64 = 1;
+const STATE_UNTRUSTED: u64 = 2;
 
 /// A shard's handle on its control line and its segments' books.
 #[derive(Debug)]
@@ -59,25 +68,45 @@ impl Anchor {
 
     /// The tables the control line describes, if it says they agree with the pool.
     pub(crate) fn consistent_desc(&self) -> Option<TablesDesc> {
+        (self.word(STATE).load(Ordering::Relaxed) == STATE_CONSISTENT).then(|| self.recorded_desc())
+    }
+
+    /// For a shard caught changing (state 1) by a process crash: the tables its control line
+    /// names, which were right before that change began.
+    pub(crate) fn changing_desc(&self) -> Option<TablesDesc> {
+        (self.word(STATE).load(Ordering::Relaxed) == STATE_CHANGING).then(|| self.recorded_desc())
+    }
+
+    fn recorded_desc(&self) -> TablesDesc {
         let w = |i: usize| self.word(i).load(Ordering::Relaxed);
-        (w(STATE) == STATE_CONSISTENT).then(|| TablesDesc {
+        TablesDesc {
             items: w(1),
             primary_generation: w(2),
             primary_count: w(3),
             overflow_generation: w(4),
             overflow_capacity: w(5),
             overflow_len: w(6),
-        })
+        }
     }
 
-    /// Marks the shard as changing; every store after this reaches memory after the mark.
+    /// Marks a consistent shard as changing (an untrusted one stays untrusted); every store
+    /// after this reaches memory after the mark.
     pub(crate) fn begin(&self) {
-        self.word(STATE).store(STATE_CHANGING, Ordering::Relaxed);
+        if self.word(STATE).load(Ordering::Relaxed) == STATE_CONSISTENT {
+            self.word(STATE).store(STATE_CHANGING, Ordering::Relaxed);
+        }
         fence(Ordering::Release);
     }
 
-    /// Records the shard's tables and the books of `touched` segments, then (when `consistent`)
-    /// marks the shard consistent, after those stores.
+    /// Marks the shard's files as not describing it (a rebuild begins) until a change ends
+    /// consistent; every store after this reaches memory after the mark.
+    pub(crate) fn untrust(&self) {
+        self.word(STATE).store(STATE_UNTRUSTED, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Records the shard's tables and the books of `touched` segments, then marks the shard
+    /// consistent, or (when not `consistent`) untrusted, after those stores.
     pub(crate) fn end<'a>(
         &self,
         desc: TablesDesc,
@@ -98,10 +127,13 @@ impl Anchor {
         for (i, value) in words.into_iter().enumerate() {
             self.word(1 + i).store(value, Ordering::Relaxed);
         }
-        if consistent {
-            fence(Ordering::Release);
-            self.word(STATE).store(STATE_CONSISTENT, Ordering::Relaxed);
-        }
+        let state = if consistent {
+            STATE_CONSISTENT
+        } else {
+            STATE_UNTRUSTED
+        };
+        fence(Ordering::Release);
+        self.word(STATE).store(state, Ordering::Relaxed);
     }
 
     fn write_book(&self, owned: &OwnedSegment) {

@@ -144,20 +144,23 @@ impl Engine {
                 _ => None,
             };
         let mut trusted = vec![false; usize::from(shard_count)];
+        let files_match = files.as_ref().is_some_and(|files| {
+            plan == RecoveryPlan::Recover
+                && index_files::files_match_pool(files, pool.info().pool_id, pool.opened())
+        });
         let reusable = match &files {
-            Some(files)
-                if plan == RecoveryPlan::Recover
-                    && index_files::files_match_pool(files, pool.info().pool_id, pool.opened()) =>
-            {
-                index_files::shards_with_sane_books(
-                    files,
-                    &segments,
-                    usize::from(shard_count),
-                    geometry.segment_size_bytes as usize,
-                )
-            }
+            Some(files) if files_match => index_files::shards_with_sane_books(
+                files,
+                &segments,
+                usize::from(shard_count),
+                geometry.segment_size_bytes as usize,
+            ),
             _ => vec![false; usize::from(shard_count)],
         };
+        // A shard a process crash caught changing is rebuilt from its segments, which cannot
+        // name its flash items: those are read back from its tables (see `index_files`).
+        let crashed = !matches!(pool.opened(), Opened::Reopened { previous, .. } if previous.clean);
+        let salvage_flash = files_match && crashed && config.flash.is_some();
         let shards: Box<[_]> = (0..shard_count)
             .map(|id| {
                 let Some(files) = &files else {
@@ -171,6 +174,7 @@ impl Engine {
                     )));
                 };
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
+                let mut salvaged = Vec::new();
                 let reopened = reusable[usize::from(id)]
                     .then(|| anchor.consistent_desc())
                     .flatten()
@@ -180,9 +184,16 @@ impl Engine {
                         trusted[usize::from(id)] = true;
                         index
                     }
-                    // Rebuilt by recovery: changing until the rebuild ends.
+                    // Rebuilt by recovery: untrusted until the rebuild ends.
                     None => {
-                        anchor.begin();
+                        if salvage_flash {
+                            salvaged = anchor
+                                .changing_desc()
+                                .and_then(|desc| Index::open_in(Arc::clone(files), id, desc))
+                                .map(|tables| flash_entries(&tables))
+                                .unwrap_or_default();
+                        }
+                        anchor.untrust();
                         let home = TableHome::Files {
                             files: Arc::clone(files),
                             shard: id,
@@ -193,6 +204,7 @@ impl Engine {
                 anchor.remove_other_tables(index.desc());
                 let rebuilding = !trusted[usize::from(id)];
                 let mut shard = Shard::new(id, segments.len(), index, Some(anchor), rebuilding);
+                shard.salvaged_flash = salvaged;
                 // A mapped index was not checked by anyone since it was last written: reads
                 // validate until the scrub has checked its entries.
                 shard.index_verified = rebuilding;
@@ -590,6 +602,18 @@ fn flash_write_all(flash: &FlashTier) -> Result<(), String> {
 /// After recovery: drops the index entries of the flash tier whose region the medium does not
 /// hold as written (never written before a crash, reclaimed, or a formatted medium), counts
 /// what is kept, and after a crash (`crashed`) lists the suspects again.
+/// The flash entries of `tables` (a crashed shard's, read back at open).
+fn flash_entries(tables: &Index) -> Vec<crate::index::Entry> {
+    let mut entries = Vec::new();
+    tables.all_entries(|entry| {
+        if crate::index::is_flash(entry.location) {
+            entries.push(entry);
+        }
+        true
+    });
+    entries
+}
+
 fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport, crashed: bool) {
     for lock in inner.shards.iter() {
         let mut shard = lock.0.write();
@@ -622,6 +646,7 @@ fn log_flash_open(opened: &crate::FlashOpened, report: &RecoveryReport) {
         None => tracing::info!(
             regions = opened.regions_kept,
             items_kept = report.flash_items_kept,
+            items_salvaged = report.flash_items_salvaged,
             items_dropped = report.flash_items_dropped,
             "flash tier reopened"
         ),

@@ -51,6 +51,10 @@ pub struct RecoveryReport {
     pub shards_from_index_files: u64,
     /// Items kept on the flash tier (entries of a restored index whose region survived).
     pub flash_items_kept: u64,
+    /// Flash entries of shards a process crash caught changing, read back from their tables
+    /// (their segments cannot name flash items) and indexed again; counted in
+    /// `flash_items_kept` too when their region survived.
+    pub flash_items_salvaged: u64,
     /// Items of the flash tier that could not be kept: their region was not written before
     /// the stop, or the flash medium was formatted (see `flash`).
     pub flash_items_dropped: u64,
@@ -191,6 +195,9 @@ fn index_shards_in_parallel(
                             shard.scan_log(id, torn_possible, &mut partial);
                             shard.recover_segment(inner, id, now_ms, &mut partial);
                         }
+                        let salvaged = shard.restore_salvaged_flash(inner);
+                        partial.flash_items_salvaged += salvaged;
+                        partial.items_recovered += salvaged;
                         shard.rebuilding = false;
                         let (shard_id, items) = (shard.id, shard.index.len() as u64);
                         drop(shard);
@@ -214,5 +221,6 @@ fn index_shards_in_parallel(
         report.records_expired += partial.records_expired;
         report.records_damaged += partial.records_damaged;
         report.records_torn += partial.records_torn;
+        report.flash_items_salvaged += partial.flash_items_salvaged;
     }
 }

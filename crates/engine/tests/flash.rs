@@ -367,6 +367,80 @@ fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
     engine.check_integrity().unwrap();
 }
 
+/// A process crash that catches a shard changing (its control line's state 1: its tables were
+/// right before the change began) rebuilds the shard's memory entries from its segments and
+/// reads its flash entries back from those tables; a shard whose files say they cannot
+/// describe it (state 2) is rebuilt without them. The states are set in the control file
+/// (`docs/POOL_FORMAT.md`) between the crash and the reopen, as the crash would leave them.
+#[test]
+fn a_crash_that_catches_a_shard_changing_keeps_its_flash_entries() {
+    for state in [1u64, 2] {
+        let (dir, config) = file_pool_config(&format!("salvage-{state}"), ram_disk(64), false);
+        let config = EngineConfig {
+            index_placement: IndexPlacement::Pool,
+            ..config
+        };
+        let engine = Engine::open(config.clone()).unwrap();
+        let keys = fill(&engine, 600);
+        let on_flash = flash_stats(&engine).items;
+        let in_memory = engine.stats().items - on_flash;
+        assert!(on_flash > 300, "{on_flash} items on flash");
+        drop(engine); // A process crash: every store stays, nothing is closed.
+
+        let control = dir.0.join("pool.index").join("control");
+        let mut bytes = std::fs::read(&control).unwrap();
+        for shard in 0..2 {
+            let word = 64 * (1 + shard);
+            assert_eq!(
+                bytes[word..word + 8],
+                [0; 8],
+                "shard {shard} was consistent"
+            );
+            bytes[word..word + 8].copy_from_slice(&state.to_le_bytes());
+        }
+        std::fs::write(&control, &bytes).unwrap();
+
+        let engine = Engine::open(EngineConfig {
+            fresh: false,
+            ..config.clone()
+        })
+        .unwrap();
+        let report = engine.recovery_report().clone();
+        assert_eq!(report.shards_from_index_files, 0, "{report:?}");
+        let present: Vec<usize> = (0..keys.len())
+            .filter(|&i| match peek(&engine, &keys[i]) {
+                None => false,
+                Some(value) => {
+                    assert_eq!(value, value_of(i as u32), "key {i}, state {state}");
+                    true
+                }
+            })
+            .collect();
+        if state == 1 {
+            // Every entry is read back; those of the region still in DRAM at the crash are
+            // then dropped, as after any crash.
+            assert_eq!(report.flash_items_salvaged, on_flash, "{report:?}");
+            assert_eq!(
+                report.flash_items_kept + report.flash_items_dropped,
+                on_flash,
+                "{report:?}"
+            );
+            let region_items = REGION_SIZE_BYTES / 900;
+            assert!(report.flash_items_dropped <= region_items, "{report:?}");
+            assert_eq!(present.len() as u64, in_memory + report.flash_items_kept);
+        } else {
+            assert_eq!(report.flash_items_salvaged, 0, "{report:?}");
+            assert_eq!(report.flash_items_kept, 0, "{report:?}");
+            assert_eq!(present.len() as u64, in_memory);
+        }
+        engine.check_integrity().unwrap();
+        // The restored entries serve reads, and a write supersedes one at once.
+        let last = *present.last().unwrap();
+        engine.set(&keys[last], b"new", 0, Expiry::Never).unwrap();
+        assert_eq!(get(&engine, &keys[last]).as_deref(), Some(&b"new"[..]));
+    }
+}
+
 /// Power cuts of the flash medium: the engine writes rounds of new values of the same keys
 /// through a flash tier so small that regions are reclaimed and reused again and again, the
 /// process dies, and the medium keeps a random subset of the sectors written since their last

@@ -28,7 +28,9 @@ use crate::error::PoolError;
 use crate::{io_err, AtomicLine, CACHE_LINE_SIZE_BYTES};
 
 const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"STRATAIX");
-const CONTROL_VERSION: u64 = 2;
+/// 3: a shard's state 1 means "changing, consistent before" and 2 "untrusted" (in version 2, 1
+/// meant either); older control files are replaced and every shard rebuilt.
+const CONTROL_VERSION: u64 = 3;
 /// Bytes of one segment's book in the control file.
 pub const SEGMENT_BOOK_SIZE_BYTES: usize = 32;
 const BOOKS_PER_LINE: usize = CACHE_LINE_SIZE_BYTES / SEGMENT_BOOK_SIZE_BYTES;

@@ -444,25 +444,44 @@ impl KillModel {
         }
     }
 
-    /// A pipelined batch of 100 overwrites of random keys; `in_flight` keeps it unanswered.
+    /// A pipelined batch of 100 requests to random keys, one in ten a delete, the rest
+    /// overwrites; `in_flight` keeps it unanswered. (An acknowledged delete leaves the key
+    /// with no version it may come back with, but those of later writes.)
     fn batch(&mut self, client: &mut Client, in_flight: bool) {
         let mut request = Vec::new();
-        let mut versions = Vec::new();
+        let mut sent = Vec::new();
         for _ in 0..100 {
             let key = self.random_key();
+            if self.next().is_multiple_of(10) {
+                sent.push((key, None));
+                request.extend_from_slice(format!("delete k{key}\r\n").as_bytes());
+                continue;
+            }
             self.version += 1;
-            versions.push((key, self.version));
+            sent.push((key, Some(self.version)));
             request.extend_from_slice(format!("set k{key} 0 0 900\r\n").as_bytes());
             request.extend_from_slice(&Self::value(key, self.version));
             request.extend_from_slice(b"\r\n");
         }
         client.send(&request);
-        for (key, version) in versions {
-            if in_flight {
-                self.in_flight[key].push(version);
-            } else {
-                assert_eq!(client.line(), "STORED\r\n");
-                self.acked[key] = version;
+        for (key, version) in sent {
+            match (version, in_flight) {
+                // Absent is always allowed, and the acknowledged value stays possible.
+                (None, true) => {}
+                (None, false) => {
+                    let reply = client.line();
+                    assert!(
+                        reply == "DELETED\r\n" || reply == "NOT_FOUND\r\n",
+                        "{reply:?}"
+                    );
+                    self.acked[key] = 0;
+                    self.in_flight[key].clear();
+                }
+                (Some(version), true) => self.in_flight[key].push(version),
+                (Some(version), false) => {
+                    assert_eq!(client.line(), "STORED\r\n");
+                    self.acked[key] = version;
+                }
             }
         }
     }
@@ -505,8 +524,9 @@ fn kill_at(point: KillPoint, server: &mut Server, flags: &[&str], model: &mut Ki
 }
 
 /// A kill loop with the flash tier, in cells of index placement (pool, dram) × durability
-/// (none, sync) × kill point (under load, during shutdown, during recovery): rounds of pipelined overwrites of more data than memory holds (so
-/// items keep moving to flash and back), each ended by `kill -9` with a batch in flight, and a
+/// (none, sync) × kill point (under load, during shutdown, during recovery): rounds of pipelined
+/// overwrites and deletes of more data than memory holds (so items keep moving to flash and
+/// back), each ended by `kill -9` with a batch in flight, and a
 /// restart on the same pool and flash file. After each restart, every key is absent (a cache
 /// may lose what flash had not written; with the index in DRAM a crash drops every flash
 /// entry) or holds its last acknowledged value or one of the values in flight: never an older

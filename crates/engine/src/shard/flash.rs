@@ -313,6 +313,33 @@ impl Shard {
         dropped
     }
 
+    /// Indexes again the flash entries read back from the tables a process crash left this
+    /// shard with ([`Shard::salvaged_flash`]), once recovery has indexed its segments. An
+    /// entry indexed already is skipped; an entry beside a memory entry with its hash bits is
+    /// settled as any suspect after a crash is (memory's copy is the newer). Entries whose
+    /// region did not survive are dropped afterwards with every other (`keep_flash_entries`).
+    /// Returns how many were indexed.
+    pub(crate) fn restore_salvaged_flash(&mut self, inner: &Inner) -> u64 {
+        let salvaged = std::mem::take(&mut self.salvaged_flash);
+        let mut restored = 0;
+        for entry in salvaged {
+            if self.flash_items >= inner.flash_items_per_shard_max {
+                break;
+            }
+            if self
+                .index
+                .find(entry.hash24, |l| l == entry.location)
+                .is_some()
+            {
+                continue;
+            }
+            self.insert_entry(inner, entry.hash24, entry.location, entry.freq());
+            self.flash_items += 1;
+            restored += 1;
+        }
+        restored
+    }
+
     /// Counts the flash entries from the tables (after an open or a bulk drop).
     pub(crate) fn count_flash_items(&mut self) {
         let mut count = 0;

@@ -129,6 +129,9 @@ pub(crate) struct Shard {
     /// Flash entries that may be older copies of keys written to memory since (see
     /// `flash::FlashSuspect`).
     flash_suspects: flash::Suspects,
+    /// Flash entries read back at open from the tables of a shard a process crash caught
+    /// changing, for recovery to index again once its segments are (see `index_files`).
+    pub(crate) salvaged_flash: Vec<Entry>,
 }
 
 /// What the scrub's walk of one segment found.
@@ -309,6 +312,7 @@ impl Shard {
             flash_items: 0,
             demote_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),
+            salvaged_flash: Vec::new(),
         }
     }
 
@@ -531,6 +535,11 @@ impl Shard {
 
     /// Indexes a new item read `freq` times (marked fetched when `freq > 0`).
     fn insert_index(&mut self, inner: &Inner, hash: u64, location: u64, freq: u8) {
+        self.insert_entry(inner, index::hash24(hash), location, freq);
+    }
+
+    /// [`Shard::insert_index`] by the 24 stored hash bits.
+    pub(crate) fn insert_entry(&mut self, inner: &Inner, hash24: u32, location: u64, freq: u8) {
         // The budget is charged before a growth (so segments are given up first), then set to
         // the size the index ended with (an overflow table may have grown instead, or too).
         let mut charged = self.index.size_bytes();
@@ -540,7 +549,7 @@ impl Shard {
             charged = grown;
             self.index.grow();
         }
-        self.index.insert(index::hash24(hash), location, freq);
+        self.index.insert(hash24, location, freq);
         inner.index_resized(charged, self.index.size_bytes());
     }
 
