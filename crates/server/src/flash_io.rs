@@ -8,7 +8,9 @@
 //! ```text
 //!  worker: session sees a GET of a key on flash (Engine::flash_read_needed)
 //!          └─ the request stays unconsumed, the connection parks
-//!             ├─▶ RingReads::start: one io_uring submission ─▶ eventfd ─▶ RingReads::complete
+//!             ├─▶ RingReads::start: reads queued on the ring; RingReads::submit at the end
+//!             │   of the loop round: one io_uring submission for all of the round's reads
+//!             │   ─▶ eventfd ─▶ RingReads::complete
 //!             └─▶ FlashIo::submit(job) ─▶ strata-flash-io-N: Engine::stage_flash(keys) for a
 //!                 batch of queued keys (blocking) ─▶ Done to the worker's queue, and its waker
 //!  worker: the connection unparks and runs the request again; its flash reads find the
@@ -175,6 +177,8 @@ pub struct RingReads {
     /// Jobs waiting for room on the ring, in arrival order.
     queued: std::collections::VecDeque<(Vec<Vec<u8>>, Done)>,
     completed: Vec<strata_pool::ReadDone<RingRead>>,
+    /// Reads queued on the ring since the last submission ([`RingReads::submit`]).
+    unsubmitted: bool,
 }
 
 /// A read on a worker's ring, and the job (index into `RingReads::jobs`) it belongs to.
@@ -204,6 +208,7 @@ impl RingReads {
                 free_jobs: Vec::new(),
                 queued: std::collections::VecDeque::new(),
                 completed: Vec::new(),
+                unsubmitted: false,
             }),
             Err(err) => {
                 tracing::warn!(error = %err, "no io_uring for a worker's flash reads; I/O threads read");
@@ -253,11 +258,28 @@ impl RingReads {
             return Started::NothingToRead; // Read on the worker: never seen, never wrong.
         }
         self.jobs[job] = Some((done, queued));
+        self.unsubmitted = true;
+        Started::Reading
+    }
+
+    /// Whether reads wait for [`RingReads::submit`] (the worker then does not sleep in poll).
+    pub fn has_unsubmitted(&self) -> bool {
+        self.unsubmitted
+    }
+
+    /// Hands the reads queued since the last call to the kernel, in one system call. The
+    /// worker calls it once per round of its event loop, after every connection that was ready
+    /// ran: one submission, and on a virtual disk one doorbell, for all of the round's reads
+    /// rather than one per waiting request.
+    pub fn submit(&mut self) {
+        if !std::mem::take(&mut self.unsubmitted) {
+            return;
+        }
         if let Err(err) = self.ring.submit() {
             // The entries stay queued; the next submission hands them over.
+            self.unsubmitted = true;
             tracing::warn!(error = %err, "io_uring submission of flash reads failed");
         }
-        Started::Reading
     }
 
     fn queue(&mut self, read: strata_engine::FlashRead, job: usize) -> bool {
@@ -294,11 +316,7 @@ impl RingReads {
             }
         }
         self.completed = completed;
-        if requeued {
-            if let Err(err) = self.ring.submit() {
-                tracing::warn!(error = %err, "io_uring submission of flash reads failed");
-            }
-        }
+        self.unsubmitted |= requeued;
         while self
             .queued
             .front()

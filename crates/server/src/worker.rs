@@ -280,6 +280,9 @@ impl Worker {
             for slot in again.drain(..) {
                 self.on_ready(slot, now);
             }
+            if let Some(ring) = self.flash_ring.as_mut() {
+                ring.submit(); // This round's flash reads, in one submission.
+            }
             self.flush_unflushed();
             self.evict_if_requested();
             self.refresh_largest();
@@ -295,6 +298,14 @@ impl Worker {
     fn poll_timeout(&self, now: Instant) -> Option<Duration> {
         if !self.again.is_empty() {
             return Some(Duration::ZERO);
+        }
+        if self
+            .flash_ring
+            .as_ref()
+            .is_some_and(|r| r.has_unsubmitted())
+        {
+            // A submission failed; try again soon rather than sleep on reads never started.
+            return Some(Duration::from_millis(1));
         }
         let idle = self
             .shared
