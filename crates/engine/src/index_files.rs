@@ -35,7 +35,7 @@
 //! A shard caught at 1 by a process crash had its tables right up to the one change the crash
 //! interrupted (which no client saw acknowledged): its segments rebuild its memory entries,
 //! and its flash entries, which no segment records, are read back from those tables (see
-//! [`Anchor::changing_desc`]).
+//! [`Anchor::current_desc`]), as they are for a shard at 0 rebuilt because a book is damaged.
 
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -71,10 +71,12 @@ impl Anchor {
         (self.word(STATE).load(Ordering::Relaxed) == STATE_CONSISTENT).then(|| self.recorded_desc())
     }
 
-    /// For a shard caught changing (state 1) by a process crash: the tables its control line
-    /// names, which were right before that change began.
-    pub(crate) fn changing_desc(&self) -> Option<TablesDesc> {
-        (self.word(STATE).load(Ordering::Relaxed) == STATE_CHANGING).then(|| self.recorded_desc())
+    /// The tables the control line names, when they were right up to the last change begun
+    /// (state 0, or 1: a change a process crash interrupted), so that their flash entries may
+    /// be read back for a shard rebuilt from its segments.
+    pub(crate) fn current_desc(&self) -> Option<TablesDesc> {
+        let state = self.word(STATE).load(Ordering::Relaxed);
+        (state == STATE_CONSISTENT || state == STATE_CHANGING).then(|| self.recorded_desc())
     }
 
     fn recorded_desc(&self) -> TablesDesc {

@@ -157,10 +157,10 @@ impl Engine {
             ),
             _ => vec![false; usize::from(shard_count)],
         };
-        // A shard a process crash caught changing is rebuilt from its segments, which cannot
-        // name its flash items: those are read back from its tables (see `index_files`).
-        let crashed = !matches!(pool.opened(), Opened::Reopened { previous, .. } if previous.clean);
-        let salvage_flash = files_match && crashed && config.flash.is_some();
+        // A shard rebuilt from its segments (a process crash caught it changing, or its books
+        // are damaged) keeps its flash items, which no segment names, when the tables it was
+        // using are current: they are read back from them (see `index_files`).
+        let salvage_flash = files_match && config.flash.is_some();
         let shards: Box<[_]> = (0..shard_count)
             .map(|id| {
                 let Some(files) = &files else {
@@ -188,7 +188,7 @@ impl Engine {
                     None => {
                         if salvage_flash {
                             salvaged = anchor
-                                .changing_desc()
+                                .current_desc()
                                 .and_then(|desc| Index::open_in(Arc::clone(files), id, desc))
                                 .map(|tables| flash_entries(&tables))
                                 .unwrap_or_default();
@@ -599,10 +599,7 @@ fn flash_write_all(flash: &FlashTier) -> Result<(), String> {
     flash.persist().map_err(|e| e.to_string())
 }
 
-/// After recovery: drops the index entries of the flash tier whose region the medium does not
-/// hold as written (never written before a crash, reclaimed, or a formatted medium), counts
-/// what is kept, and after a crash (`crashed`) lists the suspects again.
-/// The flash entries of `tables` (a crashed shard's, read back at open).
+/// The flash entries of `tables` (those of a shard to be rebuilt, read back at open).
 fn flash_entries(tables: &Index) -> Vec<crate::index::Entry> {
     let mut entries = Vec::new();
     tables.all_entries(|entry| {
@@ -614,6 +611,9 @@ fn flash_entries(tables: &Index) -> Vec<crate::index::Entry> {
     entries
 }
 
+/// After recovery: drops the index entries of the flash tier whose region the medium does not
+/// hold as written (never written before a crash, reclaimed, or a formatted medium), counts
+/// what is kept, and after a crash (`crashed`) lists the suspects again.
 fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport, crashed: bool) {
     for lock in inner.shards.iter() {
         let mut shard = lock.0.write();

@@ -369,13 +369,16 @@ fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
 
 /// A process crash that catches a shard changing (its control line's state 1: its tables were
 /// right before the change began) rebuilds the shard's memory entries from its segments and
-/// reads its flash entries back from those tables; a shard whose files say they cannot
-/// describe it (state 2) is rebuilt without them. The states are set in the control file
-/// (`docs/POOL_FORMAT.md`) between the crash and the reopen, as the crash would leave them.
+/// reads its flash entries back from those tables, as does a consistent shard (state 0) whose
+/// segment books are damaged; a shard whose files say they cannot describe it (state 2) is
+/// rebuilt without them. The control file is changed (`docs/POOL_FORMAT.md`) between the crash
+/// and the reopen.
 #[test]
 fn a_crash_that_catches_a_shard_changing_keeps_its_flash_entries() {
-    for state in [1u64, 2] {
-        let (dir, config) = file_pool_config(&format!("salvage-{state}"), ram_disk(64), false);
+    // (state of both shards, books damaged)
+    for (state, damaged_books) in [(1u64, false), (2, false), (0, true)] {
+        let name = format!("salvage-{state}-{damaged_books}");
+        let (dir, config) = file_pool_config(&name, ram_disk(64), false);
         let config = EngineConfig {
             index_placement: IndexPlacement::Pool,
             ..config
@@ -398,6 +401,11 @@ fn a_crash_that_catches_a_shard_changing_keeps_its_flash_entries() {
             );
             bytes[word..word + 8].copy_from_slice(&state.to_le_bytes());
         }
+        if damaged_books {
+            // The books follow the header and the two shard lines; a write offset of
+            // u64::MAX fits no segment.
+            bytes[64 * 3..].fill(0xff);
+        }
         std::fs::write(&control, &bytes).unwrap();
 
         let engine = Engine::open(EngineConfig {
@@ -416,7 +424,7 @@ fn a_crash_that_catches_a_shard_changing_keeps_its_flash_entries() {
                 }
             })
             .collect();
-        if state == 1 {
+        if state != 2 {
             // Every entry is read back; those of the region still in DRAM at the crash are
             // then dropped, as after any crash.
             assert_eq!(report.flash_items_salvaged, on_flash, "{report:?}");
