@@ -309,31 +309,37 @@ impl Mapping {
             len_bytes: len as u64,
             message,
         };
+        if let Some(observer) = &self.observer {
+            // Every call, an empty one too: the observer numbers them to fail the N-th.
+            let (start, live) = self.lines_covering(offset, len);
+            return observer.persisted(start, live).map_err(failure);
+        }
+        if len == 0 {
+            return Ok(());
+        }
         match PersistenceDomain::of(self.backend).flush {
-            FlushMethod::None => Ok(()),
-            _ if len == 0 && self.observer.is_none() => Ok(()),
+            FlushMethod::None | FlushMethod::Simulated => Ok(()),
             FlushMethod::CacheLineFlush => {
                 self.flush_cache_lines(offset, len);
                 Ok(())
             }
             FlushMethod::Msync => self.msync(offset, len).map_err(|e| failure(e.to_string())),
-            FlushMethod::Simulated => {
-                let observer = self.observer.as_ref().expect("simulated pools observe");
-                let (start, end) = if len == 0 {
-                    (offset, offset)
-                } else {
-                    let start = offset / CACHE_LINE_SIZE_BYTES * CACHE_LINE_SIZE_BYTES;
-                    let end =
-                        (offset + len).div_ceil(CACHE_LINE_SIZE_BYTES) * CACHE_LINE_SIZE_BYTES;
-                    (start, end.min(self.len))
-                };
-                // SAFETY: the caller of `persist` owns the piece covering the range and holds at
-                // least a shared borrow of it; pieces are cache-line aligned (segments and
-                // headers are multiples of 64 bytes), so rounding to lines stays inside it.
-                let live = unsafe { self.slice(start, end - start) };
-                observer.persisted(start, live).map_err(failure)
-            }
         }
+    }
+
+    /// Where the cache lines covering `[offset, offset + len)` start, and their live bytes
+    /// (none when `len` is 0), for a simulated pool's observer.
+    fn lines_covering(&self, offset: usize, len: usize) -> (usize, &[u8]) {
+        if len == 0 {
+            return (offset, &[]);
+        }
+        let start = offset / CACHE_LINE_SIZE_BYTES * CACHE_LINE_SIZE_BYTES;
+        let end =
+            ((offset + len).div_ceil(CACHE_LINE_SIZE_BYTES) * CACHE_LINE_SIZE_BYTES).min(self.len);
+        // SAFETY: the caller of `persist` owns the piece covering the range and holds at least
+        // a shared borrow of it; pieces are cache-line aligned (segments and headers are
+        // multiples of 64 bytes), so rounding to lines stays inside it.
+        (start, unsafe { self.slice(start, end - start) })
     }
 
     /// Maps `[offset, offset + len)` into the page tables now (`MADV_POPULATE_READ`), so the
