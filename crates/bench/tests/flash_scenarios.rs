@@ -44,10 +44,10 @@ fn shipped_flash_scenarios_match_the_issue() {
         .filter(|s| s.kind == ScenarioKind::Flash)
         .collect();
     let names: Vec<&str> = flash.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["flash-100b", "flash-1k", "flash-restart"]);
+    assert_eq!(names, ["flash-100b", "flash-1k", "flash-4k", "flash-restart"]);
     // The restart figures: a clean stop and a kill -9 with the flash tier full, 1 KiB values
     // at the same sizes; kept apart because the warm-restart flags change how servers run.
-    let restart = flash[2].flash.as_ref().unwrap();
+    let restart = flash[3].flash.as_ref().unwrap();
     assert_eq!(restart.restarts, [StopKind::Clean, StopKind::Kill]);
     assert_eq!(
         (restart.memory_mib, restart.flash_mib, restart.offered_mib),
@@ -56,7 +56,7 @@ fn shipped_flash_scenarios_match_the_issue() {
     assert!(restart
         .strata_restart_args
         .contains("--index-placement pool"));
-    let flash = &flash[..2];
+    let flash = &flash[..3];
     for scenario in flash {
         let spec = scenario.flash.as_ref().unwrap();
         assert_eq!(
@@ -81,7 +81,7 @@ fn shipped_flash_scenarios_match_the_issue() {
         .iter()
         .map(|s| s.bench_args(&[]).unwrap().value_size.max)
         .collect();
-    assert_eq!(values, [100, 1024]);
+    assert_eq!(values, [100, 1024, 4096]);
 }
 
 #[test]
