@@ -44,7 +44,10 @@ fn shipped_flash_scenarios_match_the_issue() {
         .filter(|s| s.kind == ScenarioKind::Flash)
         .collect();
     let names: Vec<&str> = flash.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["flash-100b", "flash-1k", "flash-4k", "flash-restart"]);
+    assert_eq!(
+        names,
+        ["flash-100b", "flash-1k", "flash-4k", "flash-restart"]
+    );
     // The restart figures: a clean stop and a kill -9 with the flash tier full, 1 KiB values
     // at the same sizes; kept apart because the warm-restart flags change how servers run.
     let restart = flash[3].flash.as_ref().unwrap();

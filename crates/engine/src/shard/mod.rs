@@ -1013,11 +1013,8 @@ impl Shard {
         self.live_bytes = self.live_bytes.saturating_sub(owned.live_bytes);
         owned.segment.header_mut().fill(0);
         inner.persisted(owned.segment.persist_header())?;
-        if inner.dram {
-            // DRAM: hand the pages back now (they read as zero on reuse). Persistent
-            // backends zero at reuse instead, after the free header is durable.
-            inner.persisted(owned.segment.zero_data())?;
-        }
+        // The data is zeroed when the segment is taken again (`Inner::prepare`), after the free
+        // header is durable.
         Ok(owned.segment)
     }
 
