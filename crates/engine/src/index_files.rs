@@ -203,20 +203,104 @@ pub(crate) fn shards_with_sane_books(
 
 /// Whether the index files may describe the pool as it was reopened: they name this pool and
 /// the exact state it was left in, and that state kept every store (a clean close persisted
-/// them; a process crash on the same boot lost none).
+/// them; a process crash on the same boot lost none). A process crash inside a clean close,
+/// after the files were bound to the clean state and before the pool header said so, leaves
+/// files one state ahead of the pool: they describe it exactly (nothing changes in between).
 pub(crate) fn files_match_pool(files: &IndexFiles, pool_id: u64, opened: Opened) -> bool {
-    let Some(found) = files.found() else {
-        return false;
-    };
+    files
+        .found()
+        .is_some_and(|found| header_matches_pool(found, pool_id, opened))
+}
+
+fn header_matches_pool(found: strata_pool::ControlHeader, pool_id: u64, opened: Opened) -> bool {
     match opened {
         Opened::Created => false,
         Opened::Reopened {
             previous,
             same_boot,
         } => {
-            found.pool_id == pool_id
-                && found.session_state_seq == previous.state_seq
-                && (previous.clean || same_boot)
+            let same_state =
+                found.session_state_seq == previous.state_seq && (previous.clean || same_boot);
+            let inside_clean_close =
+                found.session_state_seq == previous.state_seq + 1 && !previous.clean && same_boot;
+            found.pool_id == pool_id && (same_state || inside_clean_close)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_pool::{ControlHeader, HeaderState, Opened};
+
+    use super::header_matches_pool;
+
+    fn reopened(state_seq: u64, clean: bool, same_boot: bool) -> Opened {
+        Opened::Reopened {
+            previous: HeaderState {
+                state_seq,
+                clean,
+                boot_id: [0; 16],
+            },
+            same_boot,
+        }
+    }
+
+    fn header(pool_id: u64, session_state_seq: u64) -> ControlHeader {
+        ControlHeader {
+            pool_id,
+            session_state_seq,
+            shard_count: 2,
+            segment_count: 8,
+        }
+    }
+
+    #[test]
+    fn index_files_describe_the_pool_only_in_the_states_that_kept_them_exact() {
+        // The state they were bound to: after a clean close, or a crash on the same boot.
+        assert!(header_matches_pool(
+            header(7, 10),
+            7,
+            reopened(10, true, false)
+        ));
+        assert!(header_matches_pool(
+            header(7, 10),
+            7,
+            reopened(10, false, true)
+        ));
+        // Another pool, or a power loss that left the pool unclean.
+        assert!(!header_matches_pool(
+            header(8, 10),
+            7,
+            reopened(10, true, true)
+        ));
+        assert!(!header_matches_pool(
+            header(7, 10),
+            7,
+            reopened(10, false, false)
+        ));
+        // Bound to the clean state of a close that a process crash cut short on the same boot.
+        assert!(header_matches_pool(
+            header(7, 11),
+            7,
+            reopened(10, false, true)
+        ));
+        // ... but not after a power loss, nor when the pool did close cleanly at 10 (the files
+        // of a later session that never bound), nor two states ahead.
+        assert!(!header_matches_pool(
+            header(7, 11),
+            7,
+            reopened(10, false, false)
+        ));
+        assert!(!header_matches_pool(
+            header(7, 11),
+            7,
+            reopened(10, true, true)
+        ));
+        assert!(!header_matches_pool(
+            header(7, 12),
+            7,
+            reopened(10, false, true)
+        ));
+        assert!(!header_matches_pool(header(7, 10), 7, Opened::Created));
     }
 }
