@@ -256,51 +256,31 @@ mod tests {
 
     #[test]
     fn index_files_describe_the_pool_only_in_the_states_that_kept_them_exact() {
-        // The state they were bound to: after a clean close, or a crash on the same boot.
-        assert!(header_matches_pool(
-            header(7, 10),
-            7,
-            reopened(10, true, false)
-        ));
-        assert!(header_matches_pool(
-            header(7, 10),
-            7,
-            reopened(10, false, true)
-        ));
-        // Another pool, or a power loss that left the pool unclean.
-        assert!(!header_matches_pool(
-            header(8, 10),
-            7,
-            reopened(10, true, true)
-        ));
-        assert!(!header_matches_pool(
-            header(7, 10),
-            7,
-            reopened(10, false, false)
-        ));
-        // Bound to the clean state of a close that a process crash cut short on the same boot.
-        assert!(header_matches_pool(
-            header(7, 11),
-            7,
-            reopened(10, false, true)
-        ));
-        // ... but not after a power loss, nor when the pool did close cleanly at 10 (the files
-        // of a later session that never bound), nor two states ahead.
-        assert!(!header_matches_pool(
-            header(7, 11),
-            7,
-            reopened(10, false, false)
-        ));
-        assert!(!header_matches_pool(
-            header(7, 11),
-            7,
-            reopened(10, true, true)
-        ));
-        assert!(!header_matches_pool(
-            header(7, 12),
-            7,
-            reopened(10, false, true)
-        ));
+        // (files' pool, files' state, pool's previous state, clean, same boot, trusted)
+        let cases = [
+            // The state they were bound to: after a clean close, or a crash on the same boot.
+            (7, 10, 10, true, false, true),
+            (7, 10, 10, false, true, true),
+            // Another pool, or a power loss that left the pool unclean.
+            (8, 10, 10, true, true, false),
+            (7, 10, 10, false, false, false),
+            // Bound to the clean state of a close a process crash cut short on the same boot.
+            (7, 11, 10, false, true, true),
+            // ... but not after a power loss, nor when the pool did close cleanly at 10 (the
+            // files of a later session that never bound), nor two states ahead.
+            (7, 11, 10, false, false, false),
+            (7, 11, 10, true, true, false),
+            (7, 12, 10, false, true, false),
+        ];
+        for (files_pool, files_seq, pool_seq, clean, same_boot, trusted) in cases {
+            let opened = reopened(pool_seq, clean, same_boot);
+            assert_eq!(
+                header_matches_pool(header(files_pool, files_seq), 7, opened),
+                trusted,
+                "files of pool {files_pool} at {files_seq}, pool at {pool_seq}, clean {clean}, \
+                 same boot {same_boot}"
+            );
+        }
         assert!(!header_matches_pool(header(7, 10), 7, Opened::Created));
     }
 }

@@ -50,10 +50,8 @@ enum Storage {
 /// power cuts of the index ([`crate::testing::SimulatedPersistence`] keeps each file's bytes
 /// as last persisted). Production directories have none.
 pub trait TableObserver: Send + Sync + std::fmt::Debug {
-    /// A table file was opened or created at `path`; `initial` (its bytes now) counts as
-    /// persisted.
-    fn table_opened(&self, path: &Path, initial: &[u8]);
-    /// The table at `path` was persisted with these bytes.
+    /// The table at `path` was persisted with these bytes; also called when a table file is
+    /// opened or created, whose bytes then count as persisted.
     fn table_persisted(&self, path: &Path, bytes: &[u8]);
 }
 
@@ -141,7 +139,7 @@ impl LineTable {
             "mappings are page aligned"
         );
         if let Some(observer) = observer {
-            observer.table_opened(&path, &map);
+            observer.table_persisted(&path, &map);
         }
         Ok(LineTable {
             base,

@@ -252,12 +252,7 @@ impl<M: Medium> Medium for SimulatedMedium<M> {
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
         self.delay();
-        let number = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
-        if self
-            .faults
-            .fail_write_from
-            .is_some_and(|from| number >= from)
-        {
+        if nth_call_fails(&self.writes, self.faults.fail_write_from) {
             return Err(self.injected("write"));
         }
         self.inner.write_at(offset, data)?;
@@ -269,12 +264,7 @@ impl<M: Medium> Medium for SimulatedMedium<M> {
     }
 
     fn persist(&self, offset: u64, len: u64) -> Result<(), PersistError> {
-        let number = self.persists.fetch_add(1, Ordering::Relaxed) + 1;
-        if self
-            .faults
-            .fail_persist_from
-            .is_some_and(|from| number >= from)
-        {
+        if nth_call_fails(&self.persists, self.faults.fail_persist_from) {
             return Err(PersistError {
                 offset,
                 len_bytes: len,
@@ -357,23 +347,7 @@ impl SimulatedPersistence {
         cut_lines(&mut out, live, keep_unpersisted_line);
         out
     }
-}
 
-/// `persisted` plus each cache line of `live` that differs from it when `keep(line_index)` says
-/// so (lines at their index in the file).
-fn cut_lines(persisted: &mut [u8], live: &[u8], keep: &mut dyn FnMut(usize) -> bool) {
-    for (index, (persisted, current)) in persisted
-        .chunks_mut(CACHE_LINE_SIZE_BYTES)
-        .zip(live.chunks(CACHE_LINE_SIZE_BYTES))
-        .enumerate()
-    {
-        if persisted != current && keep(index) {
-            persisted.copy_from_slice(current);
-        }
-    }
-}
-
-impl SimulatedPersistence {
     /// Writes into `target` what a power cut now would leave of the index directory `dir`
     /// (opened with this simulator watching): each file's bytes as last persisted, plus each
     /// 64-byte line written since for which `keep_unpersisted_line` says yes. A file of another
@@ -403,12 +377,28 @@ impl SimulatedPersistence {
     }
 }
 
-impl TableObserver for SimulatedPersistence {
-    fn table_opened(&self, path: &Path, initial: &[u8]) {
-        let mut tables = self.tables.lock().expect("tables lock");
-        tables.insert(path.to_path_buf(), initial.to_vec());
-    }
+/// Counts a call and says whether it fails: the `from`-th (1-based) and every later one, as a
+/// device that stops taking writes.
+fn nth_call_fails(calls: &AtomicU64, from: Option<u64>) -> bool {
+    let call = calls.fetch_add(1, Ordering::Relaxed) + 1;
+    from.is_some_and(|from| call >= from)
+}
 
+/// `persisted` plus each cache line of `live` that differs from it when `keep(line_index)` says
+/// so (lines at their index in the file).
+fn cut_lines(persisted: &mut [u8], live: &[u8], keep: &mut dyn FnMut(usize) -> bool) {
+    for (index, (persisted, current)) in persisted
+        .chunks_mut(CACHE_LINE_SIZE_BYTES)
+        .zip(live.chunks(CACHE_LINE_SIZE_BYTES))
+        .enumerate()
+    {
+        if persisted != current && keep(index) {
+            persisted.copy_from_slice(current);
+        }
+    }
+}
+
+impl TableObserver for SimulatedPersistence {
     fn table_persisted(&self, path: &Path, bytes: &[u8]) {
         let mut tables = self.tables.lock().expect("tables lock");
         tables.insert(path.to_path_buf(), bytes.to_vec());
@@ -421,8 +411,7 @@ impl PersistObserver for SimulatedPersistence {
     }
 
     fn persisted(&self, offset: usize, live: &[u8]) -> Result<(), String> {
-        let call = self.persist_calls.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.fail_persist_from.is_some_and(|from| call >= from) {
+        if nth_call_fails(&self.persist_calls, self.fail_persist_from) {
             return Err("injected fault".to_string());
         }
         self.persisted.lock().expect("image lock")[offset..offset + live.len()]
