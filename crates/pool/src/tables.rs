@@ -462,6 +462,15 @@ mod tests {
         assert!(files.open_table(1, TableKind::Overflow, 5, 1).is_err());
         assert!(files.open_table(1, TableKind::Primary, 3, 10).is_ok());
         drop(files);
+        // A control file of an older version (2: one state word meant both "changing" and
+        // "untrusted") is not read as this version's.
+        let control = IndexFiles::dir_for(&pool).join("control");
+        let mut bytes = std::fs::read(&control).unwrap();
+        bytes[8..16].copy_from_slice(&2u64.to_le_bytes());
+        std::fs::write(&control, &bytes).unwrap();
+        let older = IndexFiles::open(&pool, 2, 5).unwrap();
+        assert_eq!(older.found(), None, "an older version is not trusted");
+        drop(older);
         let reshaped = IndexFiles::open(&pool, 3, 5).unwrap();
         assert_eq!(
             reshaped.found(),
