@@ -703,15 +703,36 @@ fn open_file(
     Ok((mapping, existing, cut_at))
 }
 
+/// How long an open waits for a pool or flash file's lock to be released. The lock of a
+/// process that was just killed can outlive it briefly: a file an io_uring instance holds is
+/// let go by the kernel after the process is reaped, so a restart right after a `kill -9`
+/// (a supervisor, a kill loop) could otherwise be told the file is in use.
+const LOCK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<(), PoolError> {
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(PoolError::Locked {
-            path: path.to_path_buf(),
-        })
+    lock_exclusive_within(file, path, LOCK_WAIT_MAX)
+}
+
+/// Takes an exclusive `flock` on `file`, retrying for up to `wait` while another holds it.
+fn lock_exclusive_within(
+    file: &File,
+    path: &Path,
+    wait: std::time::Duration,
+) -> Result<(), PoolError> {
+    const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(PoolError::Locked {
+                path: path.to_path_buf(),
+            });
+        }
+        std::thread::sleep(RETRY_EVERY);
     }
 }
 

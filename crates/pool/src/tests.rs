@@ -131,6 +131,34 @@ fn a_second_opener_is_refused_while_the_first_holds_the_lock() {
     assert_eq!(err, PoolError::Locked { path });
 }
 
+/// A lock released while an opener waits (as a killed process's is, a moment after it was
+/// reaped) is taken; one held past the wait is refused.
+#[test]
+fn an_opener_waits_a_little_for_a_lock_being_released() {
+    let path = temp_path("lock-wait");
+    let _cleanup = Cleanup(path.clone());
+    let open = || {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap()
+    };
+    let holder = open();
+    lock_exclusive_within(&holder, &path, std::time::Duration::ZERO).unwrap();
+    let waiter = open();
+    let refused = lock_exclusive_within(&waiter, &path, std::time::Duration::from_millis(30));
+    assert_eq!(refused, Err(PoolError::Locked { path: path.clone() }));
+    let released = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(holder);
+    });
+    lock_exclusive_within(&waiter, &path, std::time::Duration::from_secs(30)).unwrap();
+    released.join().unwrap();
+}
+
 #[test]
 fn a_foreign_file_is_refused_and_left_untouched() {
     let path = temp_path("foreign");
