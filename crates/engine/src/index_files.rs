@@ -8,8 +8,8 @@
 //! ```text
 //!  0 state         0: the line, the shard's tables and its segments' books agree with the
 //!                  pool; 1: a change is in progress, and before it they agreed; 2: the
-//!                  files cannot describe the shard (rebuilding, dead marks waiting for a
-//!                  commit, or tables that could not stay in files)
+//!                  files cannot describe the shard (rebuilding, or tables that could not
+//!                  stay in files)
 //!  1 items         2 primary generation   3 primary buckets
 //!  4 overflow generation (0: none)        5 overflow capacity   6 overflow buckets used
 //!  7 zero
@@ -29,8 +29,10 @@
 //! was closed cleanly (which persists them first).
 //!
 //! Under deferred durability (`interval`, `sync` with group commit) an overwritten record's dead
-//! mark waits for a commit; a shard with marks waiting ends its changes at state 2, since its
-//! pool bytes still show the old record live.
+//! mark waits for a commit; meanwhile the record is marked *superseded* (`record`), which
+//! recovery after a process crash on the same boot counts as dead, so a shard with marks
+//! waiting still ends its changes at 0. A commit only makes bytes durable and turns superseded
+//! marks into dead ones: it holds the shards without marking them changing.
 //!
 //! A shard caught at 1 by a process crash had its tables right up to the one change the crash
 //! interrupted (which no client saw acknowledged): its segments rebuild its memory entries,

@@ -393,7 +393,9 @@ impl Inner {
             // the media with a later sync, or never: recovery would pick the newer, durable record
             // by (seq, offset) anyway. What must never happen is a mark durable before its
             // replacement, and writing it after the sync rules that out.
-            let mut shards: Vec<_> = self.shards.iter().map(|s| s.0.write()).collect();
+            // Held, not changed: a commit leaves the index and the books as they are (see
+            // `ShardLock::hold`), so a crash during its sync finds every shard's files current.
+            let mut shards: Vec<_> = self.shards.iter().map(|s| s.0.hold()).collect();
             shards
                 .iter_mut()
                 .for_each(|shard| shard.forget_dirty_ranges());
@@ -404,7 +406,7 @@ impl Inner {
             return self.check_writable();
         }
         for shard in self.shards.iter() {
-            shard.0.write().persist_dirty(self)?;
+            shard.0.hold().persist_dirty(self)?;
         }
         self.check_writable()
     }

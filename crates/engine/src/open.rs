@@ -322,12 +322,9 @@ impl Engine {
         let observer = config.recovery_observer.as_ref();
         // Only a crash can leave a torn write at the end of a log; after a clean close every
         // invalid record is damage.
-        let torn_possible = !matches!(
-            pool.opened(),
-            Opened::Reopened { previous, .. } if previous.clean
-        );
+        let left = recovery::Left::of(pool.opened());
         let recover =
-            |segments| recovery::recover(&inner, segments, plan, &trusted, torn_possible, observer);
+            |segments| recovery::recover(&inner, segments, plan, &trusted, left, observer);
         let recovery = match snapshot {
             Some(payload) => match snapshot::restore(&inner, segments, &payload) {
                 Ok(report) => report,
@@ -350,7 +347,7 @@ impl Engine {
             .flatten();
         let mut recovery = recovery;
         // A clean close settled every suspect before it saved the index; only a crash loses them.
-        keep_flash_entries(&inner, &mut recovery, torn_possible);
+        keep_flash_entries(&inner, &mut recovery, left.torn_possible);
         recovery.flash = flash_opened;
         if let Some(opened) = &recovery.flash {
             log_flash_open(opened, &recovery);

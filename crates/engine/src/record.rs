@@ -18,10 +18,16 @@
 //! ```
 //!
 //! Byte 0 holds the record state in its high nibble — `0x0` (never written: the end of the
-//! segment's log), `0xA` (live) or `0xD` (dead: deleted or overwritten) — and the optional-field
-//! flags in its low nibble. Marking a record dead rewrites only the high nibble of that one
-//! byte, which is atomic on every medium, so the checksum covers everything except that nibble:
-//! `crc32c(flags nibble, bytes 1..4, bytes 8..end of value)`.
+//! segment's log), `0xA` (live), `0xB` (superseded: overwritten, its dead mark waiting for the
+//! commit that makes the replacement durable) or `0xD` (dead: deleted or overwritten) — and the
+//! optional-field flags in its low nibble. Changing the state rewrites only the high nibble of
+//! that one byte, which is atomic on every medium, so the checksum covers everything except
+//! that nibble: `crc32c(flags nibble, bytes 1..4, bytes 8..end of value)`.
+//!
+//! A superseded record is not live for the process that marked it. After a crash it is dead
+//! when every store of the crashed process was kept (a process crash on the same boot: its
+//! replacement is in the pool too) and live otherwise (after a power loss the mark may have
+//! reached the media without the replacement, so it may be the key's newest durable copy).
 //!
 //! So a 16-byte key with a 32-byte value and no TTL or flags costs 56 bytes in the segment.
 
@@ -35,7 +41,13 @@ pub const KEY_LEN_MAX: usize = 64 * 1024;
 const STATE_MASK: u8 = 0xF0;
 const STATE_EMPTY: u8 = 0x00;
 const STATE_LIVE: u8 = 0xA0;
+const STATE_SUPERSEDED: u8 = 0xB0;
 const STATE_DEAD: u8 = 0xD0;
+
+/// Whether `state` (a high nibble) is one a record can be in.
+fn is_record_state(state: u8) -> bool {
+    matches!(state, STATE_LIVE | STATE_SUPERSEDED | STATE_DEAD)
+}
 
 const FLAG_WIDE: u8 = 0x01;
 const FLAG_EXPIRY: u8 = 0x02;
@@ -65,8 +77,10 @@ pub struct RecordView<'a> {
     pub value: &'a [u8],
     /// Optional fields.
     pub meta: RecordMeta,
-    /// True unless the record was marked dead.
+    /// True unless the record was marked dead or superseded.
     pub live: bool,
+    /// Marked superseded: dead unless a crash may have lost its replacement (module docs).
+    pub superseded: bool,
     /// Total bytes the record occupies, padding included.
     pub size_bytes: usize,
 }
@@ -214,13 +228,13 @@ pub fn read(bytes: &[u8]) -> Scan<'_> {
     }
     let state = bytes[0] & STATE_MASK;
     let flags = bytes[0] & !STATE_MASK;
-    let live = match state {
-        STATE_EMPTY if bytes[..HEADER_SIZE_BYTES].iter().all(|&b| b == 0) => return Scan::End,
-        STATE_LIVE => true,
-        STATE_DEAD => false,
-        _ => return Scan::Invalid(Damage::State),
-    };
-    match decode(bytes, flags, live) {
+    if state == STATE_EMPTY && bytes[..HEADER_SIZE_BYTES].iter().all(|&b| b == 0) {
+        return Scan::End;
+    }
+    if !is_record_state(state) {
+        return Scan::Invalid(Damage::State);
+    }
+    match decode(bytes, flags, state) {
         Ok(view) => Scan::Record(view),
         Err(damage) => Scan::Invalid(damage),
     }
@@ -261,7 +275,7 @@ fn fields(bytes: &[u8], flags: u8) -> Option<(usize, usize, RecordMeta, usize)> 
     Some((key_len, value_len, meta, at))
 }
 
-fn decode(bytes: &[u8], flags: u8, live: bool) -> Result<RecordView<'_>, Damage> {
+fn decode(bytes: &[u8], flags: u8, state: u8) -> Result<RecordView<'_>, Damage> {
     let (key_len, value_len, meta, at) = fields(bytes, flags).ok_or(Damage::Lengths)?;
     let wide = flags & FLAG_WIDE != 0;
     if key_len == 0
@@ -287,7 +301,8 @@ fn decode(bytes: &[u8], flags: u8, live: bool) -> Result<RecordView<'_>, Damage>
         key: &bytes[at..at + key_len],
         value: &bytes[at + key_len..end],
         meta,
-        live,
+        live: state == STATE_LIVE,
+        superseded: state == STATE_SUPERSEDED,
         size_bytes,
     })
 }
@@ -301,7 +316,7 @@ pub fn read_trusted(bytes: &[u8]) -> Option<RecordView<'_>> {
         return None;
     }
     let state = bytes[0] & STATE_MASK;
-    if state != STATE_LIVE && state != STATE_DEAD {
+    if !is_record_state(state) {
         return None;
     }
     let (key_len, value_len, meta, at) = fields(bytes, bytes[0] & !STATE_MASK)?;
@@ -311,6 +326,7 @@ pub fn read_trusted(bytes: &[u8]) -> Option<RecordView<'_>> {
         value: bytes.get(at + key_len..end)?,
         meta,
         live: state == STATE_LIVE,
+        superseded: state == STATE_SUPERSEDED,
         size_bytes: end.next_multiple_of(RECORD_ALIGN_BYTES),
     })
 }
@@ -323,7 +339,7 @@ pub fn declared_size(bytes: &[u8]) -> Option<usize> {
         return None;
     }
     let state = bytes[0] & STATE_MASK;
-    if state != STATE_LIVE && state != STATE_DEAD {
+    if !is_record_state(state) {
         return None;
     }
     let (key_len, value_len, _, at) = fields(bytes, bytes[0] & !STATE_MASK)?;
@@ -435,19 +451,42 @@ impl<'a> Iterator for Walk<'a> {
     }
 }
 
-/// Whether the record starting at `bytes[0]` is marked live.
-pub fn is_live(bytes: &[u8]) -> bool {
-    bytes[0] & STATE_MASK == STATE_LIVE
+/// Whether the record starting at `bytes[0]` is marked superseded.
+pub fn is_superseded(bytes: &[u8]) -> bool {
+    bytes[0] & STATE_MASK == STATE_SUPERSEDED
 }
 
-/// Marks the record starting at `bytes[0]` dead. Only byte 0's high nibble changes.
+/// Marks the live or superseded record starting at `bytes[0]` dead. Only byte 0's high nibble
+/// changes.
 pub fn mark_dead(bytes: &mut [u8]) {
+    let state = bytes[0] & STATE_MASK;
+    assert!(
+        state == STATE_LIVE || state == STATE_SUPERSEDED,
+        "only live or superseded records are marked dead"
+    );
+    bytes[0] = STATE_DEAD | (bytes[0] & !STATE_MASK);
+}
+
+/// Marks the superseded record starting at `bytes[0]` live again: recovery, when a crash may
+/// have lost its replacement (see the module docs). Only byte 0's high nibble changes.
+pub fn mark_live(bytes: &mut [u8]) {
+    assert_eq!(
+        bytes[0] & STATE_MASK,
+        STATE_SUPERSEDED,
+        "only superseded records are marked live again"
+    );
+    bytes[0] = STATE_LIVE | (bytes[0] & !STATE_MASK);
+}
+
+/// Marks the live record starting at `bytes[0]` superseded (see the module docs). Only byte 0's
+/// high nibble changes.
+pub fn mark_superseded(bytes: &mut [u8]) {
     assert_eq!(
         bytes[0] & STATE_MASK,
         STATE_LIVE,
-        "only live records are marked dead"
+        "only live records are marked superseded"
     );
-    bytes[0] = STATE_DEAD | (bytes[0] & !STATE_MASK);
+    bytes[0] = STATE_SUPERSEDED | (bytes[0] & !STATE_MASK);
 }
 
 #[cfg(test)]
@@ -513,7 +552,7 @@ mod tests {
     }
 
     #[test]
-    fn marking_dead_keeps_the_checksum_valid() {
+    fn marking_superseded_or_dead_keeps_the_checksum_valid() {
         let mut bytes = encode(
             b"key",
             b"value",
@@ -522,11 +561,16 @@ mod tests {
                 ..Default::default()
             },
         );
+        mark_superseded(&mut bytes);
+        let Scan::Record(view) = read(&bytes) else {
+            panic!("superseded record must still decode")
+        };
+        assert!(!view.live && view.superseded);
         mark_dead(&mut bytes);
         let Scan::Record(view) = read(&bytes) else {
             panic!("dead record must still decode")
         };
-        assert!(!view.live);
+        assert!(!view.live && !view.superseded);
         assert_eq!(view.meta.client_flags, 3);
     }
 
@@ -544,8 +588,8 @@ mod tests {
             for bit in 0..8 {
                 let mut bad = bytes.clone();
                 bad[byte] ^= 1 << bit;
-                if byte == 0 && (bad[0] & STATE_MASK) == STATE_DEAD {
-                    continue; // a live→dead flip of the state nibble is a legal state change
+                if byte == 0 && matches!(bad[0] & STATE_MASK, STATE_DEAD | STATE_SUPERSEDED) {
+                    continue; // a flip of the state nibble to dead or superseded is legal
                 }
                 if let Scan::Record(view) = read(&bad) {
                     panic!("flip of byte {byte} bit {bit} accepted: {view:?}");

@@ -7,7 +7,7 @@
 //! segment is sealed; new writes go to fresh segments. A segment header that fails its
 //! checksum frees the whole segment. Free segments go to the free list.
 
-use strata_pool::Segment;
+use strata_pool::{Opened, Segment};
 
 use crate::config::{RecoveryObserver, RecoveryProgress};
 use crate::error::OpenError;
@@ -62,6 +62,36 @@ pub struct RecoveryReport {
     pub flash: Option<crate::FlashOpened>,
 }
 
+/// What the way the pool was left lets recovery assume.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Left {
+    /// The last write of a log may be torn: any stop but a clean close.
+    pub(crate) torn_possible: bool,
+    /// Stores the last session made may be lost: a stop that was neither a clean close nor a
+    /// process crash on the same boot (a power loss, a reboot). Superseded records are then
+    /// live, since one may be its key's newest durable copy (see `record`).
+    pub(crate) stores_lost_possible: bool,
+}
+
+impl Left {
+    pub(crate) fn of(opened: Opened) -> Left {
+        match opened {
+            // Nothing to recover; as before this type, counted as not clean.
+            Opened::Created => Left {
+                torn_possible: true,
+                stores_lost_possible: false,
+            },
+            Opened::Reopened {
+                previous,
+                same_boot,
+            } => Left {
+                torn_possible: !previous.clean,
+                stores_lost_possible: !previous.clean && !same_boot,
+            },
+        }
+    }
+}
+
 /// Recovers every shard from its segments, except shards marked `trusted`, whose index was
 /// mapped from the pool's index files: their segments are adopted with the bookkeeping their
 /// books recorded, unread.
@@ -70,7 +100,7 @@ pub(crate) fn recover(
     segments: Vec<Segment>,
     plan: RecoveryPlan,
     trusted: &[bool],
-    torn_possible: bool,
+    left: Left,
     observer: Option<&RecoveryObserver>,
 ) -> Result<RecoveryReport, OpenError> {
     let mut report = RecoveryReport::default();
@@ -128,14 +158,7 @@ pub(crate) fn recover(
         segments: in_use as u64,
         shards_to_rebuild: trusted.iter().filter(|&&t| !t).count() as u64,
     });
-    index_shards_in_parallel(
-        inner,
-        &by_shard,
-        trusted,
-        torn_possible,
-        &mut report,
-        &notify,
-    );
+    index_shards_in_parallel(inner, &by_shard, trusted, left, &mut report, &notify);
     settle(inner, seq_max, in_use, free);
     Ok(report)
 }
@@ -173,7 +196,7 @@ fn index_shards_in_parallel(
     inner: &Inner,
     by_shard: &[Vec<u32>],
     trusted: &[bool],
-    torn_possible: bool,
+    left: Left,
     report: &mut RecoveryReport,
     notify: &(dyn Fn(RecoveryProgress) + Sync),
 ) {
@@ -192,8 +215,14 @@ fn index_shards_in_parallel(
                         }
                         let mut shard = inner.shards[shard_index].0.write();
                         for &id in &by_shard[shard_index] {
-                            shard.scan_log(id, torn_possible, &mut partial);
-                            shard.recover_segment(inner, id, now_ms, &mut partial);
+                            shard.scan_log(id, left.torn_possible, &mut partial);
+                            shard.recover_segment(
+                                inner,
+                                id,
+                                now_ms,
+                                left.stores_lost_possible,
+                                &mut partial,
+                            );
                         }
                         let salvaged = shard.restore_salvaged_flash(inner);
                         partial.flash_items_salvaged += salvaged;

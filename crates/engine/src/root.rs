@@ -17,8 +17,12 @@
 
 /// Magic of an engine root area.
 pub const ROOT_MAGIC: [u8; 8] = *b"STRATAEN";
-/// Engine format version.
-pub const ROOT_VERSION: u32 = 1;
+/// Engine format version: 2 since records may be marked superseded (state `0xB`, see
+/// `record`). A version 1 pool has no such record and is opened as it is; the open rewrites
+/// the root as version 2, which older binaries refuse.
+pub const ROOT_VERSION: u32 = 2;
+/// The oldest engine format version this binary opens.
+const ROOT_VERSION_OLDEST: u32 = 1;
 /// Seqs reserved per root update.
 pub const SEQ_RESERVATION: u64 = 1024;
 
@@ -80,7 +84,7 @@ pub fn read(area: &[u8]) -> Result<Root, &'static str> {
             .try_into()
             .expect("4"),
     );
-    if version != ROOT_VERSION {
+    if !(ROOT_VERSION_OLDEST..=ROOT_VERSION).contains(&version) {
         return Err("unsupported engine root version");
     }
     if area[SHARDS_OFFSET + 2..SEQ_RESERVED_OFFSET]
@@ -146,6 +150,30 @@ mod tests {
             let mut bad = area.clone();
             bad[byte] ^= 4;
             assert!(read(&bad).is_err(), "byte {byte}");
+        }
+    }
+
+    #[test]
+    fn version_1_roots_are_read_and_newer_ones_refused() {
+        let root = Root {
+            shard_count: 4,
+            seq_reserved: 1024,
+            durability: (2, 0),
+        };
+        let with_version = |version: u32| {
+            let mut area = vec![0u8; 1024];
+            write(&mut area, root);
+            area[VERSION_OFFSET..VERSION_OFFSET + 4].copy_from_slice(&version.to_le_bytes());
+            write_seq_reserved(&mut area, root.seq_reserved); // the checksum again
+            area
+        };
+        assert_eq!(read(&with_version(1)), Ok(root));
+        assert_eq!(read(&with_version(2)), Ok(root));
+        for version in [0, 3] {
+            assert_eq!(
+                read(&with_version(version)),
+                Err("unsupported engine root version")
+            );
         }
     }
 }

@@ -484,6 +484,95 @@ fn a_crash_that_catches_a_shard_changing_keeps_its_flash_entries() {
     }
 }
 
+/// Under group commit an overwritten record's dead mark waits for the commit, and the record
+/// is marked *superseded* meanwhile. A process crash with such overwrites waiting (every store
+/// kept) leaves the shards' files current: they are mapped as they are, the flash tier is kept
+/// whole, and every overwritten key reads its newest value. A shard the crash caught changing
+/// is rebuilt from its segments, where the superseded records count as dead, so its flash
+/// entries are read back and no overwritten key comes back with its older value. (Until
+/// superseded records existed, a shard with marks waiting had to be rebuilt without its flash
+/// entries.)
+#[test]
+fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
+    for caught_changing in [false, true] {
+        let (dir, config) =
+            file_pool_config(&format!("waiting-{caught_changing}"), ram_disk(64), false);
+        let config = EngineConfig {
+            index_placement: IndexPlacement::Pool,
+            durability: Durability::Sync,
+            group_commit: true,
+            ..config
+        };
+        let engine = Engine::open(config.clone()).unwrap();
+        let keys = fill(&engine, 600);
+        engine.commit().unwrap();
+        let on_flash = flash_stats(&engine).items;
+        assert!(on_flash > 300, "{on_flash} items on flash");
+        // The newest keys are in memory: overwrite them, and commit nothing.
+        let overwritten: Vec<usize> = (560..600).collect();
+        for &i in &overwritten {
+            assert!(engine.peek(&keys[i], |_| ()).is_some(), "key {i} in memory");
+            engine
+                .set(&keys[i], format!("new-{i}").as_bytes(), 0, Expiry::Never)
+                .unwrap();
+        }
+        assert_eq!(flash_stats(&engine).items, on_flash, "no demotion since");
+        drop(engine); // A process crash: every store stays, nothing is closed.
+
+        let control = dir.0.join("pool.index").join("control");
+        let mut bytes = std::fs::read(&control).unwrap();
+        for shard in 0..2 {
+            let word = 64 * (1 + shard);
+            assert_eq!(
+                bytes[word..word + 8],
+                [0; 8],
+                "shard {shard} was consistent"
+            );
+            if caught_changing {
+                bytes[word..word + 8].copy_from_slice(&1u64.to_le_bytes());
+            }
+        }
+        std::fs::write(&control, &bytes).unwrap();
+
+        let engine = Engine::open(EngineConfig {
+            fresh: false,
+            ..config.clone()
+        })
+        .unwrap();
+        let report = engine.recovery_report().clone();
+        if caught_changing {
+            assert_eq!(report.shards_from_index_files, 0, "{report:?}");
+            assert_eq!(report.flash_items_salvaged, on_flash, "{report:?}");
+        } else {
+            assert_eq!(report.shards_from_index_files, 2, "{report:?}");
+        }
+        assert_eq!(
+            report.flash_items_kept + report.flash_items_dropped,
+            on_flash,
+            "{report:?}"
+        );
+        assert!(report.flash_items_kept > 0, "{report:?}");
+        for (i, key) in keys.iter().enumerate() {
+            let expected = if overwritten.contains(&i) {
+                format!("new-{i}").into_bytes()
+            } else {
+                value_of(i as u32)
+            };
+            match peek(&engine, key) {
+                Some(value) => assert_eq!(
+                    value, expected,
+                    "key {i}, caught changing {caught_changing}"
+                ),
+                None => assert!(
+                    !overwritten.contains(&i),
+                    "overwritten key {i} lost, caught changing {caught_changing}"
+                ),
+            }
+        }
+        engine.check_integrity().unwrap();
+    }
+}
+
 /// Power cuts of the flash medium: the engine writes rounds of new values of the same keys
 /// through a flash tier so small that regions are reclaimed and reused again and again, the
 /// process dies, and the medium keeps a random subset of the sectors written since their last

@@ -346,26 +346,44 @@ fn switching_the_index_placement_keeps_the_items() {
     );
 }
 
-/// Under `sync` with group commit an overwrite's dead mark waits for the commit: a shard with
-/// marks waiting is not consistent with its files and is rebuilt; committed shards are mapped.
+/// Under `sync` with group commit an overwrite's dead mark waits for the commit, and the old
+/// record is marked superseded meanwhile. After a process crash (every store kept) a
+/// superseded record counts as dead, so a shard with marks waiting is still described by its
+/// files: every shard is mapped, and the overwritten key reads its new value. A shard rebuilt
+/// from its segments counts superseded records as dead too.
 #[test]
-fn uncommitted_dead_marks_make_their_shard_rebuild() {
+fn uncommitted_dead_marks_keep_their_shard_mapped() {
     let pool = temp_pool("index-sync");
     let config = EngineConfig {
         durability: Durability::Sync,
         group_commit: true,
         ..in_pool(&pool.0)
     };
+    let k1 = |engine: &Engine| engine.get(b"k1", |item| item.value.to_vec());
     {
         let engine = Engine::open(config.clone()).unwrap();
         fill(&engine, 1, 4_000);
         engine.commit().unwrap();
         // One overwrite, not committed: its shard has a dead mark waiting.
-        engine.set(b"k1", b"v1-1", 1, Expiry::Never).unwrap();
+        engine.set(b"k1", b"first", 1, Expiry::Never).unwrap();
+    }
+    let engine = Engine::open(config.clone()).unwrap();
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.shards_from_index_files, 8, "{report:?}");
+    assert_eq!(k1(&engine).as_deref(), Some(&b"first"[..]));
+    engine.check_integrity().unwrap();
+    // Overwritten again, and a crash that catches every shard changing: the rebuild sees the
+    // key's two superseded records as dead.
+    engine.set(b"k1", b"second", 1, Expiry::Never).unwrap();
+    drop(engine);
+    for shard in 0..8 {
+        mark_shard_changing(&pool.0, shard);
     }
     let engine = Engine::open(config).unwrap();
     let report = engine.recovery_report().clone();
-    assert_eq!(report.shards_from_index_files, 7, "{report:?}");
+    assert_eq!(report.shards_from_index_files, 0, "{report:?}");
+    assert_eq!(k1(&engine).as_deref(), Some(&b"second"[..]));
+    engine.set(b"k1", b"v1-1", 1, Expiry::Never).unwrap();
     assert_round(&engine, 1, 4_000);
 }
 

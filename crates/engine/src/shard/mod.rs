@@ -187,8 +187,10 @@ impl ShardLock {
         ShardWrite::begin(self.0.write())
     }
 
-    /// Exclusive access that changes nothing, so does not mark the shard as changing: for
-    /// taking a crash image, which must show the control line as it is between changes.
+    /// Exclusive access that changes neither the index nor a segment's bookkeeping, so does not
+    /// mark the shard as changing: for taking a crash image, which must show the control line
+    /// as it is between changes, and for a commit, which only makes written bytes durable and
+    /// turns superseded records dead (both already counted dead: see `kill_record`).
     pub(crate) fn hold(&self) -> parking_lot::RwLockWriteGuard<'_, Shard> {
         self.0.write()
     }
@@ -343,7 +345,7 @@ impl Shard {
             .touched
             .iter()
             .filter_map(|&id| segments[id as usize].as_deref());
-        let consistent = !self.rebuilding && self.pending_dead.is_empty() && self.index.in_files();
+        let consistent = !self.rebuilding && self.index.in_files();
         anchor.end(self.index.desc(), touched, consistent);
         for id in self.touched.drain(..) {
             self.is_touched[id as usize] = false;
@@ -584,6 +586,9 @@ impl Shard {
         owned.live_bytes = owned.live_bytes.saturating_sub(size as u64);
         self.live_bytes = self.live_bytes.saturating_sub(size as u64);
         if let (Some(replacement), true) = (replaced_by, inner.track_dirty) {
+            // Not persisted: what it tells a recovery is only used when no store was lost.
+            let (_, offset) = inner.split_location(location);
+            record::mark_superseded(&mut self.owned_mut(id).segment.data_mut()[offset..]);
             self.pending_dead.push(location);
             self.pending_by_replacement.insert(replacement, location);
             return Ok(());
@@ -651,7 +656,7 @@ impl Shard {
                 continue;
             };
             let data = &mut owned.segment.data_mut()[offset..];
-            if !record::is_live(data) {
+            if !record::is_superseded(data) {
                 continue; // Marked early, by a delete of its replacement (`kill_record`).
             }
             record::mark_dead(data);
@@ -1206,6 +1211,7 @@ impl Shard {
         inner: &Inner,
         id: u32,
         now_ms: u64,
+        superseded_live: bool,
         report: &mut RecoveryReport,
     ) {
         const BATCH: usize = 16;
@@ -1219,13 +1225,19 @@ impl Shard {
                 let Some(view) = record::read_trusted(&self.owned(id).log()[offset..]) else {
                     continue;
                 };
-                if view.live {
+                let revive = view.superseded && superseded_live;
+                if view.live || revive {
                     let hash = inner.hash(view.key);
                     if inner.shard_of(hash) != usize::from(self.id) {
                         // A valid record of another shard's key: the segment header naming
                         // this shard was damaged (with a checksum to match). Never indexed.
                         self.misplaced(id, offset, report);
                         continue;
+                    }
+                    if revive {
+                        // Live again (see `record`); its replacement, if it survived too, is
+                        // the newer and supersedes it below.
+                        record::mark_live(&mut self.owned_mut(id).segment.data_mut()[offset..]);
                     }
                     self.index.prefetch(index::hash24(hash));
                     batch.push((offset, hash));
@@ -1687,7 +1699,7 @@ impl Shard {
                     damaged = true;
                     continue;
                 }
-                if view.live && !self.pending_dead.contains(&location) {
+                if view.live {
                     live += 1;
                     let h24 = index::hash24(hash);
                     if self.index.find(h24, |l| l == location).is_none() {
