@@ -353,8 +353,16 @@ impl Connection {
     /// events, on writable events (output drained may resume reading), and for `Again`.
     pub fn pass(&mut self, pass: &mut PassContext<'_>) -> Status {
         for _ in 0..READ_ROUNDS_MAX {
-            if let Err(reason) = self.flush(pass.traffic, pass.ctx) {
-                return Status::Closed(reason);
+            if self.flash_waiting {
+                // The replies before the waiting request go out with its own, in one write
+                // once its reads are done, rather than in a write now and another then.
+                return Status::Open;
+            }
+            // Resumed: its replies join those held above and are written with them.
+            if !self.flash_resumed {
+                if let Err(reason) = self.flush(pass.traffic, pass.ctx) {
+                    return Status::Closed(reason);
+                }
             }
             if let Some(reason) = self.closing {
                 return self.closing_status(reason);

@@ -535,3 +535,69 @@ fn a_drained_buffer_gives_its_memory_back_to_the_budget() {
     assert_eq!(f.connection.output_held_bytes(), 0, "shrunk after draining");
     assert_eq!(f.ctx.output_budget.held_bytes(), 0);
 }
+
+/// Echoes lines; a line `wait` waits for flash once (`Processed::flash_wait`), then echoes.
+struct WaitingSession {
+    staged: bool,
+}
+
+impl Session for WaitingSession {
+    fn process(&mut self, input: &[u8], _ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        let mut consumed = 0;
+        while let Some(end) = input[consumed..].iter().position(|&b| b == b'\n') {
+            let line = &input[consumed..=consumed + end];
+            if line == b"wait\n" && !self.staged {
+                return Processed {
+                    consumed,
+                    flash_wait: true,
+                    ..Processed::default()
+                };
+            }
+            self.staged = false;
+            out.extend_from_slice(line);
+            consumed += end + 1;
+        }
+        Processed::open(consumed)
+    }
+
+    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+        Some(vec![b"k".to_vec()])
+    }
+
+    fn flash_keys_staged(&mut self) {
+        self.staged = true;
+    }
+}
+
+/// The replies before a request that waits for flash are held and written with the replies
+/// from it on, once its reads are done: one write for the batch, not one before the wait and
+/// another after it.
+#[test]
+fn replies_before_a_flash_wait_are_written_with_the_waiting_requests() {
+    let mut f = fixture_with(limits(), |_| {
+        Box::new(WaitingSession { staged: false }) as Box<dyn Session>
+    });
+    f.client.write_all(b"a\nb\nwait\nc\n").unwrap();
+    let mut waiting = false;
+    for _ in 0..1000 {
+        f.pass();
+        waiting = f.connection.take_flash_keys().is_some();
+        if waiting {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(waiting, "the request waits for flash");
+    f.client.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        f.client.read(&mut byte).map_err(|e| e.kind()),
+        Err(io::ErrorKind::WouldBlock),
+        "nothing is written while the request waits"
+    );
+    assert_eq!(f.traffic.written_bytes, 0);
+    f.connection.flash_staged();
+    assert_eq!(f.pass(), Status::Open);
+    f.client.set_nonblocking(false).unwrap();
+    assert_eq!(f.read_exact(11), b"a\nb\nwait\nc\n");
+}
