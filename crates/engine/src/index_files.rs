@@ -9,7 +9,8 @@
 //!  0 state         0: the line, the shard's tables and its segments' books agree with the
 //!                  pool; 1: a change is in progress, and before it they agreed; 2: the
 //!                  files cannot describe the shard (rebuilding, or tables that could not
-//!                  stay in files)
+//!                  stay in files); 3: they agree but for records marked superseded, whose
+//!                  dead marks wait for a commit (or a change begun so is in progress)
 //!  1 items         2 primary generation   3 primary buckets
 //!  4 overflow generation (0: none)        5 overflow capacity   6 overflow buckets used
 //!  7 zero
@@ -29,10 +30,14 @@
 //! was closed cleanly (which persists them first).
 //!
 //! Under deferred durability (`interval`, `sync` with group commit) an overwritten record's dead
-//! mark waits for a commit; meanwhile the record is marked *superseded* (`record`), which
-//! recovery after a process crash on the same boot counts as dead, so a shard with marks
-//! waiting still ends its changes at 0. A commit only makes bytes durable and turns superseded
-//! marks into dead ones: it holds the shards without marking them changing.
+//! mark waits for a commit; meanwhile the record is marked *superseded* (`record`) and the
+//! shard ends its changes at 3. A commit writes the dead marks and sets 3 back to 0, holding
+//! the shards without marking them changing (it changes neither tables nor books). A shard
+//! caught at 3 is rebuilt, its tables read back for their flash entries as at 1: recovery after
+//! a process crash counts its superseded records as dead and marks them so, which the first
+//! commit of the new session makes durable. Mapping such a shard as it is would keep them
+//! superseded for good, and after a later power loss, which revives superseded records (their
+//! replacement may be lost), one whose replacement had been deleted since would come back.
 //!
 //! A shard caught at 1 by a process crash had its tables right up to the one change the crash
 //! interrupted (which no client saw acknowledged): its segments rebuild its memory entries,
@@ -51,6 +56,18 @@ const STATE: usize = 0;
 const STATE_CONSISTENT: u64 = 0;
 const STATE_CHANGING: u64 = 1;
 const STATE_UNTRUSTED: u64 = 2;
+const STATE_MARKS_WAITING: u64 = 3;
+
+/// How a shard's files agree with the pool at the end of a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Agreement {
+    /// Exactly (state 0).
+    Exact,
+    /// But for superseded records whose dead marks wait for a commit (state 3).
+    MarksWaiting,
+    /// Not at all (state 2).
+    None,
+}
 
 /// A shard's handle on its control line and its segments' books.
 #[derive(Debug)]
@@ -78,7 +95,11 @@ impl Anchor {
     /// be read back for a shard rebuilt from its segments.
     pub(crate) fn current_desc(&self) -> Option<TablesDesc> {
         let state = self.word(STATE).load(Ordering::Relaxed);
-        (state == STATE_CONSISTENT || state == STATE_CHANGING).then(|| self.recorded_desc())
+        matches!(
+            state,
+            STATE_CONSISTENT | STATE_CHANGING | STATE_MARKS_WAITING
+        )
+        .then(|| self.recorded_desc())
     }
 
     fn recorded_desc(&self) -> TablesDesc {
@@ -109,13 +130,13 @@ impl Anchor {
         fence(Ordering::Release);
     }
 
-    /// Records the shard's tables and the books of `touched` segments, then marks the shard
-    /// consistent, or (when not `consistent`) untrusted, after those stores.
+    /// Records the shard's tables and the books of `touched` segments, then its state as
+    /// `agreement` says, after those stores.
     pub(crate) fn end<'a>(
         &self,
         desc: TablesDesc,
         touched: impl Iterator<Item = &'a OwnedSegment>,
-        consistent: bool,
+        agreement: Agreement,
     ) {
         for owned in touched {
             self.write_book(owned);
@@ -131,13 +152,23 @@ impl Anchor {
         for (i, value) in words.into_iter().enumerate() {
             self.word(1 + i).store(value, Ordering::Relaxed);
         }
-        let state = if consistent {
-            STATE_CONSISTENT
-        } else {
-            STATE_UNTRUSTED
+        let state = match agreement {
+            Agreement::Exact => STATE_CONSISTENT,
+            Agreement::MarksWaiting => STATE_MARKS_WAITING,
+            Agreement::None => STATE_UNTRUSTED,
         };
         fence(Ordering::Release);
         self.word(STATE).store(state, Ordering::Relaxed);
+    }
+
+    /// A commit wrote the dead marks of a shard whose state was 3 (marks waiting): its files
+    /// agree with the pool again. Called only under a lock held without a change begun, so a
+    /// shard at 1 is never set to 0 here.
+    pub(crate) fn marks_written(&self) {
+        if self.word(STATE).load(Ordering::Relaxed) == STATE_MARKS_WAITING {
+            fence(Ordering::Release);
+            self.word(STATE).store(STATE_CONSISTENT, Ordering::Relaxed);
+        }
     }
 
     fn write_book(&self, owned: &OwnedSegment) {

@@ -402,11 +402,14 @@ impl Inner {
             self.persisted(whole_pool.persist_all())?;
             for shard in &mut shards {
                 shard.write_pending_marks(self);
+                shard.marks_written();
             }
             return self.check_writable();
         }
         for shard in self.shards.iter() {
-            shard.0.hold().persist_dirty(self)?;
+            let mut shard = shard.0.hold();
+            shard.persist_dirty(self)?;
+            shard.marks_written();
         }
         self.check_writable()
     }

@@ -485,18 +485,23 @@ fn a_crash_that_catches_a_shard_changing_keeps_its_flash_entries() {
 }
 
 /// Under group commit an overwritten record's dead mark waits for the commit, and the record
-/// is marked *superseded* meanwhile. A process crash with such overwrites waiting (every store
-/// kept) leaves the shards' files current: they are mapped as they are, the flash tier is kept
-/// whole, and every overwritten key reads its newest value. A shard the crash caught changing
-/// is rebuilt from its segments, where the superseded records count as dead, so its flash
-/// entries are read back and no overwritten key comes back with its older value. (Until
-/// superseded records existed, a shard with marks waiting had to be rebuilt without its flash
+/// is marked *superseded* meanwhile. A process crash with such overwrites waiting rebuilds
+/// their shards from their segments, where superseded records count as dead, and reads their
+/// flash entries back from their tables: the flash tier is kept whole and every overwritten
+/// key reads its newest value. After the commit the shards' files are current and are mapped
+/// as they are; a shard a crash caught changing is rebuilt like one with marks waiting.
+/// (Until superseded records existed, a shard with marks waiting was rebuilt without its flash
 /// entries.)
 #[test]
 fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
-    for caught_changing in [false, true] {
-        let (dir, config) =
-            file_pool_config(&format!("waiting-{caught_changing}"), ram_disk(64), false);
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Crash {
+        MarksWaiting,
+        Committed,
+        CaughtChanging,
+    }
+    for crash in [Crash::MarksWaiting, Crash::Committed, Crash::CaughtChanging] {
+        let (dir, config) = file_pool_config(&format!("waiting-{crash:?}"), ram_disk(64), false);
         let config = EngineConfig {
             index_placement: IndexPlacement::Pool,
             durability: Durability::Sync,
@@ -508,13 +513,16 @@ fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
         engine.commit().unwrap();
         let on_flash = flash_stats(&engine).items;
         assert!(on_flash > 300, "{on_flash} items on flash");
-        // The newest keys are in memory: overwrite them, and commit nothing.
+        // The newest keys are in memory: overwrite them.
         let overwritten: Vec<usize> = (560..600).collect();
         for &i in &overwritten {
             assert!(engine.peek(&keys[i], |_| ()).is_some(), "key {i} in memory");
             engine
                 .set(&keys[i], format!("new-{i}").as_bytes(), 0, Expiry::Never)
                 .unwrap();
+        }
+        if crash != Crash::MarksWaiting {
+            engine.commit().unwrap();
         }
         assert_eq!(flash_stats(&engine).items, on_flash, "no demotion since");
         drop(engine); // A process crash: every store stays, nothing is closed.
@@ -523,12 +531,13 @@ fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
         let mut bytes = std::fs::read(&control).unwrap();
         for shard in 0..2 {
             let word = 64 * (1 + shard);
+            let expected: u64 = if crash == Crash::MarksWaiting { 3 } else { 0 };
             assert_eq!(
                 bytes[word..word + 8],
-                [0; 8],
-                "shard {shard} was consistent"
+                expected.to_le_bytes(),
+                "shard {shard}'s state"
             );
-            if caught_changing {
+            if crash == Crash::CaughtChanging {
                 bytes[word..word + 8].copy_from_slice(&1u64.to_le_bytes());
             }
         }
@@ -540,11 +549,11 @@ fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
         })
         .unwrap();
         let report = engine.recovery_report().clone();
-        if caught_changing {
+        if crash == Crash::Committed {
+            assert_eq!(report.shards_from_index_files, 2, "{report:?}");
+        } else {
             assert_eq!(report.shards_from_index_files, 0, "{report:?}");
             assert_eq!(report.flash_items_salvaged, on_flash, "{report:?}");
-        } else {
-            assert_eq!(report.shards_from_index_files, 2, "{report:?}");
         }
         assert_eq!(
             report.flash_items_kept + report.flash_items_dropped,
@@ -559,13 +568,10 @@ fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
                 value_of(i as u32)
             };
             match peek(&engine, key) {
-                Some(value) => assert_eq!(
-                    value, expected,
-                    "key {i}, caught changing {caught_changing}"
-                ),
+                Some(value) => assert_eq!(value, expected, "key {i}, {crash:?}"),
                 None => assert!(
                     !overwritten.contains(&i),
-                    "overwritten key {i} lost, caught changing {caught_changing}"
+                    "overwritten key {i} lost, {crash:?}"
                 ),
             }
         }

@@ -18,7 +18,7 @@ use strata_pool::{Segment, CACHE_LINE_SIZE_BYTES};
 use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index::{self, Entry, Index, SlotRef};
-use crate::index_files::Anchor;
+use crate::index_files::{Agreement, Anchor};
 use crate::record::{self, Damage, RecordMeta, RecordView};
 use crate::recovery::RecoveryReport;
 use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
@@ -328,14 +328,22 @@ impl Shard {
         }
     }
 
+    /// After a commit wrote this shard's waiting dead marks (under a lock held without a change
+    /// begun): its control line may say consistent again.
+    pub(crate) fn marks_written(&self) {
+        if let Some(anchor) = &self.anchor {
+            anchor.marks_written();
+        }
+    }
+
     /// The shard's control line, when its index lives in the pool.
     pub(crate) fn anchor(&self) -> Option<&Anchor> {
         self.anchor.as_ref()
     }
 
     /// Ends a change (see `ShardWrite`): writes the books of touched segments and the index's
-    /// tables to the control line, and marks it consistent unless dead marks still wait for a
-    /// commit or the index could not stay in its files.
+    /// tables to the control line, and marks it consistent, or with dead marks waiting for a
+    /// commit, or untrusted while it is rebuilt or when the index could not stay in its files.
     pub(crate) fn record_change(&mut self) {
         let Some(anchor) = &self.anchor else {
             return;
@@ -345,8 +353,14 @@ impl Shard {
             .touched
             .iter()
             .filter_map(|&id| segments[id as usize].as_deref());
-        let consistent = !self.rebuilding && self.index.in_files();
-        anchor.end(self.index.desc(), touched, consistent);
+        let agreement = if self.rebuilding || !self.index.in_files() {
+            Agreement::None
+        } else if self.pending_dead.is_empty() {
+            Agreement::Exact
+        } else {
+            Agreement::MarksWaiting
+        };
+        anchor.end(self.index.desc(), touched, agreement);
         for id in self.touched.drain(..) {
             self.is_touched[id as usize] = false;
         }
@@ -1225,7 +1239,13 @@ impl Shard {
                 let Some(view) = record::read_trusted(&self.owned(id).log()[offset..]) else {
                     continue;
                 };
-                let revive = view.superseded && superseded_live;
+                let (superseded, revive) = (view.superseded, view.superseded && superseded_live);
+                if superseded && !revive {
+                    // Dead after a process crash: marked so, as recovery marks every record it
+                    // finds superseded, and made durable by the new session's first commit.
+                    self.recover_kill(id, offset);
+                    continue;
+                }
                 if view.live || revive {
                     let hash = inner.hash(view.key);
                     if inner.shard_of(hash) != usize::from(self.id) {
