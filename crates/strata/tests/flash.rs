@@ -524,7 +524,7 @@ fn kill_at(point: KillPoint, server: &mut Server, flags: &[&str], model: &mut Ki
 }
 
 /// A kill loop with the flash tier, in cells of index placement (pool, dram) × durability
-/// (none, sync) × kill point (under load, during shutdown, during recovery): rounds of pipelined
+/// (none, sync, interval) × kill point (under load, during shutdown, during recovery): rounds of pipelined
 /// overwrites and deletes of more data than memory holds (so items keep moving to flash and
 /// back), each ended by `kill -9` with a batch in flight, and a
 /// restart on the same pool and flash file. After each restart, every key is absent (a cache
@@ -540,6 +540,7 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
     let cells = [
         ("pool", "none", KillPoint::Load),
         ("pool", "sync", KillPoint::Load),
+        ("pool", "interval=20", KillPoint::Load),
         ("dram", "none", KillPoint::Load),
         ("pool", "none", KillPoint::Shutdown),
         ("pool", "none", KillPoint::Recovery),
