@@ -91,8 +91,9 @@ impl Anchor {
     }
 
     /// The tables the control line names, when they were right up to the last change begun
-    /// (state 0, or 1: a change a process crash interrupted), so that their flash entries may
-    /// be read back for a shard rebuilt from its segments.
+    /// (state 0; 1: a change a process crash interrupted; 3: superseded records waiting for
+    /// their dead marks), so that their flash entries may be read back for a shard rebuilt
+    /// from its segments.
     pub(crate) fn current_desc(&self) -> Option<TablesDesc> {
         let state = self.word(STATE).load(Ordering::Relaxed);
         matches!(
@@ -252,8 +253,7 @@ fn header_matches_pool(found: strata_pool::ControlHeader, pool_id: u64, opened: 
             previous,
             same_boot,
         } => {
-            let same_state =
-                found.session_state_seq == previous.state_seq && (previous.clean || same_boot);
+            let same_state = found.session_state_seq == previous.state_seq && opened.stores_kept();
             let inside_clean_close =
                 found.session_state_seq == previous.state_seq + 1 && !previous.clean && same_boot;
             found.pool_id == pool_id && (same_state || inside_clean_close)

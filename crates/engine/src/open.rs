@@ -24,20 +24,14 @@ use crate::{record, root, snapshot, Engine, EngineStats, FreePool, Inner, Padded
 
 /// What recovery does with a reopened pool, from how it was left.
 fn recovery_plan(opened: Opened, previous: Option<Durability>) -> RecoveryPlan {
-    match opened {
-        Opened::Created => RecoveryPlan::Recover,
-        // After a clean stop everything was persisted; after a process crash (same kernel boot)
-        // every written byte is in the page cache or on the DAX media.
-        Opened::Reopened {
-            previous: state,
-            same_boot,
-        } if state.clean || same_boot => RecoveryPlan::Recover,
-        // A reboot or power loss after an unclean stop: only what was persisted survived, and
-        // only `interval` and `sync` persisted in an order recovery can trust.
-        Opened::Reopened { .. } => match previous {
-            Some(Durability::Interval { .. } | Durability::Sync) => RecoveryPlan::Recover,
-            Some(Durability::None) | None => RecoveryPlan::DiscardAll,
-        },
+    if opened.stores_kept() {
+        return RecoveryPlan::Recover;
+    }
+    // A reboot or power loss after an unclean stop: only what was persisted survived, and
+    // only `interval` and `sync` persisted in an order recovery can trust.
+    match previous {
+        Some(Durability::Interval { .. } | Durability::Sync) => RecoveryPlan::Recover,
+        Some(Durability::None) | None => RecoveryPlan::DiscardAll,
     }
 }
 

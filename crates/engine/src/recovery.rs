@@ -75,19 +75,10 @@ pub(crate) struct Left {
 
 impl Left {
     pub(crate) fn of(opened: Opened) -> Left {
-        match opened {
-            // Nothing to recover; as before this type, counted as not clean.
-            Opened::Created => Left {
-                torn_possible: true,
-                stores_lost_possible: false,
-            },
-            Opened::Reopened {
-                previous,
-                same_boot,
-            } => Left {
-                torn_possible: !previous.clean,
-                stores_lost_possible: !previous.clean && !same_boot,
-            },
+        Left {
+            // A created pool has no log to tear nor flash entries to suspect either way.
+            torn_possible: !matches!(opened, Opened::Reopened { previous, .. } if previous.clean),
+            stores_lost_possible: !opened.stores_kept(),
         }
     }
 }

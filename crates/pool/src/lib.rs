@@ -109,6 +109,22 @@ pub enum Opened {
     },
 }
 
+impl Opened {
+    /// Whether every store the previous owner made is in the pool: it closed cleanly (which
+    /// persisted them) or it crashed on this kernel boot (page cache or DAX media kept them),
+    /// or there was no previous owner. False after a power loss or reboot that followed an
+    /// unclean stop.
+    pub fn stores_kept(self) -> bool {
+        match self {
+            Opened::Created => true,
+            Opened::Reopened {
+                previous,
+                same_boot,
+            } => previous.clean || same_boot,
+        }
+    }
+}
+
 /// Checks that a geometry is within the format's limits.
 pub fn validate_geometry(geometry: Geometry) -> Result<(), PoolError> {
     let size = geometry.segment_size_bytes;

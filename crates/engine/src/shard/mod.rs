@@ -592,7 +592,7 @@ impl Shard {
         replaced_by: Option<u64>,
     ) -> Result<(), WriteError> {
         let (location, size) = (held.location, held.size_bytes);
-        let (id, _) = inner.split_location(location);
+        let (id, offset) = inner.split_location(location);
         // Saturating: a segment's counts come from books that damage may have changed (mapped
         // index files, a snapshot that no longer matches) until the scrub counts them again.
         let owned = self.owned_mut(id);
@@ -601,7 +601,6 @@ impl Shard {
         self.live_bytes = self.live_bytes.saturating_sub(size as u64);
         if let (Some(replacement), true) = (replaced_by, inner.track_dirty) {
             // Not persisted: what it tells a recovery is only used when no store was lost.
-            let (_, offset) = inner.split_location(location);
             record::mark_superseded(&mut self.owned_mut(id).segment.data_mut()[offset..]);
             self.pending_dead.push(location);
             self.pending_by_replacement.insert(replacement, location);
