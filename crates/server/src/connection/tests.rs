@@ -601,3 +601,31 @@ fn replies_before_a_flash_wait_are_written_with_the_waiting_requests() {
     f.client.set_nonblocking(false).unwrap();
     assert_eq!(f.read_exact(11), b"a\nb\nwait\nc\n");
 }
+
+/// A client that closes its side while its request waits for flash still gets every reply,
+/// the held ones included, before the connection closes.
+#[test]
+fn a_client_gone_quiet_while_its_request_waits_gets_every_reply_then_the_close() {
+    let mut f = fixture_with(limits(), |_| {
+        Box::new(WaitingSession { staged: false }) as Box<dyn Session>
+    });
+    f.client.write_all(b"a\nwait\n").unwrap();
+    f.client.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut waiting = false;
+    for _ in 0..1000 {
+        assert!(
+            !matches!(f.pass(), Status::Closed(_)),
+            "closed while waiting"
+        );
+        waiting = f.connection.take_flash_keys().is_some();
+        if waiting {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(waiting, "the request waits for flash");
+    f.connection.flash_staged();
+    let status = f.pass_until(|_, status| matches!(status, Status::Closed(_)));
+    assert_eq!(status, Status::Closed(CloseReason::PeerClosed));
+    assert_eq!(f.read_exact(7), b"a\nwait\n");
+}
