@@ -172,8 +172,9 @@ pub struct Connection {
     /// Processing paused because the budget was passed while this connection's buffer grew:
     /// it resumes once the output has drained completely.
     budget_paused: bool,
-    /// A request waits for flash reads ahead ([`crate::flash_io`]): nothing more is processed
-    /// or read until the worker hears they are done ([`Connection::flash_staged`]).
+    /// A request waits for flash reads ahead ([`crate::flash_io`]): nothing more is processed,
+    /// read or written until the worker hears they are done ([`Connection::flash_staged`]); the
+    /// replies before it are held, to go out with its own.
     flash_waiting: bool,
     /// The waiting request's keys were read ahead and it has not run yet (during shutdown the
     /// worker runs it before the connection closes: see [`Connection::run_resumed`]).
