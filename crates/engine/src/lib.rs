@@ -377,6 +377,12 @@ impl Inner {
         })
     }
 
+    /// Whether a power loss keeps what this session writes: a persistent pool under
+    /// `interval` or `sync` (under `none` a power loss after an unclean stop discards it).
+    pub(crate) fn survives_power_loss(&self) -> bool {
+        !self.dram && self.durability != Durability::None
+    }
+
     /// Persists every dirty range of every shard (group commit / interval flush).
     pub(crate) fn commit(&self) -> Result<(), WriteError> {
         if !self.track_dirty {

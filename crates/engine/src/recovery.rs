@@ -94,6 +94,9 @@ pub(crate) fn recover(
     left: Left,
     observer: Option<&RecoveryObserver>,
 ) -> Result<RecoveryReport, OpenError> {
+    if left.torn_possible && !left.stores_lost_possible && inner.survives_power_loss() {
+        persist_what_the_crash_kept(inner, &segments)?;
+    }
     let mut report = RecoveryReport::default();
     let mut owned = Vec::new();
     let mut free = Vec::new();
@@ -152,6 +155,29 @@ pub(crate) fn recover(
     index_shards_in_parallel(inner, &by_shard, trusted, left, &mut report, &notify);
     settle(inner, seq_max, in_use, free);
     Ok(report)
+}
+
+/// After a process crash on this boot, makes the pool's bytes durable as the crash left them,
+/// before anything reads them. The crashed process's stores are all there (the page cache, or
+/// the DAX media's caches, kept them), but not all reached the media: its last writes, never
+/// acknowledged, and the dead marks of its last deletes and overwrites. Recovery serves what it
+/// finds, and the new session's writes are made durable on top of it; were those bytes still
+/// unpersisted, a power cut later in the session could bring back on the media a record the
+/// crash had already marked dead (a value deleted twice, resurrected), or take away the
+/// record that recovery marked an older one dead for. A file pool writes only its dirty pages
+/// (under `interval` and `sync`, those of the last commit interval); a DAX pool flushes the
+/// lines of every in-use segment.
+fn persist_what_the_crash_kept(inner: &Inner, segments: &[Segment]) -> Result<(), OpenError> {
+    if let Some(whole_pool) = &inner.whole_pool {
+        whole_pool.persist_all()?;
+        return Ok(());
+    }
+    for segment in segments {
+        if matches!(segment::read_header(segment.header()), HeaderRead::InUse(_)) {
+            segment.persist_data(0, segment.data().len())?;
+        }
+    }
+    Ok(())
 }
 
 /// Ends recovery or a snapshot restore: new segments get seqs above every one found, and the
@@ -213,6 +239,14 @@ fn index_shards_in_parallel(
                                 now_ms,
                                 left.stores_lost_possible,
                                 &mut partial,
+                            );
+                        }
+                        if let Err(err) = shard.persist_recovery_marks(inner) {
+                            // The engine now refuses writes (its promise is void): say why.
+                            tracing::error!(
+                                shard = shard_index,
+                                %err,
+                                "recovery could not persist its dead marks; writes are refused"
                             );
                         }
                         let salvaged = shard.restore_salvaged_flash(inner);

@@ -219,6 +219,25 @@ impl Pool {
         Ok(pool)
     }
 
+    /// Opens a simulated pool as a process crash on this boot leaves it: the mapping holds
+    /// `live` (every store the crashed process made, as the page cache or the DAX media's
+    /// caches keep them) while the media hold only `persisted`, both images of one pool from
+    /// [`testing::SimulatedPersistence::crash_image`] (keeping every unpersisted line, and
+    /// none). `opened()` reports the same boot, and a power cut later in the new session
+    /// loses what neither session persisted.
+    pub fn open_image_after_process_crash(
+        live: &[u8],
+        persisted: &[u8],
+        simulation: Arc<testing::SimulatedPersistence>,
+    ) -> Result<Pool, PoolError> {
+        assert_eq!(live.len(), persisted.len(), "two images of one pool");
+        let mapping = Mapping::from_image(live, simulation.clone())?;
+        simulation.set_persisted(persisted);
+        let pool = Self::finish_open(mapping, true, None)?;
+        debug_assert!(pool.opened.stores_kept(), "an image of this boot's pool");
+        Ok(pool)
+    }
+
     fn finish_open(
         mut mapping: Mapping,
         existing: bool,

@@ -334,6 +334,14 @@ impl SimulatedPersistence {
         })
     }
 
+    /// Sets the bytes as last persisted (a pool reopened after a process crash: the media
+    /// hold less than the mapping shows).
+    pub(crate) fn set_persisted(&self, bytes: &[u8]) {
+        let mut persisted = self.persisted.lock().expect("image lock");
+        assert_eq!(persisted.len(), bytes.len(), "the watched pool's length");
+        persisted.copy_from_slice(bytes);
+    }
+
     /// What a power cut now could leave of a pool whose live bytes are `live`: the persisted
     /// image, plus each cache line whose live bytes differ from it when
     /// `keep_unpersisted_line(line_index)` says so.

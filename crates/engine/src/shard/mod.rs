@@ -99,6 +99,9 @@ pub(crate) struct Shard {
     /// For each record of `pending_dead`, its replacement's location → its own, so that a
     /// delete of the replacement marks the whole chain dead at once (see `kill_record`).
     pending_by_replacement: HashMap<u64, u64, LocationHash>,
+    /// Records recovery marked dead because a newer record of their key supersedes them; their
+    /// marks are persisted before the shard serves (see `persist_recovery_marks`).
+    recovery_marks: Vec<u64>,
     pub(crate) counters: ShardCounters,
     rng_state: u64,
     /// With the index in the pool: the shard's control line, kept in step at every change.
@@ -298,6 +301,7 @@ impl Shard {
             dirty: Vec::new(),
             pending_dead: Vec::new(),
             pending_by_replacement: HashMap::default(),
+            recovery_marks: Vec::new(),
             counters: ShardCounters::default(),
             rng_state: 0x9E37_79B9_7F4A_7C15 ^ u64::from(id),
             is_touched: if anchor.is_some() {
@@ -673,17 +677,38 @@ impl Shard {
                 continue; // Marked early, by a delete of its replacement (`kill_record`).
             }
             record::mark_dead(data);
-            match runs.last_mut() {
-                Some(run) if run.0 == id && offset < run.2 + MARK_RUN_GAP_BYTES => {
-                    run.2 = offset + 1
-                }
-                _ => runs.push((id, offset, offset + 1)),
-            }
+            add_to_runs(&mut runs, id, offset, offset + 1);
         }
         pending.clear();
         self.pending_dead = pending;
         self.pending_by_replacement.clear();
         runs
+    }
+
+    /// Ends a shard's recovery: persists the dead marks it wrote over superseded records, so
+    /// that no later power loss finds such a record live again. Without this, a delete (or a
+    /// dead mark) of the newer record made durable in the new session would leave the older
+    /// one its key's newest live record on the media: a value resurrected after an
+    /// acknowledged delete. The newer records are durable already: read from the media after
+    /// a power loss, persisted by `recovery::recover` before the scan after a process crash.
+    /// Only where a power loss keeps the pool (`interval`, `sync`).
+    pub(crate) fn persist_recovery_marks(&mut self, inner: &Inner) -> Result<(), WriteError> {
+        let mut marks = std::mem::take(&mut self.recovery_marks);
+        if !inner.survives_power_loss() {
+            return Ok(());
+        }
+        marks.sort_unstable();
+        let mut runs: Vec<(u32, usize, usize)> = Vec::new();
+        for location in marks {
+            let (id, offset) = inner.split_location(location);
+            if self.segments[id as usize].is_some() {
+                add_to_runs(&mut runs, id, offset, offset + 1);
+            }
+        }
+        for run in runs {
+            self.persist_run(inner, run)?;
+        }
+        Ok(())
     }
 
     fn persist_run(
@@ -1241,8 +1266,8 @@ impl Shard {
                 let (superseded, revive) = (view.superseded, view.superseded && superseded_live);
                 if superseded && !revive {
                     // Dead after a process crash: marked so, as recovery marks every record it
-                    // finds superseded, and made durable by the new session's first commit.
-                    self.recover_kill(id, offset);
+                    // finds superseded, durably before the shard serves.
+                    self.recover_supersede(inner, id, offset);
                     continue;
                 }
                 if view.live || revive {
@@ -1313,11 +1338,11 @@ impl Shard {
                 report.records_superseded += 1;
                 let (other_id, other_offset) = inner.split_location(other);
                 if (self.seq_of(other_id), other_offset) < (self.seq_of(id), offset) {
-                    self.recover_uncount_kill(other_id, other_offset);
+                    self.recover_uncount_supersede(inner, other_id, other_offset);
                     self.recover_count(id, offset);
                     self.index.relocate(slot, location);
                 } else {
-                    self.recover_kill(id, offset);
+                    self.recover_supersede(inner, id, offset);
                 }
             }
         }
@@ -1337,14 +1362,22 @@ impl Shard {
         self.live_bytes += size as u64;
     }
 
-    /// Recovery: marks an uncounted record dead (superseded or expired). Not persisted: the
-    /// next recovery would reach the same decision.
+    /// Recovery: marks an uncounted expired record dead. Not persisted: the next recovery
+    /// reaches the same decision (an expired record stays expired, whatever happens to the
+    /// key's other records).
     fn recover_kill(&mut self, id: u32, offset: usize) {
         record::mark_dead(&mut self.owned_mut(id).segment.data_mut()[offset..]);
     }
 
+    /// Recovery: marks an uncounted record dead that a newer record of its key supersedes, and
+    /// lists it for `persist_recovery_marks`.
+    fn recover_supersede(&mut self, inner: &Inner, id: u32, offset: usize) {
+        self.recover_kill(id, offset);
+        self.recovery_marks.push(inner.join_location(id, offset));
+    }
+
     /// Recovery: un-counts and kills a record that a newer one supersedes.
-    fn recover_uncount_kill(&mut self, id: u32, offset: usize) {
+    fn recover_uncount_supersede(&mut self, inner: &Inner, id: u32, offset: usize) {
         let owned = self.owned_mut(id);
         let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
             return; // Validated by `scan_log`: cannot happen.
@@ -1353,7 +1386,7 @@ impl Shard {
         owned.live_items = owned.live_items.saturating_sub(1);
         owned.live_bytes = owned.live_bytes.saturating_sub(size);
         self.live_bytes = self.live_bytes.saturating_sub(size);
-        self.recover_kill(id, offset);
+        self.recover_supersede(inner, id, offset);
     }
 
     /// Appends this shard's DRAM state (index and segment bookkeeping) for a clean close.
@@ -1754,5 +1787,14 @@ impl Shard {
             ));
         }
         Ok(())
+    }
+}
+
+/// Adds the bytes `start..end` of segment `id` to `runs` (given in order): extends the last
+/// run when they are near it, so a caller persisting ranges does it once per run.
+fn add_to_runs(runs: &mut Vec<(u32, usize, usize)>, id: u32, start: usize, end: usize) {
+    match runs.last_mut() {
+        Some(run) if run.0 == id && start < run.2 + MARK_RUN_GAP_BYTES => run.2 = run.2.max(end),
+        _ => runs.push((id, start, end)),
     }
 }
