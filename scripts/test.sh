@@ -10,6 +10,9 @@ command -v memcached >/dev/null 2>&1 || need+=(memcached)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v memccapable >/dev/null 2>&1 || need+=(libmemcached-tools)
+# strata block's NBD tests: libnbd's tools and its Python bindings (for Debian's python3).
+command -v nbdinfo >/dev/null 2>&1 && command -v nbdcopy >/dev/null 2>&1 || need+=(libnbd-bin)
+/usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || need+=(python3-libnbd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

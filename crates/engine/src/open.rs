@@ -353,6 +353,7 @@ impl Engine {
                     op: "spawn the flash thread",
                     path: "(flash)".into(),
                     message: e.to_string(),
+                    os_error: e.raw_os_error(),
                 }))
             })?),
             None => None,

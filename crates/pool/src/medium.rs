@@ -69,6 +69,8 @@ pub enum MediumError {
         path: PathBuf,
         /// The OS error text.
         message: String,
+        /// The OS error number, where there is one (`ENOSPC` tells a full disk from a failure).
+        os_error: Option<i32>,
     },
 }
 
@@ -250,23 +252,47 @@ impl DirectFile {
         Self::open_with(path, len_bytes, IoEngine::best().0)
     }
 
-    /// [`DirectFile::open`] with the I/O engine chosen (tests run both).
-    pub fn open_with(
-        path: &Path,
-        len_bytes: u64,
-        engine: IoEngine,
-    ) -> Result<DirectFile, crate::PoolError> {
+    /// Opens an existing file or block device as it is, at its own length: never created,
+    /// resized or reserved (the block cache's backing store, whose bytes are the user's).
+    pub fn open_existing(path: &Path, engine: IoEngine) -> Result<DirectFile, crate::PoolError> {
+        let io = |op, e: std::io::Error| crate::io_err(op, path, e);
+        let (file, direct, device) = Self::open_locked(path, false)?;
+        let len_bytes = if device {
+            block_device_size(&file).map_err(|e| io("size block device", e))?
+        } else {
+            let metadata = file.metadata().map_err(|e| io("stat", e))?;
+            if !metadata.is_file() {
+                return Err(crate::PoolError::Io {
+                    op: "open",
+                    path: path.to_path_buf(),
+                    message: "not a regular file or a block device".to_string(),
+                });
+            }
+            metadata.len()
+        };
+        Ok(DirectFile {
+            file,
+            path: path.to_path_buf(),
+            len_bytes,
+            direct,
+            device,
+            engine,
+        })
+    }
+
+    /// Opens `path` read-write (creating it if `create`), `O_DIRECT` where the file system
+    /// allows it, under an exclusive lock: the file, whether direct, whether a block device.
+    fn open_locked(path: &Path, create: bool) -> Result<(File, bool, bool), crate::PoolError> {
         let io = |op, e: std::io::Error| crate::io_err(op, path, e);
         let open = |direct: bool| {
             OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(true)
+                .create(create)
                 .truncate(false)
                 .custom_flags(if direct { libc::O_DIRECT } else { 0 })
                 .open(path)
         };
-        let created = !path.exists();
         let (file, direct) = match open(true) {
             Ok(file) => (file, true),
             // EINVAL: the file system has no direct I/O (tmpfs).
@@ -278,6 +304,19 @@ impl DirectFile {
         crate::lock_exclusive(&file, path)?;
         let metadata = file.metadata().map_err(|e| io("stat", e))?;
         let device = std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type());
+        Ok((file, direct, device))
+    }
+
+    /// [`DirectFile::open`] with the I/O engine chosen (tests run both).
+    pub fn open_with(
+        path: &Path,
+        len_bytes: u64,
+        engine: IoEngine,
+    ) -> Result<DirectFile, crate::PoolError> {
+        let io = |op, e: std::io::Error| crate::io_err(op, path, e);
+        let created = !path.exists();
+        let (file, direct, device) = Self::open_locked(path, true)?;
+        let metadata = file.metadata().map_err(|e| io("stat", e))?;
         if device {
             let size = block_device_size(&file).map_err(|e| io("size block device", e))?;
             if size < len_bytes {
@@ -321,6 +360,7 @@ impl DirectFile {
             op,
             path: self.path.clone(),
             message: error.to_string(),
+            os_error: error.raw_os_error(),
         }
     }
 }

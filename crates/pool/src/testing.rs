@@ -213,6 +213,7 @@ impl<M: Medium> SimulatedMedium<M> {
             op,
             path: "(simulated)".into(),
             message: "injected fault".into(),
+            os_error: Some(libc::EIO),
         }
     }
 }

@@ -32,12 +32,15 @@ enum Command {
     /// Inspect or verify a pool file.
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
+    /// Serve block devices over NBD (pass-through so far; the cache modes are issue 12).
+    Block(strata_block::BlockOptions),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(options) => serve(options),
         Command::Pool(command) => pool_cmd::run(command),
+        Command::Block(options) => block(&options),
         Command::Bench(args) => match strata_bench::run(&args) {
             Ok(report) => {
                 print!("{}", report.render_text());
@@ -48,6 +51,31 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn block(options: &strata_block::BlockOptions) -> ExitCode {
+    strata_server::logging::init(
+        strata_server::config::LogLevel::Info,
+        strata_server::config::LogFormat::Text,
+    );
+    let block = match strata_block::Block::start(options) {
+        Ok(block) => block,
+        Err(error @ strata_block::StartError::Config(_)) => {
+            eprintln!("strata block: invalid configuration: {error}");
+            return ExitCode::from(EXIT_CODE_CONFIG);
+        }
+        Err(error) => {
+            eprintln!("strata block: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match block.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("strata block: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -433,6 +433,7 @@ impl FlashTier {
                         op: "persist superblock",
                         path: "(flash)".into(),
                         message: e.message,
+                        os_error: None,
                     })?;
                 sb
             }
@@ -852,6 +853,7 @@ impl FlashTier {
                         op: "persist reclaimed region header",
                         path: "(flash)".into(),
                         message: e.message,
+                        os_error: None,
                     })
             });
         let mut regions = self.regions.lock().expect("regions lock");

@@ -1,0 +1,342 @@
+//! The NBD server: listeners (TCP and Unix sockets), one thread per connection, the fixed
+//! newstyle handshake and the transmission phase. NBD clients are few and long-lived (one or a
+//! few connections per attached device), so a thread per connection costs little and keeps
+//! each connection's requests in order without an event loop.
+
+use std::io::{self, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::export::{Export, Exports, IoFailure};
+use crate::nbd::{self, Request};
+
+/// Largest payload of one request (advertised in `NBD_INFO_BLOCK_SIZE`): a write longer
+/// than this ends the session, a read longer than this is refused with `EINVAL`.
+pub const PAYLOAD_MAX_BYTES: u32 = 32 << 20;
+/// Preferred block size advertised (requests of whole 4 KiB blocks avoid read-modify-write).
+pub const PREFERRED_BLOCK_BYTES: u32 = 4096;
+/// Largest option data read; a longer option gets `NBD_REP_ERR_TOO_BIG` (its data is read
+/// and dropped) up to [`OPTION_DISCARD_MAX_BYTES`], beyond which the session ends.
+pub const OPTION_DATA_MAX_BYTES: u32 = 4096 + 64;
+/// Longest option data read and dropped before the session is ended instead.
+pub const OPTION_DISCARD_MAX_BYTES: u32 = 1 << 20;
+/// Options one session may send before it is ended (a client looping forever).
+pub const OPTIONS_PER_SESSION_MAX: usize = 1024;
+/// How long the handshake may take in all before the session is ended (a client that
+/// connects and stays silent holds a thread).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; more are closed at once with a log line.
+pub const CONNECTIONS_MAX: usize = 256;
+
+/// A connection: a TCP or Unix stream.
+pub trait Stream: Read + Write + Send + 'static {
+    /// A second handle on the same connection (one reads, one writes).
+    fn try_clone_stream(&self) -> io::Result<Box<dyn Stream>>;
+    /// Sets the read timeout.
+    fn set_read_timeout_to(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl Stream for TcpStream {
+    fn try_clone_stream(&self) -> io::Result<Box<dyn Stream>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn set_read_timeout_to(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+}
+
+impl Stream for UnixStream {
+    fn try_clone_stream(&self) -> io::Result<Box<dyn Stream>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn set_read_timeout_to(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+}
+
+/// A bound listener.
+pub enum Listener {
+    /// TCP.
+    Tcp(TcpListener),
+    /// A Unix socket.
+    Unix(UnixListener),
+}
+
+/// Accepts connections on `listener` for ever, each served on its own thread.
+pub fn accept_loop(listener: Listener, exports: Arc<Exports>) {
+    let open = Arc::new(AtomicUsize::new(0));
+    loop {
+        let accepted: io::Result<(Box<dyn Stream>, String)> = match &listener {
+            Listener::Tcp(l) => l.accept().map(|(s, peer)| {
+                let _ = s.set_nodelay(true);
+                (Box::new(s) as Box<dyn Stream>, peer.to_string())
+            }),
+            Listener::Unix(l) => l
+                .accept()
+                .map(|(s, _)| (Box::new(s) as Box<dyn Stream>, "unix".to_string())),
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!(%err, "accept failed");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if open.fetch_add(1, Ordering::AcqRel) >= CONNECTIONS_MAX {
+            open.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(
+                peer,
+                limit = CONNECTIONS_MAX,
+                "connection refused: too many"
+            );
+            continue; // Dropped: closed.
+        }
+        let (exports, open) = (Arc::clone(&exports), Arc::clone(&open));
+        let spawned = std::thread::Builder::new()
+            .name("strata-nbd".into())
+            .spawn(move || {
+                match serve_connection(stream, &exports) {
+                    Ok(()) => tracing::info!(peer, "nbd connection closed"),
+                    Err(err) => tracing::info!(peer, %err, "nbd connection ended"),
+                }
+                open.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(err) = spawned {
+            tracing::error!(%err, "could not start a connection thread");
+        }
+    }
+}
+
+/// Why a session ended other than by the client's choice.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The socket failed or the client went away mid-message.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    /// The client broke the protocol in a way that leaves the stream out of step.
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+/// Serves one connection: handshake, then requests until the client disconnects.
+pub fn serve_connection(stream: Box<dyn Stream>, exports: &Exports) -> Result<(), SessionError> {
+    let mut writer = stream.try_clone_stream()?;
+    stream.set_read_timeout_to(Some(HANDSHAKE_TIMEOUT))?;
+    let mut reader = BufReader::with_capacity(64 << 10, stream);
+    let Some(export) = handshake(&mut reader, &mut writer, exports)? else {
+        return Ok(());
+    };
+    reader.get_ref().set_read_timeout_to(None)?;
+    tracing::info!(export = %export.name(), "nbd transmission");
+    transmission(&mut reader, &mut writer, &export)
+}
+
+/// The handshake: greeting, client flags, options. Returns the export chosen, or `None` when
+/// the client aborted.
+fn handshake(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    exports: &Exports,
+) -> Result<Option<Arc<Export>>, SessionError> {
+    writer.write_all(&nbd::greeting())?;
+    let mut flags = [0u8; 4];
+    reader.read_exact(&mut flags)?;
+    let client_flags = nbd::parse_client_flags(flags).map_err(SessionError::Protocol)?;
+    let zeroes = client_flags & nbd::CLIENT_FLAG_NO_ZEROES == 0;
+    for _ in 0..OPTIONS_PER_SESSION_MAX {
+        let mut header = [0u8; 16];
+        reader.read_exact(&mut header)?;
+        let (option, length) = nbd::parse_option_header(header).map_err(SessionError::Protocol)?;
+        if length > OPTION_DATA_MAX_BYTES {
+            if length > OPTION_DISCARD_MAX_BYTES {
+                return Err(SessionError::Protocol(format!(
+                    "option {option} with {length} bytes of data"
+                )));
+            }
+            io::copy(&mut reader.take(u64::from(length)), &mut io::sink())?;
+            writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_TOO_BIG, &[]))?;
+            continue;
+        }
+        let mut data = vec![0u8; length as usize];
+        reader.read_exact(&mut data)?;
+        match option {
+            nbd::OPT_EXPORT_NAME => {
+                let name = String::from_utf8_lossy(&data);
+                let Some(export) = exports.find(&name) else {
+                    // The protocol leaves no way to say so but closing.
+                    return Err(SessionError::Protocol(format!("no export named {name:?}")));
+                };
+                writer.write_all(&nbd::export_name_reply(
+                    export.size_bytes(),
+                    export.transmission_flags(),
+                    zeroes,
+                ))?;
+                return Ok(Some(export));
+            }
+            nbd::OPT_ABORT => {
+                writer.write_all(&nbd::option_reply(option, nbd::REP_ACK, &[]))?;
+                return Ok(None);
+            }
+            nbd::OPT_LIST => {
+                if !data.is_empty() {
+                    writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_INVALID, &[]))?;
+                    continue;
+                }
+                for export in exports.iter() {
+                    let entry = nbd::server_reply_data(export.name());
+                    writer.write_all(&nbd::option_reply(option, nbd::REP_SERVER, &entry))?;
+                }
+                writer.write_all(&nbd::option_reply(option, nbd::REP_ACK, &[]))?;
+            }
+            nbd::OPT_INFO | nbd::OPT_GO => {
+                let request = match nbd::parse_info_request(&data) {
+                    Ok(request) => request,
+                    Err(why) => {
+                        let text = why.into_bytes();
+                        writer.write_all(&nbd::option_reply(
+                            option,
+                            nbd::REP_ERR_INVALID,
+                            &text,
+                        ))?;
+                        continue;
+                    }
+                };
+                let Some(export) = exports.find(&request.name) else {
+                    let text = format!("no export named {:?}", request.name).into_bytes();
+                    writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_UNKNOWN, &text))?;
+                    continue;
+                };
+                let mut out = nbd::option_reply(
+                    option,
+                    nbd::REP_INFO,
+                    &nbd::info_export_data(export.size_bytes(), export.transmission_flags()),
+                );
+                // Sent whether asked or not: the sizes are the defaults any client assumes
+                // (1-byte minimum), so a client that did not ask loses nothing.
+                out.extend_from_slice(&nbd::option_reply(
+                    option,
+                    nbd::REP_INFO,
+                    &nbd::info_block_size_data(1, PREFERRED_BLOCK_BYTES, PAYLOAD_MAX_BYTES),
+                ));
+                out.extend_from_slice(&nbd::option_reply(option, nbd::REP_ACK, &[]));
+                writer.write_all(&out)?;
+                if option == nbd::OPT_GO {
+                    return Ok(Some(export));
+                }
+            }
+            _ => {
+                // STARTTLS, STRUCTURED_REPLY, metadata contexts and anything unknown.
+                writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_UNSUP, &[]))?;
+            }
+        }
+    }
+    Err(SessionError::Protocol(format!(
+        "more than {OPTIONS_PER_SESSION_MAX} options"
+    )))
+}
+
+/// The flags each command accepts (`NBD_CMD_FLAG_FUA` is valid on every command).
+fn flags_allowed(command: u16) -> u16 {
+    match command {
+        nbd::CMD_WRITE_ZEROES => nbd::CMD_FLAG_FUA | nbd::CMD_FLAG_NO_HOLE,
+        nbd::CMD_DISC => 0,
+        _ => nbd::CMD_FLAG_FUA,
+    }
+}
+
+/// The transmission phase: one request at a time, each answered before the next is read.
+fn transmission(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    export: &Export,
+) -> Result<(), SessionError> {
+    let mut payload: Vec<u8> = Vec::new();
+    loop {
+        let mut header = [0u8; nbd::REQUEST_BYTES];
+        match reader.read_exact(&mut header) {
+            Ok(()) => {}
+            // The client closed between requests: a hard disconnect, which NBD allows.
+            Err(err) if err.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(err) => return Err(err.into()),
+        }
+        let request = nbd::parse_request(&header).map_err(SessionError::Protocol)?;
+        if request.command == nbd::CMD_WRITE {
+            if request.length > PAYLOAD_MAX_BYTES {
+                return Err(SessionError::Protocol(format!(
+                    "write of {} bytes (most {PAYLOAD_MAX_BYTES})",
+                    request.length
+                )));
+            }
+            payload.resize(request.length as usize, 0);
+            // A client that vanishes here leaves its write undone: nothing was written yet.
+            reader.read_exact(&mut payload)?;
+        }
+        if request.command == nbd::CMD_DISC {
+            return Ok(());
+        }
+        let (error, data) = execute(export, &request, &payload);
+        let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
+        if let Some(data) = data {
+            reply.extend_from_slice(&data);
+        }
+        writer.write_all(&reply)?;
+    }
+}
+
+/// Runs one request: the reply's error value, and a read's data.
+fn execute(export: &Export, request: &Request, payload: &[u8]) -> (u32, Option<Vec<u8>>) {
+    if request.flags & !flags_allowed(request.command) != 0 {
+        return (nbd::EINVAL, None);
+    }
+    let fua = request.flags & nbd::CMD_FLAG_FUA != 0;
+    let in_range = request
+        .offset
+        .checked_add(u64::from(request.length))
+        .is_some_and(|end| end <= export.size_bytes());
+    let result = match request.command {
+        nbd::CMD_READ => {
+            if !in_range || request.length > PAYLOAD_MAX_BYTES {
+                return (nbd::EINVAL, None);
+            }
+            let mut data = vec![0u8; request.length as usize];
+            return match export.read(request.offset, &mut data) {
+                Ok(()) => (0, Some(data)),
+                Err(failure) => (failure_code(export, "read", request, &failure), None),
+            };
+        }
+        nbd::CMD_WRITE if !in_range => return (nbd::ENOSPC, None),
+        nbd::CMD_WRITE => export.write(request.offset, payload, fua),
+        nbd::CMD_FLUSH => export.flush(),
+        nbd::CMD_TRIM if !in_range => return (nbd::EINVAL, None),
+        nbd::CMD_TRIM => export.trim(request.offset, u64::from(request.length), fua),
+        nbd::CMD_WRITE_ZEROES if !in_range => return (nbd::ENOSPC, None),
+        // Zeroes are written, never a hole: NO_HOLE is honoured whether given or not.
+        nbd::CMD_WRITE_ZEROES => {
+            export.write_zeroes(request.offset, u64::from(request.length), fua)
+        }
+        nbd::CMD_CACHE if !in_range => return (nbd::EINVAL, None),
+        nbd::CMD_CACHE => Ok(()), // Advisory: pass-through has no cache to fill.
+        _ => return (nbd::EINVAL, None),
+    };
+    match result {
+        Ok(()) => (0, None),
+        Err(failure) => (failure_code(export, "write", request, &failure), None),
+    }
+}
+
+/// Logs a failed request and maps it to the protocol's error value.
+fn failure_code(export: &Export, what: &str, request: &Request, failure: &IoFailure) -> u32 {
+    tracing::error!(
+        export = %export.name(),
+        command = request.command,
+        offset = request.offset,
+        length = request.length,
+        error = %failure.0,
+        "{what} failed"
+    );
+    failure.nbd_error()
+}
