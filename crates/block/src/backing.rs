@@ -6,11 +6,12 @@
 //! The medium wants offsets, lengths and buffers aligned to its block (4 KiB); NBD requests
 //! need only be aligned to 1 byte (this server advertises a minimum block size of 1), so a
 //! request that is not aligned goes through an aligned bounce buffer, and an unaligned write
-//! reads the blocks it covers partly, patches them and writes them back. Writes are serialised
-//! per backing store so that two of those never interleave on one block.
+//! reads the blocks it covers partly, patches them and writes them back. Such a write holds the
+//! store's write lock alone (no other write, aligned or not, runs meanwhile, so none is lost
+//! under its write-back); aligned writes share it.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use strata_pool::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError};
 
@@ -19,8 +20,8 @@ use strata_pool::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError};
 pub struct Backing {
     medium: DirectFile,
     block_bytes: u64,
-    /// Held by every write (see the module docs).
-    write_lock: Mutex<()>,
+    /// Shared by aligned writes and trims, held alone by read-modify-writes (module docs).
+    write_lock: RwLock<()>,
 }
 
 /// Largest write of zeroes issued at once by [`Backing::write_zeroes`].
@@ -44,7 +45,7 @@ impl Backing {
         Ok(Backing {
             medium,
             block_bytes,
-            write_lock: Mutex::new(()),
+            write_lock: RwLock::new(()),
         })
     }
 
@@ -85,9 +86,15 @@ impl Backing {
         if data.is_empty() {
             return Ok(());
         }
-        let _serial = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let (start, mut bounce) = self.bounce_for(offset, data.len());
         let block = self.block_bytes as usize;
+        if offset.is_multiple_of(self.block_bytes) && data.len().is_multiple_of(block) {
+            let _shared = self.write_lock.read().unwrap_or_else(|e| e.into_inner());
+            let mut aligned = AlignedBuf::zeroed(data.len(), block);
+            aligned.copy_from_slice(data);
+            return self.medium.write_at(offset, &aligned);
+        }
+        let _alone = self.write_lock.write().unwrap_or_else(|e| e.into_inner());
+        let (start, mut bounce) = self.bounce_for(offset, data.len());
         let skip = (offset - start) as usize;
         // Read, patch, write: the blocks the write covers only partly keep their other bytes.
         if skip != 0 {
@@ -137,7 +144,7 @@ impl Backing {
         if end <= first {
             return Ok(());
         }
-        let _serial = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _shared = self.write_lock.read().unwrap_or_else(|e| e.into_inner());
         self.medium.discard(first, end - first)
     }
 

@@ -7,7 +7,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use crate::export::{Export, Exports, IoFailure};
@@ -248,13 +248,62 @@ fn flags_allowed(command: u16) -> u16 {
     }
 }
 
-/// The transmission phase: one request at a time, each answered before the next is read.
-fn transmission(
-    reader: &mut impl Read,
-    writer: &mut impl Write,
+/// Requests of one connection run at once, at most this many (fio and the kernel keep up to
+/// their queue depth in flight on one connection); more wait, unread, in the socket.
+pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 16;
+
+/// The transmission phase: the connection's thread reads requests (and write payloads) in
+/// order and hands each to one of the connection's workers, which runs it and writes its reply
+/// whole under the writer's lock. Replies may leave out of order (NBD matches them by cookie);
+/// a flush covers every write answered before it, as NBD asks.
+fn transmission<R: Read, W: Write + Send>(
+    reader: &mut R,
+    writer: &mut W,
     export: &Export,
 ) -> Result<(), SessionError> {
-    let mut payload: Vec<u8> = Vec::new();
+    let writer = Mutex::new(writer);
+    let (jobs, queue) = mpsc::sync_channel::<(Request, Vec<u8>)>(IN_FLIGHT_PER_CONNECTION_MAX);
+    let queue = Mutex::new(queue);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..IN_FLIGHT_PER_CONNECTION_MAX)
+            .map(|_| {
+                scope.spawn(|| -> io::Result<()> {
+                    loop {
+                        let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((request, payload)) = job else {
+                            return Ok(()); // The reader is done: no more requests.
+                        };
+                        let (error, data) = execute(export, &request, &payload);
+                        let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
+                        if let Some(data) = data {
+                            reply.extend_from_slice(&data);
+                        }
+                        writer
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .write_all(&reply)?;
+                    }
+                })
+            })
+            .collect();
+        let read = read_requests(reader, &jobs);
+        drop(jobs); // Workers finish what is queued, answer it, and stop.
+        let mut replies: io::Result<()> = Ok(());
+        for worker in workers {
+            let done = worker
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a request's worker panicked")));
+            replies = replies.and(done);
+        }
+        read.and(replies.map_err(SessionError::from))
+    })
+}
+
+/// Reads requests until the client disconnects, handing each to the workers.
+fn read_requests(
+    reader: &mut impl Read,
+    jobs: &mpsc::SyncSender<(Request, Vec<u8>)>,
+) -> Result<(), SessionError> {
     loop {
         let mut header = [0u8; nbd::REQUEST_BYTES];
         match reader.read_exact(&mut header) {
@@ -264,6 +313,7 @@ fn transmission(
             Err(err) => return Err(err.into()),
         }
         let request = nbd::parse_request(&header).map_err(SessionError::Protocol)?;
+        let mut payload = Vec::new();
         if request.command == nbd::CMD_WRITE {
             if request.length > PAYLOAD_MAX_BYTES {
                 return Err(SessionError::Protocol(format!(
@@ -276,14 +326,12 @@ fn transmission(
             reader.read_exact(&mut payload)?;
         }
         if request.command == nbd::CMD_DISC {
+            return Ok(()); // Requests already read are answered before the close.
+        }
+        if jobs.send((request, payload)).is_err() {
+            // Every worker stopped: a reply could not be written (the client is gone).
             return Ok(());
         }
-        let (error, data) = execute(export, &request, &payload);
-        let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
-        if let Some(data) = data {
-            reply.extend_from_slice(&data);
-        }
-        writer.write_all(&reply)?;
     }
 }
 

@@ -634,3 +634,84 @@ fn bad_flags_are_refused_at_start_with_a_clear_message() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn pipelined_requests_on_one_connection_are_all_answered_by_cookie() {
+    let dir = Dir::new("pipelined");
+    let backing = backing_file(&dir, "disk.img", 1 << 20);
+    let block = Block::start(&dir, &[("disk", &backing)]);
+    let mut raw = block.connect("disk");
+    // 64 writes sent back to back (aligned and not), then 64 reads of the same ranges.
+    let range = |i: u64| (i * 12_288 + (i % 3) * 100, 4096 + (i % 5) as u32 * 1000);
+    let fill = |i: u64| vec![(i as u8).wrapping_mul(37) | 1; range(i).1 as usize];
+    for i in 0..64u64 {
+        let (offset, length) = range(i);
+        let flags = if i % 8 == 0 { nbd::CMD_FLAG_FUA } else { 0 };
+        raw.send(&nbd::encode_request(&nbd::Request {
+            flags,
+            command: nbd::CMD_WRITE,
+            cookie: i,
+            offset,
+            length,
+        }));
+        raw.send(&fill(i));
+    }
+    let mut answered = std::collections::HashSet::new();
+    for _ in 0..64 {
+        let header = raw.read(16);
+        assert_eq!(&header[4..8], &[0, 0, 0, 0], "a write failed");
+        let cookie = u64::from_be_bytes(header[8..16].try_into().unwrap());
+        assert!(
+            cookie < 64 && answered.insert(cookie),
+            "cookie {cookie} unknown or twice"
+        );
+    }
+    for i in 0..64u64 {
+        let (offset, length) = range(i);
+        raw.send(&nbd::encode_request(&nbd::Request {
+            flags: 0,
+            command: nbd::CMD_READ,
+            cookie: 1000 + i,
+            offset,
+            length,
+        }));
+    }
+    for _ in 0..64 {
+        let header = raw.read(16);
+        assert_eq!(&header[4..8], &[0, 0, 0, 0], "a read failed");
+        let i = u64::from_be_bytes(header[8..16].try_into().unwrap()) - 1000;
+        let data = raw.read(range(i).1 as usize);
+        assert!(data == fill(i), "read {i} did not return its write");
+    }
+    let on_disk = std::fs::read(&backing).unwrap();
+    for i in 0..64u64 {
+        let (offset, length) = range(i);
+        assert!(on_disk[offset as usize..(offset + u64::from(length)) as usize] == fill(i)[..]);
+    }
+    // 40 small writes into one block, all in flight at once: each is a read-modify-write of
+    // the same block, and none may undo another.
+    let base = 900 * 1024;
+    for j in 0..40u64 {
+        raw.send(&nbd::encode_request(&nbd::Request {
+            flags: 0,
+            command: nbd::CMD_WRITE,
+            cookie: 5000 + j,
+            offset: base + j * 100,
+            length: 100,
+        }));
+        raw.send(&[j as u8 + 1; 100]);
+    }
+    for _ in 0..40 {
+        assert_eq!(&raw.read(16)[4..8], &[0, 0, 0, 0]);
+    }
+    let (error, data) = raw.request(nbd::CMD_READ, 0, base, 4000, &[]);
+    assert_eq!(error, 0);
+    for j in 0..40usize {
+        assert!(
+            data[j * 100..(j + 1) * 100]
+                .iter()
+                .all(|&b| b == j as u8 + 1),
+            "write {j} lost"
+        );
+    }
+}
