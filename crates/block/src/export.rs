@@ -1,6 +1,12 @@
-//! An export: a name, a backing store and the cache mode between them. So far the only mode is
-//! pass-through (`pt`): every request goes to the backing store; the cache modes of issue 12
-//! (write-through, write-back, write-around, write-invalidate) put a strata pool in between.
+//! An export: a name, a backing store and the cache mode between them (Open CAS's modes):
+//! - `pt` pass-through: every request goes to the backing store;
+//! - `wt` write-through: reads fill the cache, writes go to the store and then to the cache;
+//! - `wa` write-around: writes go to the store and update only lines already cached;
+//! - `wi` write-invalidate: writes go to the store and invalidate the lines they cover.
+//!
+//! In every mode the store holds each acknowledged write before the reply, so losing the cache
+//! (it is in DRAM so far) loses nothing. Write-back, where the cache holds dirty lines in a
+//! persistent pool, is the next step of issue 12.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +14,44 @@ use std::sync::Arc;
 use strata_pool::MediumError;
 
 use crate::backing::Backing;
+use crate::cache::{Cache, WriteTicket};
 use crate::nbd;
+
+/// How an export uses its cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// No cache.
+    PassThrough,
+    /// Write-through.
+    WriteThrough,
+    /// Write-around.
+    WriteAround,
+    /// Write-invalidate.
+    WriteInvalidate,
+}
+
+impl Mode {
+    /// `pt`, `wt`, `wa`, `wi`.
+    pub fn parse(text: &str) -> Option<Mode> {
+        Some(match text {
+            "pt" => Mode::PassThrough,
+            "wt" => Mode::WriteThrough,
+            "wa" => Mode::WriteAround,
+            "wi" => Mode::WriteInvalidate,
+            _ => return None,
+        })
+    }
+
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::PassThrough => "pt",
+            Mode::WriteThrough => "wt",
+            Mode::WriteAround => "wa",
+            Mode::WriteInvalidate => "wi",
+        }
+    }
+}
 
 /// A failed request's cause.
 #[derive(Debug)]
@@ -43,15 +86,44 @@ impl IoFailure {
 pub struct Export {
     name: String,
     backing: Backing,
+    mode: Mode,
+    /// `None` in pass-through.
+    cache: Option<Cache>,
 }
 
 impl Export {
-    /// Opens the backing store at `path` as export `name` (pass-through).
-    pub fn open(name: &str, path: &Path) -> Result<Export, String> {
+    /// Opens the backing store at `path` as export `name`, with `cache` in `mode` (no cache
+    /// in pass-through).
+    pub fn open(
+        name: &str,
+        path: &Path,
+        mode: Mode,
+        cache: Option<Cache>,
+    ) -> Result<Export, String> {
+        let cache = if mode == Mode::PassThrough {
+            None
+        } else {
+            cache
+        };
+        if mode != Mode::PassThrough && cache.is_none() {
+            return Err(format!("export {name}: mode {} needs a cache", mode.name()));
+        }
         Ok(Export {
             name: name.to_string(),
             backing: Backing::open(path)?,
+            mode,
+            cache,
         })
+    }
+
+    /// The cache mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The cache (`None` in pass-through).
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
     }
 
     /// The export's name.
@@ -81,15 +153,126 @@ impl Export {
             | nbd::TFLAG_SEND_CACHE
     }
 
-    /// Reads `out.len()` bytes at `offset` (a range the caller checked).
-    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), IoFailure> {
-        Ok(self.backing.read_at(offset, out)?)
+    /// Bytes of the store held in whole lines (the cacheable part), and the line size.
+    fn cached_span(&self, cache: &Cache) -> (u64, u64) {
+        let line = cache.line_bytes() as u64;
+        (self.size_bytes() / line * line, line)
     }
 
-    /// Writes `data` at `offset`; `fua`: durable before this returns.
+    /// Reads `out.len()` bytes at `offset` (a range the caller checked): cached lines from the
+    /// cache, each run of missing lines with one read of the store (which then fills them).
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), IoFailure> {
+        let Some(cache) = &self.cache else {
+            return Ok(self.backing.read_at(offset, out)?);
+        };
+        let (cached_end, line) = self.cached_span(cache);
+        let end = offset + out.len() as u64;
+        let mut scratch = vec![0u8; line as usize];
+        // Misses waiting to be read: (first line, generation of each).
+        let mut run: Option<(u64, Vec<u64>)> = None;
+        let mut at = offset;
+        while at < end.min(cached_end) {
+            let line_no = at / line;
+            match cache.read(line_no, &mut scratch) {
+                Ok(()) => {
+                    if let Some((first, generations)) = run.take() {
+                        self.read_missed(cache, first, &generations, offset, out)?;
+                    }
+                    copy_part(&scratch, line_no * line, offset, out);
+                }
+                Err(generation) => match &mut run {
+                    Some((_, generations)) => generations.push(generation),
+                    None => run = Some((line_no, vec![generation])),
+                },
+            }
+            at = (line_no + 1) * line;
+        }
+        if let Some((first, generations)) = run {
+            self.read_missed(cache, first, &generations, offset, out)?;
+        }
+        if end > cached_end {
+            // The store's tail, shorter than a line: never cached.
+            let from = offset.max(cached_end);
+            let skip = (from - offset) as usize;
+            self.backing.read_at(from, &mut out[skip..])?;
+        }
+        Ok(())
+    }
+
+    /// Reads missed lines `first..first + generations.len()` from the store in one read, fills
+    /// them, and copies the part of each the request wants into `out` (which starts at
+    /// `offset`).
+    fn read_missed(
+        &self,
+        cache: &Cache,
+        first: u64,
+        generations: &[u64],
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), IoFailure> {
+        let line = cache.line_bytes();
+        let mut lines = vec![0u8; line * generations.len()];
+        self.backing.read_at(first * line as u64, &mut lines)?;
+        for (i, (bytes, &generation)) in lines.chunks(line).zip(generations).enumerate() {
+            let line_no = first + i as u64;
+            cache.fill(line_no, bytes, generation);
+            copy_part(bytes, line_no * line as u64, offset, out);
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`; `fua`: durable before this returns. With a cache, the lines
+    /// written are invalidated first and take the new bytes, as the mode says, once the store
+    /// has them (see `cache`).
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), IoFailure> {
-        self.backing.write_at(offset, data)?;
-        self.durable_if(fua)
+        let tickets = self.writes_begin(offset, data.len() as u64);
+        let result = self
+            .backing
+            .write_at(offset, data)
+            .map_err(IoFailure::from)
+            .and_then(|()| self.durable_if(fua));
+        self.writes_end(tickets, offset, result.is_ok().then_some(data));
+        result
+    }
+
+    /// Starts a write of `len` bytes at `offset` on the cached lines it touches.
+    fn writes_begin(&self, offset: u64, len: u64) -> Vec<WriteTicket> {
+        let Some(cache) = &self.cache else {
+            return Vec::new();
+        };
+        let (cached_end, line) = self.cached_span(cache);
+        let end = (offset + len).min(cached_end);
+        if offset >= end {
+            return Vec::new();
+        }
+        (offset / line..end.div_ceil(line))
+            .map(|line_no| cache.write_begins(line_no))
+            .collect()
+    }
+
+    /// Ends a write: each whole line it covered takes its bytes (`data`, which starts at
+    /// `offset`; `None` after a failure, or for zeroes and trims: invalidate) as the mode says.
+    fn writes_end(&self, tickets: Vec<WriteTicket>, offset: u64, data: Option<&[u8]>) {
+        let Some(cache) = &self.cache else {
+            return;
+        };
+        let line = cache.line_bytes() as u64;
+        for ticket in tickets {
+            let start = ticket_line(&ticket, line);
+            let whole = data.and_then(|data| {
+                let end = offset + data.len() as u64;
+                (start >= offset && start + line <= end).then(|| {
+                    let from = (start - offset) as usize;
+                    &data[from..from + line as usize]
+                })
+            });
+            let keep = match self.mode {
+                Mode::WriteThrough => whole,
+                Mode::WriteAround => whole.filter(|_| ticket.was_cached),
+                Mode::WriteInvalidate | Mode::PassThrough => None,
+            };
+            cache.write_ends(ticket, keep);
+        }
     }
 
     /// Makes every completed write durable.
@@ -97,16 +280,28 @@ impl Export {
         Ok(self.backing.flush()?)
     }
 
-    /// The range is no longer needed.
+    /// The range is no longer needed (its cached lines are invalidated).
     pub fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), IoFailure> {
-        self.backing.trim(offset, len)?;
-        self.durable_if(fua)
+        let tickets = self.writes_begin(offset, len);
+        let result = self
+            .backing
+            .trim(offset, len)
+            .map_err(IoFailure::from)
+            .and_then(|()| self.durable_if(fua));
+        self.writes_end(tickets, offset, None);
+        result
     }
 
-    /// Zeroes the range.
+    /// Zeroes the range (its cached lines are invalidated).
     pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<(), IoFailure> {
-        self.backing.write_zeroes(offset, len)?;
-        self.durable_if(fua)
+        let tickets = self.writes_begin(offset, len);
+        let result = self
+            .backing
+            .write_zeroes(offset, len)
+            .map_err(IoFailure::from)
+            .and_then(|()| self.durable_if(fua));
+        self.writes_end(tickets, offset, None);
+        result
     }
 
     fn durable_if(&self, fua: bool) -> Result<(), IoFailure> {
@@ -138,5 +333,23 @@ impl Exports {
     /// Every export.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Export>> {
         self.0.iter()
+    }
+}
+
+/// The store offset of a ticket's line.
+fn ticket_line(ticket: &WriteTicket, line_bytes: u64) -> u64 {
+    ticket.line() * line_bytes
+}
+
+/// Copies the part of a line (at store offset `line_start`) that falls inside the request
+/// `[offset, offset + out.len())` into `out`.
+fn copy_part(line: &[u8], line_start: u64, offset: u64, out: &mut [u8]) {
+    let end = offset + out.len() as u64;
+    let from = line_start.max(offset);
+    let to = (line_start + line.len() as u64).min(end);
+    if from < to {
+        let src = (from - line_start) as usize..(to - line_start) as usize;
+        let dst = (from - offset) as usize..(to - offset) as usize;
+        out[dst].copy_from_slice(&line[src]);
     }
 }

@@ -2,16 +2,18 @@
 //! file or block device, read and written with direct I/O) served to NBD clients (the kernel's
 //! `nbd-client`, qemu, libnbd's tools, `nbdfuse`) over TCP or a Unix socket.
 //!
-//! So far every export is pass-through (`--mode pt`): the protocol, the backing store's I/O and
-//! the bad-input handling the cache modes will build on. The cache itself (a strata pool in
-//! front of the backing store: write-through, write-back, write-around, write-invalidate) is
-//! the rest of issue 12.
+//! Between each export and its store, a cache of whole lines in DRAM (`cache`), in the mode
+//! asked for: pass-through, write-through, write-around or write-invalidate (`export`). A cache
+//! in a persistent pool, restarting warm and holding dirty lines for write-back, is the rest of
+//! issue 12.
 //!
 //! ```text
-//!   listener (TCP, Unix) ─▶ thread per connection ─▶ handshake (nbd) ─▶ requests ─▶ Export ─▶ Backing
+//!   listener (TCP, Unix) ─▶ thread per connection ─▶ handshake (nbd) ─▶ requests
+//!       ─▶ Export (mode) ─▶ Cache (DRAM lines) ─▶ Backing (pool DirectFile)
 //! ```
 
 pub mod backing;
+pub mod cache;
 pub mod export;
 pub mod nbd;
 pub mod server;
@@ -22,8 +24,32 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use export::{Export, Exports};
+use cache::Cache;
+use export::{Export, Exports, Mode};
 use server::Listener;
+
+/// Default cache line: 4 KiB (Open CAS's default too).
+pub const CACHE_LINE_BYTES_DEFAULT: usize = 4096;
+
+/// Parses a size: a number with an optional `K`, `M`, `G`, `T` (or `KiB`, `MiB`, `GiB`, `TiB`;
+/// powers of 1024) or `B` suffix.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits_end);
+    let number: u64 = number.parse().ok()?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        _ => return None,
+    };
+    number.checked_mul(1u64 << shift)
+}
 
 /// Default NBD listener: loopback, the IANA port.
 pub const NBD_LISTEN_DEFAULT: &str = "127.0.0.1:10809";
@@ -35,10 +61,20 @@ pub struct BlockOptions {
     /// also the default export (the empty name).
     #[arg(long = "export", value_name = "NAME=PATH", required = true)]
     pub exports: Vec<String>,
-    /// Cache mode: `pt` (pass-through). The cache modes (`wt`, `wb`, `wa`, `wi`) are not built
-    /// yet and are refused.
+    /// Cache mode: `wt` (write-through), `wa` (write-around), `wi` (write-invalidate) or `pt`
+    /// (pass-through). `wb` (write-back) needs a persistent cache, not built yet, and is refused.
     #[arg(long, value_name = "MODE", default_value = "wt")]
     pub mode: String,
+    /// DRAM for the cache, shared evenly by the exports (e.g. `1GiB`); needed unless `--mode pt`.
+    #[arg(long, value_name = "SIZE")]
+    pub cache_size: Option<String>,
+    /// Cache line: 4KiB to 64KiB, a multiple of 4KiB [default: 4KiB].
+    #[arg(long, value_name = "SIZE")]
+    pub cache_line_size: Option<String>,
+    /// A persistent cache pool (a file, tmpfs or DAX): not built yet, refused (the cache is in
+    /// DRAM).
+    #[arg(long, value_name = "PATH")]
+    pub cache: Option<PathBuf>,
     /// Where to serve NBD: `unix:/path/to.sock` or `ADDR:PORT`; repeat for more [default:
     /// 127.0.0.1:10809].
     #[arg(long = "nbd-listen", value_name = "LISTEN")]
@@ -71,13 +107,47 @@ pub struct Block {
 impl Block {
     /// Checks the flags, opens every backing store and binds every listener.
     pub fn start(options: &BlockOptions) -> Result<Block, StartError> {
-        if options.mode != "pt" {
-            return Err(StartError::Config(format!(
-                "--mode {}: only pt (pass-through) is built so far; the cache modes (wt, wb, wa, \
-                 wi) come with the cache",
-                options.mode
+        let config = |message: String| StartError::Config(message);
+        let mode =
+            match options.mode.as_str() {
+                "wb" => return Err(config(
+                    "--mode wb: write-back needs a persistent cache pool, not built yet (wt, wa, \
+                     wi and pt are)"
+                        .to_string(),
+                )),
+                other => Mode::parse(other)
+                    .ok_or_else(|| config(format!("--mode {other}: expected wt, wa, wi or pt")))?,
+            };
+        if let Some(path) = &options.cache {
+            return Err(config(format!(
+                "--cache {}: a persistent cache pool is not built yet; without --cache the cache \
+                 is in DRAM (--cache-size)",
+                path.display()
             )));
         }
+        let line_bytes = match &options.cache_line_size {
+            None => CACHE_LINE_BYTES_DEFAULT,
+            Some(text) => parse_size(text)
+                .filter(|&n| (4096..=65536).contains(&n) && n.is_multiple_of(4096))
+                .ok_or_else(|| {
+                    config(format!(
+                        "--cache-line-size {text}: expected 4KiB to 64KiB, a multiple of 4KiB"
+                    ))
+                })? as usize,
+        };
+        let cache_bytes = match (&options.cache_size, mode) {
+            (_, Mode::PassThrough) => 0,
+            (None, _) => {
+                return Err(config(format!(
+                    "--mode {}: give the cache's DRAM with --cache-size (or use --mode pt)",
+                    mode.name()
+                )))
+            }
+            (Some(text), _) => parse_size(text).filter(|&n| n > 0).ok_or_else(|| {
+                config(format!("--cache-size {text}: expected a size such as 1GiB"))
+            })?,
+        };
+        let per_export_bytes = cache_bytes / options.exports.len().max(1) as u64;
         let mut exports = Vec::new();
         for spec in &options.exports {
             let Some((name, path)) = spec.split_once('=') else {
@@ -93,10 +163,13 @@ impl Block {
             if exports.iter().any(|e: &Export| e.name() == name) {
                 return Err(StartError::Config(format!("--export {name}: given twice")));
             }
-            let export = Export::open(name, path.as_ref()).map_err(|err| StartError::Io {
-                what: format!("export {name}"),
-                err,
-            })?;
+            let cache =
+                (mode != Mode::PassThrough).then(|| Cache::new(per_export_bytes, line_bytes));
+            let export =
+                Export::open(name, path.as_ref(), mode, cache).map_err(|err| StartError::Io {
+                    what: format!("export {name}"),
+                    err,
+                })?;
             if !export.backing().direct() {
                 tracing::warn!(
                     export = name,
@@ -151,7 +224,9 @@ impl Block {
                 size_bytes = export.size_bytes(),
                 direct_io = export.backing().direct(),
                 io_engine = export.backing().io_engine(),
-                mode = "pt",
+                mode = export.mode().name(),
+                cache_lines = export.cache().map_or(0, |c| c.capacity_lines()),
+                cache_line_bytes = export.cache().map_or(0, |c| c.line_bytes()),
                 "export"
             );
         }
@@ -167,6 +242,22 @@ impl Block {
         for export in self.exports.iter() {
             if let Err(err) = export.flush() {
                 tracing::error!(export = export.name(), error = %err.0, "flush at stop failed");
+            }
+            if let Some(cache) = export.cache() {
+                let c = &cache.counters;
+                let load =
+                    |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    export = export.name(),
+                    read_hits = load(&c.read_hits),
+                    read_misses = load(&c.read_misses),
+                    fills = load(&c.fills),
+                    fills_raced = load(&c.fills_raced),
+                    write_updates = load(&c.write_updates),
+                    write_invalidations = load(&c.write_invalidations),
+                    evictions = load(&c.evictions),
+                    "cache lines"
+                );
             }
         }
         for path in &self.unix_paths {
@@ -195,4 +286,21 @@ fn remove_stale_socket(path: &std::path::Path) -> std::io::Result<()> {
         ));
     }
     std::fs::remove_file(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("4KiB"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(65536));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        for bad in ["", "KiB", "1.5GiB", "-1", "1XB", "99999999999999999999T"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
 }

@@ -47,9 +47,15 @@ struct Block {
 impl Block {
     /// Serves `exports` (`name`, backing path) in pass-through on a Unix socket in `dir`.
     fn start(dir: &Dir, exports: &[(&str, &Path)]) -> Block {
+        Self::start_with(dir, exports, &["--mode", "pt"])
+    }
+
+    /// Serves `exports` with `flags` (the cache's) on a Unix socket in `dir`.
+    fn start_with(dir: &Dir, exports: &[(&str, &Path)], flags: &[&str]) -> Block {
         let socket = dir.0.join("nbd.sock");
         let log = dir.0.join("block.log");
-        let mut args = vec!["block".to_string(), "--mode".into(), "pt".into()];
+        let mut args = vec!["block".to_string()];
+        args.extend(flags.iter().map(|f| f.to_string()));
         for (name, path) in exports {
             args.push("--export".into());
             args.push(format!("{name}={}", path.display()));
@@ -572,7 +578,78 @@ fn bad_flags_are_refused_at_start_with_a_clear_message() {
         (
             vec!["block", "--export", &export, "--nbd-listen", &socket],
             2,
-            "only pt (pass-through) is built",
+            "give the cache's DRAM with --cache-size",
+        ),
+        (
+            vec![
+                "block",
+                "--mode",
+                "wb",
+                "--cache-size",
+                "1MiB",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "write-back needs a persistent cache pool",
+        ),
+        (
+            vec![
+                "block",
+                "--mode",
+                "xx",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "expected wt, wa, wi or pt",
+        ),
+        (
+            vec![
+                "block",
+                "--cache",
+                "/dev/shm/c",
+                "--cache-size",
+                "1MiB",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "not built yet",
+        ),
+        (
+            vec![
+                "block",
+                "--cache-size",
+                "1MiB",
+                "--cache-line-size",
+                "3KiB",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "a multiple of 4KiB",
+        ),
+        (
+            vec![
+                "block",
+                "--cache-size",
+                "lots",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "expected a size",
         ),
         (
             vec![
@@ -714,4 +791,70 @@ fn pipelined_requests_on_one_connection_are_all_answered_by_cookie() {
             "write {j} lost"
         );
     }
+}
+
+#[test]
+fn a_write_through_cache_serves_what_nbdcopy_wrote_and_counts_its_hits() {
+    let dir = Dir::new("wt");
+    let backing = backing_file(&dir, "disk.img", 8 << 20);
+    let mut block = Block::start_with(
+        &dir,
+        &[("disk", &backing)],
+        &[
+            "--mode",
+            "wt",
+            "--cache-size",
+            "4MiB",
+            "--cache-line-size",
+            "8KiB",
+        ],
+    );
+    let source = dir.0.join("source");
+    let data: Vec<u8> = (0..(6 << 20) + 777)
+        .map(|i: usize| (i.wrapping_mul(40503) >> 7) as u8)
+        .collect();
+    std::fs::write(&source, &data).unwrap();
+    assert!(Command::new("nbdcopy")
+        .arg(&source)
+        .arg(block.uri("disk"))
+        .status()
+        .unwrap()
+        .success());
+    // Read twice: the second pass finds lines the first (and the writes) left in the cache.
+    for pass in 0..2 {
+        let back = dir.0.join(format!("back{pass}"));
+        assert!(Command::new("nbdcopy")
+            .arg(block.uri("disk"))
+            .arg(&back)
+            .status()
+            .unwrap()
+            .success());
+        let back = std::fs::read(&back).unwrap();
+        assert!(
+            back[..data.len()] == data[..],
+            "pass {pass}: the export reads back what was written"
+        );
+    }
+    assert!(
+        std::fs::read(&backing).unwrap()[..data.len()] == data[..],
+        "write-through: the store has it"
+    );
+    let kill = Command::new("kill")
+        .args(["-TERM", &block.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let started = Instant::now();
+    while block.child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < WAIT_MAX, "did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = block.log();
+    let hits: u64 = log
+        .split("read_hits=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cache counters at stop:\n{log}"));
+    assert!(hits > 0, "the second read hit nothing:\n{log}");
 }
