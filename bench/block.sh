@@ -4,7 +4,8 @@
 #   direct   the file itself, O_DIRECT (fio libaio)
 #   nbdkit   nbdkit's file plugin over a Unix socket (served from the page cache)
 #   nbdkit+cache  the same with nbdkit's cache filter, warmed by one full read
-#   strata   strata block --mode pt (pass-through; direct I/O to the file)
+#   strata-pt     strata block --mode pt (pass-through; direct I/O to the file)
+#   strata-wt     strata block --mode wt with a DRAM cache twice the file, warmed by one full read
 # NBD targets are read with fio's nbd engine (libnbd). Server on CPU 0, fio on CPU 1.
 #
 #   bench/block.sh DIR [SIZE_MIB] [SECONDS]      (defaults: 1024 MiB, 20 s per run)
@@ -53,7 +54,7 @@ serve_and_run() { # name command...
   taskset -c 0 "$@" &
   local pid=$!
   wait_socket
-  if [ "$name" = nbdkit-cache ]; then
+  if [ "$name" = nbdkit-cache ] || [ "$name" = strata-wt ]; then
     nbdcopy "nbd+unix:///?socket=$sock" null: # one full read warms the cache
   fi
   for qd in 1 32; do
@@ -68,19 +69,22 @@ for qd in 1 32; do
 done
 serve_and_run nbdkit nbdkit -f -U "$sock" file "$img"
 serve_and_run nbdkit-cache nbdkit -f -U "$sock" --filter=cache file "$img"
-serve_and_run strata "$strata" block --mode pt --export "disk=$img" --nbd-listen "unix:$sock"
+serve_and_run strata-pt "$strata" block --mode pt --export "disk=$img" --nbd-listen "unix:$sock"
+serve_and_run strata-wt "$strata" block --mode wt --cache-size "$((2 * size_mib))MiB" \
+  --export "disk=$img" --nbd-listen "unix:$sock"
 
 python3 - "$dir/results" <<'PY'
 import json, sys, os
 results = sys.argv[1]
 print("| target | QD | IOPS | p50 µs | p99 µs | p99.9 µs |")
 print("|---|---:|---:|---:|---:|---:|")
-for name in ["direct", "nbdkit", "nbdkit-cache", "strata"]:
+for name in ["direct", "nbdkit", "nbdkit-cache", "strata-pt", "strata-wt"]:
     for qd in (1, 32):
         path = os.path.join(results, f"{name}-qd{qd}.json")
         if not os.path.exists(path):
             continue
-        job = json.load(open(path))["jobs"][0]["read"]
+        text = open(path).read()
+        job = json.loads(text[text.index("{"):])["jobs"][0]["read"]  # fio's nbd engine prints a line first
         pct = job["clat_ns"]["percentile"]
         us = lambda p: pct[p] / 1000
         print(f"| {name} | {qd} | {job['iops']:,.0f} | {us('50.000000'):,.0f} | {us('99.000000'):,.0f} | {us('99.900000'):,.0f} |")

@@ -155,6 +155,30 @@ impl Cache {
         Ok(())
     }
 
+    /// Whether line `line` is cached now.
+    pub fn holds(&self, line: u64) -> bool {
+        self.lock(self.shard_of(line)).index.contains_key(&line)
+    }
+
+    /// Copies the part of line `line` (at store offset `line_start`) inside the request
+    /// `[offset, offset + out.len())` into `out` if the line is cached; counts a hit then, and
+    /// nothing otherwise.
+    pub fn read_part(&self, line: u64, line_start: u64, offset: u64, out: &mut [u8]) -> bool {
+        let mut shard = self.lock(self.shard_of(line));
+        let Some(&slot) = shard.index.get(&line) else {
+            return false;
+        };
+        shard.referenced[slot] = true;
+        let end = offset + out.len() as u64;
+        let from = line_start.max(offset);
+        let to = (line_start + self.line_bytes as u64).min(end);
+        let at = slot * self.line_bytes + (from - line_start) as usize;
+        let dst = (from - offset) as usize..(to - offset) as usize;
+        out[dst].copy_from_slice(&shard.bytes[at..at + (to - from) as usize]);
+        self.counters.read_hits.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     /// Fills line `line` with `data` read from the store after [`Cache::read`] returned
     /// `generation`, unless a write touched the shard since or is in flight on the line.
     pub fn fill(&self, line: u64, data: &[u8], generation: u64) {

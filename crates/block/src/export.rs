@@ -199,6 +199,33 @@ impl Export {
         Ok(())
     }
 
+    /// Reads `out.len()` bytes at `offset` (a range the caller checked) if the cache holds
+    /// every line of it; false (and `out` unspecified) otherwise, counting no miss.
+    pub fn read_cached(&self, offset: u64, out: &mut [u8]) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        let (cached_end, line) = self.cached_span(cache);
+        let end = offset + out.len() as u64;
+        if end > cached_end {
+            return false;
+        }
+        // Every line first (so a read that will miss counts no hits here); then the copies.
+        let lines = offset / line..end.div_ceil(line);
+        if !lines.clone().all(|line_no| cache.holds(line_no)) {
+            return false;
+        }
+        let mut at = offset;
+        while at < end {
+            let line_no = at / line;
+            if !cache.read_part(line_no, line_no * line, offset, out) {
+                return false;
+            }
+            at = (line_no + 1) * line;
+        }
+        true
+    }
+
     /// Reads missed lines `first..first + generations.len()` from the store in one read, fills
     /// them, and copies the part of each the request wants into `out` (which starts at
     /// `offset`).

@@ -286,7 +286,7 @@ fn transmission<R: Read, W: Write + Send>(
                 })
             })
             .collect();
-        let read = read_requests(reader, &jobs);
+        let read = read_requests(reader, &jobs, export, &writer);
         drop(jobs); // Workers finish what is queued, answer it, and stop.
         let mut replies: io::Result<()> = Ok(());
         for worker in workers {
@@ -299,10 +299,14 @@ fn transmission<R: Read, W: Write + Send>(
     })
 }
 
-/// Reads requests until the client disconnects, handing each to the workers.
-fn read_requests(
+/// Reads requests until the client disconnects, handing each to the workers, except reads
+/// the cache holds whole, which are answered here at once (a hand-off to a worker and back
+/// would cost more than the copy).
+fn read_requests<W: Write>(
     reader: &mut impl Read,
     jobs: &mpsc::SyncSender<(Request, Vec<u8>)>,
+    export: &Export,
+    writer: &Mutex<&mut W>,
 ) -> Result<(), SessionError> {
     loop {
         let mut header = [0u8; nbd::REQUEST_BYTES];
@@ -328,11 +332,33 @@ fn read_requests(
         if request.command == nbd::CMD_DISC {
             return Ok(()); // Requests already read are answered before the close.
         }
+        if request.command == nbd::CMD_READ && request.flags == 0 {
+            if let Some(reply) = cached_read_reply(export, &request) {
+                writer
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .write_all(&reply)?;
+                continue;
+            }
+        }
         if jobs.send((request, payload)).is_err() {
             // Every worker stopped: a reply could not be written (the client is gone).
             return Ok(());
         }
     }
+}
+
+/// The whole reply to a valid read that the cache holds entirely, or `None`.
+fn cached_read_reply(export: &Export, request: &Request) -> Option<Vec<u8>> {
+    let end = request.offset.checked_add(u64::from(request.length))?;
+    if end > export.size_bytes() || request.length > PAYLOAD_MAX_BYTES || request.length == 0 {
+        return None;
+    }
+    let mut reply = nbd::simple_reply(0, request.cookie).to_vec();
+    reply.resize(16 + request.length as usize, 0);
+    export
+        .read_cached(request.offset, &mut reply[16..])
+        .then_some(reply)
 }
 
 /// Runs one request: the reply's error value, and a read's data.
