@@ -9,6 +9,7 @@
 //! persistent pool, is the next step of issue 12.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use strata_pool::MediumError;
@@ -40,6 +41,24 @@ impl Mode {
             "wi" => Mode::WriteInvalidate,
             _ => return None,
         })
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Mode::PassThrough => 0,
+            Mode::WriteThrough => 1,
+            Mode::WriteAround => 2,
+            Mode::WriteInvalidate => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Mode {
+        match code {
+            1 => Mode::WriteThrough,
+            2 => Mode::WriteAround,
+            3 => Mode::WriteInvalidate,
+            _ => Mode::PassThrough,
+        }
     }
 
     /// The flag's spelling.
@@ -86,39 +105,51 @@ impl IoFailure {
 pub struct Export {
     name: String,
     backing: Backing,
-    mode: Mode,
-    /// `None` in pass-through.
+    /// The current [`Mode`] (switchable at runtime).
+    mode: AtomicU8,
+    /// `None` when the export started in pass-through (it can then not switch to a cache mode).
     cache: Option<Cache>,
 }
 
 impl Export {
-    /// Opens the backing store at `path` as export `name`, with `cache` in `mode` (no cache
-    /// in pass-through).
+    /// Opens the backing store at `path` as export `name`, with `cache` (unused in
+    /// pass-through until a switch to another mode) in `mode`.
     pub fn open(
         name: &str,
         path: &Path,
         mode: Mode,
         cache: Option<Cache>,
     ) -> Result<Export, String> {
-        let cache = if mode == Mode::PassThrough {
-            None
-        } else {
-            cache
-        };
         if mode != Mode::PassThrough && cache.is_none() {
             return Err(format!("export {name}: mode {} needs a cache", mode.name()));
         }
         Ok(Export {
             name: name.to_string(),
             backing: Backing::open(path)?,
-            mode,
+            mode: AtomicU8::new(mode.code()),
             cache,
         })
     }
 
     /// The cache mode.
     pub fn mode(&self) -> Mode {
-        self.mode
+        Mode::from_code(self.mode.load(Ordering::Acquire))
+    }
+
+    /// Switches the cache mode; returns the previous one. Any switch keeps the cache consistent
+    /// with the store: every mode, pass-through included, invalidates the lines a write covers,
+    /// so a later switch back finds no stale line. An export started without a cache can only
+    /// stay in pass-through.
+    pub fn set_mode(&self, mode: Mode) -> Result<Mode, String> {
+        if mode != Mode::PassThrough && self.cache.is_none() {
+            return Err(format!(
+                "export {} started in pass-through, without a cache: give --cache-size at start",
+                self.name
+            ));
+        }
+        Ok(Mode::from_code(
+            self.mode.swap(mode.code(), Ordering::AcqRel),
+        ))
     }
 
     /// The cache (`None` in pass-through).
@@ -162,7 +193,11 @@ impl Export {
     /// Reads `out.len()` bytes at `offset` (a range the caller checked): cached lines from the
     /// cache, each run of missing lines with one read of the store (which then fills them).
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), IoFailure> {
-        let Some(cache) = &self.cache else {
+        let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| self.mode() != Mode::PassThrough)
+        else {
             return Ok(self.backing.read_at(offset, out)?);
         };
         let (cached_end, line) = self.cached_span(cache);
@@ -202,7 +237,11 @@ impl Export {
     /// Reads `out.len()` bytes at `offset` (a range the caller checked) if the cache holds
     /// every line of it; false (and `out` unspecified) otherwise, counting no miss.
     pub fn read_cached(&self, offset: u64, out: &mut [u8]) -> bool {
-        let Some(cache) = &self.cache else {
+        let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| self.mode() != Mode::PassThrough)
+        else {
             return false;
         };
         let (cached_end, line) = self.cached_span(cache);
@@ -293,7 +332,7 @@ impl Export {
                     &data[from..from + line as usize]
                 })
             });
-            let keep = match self.mode {
+            let keep = match self.mode() {
                 Mode::WriteThrough => whole,
                 Mode::WriteAround => whole.filter(|_| ticket.was_cached),
                 Mode::WriteInvalidate | Mode::PassThrough => None,

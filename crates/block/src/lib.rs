@@ -12,6 +12,7 @@
 //!       ─▶ Export (mode) ─▶ Cache (DRAM lines) ─▶ Backing (pool DirectFile)
 //! ```
 
+pub mod admin;
 pub mod backing;
 pub mod cache;
 pub mod export;
@@ -79,6 +80,10 @@ pub struct BlockOptions {
     /// 127.0.0.1:10809].
     #[arg(long = "nbd-listen", value_name = "LISTEN")]
     pub nbd_listen: Vec<String>,
+    /// HTTP admin port (`/metrics`, `/stats`, `/health`, mode switch, flush), or `off`
+    /// [default: off].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
 }
 
 /// Why `strata block` could not start.
@@ -102,6 +107,7 @@ pub struct Block {
     exports: Arc<Exports>,
     listeners: Vec<(String, Listener)>,
     unix_paths: Vec<PathBuf>,
+    admin: Option<TcpListener>,
 }
 
 impl Block {
@@ -135,8 +141,10 @@ impl Block {
                     ))
                 })? as usize,
         };
+        // Pass-through needs no cache, but one given at start lets the export switch to a
+        // cache mode later.
         let cache_bytes = match (&options.cache_size, mode) {
-            (_, Mode::PassThrough) => 0,
+            (None, Mode::PassThrough) => 0,
             (None, _) => {
                 return Err(config(format!(
                     "--mode {}: give the cache's DRAM with --cache-size (or use --mode pt)",
@@ -163,8 +171,7 @@ impl Block {
             if exports.iter().any(|e: &Export| e.name() == name) {
                 return Err(StartError::Config(format!("--export {name}: given twice")));
             }
-            let cache =
-                (mode != Mode::PassThrough).then(|| Cache::new(per_export_bytes, line_bytes));
+            let cache = (cache_bytes > 0).then(|| Cache::new(per_export_bytes, line_bytes));
             let export =
                 Export::open(name, path.as_ref(), mode, cache).map_err(|err| StartError::Io {
                     what: format!("export {name}"),
@@ -204,10 +211,18 @@ impl Block {
                 listeners.push((bound.to_string(), Listener::Tcp(listener)));
             }
         }
+        let admin = match options.admin_listen.as_deref() {
+            None | Some("off") => None,
+            Some(addr) => Some(TcpListener::bind(addr).map_err(|err| StartError::Io {
+                what: format!("--admin-listen {addr}"),
+                err: err.to_string(),
+            })?),
+        };
         Ok(Block {
             exports: Arc::new(Exports::new(exports)),
             listeners,
             unix_paths,
+            admin,
         })
     }
 
@@ -236,6 +251,13 @@ impl Block {
             std::thread::Builder::new()
                 .name("strata-nbd-accept".into())
                 .spawn(move || server::accept_loop(listener, exports))?;
+        }
+        if let Some(admin) = self.admin {
+            tracing::info!(admin = %admin.local_addr()?, "listening");
+            let exports = Arc::clone(&self.exports);
+            std::thread::Builder::new()
+                .name("strata-block-admin".into())
+                .spawn(move || admin::serve(admin, exports))?;
         }
         let signal = signals.forever().next();
         tracing::info!(?signal, "stopping: flushing every export");

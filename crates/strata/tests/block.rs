@@ -858,3 +858,131 @@ fn a_write_through_cache_serves_what_nbdcopy_wrote_and_counts_its_hits() {
         .unwrap_or_else(|| panic!("no cache counters at stop:\n{log}"));
     assert!(hits > 0, "the second read hit nothing:\n{log}");
 }
+
+/// Sends one HTTP request to the admin port; returns (status, body).
+fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).expect("admin port");
+    stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+/// The admin address the server logged.
+fn admin_addr(block: &Block) -> String {
+    let started = Instant::now();
+    loop {
+        let log = block.log();
+        if let Some(rest) = log.split("admin=").nth(1) {
+            return rest.split_whitespace().next().unwrap().to_string();
+        }
+        assert!(
+            started.elapsed() < WAIT_MAX,
+            "no admin listener in the log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The value of `name=` in the admin port's `/stats`.
+fn stat(addr: &str, name: &str) -> u64 {
+    let (status, body) = http(addr, "GET", "/stats");
+    assert_eq!(status, 200);
+    body.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from {body}"))
+}
+
+#[test]
+fn the_admin_port_reports_counters_and_switches_modes_without_stale_lines() {
+    let dir = Dir::new("admin");
+    let backing = backing_file(&dir, "disk.img", 1 << 20);
+    let plain = backing_file(&dir, "plain.img", 1 << 20);
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &backing), ("plain", &plain)],
+        &[
+            "--mode",
+            "wt",
+            "--cache-size",
+            "2MiB",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let admin = admin_addr(&block);
+    assert_eq!(http(&admin, "GET", "/health"), (200, "ok\n".to_string()));
+    let mut raw = block.connect("disk");
+    assert_eq!(raw.request(nbd::CMD_WRITE, 0, 0, 4096, &[1u8; 4096]).0, 0);
+    for _ in 0..2 {
+        assert_eq!(
+            raw.request(nbd::CMD_READ, 0, 0, 4096, &[]),
+            (0, vec![1u8; 4096])
+        );
+    }
+    let hits = stat(&admin, "read_hits");
+    assert!(hits >= 2, "write-through keeps the written line: {hits}");
+    let (status, metrics) = http(&admin, "GET", "/metrics");
+    assert_eq!(status, 200);
+    for expected in [
+        "strata_block_mode{export=\"disk\",mode=\"wt\"} 1",
+        "strata_block_cache_read_hits_total{export=\"disk\"}",
+        "strata_block_export_size_bytes{export=\"plain\"} 1048576",
+    ] {
+        assert!(metrics.contains(expected), "{expected} missing:\n{metrics}");
+    }
+
+    // Pass-through: reads skip the cache; a write still invalidates its line, so switching back
+    // cannot serve the line the cache held before it.
+    let (status, body) = http(&admin, "POST", "/exports/disk/mode/pt");
+    assert_eq!((status, body.as_str()), (200, "disk wt -> pt\n"));
+    assert_eq!(
+        raw.request(nbd::CMD_READ, 0, 0, 4096, &[]),
+        (0, vec![1u8; 4096])
+    );
+    assert_eq!(
+        stat(&admin, "read_hits"),
+        hits,
+        "pass-through read the cache"
+    );
+    assert_eq!(raw.request(nbd::CMD_WRITE, 0, 0, 4096, &[2u8; 4096]).0, 0);
+    assert_eq!(http(&admin, "POST", "/exports/disk/mode/wt").0, 200);
+    assert_eq!(
+        raw.request(nbd::CMD_READ, 0, 0, 4096, &[]),
+        (0, vec![2u8; 4096]),
+        "a stale line"
+    );
+    assert!(block.log().contains("cache mode switched"));
+
+    assert_eq!(http(&admin, "POST", "/exports/disk/mode/wb").0, 400);
+    assert_eq!(http(&admin, "POST", "/exports/nosuch/mode/wt").0, 404);
+    assert_eq!(http(&admin, "GET", "/exports/disk/mode/wt").0, 405);
+    assert_eq!(
+        http(&admin, "POST", "/exports/disk/flush"),
+        (200, "flushed\n".to_string())
+    );
+    assert_eq!(http(&admin, "GET", "/nothing").0, 404);
+}
+
+#[test]
+fn an_export_started_without_a_cache_cannot_switch_to_one() {
+    let dir = Dir::new("nocache");
+    let backing = backing_file(&dir, "disk.img", 1 << 20);
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &backing)],
+        &["--mode", "pt", "--admin-listen", "127.0.0.1:0"],
+    );
+    let admin = admin_addr(&block);
+    let (status, body) = http(&admin, "POST", "/exports/disk/mode/wt");
+    assert_eq!(status, 400);
+    assert!(body.contains("without a cache"), "{body}");
+}
