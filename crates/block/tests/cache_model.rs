@@ -105,11 +105,14 @@ fn every_mode_serves_the_model_s_bytes_and_leaves_them_in_the_store() {
             all == model,
             "{mode:?}/{line_bytes}: the export's bytes at the end"
         );
-        if let Some(cache) = export.cache() {
-            let hits = cache
-                .counters
-                .read_hits
-                .load(std::sync::atomic::Ordering::Relaxed);
+        let cache = export.cache().expect("every case has a cache");
+        let hits = cache
+            .counters
+            .read_hits
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if mode == Mode::PassThrough {
+            assert_eq!(hits, 0, "pass-through read the cache");
+        } else {
             assert!(hits > 0, "{mode:?}: no read ever hit");
         }
         drop(export);
