@@ -6,6 +6,7 @@
 #   nbdkit+cache  the same with nbdkit's cache filter, warmed by one full read
 #   strata-pt     strata block --mode pt (pass-through; direct I/O to the file)
 #   strata-wt     strata block --mode wt with a DRAM cache twice the file, warmed by one full read
+#                 (--seq-cutoff 0, so that the sequential warm-up read fills it)
 # NBD targets are read with fio's nbd engine (libnbd). Server on CPU 0, fio on CPU 1.
 #
 #   bench/block.sh DIR [SIZE_MIB] [SECONDS]      (defaults: 1024 MiB, 20 s per run)
@@ -70,7 +71,7 @@ done
 serve_and_run nbdkit nbdkit -f -U "$sock" file "$img"
 serve_and_run nbdkit-cache nbdkit -f -U "$sock" --filter=cache file "$img"
 serve_and_run strata-pt "$strata" block --mode pt --export "disk=$img" --nbd-listen "unix:$sock"
-serve_and_run strata-wt "$strata" block --mode wt --cache-size "$((2 * size_mib))MiB" \
+serve_and_run strata-wt "$strata" block --mode wt --cache-size "$((2 * size_mib))MiB" --seq-cutoff 0 \
   --export "disk=$img" --nbd-listen "unix:$sock"
 
 python3 - "$dir/results" <<'PY'

@@ -149,6 +149,16 @@ fn counters(export: &Export) -> Vec<(&'static str, &'static str, u64)> {
             ),
             ("fills", "Lines filled by read misses.", load(&c.fills)),
             (
+                "fills_deferred",
+                "Misses not filled: the line had missed fewer times than --promote-after.",
+                load(&c.fills_deferred),
+            ),
+            (
+                "seq_cutoff_bypasses",
+                "Lines read or written past the sequential cut-off, bypassing the cache.",
+                load(&c.seq_cutoff_bypasses),
+            ),
+            (
                 "fills_raced",
                 "Fills given up because a write touched the line meanwhile.",
                 load(&c.fills_raced),

@@ -40,6 +40,10 @@ pub struct CacheCounters {
     pub fills: AtomicU64,
     /// Fills given up because a write touched the line meanwhile.
     pub fills_raced: AtomicU64,
+    /// Misses not filled yet: the line has missed fewer times than `--promote-after`.
+    pub fills_deferred: AtomicU64,
+    /// Lines read or written past the sequential cut-off, bypassing the cache.
+    pub seq_cutoff_bypasses: AtomicU64,
     /// Lines that writes put their bytes in (write-through keeps written data cached).
     pub write_updates: AtomicU64,
     /// Lines that writes (or trims) left invalid.
@@ -52,6 +56,8 @@ pub struct CacheCounters {
 #[derive(Debug)]
 pub struct Cache {
     line_bytes: usize,
+    /// Misses of a line before a miss fills it (1: every miss fills).
+    promote_after: u32,
     shards: Vec<Mutex<Shard>>,
     /// Counters, for logs and stats.
     pub counters: CacheCounters,
@@ -70,6 +76,9 @@ struct Shard {
     generation: u64,
     /// Line number → (writes in flight on it, writes begun on it while any was in flight).
     writing: HashMap<u64, (u32, u64)>,
+    /// Line number → misses not yet filled (`promote_after` > 1 only); cleared whole when it
+    /// outgrows a few times the shard's lines, so it stays bounded.
+    misses: HashMap<u64, u32>,
 }
 
 impl WriteTicket {
@@ -90,8 +99,9 @@ pub struct WriteTicket {
 }
 
 impl Cache {
-    /// A cache of `capacity_bytes` (rounded down to whole lines per shard) of `line_bytes` lines.
-    pub fn new(capacity_bytes: u64, line_bytes: usize) -> Cache {
+    /// A cache of `capacity_bytes` (rounded down to whole lines per shard) of `line_bytes`
+    /// lines, filling a line on its `promote_after`-th miss (at least the first).
+    pub fn new(capacity_bytes: u64, line_bytes: usize, promote_after: u32) -> Cache {
         let lines_total = (capacity_bytes / line_bytes as u64) as usize;
         let per_shard = lines_total / SHARDS;
         let shards = (0..SHARDS)
@@ -104,11 +114,13 @@ impl Cache {
                     hand: 0,
                     generation: 0,
                     writing: HashMap::new(),
+                    misses: HashMap::new(),
                 })
             })
             .collect();
         Cache {
             line_bytes,
+            promote_after: promote_after.max(1),
             shards,
             counters: CacheCounters::default(),
         }
@@ -186,6 +198,19 @@ impl Cache {
         if shard.generation != generation || shard.writing.contains_key(&line) {
             self.counters.fills_raced.fetch_add(1, Ordering::Relaxed);
             return;
+        }
+        if self.promote_after > 1 {
+            let limit = 4 * shard.lines.len() + 64;
+            if shard.misses.len() >= limit {
+                shard.misses.clear();
+            }
+            let seen = shard.misses.entry(line).or_insert(0);
+            *seen += 1;
+            if *seen < self.promote_after {
+                self.counters.fills_deferred.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            shard.misses.remove(&line);
         }
         if self.put(&mut shard, line, data) {
             self.counters.fills.fetch_add(1, Ordering::Relaxed);
@@ -289,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_filled_line_is_read_back_and_eviction_keeps_the_capacity() {
-        let cache = Cache::new(64 * 4 * LINE as u64, LINE); // 4 lines per shard
+        let cache = Cache::new(64 * 4 * LINE as u64, LINE, 1); // 4 lines per shard
         let mut out = vec![0u8; LINE];
         for line in 0..2000u64 {
             let generation = cache.read(line, &mut out).unwrap_err();
@@ -304,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_fill_that_raced_a_write_is_dropped() {
-        let cache = Cache::new(64 * 4 * LINE as u64, LINE);
+        let cache = Cache::new(64 * 4 * LINE as u64, LINE, 1);
         let mut out = vec![0u8; LINE];
         let generation = cache.read(7, &mut out).unwrap_err();
         // A write begins and ends between the miss and its fill.
@@ -325,8 +350,24 @@ mod tests {
     }
 
     #[test]
+    fn a_line_is_filled_on_its_nth_miss_only() {
+        let cache = Cache::new(64 * 4 * LINE as u64, LINE, 3);
+        let mut out = vec![0u8; LINE];
+        for miss in 1..=3 {
+            let generation = cache.read(5, &mut out).unwrap_err();
+            cache.fill(5, &[9u8; LINE], generation);
+            assert_eq!(
+                cache.read(5, &mut out).is_ok(),
+                miss == 3,
+                "after miss {miss}"
+            );
+        }
+        assert_eq!(cache.counters.fills_deferred.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn overlapping_writes_leave_the_line_invalid() {
-        let cache = Cache::new(64 * 4 * LINE as u64, LINE);
+        let cache = Cache::new(64 * 4 * LINE as u64, LINE, 1);
         let mut out = vec![0u8; LINE];
         let first = cache.write_begins(9);
         let second = cache.write_begins(9);

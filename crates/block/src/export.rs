@@ -109,6 +109,8 @@ pub struct Export {
     mode: AtomicU8,
     /// `None` when the export started in pass-through (it can then not switch to a cache mode).
     cache: Option<Cache>,
+    /// A connection's run of consecutive bytes longer than this bypasses the cache (0: never).
+    seq_cutoff_bytes: u64,
 }
 
 impl Export {
@@ -128,7 +130,21 @@ impl Export {
             backing: Backing::open(path)?,
             mode: AtomicU8::new(mode.code()),
             cache,
+            seq_cutoff_bytes: 0,
         })
+    }
+
+    /// Sets the sequential cut-off: once a connection has read or written more than `bytes`
+    /// consecutive bytes, its further requests of that stream bypass the cache (Open CAS's
+    /// idea: a large sequential stream would only push the working set out). 0: never.
+    pub fn with_seq_cutoff(mut self, bytes: u64) -> Export {
+        self.seq_cutoff_bytes = bytes;
+        self
+    }
+
+    /// The sequential cut-off, bytes (0: none).
+    pub fn seq_cutoff_bytes(&self) -> u64 {
+        self.seq_cutoff_bytes
     }
 
     /// The cache mode.
@@ -193,6 +209,12 @@ impl Export {
     /// Reads `out.len()` bytes at `offset` (a range the caller checked): cached lines from the
     /// cache, each run of missing lines with one read of the store (which then fills them).
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), IoFailure> {
+        self.read_with(offset, out, true)
+    }
+
+    /// [`Export::read`]; `fill`: misses fill the cache (false past the sequential cut-off:
+    /// cached lines are still served, missing ones read from the store and left out).
+    pub fn read_with(&self, offset: u64, out: &mut [u8], fill: bool) -> Result<(), IoFailure> {
         let Some(cache) = self
             .cache
             .as_ref()
@@ -211,7 +233,7 @@ impl Export {
             match cache.read(line_no, &mut scratch) {
                 Ok(()) => {
                     if let Some((first, generations)) = run.take() {
-                        self.read_missed(cache, first, &generations, offset, out)?;
+                        self.read_missed(cache, first, &generations, offset, out, fill)?;
                     }
                     copy_part(&scratch, line_no * line, offset, out);
                 }
@@ -223,7 +245,7 @@ impl Export {
             at = (line_no + 1) * line;
         }
         if let Some((first, generations)) = run {
-            self.read_missed(cache, first, &generations, offset, out)?;
+            self.read_missed(cache, first, &generations, offset, out, fill)?;
         }
         if end > cached_end {
             // The store's tail, shorter than a line: never cached.
@@ -275,13 +297,21 @@ impl Export {
         generations: &[u64],
         offset: u64,
         out: &mut [u8],
+        fill: bool,
     ) -> Result<(), IoFailure> {
         let line = cache.line_bytes();
         let mut lines = vec![0u8; line * generations.len()];
         self.backing.read_at(first * line as u64, &mut lines)?;
         for (i, (bytes, &generation)) in lines.chunks(line).zip(generations).enumerate() {
             let line_no = first + i as u64;
-            cache.fill(line_no, bytes, generation);
+            if fill {
+                cache.fill(line_no, bytes, generation);
+            } else {
+                cache
+                    .counters
+                    .seq_cutoff_bypasses
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             copy_part(bytes, line_no * line as u64, offset, out);
         }
         Ok(())
@@ -291,13 +321,37 @@ impl Export {
     /// written are invalidated first and take the new bytes, as the mode says, once the store
     /// has them (see `cache`).
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), IoFailure> {
+        self.write_with(offset, data, fua, true)
+    }
+
+    /// [`Export::write`]; `keep`: the mode may keep the written bytes in the cache (false past
+    /// the sequential cut-off: the lines are only invalidated).
+    pub fn write_with(
+        &self,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+        keep: bool,
+    ) -> Result<(), IoFailure> {
         let tickets = self.writes_begin(offset, data.len() as u64);
         let result = self
             .backing
             .write_at(offset, data)
             .map_err(IoFailure::from)
             .and_then(|()| self.durable_if(fua));
-        self.writes_end(tickets, offset, result.is_ok().then_some(data));
+        if !keep {
+            if let Some(cache) = &self.cache {
+                cache
+                    .counters
+                    .seq_cutoff_bypasses
+                    .fetch_add(tickets.len() as u64, Ordering::Relaxed);
+            }
+        }
+        self.writes_end(
+            tickets,
+            offset,
+            result.is_ok().then_some(data).filter(|_| keep),
+        );
         result
     }
 

@@ -29,6 +29,9 @@ use cache::Cache;
 use export::{Export, Exports, Mode};
 use server::Listener;
 
+/// Default sequential cut-off: 1 MiB (Open CAS's default threshold too).
+pub const SEQ_CUTOFF_BYTES_DEFAULT: u64 = 1 << 20;
+
 /// Default cache line: 4 KiB (Open CAS's default too).
 pub const CACHE_LINE_BYTES_DEFAULT: usize = 4096;
 
@@ -72,6 +75,13 @@ pub struct BlockOptions {
     /// Cache line: 4KiB to 64KiB, a multiple of 4KiB [default: 4KiB].
     #[arg(long, value_name = "SIZE")]
     pub cache_line_size: Option<String>,
+    /// Once a connection has read or written more than this many consecutive bytes, the rest
+    /// of that sequential run bypasses the cache; `0` turns it off [default: 1MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub seq_cutoff: Option<String>,
+    /// A line is filled on its N-th miss (1: on every miss) [default: 1].
+    #[arg(long, value_name = "N")]
+    pub promote_after: Option<u32>,
     /// A persistent cache pool (a file, tmpfs or DAX): not built yet, refused (the cache is in
     /// DRAM).
     #[arg(long, value_name = "PATH")]
@@ -156,6 +166,19 @@ impl Block {
             })?,
         };
         let per_export_bytes = cache_bytes / options.exports.len().max(1) as u64;
+        let seq_cutoff_bytes = match &options.seq_cutoff {
+            None => SEQ_CUTOFF_BYTES_DEFAULT,
+            Some(text) => parse_size(text).ok_or_else(|| {
+                config(format!(
+                    "--seq-cutoff {text}: expected a size such as 1MiB, or 0"
+                ))
+            })?,
+        };
+        let promote_after = match options.promote_after {
+            None => 1,
+            Some(0) => return Err(config("--promote-after 0: expected 1 or more".to_string())),
+            Some(n) => n,
+        };
         let mut exports = Vec::new();
         for spec in &options.exports {
             let Some((name, path)) = spec.split_once('=') else {
@@ -171,12 +194,14 @@ impl Block {
             if exports.iter().any(|e: &Export| e.name() == name) {
                 return Err(StartError::Config(format!("--export {name}: given twice")));
             }
-            let cache = (cache_bytes > 0).then(|| Cache::new(per_export_bytes, line_bytes));
-            let export =
-                Export::open(name, path.as_ref(), mode, cache).map_err(|err| StartError::Io {
+            let cache =
+                (cache_bytes > 0).then(|| Cache::new(per_export_bytes, line_bytes, promote_after));
+            let export = Export::open(name, path.as_ref(), mode, cache)
+                .map_err(|err| StartError::Io {
                     what: format!("export {name}"),
                     err,
-                })?;
+                })?
+                .with_seq_cutoff(seq_cutoff_bytes);
             if !export.backing().direct() {
                 tracing::warn!(
                     export = name,
@@ -242,6 +267,7 @@ impl Block {
                 mode = export.mode().name(),
                 cache_lines = export.cache().map_or(0, |c| c.capacity_lines()),
                 cache_line_bytes = export.cache().map_or(0, |c| c.line_bytes()),
+                seq_cutoff_bytes = export.seq_cutoff_bytes(),
                 "export"
             );
         }
@@ -275,6 +301,8 @@ impl Block {
                     read_misses = load(&c.read_misses),
                     fills = load(&c.fills),
                     fills_raced = load(&c.fills_raced),
+                    fills_deferred = load(&c.fills_deferred),
+                    seq_cutoff_bypasses = load(&c.seq_cutoff_bypasses),
                     write_updates = load(&c.write_updates),
                     write_invalidations = load(&c.write_invalidations),
                     evictions = load(&c.evictions),

@@ -262,7 +262,7 @@ fn transmission<R: Read, W: Write + Send>(
     export: &Export,
 ) -> Result<(), SessionError> {
     let writer = Mutex::new(writer);
-    let (jobs, queue) = mpsc::sync_channel::<(Request, Vec<u8>)>(IN_FLIGHT_PER_CONNECTION_MAX);
+    let (jobs, queue) = mpsc::sync_channel::<Job>(IN_FLIGHT_PER_CONNECTION_MAX);
     let queue = Mutex::new(queue);
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..IN_FLIGHT_PER_CONNECTION_MAX)
@@ -270,10 +270,15 @@ fn transmission<R: Read, W: Write + Send>(
                 scope.spawn(|| -> io::Result<()> {
                     loop {
                         let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok((request, payload)) = job else {
+                        let Ok(Job {
+                            request,
+                            payload,
+                            past_cutoff,
+                        }) = job
+                        else {
                             return Ok(()); // The reader is done: no more requests.
                         };
-                        let (error, data) = execute(export, &request, &payload);
+                        let (error, data) = execute(export, &request, &payload, past_cutoff);
                         let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
                         if let Some(data) = data {
                             reply.extend_from_slice(&data);
@@ -299,15 +304,52 @@ fn transmission<R: Read, W: Write + Send>(
     })
 }
 
+/// A request handed to a connection's workers.
+struct Job {
+    request: Request,
+    /// A write's payload.
+    payload: Vec<u8>,
+    /// Part of a sequential stream past the export's cut-off: bypasses the cache.
+    past_cutoff: bool,
+}
+
+/// A connection's current sequential run (reads and writes alike).
+#[derive(Default)]
+struct SequentialRun {
+    /// Where the last read or write ended.
+    end: u64,
+    /// Consecutive bytes up to there.
+    bytes: u64,
+}
+
+impl SequentialRun {
+    /// Counts a read or write into the run; whether the stream is now past `cutoff_bytes`
+    /// (never when it is 0; other commands never are).
+    fn past_cutoff(&mut self, request: &Request, cutoff_bytes: u64) -> bool {
+        if !matches!(request.command, nbd::CMD_READ | nbd::CMD_WRITE) {
+            return false;
+        }
+        let length = u64::from(request.length);
+        self.bytes = if request.offset == self.end {
+            self.bytes.saturating_add(length)
+        } else {
+            length
+        };
+        self.end = request.offset.saturating_add(length);
+        cutoff_bytes > 0 && self.bytes > cutoff_bytes
+    }
+}
+
 /// Reads requests until the client disconnects, handing each to the workers, except reads
 /// the cache holds whole, which are answered here at once (a hand-off to a worker and back
 /// would cost more than the copy).
 fn read_requests<W: Write>(
     reader: &mut impl Read,
-    jobs: &mpsc::SyncSender<(Request, Vec<u8>)>,
+    jobs: &mpsc::SyncSender<Job>,
     export: &Export,
     writer: &Mutex<&mut W>,
 ) -> Result<(), SessionError> {
+    let mut run = SequentialRun::default();
     loop {
         let mut header = [0u8; nbd::REQUEST_BYTES];
         match reader.read_exact(&mut header) {
@@ -341,7 +383,13 @@ fn read_requests<W: Write>(
                 continue;
             }
         }
-        if jobs.send((request, payload)).is_err() {
+        let past_cutoff = run.past_cutoff(&request, export.seq_cutoff_bytes());
+        let job = Job {
+            request,
+            payload,
+            past_cutoff,
+        };
+        if jobs.send(job).is_err() {
             // Every worker stopped: a reply could not be written (the client is gone).
             return Ok(());
         }
@@ -362,7 +410,12 @@ fn cached_read_reply(export: &Export, request: &Request) -> Option<Vec<u8>> {
 }
 
 /// Runs one request: the reply's error value, and a read's data.
-fn execute(export: &Export, request: &Request, payload: &[u8]) -> (u32, Option<Vec<u8>>) {
+fn execute(
+    export: &Export,
+    request: &Request,
+    payload: &[u8],
+    past_cutoff: bool,
+) -> (u32, Option<Vec<u8>>) {
     if request.flags & !flags_allowed(request.command) != 0 {
         return (nbd::EINVAL, None);
     }
@@ -377,13 +430,13 @@ fn execute(export: &Export, request: &Request, payload: &[u8]) -> (u32, Option<V
                 return (nbd::EINVAL, None);
             }
             let mut data = vec![0u8; request.length as usize];
-            return match export.read(request.offset, &mut data) {
+            return match export.read_with(request.offset, &mut data, !past_cutoff) {
                 Ok(()) => (0, Some(data)),
                 Err(failure) => (failure_code(export, "read", request, &failure), None),
             };
         }
         nbd::CMD_WRITE if !in_range => return (nbd::ENOSPC, None),
-        nbd::CMD_WRITE => export.write(request.offset, payload, fua),
+        nbd::CMD_WRITE => export.write_with(request.offset, payload, fua, !past_cutoff),
         nbd::CMD_FLUSH => export.flush(),
         nbd::CMD_TRIM if !in_range => return (nbd::EINVAL, None),
         nbd::CMD_TRIM => export.trim(request.offset, u64::from(request.length), fua),
@@ -413,4 +466,36 @@ fn failure_code(export: &Export, what: &str, request: &Request, failure: &IoFail
         "{what} failed"
     );
     failure.nbd_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(command: u16, offset: u64, length: u32) -> Request {
+        Request {
+            flags: 0,
+            command,
+            cookie: 0,
+            offset,
+            length,
+        }
+    }
+
+    #[test]
+    fn a_run_passes_the_cutoff_only_while_it_stays_consecutive() {
+        let mut run = SequentialRun::default();
+        let cutoff = 3 * 4096;
+        let past: Vec<bool> = (0..5)
+            .map(|i| run.past_cutoff(&request(nbd::CMD_READ, i * 4096, 4096), cutoff))
+            .collect();
+        assert_eq!(past, [false, false, false, true, true]);
+        // A jump starts a new run; writes count as reads do; flushes count for nothing.
+        assert!(!run.past_cutoff(&request(nbd::CMD_WRITE, 1 << 30, 4096), cutoff));
+        assert!(!run.past_cutoff(&request(nbd::CMD_FLUSH, 0, 0), cutoff));
+        assert!(!run.past_cutoff(&request(nbd::CMD_WRITE, (1 << 30) + 4096, 8192), cutoff));
+        assert!(run.past_cutoff(&request(nbd::CMD_WRITE, (1 << 30) + 12288, 1), cutoff));
+        // 0: no cut-off at all.
+        assert!(!run.past_cutoff(&request(nbd::CMD_READ, (1 << 30) + 12289, 1 << 20), 0));
+    }
 }

@@ -34,7 +34,7 @@ impl Drop for TempFile {
 
 /// A cache of two lines per shard (128 lines): far smaller than the store.
 fn small_cache(line_bytes: usize) -> Cache {
-    Cache::new(128 * line_bytes as u64, line_bytes)
+    Cache::new(128 * line_bytes as u64, line_bytes, 1)
 }
 
 #[test]

@@ -654,6 +654,36 @@ fn bad_flags_are_refused_at_start_with_a_clear_message() {
         (
             vec![
                 "block",
+                "--cache-size",
+                "1MiB",
+                "--promote-after",
+                "0",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "expected 1 or more",
+        ),
+        (
+            vec![
+                "block",
+                "--cache-size",
+                "1MiB",
+                "--seq-cutoff",
+                "big",
+                "--export",
+                &export,
+                "--nbd-listen",
+                &socket,
+            ],
+            2,
+            "--seq-cutoff big",
+        ),
+        (
+            vec![
+                "block",
                 "--mode",
                 "pt",
                 "--export",
@@ -985,4 +1015,63 @@ fn an_export_started_without_a_cache_cannot_switch_to_one() {
     let (status, body) = http(&admin, "POST", "/exports/disk/mode/wt");
     assert_eq!(status, 400);
     assert!(body.contains("without a cache"), "{body}");
+}
+
+#[test]
+fn a_long_sequential_read_bypasses_the_cache_past_the_cutoff_and_promotion_waits_for_misses() {
+    let dir = Dir::new("seq");
+    let backing = backing_file(&dir, "disk.img", 8 << 20);
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &backing)],
+        &[
+            "--mode",
+            "wt",
+            "--cache-size",
+            "16MiB",
+            "--seq-cutoff",
+            "1MiB",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let admin = admin_addr(&block);
+    let mut raw = block.connect("disk");
+    // 4 MiB read front to back in 64 KiB requests: only the first MiB fills the cache.
+    for i in 0..64u64 {
+        let (error, data) = raw.request(nbd::CMD_READ, 0, i * 65536, 65536, &[]);
+        assert_eq!(error, 0);
+        assert_eq!(data[0], ((i * 65536) as usize * 31 % 253) as u8);
+    }
+    assert_eq!(stat(&admin, "fills"), 256, "1 MiB of 4 KiB lines");
+    assert_eq!(stat(&admin, "seq_cutoff_bypasses"), 768);
+    // Random reads are no run: they fill.
+    assert_eq!(raw.request(nbd::CMD_READ, 0, 7 << 20, 4096, &[]).0, 0);
+    assert_eq!(stat(&admin, "fills"), 257);
+    drop(block);
+
+    let dir = Dir::new("promote");
+    let backing = backing_file(&dir, "disk.img", 1 << 20);
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &backing)],
+        &[
+            "--mode",
+            "wt",
+            "--cache-size",
+            "4MiB",
+            "--promote-after",
+            "2",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let admin = admin_addr(&block);
+    let mut raw = block.connect("disk");
+    for (read, fills) in [(1, 0), (2, 1), (3, 1)] {
+        assert_eq!(raw.request(nbd::CMD_READ, 0, 8192, 4096, &[]).0, 0);
+        assert_eq!(stat(&admin, "fills"), fills, "after read {read}");
+    }
+    assert_eq!(stat(&admin, "read_hits"), 1);
+    assert_eq!(stat(&admin, "fills_deferred"), 1);
 }
