@@ -180,7 +180,7 @@ fn load(
         let n = seq.fetch_add(1, Ordering::Relaxed);
         let bytes = block_bytes(thread, block, n);
         model.lock().unwrap().in_flight = Some((block, bytes.clone()));
-        let flags = if (rng >> 40) % 4 == 0 {
+        let flags = if (rng >> 40).is_multiple_of(4) {
             nbd::CMD_FLAG_FUA
         } else {
             0
