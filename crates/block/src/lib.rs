@@ -58,17 +58,26 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// Default NBD listener: loopback, the IANA port.
 pub const NBD_LISTEN_DEFAULT: &str = "127.0.0.1:10809";
 
-/// `strata block`'s flags.
-#[derive(clap::Args, Debug, Clone)]
+/// `strata block`'s flags, and the keys of the `[block]` table of its `--config` TOML file (a
+/// key is the flag's long name: `cache-size = "1GiB"`, `export = ["disk=/dev/sdb"]`). A flag
+/// given on the command line overrides the file's key.
+#[derive(clap::Args, serde::Deserialize, Debug, Clone, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct BlockOptions {
+    /// A TOML file whose `[block]` table holds any of these options.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
     /// An export, `NAME=BACKING_PATH` (a file or block device); repeat for more. The first is
     /// also the default export (the empty name).
-    #[arg(long = "export", value_name = "NAME=PATH", required = true)]
+    #[arg(long = "export", value_name = "NAME=PATH")]
+    #[serde(default, rename = "export")]
     pub exports: Vec<String>,
     /// Cache mode: `wt` (write-through), `wa` (write-around), `wi` (write-invalidate) or `pt`
-    /// (pass-through). `wb` (write-back) needs a persistent cache, not built yet, and is refused.
-    #[arg(long, value_name = "MODE", default_value = "wt")]
-    pub mode: String,
+    /// (pass-through). `wb` (write-back) needs a persistent cache, not built yet, and is refused
+    /// [default: wt].
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
     /// DRAM for the cache, shared evenly by the exports (e.g. `1GiB`); needed unless `--mode pt`.
     #[arg(long, value_name = "SIZE")]
     pub cache_size: Option<String>,
@@ -89,11 +98,56 @@ pub struct BlockOptions {
     /// Where to serve NBD: `unix:/path/to.sock` or `ADDR:PORT`; repeat for more [default:
     /// 127.0.0.1:10809].
     #[arg(long = "nbd-listen", value_name = "LISTEN")]
+    #[serde(default)]
     pub nbd_listen: Vec<String>,
     /// HTTP admin port (`/metrics`, `/stats`, `/health`, mode switch, flush), or `off`
     /// [default: off].
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
+}
+
+/// The file's shape: `strata block`'s keys under `[block]`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockFile {
+    #[serde(default)]
+    block: BlockOptions,
+}
+
+impl BlockOptions {
+    /// The options with `--config`'s file read and merged under the flags (a flag wins; a list
+    /// given on the command line replaces the file's).
+    pub fn with_config_file(self) -> Result<BlockOptions, StartError> {
+        let Some(path) = &self.config else {
+            return Ok(self);
+        };
+        let text = std::fs::read_to_string(path).map_err(|err| StartError::Io {
+            what: format!("--config {}", path.display()),
+            err: err.to_string(),
+        })?;
+        let file: BlockFile = toml::from_str(&text)
+            .map_err(|err| StartError::Config(format!("--config {}: {err}", path.display())))?;
+        let file = file.block;
+        let list = |flags: Vec<String>, file: Vec<String>| {
+            if flags.is_empty() {
+                file
+            } else {
+                flags
+            }
+        };
+        Ok(BlockOptions {
+            config: self.config,
+            exports: list(self.exports, file.exports),
+            mode: self.mode.or(file.mode),
+            cache_size: self.cache_size.or(file.cache_size),
+            cache_line_size: self.cache_line_size.or(file.cache_line_size),
+            seq_cutoff: self.seq_cutoff.or(file.seq_cutoff),
+            promote_after: self.promote_after.or(file.promote_after),
+            cache: self.cache.or(file.cache),
+            nbd_listen: list(self.nbd_listen, file.nbd_listen),
+            admin_listen: self.admin_listen.or(file.admin_listen),
+        })
+    }
 }
 
 /// Why `strata block` could not start.
@@ -123,9 +177,16 @@ pub struct Block {
 impl Block {
     /// Checks the flags, opens every backing store and binds every listener.
     pub fn start(options: &BlockOptions) -> Result<Block, StartError> {
+        let options = &options.clone().with_config_file()?;
         let config = |message: String| StartError::Config(message);
+        if options.exports.is_empty() {
+            return Err(config(
+                "no export: give --export NAME=PATH (or `export` in the file's [block] table)"
+                    .to_string(),
+            ));
+        }
         let mode =
-            match options.mode.as_str() {
+            match options.mode.as_deref().unwrap_or("wt") {
                 "wb" => return Err(config(
                     "--mode wb: write-back needs a persistent cache pool, not built yet (wt, wa, \
                      wi and pt are)"
@@ -340,7 +401,64 @@ fn remove_stale_socket(path: &std::path::Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, BlockOptions, StartError};
+
+    fn with_file(text: &str, flags: BlockOptions) -> Result<BlockOptions, StartError> {
+        let path = std::env::temp_dir().join(format!(
+            "strata-block-config-{}-{}",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::write(&path, text).unwrap();
+        let merged = BlockOptions {
+            config: Some(path.clone()),
+            ..flags
+        }
+        .with_config_file();
+        let _ = std::fs::remove_file(&path);
+        merged
+    }
+
+    #[test]
+    fn the_file_s_block_table_fills_in_what_the_flags_leave_out() {
+        let file = r#"
+[block]
+export = ["disk=/tmp/a.img", "two=/tmp/b.img"]
+mode = "wa"
+cache-size = "1GiB"
+promote-after = 2
+nbd-listen = ["unix:/tmp/s.sock"]
+"#;
+        let flags = BlockOptions {
+            mode: Some("wi".into()),
+            nbd_listen: vec!["127.0.0.1:0".into()],
+            ..BlockOptions::default()
+        };
+        let merged = with_file(file, flags).unwrap();
+        assert_eq!(merged.exports, ["disk=/tmp/a.img", "two=/tmp/b.img"]);
+        assert_eq!(merged.mode.as_deref(), Some("wi"), "the flag wins");
+        assert_eq!(merged.cache_size.as_deref(), Some("1GiB"));
+        assert_eq!(merged.promote_after, Some(2));
+        assert_eq!(
+            merged.nbd_listen,
+            ["127.0.0.1:0"],
+            "a list on the command line replaces the file's"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_or_a_wrong_type_is_refused_with_its_name() {
+        for (text, says) in [
+            ("[block]\ncache-sise = \"1GiB\"\n", "cache-sise"),
+            ("[block]\npromote-after = \"two\"\n", "promote-after"),
+            ("[blocks]\nmode = \"wt\"\n", "blocks"),
+        ] {
+            let err = with_file(text, BlockOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
 
     #[test]
     fn sizes_parse_with_binary_suffixes_and_refuse_the_rest() {

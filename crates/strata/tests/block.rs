@@ -1075,3 +1075,38 @@ fn a_long_sequential_read_bypasses_the_cache_past_the_cutoff_and_promotion_waits
     assert_eq!(stat(&admin, "read_hits"), 1);
     assert_eq!(stat(&admin, "fills_deferred"), 1);
 }
+
+#[test]
+fn a_config_file_s_block_table_configures_the_exports() {
+    let dir = Dir::new("config");
+    let backing = backing_file(&dir, "disk.img", 1 << 20);
+    let file = dir.0.join("strata.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[block]\nexport = [\"fromfile={}\"]\nmode = \"wa\"\ncache-size = \"1MiB\"\n",
+            backing.display()
+        ),
+    )
+    .unwrap();
+    let config = file.display().to_string();
+    let block = Block::start_with(
+        &dir,
+        &[],
+        &["--config", &config, "--admin-listen", "127.0.0.1:0"],
+    );
+    let admin = admin_addr(&block);
+    let (_, stats) = http(&admin, "GET", "/stats");
+    assert!(stats.starts_with("export=fromfile mode=wa "), "{stats}");
+    let mut raw = block.connect("fromfile");
+    assert_eq!(raw.request(nbd::CMD_READ, 0, 0, 4, &[]).0, 0);
+
+    std::fs::write(&file, "[block]\nmode = 7\n").unwrap();
+    let (status, stderr) = harness::run_to_exit(&["block", "--config", &config]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mode"), "{stderr}");
+    std::fs::write(&file, "[block]\nmode = \"wt\"\n").unwrap();
+    let (status, stderr) = harness::run_to_exit(&["block", "--config", &config]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no export"), "{stderr}");
+}
