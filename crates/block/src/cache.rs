@@ -1,9 +1,8 @@
-//! The cache in front of a backing store, in DRAM, write-through (`--mode wt`): reads are served
-//! from cached lines and fill them on a miss; writes go to the backing store first, and the
-//! lines they cover hold the new bytes only once the store has them. Nothing is lost when the
-//! process dies: the backing store always holds every acknowledged write. (A cache in a
-//! persistent pool, which restarts warm and can hold dirty lines for write-back, is the next
-//! step of issue 12.)
+//! The cache in front of a backing store, write-through (`--mode wt`, and `wa`, `wi`): reads
+//! are served from cached lines and fill them on a miss; writes go to the backing store first,
+//! and the lines they cover hold the new bytes only once the store has them. Nothing is lost
+//! when the process dies: the backing store always holds every acknowledged write. The lines
+//! live in DRAM or in a pool (`slots`, `pool_cache`), which restarts warm.
 //!
 //! Lines are `line_bytes` long (4–64 KiB) and aligned to it in the store; only whole lines are
 //! cached (a store whose size is not a whole number of lines has its tail read and written
@@ -24,8 +23,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use strata_pool::Pool;
+
+use crate::slots::Slots;
+
 /// Shards of the cache (each its own lock, map and CLOCK hand).
-const SHARDS: usize = 64;
+pub const SHARDS: usize = 64;
 /// No line in this slot.
 const EMPTY: u64 = u64::MAX;
 
@@ -52,10 +55,14 @@ pub struct CacheCounters {
     pub evictions: AtomicU64,
 }
 
-/// A DRAM cache of whole lines.
+/// A cache of whole lines, in DRAM or in a pool.
 #[derive(Debug)]
 pub struct Cache {
     line_bytes: usize,
+    /// The pool the lines live in (`--cache PATH`), closed cleanly at stop.
+    pool: Mutex<Option<Pool>>,
+    /// Lines found valid in the pool at open.
+    pub recovered_lines: u64,
     /// Misses of a line before a miss fills it (1: every miss fills).
     promote_after: u32,
     shards: Vec<Mutex<Shard>>,
@@ -65,7 +72,7 @@ pub struct Cache {
 
 #[derive(Debug)]
 struct Shard {
-    bytes: Vec<u8>,
+    slots: Slots,
     /// Slot → line number (`EMPTY` when free).
     lines: Vec<u64>,
     referenced: Vec<bool>,
@@ -104,13 +111,56 @@ impl Cache {
     pub fn new(capacity_bytes: u64, line_bytes: usize, promote_after: u32) -> Cache {
         let lines_total = (capacity_bytes / line_bytes as u64) as usize;
         let per_shard = lines_total / SHARDS;
-        let shards = (0..SHARDS)
-            .map(|_| {
+        let slots = (0..SHARDS)
+            .map(|_| Slots::Dram {
+                bytes: vec![0u8; per_shard * line_bytes],
+            })
+            .collect();
+        Cache::from_slots(line_bytes, promote_after, slots, None, u64::MAX)
+    }
+
+    /// A cache over `slots` (one per shard), with the lines their entries name valid (pool
+    /// slots) taken in, except those of lines at or past `lines_max` or found in two slots.
+    pub fn from_slots(
+        line_bytes: usize,
+        promote_after: u32,
+        slots: Vec<Slots>,
+        pool: Option<Pool>,
+        lines_max: u64,
+    ) -> Cache {
+        assert_eq!(slots.len(), SHARDS, "one slot set per shard");
+        let mut recovered_lines = 0;
+        let shards = slots
+            .into_iter()
+            .map(|mut slots| {
+                let count = slots.count(line_bytes);
+                let mut lines = vec![EMPTY; count];
+                let mut index = HashMap::with_capacity(count);
+                let mut twice = Vec::new();
+                for (slot, line) in slots.valid_entries(line_bytes) {
+                    if line >= lines_max {
+                        slots.clear(slot);
+                        continue;
+                    }
+                    if let Some(other) = index.insert(line, slot) {
+                        // Cannot happen (a line is stored only where it is not): trust neither.
+                        twice.push((line, other, slot));
+                    }
+                    lines[slot] = line;
+                }
+                for (line, a, b) in twice {
+                    index.remove(&line);
+                    for slot in [a, b] {
+                        lines[slot] = EMPTY;
+                        slots.clear(slot);
+                    }
+                }
+                recovered_lines += index.len() as u64;
                 Mutex::new(Shard {
-                    bytes: vec![0u8; per_shard * line_bytes],
-                    lines: vec![EMPTY; per_shard],
-                    referenced: vec![false; per_shard],
-                    index: HashMap::with_capacity(per_shard),
+                    slots,
+                    lines,
+                    referenced: vec![false; count],
+                    index,
                     hand: 0,
                     generation: 0,
                     writing: HashMap::new(),
@@ -120,9 +170,30 @@ impl Cache {
             .collect();
         Cache {
             line_bytes,
+            pool: Mutex::new(pool),
+            recovered_lines,
             promote_after: promote_after.max(1),
             shards,
             counters: CacheCounters::default(),
+        }
+    }
+
+    /// Whether the lines live in a pool (and survive a restart).
+    pub fn persistent(&self) -> bool {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Closes the pool cleanly (every line's bytes and entry persisted, the pool marked clean);
+    /// nothing to do in DRAM.
+    pub fn close(&self) -> Result<(), String> {
+        // Every shard held: no line changes while the pool is persisted.
+        let _shards: Vec<_> = (0..self.shards.len()).map(|s| self.lock(s)).collect();
+        match self.pool.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            Some(pool) => pool.close_clean(None).map_err(|e| e.to_string()),
+            None => Ok(()),
         }
     }
 
@@ -133,7 +204,9 @@ impl Cache {
 
     /// Lines the cache holds at most.
     pub fn capacity_lines(&self) -> usize {
-        self.shards.len() * self.lock(0).lines.len()
+        (0..self.shards.len())
+            .map(|s| self.lock(s).lines.len())
+            .sum()
     }
 
     /// Lines cached now.
@@ -161,8 +234,7 @@ impl Cache {
             return Err(shard.generation);
         };
         shard.referenced[slot] = true;
-        let at = slot * self.line_bytes;
-        out.copy_from_slice(&shard.bytes[at..at + self.line_bytes]);
+        out.copy_from_slice(shard.slots.slot(slot, self.line_bytes));
         self.counters.read_hits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -184,9 +256,11 @@ impl Cache {
         let end = offset + out.len() as u64;
         let from = line_start.max(offset);
         let to = (line_start + self.line_bytes as u64).min(end);
-        let at = slot * self.line_bytes + (from - line_start) as usize;
+        let at = (from - line_start) as usize;
         let dst = (from - offset) as usize..(to - offset) as usize;
-        out[dst].copy_from_slice(&shard.bytes[at..at + (to - from) as usize]);
+        out[dst].copy_from_slice(
+            &shard.slots.slot(slot, self.line_bytes)[at..at + (to - from) as usize],
+        );
         self.counters.read_hits.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -225,6 +299,7 @@ impl Cache {
             Some(slot) => {
                 shard.lines[slot] = EMPTY;
                 shard.referenced[slot] = false;
+                shard.slots.clear(slot);
                 true
             }
             None => false,
@@ -300,8 +375,7 @@ impl Cache {
             }
         };
         shard.referenced[slot] = true;
-        let at = slot * self.line_bytes;
-        shard.bytes[at..at + self.line_bytes].copy_from_slice(data);
+        shard.slots.store(slot, line, data);
         true
     }
 }

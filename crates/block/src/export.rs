@@ -5,8 +5,8 @@
 //! - `wi` write-invalidate: writes go to the store and invalidate the lines they cover.
 //!
 //! In every mode the store holds each acknowledged write before the reply, so losing the cache
-//! (it is in DRAM so far) loses nothing. Write-back, where the cache holds dirty lines in a
-//! persistent pool, is the next step of issue 12.
+//! loses nothing. Write-back, where the cache holds dirty lines in its pool, is the next step
+//! of issue 12.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -122,12 +122,22 @@ impl Export {
         mode: Mode,
         cache: Option<Cache>,
     ) -> Result<Export, String> {
+        Export::new(name, Backing::open(path)?, mode, cache)
+    }
+
+    /// [`Export::open`] with the backing store opened already (a cache pool is made for it).
+    pub fn new(
+        name: &str,
+        backing: Backing,
+        mode: Mode,
+        cache: Option<Cache>,
+    ) -> Result<Export, String> {
         if mode != Mode::PassThrough && cache.is_none() {
             return Err(format!("export {name}: mode {} needs a cache", mode.name()));
         }
         Ok(Export {
             name: name.to_string(),
-            backing: Backing::open(path)?,
+            backing,
             mode: AtomicU8::new(mode.code()),
             cache,
             seq_cutoff_bytes: 0,

@@ -4,7 +4,7 @@
 //!
 //! Between each export and its store, a cache of whole lines in DRAM (`cache`), in the mode
 //! asked for: pass-through, write-through, write-around or write-invalidate (`export`). A cache
-//! in a persistent pool, restarting warm and holding dirty lines for write-back, is the rest of
+//! in a persistent pool (`pool_cache`) restarts warm; holding dirty lines for write-back is the rest of
 //! issue 12.
 //!
 //! ```text
@@ -17,7 +17,9 @@ pub mod backing;
 pub mod cache;
 pub mod export;
 pub mod nbd;
+pub mod pool_cache;
 pub mod server;
+pub mod slots;
 
 use std::net::TcpListener;
 use std::os::unix::fs::FileTypeExt;
@@ -91,8 +93,9 @@ pub struct BlockOptions {
     /// A line is filled on its N-th miss (1: on every miss) [default: 1].
     #[arg(long, value_name = "N")]
     pub promote_after: Option<u32>,
-    /// A persistent cache pool (a file, tmpfs or DAX): not built yet, refused (the cache is in
-    /// DRAM).
+    /// A cache pool (a file, a file on tmpfs, or DAX) of `--cache-size` for the one export: its
+    /// lines survive a clean stop and a process crash, so the export restarts warm [default:
+    /// the cache is in DRAM].
     #[arg(long, value_name = "PATH")]
     pub cache: Option<PathBuf>,
     /// Where to serve NBD: `unix:/path/to.sock` or `ADDR:PORT`; repeat for more [default:
@@ -195,12 +198,12 @@ impl Block {
                 other => Mode::parse(other)
                     .ok_or_else(|| config(format!("--mode {other}: expected wt, wa, wi or pt")))?,
             };
-        if let Some(path) = &options.cache {
-            return Err(config(format!(
-                "--cache {}: a persistent cache pool is not built yet; without --cache the cache \
-                 is in DRAM (--cache-size)",
-                path.display()
-            )));
+        if options.cache.is_some() && options.exports.len() > 1 {
+            return Err(config(
+                "--cache PATH: a cache pool serves one export (give one --export, or leave \
+                 --cache out for DRAM caches)"
+                    .to_string(),
+            ));
         }
         let line_bytes = match &options.cache_line_size {
             None => CACHE_LINE_BYTES_DEFAULT,
@@ -255,13 +258,25 @@ impl Block {
             if exports.iter().any(|e: &Export| e.name() == name) {
                 return Err(StartError::Config(format!("--export {name}: given twice")));
             }
-            let cache =
-                (cache_bytes > 0).then(|| Cache::new(per_export_bytes, line_bytes, promote_after));
-            let export = Export::open(name, path.as_ref(), mode, cache)
-                .map_err(|err| StartError::Io {
-                    what: format!("export {name}"),
-                    err,
-                })?
+            let io_err = |err: String| StartError::Io {
+                what: format!("export {name}"),
+                err,
+            };
+            let backing = backing::Backing::open(path.as_ref()).map_err(io_err)?;
+            let cache = match (&options.cache, cache_bytes) {
+                (_, 0) => None,
+                (Some(pool_path), _) => {
+                    let store = pool_cache::StoreIdentity::of(path.as_ref(), backing.size_bytes())
+                        .map_err(io_err)?;
+                    let cache =
+                        pool_cache::open(pool_path, cache_bytes, line_bytes, promote_after, store)
+                            .map_err(io_err)?;
+                    Some(cache)
+                }
+                (None, _) => Some(Cache::new(per_export_bytes, line_bytes, promote_after)),
+            };
+            let export = Export::new(name, backing, mode, cache)
+                .map_err(io_err)?
                 .with_seq_cutoff(seq_cutoff_bytes);
             if !export.backing().direct() {
                 tracing::warn!(
@@ -353,6 +368,9 @@ impl Block {
                 tracing::error!(export = export.name(), error = %err.0, "flush at stop failed");
             }
             if let Some(cache) = export.cache() {
+                if let Err(err) = cache.close() {
+                    tracing::error!(export = export.name(), %err, "closing the cache pool failed");
+                }
                 let c = &cache.counters;
                 let load =
                     |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);

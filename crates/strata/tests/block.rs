@@ -574,6 +574,8 @@ fn bad_flags_are_refused_at_start_with_a_clear_message() {
     let export = format!("disk={}", backing.display());
     let missing = format!("disk={}", dir.0.join("nope").display());
     let socket = format!("unix:{}", dir.0.join("s.sock").display());
+    let pool = dir.0.join("cache.pool").display().to_string();
+    let other = format!("other={}", backing_file(&dir, "other.img", 4096).display());
     for (args, code, says) in [
         (
             vec!["block", "--export", &export, "--nbd-listen", &socket],
@@ -612,7 +614,7 @@ fn bad_flags_are_refused_at_start_with_a_clear_message() {
             vec![
                 "block",
                 "--cache",
-                "/dev/shm/c",
+                &pool,
                 "--cache-size",
                 "1MiB",
                 "--export",
@@ -620,8 +622,25 @@ fn bad_flags_are_refused_at_start_with_a_clear_message() {
                 "--nbd-listen",
                 &socket,
             ],
+            1,
+            "a cache pool holds at least 16 MiB",
+        ),
+        (
+            vec![
+                "block",
+                "--cache",
+                &pool,
+                "--cache-size",
+                "64MiB",
+                "--export",
+                &export,
+                "--export",
+                &other,
+                "--nbd-listen",
+                &socket,
+            ],
             2,
-            "not built yet",
+            "a cache pool serves one export",
         ),
         (
             vec![
@@ -1109,4 +1128,104 @@ fn a_config_file_s_block_table_configures_the_exports() {
     let (status, stderr) = harness::run_to_exit(&["block", "--config", &config]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no export"), "{stderr}");
+}
+
+#[test]
+fn a_cache_pool_restarts_warm_after_sigterm_and_kill_9_and_refuses_another_store() {
+    let dir = Dir::new("warm");
+    let backing = backing_file(&dir, "disk.img", 4 << 20);
+    let pool_dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        dir.0.clone()
+    };
+    let pool = pool_dir.join(format!("strata-block-warm-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let pool_arg = pool.display().to_string();
+    let flags = [
+        "--mode",
+        "wt",
+        "--cache-size",
+        "16MiB",
+        "--cache",
+        &pool_arg,
+        "--admin-listen",
+        "127.0.0.1:0",
+    ];
+    let mut block = Block::start_with(&dir, &[("disk", &backing)], &flags);
+    let mut raw = block.connect("disk");
+    for i in 0..32u64 {
+        assert_eq!(
+            raw.request(nbd::CMD_WRITE, 0, i * 4096, 4096, &[i as u8 + 1; 4096])
+                .0,
+            0
+        );
+    }
+    drop(raw);
+    let stop = |block: &mut Block, signal: &str| {
+        let kill = Command::new("kill")
+            .args([signal, &block.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let started = Instant::now();
+        while block.child.try_wait().unwrap().is_none() {
+            assert!(started.elapsed() < WAIT_MAX, "did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    for signal in ["-TERM", "-KILL"] {
+        stop(&mut block, signal);
+        drop(block);
+        block = Block::start_with(&dir, &[("disk", &backing)], &flags);
+        assert!(
+            block.log().contains("recovered_lines=32"),
+            "{signal}:\n{}",
+            block.log()
+        );
+        let admin = admin_addr(&block);
+        let mut raw = block.connect("disk");
+        for i in 0..32u64 {
+            assert_eq!(
+                raw.request(nbd::CMD_READ, 0, i * 4096, 4096, &[]),
+                (0, vec![i as u8 + 1; 4096])
+            );
+        }
+        assert_eq!(
+            stat(&admin, "read_hits"),
+            32,
+            "{signal}: served warm from the pool"
+        );
+        assert_eq!(stat(&admin, "read_misses"), 0);
+    }
+    stop(&mut block, "-TERM");
+    drop(block);
+    // The same pool in front of another store: refused, the pool left as it was.
+    let other = backing_file(&dir, "other.img", 4 << 20);
+    let before = std::fs::read(&pool).unwrap();
+    let export = format!("disk={}", other.display());
+    let socket = format!("unix:{}", dir.0.join("x.sock").display());
+    let (status, stderr) = harness::run_to_exit(&[
+        "block",
+        "--mode",
+        "wt",
+        "--cache-size",
+        "16MiB",
+        "--cache",
+        &pool_arg,
+        "--export",
+        &export,
+        "--nbd-listen",
+        &socket,
+    ]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("made for another backing store"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::read(&pool).unwrap() == before,
+        "a refused pool was changed"
+    );
+    let _ = std::fs::remove_file(&pool);
 }

@@ -9,6 +9,10 @@
 //! answered write before the reply, which is more than NBD asks (FUA or a later FLUSH); the
 //! write-back mode will be held to NBD's rule.
 //!
+//! The write-through cache runs twice: in DRAM (cold after each start) and in a cache pool
+//! (`--cache`), whose lines survive the kills, so a line left older than the store would be
+//! served after the restart and fail the check.
+//!
 //! `STRATA_BLOCK_KILL_ROUNDS=N`: rounds per mode and kill point (default 4).
 
 // NBD is big-endian on the wire (the workspace denies big-endian conversions elsewhere).
@@ -48,6 +52,12 @@ fn block_bytes(thread: u64, block: u64, seq: u64) -> Vec<u8> {
         chunk.copy_from_slice(&word.to_le_bytes());
     }
     out
+}
+
+/// The sequence number a block's bytes carry (0 for the store's original bytes).
+fn seq_of(bytes: &[u8]) -> u64 {
+    let word = u64::from_le_bytes(bytes[0..8].try_into().unwrap());
+    (word >> 8) & 0xFFFF_FFFF
 }
 
 struct Server {
@@ -242,7 +252,11 @@ fn verify(socket: &Path, models: &[Mutex<Model>], original: &[u8], label: &str) 
                 }
                 _ => assert!(
                     got == before,
-                    "{label}: block {block} lost its last answered write"
+                    "{label}: block {block} lost its last answered write (seq {} read, {} \
+                     answered; in flight {:?})",
+                    seq_of(&got),
+                    seq_of(&before),
+                    in_flight.as_ref().map(|(b, bytes)| (b, seq_of(bytes)))
                 ),
             }
         }
@@ -259,11 +273,33 @@ fn every_answered_write_survives_kill_9_in_pass_through_and_write_through() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut seed = std::process::id() as u64;
-    for mode in [
-        &["--mode", "pt"][..],
-        &["--mode", "wt", "--cache-size", "1MiB"][..],
-    ] {
+    // A cache pool on tmpfs where there is one: it keeps its lines across every kill.
+    let pool_dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        dir.clone()
+    };
+    let pool = pool_dir.join(format!("strata-block-kill-{}.pool", std::process::id()));
+    let pool_arg = pool.display().to_string();
+    let modes: [&[&str]; 3] = [
+        &["--mode", "pt"],
+        &["--mode", "wt", "--cache-size", "1MiB"],
+        &[
+            "--mode",
+            "wt",
+            "--cache-size",
+            "16MiB",
+            "--seq-cutoff",
+            "0",
+            "--cache",
+            &pool_arg,
+        ],
+    ];
+    for mode in modes {
         for shutdown in [false, true] {
+            // A new store each time, so a new cache pool too (a pool's lines describe the store
+            // as it was; one written behind strata's back is not detected).
+            let _ = std::fs::remove_file(&pool);
             let store = dir.join("store.img");
             let original: Vec<u8> = (0..STORE_BYTES).map(|i| (i % 249) as u8).collect();
             std::fs::write(&store, &original).unwrap();
@@ -325,4 +361,5 @@ fn every_answered_write_survives_kill_9_in_pass_through_and_write_through() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&pool);
 }

@@ -1,0 +1,326 @@
+//! A cache whose lines live in a strata pool (`--cache PATH`: a file, a file on tmpfs, or DAX
+//! persistent memory), so the export restarts warm: after a clean stop, and after a process
+//! crash (`kill -9`) on the same boot, when the page cache or the DAX media kept every store.
+//! After a reboot or power loss that followed an unclean stop the lines are discarded, as
+//! `strata serve --durability none` discards its pool: the write-through modes do not persist a
+//! line's invalidation before writing the store (a persist per write), so such a pool could hold
+//! a line older than the store.
+//!
+//! The pool's root area names the cache and its store; a pool made for another store (another
+//! file, or the same path with another size or inode), another line size, or anything but a
+//! block cache is refused with a message, never used.
+//!
+//! Layout: segments of [`SEGMENT_BYTES`], dealt to the cache's shards in turn; each segment is
+//! an entry table and slots (`slots`).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use strata_pool::{Geometry, Location, OpenMode, Opened, Pool, PoolOptions};
+
+use crate::cache::{Cache, SHARDS};
+use crate::slots::{segment_layout, Slots};
+
+/// Bytes per pool segment.
+pub const SEGMENT_BYTES: u64 = 256 << 10;
+/// The root area's first bytes: `STRBLKC1`.
+const ROOT_MAGIC: u64 = 0x3143_4b4c_4252_5453;
+/// The root's layout version.
+const ROOT_VERSION: u32 = 1;
+/// Bytes of the root this module writes (magic, version, line size, store size, device,
+/// inode, CRC).
+const ROOT_BYTES: usize = 44;
+
+/// What identifies the backing store a pool was made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreIdentity {
+    /// Bytes.
+    pub size_bytes: u64,
+    /// The device holding the file (the device itself for a block device).
+    pub device: u64,
+    /// The file's inode (0 for a block device).
+    pub inode: u64,
+}
+
+impl StoreIdentity {
+    /// The identity of the store at `path` of `size_bytes`.
+    pub fn of(path: &Path, size_bytes: u64) -> Result<StoreIdentity, String> {
+        let metadata = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let block_device = std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type());
+        Ok(if block_device {
+            StoreIdentity {
+                size_bytes,
+                device: metadata.rdev(),
+                inode: 0,
+            }
+        } else {
+            StoreIdentity {
+                size_bytes,
+                device: metadata.dev(),
+                inode: metadata.ino(),
+            }
+        })
+    }
+}
+
+/// Opens (or creates) the pool at `path` as a cache of `capacity_bytes` of `line_bytes` lines
+/// for the store `store`, and the cache over it.
+pub fn open(
+    path: &Path,
+    capacity_bytes: u64,
+    line_bytes: usize,
+    promote_after: u32,
+    store: StoreIdentity,
+) -> Result<Cache, String> {
+    let segment_count = capacity_bytes / SEGMENT_BYTES;
+    if segment_count < SHARDS as u64 {
+        return Err(format!(
+            "--cache-size: a cache pool holds at least {} MiB ({SHARDS} segments of {} KiB)",
+            (SHARDS as u64 * SEGMENT_BYTES) >> 20,
+            SEGMENT_BYTES >> 10
+        ));
+    }
+    // A pool made for something else is refused before the open, which would mark it in use.
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        if let Ok(found) = strata_pool::PoolFile::open(path) {
+            check_root(found.root(), line_bytes, store)
+                .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
+        }
+    }
+    let mut pool = Pool::open(PoolOptions {
+        location: Location::File(path.to_path_buf()),
+        geometry: Geometry {
+            segment_size_bytes: SEGMENT_BYTES,
+            segment_count,
+        },
+        mode: OpenMode::OpenOrCreate,
+    })
+    .map_err(|e| format!("cache pool {}: {e}", path.display()))?;
+    let opened = pool.opened();
+    let mut root = pool.take_root();
+    let keep = match opened {
+        Opened::Created => false,
+        Opened::Reopened { .. } => {
+            check_root(root.bytes(), line_bytes, store)
+                .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
+            opened.stores_kept()
+        }
+    };
+    if !keep {
+        if matches!(opened, Opened::Reopened { .. }) {
+            tracing::warn!(
+                pool = %path.display(),
+                "the cache pool was left unclean across a reboot or power loss: its lines are \
+                 dropped (the store has every write)"
+            );
+        }
+        write_root(root.bytes_mut(), line_bytes, store);
+        root.persist().map_err(|e| e.to_string())?;
+    }
+    let (per_segment, table_bytes) = segment_layout(SEGMENT_BYTES as usize, line_bytes);
+    let mut shards: Vec<Vec<strata_pool::Segment>> = (0..SHARDS).map(|_| Vec::new()).collect();
+    for (i, segment) in pool.take_segments().into_iter().enumerate() {
+        shards[i % SHARDS].push(segment);
+    }
+    let mut slots: Vec<Slots> = shards
+        .into_iter()
+        .map(|segments| Slots::Pool {
+            segments,
+            per_segment,
+            table_bytes,
+        })
+        .collect();
+    if !keep {
+        for shard in &mut slots {
+            shard.clear_all();
+        }
+    }
+    let lines_max = store.size_bytes / line_bytes as u64;
+    let cache = Cache::from_slots(line_bytes, promote_after, slots, Some(pool), lines_max);
+    tracing::info!(
+        pool = %path.display(),
+        recovered_lines = cache.recovered_lines,
+        capacity_lines = cache.capacity_lines(),
+        "cache pool opened"
+    );
+    Ok(cache)
+}
+
+fn write_root(bytes: &mut [u8], line_bytes: usize, store: StoreIdentity) {
+    let mut root = [0u8; ROOT_BYTES];
+    root[0..8].copy_from_slice(&ROOT_MAGIC.to_le_bytes());
+    root[8..12].copy_from_slice(&ROOT_VERSION.to_le_bytes());
+    root[12..16].copy_from_slice(&(line_bytes as u32).to_le_bytes());
+    root[16..24].copy_from_slice(&store.size_bytes.to_le_bytes());
+    root[24..32].copy_from_slice(&store.device.to_le_bytes());
+    root[32..40].copy_from_slice(&store.inode.to_le_bytes());
+    let crc = crc32c::crc32c(&root[0..40]);
+    root[40..44].copy_from_slice(&crc.to_le_bytes());
+    bytes[..ROOT_BYTES].copy_from_slice(&root);
+}
+
+/// Whether a reopened pool's root names a block cache of these lines for this store.
+fn check_root(bytes: &[u8], line_bytes: usize, store: StoreIdentity) -> Result<(), String> {
+    let root = &bytes[..ROOT_BYTES];
+    let u64_at = |at: usize| u64::from_le_bytes(root[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(root[at..at + 4].try_into().expect("4 bytes"));
+    if u64_at(0) != ROOT_MAGIC || crc32c::crc32c(&root[0..40]) != u32_at(40) {
+        return Err(
+            "not a strata block cache (another pool, or a damaged root); point --cache at \
+                    a new file"
+                .to_string(),
+        );
+    }
+    if u32_at(8) != ROOT_VERSION {
+        return Err(format!(
+            "cache layout version {} (this binary: {ROOT_VERSION})",
+            u32_at(8)
+        ));
+    }
+    if u32_at(12) as usize != line_bytes {
+        return Err(format!(
+            "made with {}-byte lines, --cache-line-size is {line_bytes}",
+            u32_at(12)
+        ));
+    }
+    let found = StoreIdentity {
+        size_bytes: u64_at(16),
+        device: u64_at(24),
+        inode: u64_at(32),
+    };
+    if found != store {
+        return Err(format!(
+            "made for another backing store ({} bytes, device {}, inode {}; this one: {} bytes, \
+             device {}, inode {}); remove it or use a new file",
+            found.size_bytes,
+            found.device,
+            found.inode,
+            store.size_bytes,
+            store.device,
+            store.inode
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const LINE: usize = 4096;
+    const CAPACITY: u64 = SHARDS as u64 * SEGMENT_BYTES;
+
+    struct Temp(PathBuf);
+
+    impl Temp {
+        fn new(name: &str) -> Temp {
+            let dir = if Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            };
+            let path = dir.join(format!("strata-pool-cache-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            Temp(path)
+        }
+    }
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    const STORE: StoreIdentity = StoreIdentity {
+        size_bytes: 64 << 20,
+        device: 1,
+        inode: 2,
+    };
+
+    fn fill(cache: &Cache, lines: std::ops::Range<u64>) {
+        let mut out = vec![0u8; LINE];
+        for line in lines {
+            let generation = cache.read(line, &mut out).unwrap_err();
+            cache.fill(line, &vec![line as u8 ^ 0x5a; LINE], generation);
+        }
+    }
+
+    fn holds_its_bytes(cache: &Cache, line: u64) -> bool {
+        let mut out = vec![0u8; LINE];
+        cache.read(line, &mut out).is_ok() && out.iter().all(|&b| b == line as u8 ^ 0x5a)
+    }
+
+    #[test]
+    fn lines_survive_a_clean_close_and_a_crash_and_a_damaged_slot_is_dropped() {
+        let pool = Temp::new("restart");
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        assert_eq!(cache.recovered_lines, 0);
+        fill(&cache, 0..300);
+        cache.close().unwrap();
+        drop(cache);
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        assert_eq!(cache.recovered_lines, 300, "after a clean close");
+        assert!((0..300).all(|line| holds_its_bytes(&cache, line)));
+        // A crash: dropped without a close (the file keeps every store, as the page cache does).
+        fill(&cache, 300..400);
+        let ticket = cache.write_begins(5); // invalidated, then the process dies
+        let _ = ticket;
+        drop(cache);
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        assert_eq!(cache.recovered_lines, 399, "all but the invalidated line");
+        assert!(!holds_its_bytes(&cache, 5));
+        assert!((300..400).all(|line| holds_its_bytes(&cache, line)));
+        drop(cache);
+        // Damage one slot's bytes in the file: its line is dropped, never served.
+        let mut bytes = std::fs::read(&pool.0).unwrap();
+        let geometry = Geometry {
+            segment_size_bytes: SEGMENT_BYTES,
+            segment_count: CAPACITY / SEGMENT_BYTES,
+        };
+        let (_, table) = segment_layout(SEGMENT_BYTES as usize, LINE);
+        // Segment 0's first slot.
+        let at = geometry.data_offset() as usize + table;
+        bytes[at + 100] ^= 0xff;
+        std::fs::write(&pool.0, &bytes).unwrap();
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        assert_eq!(
+            cache.recovered_lines, 398,
+            "the damaged slot's line is dropped"
+        );
+        let served = (0..400)
+            .filter(|&line| holds_its_bytes(&cache, line))
+            .count();
+        assert_eq!(served, 398);
+    }
+
+    #[test]
+    fn a_pool_made_for_another_store_or_line_size_is_refused() {
+        let pool = Temp::new("identity");
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        cache.close().unwrap();
+        drop(cache);
+        let other_inode = StoreIdentity { inode: 3, ..STORE };
+        let err = open(&pool.0, CAPACITY, LINE, 1, other_inode).unwrap_err();
+        assert!(err.contains("another backing store"), "{err}");
+        let resized = StoreIdentity {
+            size_bytes: 32 << 20,
+            ..STORE
+        };
+        assert!(open(&pool.0, CAPACITY, LINE, 1, resized).is_err());
+        let err = open(&pool.0, CAPACITY, 8192, 1, STORE).unwrap_err();
+        assert!(err.contains("4096-byte lines"), "{err}");
+        let err = open(&pool.0, 2 * CAPACITY, LINE, 1, STORE).unwrap_err();
+        assert!(err.contains("geometry") || err.contains("segment"), "{err}");
+        // A file that is no pool at all is refused, never overwritten.
+        let other = Temp::new("notapool");
+        std::fs::write(&other.0, vec![7u8; 1 << 20]).unwrap();
+        assert!(open(&other.0, CAPACITY, LINE, 1, STORE).is_err());
+        assert_eq!(std::fs::read(&other.0).unwrap(), vec![7u8; 1 << 20]);
+        // Too small to give every shard a segment.
+        let small = Temp::new("small");
+        assert!(open(&small.0, CAPACITY / 2, LINE, 1, STORE)
+            .unwrap_err()
+            .contains("at least"));
+    }
+}
