@@ -2,14 +2,14 @@
 //! file or block device, read and written with direct I/O) served to NBD clients (the kernel's
 //! `nbd-client`, qemu, libnbd's tools, `nbdfuse`) over TCP or a Unix socket.
 //!
-//! Between each export and its store, a cache of whole lines in DRAM (`cache`), in the mode
-//! asked for: pass-through, write-through, write-around or write-invalidate (`export`). A cache
-//! in a persistent pool (`pool_cache`) restarts warm; holding dirty lines for write-back is the rest of
-//! issue 12.
+//! Between each export and its store, a cache of whole lines (`cache`) in DRAM or in a strata
+//! pool that restarts warm (`slots`, `pool_cache`), in the mode asked for: pass-through,
+//! write-through, write-around or write-invalidate (`export`). Write-back, holding dirty lines
+//! in the pool, is the rest of issue 12.
 //!
 //! ```text
 //!   listener (TCP, Unix) ─▶ thread per connection ─▶ handshake (nbd) ─▶ requests
-//!       ─▶ Export (mode) ─▶ Cache (DRAM lines) ─▶ Backing (pool DirectFile)
+//!       ─▶ Export (mode) ─▶ Cache (lines: DRAM or pool) ─▶ Backing (pool DirectFile)
 //! ```
 
 pub mod admin;
