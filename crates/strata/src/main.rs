@@ -32,15 +32,62 @@ enum Command {
     /// Inspect or verify a pool file.
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
-    /// Serve block devices over NBD (pass-through so far; the cache modes are issue 12).
-    Block(strata_block::BlockOptions),
+    /// Serve block devices over NBD with a cache in front (`strata block --export ...`), or
+    /// talk to a running one (`strata block stats|mode|flush --admin ADDR`).
+    Block(BlockCommand),
+}
+
+/// `strata block`: serve (the flags), or one of the actions on a running server.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BlockCommand {
+    #[command(subcommand)]
+    action: Option<BlockAction>,
+    #[command(flatten)]
+    serve: strata_block::BlockOptions,
+}
+
+/// Actions on a running `strata block`, through its admin port (`--admin-listen`).
+#[derive(Subcommand)]
+enum BlockAction {
+    /// Print each export's mode, cache occupancy and counters.
+    Stats {
+        /// The server's admin address.
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+    },
+    /// Switch an export's cache mode (wt, wa, wi, pt).
+    Mode {
+        /// The server's admin address.
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        /// The export.
+        export: String,
+        /// The new mode.
+        mode: String,
+    },
+    /// Make every completed write of an export durable.
+    Flush {
+        /// The server's admin address.
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        /// The export.
+        export: String,
+    },
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(options) => serve(options),
         Command::Pool(command) => pool_cmd::run(command),
-        Command::Block(options) => block(&options),
+        Command::Block(BlockCommand {
+            action: None,
+            serve,
+        }) => block(&serve),
+        Command::Block(BlockCommand {
+            action: Some(action),
+            ..
+        }) => block_action(action),
         Command::Bench(args) => match strata_bench::run(&args) {
             Ok(report) => {
                 print!("{}", report.render_text());
@@ -51,6 +98,32 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn block_action(action: BlockAction) -> ExitCode {
+    let (admin, method, path) = match &action {
+        BlockAction::Stats { admin } => (admin, "GET", "/stats".to_string()),
+        BlockAction::Mode {
+            admin,
+            export,
+            mode,
+        } => (admin, "POST", format!("/exports/{export}/mode/{mode}")),
+        BlockAction::Flush { admin, export } => (admin, "POST", format!("/exports/{export}/flush")),
+    };
+    match strata_block::admin::request(admin, method, &path) {
+        Ok((200, body)) => {
+            print!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok((status, body)) => {
+            eprint!("strata block: {status}: {body}");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("strata block: admin port {admin}: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

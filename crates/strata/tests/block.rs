@@ -1229,3 +1229,39 @@ fn a_cache_pool_restarts_warm_after_sigterm_and_kill_9_and_refuses_another_store
     );
     let _ = std::fs::remove_file(&pool);
 }
+
+#[test]
+fn strata_block_stats_mode_and_flush_talk_to_a_running_server() {
+    let dir = Dir::new("cli");
+    let backing = backing_file(&dir, "disk.img", 1 << 20);
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &backing)],
+        &[
+            "--mode",
+            "wt",
+            "--cache-size",
+            "1MiB",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let admin = admin_addr(&block);
+    let (status, stdout, stderr) = harness::run_output(&["block", "stats", "--admin", &admin]);
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.starts_with("export=disk mode=wt "), "{stdout}");
+    let (status, stdout, _) =
+        harness::run_output(&["block", "mode", "--admin", &admin, "disk", "wi"]);
+    assert!(status.success());
+    assert_eq!(stdout, "disk wt -> wi\n");
+    let (status, _, stderr) =
+        harness::run_output(&["block", "mode", "--admin", &admin, "disk", "wb"]);
+    assert_eq!(status.code(), Some(1));
+    assert!(stderr.contains("400"), "{stderr}");
+    let (status, stdout, _) = harness::run_output(&["block", "flush", "--admin", &admin, "disk"]);
+    assert!(status.success());
+    assert_eq!(stdout, "flushed\n");
+    let (status, _, stderr) = harness::run_output(&["block", "stats", "--admin", "127.0.0.1:1"]);
+    assert_eq!(status.code(), Some(1));
+    assert!(stderr.contains("admin port 127.0.0.1:1"), "{stderr}");
+}
