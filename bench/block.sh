@@ -7,6 +7,7 @@
 #   strata-pt     strata block --mode pt (pass-through; direct I/O to the file)
 #   strata-wt     strata block --mode wt with a DRAM cache twice the file, warmed by one full read
 #                 (--seq-cutoff 0, so that the sequential warm-up read fills it)
+#   strata-pool   the same with the cache in a pool on /dev/shm (--cache; the PMem stand-in)
 # NBD targets are read with fio's nbd engine (libnbd). Server on CPU 0, fio on CPU 1.
 #
 #   bench/block.sh DIR [SIZE_MIB] [SECONDS]      (defaults: 1024 MiB, 20 s per run)
@@ -55,7 +56,7 @@ serve_and_run() { # name command...
   taskset -c 0 "$@" &
   local pid=$!
   wait_socket
-  if [ "$name" = nbdkit-cache ] || [ "$name" = strata-wt ]; then
+  if [ "$name" = nbdkit-cache ] || [ "$name" = strata-wt ] || [ "$name" = strata-pool ]; then
     nbdcopy "nbd+unix:///?socket=$sock" null: # one full read warms the cache
   fi
   for qd in 1 32; do
@@ -73,13 +74,18 @@ serve_and_run nbdkit-cache nbdkit -f -U "$sock" --filter=cache file "$img"
 serve_and_run strata-pt "$strata" block --mode pt --export "disk=$img" --nbd-listen "unix:$sock"
 serve_and_run strata-wt "$strata" block --mode wt --cache-size "$((2 * size_mib))MiB" --seq-cutoff 0 \
   --export "disk=$img" --nbd-listen "unix:$sock"
+pool=/dev/shm/strata-block-bench.pool
+rm -f "$pool"
+serve_and_run strata-pool "$strata" block --mode wt --cache-size "$((2 * size_mib))MiB" \
+  --seq-cutoff 0 --cache "$pool" --export "disk=$img" --nbd-listen "unix:$sock"
+rm -f "$pool"
 
 python3 - "$dir/results" <<'PY'
 import json, sys, os
 results = sys.argv[1]
 print("| target | QD | IOPS | p50 µs | p99 µs | p99.9 µs |")
 print("|---|---:|---:|---:|---:|---:|")
-for name in ["direct", "nbdkit", "nbdkit-cache", "strata-pt", "strata-wt"]:
+for name in ["direct", "nbdkit", "nbdkit-cache", "strata-pt", "strata-wt", "strata-pool"]:
     for qd in (1, 32):
         path = os.path.join(results, f"{name}-qd{qd}.json")
         if not os.path.exists(path):

@@ -1265,3 +1265,114 @@ fn strata_block_stats_mode_and_flush_talk_to_a_running_server() {
     assert_eq!(status.code(), Some(1));
     assert!(stderr.contains("admin port 127.0.0.1:1"), "{stderr}");
 }
+
+#[test]
+fn a_full_file_system_under_a_sparse_store_gets_enospc_and_the_session_goes_on() {
+    // A sparse 64 MiB store on an 8 MiB tmpfs of the test's own (root, as CI has: without the
+    // right to mount the test fails and says so).
+    let dir = Dir::new("full");
+    let mount = dir.0.join("fs");
+    std::fs::create_dir_all(&mount).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&mount)
+        .status()
+        .expect("run mount");
+    assert!(
+        mounted.success(),
+        "cannot mount a tmpfs on {} (this test needs root)",
+        mount.display()
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mount.clone());
+    let store = mount.join("sparse.img");
+    std::fs::File::create(&store)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &store)],
+        &["--mode", "wt", "--cache-size", "1MiB"],
+    );
+    let mut raw = block.connect("disk");
+    let mut written = 0u64;
+    let mut refused = 0;
+    for i in 0..4096u64 {
+        match raw
+            .request(nbd::CMD_WRITE, 0, i * 16384, 16384, &[i as u8 | 1; 16384])
+            .0
+        {
+            0 => written += 1,
+            error => {
+                assert_eq!(error, nbd::ENOSPC, "a full disk is ENOSPC, not {error}");
+                refused += 1;
+                if refused > 8 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        refused > 0 && written > 100,
+        "written {written}, refused {refused}"
+    );
+    // The session goes on, and what was written reads back.
+    for i in [0, written / 2, written - 1] {
+        let (error, data) = raw.request(nbd::CMD_READ, 0, i * 16384, 16384, &[]);
+        assert_eq!(error, 0);
+        assert!(data.iter().all(|&b| b == i as u8 | 1), "block {i}");
+    }
+    assert!(
+        block.log().contains("write failed"),
+        "the failure is logged"
+    );
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_holds_up_no_one_else() {
+    let dir = Dir::new("slow");
+    let backing = backing_file(&dir, "disk.img", 8 << 20);
+    let block = Block::start_with(
+        &dir,
+        &[("disk", &backing)],
+        &["--mode", "wt", "--cache-size", "16MiB"],
+    );
+    // 400 reads of 1 MiB sent, no reply read: the server's writes to it fill the socket and stop.
+    let mut slow = block.connect("disk");
+    for i in 0..400u64 {
+        slow.send(&nbd::encode_request(&nbd::Request {
+            flags: 0,
+            command: nbd::CMD_READ,
+            cookie: i,
+            offset: (i % 8) << 20,
+            length: 1 << 20,
+        }));
+    }
+    // Another client is served at once, reads and writes.
+    let mut other = block.connect("disk");
+    let started = Instant::now();
+    for i in 0..50u64 {
+        assert_eq!(
+            other
+                .request(nbd::CMD_WRITE, 0, i * 4096, 4096, &[7; 4096])
+                .0,
+            0
+        );
+        assert_eq!(
+            other.request(nbd::CMD_READ, 0, i * 4096, 4096, &[]),
+            (0, vec![7; 4096])
+        );
+    }
+    assert!(
+        started.elapsed() < WAIT_MAX,
+        "the other client waited on the slow one"
+    );
+    drop(slow);
+    assert_eq!(other.request(nbd::CMD_FLUSH, 0, 0, 0, &[]).0, 0);
+}
