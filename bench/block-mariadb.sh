@@ -102,7 +102,7 @@ run_target() { # name
       nbdfuse "$dir/fuse/disk" "nbd+unix:///disk?socket=$sock" &
       fuse_pid=$!
       for _ in $(seq 100); do [ -e "$dir/fuse/disk" ] && break; sleep 0.05; done
-      loop=$(losetup -f --show "$dir/fuse/disk") ;;
+      loop=$(losetup -f --show --direct-io=on "$dir/fuse/disk") ;;
   esac
   mount "$loop" "$dir/mnt"
   start_db "$name"
