@@ -101,7 +101,15 @@ impl Server {
         Server { child, socket }
     }
 
-    fn kill(mut self) {
+    /// SIGKILL, and waits for the process to be gone.
+    fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Server {
+    /// Also when a check fails: no server outlives the test.
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -280,6 +288,14 @@ fn every_answered_write_survives_kill_9_in_pass_through_and_write_through() {
         dir.clone()
     };
     let pool = pool_dir.join(format!("strata-block-kill-{}.pool", std::process::id()));
+    /// Removes the cache pool however the test ends.
+    struct RemoveOnDrop(PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _remove_pool = RemoveOnDrop(pool.clone());
     let pool_arg = pool.display().to_string();
     let modes: [&[&str]; 3] = [
         &["--mode", "pt"],
