@@ -237,26 +237,27 @@ fn metrics(exports: &Exports) -> String {
 }
 
 fn stats(exports: &Exports) -> String {
-    let mut out = String::new();
-    for e in exports.iter() {
+    exports.iter().map(|e| stats_line(e) + "\n").collect()
+}
+
+/// One export's `/stats` line: name, mode, size, cache occupancy and counters.
+pub fn stats_line(e: &Export) -> String {
+    let mut out = format!(
+        "export={} mode={} size_bytes={}",
+        e.name(),
+        e.mode().name(),
+        e.size_bytes()
+    );
+    if let Some(cache) = e.cache() {
         out.push_str(&format!(
-            "export={} mode={} size_bytes={}",
-            e.name(),
-            e.mode().name(),
-            e.size_bytes()
+            " cache_lines={} capacity_lines={} line_bytes={}",
+            cache.cached_lines(),
+            cache.capacity_lines(),
+            cache.line_bytes()
         ));
-        if let Some(cache) = e.cache() {
-            out.push_str(&format!(
-                " cache_lines={} capacity_lines={} line_bytes={}",
-                cache.cached_lines(),
-                cache.capacity_lines(),
-                cache.line_bytes()
-            ));
-        }
-        for (name, _, value) in counters(e) {
-            out.push_str(&format!(" {name}={value}"));
-        }
-        out.push('\n');
+    }
+    for (name, _, value) in counters(e) {
+        out.push_str(&format!(" {name}={value}"));
     }
     out
 }

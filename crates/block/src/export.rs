@@ -412,22 +412,25 @@ impl Export {
 
     /// The range is no longer needed (its cached lines are invalidated).
     pub fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), IoFailure> {
-        let tickets = self.writes_begin(offset, len);
-        let result = self
-            .backing
-            .trim(offset, len)
-            .map_err(IoFailure::from)
-            .and_then(|()| self.durable_if(fua));
-        self.writes_end(tickets, offset, None);
-        result
+        self.invalidating(offset, len, fua, || self.backing.trim(offset, len))
     }
 
     /// Zeroes the range (its cached lines are invalidated).
     pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<(), IoFailure> {
+        self.invalidating(offset, len, fua, || self.backing.write_zeroes(offset, len))
+    }
+
+    /// Runs `change` on the store's range with the cached lines it covers invalidated (as a
+    /// write that keeps nothing in the cache), durable first if `fua`.
+    fn invalidating(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        change: impl FnOnce() -> Result<(), MediumError>,
+    ) -> Result<(), IoFailure> {
         let tickets = self.writes_begin(offset, len);
-        let result = self
-            .backing
-            .write_zeroes(offset, len)
+        let result = change()
             .map_err(IoFailure::from)
             .and_then(|()| self.durable_if(fua));
         self.writes_end(tickets, offset, None);

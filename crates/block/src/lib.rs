@@ -371,22 +371,7 @@ impl Block {
                 if let Err(err) = cache.close() {
                     tracing::error!(export = export.name(), %err, "closing the cache pool failed");
                 }
-                let c = &cache.counters;
-                let load =
-                    |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(
-                    export = export.name(),
-                    read_hits = load(&c.read_hits),
-                    read_misses = load(&c.read_misses),
-                    fills = load(&c.fills),
-                    fills_raced = load(&c.fills_raced),
-                    fills_deferred = load(&c.fills_deferred),
-                    seq_cutoff_bypasses = load(&c.seq_cutoff_bypasses),
-                    write_updates = load(&c.write_updates),
-                    write_invalidations = load(&c.write_invalidations),
-                    evictions = load(&c.evictions),
-                    "cache lines"
-                );
+                tracing::info!("cache lines at stop: {}", admin::stats_line(export));
             }
         }
         for path in &self.unix_paths {

@@ -81,10 +81,13 @@ pub fn open(
         ));
     }
     // A pool made for something else is refused before the open, which would mark it in use.
+    // (A file the inspector cannot read is checked after the open instead.)
+    let mut root_checked = false;
     if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
         if let Ok(found) = strata_pool::PoolFile::open(path) {
             check_root(found.root(), line_bytes, store)
                 .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
+            root_checked = true;
         }
     }
     let mut pool = Pool::open(PoolOptions {
@@ -101,8 +104,10 @@ pub fn open(
     let keep = match opened {
         Opened::Created => false,
         Opened::Reopened { .. } => {
-            check_root(root.bytes(), line_bytes, store)
-                .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
+            if !root_checked {
+                check_root(root.bytes(), line_bytes, store)
+                    .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
+            }
             opened.stores_kept()
         }
     };

@@ -256,11 +256,11 @@ impl DirectFile {
     /// resized or reserved (the block cache's backing store, whose bytes are the user's).
     pub fn open_existing(path: &Path, engine: IoEngine) -> Result<DirectFile, crate::PoolError> {
         let io = |op, e: std::io::Error| crate::io_err(op, path, e);
-        let (file, direct, device) = Self::open_locked(path, false)?;
+        let (file, direct, metadata) = Self::open_locked(path, false)?;
+        let device = is_block_device(&metadata);
         let len_bytes = if device {
             block_device_size(&file).map_err(|e| io("size block device", e))?
         } else {
-            let metadata = file.metadata().map_err(|e| io("stat", e))?;
             if !metadata.is_file() {
                 return Err(crate::PoolError::Io {
                     op: "open",
@@ -281,8 +281,11 @@ impl DirectFile {
     }
 
     /// Opens `path` read-write (creating it if `create`), `O_DIRECT` where the file system
-    /// allows it, under an exclusive lock: the file, whether direct, whether a block device.
-    fn open_locked(path: &Path, create: bool) -> Result<(File, bool, bool), crate::PoolError> {
+    /// allows it, under an exclusive lock: the file, whether direct, and its metadata.
+    fn open_locked(
+        path: &Path,
+        create: bool,
+    ) -> Result<(File, bool, std::fs::Metadata), crate::PoolError> {
         let io = |op, e: std::io::Error| crate::io_err(op, path, e);
         let open = |direct: bool| {
             OpenOptions::new()
@@ -303,8 +306,7 @@ impl DirectFile {
         };
         crate::lock_exclusive(&file, path)?;
         let metadata = file.metadata().map_err(|e| io("stat", e))?;
-        let device = std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type());
-        Ok((file, direct, device))
+        Ok((file, direct, metadata))
     }
 
     /// [`DirectFile::open`] with the I/O engine chosen (tests run both).
@@ -315,8 +317,8 @@ impl DirectFile {
     ) -> Result<DirectFile, crate::PoolError> {
         let io = |op, e: std::io::Error| crate::io_err(op, path, e);
         let created = !path.exists();
-        let (file, direct, device) = Self::open_locked(path, true)?;
-        let metadata = file.metadata().map_err(|e| io("stat", e))?;
+        let (file, direct, metadata) = Self::open_locked(path, true)?;
+        let device = is_block_device(&metadata);
         if device {
             let size = block_device_size(&file).map_err(|e| io("size block device", e))?;
             if size < len_bytes {
@@ -363,6 +365,10 @@ impl DirectFile {
             os_error: error.raw_os_error(),
         }
     }
+}
+
+fn is_block_device(metadata: &std::fs::Metadata) -> bool {
+    std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type())
 }
 
 fn block_device_size(file: &File) -> std::io::Result<u64> {
