@@ -37,24 +37,12 @@ pub const SEQ_CUTOFF_BYTES_DEFAULT: u64 = 1 << 20;
 /// Default cache line: 4 KiB (Open CAS's default too).
 pub const CACHE_LINE_BYTES_DEFAULT: usize = 4096;
 
-/// Parses a size: a number with an optional `K`, `M`, `G`, `T` (or `KiB`, `MiB`, `GiB`, `TiB`;
-/// powers of 1024) or `B` suffix.
+/// Parses a size as every strata command does ([`strata_pool::ByteSize`]: `1GiB`, `64mb`,
+/// `4096`; `k`, `m`, `g` are powers of 1000, as in Redis's configuration).
 pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(digits_end);
-    let number: u64 = number.parse().ok()?;
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" => 10,
-        "m" | "mib" => 20,
-        "g" | "gib" => 30,
-        "t" | "tib" => 40,
-        _ => return None,
-    };
-    number.checked_mul(1u64 << shift)
+    text.parse::<strata_pool::ByteSize>()
+        .ok()
+        .map(|size| size.0)
 }
 
 /// Default NBD listener: loopback, the IANA port.
@@ -464,12 +452,19 @@ nbd-listen = ["unix:/tmp/s.sock"]
     }
 
     #[test]
-    fn sizes_parse_with_binary_suffixes_and_refuse_the_rest() {
-        assert_eq!(parse_size("4096"), Some(4096));
+    fn sizes_mean_what_they_mean_to_strata_serve() {
+        for text in ["4096", "4KiB", "64k", "64kb", "1GiB", "2G", "16MiB"] {
+            assert_eq!(
+                parse_size(text),
+                text.parse::<strata_pool::ByteSize>().ok().map(|s| s.0)
+            );
+        }
+        assert_eq!(
+            parse_size("64k"),
+            Some(64_000),
+            "k is 1000, as in Redis and strata serve"
+        );
         assert_eq!(parse_size("4KiB"), Some(4096));
-        assert_eq!(parse_size("64k"), Some(65536));
-        assert_eq!(parse_size("1GiB"), Some(1 << 30));
-        assert_eq!(parse_size("2G"), Some(2 << 30));
         for bad in ["", "KiB", "1.5GiB", "-1", "1XB", "99999999999999999999T"] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }

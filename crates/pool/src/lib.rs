@@ -43,7 +43,9 @@ pub use header::{
     SEGMENT_HEADER_SIZE_BYTES,
 };
 pub use mapping::{Backend, FlushMethod, PersistObserver, PersistenceDomain};
+pub mod size;
 pub use medium::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError, DIRECT_BLOCK_SIZE_BYTES};
+pub use size::ByteSize;
 pub use tables::{
     ControlHeader, IndexFiles, LineTable, TableKind, TableObserver, SEGMENT_BOOK_SIZE_BYTES,
 };
