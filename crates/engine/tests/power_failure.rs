@@ -387,6 +387,30 @@ fn the_index_in_the_pool_keeps_each_level_s_promise_across_power_cuts() {
     }
 }
 
+/// A process crash of `engine` (opened with `first`) on this boot, and the next session's
+/// recovery: the pool's mapping keeps every store while its media hold only what was persisted.
+/// Returns the new engine and the simulator watching its pool.
+fn crash_and_reopen(
+    engine: Engine,
+    first: &EngineConfig,
+    level: Level,
+) -> (
+    Result<Engine, OpenError>,
+    std::sync::Arc<SimulatedPersistence>,
+) {
+    let live = engine.crash_image(simulation(first), &mut |_| true);
+    let persisted = engine.crash_image(simulation(first), &mut |_| false);
+    drop(engine);
+    let watching = SimulatedPersistence::new();
+    let pool = Pool::open_image_after_process_crash(&live, &persisted, watching.clone())
+        .expect("image opens");
+    let second = EngineConfig {
+        pool: PoolLocation::Simulated(watching.clone()),
+        ..config(level, None)
+    };
+    (Engine::from_pool(pool, &second), watching)
+}
+
 /// A process crash leaves an overwritten record superseded (its replacement not yet committed),
 /// and recovery marks it dead; a delete in the new session then makes the replacement dead
 /// durably. A power cut after that must not bring the older value back: recovery's dead marks
@@ -406,18 +430,8 @@ fn a_value_deleted_after_a_process_crash_stays_deleted_across_a_power_cut() {
         // The overwrite's record is written, the old one marked superseded; the crash comes
         // before the commit that would make the first durable and the second dead.
         engine.set(b"k", &new, 0, Expiry::Never).unwrap();
-        let live = engine.crash_image(simulation(&first), &mut |_| true);
-        let persisted = engine.crash_image(simulation(&first), &mut |_| false);
-        drop(engine);
-
-        let watching = SimulatedPersistence::new();
-        let pool = Pool::open_image_after_process_crash(&live, &persisted, watching.clone())
-            .expect("image opens");
-        let second = EngineConfig {
-            pool: PoolLocation::Simulated(watching.clone()),
-            ..config(level, None)
-        };
-        let engine = Engine::from_pool(pool, &second).expect("recovery succeeds");
+        let (engine, watching) = crash_and_reopen(engine, &first, level);
+        let engine = engine.expect("recovery succeeds");
         assert_eq!(engine.recovery_report().items_recovered, 2, "{level:?}");
         assert_eq!(
             engine.get(b"k", |item| item.value.to_vec()),
@@ -476,19 +490,8 @@ fn a_process_crash_then_a_power_cut_keeps_each_level_s_promise() {
             let engine = Engine::open(first.clone()).unwrap();
             let ops = rng.gen_range(1..200);
             let (mut model, _) = run_workload(&engine, &mut rng, level, ops);
-            let live = engine.crash_image(simulation(&first), &mut |_| true);
-            let persisted = engine.crash_image(simulation(&first), &mut |_| false);
-            drop(engine);
-
-            let watching = SimulatedPersistence::new();
-            let pool = Pool::open_image_after_process_crash(&live, &persisted, watching.clone())
-                .expect("image opens");
-            let second = EngineConfig {
-                pool: PoolLocation::Simulated(watching.clone()),
-                ..config(level, None)
-            };
-            let engine =
-                Engine::from_pool(pool, &second).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let (engine, watching) = crash_and_reopen(engine, &first, level);
+            let engine = engine.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             // A process crash keeps every store: each key as the level promises.
             check_recovered(&engine, level, &model, seed);
             let served = (0..KEYS)

@@ -82,6 +82,23 @@ impl Block {
         block
     }
 
+    /// Sends `signal` (`-TERM`, `-KILL`) and waits for the process to exit.
+    fn stop(&mut self, signal: &str) -> std::process::ExitStatus {
+        let kill = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < WAIT_MAX, "did not stop on {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn uri(&self, export: &str) -> String {
         format!("nbd+unix:///{export}?socket={}", self.socket.display())
     }
@@ -548,19 +565,7 @@ fn sigterm_flushes_removes_the_socket_and_exits_zero() {
     let mut block = Block::start(&dir, &[("disk", &backing)]);
     let mut raw = block.connect("disk");
     assert_eq!(raw.request(nbd::CMD_WRITE, 0, 0, 4, b"kept").0, 0);
-    let kill = Command::new("kill")
-        .args(["-TERM", &block.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = block.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < WAIT_MAX, "did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = block.stop("-TERM");
     assert!(status.success(), "{status:?}\n{}", block.log());
     assert!(!block.socket.exists(), "the socket is removed");
     assert_eq!(&std::fs::read(&backing).unwrap()[0..4], b"kept");
@@ -888,16 +893,7 @@ fn a_write_through_cache_serves_what_nbdcopy_wrote_and_counts_its_hits() {
         std::fs::read(&backing).unwrap()[..data.len()] == data[..],
         "write-through: the store has it"
     );
-    let kill = Command::new("kill")
-        .args(["-TERM", &block.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let started = Instant::now();
-    while block.child.try_wait().unwrap().is_none() {
-        assert!(started.elapsed() < WAIT_MAX, "did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    block.stop("-TERM");
     let log = block.log();
     let hits: u64 = log
         .split("read_hits=")
@@ -1134,13 +1130,8 @@ fn a_config_file_s_block_table_configures_the_exports() {
 fn a_cache_pool_restarts_warm_after_sigterm_and_kill_9_and_refuses_another_store() {
     let dir = Dir::new("warm");
     let backing = backing_file(&dir, "disk.img", 4 << 20);
-    let pool_dir = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        dir.0.clone()
-    };
-    let pool = pool_dir.join(format!("strata-block-warm-{}.pool", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
+    let pool_file = harness::PoolFile::on_tmpfs("block-warm");
+    let pool = PathBuf::from(pool_file.path());
     let pool_arg = pool.display().to_string();
     let flags = [
         "--mode",
@@ -1162,20 +1153,8 @@ fn a_cache_pool_restarts_warm_after_sigterm_and_kill_9_and_refuses_another_store
         );
     }
     drop(raw);
-    let stop = |block: &mut Block, signal: &str| {
-        let kill = Command::new("kill")
-            .args([signal, &block.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        let started = Instant::now();
-        while block.child.try_wait().unwrap().is_none() {
-            assert!(started.elapsed() < WAIT_MAX, "did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     for signal in ["-TERM", "-KILL"] {
-        stop(&mut block, signal);
+        block.stop(signal);
         drop(block);
         block = Block::start_with(&dir, &[("disk", &backing)], &flags);
         assert!(
@@ -1198,7 +1177,7 @@ fn a_cache_pool_restarts_warm_after_sigterm_and_kill_9_and_refuses_another_store
         );
         assert_eq!(stat(&admin, "read_misses"), 0);
     }
-    stop(&mut block, "-TERM");
+    block.stop("-TERM");
     drop(block);
     // The same pool in front of another store: refused, the pool left as it was.
     let other = backing_file(&dir, "other.img", 4 << 20);
@@ -1227,7 +1206,6 @@ fn a_cache_pool_restarts_warm_after_sigterm_and_kill_9_and_refuses_another_store
         std::fs::read(&pool).unwrap() == before,
         "a refused pool was changed"
     );
-    let _ = std::fs::remove_file(&pool);
 }
 
 #[test]

@@ -282,20 +282,8 @@ fn every_answered_write_survives_kill_9_in_pass_through_and_write_through() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut seed = std::process::id() as u64;
     // A cache pool on tmpfs where there is one: it keeps its lines across every kill.
-    let pool_dir = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        dir.clone()
-    };
-    let pool = pool_dir.join(format!("strata-block-kill-{}.pool", std::process::id()));
-    /// Removes the cache pool however the test ends.
-    struct RemoveOnDrop(PathBuf);
-    impl Drop for RemoveOnDrop {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-    let _remove_pool = RemoveOnDrop(pool.clone());
+    let pool_file = harness::PoolFile::on_tmpfs("block-kill");
+    let pool = PathBuf::from(pool_file.path());
     let pool_arg = pool.display().to_string();
     let modes: [&[&str]; 3] = [
         &["--mode", "pt"],
@@ -377,5 +365,4 @@ fn every_answered_write_survives_kill_9_in_pass_through_and_write_through() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(&pool);
 }

@@ -495,13 +495,7 @@ fn pool_file(generation: u64) -> PoolFile {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .subsec_nanos();
-    let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    PoolFile::in_dir(&dir, &format!("kill-loop-{nanos}-{generation}"))
+    PoolFile::on_tmpfs(&format!("kill-loop-{nanos}-{generation}"))
 }
 
 /// The durability levels of the matrix: each promises that an acknowledged write survives a

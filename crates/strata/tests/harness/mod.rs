@@ -389,6 +389,17 @@ impl PoolFile {
         PoolFile(dir.join(format!("strata-{name}-{}.pool", std::process::id())))
     }
 
+    /// `strata-<name>-<pid>.pool` on `/dev/shm` where there is one (the PMem stand-in: it
+    /// survives `kill -9`), else in the system's temporary directory.
+    pub fn on_tmpfs(name: &str) -> PoolFile {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            Self::in_dir(shm, name)
+        } else {
+            Self::new(name)
+        }
+    }
+
     /// The path, as `--pool` and `strata pool` take it.
     pub fn path(&self) -> &str {
         self.0.to_str().expect("utf-8 path")
