@@ -12,6 +12,8 @@
 //!       ─▶ Export (mode) ─▶ Cache (lines: DRAM or pool) ─▶ Backing (pool DirectFile)
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod backing;
 pub mod cache;
