@@ -300,6 +300,27 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_root_is_refused_and_left_as_it_is() {
+        let pool = Temp::new("root");
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        cache.close().unwrap();
+        drop(cache);
+        let mut bytes = std::fs::read(&pool.0).unwrap();
+        let at = bytes
+            .windows(8)
+            .position(|w| w == b"STRBLKC1")
+            .expect("the root's magic");
+        bytes[at + 20] ^= 0x01; // Inside the store's size: the root's CRC no longer holds.
+        std::fs::write(&pool.0, &bytes).unwrap();
+        let err = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap_err();
+        assert!(err.contains("not a strata block cache"), "{err}");
+        assert!(
+            std::fs::read(&pool.0).unwrap() == bytes,
+            "a refused pool was changed"
+        );
+    }
+
+    #[test]
     fn a_pool_made_for_another_store_or_line_size_is_refused() {
         let pool = Temp::new("identity");
         let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();

@@ -1015,6 +1015,19 @@ fn the_admin_port_reports_counters_and_switches_modes_without_stale_lines() {
         (200, "flushed\n".to_string())
     );
     assert_eq!(http(&admin, "GET", "/nothing").0, 404);
+    // A request over 8 KiB is refused; the port goes on answering.
+    let mut stream = std::net::TcpStream::connect(&admin).unwrap();
+    stream.set_read_timeout(Some(WAIT_MAX)).unwrap();
+    write!(
+        stream,
+        "GET /stats HTTP/1.1\r\nX-Filler: {}\r\n",
+        "x".repeat(10_000)
+    )
+    .unwrap();
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    assert!(reply.starts_with("HTTP/1.1 431 "), "{reply}");
+    assert_eq!(http(&admin, "GET", "/health").0, 200);
 }
 
 #[test]
