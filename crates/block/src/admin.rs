@@ -6,7 +6,8 @@
 //! - `GET /stats`: the same as one human-readable line per export.
 //! - `POST /exports/NAME/mode/MODE`: switches an export's cache mode (`wt`, `wa`, `wi`, `pt`),
 //!   logged; `400` with the reason when it cannot.
-//! - `POST /exports/NAME/flush`: makes every completed write of the export durable.
+//! - `POST /exports/NAME/flush`: writes every dirty line back (write-back) and makes every
+//!   completed write of the export durable.
 //!
 //! Requests over 8 KiB, or slower than 5 s, are dropped. The port is loopback by default:
 //! whoever reaches it can switch modes.
@@ -51,7 +52,19 @@ fn answer(mut stream: TcpStream, exports: &Exports) -> std::io::Result<()> {
         }
         request.extend_from_slice(&chunk[..n]);
         if request.len() > REQUEST_MAX_BYTES {
-            return respond(&mut stream, 431, "request too large\n");
+            respond(&mut stream, 431, "request too large\n")?;
+            // Read on a little (bounded) before closing: closing with unread bytes resets the
+            // connection, and the client could lose the reply.
+            stream.shutdown(std::net::Shutdown::Write)?;
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
+            let mut drained = 0;
+            while drained < 16 * REQUEST_MAX_BYTES {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => drained += n,
+                }
+            }
+            return Ok(());
         }
     }
     let text = String::from_utf8_lossy(&request);
@@ -92,7 +105,7 @@ fn route(method: &str, path: &str, exports: &Exports) -> (u16, String) {
             let Some(mode) = Mode::parse(mode) else {
                 return (
                     400,
-                    format!("mode {mode:?}: expected wt, wa, wi or pt (wb is not built)\n"),
+                    format!("mode {mode:?}: expected wt, wb, wa, wi or pt\n"),
                 );
             };
             match export.set_mode(mode) {
@@ -115,10 +128,17 @@ fn route(method: &str, path: &str, exports: &Exports) -> (u16, String) {
             let Some(export) = exports.find(name).filter(|_| !name.is_empty()) else {
                 return (404, format!("no export named {name:?}\n"));
             };
-            match export.flush() {
-                Ok(()) => {
-                    tracing::info!(export = export.name(), "flushed on request");
-                    (200, "flushed\n".into())
+            match export
+                .clean_all()
+                .and_then(|lines| export.flush().map(|()| lines))
+            {
+                Ok(lines) => {
+                    tracing::info!(
+                        export = export.name(),
+                        written_back = lines,
+                        "flushed on request"
+                    );
+                    (200, format!("flushed: {lines} dirty lines written back\n"))
                 }
                 Err(err) => (500, format!("flush failed: {}\n", err.0)),
             }
@@ -178,6 +198,31 @@ fn counters(export: &Export) -> Vec<(&'static str, &'static str, u64)> {
                 "Lines evicted to make room.",
                 load(&c.evictions),
             ),
+            (
+                "dirty_writes",
+                "Write-back: lines written into the cache as dirty.",
+                load(&c.dirty_writes),
+            ),
+            (
+                "dirty_write_hits",
+                "Write-back: of those, lines that were cached already.",
+                load(&c.dirty_write_hits),
+            ),
+            (
+                "writebacks",
+                "Write-back: dirty lines written back to the backing store.",
+                load(&c.writebacks),
+            ),
+            (
+                "room_waits",
+                "Write-back: writes that wrote lines back to find room.",
+                load(&c.room_waits),
+            ),
+            (
+                "settles",
+                "Write-back: pool settles (dirty lines made durable, replaced versions cleared).",
+                load(&c.settles),
+            ),
         ]);
     }
     out
@@ -203,6 +248,7 @@ fn metrics(exports: &Exports) -> String {
     }
     out.push_str("# HELP strata_block_cache_lines Lines cached now.\n# TYPE strata_block_cache_lines gauge\n");
     out.push_str("# HELP strata_block_cache_capacity_lines Lines the cache holds at most.\n# TYPE strata_block_cache_capacity_lines gauge\n");
+    out.push_str("# HELP strata_block_cache_dirty_lines Lines the backing store lacks (write-back).\n# TYPE strata_block_cache_dirty_lines gauge\n");
     for e in exports.iter() {
         if let Some(cache) = e.cache() {
             out.push_str(&format!(
@@ -214,6 +260,11 @@ fn metrics(exports: &Exports) -> String {
                 "strata_block_cache_capacity_lines{{export=\"{}\"}} {}\n",
                 e.name(),
                 cache.capacity_lines()
+            ));
+            out.push_str(&format!(
+                "strata_block_cache_dirty_lines{{export=\"{}\"}} {}\n",
+                e.name(),
+                cache.dirty_lines()
             ));
         }
     }
@@ -250,10 +301,11 @@ pub fn stats_line(e: &Export) -> String {
     );
     if let Some(cache) = e.cache() {
         out.push_str(&format!(
-            " cache_lines={} capacity_lines={} line_bytes={}",
+            " cache_lines={} capacity_lines={} line_bytes={} dirty_lines={}",
             cache.cached_lines(),
             cache.capacity_lines(),
-            cache.line_bytes()
+            cache.line_bytes(),
+            cache.dirty_lines()
         ));
     }
     for (name, _, value) in counters(e) {

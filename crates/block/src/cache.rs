@@ -1,8 +1,10 @@
-//! The cache in front of a backing store, write-through (`--mode wt`, and `wa`, `wi`): reads
-//! are served from cached lines and fill them on a miss; writes go to the backing store first,
-//! and the lines they cover hold the new bytes only once the store has them. Nothing is lost
-//! when the process dies: the backing store always holds every acknowledged write. The lines
-//! live in DRAM or in a pool (`slots`, `pool_cache`), which restarts warm.
+//! The cache in front of a backing store. Reads are served from cached lines and fill them on
+//! a miss. In write-through (`--mode wt`, and `wa`, `wi`) writes go to the backing store first,
+//! and the lines they cover hold the new bytes only once the store has them: the store always
+//! holds every acknowledged write. In write-back (`wb`) a write goes to a line of the cache,
+//! marked dirty, and the store gets it later (`Cache::clean`: the cleaner, a flush, a mode
+//! switch, or a write that needs room). The lines live in DRAM or in a pool (`slots`,
+//! `pool_cache`), which restarts warm.
 //!
 //! Lines are `line_bytes` long (4–64 KiB) and aligned to it in the store; only whole lines are
 //! cached (a store whose size is not a whole number of lines has its tail read and written
@@ -18,14 +20,31 @@
 //! - A read miss notes its shard's generation, reads the store, and fills the line only if the
 //!   generation has not moved (every write's start and end moves it) and no write is in flight
 //!   on the line: a fill never puts back bytes a write has replaced.
+//!
+//! Write-back in a pool, so that no write acknowledged by FUA or a later FLUSH is lost to a
+//! crash or a power cut, whatever subset of the pool's unpersisted bytes reached the media (the
+//! kernel writes a file's dirty pages back in any order):
+//! - Every slot written carries a version (one counter per cache); at open, of the valid
+//!   entries naming a line, the highest version wins.
+//! - A write over a dirty line goes to a new slot; the old one is *superseded* and keeps its
+//!   entry until a settle (`Cache::settle`: persist the pool, clear the superseded entries,
+//!   persist again) has made the new one durable. (Overwriting it in place could tear it: its
+//!   CRC would fail and the line fall back to the store's older bytes.) A write over a clean
+//!   line may overwrite it in place: torn, it falls back to the store, which has the old bytes.
+//! - While a line has a superseded slot whose cleared entry may not be durable, its newest
+//!   entry is neither rewritten (marked clean) nor removed: an older dirty version would come
+//!   back. A FLUSH is a settle; a FUA write persists its own slots.
+//! - Cleaning a line writes its bytes to the store and makes the store durable before the
+//!   entry is marked clean.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
-use strata_pool::Pool;
+use strata_pool::{MediumError, Pool};
 
-use crate::slots::Slots;
+use crate::slots::{Entry, Slots};
 
 /// Shards of the cache (each its own lock, map and CLOCK hand).
 pub const SHARDS: usize = 64;
@@ -53,6 +72,16 @@ pub struct CacheCounters {
     pub write_invalidations: AtomicU64,
     /// Lines evicted to make room.
     pub evictions: AtomicU64,
+    /// Write-back: lines written into the cache as dirty.
+    pub dirty_writes: AtomicU64,
+    /// Write-back: of those, lines that were cached already (clean or dirty).
+    pub dirty_write_hits: AtomicU64,
+    /// Write-back: lines written back to the store.
+    pub writebacks: AtomicU64,
+    /// Write-back: writes that waited for lines to be written back to find room.
+    pub room_waits: AtomicU64,
+    /// Write-back: settles (pool persisted, superseded versions cleared).
+    pub settles: AtomicU64,
 }
 
 /// A cache of whole lines, in DRAM or in a pool.
@@ -61,13 +90,51 @@ pub struct Cache {
     line_bytes: usize,
     /// The pool the lines live in (`--cache PATH`), closed cleanly at stop.
     pool: Mutex<Option<Pool>>,
+    /// Whether the lines live in a pool (fixed at open).
+    persistent: bool,
     /// Lines found valid in the pool at open.
     pub recovered_lines: u64,
+    /// Of those, dirty lines (the store lacks their bytes).
+    pub recovered_dirty_lines: u64,
     /// Misses of a line before a miss fills it (1: every miss fills).
     promote_after: u32,
     shards: Vec<Mutex<Shard>>,
+    /// The next version a stored slot gets.
+    next_version: AtomicU64,
+    /// A dirty write or a clean mark happened since the last settle began.
+    unsettled: AtomicBool,
+    /// One settle at a time.
+    settling: Mutex<()>,
+    /// One clean at a time: two writing back one line could reach the store out of order
+    /// (an older copy landing last while the line is marked clean at the newer).
+    cleaning: Mutex<()>,
     /// Counters, for logs and stats.
     pub counters: CacheCounters,
+}
+
+/// What a slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    Empty,
+    /// A line's newest bytes, which the store has.
+    Clean,
+    /// A line's newest bytes, which the store lacks.
+    Dirty,
+    /// An older dirty version of a line, its entry kept until the version `by` that replaced
+    /// it is durable.
+    Superseded {
+        by: u64,
+    },
+    /// A superseded slot whose cleared entry is not known durable yet.
+    Clearing,
+}
+
+/// A dirty line, in the shard's map keyed by the version of the oldest write the store lacks.
+#[derive(Clone, Copy, Debug)]
+struct DirtyLine {
+    line: u64,
+    /// When that write happened.
+    since: Instant,
 }
 
 #[derive(Debug)]
@@ -75,8 +142,11 @@ struct Shard {
     slots: Slots,
     /// Slot → line number (`EMPTY` when free).
     lines: Vec<u64>,
+    /// Slot → the version its entry carries.
+    versions: Vec<u64>,
+    states: Vec<SlotState>,
     referenced: Vec<bool>,
-    /// Line number → slot.
+    /// Line number → the slot of its newest bytes.
     index: HashMap<u64, usize>,
     hand: usize,
     /// Moved by every write's start and end in this shard (fills compare it).
@@ -86,13 +156,15 @@ struct Shard {
     /// Line number → misses not yet filled (`promote_after` > 1 only); cleared whole when it
     /// outgrows a few times the shard's lines, so it stays bounded.
     misses: HashMap<u64, u32>,
-}
-
-impl WriteTicket {
-    /// The line's number.
-    pub fn line(&self) -> u64 {
-        self.line
-    }
+    /// Dirty lines by the version of the oldest write the store lacks (least recently written
+    /// first).
+    dirty: BTreeMap<u64, DirtyLine>,
+    /// Line number → its key in `dirty`.
+    dirty_from: HashMap<u64, u64>,
+    /// Line number → its slots superseded or clearing (older versions maybe valid on media).
+    older: HashMap<u64, u32>,
+    /// Slots superseded or clearing.
+    superseded: Vec<usize>,
 }
 
 /// What a write's start noted on a line, for its end.
@@ -103,6 +175,56 @@ pub struct WriteTicket {
     epoch: u64,
     /// The line was cached when the write began (write-around updates only such lines).
     pub was_cached: bool,
+}
+
+impl WriteTicket {
+    /// The line's number.
+    pub fn line(&self) -> u64 {
+        self.line
+    }
+}
+
+/// Why a write-back write did not go into the cache.
+#[derive(Debug)]
+pub enum DirtyWriteError {
+    /// Every slot of shard `.0` holds dirty or superseded bytes: write some back, then retry.
+    NoRoom(usize),
+    /// The shard has no slots at all (a cache too small for its shards): write to the store.
+    NoSlots,
+    /// Reading the line's other bytes from the store, or persisting the slot, failed.
+    Store(MediumError),
+}
+
+/// Which dirty lines [`Cache::clean`] writes back.
+#[derive(Clone, Debug)]
+pub enum CleanScope {
+    /// Up to `max` of the least recently written lines, in one shard or all, written before
+    /// `before` (if given).
+    Oldest {
+        /// One shard only.
+        shard: Option<usize>,
+        /// Lines at most.
+        max: usize,
+        /// Only lines dirty since before this.
+        before: Option<Instant>,
+    },
+    /// Every line whose oldest unwritten write has a version below this.
+    VersionsBelow(u64),
+    /// The lines of these numbers.
+    Lines(std::ops::Range<u64>),
+}
+
+/// Writes a line's bytes to the backing store (`line number, bytes`).
+pub type StoreWrite<'a> = dyn Fn(u64, &[u8]) -> Result<(), MediumError> + 'a;
+
+/// A persist of the cache pool failed.
+fn persist_failed(message: String) -> MediumError {
+    MediumError::Io {
+        op: "persist",
+        path: "cache pool".into(),
+        message,
+        os_error: None,
+    }
 }
 
 impl Cache {
@@ -116,78 +238,136 @@ impl Cache {
                 bytes: vec![0u8; per_shard * line_bytes],
             })
             .collect();
-        Cache::from_slots(line_bytes, promote_after, slots, None, u64::MAX)
+        Cache::from_slots(line_bytes, promote_after, slots, None, u64::MAX, true)
     }
 
-    /// A cache over `slots` (one per shard), with the lines their entries name valid (pool
-    /// slots) taken in, except those of lines at or past `lines_max` or found in two slots.
+    /// A cache over `slots` (one per shard), taking in the lines their entries name (pool
+    /// slots): of the valid entries naming one line the highest version wins and the others
+    /// are cleared; lines at or past `lines_max` are cleared, and clean lines too unless
+    /// `keep_clean`. The caller persists the pool before (what a crash left is what is read)
+    /// and after (the clears are durable before a winner's entry changes).
     pub fn from_slots(
         line_bytes: usize,
         promote_after: u32,
         slots: Vec<Slots>,
         pool: Option<Pool>,
         lines_max: u64,
+        keep_clean: bool,
     ) -> Cache {
         assert_eq!(slots.len(), SHARDS, "one slot set per shard");
+        let persistent = pool.is_some();
         let mut recovered_lines = 0;
+        let mut recovered_dirty_lines = 0;
+        let mut version_max = 0;
+        let now = Instant::now();
         let shards = slots
             .into_iter()
             .map(|mut slots| {
                 let count = slots.count(line_bytes);
-                let mut lines = vec![EMPTY; count];
-                let mut index = HashMap::with_capacity(count);
-                let mut twice = Vec::new();
-                for (slot, line) in slots.valid_entries(line_bytes) {
-                    if line >= lines_max {
-                        slots.clear(slot);
-                        continue;
-                    }
-                    if let Some(other) = index.insert(line, slot) {
-                        // Cannot happen (a line is stored only where it is not): trust neither.
-                        twice.push((line, other, slot));
-                    }
-                    lines[slot] = line;
-                }
-                for (line, a, b) in twice {
-                    index.remove(&line);
-                    for slot in [a, b] {
-                        lines[slot] = EMPTY;
-                        slots.clear(slot);
-                    }
-                }
-                recovered_lines += index.len() as u64;
-                Mutex::new(Shard {
-                    slots,
-                    lines,
+                let mut shard = Shard {
+                    lines: vec![EMPTY; count],
+                    versions: vec![0; count],
+                    states: vec![SlotState::Empty; count],
                     referenced: vec![false; count],
-                    index,
+                    index: HashMap::new(),
                     hand: 0,
                     generation: 0,
                     writing: HashMap::new(),
                     misses: HashMap::new(),
-                })
+                    dirty: BTreeMap::new(),
+                    dirty_from: HashMap::new(),
+                    older: HashMap::new(),
+                    superseded: Vec::new(),
+                    slots: Slots::Dram { bytes: Vec::new() },
+                };
+                let mut winners: HashMap<u64, (usize, Entry)> = HashMap::new();
+                for (slot, entry) in slots.valid_entries(line_bytes) {
+                    version_max = version_max.max(entry.version);
+                    if entry.line >= lines_max {
+                        slots.clear(slot);
+                        continue;
+                    }
+                    match winners.get(&entry.line) {
+                        Some(&(other, best)) if best.version >= entry.version => {
+                            let _ = other;
+                            slots.clear(slot);
+                        }
+                        Some(&(other, _)) => {
+                            slots.clear(other);
+                            winners.insert(entry.line, (slot, entry));
+                        }
+                        None => {
+                            winners.insert(entry.line, (slot, entry));
+                        }
+                    }
+                }
+                for (line, (slot, entry)) in winners {
+                    if !entry.dirty && !keep_clean {
+                        slots.clear(slot);
+                        continue;
+                    }
+                    shard.lines[slot] = line;
+                    shard.versions[slot] = entry.version;
+                    shard.index.insert(line, slot);
+                    if entry.dirty {
+                        shard.states[slot] = SlotState::Dirty;
+                        shard
+                            .dirty
+                            .insert(entry.version, DirtyLine { line, since: now });
+                        shard.dirty_from.insert(line, entry.version);
+                        recovered_dirty_lines += 1;
+                    } else {
+                        shard.states[slot] = SlotState::Clean;
+                    }
+                    recovered_lines += 1;
+                }
+                shard.slots = slots;
+                Mutex::new(shard)
             })
             .collect();
         Cache {
             line_bytes,
             pool: Mutex::new(pool),
+            persistent,
             recovered_lines,
+            recovered_dirty_lines,
             promote_after: promote_after.max(1),
             shards,
+            next_version: AtomicU64::new(version_max + 1),
+            unsettled: AtomicBool::new(false),
+            settling: Mutex::new(()),
+            cleaning: Mutex::new(()),
             counters: CacheCounters::default(),
         }
     }
 
     /// Whether the lines live in a pool (and survive a restart).
     pub fn persistent(&self) -> bool {
+        self.persistent
+    }
+
+    /// Persists every byte of the pool (nothing to do in DRAM).
+    pub fn persist_pool(&self) -> Result<(), MediumError> {
+        match self.pool.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(pool) => pool
+                .persist_all()
+                .map_err(|e| persist_failed(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// A copy of the pool's live bytes (tests: crash images of a simulated pool; the cache must
+    /// be quiescent). `None` in DRAM.
+    pub fn pool_live_image(&self) -> Option<Vec<u8>> {
         self.pool
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+            .as_ref()
+            .map(|pool| pool.live_image())
     }
 
-    /// Closes the pool cleanly (every line's bytes and entry persisted, the pool marked clean);
-    /// nothing to do in DRAM.
+    /// Closes the pool cleanly (every line's bytes and entry persisted, the pool marked clean;
+    /// dirty lines stay dirty, for the next start); nothing to do in DRAM.
     pub fn close(&self) -> Result<(), String> {
         // Every shard held: no line changes while the pool is persisted.
         let _shards: Vec<_> = (0..self.shards.len()).map(|s| self.lock(s)).collect();
@@ -216,13 +396,26 @@ impl Cache {
             .sum()
     }
 
-    fn shard_of(&self, line: u64) -> usize {
+    /// Dirty lines now (their bytes are not in the store yet).
+    pub fn dirty_lines(&self) -> usize {
+        (0..self.shards.len())
+            .map(|s| self.lock(s).dirty.len())
+            .sum()
+    }
+
+    /// The shard of line `line`.
+    pub fn shard_of(&self, line: u64) -> usize {
         // Consecutive lines go to different shards.
         (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % self.shards.len()
     }
 
     fn lock(&self, shard: usize) -> std::sync::MutexGuard<'_, Shard> {
         self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The version the next stored slot gets.
+    pub fn next_version(&self) -> u64 {
+        self.next_version.load(Ordering::Acquire)
     }
 
     /// Copies line `line` into `out` (one line long) if cached; otherwise returns the shard's
@@ -291,15 +484,24 @@ impl Cache {
         }
     }
 
-    /// A write to `line` begins: the line is invalidated and the write counted in flight.
+    /// A write to `line` begins: the line is invalidated and the write counted in flight. The
+    /// line must not be dirty (write-back cleans a line before a write that bypasses the
+    /// cache, and a switch out of write-back cleans them all).
     pub fn write_begins(&self, line: u64) -> WriteTicket {
         let mut shard = self.lock(self.shard_of(line));
         shard.generation += 1;
-        let was_cached = match shard.index.remove(&line) {
+        let was_cached = match shard.index.get(&line).copied() {
             Some(slot) => {
-                shard.lines[slot] = EMPTY;
-                shard.referenced[slot] = false;
-                shard.slots.clear(slot);
+                debug_assert_eq!(
+                    shard.states[slot],
+                    SlotState::Clean,
+                    "only clean lines are invalidated"
+                );
+                if shard.states[slot] == SlotState::Clean {
+                    shard.index.remove(&line);
+                    free(&mut shard, slot);
+                    shard.slots.clear(slot);
+                }
                 true
             }
             None => false,
@@ -344,40 +546,327 @@ impl Cache {
         }
     }
 
-    /// Puts `data` in `line`'s slot (taking a slot by CLOCK if it has none). False when the
-    /// shard has no slots at all.
+    /// Puts `data` in `line`'s slot as clean bytes (taking a slot by CLOCK if it has none).
+    /// False when no slot can take it (none at all, or none clean or empty).
     fn put(&self, shard: &mut Shard, line: u64, data: &[u8]) -> bool {
-        let slots = shard.lines.len();
-        if slots == 0 {
-            return false;
-        }
         let slot = match shard.index.get(&line) {
-            Some(&slot) => slot,
-            None => {
-                let slot = loop {
-                    let at = shard.hand;
-                    shard.hand = (shard.hand + 1) % slots;
-                    if shard.lines[at] == EMPTY {
-                        break at;
-                    }
-                    if shard.referenced[at] {
-                        shard.referenced[at] = false;
-                    } else {
-                        let old = shard.lines[at];
-                        shard.index.remove(&old);
-                        self.counters.evictions.fetch_add(1, Ordering::Relaxed);
-                        break at;
-                    }
-                };
-                shard.lines[slot] = line;
-                shard.index.insert(line, slot);
-                slot
-            }
+            Some(&slot) if shard.states[slot] == SlotState::Clean => slot,
+            Some(_) => return false, // Dirty: the cache's bytes are newer than the store's.
+            None => match self.take_slot(shard) {
+                Some(slot) => {
+                    shard.lines[slot] = line;
+                    shard.index.insert(line, slot);
+                    slot
+                }
+                None => return false,
+            },
         };
+        let version = self.next_version.fetch_add(1, Ordering::AcqRel);
         shard.referenced[slot] = true;
-        shard.slots.store(slot, line, data);
+        shard.versions[slot] = version;
+        shard.states[slot] = SlotState::Clean;
+        let entry = Entry {
+            line,
+            version,
+            dirty: false,
+        };
+        shard.slots.store(slot, entry, data);
         true
     }
+
+    /// A free slot, by CLOCK: an empty one, or a clean line's (evicted). Dirty and superseded
+    /// slots are skipped; `None` after two turns of the hand found nothing.
+    fn take_slot(&self, shard: &mut Shard) -> Option<usize> {
+        let slots = shard.lines.len();
+        for _ in 0..2 * slots {
+            let at = shard.hand;
+            shard.hand = (shard.hand + 1) % slots;
+            match shard.states[at] {
+                SlotState::Empty => return Some(at),
+                SlotState::Clean if shard.referenced[at] => shard.referenced[at] = false,
+                SlotState::Clean => {
+                    let old = shard.lines[at];
+                    shard.index.remove(&old);
+                    shard.lines[at] = EMPTY;
+                    shard.states[at] = SlotState::Empty;
+                    self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    return Some(at);
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Write-back: writes `part` at byte `at` of line `line` into the cache as the line's new,
+    /// dirty version (module docs). A write covering the line partly takes the rest from the
+    /// cached line, or from `read_line` (the store) when it is not cached. `durable`: the
+    /// slot is persisted before this returns (FUA; nothing to do in DRAM).
+    pub fn write_dirty(
+        &self,
+        line: u64,
+        at: usize,
+        part: &[u8],
+        durable: bool,
+        read_line: &mut dyn FnMut(&mut [u8]) -> Result<(), MediumError>,
+    ) -> Result<(), DirtyWriteError> {
+        let shard_no = self.shard_of(line);
+        let mut shard = self.lock(shard_no);
+        if shard.lines.is_empty() {
+            return Err(DirtyWriteError::NoSlots);
+        }
+        shard.generation += 1;
+        let current = shard.index.get(&line).copied();
+        let whole = at == 0 && part.len() == self.line_bytes;
+        let mut merged;
+        let data = if whole {
+            part
+        } else {
+            merged = vec![0u8; self.line_bytes];
+            match current {
+                Some(slot) => merged.copy_from_slice(shard.slots.slot(slot, self.line_bytes)),
+                None => read_line(&mut merged).map_err(DirtyWriteError::Store)?,
+            }
+            merged[at..at + part.len()].copy_from_slice(part);
+            &merged[..]
+        };
+        let slot = match current {
+            // Clean: overwritten in place (torn, it falls back to the store's bytes).
+            Some(slot) if shard.states[slot] == SlotState::Clean => slot,
+            // Dirty: a new slot; in DRAM the old one is simply freed.
+            _ => self
+                .take_slot(&mut shard)
+                .ok_or(DirtyWriteError::NoRoom(shard_no))?,
+        };
+        let version = self.next_version.fetch_add(1, Ordering::AcqRel);
+        let entry = Entry {
+            line,
+            version,
+            dirty: true,
+        };
+        shard.slots.store(slot, entry, data);
+        shard.lines[slot] = line;
+        shard.versions[slot] = version;
+        shard.states[slot] = SlotState::Dirty;
+        shard.referenced[slot] = true;
+        shard.index.insert(line, slot);
+        self.unsettled.store(true, Ordering::Release);
+        self.counters.dirty_writes.fetch_add(1, Ordering::Relaxed);
+        if current.is_some() {
+            self.counters
+                .dirty_write_hits
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        match current {
+            Some(old) if old != slot => {
+                if self.persistent {
+                    shard.states[old] = SlotState::Superseded { by: version };
+                    *shard.older.entry(line).or_insert(0) += 1;
+                    shard.superseded.push(old);
+                } else {
+                    free(&mut shard, old);
+                }
+            }
+            _ => {}
+        }
+        if let std::collections::hash_map::Entry::Vacant(first) = shard.dirty_from.entry(line) {
+            first.insert(version);
+            let since = Instant::now();
+            shard.dirty.insert(version, DirtyLine { line, since });
+        }
+        if durable {
+            shard
+                .slots
+                .persist(slot, self.line_bytes)
+                .map_err(|e| DirtyWriteError::Store(persist_failed(e)))?;
+        }
+        Ok(())
+    }
+
+    /// Makes every dirty write stored so far durable and lets go of the versions they
+    /// replaced: persists the pool, clears the superseded entries, persists again (module
+    /// docs). Nothing to do in DRAM or when no dirty write or clean mark happened since the
+    /// last settle.
+    pub fn settle(&self) -> Result<(), MediumError> {
+        if !self.persistent {
+            return Ok(());
+        }
+        let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.unsettled.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let bound = self.next_version();
+        // Every store numbered below `bound` is complete once each shard's lock was taken.
+        for s in 0..self.shards.len() {
+            drop(self.lock(s));
+        }
+        self.persist_pool().inspect_err(|_| {
+            self.unsettled.store(true, Ordering::Release);
+        })?;
+        self.counters.settles.fetch_add(1, Ordering::Relaxed);
+        let mut cleared = false;
+        for s in 0..self.shards.len() {
+            let mut guard = self.lock(s);
+            let shard = &mut *guard;
+            for &slot in &shard.superseded {
+                if matches!(shard.states[slot], SlotState::Superseded { by } if by < bound) {
+                    shard.slots.clear(slot);
+                    shard.states[slot] = SlotState::Clearing;
+                    cleared = true;
+                }
+            }
+        }
+        if !cleared {
+            return Ok(());
+        }
+        self.persist_pool()?;
+        for s in 0..self.shards.len() {
+            let mut guard = self.lock(s);
+            let shard = &mut *guard;
+            let mut kept = Vec::with_capacity(shard.superseded.len());
+            for slot in std::mem::take(&mut shard.superseded) {
+                if shard.states[slot] == SlotState::Clearing {
+                    let line = shard.lines[slot];
+                    if let Some(count) = shard.older.get_mut(&line) {
+                        *count -= 1;
+                        if *count == 0 {
+                            shard.older.remove(&line);
+                        }
+                    }
+                    free(shard, slot);
+                } else {
+                    kept.push(slot);
+                }
+            }
+            shard.superseded = kept;
+        }
+        Ok(())
+    }
+
+    /// Writes dirty lines back to the store (`store(line, bytes)`), makes the store durable
+    /// (`flush_store`), then marks them clean: the lines `scope` picks, except those whose
+    /// older versions are not cleared yet (a settle comes first when any are). Returns the
+    /// lines cleaned.
+    pub fn clean(
+        &self,
+        scope: &CleanScope,
+        store: &StoreWrite<'_>,
+        flush_store: &dyn Fn() -> Result<(), MediumError>,
+    ) -> Result<usize, MediumError> {
+        let _one = self.cleaning.lock().unwrap_or_else(|e| e.into_inner());
+        let shards: Vec<usize> = match scope {
+            CleanScope::Oldest {
+                shard: Some(shard), ..
+            } => vec![*shard],
+            _ => (0..self.shards.len()).collect(),
+        };
+        if self.persistent && shards.iter().any(|&s| !self.lock(s).superseded.is_empty()) {
+            self.settle()?;
+        }
+        let max = match scope {
+            CleanScope::Oldest { max, .. } => *max,
+            _ => usize::MAX,
+        };
+        // (shard, slot, line, version, bytes)
+        let mut picked = Vec::new();
+        for &s in &shards {
+            let shard = self.lock(s);
+            for (&from, dirty) in &shard.dirty {
+                if picked.len() >= max {
+                    break;
+                }
+                let wanted = match scope {
+                    CleanScope::Oldest { before, .. } => {
+                        before.is_none_or(|before| dirty.since < before)
+                    }
+                    CleanScope::VersionsBelow(bound) => from < *bound,
+                    CleanScope::Lines(range) => range.contains(&dirty.line),
+                };
+                if !wanted || shard.older.contains_key(&dirty.line) {
+                    continue;
+                }
+                let slot = shard.index[&dirty.line];
+                picked.push((
+                    s,
+                    slot,
+                    dirty.line,
+                    shard.versions[slot],
+                    shard.slots.slot(slot, self.line_bytes).to_vec(),
+                ));
+            }
+        }
+        if picked.is_empty() {
+            return Ok(0);
+        }
+        picked.sort_by_key(|p| p.2);
+        for (_, _, line, _, bytes) in &picked {
+            store(*line, bytes)?;
+        }
+        flush_store()?;
+        let mut cleaned = 0;
+        for (s, slot, line, version, _) in picked {
+            let mut guard = self.lock(s);
+            let shard = &mut *guard;
+            let Some(&from) = shard.dirty_from.get(&line) else {
+                continue;
+            };
+            let newest = shard.index.get(&line) == Some(&slot)
+                && shard.versions[slot] == version
+                && shard.states[slot] == SlotState::Dirty;
+            if newest && !shard.older.contains_key(&line) {
+                shard.states[slot] = SlotState::Clean;
+                shard.slots.mark_clean(slot);
+                shard.dirty.remove(&from);
+                shard.dirty_from.remove(&line);
+                cleaned += 1;
+            } else if from <= version {
+                // Rewritten since: the store has every write up to `version`.
+                if let Some(dirty) = shard.dirty.remove(&from) {
+                    shard.dirty.insert(version + 1, dirty);
+                    shard.dirty_from.insert(line, version + 1);
+                }
+            }
+        }
+        if cleaned > 0 {
+            // A clean mark must reach the media before the entry it rewrote is dropped (a
+            // trim's or a zeroing's invalidation, made durable by the next FLUSH): else a
+            // power cut could find the line dirty with bytes older than the store's.
+            self.unsettled.store(true, Ordering::Release);
+        }
+        self.counters
+            .writebacks
+            .fetch_add(cleaned as u64, Ordering::Relaxed);
+        Ok(cleaned)
+    }
+
+    /// Writes every line dirty now back ([`Cache::clean`] until none is left below the version
+    /// counter as it was at the call, so writes that come meanwhile do not hold it up).
+    pub fn clean_all(
+        &self,
+        store: &StoreWrite<'_>,
+        flush_store: &dyn Fn() -> Result<(), MediumError>,
+    ) -> Result<usize, MediumError> {
+        let bound = self.next_version();
+        let scope = CleanScope::VersionsBelow(bound);
+        let mut cleaned = 0;
+        loop {
+            cleaned += self.clean(&scope, store, flush_store)?;
+            let left = (0..self.shards.len()).any(|s| {
+                let shard = self.lock(s);
+                shard.dirty.range(..bound).next().is_some()
+            });
+            if !left {
+                return Ok(cleaned);
+            }
+        }
+    }
+}
+
+/// Frees a slot (its entry is left to the caller).
+fn free(shard: &mut Shard, slot: usize) {
+    shard.lines[slot] = EMPTY;
+    shard.states[slot] = SlotState::Empty;
+    shard.referenced[slot] = false;
 }
 
 #[cfg(test)]

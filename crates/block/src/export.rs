@@ -2,20 +2,27 @@
 //! - `pt` pass-through: every request goes to the backing store;
 //! - `wt` write-through: reads fill the cache, writes go to the store and then to the cache;
 //! - `wa` write-around: writes go to the store and update only lines already cached;
-//! - `wi` write-invalidate: writes go to the store and invalidate the lines they cover.
+//! - `wi` write-invalidate: writes go to the store and invalidate the lines they cover;
+//! - `wb` write-back: writes go to the cache as dirty lines, which reach the store later (the
+//!   cleaner, a flush, a switch out of write-back, or a write that needs room).
 //!
-//! In every mode the store holds each acknowledged write before the reply, so losing the cache
-//! loses nothing. Write-back, where the cache holds dirty lines in its pool, is the next step
-//! of issue 12.
+//! In the write-through modes the store holds each acknowledged write before the reply, so
+//! losing the cache loses nothing. In write-back a write is acknowledged (NBD's rule: FUA, or a
+//! later FLUSH returned) once its line is durable in the cache's pool; in a DRAM cache, once it
+//! is durable in the store (a FLUSH writes every dirty line back).
+//!
+//! Writes take a gate shared; a mode switch, and in write-back a trim or a write of zeroes (which
+//! go to the store around the cache), take it alone, so no write of one mode runs beside another
+//! mode's or beside a store change the cache did not see.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use strata_pool::MediumError;
 
 use crate::backing::Backing;
-use crate::cache::{Cache, WriteTicket};
+use crate::cache::{Cache, CleanScope, DirtyWriteError, WriteTicket};
 use crate::nbd;
 
 /// How an export uses its cache.
@@ -29,12 +36,15 @@ pub enum Mode {
     WriteAround,
     /// Write-invalidate.
     WriteInvalidate,
+    /// Write-back.
+    WriteBack,
 }
 
 impl Mode {
-    /// `pt`, `wt`, `wa`, `wi`.
+    /// `pt`, `wt`, `wa`, `wi`, `wb`.
     pub fn parse(text: &str) -> Option<Mode> {
         Some(match text {
+            "wb" => Mode::WriteBack,
             "pt" => Mode::PassThrough,
             "wt" => Mode::WriteThrough,
             "wa" => Mode::WriteAround,
@@ -49,6 +59,7 @@ impl Mode {
             Mode::WriteThrough => 1,
             Mode::WriteAround => 2,
             Mode::WriteInvalidate => 3,
+            Mode::WriteBack => 4,
         }
     }
 
@@ -57,6 +68,7 @@ impl Mode {
             1 => Mode::WriteThrough,
             2 => Mode::WriteAround,
             3 => Mode::WriteInvalidate,
+            4 => Mode::WriteBack,
             _ => Mode::PassThrough,
         }
     }
@@ -68,6 +80,7 @@ impl Mode {
             Mode::WriteThrough => "wt",
             Mode::WriteAround => "wa",
             Mode::WriteInvalidate => "wi",
+            Mode::WriteBack => "wb",
         }
     }
 }
@@ -111,6 +124,8 @@ pub struct Export {
     cache: Option<Cache>,
     /// A connection's run of consecutive bytes longer than this bypasses the cache (0: never).
     seq_cutoff_bytes: u64,
+    /// Taken shared by writes, alone by mode switches and write-back's store changes.
+    gate: RwLock<()>,
 }
 
 impl Export {
@@ -141,6 +156,7 @@ impl Export {
             mode: AtomicU8::new(mode.code()),
             cache,
             seq_cutoff_bytes: 0,
+            gate: RwLock::new(()),
         })
     }
 
@@ -164,8 +180,9 @@ impl Export {
 
     /// Switches the cache mode; returns the previous one. Any switch keeps the cache consistent
     /// with the store: every mode, pass-through included, invalidates the lines a write covers,
-    /// so a later switch back finds no stale line. An export started without a cache can only
-    /// stay in pass-through.
+    /// so a later switch back finds no stale line; a switch out of write-back first writes every
+    /// dirty line back (with writes held). An export started without a cache can only stay in
+    /// pass-through.
     pub fn set_mode(&self, mode: Mode) -> Result<Mode, String> {
         if mode != Mode::PassThrough && self.cache.is_none() {
             return Err(format!(
@@ -173,9 +190,68 @@ impl Export {
                 self.name
             ));
         }
+        let _alone = self.gate_alone();
+        let previous = self.mode();
+        if previous == Mode::WriteBack && mode != Mode::WriteBack {
+            let cleaned = self
+                .clean_all()
+                .map_err(|e| format!("writing dirty lines back before the switch: {}", e.0))?;
+            tracing::info!(
+                export = self.name,
+                lines = cleaned,
+                "dirty lines written back before leaving write-back"
+            );
+        }
         Ok(Mode::from_code(
             self.mode.swap(mode.code(), Ordering::AcqRel),
         ))
+    }
+
+    /// Writes every dirty line back to the store, durably (an explicit flush, a switch out of
+    /// write-back, a stop with a DRAM cache): the lines written back.
+    pub fn clean_all(&self) -> Result<usize, IoFailure> {
+        let Some(cache) = &self.cache else {
+            return Ok(0);
+        };
+        let line = cache.line_bytes() as u64;
+        Ok(cache.clean_all(
+            &|line_no, bytes| self.backing.write_at(line_no * line, bytes),
+            &|| self.backing.flush(),
+        )?)
+    }
+
+    /// Writes back up to `max` of the least recently written dirty lines written before
+    /// `before` (the cleaner): the lines written back.
+    pub fn clean_oldest(
+        &self,
+        max: usize,
+        before: Option<std::time::Instant>,
+    ) -> Result<usize, IoFailure> {
+        self.clean_scope(&CleanScope::Oldest {
+            shard: None,
+            max,
+            before,
+        })
+    }
+
+    fn clean_scope(&self, scope: &CleanScope) -> Result<usize, IoFailure> {
+        let Some(cache) = &self.cache else {
+            return Ok(0);
+        };
+        let line = cache.line_bytes() as u64;
+        Ok(cache.clean(
+            scope,
+            &|line_no, bytes| self.backing.write_at(line_no * line, bytes),
+            &|| self.backing.flush(),
+        )?)
+    }
+
+    fn gate_shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn gate_alone(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The cache (`None` in pass-through).
@@ -335,7 +411,8 @@ impl Export {
     }
 
     /// [`Export::write`]; `keep`: the mode may keep the written bytes in the cache (false past
-    /// the sequential cut-off: the lines are only invalidated).
+    /// the sequential cut-off: the lines are only invalidated; write-back keeps them anyway,
+    /// as its cache may hold the only copy of a line's other bytes).
     pub fn write_with(
         &self,
         offset: u64,
@@ -343,6 +420,14 @@ impl Export {
         fua: bool,
         keep: bool,
     ) -> Result<(), IoFailure> {
+        let _shared = self.gate_shared();
+        if let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| self.mode() == Mode::WriteBack)
+        {
+            return self.write_back(cache, offset, data, fua);
+        }
         let tickets = self.writes_begin(offset, data.len() as u64);
         let result = self
             .backing
@@ -363,6 +448,68 @@ impl Export {
             result.is_ok().then_some(data).filter(|_| keep),
         );
         result
+    }
+
+    /// Write-back: each line the write covers takes its bytes as a new dirty version (cleaning
+    /// lines of its shard first when every slot there is dirty); the store's tail past the last
+    /// whole line is written directly. `fua`: the lines are persisted in the pool (written back
+    /// to the store, for a DRAM cache) before this returns.
+    fn write_back(
+        &self,
+        cache: &Cache,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<(), IoFailure> {
+        let (cached_end, line) = self.cached_span(cache);
+        let end = offset + data.len() as u64;
+        let durable_in_pool = fua && cache.persistent();
+        let mut at = offset;
+        while at < end.min(cached_end) {
+            let line_no = at / line;
+            let line_start = line_no * line;
+            let to = (line_start + line).min(end);
+            let part = &data[(at - offset) as usize..(to - offset) as usize];
+            loop {
+                let mut read_line = |out: &mut [u8]| self.backing.read_at(line_start, out);
+                match cache.write_dirty(
+                    line_no,
+                    (at - line_start) as usize,
+                    part,
+                    durable_in_pool,
+                    &mut read_line,
+                ) {
+                    Ok(()) => break,
+                    Err(DirtyWriteError::NoRoom(shard)) => {
+                        cache.counters.room_waits.fetch_add(1, Ordering::Relaxed);
+                        self.clean_scope(&CleanScope::Oldest {
+                            shard: Some(shard),
+                            max: 16,
+                            before: None,
+                        })?;
+                    }
+                    Err(DirtyWriteError::NoSlots) => {
+                        self.backing.write_at(at, part)?;
+                        break;
+                    }
+                    Err(DirtyWriteError::Store(err)) => return Err(err.into()),
+                }
+            }
+            at = to;
+        }
+        if end > cached_end {
+            let from = offset.max(cached_end);
+            self.backing
+                .write_at(from, &data[(from - offset) as usize..])?;
+        }
+        if fua {
+            if !cache.persistent() && offset < cached_end {
+                let lines = offset / line..end.min(cached_end).div_ceil(line);
+                self.clean_scope(&CleanScope::Lines(lines))?;
+            }
+            self.backing.flush()?;
+        }
+        Ok(())
     }
 
     /// Starts a write of `len` bytes at `offset` on the cached lines it touches.
@@ -399,15 +546,26 @@ impl Export {
             let keep = match self.mode() {
                 Mode::WriteThrough => whole,
                 Mode::WriteAround => whole.filter(|_| ticket.was_cached),
-                Mode::WriteInvalidate | Mode::PassThrough => None,
+                // Write-back's writes do not come here; its trims and zeroes do.
+                Mode::WriteInvalidate | Mode::PassThrough | Mode::WriteBack => None,
             };
             cache.write_ends(ticket, keep);
         }
     }
 
-    /// Makes every completed write durable.
+    /// Makes every completed write durable: the store's, and in write-back the dirty lines (a
+    /// settle of the pool; in DRAM, every line dirty now is written back).
     pub fn flush(&self) -> Result<(), IoFailure> {
-        Ok(self.backing.flush()?)
+        self.backing.flush()?;
+        if let Some(cache) = &self.cache {
+            if cache.persistent() {
+                cache.settle()?;
+            } else if cache.dirty_lines() > 0 {
+                let bound = cache.next_version();
+                while self.clean_scope(&CleanScope::VersionsBelow(bound))? > 0 {}
+            }
+        }
+        Ok(())
     }
 
     /// The range is no longer needed (its cached lines are invalidated).
@@ -429,6 +587,26 @@ impl Export {
         fua: bool,
         change: impl FnOnce() -> Result<(), MediumError>,
     ) -> Result<(), IoFailure> {
+        // The mode is read with the gate held (a switch takes it alone).
+        let mut shared = Some(self.gate_shared());
+        let mut _alone = None;
+        if let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| self.mode() == Mode::WriteBack)
+        {
+            // Alone: no write may dirty a line of the range between its write-back and the
+            // store's change.
+            shared = None;
+            _alone = Some(self.gate_alone());
+            let (cached_end, line) = self.cached_span(cache);
+            let end = (offset + len).min(cached_end);
+            if offset < end {
+                let lines = offset / line..end.div_ceil(line);
+                while self.clean_scope(&CleanScope::Lines(lines.clone()))? > 0 {}
+            }
+        }
+        let _shared = shared;
         let tickets = self.writes_begin(offset, len);
         let result = change()
             .map_err(IoFailure::from)

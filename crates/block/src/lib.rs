@@ -4,8 +4,8 @@
 //!
 //! Between each export and its store, a cache of whole lines (`cache`) in DRAM or in a strata
 //! pool that restarts warm (`slots`, `pool_cache`), in the mode asked for: pass-through,
-//! write-through, write-around or write-invalidate (`export`). Write-back, holding dirty lines
-//! in the pool, is the rest of issue 12.
+//! write-through, write-around, write-invalidate or write-back (`export`); in write-back a
+//! cleaner thread per export writes dirty lines back (`cleaner`).
 //!
 //! ```text
 //!   listener (TCP, Unix) ─▶ thread per connection ─▶ handshake (nbd) ─▶ requests
@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod backing;
 pub mod cache;
+pub mod cleaner;
 pub mod export;
 pub mod nbd;
 pub mod pool_cache;
@@ -65,11 +66,20 @@ pub struct BlockOptions {
     #[arg(long = "export", value_name = "NAME=PATH")]
     #[serde(default, rename = "export")]
     pub exports: Vec<String>,
-    /// Cache mode: `wt` (write-through), `wa` (write-around), `wi` (write-invalidate) or `pt`
-    /// (pass-through). `wb` (write-back) needs a persistent cache, not built yet, and is refused
-    /// [default: wt].
+    /// Cache mode: `wt` (write-through), `wb` (write-back: writes are acknowledged from the
+    /// cache; with `--cache PATH` they survive a crash once FUA or a FLUSH returned), `wa`
+    /// (write-around), `wi` (write-invalidate) or `pt` (pass-through) [default: wt].
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
+    /// Write-back: a dirty line is written back once it has been dirty this many seconds (`0`:
+    /// at the cleaner's next round, every 100 ms) [default: 5].
+    #[arg(long, value_name = "SECS")]
+    pub clean_staleness: Option<u64>,
+    /// Write-back: the cleaner writes back at most this many lines a second (`0`: no limit);
+    /// writes that find their shard full of dirty lines write some back themselves
+    /// [default: 16384].
+    #[arg(long, value_name = "LINES")]
+    pub clean_rate: Option<u64>,
     /// DRAM for the cache, shared evenly by the exports (e.g. `1GiB`); needed unless `--mode pt`.
     #[arg(long, value_name = "SIZE")]
     pub cache_size: Option<String>,
@@ -132,6 +142,8 @@ impl BlockOptions {
             config: self.config,
             exports: list(self.exports, file.exports),
             mode: self.mode.or(file.mode),
+            clean_staleness: self.clean_staleness.or(file.clean_staleness),
+            clean_rate: self.clean_rate.or(file.clean_rate),
             cache_size: self.cache_size.or(file.cache_size),
             cache_line_size: self.cache_line_size.or(file.cache_line_size),
             seq_cutoff: self.seq_cutoff.or(file.seq_cutoff),
@@ -162,6 +174,7 @@ pub enum StartError {
 /// Opens the exports and binds the listeners; `run` then serves them.
 pub struct Block {
     exports: Arc<Exports>,
+    cleaning: cleaner::Policy,
     listeners: Vec<(String, Listener)>,
     unix_paths: Vec<PathBuf>,
     admin: Option<TcpListener>,
@@ -178,16 +191,9 @@ impl Block {
                     .to_string(),
             ));
         }
-        let mode =
-            match options.mode.as_deref().unwrap_or("wt") {
-                "wb" => return Err(config(
-                    "--mode wb: write-back needs a persistent cache pool, not built yet (wt, wa, \
-                     wi and pt are)"
-                        .to_string(),
-                )),
-                other => Mode::parse(other)
-                    .ok_or_else(|| config(format!("--mode {other}: expected wt, wa, wi or pt")))?,
-            };
+        let mode_text = options.mode.as_deref().unwrap_or("wt");
+        let mode = Mode::parse(mode_text)
+            .ok_or_else(|| config(format!("--mode {mode_text}: expected wt, wb, wa, wi or pt")))?;
         if options.cache.is_some() && options.exports.len() > 1 {
             return Err(config(
                 "--cache PATH: a cache pool serves one export (give one --export, or leave \
@@ -268,6 +274,17 @@ impl Block {
             let export = Export::new(name, backing, mode, cache)
                 .map_err(io_err)?
                 .with_seq_cutoff(seq_cutoff_bytes);
+            let recovered_dirty = export.cache().map_or(0, |c| c.dirty_lines());
+            if recovered_dirty > 0 && mode != Mode::WriteBack {
+                // Only write-back may hold dirty lines: the store gets them before serving.
+                let cleaned = export.clean_all().map_err(|e| io_err(e.0.to_string()))?;
+                tracing::info!(
+                    export = name,
+                    lines = cleaned,
+                    mode = mode.name(),
+                    "dirty lines from the last run written back before serving"
+                );
+            }
             if !export.backing().direct() {
                 tracing::warn!(
                     export = name,
@@ -309,7 +326,12 @@ impl Block {
                 err: err.to_string(),
             })?),
         };
+        let cleaning = cleaner::Policy {
+            staleness: std::time::Duration::from_secs(options.clean_staleness.unwrap_or(5)),
+            lines_per_sec: options.clean_rate.unwrap_or(16384),
+        };
         Ok(Block {
+            cleaning,
             exports: Arc::new(Exports::new(exports)),
             listeners,
             unix_paths,
@@ -344,6 +366,12 @@ impl Block {
                 .name("strata-nbd-accept".into())
                 .spawn(move || server::accept_loop(listener, exports))?;
         }
+        let cleaners: Vec<_> = self
+            .exports
+            .iter()
+            .filter(|e| e.cache().is_some())
+            .map(|e| cleaner::Cleaner::start(Arc::clone(e), self.cleaning))
+            .collect::<std::io::Result<_>>()?;
         if let Some(admin) = self.admin {
             tracing::info!(admin = %admin.local_addr()?, "listening");
             let exports = Arc::clone(&self.exports);
@@ -353,7 +381,24 @@ impl Block {
         }
         let signal = signals.forever().next();
         tracing::info!(?signal, "stopping: flushing every export");
+        for cleaner in cleaners {
+            cleaner.stop();
+        }
         for export in self.exports.iter() {
+            let volatile_dirty = export
+                .cache()
+                .is_some_and(|c| !c.persistent() && c.dirty_lines() > 0);
+            if volatile_dirty {
+                // A DRAM cache's dirty lines would die with the process.
+                match export.clean_all() {
+                    Ok(lines) => tracing::info!(export = export.name(), lines, "written back"),
+                    Err(err) => tracing::error!(
+                        export = export.name(),
+                        error = %err.0,
+                        "writing dirty lines back at stop failed: they are lost"
+                    ),
+                }
+            }
             if let Err(err) = export.flush() {
                 tracing::error!(export = export.name(), error = %err.0, "flush at stop failed");
             }

@@ -1,10 +1,11 @@
 //! A cache whose lines live in a strata pool (`--cache PATH`: a file, a file on tmpfs, or DAX
 //! persistent memory), so the export restarts warm: after a clean stop, and after a process
 //! crash (`kill -9`) on the same boot, when the page cache or the DAX media kept every store.
-//! After a reboot or power loss that followed an unclean stop the lines are discarded, as
-//! `strata serve --durability none` discards its pool: the write-through modes do not persist a
-//! line's invalidation before writing the store (a persist per write), so such a pool could hold
-//! a line older than the store.
+//! After a reboot or power loss that followed an unclean stop the clean lines are discarded:
+//! the write-through modes do not persist a line's invalidation before writing the store (a
+//! persist per write), so such a pool could hold a clean line older than the store. Dirty
+//! lines (write-back) are kept: the store does not have them (see `cache` for why the newest
+//! durable version of a dirty line is never older than the last acknowledged write).
 //!
 //! The pool's root area names the cache and its store; a pool made for another store (another
 //! file, or the same path with another size or inode), another line size, or anything but a
@@ -25,8 +26,9 @@ use crate::slots::{segment_layout, Slots};
 pub const SEGMENT_BYTES: u64 = 256 << 10;
 /// The root area's first bytes: `STRBLKC1`.
 const ROOT_MAGIC: u64 = 0x3143_4b4c_4252_5453;
-/// The root's layout version.
-const ROOT_VERSION: u32 = 1;
+/// The root's layout version (1: 16-byte entries, write-through only; 2: 32-byte entries with
+/// versions and the dirty flag).
+const ROOT_VERSION: u32 = 2;
 /// Bytes of the root this module writes (magic, version, line size, store size, device,
 /// inode, CRC).
 const ROOT_BYTES: usize = 44;
@@ -82,45 +84,64 @@ pub fn open(
     }
     // A pool made for something else is refused before the open, which would mark it in use.
     // (A file the inspector cannot read is checked after the open instead.)
-    let mut root_checked = false;
     if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
         if let Ok(found) = strata_pool::PoolFile::open(path) {
             check_root(found.root(), line_bytes, store)
                 .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
-            root_checked = true;
         }
     }
-    let mut pool = Pool::open(PoolOptions {
+    let pool = Pool::open(PoolOptions {
         location: Location::File(path.to_path_buf()),
-        geometry: Geometry {
-            segment_size_bytes: SEGMENT_BYTES,
-            segment_count,
-        },
+        geometry: geometry(segment_count),
         mode: OpenMode::OpenOrCreate,
     })
     .map_err(|e| format!("cache pool {}: {e}", path.display()))?;
+    attach(pool, line_bytes, promote_after, store)
+        .map_err(|why| format!("cache pool {}: {why}", path.display()))
+}
+
+/// The pool geometry of a cache of `segment_count` segments.
+pub fn geometry(segment_count: u64) -> Geometry {
+    Geometry {
+        segment_size_bytes: SEGMENT_BYTES,
+        segment_count,
+    }
+}
+
+/// The cache over an opened pool (a file's, or a simulated one in tests): a new pool is given
+/// its root; a reopened one is checked against `store` and its lines taken in. After an unclean
+/// stop across a reboot or power loss only the dirty lines are kept: a clean line may be older
+/// than the store (write-through does not persist an invalidation before it writes the store),
+/// while a dirty line's newest durable version is the newest acknowledged write to it.
+pub fn attach(
+    mut pool: Pool,
+    line_bytes: usize,
+    promote_after: u32,
+    store: StoreIdentity,
+) -> Result<Cache, String> {
     let opened = pool.opened();
     let mut root = pool.take_root();
-    let keep = match opened {
+    let reuse = match opened {
         Opened::Created => false,
-        Opened::Reopened { .. } => {
-            if !root_checked {
-                check_root(root.bytes(), line_bytes, store)
-                    .map_err(|why| format!("cache pool {}: {why}", path.display()))?;
+        Opened::Reopened { .. } => match check_root(root.bytes(), line_bytes, store)? {
+            RootFound::Current => true,
+            RootFound::OlderLayout(version) => {
+                tracing::warn!(
+                    version,
+                    "the cache pool has an older layout (write-through lines only): its lines \
+                     are dropped and the pool laid out anew"
+                );
+                false
             }
-            opened.stores_kept()
-        }
+        },
     };
-    if !keep {
-        if matches!(opened, Opened::Reopened { .. }) {
-            tracing::warn!(
-                pool = %path.display(),
-                "the cache pool was left unclean across a reboot or power loss: its lines are \
-                 dropped (the store has every write)"
-            );
-        }
+    let keep_clean = opened.stores_kept();
+    if !reuse {
         write_root(root.bytes_mut(), line_bytes, store);
         root.persist().map_err(|e| e.to_string())?;
+    } else {
+        // What a crash left in the mapping is made durable before recovery decides on it.
+        pool.persist_all().map_err(|e| e.to_string())?;
     }
     let (per_segment, table_bytes) = segment_layout(SEGMENT_BYTES as usize, line_bytes);
     let mut shards: Vec<Vec<strata_pool::Segment>> = (0..SHARDS).map(|_| Vec::new()).collect();
@@ -135,16 +156,32 @@ pub fn open(
             table_bytes,
         })
         .collect();
-    if !keep {
+    if !reuse {
         for shard in &mut slots {
             shard.clear_all();
         }
     }
     let lines_max = store.size_bytes / line_bytes as u64;
-    let cache = Cache::from_slots(line_bytes, promote_after, slots, Some(pool), lines_max);
+    let cache = Cache::from_slots(
+        line_bytes,
+        promote_after,
+        slots,
+        Some(pool),
+        lines_max,
+        keep_clean,
+    );
+    // Recovery's clears are durable before any line changes.
+    cache.persist_pool().map_err(|e| e.to_string())?;
+    if reuse && !keep_clean {
+        tracing::warn!(
+            dirty_lines = cache.recovered_dirty_lines,
+            "the cache pool was left unclean across a reboot or power loss: its clean lines are \
+             dropped (the store has them), its dirty lines kept"
+        );
+    }
     tracing::info!(
-        pool = %path.display(),
         recovered_lines = cache.recovered_lines,
+        recovered_dirty_lines = cache.recovered_dirty_lines,
         capacity_lines = cache.capacity_lines(),
         "cache pool opened"
     );
@@ -164,8 +201,16 @@ fn write_root(bytes: &mut [u8], line_bytes: usize, store: StoreIdentity) {
     bytes[..ROOT_BYTES].copy_from_slice(&root);
 }
 
+/// What a reopened pool's root says.
+enum RootFound {
+    /// This binary's layout.
+    Current,
+    /// An older layout whose lines are all clean (dropped: the store has them).
+    OlderLayout(u32),
+}
+
 /// Whether a reopened pool's root names a block cache of these lines for this store.
-fn check_root(bytes: &[u8], line_bytes: usize, store: StoreIdentity) -> Result<(), String> {
+fn check_root(bytes: &[u8], line_bytes: usize, store: StoreIdentity) -> Result<RootFound, String> {
     let root = &bytes[..ROOT_BYTES];
     let u64_at = |at: usize| u64::from_le_bytes(root[at..at + 8].try_into().expect("8 bytes"));
     let u32_at = |at: usize| u32::from_le_bytes(root[at..at + 4].try_into().expect("4 bytes"));
@@ -176,10 +221,11 @@ fn check_root(bytes: &[u8], line_bytes: usize, store: StoreIdentity) -> Result<(
                 .to_string(),
         );
     }
-    if u32_at(8) != ROOT_VERSION {
+    let version = u32_at(8);
+    if version > ROOT_VERSION || version == 0 {
         return Err(format!(
-            "cache layout version {} (this binary: {ROOT_VERSION})",
-            u32_at(8)
+            "cache layout version {version} (this binary reads 1 to {ROOT_VERSION}): made by a \
+             newer strata"
         ));
     }
     if u32_at(12) as usize != line_bytes {
@@ -205,7 +251,11 @@ fn check_root(bytes: &[u8], line_bytes: usize, store: StoreIdentity) -> Result<(
             store.inode
         ));
     }
-    Ok(())
+    Ok(if version == ROOT_VERSION {
+        RootFound::Current
+    } else {
+        RootFound::OlderLayout(version)
+    })
 }
 
 #[cfg(test)]
