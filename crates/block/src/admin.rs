@@ -8,6 +8,8 @@
 //!   logged; `400` with the reason when it cannot.
 //! - `POST /exports/NAME/flush`: writes every dirty line back (write-back) and makes every
 //!   completed write of the export durable.
+//! - `POST /exports/NAME/detach`: writes every dirty line back, switches to pass-through and
+//!   drops every cached line.
 //!
 //! Requests over 8 KiB, or slower than 5 s, are dropped. The port is loopback by default:
 //! whoever reaches it can switch modes.
@@ -141,6 +143,21 @@ fn route(method: &str, path: &str, exports: &Exports) -> (u16, String) {
                     (200, format!("flushed: {lines} dirty lines written back\n"))
                 }
                 Err(err) => (500, format!("flush failed: {}\n", err.0)),
+            }
+        }
+        ("POST", ["exports", name, "detach"]) => {
+            let Some(export) = exports.find(name).filter(|_| !name.is_empty()) else {
+                return (404, format!("no export named {name:?}\n"));
+            };
+            match export.detach() {
+                Ok(lines) => (
+                    200,
+                    format!(
+                        "{} detached: {lines} lines dropped, now pt\n",
+                        export.name()
+                    ),
+                ),
+                Err(why) => (400, format!("{why}\n")),
             }
         }
         (_, ["health" | "metrics" | "stats"]) | (_, ["exports", ..]) => {

@@ -129,14 +129,6 @@ enum SlotState {
     Clearing,
 }
 
-/// A dirty line, in the shard's map keyed by the version of the oldest write the store lacks.
-#[derive(Clone, Copy, Debug)]
-struct DirtyLine {
-    line: u64,
-    /// When that write happened.
-    since: Instant,
-}
-
 #[derive(Debug)]
 struct Shard {
     slots: Slots,
@@ -157,9 +149,12 @@ struct Shard {
     /// outgrows a few times the shard's lines, so it stays bounded.
     misses: HashMap<u64, u32>,
     /// Dirty lines by the version of the oldest write the store lacks (least recently written
-    /// first).
-    dirty: BTreeMap<u64, DirtyLine>,
-    /// Line number → its key in `dirty`.
+    /// first):
+    /// `(version, line)` → when that write happened. The line is part of the key: a line's
+    /// version moves up when it is written back while rewritten, and may then equal another
+    /// line's.
+    dirty: BTreeMap<(u64, u64), Instant>,
+    /// Line number → its version in `dirty`.
     dirty_from: HashMap<u64, u64>,
     /// Line number → its slots superseded or clearing (older versions maybe valid on media).
     older: HashMap<u64, u32>,
@@ -311,9 +306,7 @@ impl Cache {
                     shard.index.insert(line, slot);
                     if entry.dirty {
                         shard.states[slot] = SlotState::Dirty;
-                        shard
-                            .dirty
-                            .insert(entry.version, DirtyLine { line, since: now });
+                        shard.dirty.insert((entry.version, line), now);
                         shard.dirty_from.insert(line, entry.version);
                         recovered_dirty_lines += 1;
                     } else {
@@ -671,8 +664,7 @@ impl Cache {
         }
         if let std::collections::hash_map::Entry::Vacant(first) = shard.dirty_from.entry(line) {
             first.insert(version);
-            let since = Instant::now();
-            shard.dirty.insert(version, DirtyLine { line, since });
+            shard.dirty.insert((version, line), Instant::now());
         }
         if durable {
             shard
@@ -681,6 +673,26 @@ impl Cache {
                 .map_err(|e| DirtyWriteError::Store(persist_failed(e)))?;
         }
         Ok(())
+    }
+
+    /// Drops every clean line (a detach; dirty lines, which there should be none of then, are
+    /// kept): their entries are emptied. Returns the lines dropped.
+    pub fn drop_clean_lines(&self) -> usize {
+        let mut dropped = 0;
+        for s in 0..self.shards.len() {
+            let mut guard = self.lock(s);
+            let shard = &mut *guard;
+            shard.generation += 1; // A fill in flight is given up.
+            for slot in 0..shard.lines.len() {
+                if shard.states[slot] == SlotState::Clean {
+                    shard.index.remove(&shard.lines[slot]);
+                    free(shard, slot);
+                    shard.slots.clear(slot);
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
     }
 
     /// Makes every dirty write stored so far durable and lets go of the versions they
@@ -771,25 +783,26 @@ impl Cache {
         let mut picked = Vec::new();
         for &s in &shards {
             let shard = self.lock(s);
-            for (&from, dirty) in &shard.dirty {
+            for (&(from, line), &since) in &shard.dirty {
                 if picked.len() >= max {
                     break;
                 }
                 let wanted = match scope {
-                    CleanScope::Oldest { before, .. } => {
-                        before.is_none_or(|before| dirty.since < before)
-                    }
+                    CleanScope::Oldest { before, .. } => before.is_none_or(|before| since < before),
                     CleanScope::VersionsBelow(bound) => from < *bound,
-                    CleanScope::Lines(range) => range.contains(&dirty.line),
+                    CleanScope::Lines(range) => range.contains(&line),
                 };
-                if !wanted || shard.older.contains_key(&dirty.line) {
+                if !wanted || shard.older.contains_key(&line) {
                     continue;
                 }
-                let slot = shard.index[&dirty.line];
+                let Some(&slot) = shard.index.get(&line) else {
+                    debug_assert!(false, "a dirty line is cached");
+                    continue;
+                };
                 picked.push((
                     s,
                     slot,
-                    dirty.line,
+                    line,
                     shard.versions[slot],
                     shard.slots.slot(slot, self.line_bytes).to_vec(),
                 ));
@@ -816,13 +829,13 @@ impl Cache {
             if newest && !shard.older.contains_key(&line) {
                 shard.states[slot] = SlotState::Clean;
                 shard.slots.mark_clean(slot);
-                shard.dirty.remove(&from);
+                shard.dirty.remove(&(from, line));
                 shard.dirty_from.remove(&line);
                 cleaned += 1;
             } else if from <= version {
                 // Rewritten since: the store has every write up to `version`.
-                if let Some(dirty) = shard.dirty.remove(&from) {
-                    shard.dirty.insert(version + 1, dirty);
+                if let Some(since) = shard.dirty.remove(&(from, line)) {
+                    shard.dirty.insert((version + 1, line), since);
                     shard.dirty_from.insert(line, version + 1);
                 }
             }
@@ -853,7 +866,7 @@ impl Cache {
             cleaned += self.clean(&scope, store, flush_store)?;
             let left = (0..self.shards.len()).any(|s| {
                 let shard = self.lock(s);
-                shard.dirty.range(..bound).next().is_some()
+                shard.dirty.range(..(bound, 0)).next().is_some()
             });
             if !left {
                 return Ok(cleaned);
@@ -951,5 +964,46 @@ mod tests {
         cache.write_ends(inner, Some(&[5u8; LINE]));
         cache.write_ends(outer, Some(&[6u8; LINE]));
         assert!(cache.read(9, &mut out).is_err());
+    }
+
+    #[test]
+    fn a_line_rewritten_while_it_is_written_back_stays_dirty_and_no_other_line_is_forgotten() {
+        let cache = Cache::new(64 * 4 * LINE as u64, LINE, 1);
+        let mut no_read = |_: &mut [u8]| -> Result<(), MediumError> { unreachable!() };
+        // Line 1 gets version v, line 2 version v + 1.
+        cache
+            .write_dirty(1, 0, &[1u8; LINE], false, &mut no_read)
+            .unwrap();
+        cache
+            .write_dirty(2, 0, &[2u8; LINE], false, &mut no_read)
+            .unwrap();
+        let store = Mutex::new(HashMap::new());
+        let rewritten = AtomicBool::new(false);
+        let write_store = |line: u64, data: &[u8]| {
+            store.lock().unwrap().insert(line, data[0]);
+            if line == 1 && !rewritten.swap(true, Ordering::AcqRel) {
+                // Line 1 is written again while its old bytes go to the store: it must stay
+                // dirty, keyed after what the store has (v + 1, line 2's version too).
+                let mut no_read = |_: &mut [u8]| -> Result<(), MediumError> { unreachable!() };
+                cache
+                    .write_dirty(1, 0, &[3u8; LINE], false, &mut no_read)
+                    .unwrap();
+            }
+            Ok(())
+        };
+        let only_line_1 = CleanScope::Lines(1..2);
+        assert_eq!(
+            cache.clean(&only_line_1, &write_store, &|| Ok(())).unwrap(),
+            0
+        );
+        assert_eq!(cache.dirty_lines(), 2, "both lines still dirty");
+        assert_eq!(cache.clean_all(&write_store, &|| Ok(())).unwrap(), 2);
+        assert_eq!(cache.dirty_lines(), 0);
+        let store = store.lock().unwrap();
+        assert_eq!(
+            (store[&1], store[&2]),
+            (3, 2),
+            "the store has each line's newest bytes"
+        );
     }
 }

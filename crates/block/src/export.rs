@@ -191,6 +191,11 @@ impl Export {
             ));
         }
         let _alone = self.gate_alone();
+        self.switch_with_writes_held(mode)
+    }
+
+    /// [`Export::set_mode`] with the gate held alone.
+    fn switch_with_writes_held(&self, mode: Mode) -> Result<Mode, String> {
         let previous = self.mode();
         if previous == Mode::WriteBack && mode != Mode::WriteBack {
             let cleaned = self
@@ -205,6 +210,23 @@ impl Export {
         Ok(Mode::from_code(
             self.mode.swap(mode.code(), Ordering::AcqRel),
         ))
+    }
+
+    /// Detaches the cache: every dirty line written back, the export switched to pass-through,
+    /// every cached line dropped (a pool's entries emptied, then persisted). A switch to a
+    /// cache mode later starts the cache cold. Returns the lines dropped.
+    pub fn detach(&self) -> Result<usize, String> {
+        let Some(cache) = &self.cache else {
+            return Err(format!("export {} has no cache", self.name));
+        };
+        let _alone = self.gate_alone();
+        self.switch_with_writes_held(Mode::PassThrough)?;
+        let dropped = cache.drop_clean_lines();
+        cache
+            .persist_pool()
+            .map_err(|e| format!("persisting the emptied cache: {e}"))?;
+        tracing::info!(export = self.name, lines = dropped, "cache detached");
+        Ok(dropped)
     }
 
     /// Writes every dirty line back to the store, durably (an explicit flush, a switch out of

@@ -33,7 +33,7 @@ enum Command {
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
     /// Serve block devices over NBD with a cache in front (`strata block --export ...`), or
-    /// talk to a running one (`strata block stats|mode|flush --admin ADDR`).
+    /// talk to a running one (`strata block stats|mode|flush|detach --admin ADDR`).
     Block(BlockCommand),
 }
 
@@ -56,7 +56,8 @@ enum BlockAction {
         #[arg(long, value_name = "ADDR")]
         admin: String,
     },
-    /// Switch an export's cache mode (wt, wa, wi, pt).
+    /// Switch an export's cache mode (wt, wb, wa, wi, pt); leaving wb writes every dirty line
+    /// back first.
     Mode {
         /// The server's admin address.
         #[arg(long, value_name = "ADDR")]
@@ -66,8 +67,17 @@ enum BlockAction {
         /// The new mode.
         mode: String,
     },
-    /// Make every completed write of an export durable.
+    /// Write every dirty line of an export back and make every completed write durable.
     Flush {
+        /// The server's admin address.
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        /// The export.
+        export: String,
+    },
+    /// Detach an export's cache: every dirty line written back, the export in pass-through,
+    /// every cached line dropped (a switch to a cache mode later starts it cold).
+    Detach {
         /// The server's admin address.
         #[arg(long, value_name = "ADDR")]
         admin: String,
@@ -110,6 +120,9 @@ fn block_action(action: BlockAction) -> ExitCode {
             mode,
         } => (admin, "POST", format!("/exports/{export}/mode/{mode}")),
         BlockAction::Flush { admin, export } => (admin, "POST", format!("/exports/{export}/flush")),
+        BlockAction::Detach { admin, export } => {
+            (admin, "POST", format!("/exports/{export}/detach"))
+        }
     };
     match strata_block::admin::request(admin, method, &path) {
         Ok((200, body)) => {

@@ -1255,6 +1255,10 @@ fn strata_block_stats_mode_and_flush_talk_to_a_running_server() {
     let (status, stdout, _) = harness::run_output(&["block", "flush", "--admin", &admin, "disk"]);
     assert!(status.success());
     assert_eq!(stdout, "flushed: 0 dirty lines written back\n");
+    let (status, stdout, _) = harness::run_output(&["block", "detach", "--admin", &admin, "disk"]);
+    assert!(status.success());
+    assert!(stdout.starts_with("disk detached: "), "{stdout}");
+    assert!(block.log().contains("cache detached"));
     let (status, _, stderr) = harness::run_output(&["block", "stats", "--admin", "127.0.0.1:1"]);
     assert_eq!(status.code(), Some(1));
     assert!(stderr.contains("admin port 127.0.0.1:1"), "{stderr}");
@@ -1440,6 +1444,19 @@ fn write_back_keeps_writes_in_the_cache_pool_across_kill_9_until_a_flush_writes_
     assert!(block
         .log()
         .contains("dirty lines written back before leaving write-back"));
+    // A detach writes dirty lines back and leaves nothing cached.
+    assert_eq!(http(&admin, "POST", "/exports/disk/mode/wb").0, 200);
+    std::fs::write(&source, &data).unwrap();
+    nbdcopy(source.to_str().unwrap(), &block.uri("disk"));
+    assert!(stat(&admin, "dirty_lines") >= 769);
+    let (status, body) = http(&admin, "POST", "/exports/disk/detach");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("disk detached: ") && body.ends_with(" lines dropped, now pt\n"));
+    assert_eq!(
+        (stat(&admin, "cache_lines"), stat(&admin, "dirty_lines")),
+        (0, 0)
+    );
+    assert!(std::fs::read(&backing).unwrap()[..data.len()] == data[..]);
     // Dirty lines left by a write-back run are written back before a write-through start
     // serves.
     assert_eq!(http(&admin, "POST", "/exports/disk/mode/wb").0, 200);
