@@ -5,11 +5,15 @@
 #   strata-wt     strata block --mode wt (DRAM cache), through nbdfuse and a loop device
 #   strata-pt     strata block --mode pt, the same path without the cache (the path's own cost)
 #   nbdkit-cache  nbdkit's file plugin with its cache filter, through nbdfuse and a loop device
+#   strata-wb     strata block --mode wb, DRAM cache (a FLUSH writes every dirty line back)
+#   strata-wb-pool  strata block --mode wb, cache in a pool on /dev/shm (the PMem stand-in: a
+#                   FLUSH is a settle of the pool; lines go to the disk behind, by the cleaner)
 # (This machine has no kernel NBD module; where it has one, `nbd-client -unix SOCKET /dev/nbd0
 # -N disk` gives the block device directly: see docs/BENCHMARKS.md.)
 #
 #   bench/block-mariadb.sh DIR [TABLES] [ROWS] [SECONDS] [THREADS]
 #   defaults: 8 tables × 1,000,000 rows (about 2 GiB), 60 s, 8 threads; buffer pool 128 MiB
+#   TARGETS="plain strata-wb-pool" runs some of the targets only.
 #
 # Needs root, mariadb-server, sysbench, nbdkit, libnbd-bin (nbdfuse): apt-get install -y
 # mariadb-server sysbench nbdkit libnbd-bin. Prints a Markdown table; logs stay in DIR.
@@ -36,7 +40,10 @@ cleanup() {
   [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null || true
   fusermount -u "$dir/fuse" 2>/dev/null || umount "$dir/fuse" 2>/dev/null || true
   [ -n "$fuse_pid" ] && kill "$fuse_pid" 2>/dev/null || true
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true # a write-back server writes its dirty lines back
+  fi
   loop="" fuse_pid="" server_pid=""
   sleep 0.5
 }
@@ -88,14 +95,19 @@ run_target() { # name
   case "$name" in
     plain)
       loop=$(losetup -f --show --direct-io=on "$dir/store.img") ;;
-    strata-wt | strata-pt | nbdkit-cache)
-      rm -f "$sock"
+    strata-* | nbdkit-cache)
+      rm -f "$sock" /dev/shm/strata-block-mariadb.pool
+      local pool=()
+      if [ "$name" = strata-wb-pool ]; then
+        pool=(--cache /dev/shm/strata-block-mariadb.pool)
+      fi
       if [ "$name" = nbdkit-cache ]; then
         nbdkit -f -U "$sock" -e disk --filter=cache file "$dir/store.img" &
       else
         local mode=${name#strata-}
-        "$strata" block --mode "$mode" --cache-size 1GiB --export "disk=$dir/store.img" \
-          --nbd-listen "unix:$sock" > "$dir/strata-$name.log" 2>&1 &
+        mode=${mode%-pool}
+        "$strata" block --mode "$mode" --cache-size 1GiB "${pool[@]}" \
+          --export "disk=$dir/store.img" --nbd-listen "unix:$sock" > "$dir/strata-$name.log" 2>&1 &
       fi
       server_pid=$!
       wait_socket
@@ -108,6 +120,7 @@ run_target() { # name
   start_db "$name"
   sb run --time="$secs" --report-interval=0 > "$dir/run-$name.log"
   cleanup
+  rm -f /dev/shm/strata-block-mariadb.pool
   local tps p95
   tps=$(awk '/transactions:/ {gsub(/\(/,"",$3); print $3}' "$dir/run-$name.log")
   p95=$(awk '/95th percentile:/ {print $3}' "$dir/run-$name.log")
@@ -116,6 +129,6 @@ run_target() { # name
 
 echo "| target | transactions/s | p95 latency ms |"
 echo "|---|---:|---:|"
-for target in plain strata-wt strata-pt nbdkit-cache; do
+for target in ${TARGETS:-plain strata-wt strata-pt nbdkit-cache strata-wb strata-wb-pool}; do
   run_target "$target"
 done

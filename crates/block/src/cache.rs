@@ -229,8 +229,14 @@ impl Cache {
         let lines_total = (capacity_bytes / line_bytes as u64) as usize;
         let per_shard = lines_total / SHARDS;
         let slots = (0..SHARDS)
-            .map(|_| Slots::Dram {
-                bytes: vec![0u8; per_shard * line_bytes],
+            .map(|_| {
+                let mut bytes = vec![0u8; per_shard * line_bytes];
+                // Each page touched now rather than at its first write (a fault then, in the
+                // request's time); `black_box` keeps the store of a zero from being elided.
+                for page in bytes.chunks_mut(4096) {
+                    page[0] = std::hint::black_box(0);
+                }
+                Slots::Dram { bytes }
             })
             .collect();
         Cache::from_slots(line_bytes, promote_after, slots, None, u64::MAX, true)
@@ -779,12 +785,15 @@ impl Cache {
             CleanScope::Oldest { max, .. } => *max,
             _ => usize::MAX,
         };
+        // Spread over the shards, so the least recently written of each go first.
+        let per_shard = max.div_ceil(shards.len());
         // (shard, slot, line, version, bytes)
         let mut picked = Vec::new();
         for &s in &shards {
             let shard = self.lock(s);
+            let first_of_shard = picked.len();
             for (&(from, line), &since) in &shard.dirty {
-                if picked.len() >= max {
+                if picked.len() >= max || picked.len() - first_of_shard >= per_shard {
                     break;
                 }
                 let wanted = match scope {

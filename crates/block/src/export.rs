@@ -534,6 +534,57 @@ impl Export {
         Ok(())
     }
 
+    /// A write-back write done at once if it needs nothing but the cache (every line it covers
+    /// whole or cached, a free slot for each, not FUA, inside the cached lines, no mode switch
+    /// under way): the connection's reader runs it without handing it to a worker. False when
+    /// it could not (some of its lines may be written: a retry by [`Export::write_with`] writes
+    /// the same bytes again).
+    pub fn write_back_without_waiting(&self, offset: u64, data: &[u8]) -> bool {
+        let Some(cache) = &self.cache else {
+            return false;
+        };
+        let Ok(_shared) = self.gate.try_read() else {
+            return false;
+        };
+        if self.mode() != Mode::WriteBack {
+            return false;
+        }
+        let (cached_end, line) = self.cached_span(cache);
+        let Some(end) = offset.checked_add(data.len() as u64) else {
+            return false;
+        };
+        if end > cached_end || data.is_empty() {
+            return false;
+        }
+        let mut at = offset;
+        while at < end {
+            let line_no = at / line;
+            let line_start = line_no * line;
+            let to = (line_start + line).min(end);
+            let part = &data[(at - offset) as usize..(to - offset) as usize];
+            let mut not_cached = |_: &mut [u8]| {
+                Err(MediumError::Io {
+                    op: "read",
+                    path: "(not waited for)".into(),
+                    message: String::new(),
+                    os_error: None,
+                })
+            };
+            let written = cache.write_dirty(
+                line_no,
+                (at - line_start) as usize,
+                part,
+                false,
+                &mut not_cached,
+            );
+            if written.is_err() {
+                return false;
+            }
+            at = to;
+        }
+        true
+    }
+
     /// Starts a write of `len` bytes at `offset` on the cached lines it touches.
     fn writes_begin(&self, offset: u64, len: u64) -> Vec<WriteTicket> {
         let Some(cache) = &self.cache else {

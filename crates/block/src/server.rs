@@ -341,8 +341,8 @@ impl SequentialRun {
 }
 
 /// Reads requests until the client disconnects, handing each to the workers, except reads
-/// the cache holds whole, which are answered here at once (a hand-off to a worker and back
-/// would cost more than the copy).
+/// the cache holds whole and write-back writes the cache takes without waiting, which are
+/// answered here at once (a hand-off to a worker and back would cost more than the copy).
 fn read_requests<W: Write>(
     reader: &mut impl Read,
     jobs: &mpsc::SyncSender<Job>,
@@ -373,6 +373,17 @@ fn read_requests<W: Write>(
         }
         if request.command == nbd::CMD_DISC {
             return Ok(()); // Requests already read are answered before the close.
+        }
+        if request.command == nbd::CMD_WRITE
+            && request.flags == 0
+            && export.write_back_without_waiting(request.offset, &payload)
+        {
+            // Write-back into the cache alone: answered here, as a cached read is.
+            writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_all(&nbd::simple_reply(0, request.cookie))?;
+            continue;
         }
         if request.command == nbd::CMD_READ && request.flags == 0 {
             if let Some(reply) = cached_read_reply(export, &request) {
