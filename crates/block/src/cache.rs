@@ -96,6 +96,8 @@ pub struct Cache {
     pub recovered_lines: u64,
     /// Of those, dirty lines (the store lacks their bytes).
     pub recovered_dirty_lines: u64,
+    /// Dirty slots found at open whose bytes failed their checksum (dropped, and logged).
+    pub dirty_slots_failed: u64,
     /// Misses of a line before a miss fills it (1: every miss fills).
     promote_after: u32,
     shards: Vec<Mutex<Shard>>,
@@ -260,6 +262,7 @@ impl Cache {
         let mut recovered_lines = 0;
         let mut recovered_dirty_lines = 0;
         let mut version_max = 0;
+        let mut dirty_slots_failed = 0;
         let now = Instant::now();
         let shards = slots
             .into_iter()
@@ -282,7 +285,9 @@ impl Cache {
                     slots: Slots::Dram { bytes: Vec::new() },
                 };
                 let mut winners: HashMap<u64, (usize, Entry)> = HashMap::new();
-                for (slot, entry) in slots.valid_entries(line_bytes) {
+                let (valid, dirty_failed) = slots.valid_entries(line_bytes);
+                dirty_slots_failed += dirty_failed;
+                for (slot, entry) in valid {
                     version_max = version_max.max(entry.version);
                     if entry.line >= lines_max {
                         slots.clear(slot);
@@ -324,7 +329,16 @@ impl Cache {
                 Mutex::new(shard)
             })
             .collect();
+        if dirty_slots_failed > 0 {
+            tracing::warn!(
+                slots = dirty_slots_failed,
+                "dirty slots whose bytes fail their checksum were dropped: each a write torn by \
+                 a crash (never acknowledged) or damage to the pool; their lines fall back to an \
+                 older version in the pool or to the store"
+            );
+        }
         Cache {
+            dirty_slots_failed,
             line_bytes,
             pool: Mutex::new(pool),
             persistent,

@@ -190,6 +190,7 @@ pub fn attach(
     tracing::info!(
         recovered_lines = cache.recovered_lines,
         recovered_dirty_lines = cache.recovered_dirty_lines,
+        dirty_slots_failed = cache.dirty_slots_failed,
         capacity_lines = cache.capacity_lines(),
         "cache pool opened"
     );
@@ -355,6 +356,48 @@ mod tests {
             .filter(|&line| holds_its_bytes(&cache, line))
             .count();
         assert_eq!(served, 398);
+    }
+
+    #[test]
+    fn a_dirty_slot_whose_bytes_were_damaged_is_dropped_counted_and_never_served() {
+        let pool = Temp::new("dirty-damage");
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        // A line of shard 0, whose first slot is segment 0's first.
+        let line = (0..).find(|&l| cache.shard_of(l) == 0).unwrap();
+        let mut no_read =
+            |_: &mut [u8]| -> Result<(), strata_pool::MediumError> { unreachable!("a whole line") };
+        cache
+            .write_dirty(line, 0, &[0xd1; LINE], false, &mut no_read)
+            .unwrap();
+        cache.close().unwrap();
+        drop(cache);
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        assert_eq!(
+            (cache.recovered_dirty_lines, cache.dirty_slots_failed),
+            (1, 0)
+        );
+        cache.close().unwrap();
+        drop(cache);
+        let mut bytes = std::fs::read(&pool.0).unwrap();
+        let geometry = Geometry {
+            segment_size_bytes: SEGMENT_BYTES,
+            segment_count: CAPACITY / SEGMENT_BYTES,
+        };
+        let (_, table) = segment_layout(SEGMENT_BYTES as usize, LINE);
+        let at = geometry.data_offset() as usize + table;
+        assert_eq!(
+            bytes[at + 7],
+            0xd1,
+            "the slot's bytes are where the layout says"
+        );
+        bytes[at + 7] ^= 0x40;
+        std::fs::write(&pool.0, &bytes).unwrap();
+        let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
+        assert_eq!(
+            (cache.recovered_dirty_lines, cache.dirty_slots_failed),
+            (0, 1)
+        );
+        assert!(!cache.holds(line), "a damaged dirty line was served");
     }
 
     #[test]

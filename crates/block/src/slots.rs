@@ -165,17 +165,19 @@ impl Slots {
         }
     }
 
-    /// The slots whose entry names a line and whose bytes match it: `(slot, entry)`.
-    pub fn valid_entries(&self, line_bytes: usize) -> Vec<(usize, Entry)> {
+    /// The slots whose entry names a line and whose bytes match it: `(slot, entry)`; and how
+    /// many dirty entries had bytes that failed their CRC (a write torn by a crash, or damage).
+    pub fn valid_entries(&self, line_bytes: usize) -> (Vec<(usize, Entry)>, u64) {
         let Slots::Pool {
             segments,
             per_segment,
             table_bytes,
         } = self
         else {
-            return Vec::new();
+            return (Vec::new(), 0);
         };
         let mut out = Vec::new();
+        let mut dirty_failed = 0;
         for (s, segment) in segments.iter().enumerate() {
             let data = segment.data();
             for index in 0..*per_segment {
@@ -183,14 +185,17 @@ impl Slots {
                     continue;
                 };
                 let at = table_bytes + index * line_bytes;
-                if entry.line != EMPTY_LINE
-                    && crc32c::crc32c(&data[at..at + line_bytes]) == data_crc
-                {
+                if entry.line == EMPTY_LINE {
+                    continue;
+                }
+                if crc32c::crc32c(&data[at..at + line_bytes]) == data_crc {
                     out.push((s * per_segment + index, entry));
+                } else if entry.dirty {
+                    dirty_failed += 1;
                 }
             }
         }
-        out
+        (out, dirty_failed)
     }
 
     /// Empties every entry (a cache discarded at open).
