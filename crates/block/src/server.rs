@@ -257,13 +257,15 @@ pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 16;
 /// whole under the writer's lock. Replies may leave out of order (NBD matches them by cookie);
 /// a flush covers every write answered before it, as NBD asks.
 fn transmission<R: Read, W: Write + Send>(
-    reader: &mut R,
+    reader: &mut BufReader<R>,
     writer: &mut W,
     export: &Export,
 ) -> Result<(), SessionError> {
     let writer = Mutex::new(writer);
     let (jobs, queue) = mpsc::sync_channel::<Job>(IN_FLIGHT_PER_CONNECTION_MAX);
     let queue = Mutex::new(queue);
+    // Requests handed to the workers and not answered yet.
+    let in_flight = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..IN_FLIGHT_PER_CONNECTION_MAX)
             .map(|_| {
@@ -287,11 +289,12 @@ fn transmission<R: Read, W: Write + Send>(
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
                             .write_all(&reply)?;
+                        in_flight.fetch_sub(1, Ordering::AcqRel);
                     }
                 })
             })
             .collect();
-        let read = read_requests(reader, &jobs, export, &writer);
+        let read = read_requests(reader, &jobs, export, &writer, &in_flight);
         drop(jobs); // Workers finish what is queued, answer it, and stop.
         let mut replies: io::Result<()> = Ok(());
         for worker in workers {
@@ -342,12 +345,15 @@ impl SequentialRun {
 
 /// Reads requests until the client disconnects, handing each to the workers, except reads
 /// the cache holds whole and write-back writes the cache takes without waiting, which are
-/// answered here at once (a hand-off to a worker and back would cost more than the copy).
+/// answered here at once (a hand-off to a worker and back would cost more than the copy), and
+/// any request that arrives alone (none in flight, no more bytes read ahead: the client is
+/// waiting for it), which runs here too.
 fn read_requests<W: Write>(
-    reader: &mut impl Read,
+    reader: &mut BufReader<impl Read>,
     jobs: &mpsc::SyncSender<Job>,
     export: &Export,
     writer: &Mutex<&mut W>,
+    in_flight: &AtomicUsize,
 ) -> Result<(), SessionError> {
     let mut run = SequentialRun::default();
     loop {
@@ -395,6 +401,21 @@ fn read_requests<W: Write>(
             }
         }
         let past_cutoff = run.past_cutoff(&request, export.seq_cutoff_bytes());
+        if in_flight.load(Ordering::Acquire) == 0 && reader.buffer().is_empty() {
+            // Nothing else in flight and nothing more sent: the client waits for this one (a
+            // queue depth of one), so it runs here, saving two thread hand-offs.
+            let (error, data) = execute(export, &request, &payload, past_cutoff);
+            let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
+            if let Some(data) = data {
+                reply.extend_from_slice(&data);
+            }
+            writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_all(&reply)?;
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::AcqRel);
         let job = Job {
             request,
             payload,
