@@ -100,6 +100,8 @@ pub struct Cache {
     pub dirty_slots_failed: u64,
     /// Misses of a line before a miss fills it (1: every miss fills).
     promote_after: u32,
+    /// Slots in all shards (fixed at open).
+    capacity_lines: usize,
     shards: Vec<Mutex<Shard>>,
     /// The next version a stored slot gets.
     next_version: AtomicU64,
@@ -264,10 +266,12 @@ impl Cache {
         let mut version_max = 0;
         let mut dirty_slots_failed = 0;
         let now = Instant::now();
+        let mut capacity_lines = 0;
         let shards = slots
             .into_iter()
             .map(|mut slots| {
                 let count = slots.count(line_bytes);
+                capacity_lines += count;
                 let mut shard = Shard {
                     lines: vec![EMPTY; count],
                     versions: vec![0; count],
@@ -338,6 +342,7 @@ impl Cache {
             );
         }
         Cache {
+            capacity_lines,
             dirty_slots_failed,
             line_bytes,
             pool: Mutex::new(pool),
@@ -397,9 +402,7 @@ impl Cache {
 
     /// Lines the cache holds at most.
     pub fn capacity_lines(&self) -> usize {
-        (0..self.shards.len())
-            .map(|s| self.lock(s).lines.len())
-            .sum()
+        self.capacity_lines
     }
 
     /// Lines cached now.

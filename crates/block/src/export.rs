@@ -489,21 +489,10 @@ impl Export {
         let (cached_end, line) = self.cached_span(cache);
         let end = offset + data.len() as u64;
         let durable_in_pool = fua && cache.persistent();
-        let mut at = offset;
-        while at < end.min(cached_end) {
-            let line_no = at / line;
-            let line_start = line_no * line;
-            let to = (line_start + line).min(end);
-            let part = &data[(at - offset) as usize..(to - offset) as usize];
+        for (line_no, in_line, at, part) in line_parts(offset, data, line, cached_end) {
             loop {
-                let mut read_line = |out: &mut [u8]| self.backing.read_at(line_start, out);
-                match cache.write_dirty(
-                    line_no,
-                    (at - line_start) as usize,
-                    part,
-                    durable_in_pool,
-                    &mut read_line,
-                ) {
+                let mut read_line = |out: &mut [u8]| self.backing.read_at(line_no * line, out);
+                match cache.write_dirty(line_no, in_line, part, durable_in_pool, &mut read_line) {
                     Ok(()) => break,
                     Err(DirtyWriteError::NoRoom(shard)) => {
                         cache.counters.room_waits.fetch_add(1, Ordering::Relaxed);
@@ -520,7 +509,6 @@ impl Export {
                     Err(DirtyWriteError::Store(err)) => return Err(err.into()),
                 }
             }
-            at = to;
         }
         if end > cached_end {
             let from = offset.max(cached_end);
@@ -558,31 +546,21 @@ impl Export {
         if end > cached_end || data.is_empty() {
             return false;
         }
-        let mut at = offset;
-        while at < end {
-            let line_no = at / line;
-            let line_start = line_no * line;
-            let to = (line_start + line).min(end);
-            let part = &data[(at - offset) as usize..(to - offset) as usize];
-            let mut not_cached = |_: &mut [u8]| {
-                Err(MediumError::Io {
-                    op: "read",
-                    path: "(not waited for)".into(),
-                    message: String::new(),
-                    os_error: None,
-                })
-            };
-            let written = cache.write_dirty(
-                line_no,
-                (at - line_start) as usize,
-                part,
-                false,
-                &mut not_cached,
-            );
-            if written.is_err() {
+        let mut not_cached = |_: &mut [u8]| {
+            Err(MediumError::Io {
+                op: "read",
+                path: "(not waited for)".into(),
+                message: String::new(),
+                os_error: None,
+            })
+        };
+        for (line_no, in_line, _, part) in line_parts(offset, data, line, end) {
+            if cache
+                .write_dirty(line_no, in_line, part, false, &mut not_cached)
+                .is_err()
+            {
                 return false;
             }
-            at = to;
         }
         true
     }
@@ -635,9 +613,8 @@ impl Export {
         if let Some(cache) = &self.cache {
             if cache.persistent() {
                 cache.settle()?;
-            } else if cache.dirty_lines() > 0 {
-                let bound = cache.next_version();
-                while self.clean_scope(&CleanScope::VersionsBelow(bound))? > 0 {}
+            } else {
+                self.clean_all()?;
             }
         }
         Ok(())
@@ -739,6 +716,30 @@ impl Exports {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Export>> {
         self.0.iter()
     }
+}
+
+/// The pieces of a write of `data` at `offset` up to `until` (exclusive), one per line of
+/// `line_bytes`: (line number, offset in the line, offset in the store, bytes).
+fn line_parts(
+    offset: u64,
+    data: &[u8],
+    line_bytes: u64,
+    until: u64,
+) -> impl Iterator<Item = (u64, usize, u64, &[u8])> {
+    let end = (offset + data.len() as u64).min(until);
+    let mut at = offset;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let line_no = at / line_bytes;
+        let line_start = line_no * line_bytes;
+        let to = (line_start + line_bytes).min(end);
+        let part = &data[(at - offset) as usize..(to - offset) as usize];
+        let piece = (line_no, (at - line_start) as usize, at, part);
+        at = to;
+        Some(piece)
+    })
 }
 
 /// The store offset of a ticket's line.

@@ -310,6 +310,12 @@ mod tests {
         }
     }
 
+    /// Where segment 0's first slot lies in the pool file.
+    fn first_slot_offset() -> usize {
+        let (_, table) = segment_layout(SEGMENT_BYTES as usize, LINE);
+        geometry(CAPACITY / SEGMENT_BYTES).data_offset() as usize + table
+    }
+
     fn holds_its_bytes(cache: &Cache, line: u64) -> bool {
         let mut out = vec![0u8; LINE];
         cache.read(line, &mut out).is_ok() && out.iter().all(|&b| b == line as u8 ^ 0x5a)
@@ -338,13 +344,7 @@ mod tests {
         drop(cache);
         // Damage one slot's bytes in the file: its line is dropped, never served.
         let mut bytes = std::fs::read(&pool.0).unwrap();
-        let geometry = Geometry {
-            segment_size_bytes: SEGMENT_BYTES,
-            segment_count: CAPACITY / SEGMENT_BYTES,
-        };
-        let (_, table) = segment_layout(SEGMENT_BYTES as usize, LINE);
-        // Segment 0's first slot.
-        let at = geometry.data_offset() as usize + table;
+        let at = first_slot_offset();
         bytes[at + 100] ^= 0xff;
         std::fs::write(&pool.0, &bytes).unwrap();
         let cache = open(&pool.0, CAPACITY, LINE, 1, STORE).unwrap();
@@ -379,12 +379,7 @@ mod tests {
         cache.close().unwrap();
         drop(cache);
         let mut bytes = std::fs::read(&pool.0).unwrap();
-        let geometry = Geometry {
-            segment_size_bytes: SEGMENT_BYTES,
-            segment_count: CAPACITY / SEGMENT_BYTES,
-        };
-        let (_, table) = segment_layout(SEGMENT_BYTES as usize, LINE);
-        let at = geometry.data_offset() as usize + table;
+        let at = first_slot_offset();
         assert_eq!(
             bytes[at + 7],
             0xd1,

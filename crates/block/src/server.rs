@@ -280,15 +280,7 @@ fn transmission<R: Read, W: Write + Send>(
                         else {
                             return Ok(()); // The reader is done: no more requests.
                         };
-                        let (error, data) = execute(export, &request, &payload, past_cutoff);
-                        let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
-                        if let Some(data) = data {
-                            reply.extend_from_slice(&data);
-                        }
-                        writer
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .write_all(&reply)?;
+                        run_and_reply(export, &request, &payload, past_cutoff, &writer)?;
                         in_flight.fetch_sub(1, Ordering::AcqRel);
                     }
                 })
@@ -385,18 +377,12 @@ fn read_requests<W: Write>(
             && export.write_back_without_waiting(request.offset, &payload)
         {
             // Write-back into the cache alone: answered here, as a cached read is.
-            writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .write_all(&nbd::simple_reply(0, request.cookie))?;
+            send_reply(writer, &nbd::simple_reply(0, request.cookie))?;
             continue;
         }
         if request.command == nbd::CMD_READ && request.flags == 0 {
             if let Some(reply) = cached_read_reply(export, &request) {
-                writer
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .write_all(&reply)?;
+                send_reply(writer, &reply)?;
                 continue;
             }
         }
@@ -404,15 +390,7 @@ fn read_requests<W: Write>(
         if in_flight.load(Ordering::Acquire) == 0 && reader.buffer().is_empty() {
             // Nothing else in flight and nothing more sent: the client waits for this one (a
             // queue depth of one), so it runs here, saving two thread hand-offs.
-            let (error, data) = execute(export, &request, &payload, past_cutoff);
-            let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
-            if let Some(data) = data {
-                reply.extend_from_slice(&data);
-            }
-            writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .write_all(&reply)?;
+            run_and_reply(export, &request, &payload, past_cutoff, writer)?;
             continue;
         }
         in_flight.fetch_add(1, Ordering::AcqRel);
@@ -426,6 +404,30 @@ fn read_requests<W: Write>(
             return Ok(());
         }
     }
+}
+
+/// Writes one whole reply under the connection's writer lock.
+fn send_reply<W: Write>(writer: &Mutex<&mut W>, reply: &[u8]) -> io::Result<()> {
+    writer
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .write_all(reply)
+}
+
+/// Runs a request and sends its reply (with a read's data).
+fn run_and_reply<W: Write>(
+    export: &Export,
+    request: &Request,
+    payload: &[u8],
+    past_cutoff: bool,
+    writer: &Mutex<&mut W>,
+) -> io::Result<()> {
+    let (error, data) = execute(export, request, payload, past_cutoff);
+    let mut reply = nbd::simple_reply(error, request.cookie).to_vec();
+    if let Some(data) = data {
+        reply.extend_from_slice(&data);
+    }
+    send_reply(writer, &reply)
 }
 
 /// The whole reply to a valid read that the cache holds entirely, or `None`.

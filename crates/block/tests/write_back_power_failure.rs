@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -108,6 +109,16 @@ impl Model {
         let last_acked = writes.iter().rposition(|w| w.1).unwrap();
         &writes[last_acked..]
     }
+}
+
+/// A new cache pool of the least size, watched by `simulation`.
+fn new_simulated_pool(simulation: &Arc<SimulatedPersistence>) -> Pool {
+    Pool::open(PoolOptions {
+        location: Location::Simulated(Arc::clone(simulation)),
+        geometry: pool_cache::geometry(SHARDS as u64),
+        mode: OpenMode::OpenOrCreate,
+    })
+    .unwrap()
 }
 
 fn new_export(pool: Pool, store_path: &Path) -> Export {
@@ -214,12 +225,7 @@ fn a_power_cut_or_a_crash_never_loses_an_acknowledged_write_back_write() {
         let store = dir.0.join("store");
         fill_store(&store);
         let simulation = SimulatedPersistence::new();
-        let pool = Pool::open(PoolOptions {
-            location: Location::Simulated(simulation.clone()),
-            geometry: pool_cache::geometry(SHARDS as u64),
-            mode: OpenMode::OpenOrCreate,
-        })
-        .unwrap();
+        let pool = new_simulated_pool(&simulation);
         let export = new_export(pool, &store);
         let mut model = Model::new();
         let mut serial = 0;
@@ -292,12 +298,7 @@ fn initial_tag(block: u64) -> u64 {
 #[test]
 fn a_replaced_version_does_not_come_back_once_the_newer_one_was_written_back_and_evicted() {
     let simulation = SimulatedPersistence::new();
-    let pool = Pool::open(PoolOptions {
-        location: Location::Simulated(simulation.clone()),
-        geometry: pool_cache::geometry(SHARDS as u64),
-        mode: OpenMode::OpenOrCreate,
-    })
-    .unwrap();
+    let pool = new_simulated_pool(&simulation);
     let cache = pool_cache::attach(pool, LINE_BYTES, 1, STORE).unwrap();
     // Four lines of one shard (its three slots are taken in turn by the CLOCK hand).
     let shard = cache.shard_of(0);
