@@ -11,6 +11,7 @@
 //! under its write-back); aligned writes share it.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 
 use strata_pool::{AlignedBuf, DirectFile, IoEngine, Medium, MediumError};
@@ -22,6 +23,8 @@ pub struct Backing {
     block_bytes: u64,
     /// Shared by aligned writes and trims, held alone by read-modify-writes (module docs).
     write_lock: RwLock<()>,
+    /// A write or trim completed since the last `fdatasync`: a flush with none skips its own.
+    unflushed: AtomicBool,
 }
 
 /// Largest write of zeroes issued at once by [`Backing::write_zeroes`].
@@ -46,6 +49,7 @@ impl Backing {
             medium,
             block_bytes,
             write_lock: RwLock::new(()),
+            unflushed: AtomicBool::new(true),
         })
     }
 
@@ -91,7 +95,7 @@ impl Backing {
             let _shared = self.write_lock.read().unwrap_or_else(|e| e.into_inner());
             let mut aligned = AlignedBuf::zeroed(data.len(), block);
             aligned.copy_from_slice(data);
-            return self.medium.write_at(offset, &aligned);
+            return self.written(self.medium.write_at(offset, &aligned));
         }
         let _alone = self.write_lock.write().unwrap_or_else(|e| e.into_inner());
         let (start, mut bounce) = self.bounce_for(offset, data.len());
@@ -107,19 +111,33 @@ impl Backing {
                 .read_at(start + last as u64, &mut bounce[last..])?;
         }
         bounce[skip..end].copy_from_slice(data);
-        self.medium.write_at(start, &bounce)
+        self.written(self.medium.write_at(start, &bounce))
     }
 
     /// Makes every completed write durable (`fdatasync`).
+    /// Nothing to do when no write or trim completed since the last flush (cleared before the
+    /// `fdatasync`, so one that completes meanwhile is left for the next).
     pub fn flush(&self) -> Result<(), MediumError> {
-        self.medium
-            .persist(0, self.size_bytes())
-            .map_err(|e| MediumError::Io {
+        if !self.unflushed.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.medium.persist(0, self.size_bytes()).map_err(|e| {
+            self.unflushed.store(true, Ordering::Release);
+            MediumError::Io {
                 op: "flush",
                 path: self.path().to_path_buf(),
                 message: e.message,
                 os_error: None,
-            })
+            }
+        })
+    }
+
+    /// Notes a completed write or trim for the next flush.
+    fn written(&self, result: Result<(), MediumError>) -> Result<(), MediumError> {
+        if result.is_ok() {
+            self.unflushed.store(true, Ordering::Release);
+        }
+        result
     }
 
     /// Writes zeroes over `len` bytes at `offset` (a hole would do for NBD without
@@ -145,7 +163,7 @@ impl Backing {
             return Ok(());
         }
         let _shared = self.write_lock.read().unwrap_or_else(|e| e.into_inner());
-        self.medium.discard(first, end - first)
+        self.written(self.medium.discard(first, end - first))
     }
 
     /// The aligned range covering `len` bytes at `offset`: its start and a buffer for it.

@@ -16,7 +16,7 @@
 //! mode's or beside a store change the cache did not see.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use strata_pool::MediumError;
@@ -126,9 +126,6 @@ pub struct Export {
     seq_cutoff_bytes: u64,
     /// Taken shared by writes, alone by mode switches and write-back's store changes.
     gate: RwLock<()>,
-    /// A write to the store completed since the last `fdatasync` (write-back's own write-backs
-    /// make themselves durable and do not count): a FLUSH skips the store's when nothing did.
-    store_unflushed: AtomicBool,
 }
 
 impl Export {
@@ -160,7 +157,6 @@ impl Export {
             cache,
             seq_cutoff_bytes: 0,
             gate: RwLock::new(()),
-            store_unflushed: AtomicBool::new(true),
         })
     }
 
@@ -456,7 +452,8 @@ impl Export {
         }
         let tickets = self.writes_begin(offset, data.len() as u64);
         let result = self
-            .store_write(offset, data)
+            .backing
+            .write_at(offset, data)
             .map_err(IoFailure::from)
             .and_then(|()| self.durable_if(fua));
         if !keep {
@@ -503,7 +500,7 @@ impl Export {
                         })?;
                     }
                     Err(DirtyWriteError::NoSlots) => {
-                        self.store_write(at, part)?;
+                        self.backing.write_at(at, part)?;
                         break;
                     }
                     Err(DirtyWriteError::Store(err)) => return Err(err.into()),
@@ -512,14 +509,15 @@ impl Export {
         }
         if end > cached_end {
             let from = offset.max(cached_end);
-            self.store_write(from, &data[(from - offset) as usize..])?;
+            self.backing
+                .write_at(from, &data[(from - offset) as usize..])?;
         }
         if fua {
             if !cache.persistent() && offset < cached_end {
                 let lines = offset / line..end.min(cached_end).div_ceil(line);
                 self.clean_scope(&CleanScope::Lines(lines))?;
             }
-            self.flush_store()?;
+            self.backing.flush()?;
         }
         Ok(())
     }
@@ -609,31 +607,13 @@ impl Export {
     /// Makes every completed write durable: the store's, and in write-back the dirty lines (a
     /// settle of the pool; in DRAM, every line dirty now is written back).
     pub fn flush(&self) -> Result<(), IoFailure> {
-        self.flush_store()?;
+        self.backing.flush()?;
         if let Some(cache) = &self.cache {
             if cache.persistent() {
                 cache.settle()?;
             } else {
                 self.clean_all()?;
             }
-        }
-        Ok(())
-    }
-
-    /// Writes `data` to the store at `offset`, counted for the next flush.
-    fn store_write(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
-        self.backing.write_at(offset, data)?;
-        // After the write completed: a flush that clears the mark covers it.
-        self.store_unflushed.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// `fdatasync`s the store if a write to it completed since the last one.
-    fn flush_store(&self) -> Result<(), MediumError> {
-        if self.store_unflushed.swap(false, Ordering::AcqRel) {
-            self.backing.flush().inspect_err(|_| {
-                self.store_unflushed.store(true, Ordering::Release);
-            })?;
         }
         Ok(())
     }
@@ -679,7 +659,6 @@ impl Export {
         let _shared = shared;
         let tickets = self.writes_begin(offset, len);
         let result = change()
-            .inspect(|()| self.store_unflushed.store(true, Ordering::Release))
             .map_err(IoFailure::from)
             .and_then(|()| self.durable_if(fua));
         self.writes_end(tickets, offset, None);
