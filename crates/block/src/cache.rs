@@ -39,7 +39,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use strata_pool::{MediumError, Pool};
@@ -114,6 +114,9 @@ pub struct Cache {
     cleaning: Mutex<()>,
     /// Counters, for logs and stats.
     pub counters: CacheCounters,
+    /// The thread mapping a file pool's pages ahead of the requests, and its stop flag: stopped
+    /// and joined at close and drop, so no mapping (and no file lock) outlives the cache.
+    populating: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
 }
 
 /// What a slot holds.
@@ -341,7 +344,22 @@ impl Cache {
                  older version in the pool or to the store"
             );
         }
+        // A file pool's pages mapped ahead of the requests (each first touch would fault),
+        // from a thread of the lowest priority.
+        let populating = pool
+            .as_ref()
+            .and_then(|pool| pool.populator())
+            .and_then(|populator| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let stopping = Arc::clone(&stop);
+                std::thread::Builder::new()
+                    .name("strata-block-populate".into())
+                    .spawn(move || populator.run(&stopping))
+                    .ok()
+                    .map(|thread| (stop, thread))
+            });
         Cache {
+            populating: Mutex::new(populating),
             capacity_lines,
             dirty_slots_failed,
             line_bytes,
@@ -387,11 +405,25 @@ impl Cache {
     /// Closes the pool cleanly (every line's bytes and entry persisted, the pool marked clean;
     /// dirty lines stay dirty, for the next start); nothing to do in DRAM.
     pub fn close(&self) -> Result<(), String> {
+        self.stop_populating();
         // Every shard held: no line changes while the pool is persisted.
         let _shards: Vec<_> = (0..self.shards.len()).map(|s| self.lock(s)).collect();
         match self.pool.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             Some(pool) => pool.close_clean(None).map_err(|e| e.to_string()),
             None => Ok(()),
+        }
+    }
+
+    /// Stops the populating thread, if any, and waits for it.
+    fn stop_populating(&self) {
+        let populating = self
+            .populating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((stop, thread)) = populating {
+            stop.store(true, Ordering::Release);
+            let _ = thread.join();
         }
     }
 
@@ -898,6 +930,12 @@ impl Cache {
                 return Ok(cleaned);
             }
         }
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.stop_populating();
     }
 }
 

@@ -162,14 +162,6 @@ pub fn attach(
         }
     }
     let lines_max = store.size_bytes / line_bytes as u64;
-    if let Some(populator) = pool.populator() {
-        // The pool's pages mapped ahead of the requests (each first touch would fault), from a
-        // thread of the lowest priority that lets go once the cache is dropped.
-        let never = std::sync::atomic::AtomicBool::new(false);
-        let _ = std::thread::Builder::new()
-            .name("strata-block-populate".into())
-            .spawn(move || populator.run(&never));
-    }
     let cache = Cache::from_slots(
         line_bytes,
         promote_after,
