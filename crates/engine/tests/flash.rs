@@ -286,6 +286,9 @@ impl Medium for GatedMedium {
     fn block_size_bytes(&self) -> usize {
         self.inner.block_size_bytes()
     }
+    fn read_align_bytes(&self) -> usize {
+        self.inner.read_align_bytes()
+    }
     fn is_direct(&self) -> bool {
         self.inner.is_direct()
     }

@@ -24,7 +24,8 @@
 //!   its old bytes. A hint: media that cannot discard return `Ok`.
 //!
 //! Offsets, lengths and buffer addresses must be multiples of [`Medium::block_size_bytes`]
-//! (512 or the device's logical block for direct I/O); [`AlignedBuf`] provides such buffers.
+//! (4 KiB for direct I/O), or for reads of [`Medium::read_align_bytes`] (the device's direct-I/O
+//! alignment, often 512); [`AlignedBuf`] provides such buffers.
 //! No call may ask the caller to retry: a medium that is behind is the tier's business (it
 //! keeps items in memory or drops them), not the medium's.
 
@@ -82,6 +83,13 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn domain(&self) -> PersistenceDomain;
     /// The alignment of offsets, lengths and buffers.
     fn block_size_bytes(&self) -> usize;
+    /// The alignment reads accept (offsets, lengths and buffers), a divisor of
+    /// [`Medium::block_size_bytes`]: a direct-I/O file on a disk of 512-byte sectors reads
+    /// 512-byte pieces, so a small record costs one short read instead of a whole 4 KiB block
+    /// or two. By default the block size.
+    fn read_align_bytes(&self) -> usize {
+        self.block_size_bytes()
+    }
     /// Whether I/O bypasses the page cache (O_DIRECT), for stats and logs.
     fn is_direct(&self) -> bool;
     /// Reads `buf.len()` bytes at `offset`.
@@ -168,6 +176,12 @@ impl AlignedBuf {
         AlignedBuf { bytes, start, len }
     }
 
+    /// Shortens it to `len` bytes (its alignment stays): a read of fewer bytes than the
+    /// alignment rounds to.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// The buffer's length.
     pub fn len(&self) -> usize {
         self.len
@@ -216,6 +230,9 @@ pub struct DirectFile {
     direct: bool,
     device: bool,
     engine: IoEngine,
+    /// What reads must be aligned to ([`Medium::read_align_bytes`]): the kernel's direct-I/O
+    /// alignment for this file, found at open.
+    read_align_bytes: usize,
 }
 
 /// How a [`DirectFile`] reads and writes.
@@ -270,6 +287,7 @@ impl DirectFile {
             }
             metadata.len()
         };
+        let read_align_bytes = read_alignment(&file, direct, device);
         Ok(DirectFile {
             file,
             path: path.to_path_buf(),
@@ -277,6 +295,7 @@ impl DirectFile {
             direct,
             device,
             engine,
+            read_align_bytes,
         })
     }
 
@@ -342,6 +361,7 @@ impl DirectFile {
                 return Err(err);
             }
         }
+        let read_align_bytes = read_alignment(&file, direct, device);
         Ok(DirectFile {
             file,
             path: path.to_path_buf(),
@@ -349,6 +369,7 @@ impl DirectFile {
             direct,
             device,
             engine,
+            read_align_bytes,
         })
     }
 
@@ -369,6 +390,70 @@ impl DirectFile {
 
 fn is_block_device(metadata: &std::fs::Metadata) -> bool {
     std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type())
+}
+
+/// The smallest alignment (offsets, lengths and buffer addresses) direct reads of `file` accept:
+/// the larger of the kernel's direct-I/O offset and memory alignments (`statx` with
+/// `STATX_DIOALIGN`, Linux 6.1 on; a block device's logical sector size before that), kept
+/// within 512 B..=4 KiB and a power of two, else [`DIRECT_BLOCK_SIZE_BYTES`]. Without direct
+/// I/O (the page cache) any alignment does; 512 B keeps the reads' arithmetic one.
+fn read_alignment(file: &File, direct: bool, device: bool) -> usize {
+    const SECTOR_BYTES: usize = 512;
+    if !direct {
+        return SECTOR_BYTES;
+    }
+    let fits = |align: usize| {
+        (align.is_power_of_two() && (SECTOR_BYTES..=DIRECT_BLOCK_SIZE_BYTES).contains(&align))
+            .then_some(align)
+    };
+    let from_statx = dio_alignment(file).and_then(|(offset, memory)| fits(offset.max(memory)));
+    let from_device = || {
+        device
+            .then(|| logical_sector_size(file).ok())
+            .flatten()
+            .and_then(fits)
+    };
+    from_statx
+        .or_else(from_device)
+        .unwrap_or(DIRECT_BLOCK_SIZE_BYTES)
+}
+
+/// `(offset, memory)` alignment of direct I/O on `file`, where the kernel says.
+fn dio_alignment(file: &File) -> Option<(usize, usize)> {
+    // SAFETY: statx is plain old data; all zeroes is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    // SAFETY: the descriptor is ours, the path is a valid empty C string (AT_EMPTY_PATH: the
+    // descriptor itself is asked about) and `stx` is alive and writable for the call.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
+        return None;
+    }
+    Some((
+        stx.stx_dio_offset_align as usize,
+        stx.stx_dio_mem_align as usize,
+    ))
+}
+
+fn logical_sector_size(file: &File) -> std::io::Result<usize> {
+    const BLKSSZGET: libc::c_ulong = 0x1268;
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int through the pointer, which points at `size`, alive for
+    // the call; the descriptor is ours.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKSSZGET, &mut size as *mut libc::c_int) };
+    if rc == 0 {
+        usize::try_from(size).map_err(|_| std::io::Error::other("negative sector size"))
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 fn block_device_size(file: &File) -> std::io::Result<u64> {
@@ -401,6 +486,10 @@ impl Medium for DirectFile {
         DIRECT_BLOCK_SIZE_BYTES
     }
 
+    fn read_align_bytes(&self) -> usize {
+        self.read_align_bytes
+    }
+
     fn is_direct(&self) -> bool {
         self.direct
     }
@@ -417,7 +506,7 @@ impl Medium for DirectFile {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
-        let block = self.block_size_bytes();
+        let block = self.read_align_bytes;
         check_range(
             self.len_bytes,
             block,
@@ -436,7 +525,7 @@ impl Medium for DirectFile {
         if self.engine != IoEngine::Uring {
             return read_each(self, reads);
         }
-        let block = self.block_size_bytes();
+        let block = self.read_align_bytes;
         // Reads that fail the checks are answered here; the others go to the ring together.
         let mut results: Vec<Result<(), MediumError>> = reads
             .iter()

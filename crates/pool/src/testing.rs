@@ -25,11 +25,13 @@ use crate::{io_err, CACHE_LINE_SIZE_BYTES};
 /// Bytes a power cut keeps or loses together.
 pub const SECTOR_SIZE_BYTES: usize = 512;
 
-/// A medium in DRAM (a RAM disk), with the given block size.
+/// A medium in DRAM (a RAM disk), with the given block size (and reads aligned to it, or to
+/// what [`MemoryMedium::reading_in`] says).
 #[derive(Debug)]
 pub struct MemoryMedium {
     bytes: Mutex<Vec<u8>>,
     block_size_bytes: usize,
+    read_align_bytes: usize,
 }
 
 impl MemoryMedium {
@@ -43,6 +45,17 @@ impl MemoryMedium {
         MemoryMedium {
             bytes: Mutex::new(image),
             block_size_bytes,
+            read_align_bytes: block_size_bytes,
+        }
+    }
+
+    /// The same medium with reads aligned to `read_align_bytes` (a divisor of its block size),
+    /// as a direct-I/O file on a disk of 512-byte sectors reads.
+    pub fn reading_in(self, read_align_bytes: usize) -> MemoryMedium {
+        assert!(self.block_size_bytes.is_multiple_of(read_align_bytes));
+        MemoryMedium {
+            read_align_bytes,
+            ..self
         }
     }
 }
@@ -64,6 +77,10 @@ impl Medium for MemoryMedium {
         self.block_size_bytes
     }
 
+    fn read_align_bytes(&self) -> usize {
+        self.read_align_bytes
+    }
+
     fn is_direct(&self) -> bool {
         false
     }
@@ -72,7 +89,7 @@ impl Medium for MemoryMedium {
         let bytes = self.bytes.lock().expect("medium lock");
         check_range(
             bytes.len() as u64,
-            self.block_size_bytes,
+            self.read_align_bytes,
             offset,
             buf.len(),
             0,
@@ -233,6 +250,10 @@ impl<M: Medium> Medium for SimulatedMedium<M> {
 
     fn block_size_bytes(&self) -> usize {
         self.inner.block_size_bytes()
+    }
+
+    fn read_align_bytes(&self) -> usize {
+        self.inner.read_align_bytes()
     }
 
     fn is_direct(&self) -> bool {

@@ -328,6 +328,21 @@ mod media {
             medium.read_at(100, &mut back),
             Err(MediumError::Misaligned { .. })
         ));
+        // Reads in the device's direct-I/O pieces (512 B on this machine's disks, at most a
+        // block): one piece from inside the second block written, through both read calls.
+        let piece = medium.read_align_bytes();
+        assert!(piece.is_power_of_two() && (512..=block).contains(&piece));
+        let at = block + block / piece / 2 * piece;
+        let mut small = AlignedBuf::zeroed(piece, piece);
+        medium.read_at(at as u64, &mut small).unwrap();
+        assert_eq!(&small[..], &data[at - block..at - block + piece]);
+        let mut many = [(at as u64, &mut small[..])];
+        assert!(medium.read_many(&mut many).iter().all(Result::is_ok));
+        assert_eq!(&small[..], &data[at - block..at - block + piece]);
+        assert!(matches!(
+            medium.read_at(at as u64 + 64, &mut small),
+            Err(MediumError::Misaligned { .. })
+        ));
         medium.discard(block as u64, block as u64).unwrap();
         medium.read_at(block as u64, &mut back).unwrap();
         assert!(
@@ -446,6 +461,11 @@ mod media {
             .queue_read(len - block as u64, 2 * block, block, "past-end")
             .is_ok());
         assert!(ring.queue_read(100, block, block, "misaligned").is_ok());
+        // A read in the device's pieces (512 B here) into a buffer aligned to a whole block.
+        let piece = medium.read_align_bytes();
+        assert!(ring
+            .queue_read(5 * piece as u64, piece, block, "piece")
+            .is_ok());
         while ring.in_flight() < capacity {
             assert!(ring.queue_read(0, block, block, "filler").is_ok());
         }
@@ -464,6 +484,11 @@ mod media {
                     let at = i * 3 * block;
                     let buf = result.unwrap();
                     assert_eq!(&buf[..], &data[at..at + (i + 1) * block], "{name}");
+                }
+                "piece" => {
+                    let piece = medium.read_align_bytes();
+                    let buf = result.unwrap();
+                    assert_eq!(&buf[..], &data[5 * piece..6 * piece], "{name}");
                 }
                 "past-end" | "misaligned" => assert!(result.is_err(), "{name}: {result:?}"),
                 _ => assert_eq!(&result.unwrap()[..], &data[..block]),

@@ -286,6 +286,9 @@ impl<T> ReadRing<T> {
             return Err(with);
         }
         let mut buf = crate::AlignedBuf::zeroed(len, align);
+        // Exactly `len` (a read's alignment can be finer than its buffer's): the kernel fills
+        // it whole, or the read is short.
+        buf.truncate(len);
         let slot = self.free.pop().unwrap_or_else(|| {
             self.reads.push(None);
             self.reads.len() - 1

@@ -296,6 +296,7 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
                 "I/O threads"
             },
             direct_io = flash.direct_io,
+            read_align = %ByteSize(flash.read_align_bytes),
             region_size = %ByteSize(flash.region_size_bytes),
             regions = flash.regions_total,
             items = flash.items,

@@ -61,6 +61,12 @@ pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
             flash.region_size_bytes,
         ),
         field(
+            "read_align_bytes",
+            Gauge,
+            "Bytes flash reads are aligned and rounded to (the medium's direct-I/O alignment).",
+            flash.read_align_bytes,
+        ),
+        field(
             "regions_total",
             Gauge,
             "Regions on the medium.",

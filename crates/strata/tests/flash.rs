@@ -130,6 +130,13 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
     assert!(waits > 1_000, "{waits} waits for flash");
     assert_eq!(stat(&mut client, "strata_flash_waits_done"), waits);
     assert!(stat(&mut client, "strata_flash_staged_reads") > 1_000);
+    // Reads in the device's direct-I/O pieces (512 B on this machine's disk), all good.
+    let align = stat(&mut client, "strata_flash_read_align_bytes");
+    assert!(
+        align.is_power_of_two() && (64..=4096).contains(&align),
+        "{align}"
+    );
+    assert_eq!(stat(&mut client, "strata_flash_read_errors"), 0);
     if server.log().contains("io_engine=\"io_uring\"") {
         server.assert_logged("reads=\"each worker's own io_uring\"");
     } else {

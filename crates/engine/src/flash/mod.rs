@@ -309,6 +309,8 @@ pub struct FlashStats {
     pub direct_io: bool,
     /// How reads and writes reach the medium.
     pub io_engine: &'static str,
+    /// Bytes flash reads are aligned to and rounded up to (the medium's direct-I/O alignment).
+    pub read_align_bytes: u64,
     /// Bytes per region.
     pub region_size_bytes: u64,
     /// Regions on the medium.
@@ -523,6 +525,7 @@ impl FlashTier {
             medium_bytes: self.medium.len_bytes(),
             direct_io: self.medium.is_direct(),
             io_engine: self.medium.io_engine(),
+            read_align_bytes: self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES) as u64,
             region_size_bytes: self.superblock.region_size_bytes,
             regions_total: self.superblock.region_count,
             regions_written,
@@ -949,7 +952,7 @@ impl FlashTier {
     /// on the medium, or already kept.
     pub(crate) fn stage_many(&self, locations: &[u64]) {
         let mut reads = self.plan_reads(locations);
-        let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+        let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
         // A second round for the records longer than their first read.
         for _ in 0..2 {
             if reads.is_empty() {
@@ -1124,7 +1127,7 @@ impl FlashTier {
     /// blocks from its start to [`FlashTier::first_read_bytes`] past it (most records fit: one
     /// read; a longer one is read again at its length).
     fn plan_read(&self, index: u32, offset: usize) -> ReadPlan {
-        let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+        let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
         let byte = self.region_offset(index) + (BLOCK_SIZE_BYTES + offset) as u64;
         let start = byte / block as u64 * block as u64;
         let skip = (byte - start) as usize;
@@ -1171,7 +1174,7 @@ impl FlashTier {
         } else if body + size > plan.room {
             Checked::Miss
         } else {
-            let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+            let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
             Checked::Longer((body + size).next_multiple_of(block).min(plan.room))
         }
     }
@@ -1185,7 +1188,7 @@ impl FlashTier {
         seq: u64,
         out: &mut AlignedBuf,
     ) -> Option<std::ops::Range<usize>> {
-        let block = self.medium.block_size_bytes().max(RECORD_ALIGN_BYTES);
+        let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
         let mut plan = self.plan_read(index, offset);
         for _ in 0..2 {
             if out.len() < plan.len {
@@ -1238,8 +1241,14 @@ mod tests {
     const REGION: u64 = 64 << 10;
 
     fn tier(regions: u64) -> FlashTier {
+        tier_reading_in(regions, 4096)
+    }
+
+    /// A tier whose medium reads in `read_align_bytes` pieces (its blocks are 4 KiB).
+    fn tier_reading_in(regions: u64, read_align_bytes: usize) -> FlashTier {
         let len = BLOCK_SIZE_BYTES as u64 + regions * REGION;
-        let medium = SimulatedMedium::new(MemoryMedium::new(len as usize, 4096), Faults::default());
+        let memory = MemoryMedium::new(len as usize, 4096).reading_in(read_align_bytes);
+        let medium = SimulatedMedium::new(memory, Faults::default());
         FlashTier::open(Arc::new(medium), 7, REGION, 8 << 10, false)
             .unwrap()
             .0
@@ -1305,6 +1314,39 @@ mod tests {
             None,
             "the superblock"
         );
+    }
+
+    #[test]
+    fn on_a_medium_of_512_byte_reads_a_record_costs_a_read_about_its_length() {
+        let tier = tier_reading_in(16, 512);
+        let mut locations = Vec::new();
+        for i in 0..200 {
+            let record = encode(&format!("key-{i}"), 1000 + i * 13 % 200);
+            locations.push(tier.append(&record, 0, 0, None).expect("room"));
+        }
+        tier.seal_all();
+        write_all(&tier);
+        let mut read_bytes = 0;
+        for (i, &location) in locations.iter().enumerate() {
+            let (index, offset) = tier.split(location).expect("a record's location");
+            let plan = tier.plan_read(index, offset);
+            assert!(plan.start.is_multiple_of(512) && plan.len.is_multiple_of(512));
+            read_bytes += plan.len;
+            // Read back from the medium (no region buffer is left), one read or two.
+            assert_eq!(
+                read_key(&tier, location),
+                Some(format!("key-{i}").into_bytes())
+            );
+        }
+        // With 4 KiB reads each ~1.1 KiB record would cost 4 or 8 KiB.
+        let average = read_bytes / locations.len();
+        assert!(
+            average <= 2048,
+            "{average} bytes read per record on average"
+        );
+        // And read ahead in one batch (the I/O threads' way): every record staged.
+        tier.stage_many(&locations);
+        assert!(locations.iter().all(|&location| tier.is_staged(location)));
     }
 
     #[test]
