@@ -190,7 +190,10 @@ pub enum Arith {
 /// Engine-wide figures for stats, INFO and metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
-    /// Indexed items (some may have expired and not been reclaimed yet).
+    /// Indexed items, in memory and on flash (some may have expired and not been reclaimed
+    /// yet). A flash entry waiting to be settled as a *suspect* (it shares its hash bits with a
+    /// key written since, which it nearly always is an older copy of) is not counted; the rare
+    /// one holding another key is counted again once settled.
     pub items: u64,
     /// Bytes of live records in segments.
     pub live_bytes: u64,

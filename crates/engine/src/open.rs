@@ -502,7 +502,10 @@ impl Engine {
             let shard = shard.0.read();
             let c = &shard.counters;
             let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-            stats.items += shard.index.len() as u64;
+            // A suspect is a flash entry beside a newer memory copy of (nearly always) the same
+            // key: one item until the flash thread settles which key it holds.
+            let suspects = shard.flash_suspect_count();
+            stats.items += (shard.index.len() as u64).saturating_sub(suspects);
             stats.live_bytes = stats.live_bytes.saturating_add(shard.live_bytes);
             stats.hits += load(&c.hits);
             stats.misses += load(&c.misses);

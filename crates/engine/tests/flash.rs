@@ -349,7 +349,27 @@ fn a_stuck_medium_never_makes_a_write_wait() {
         get(&engine, b"k1999").is_some(),
         "the newest write is served"
     );
+    // Rewriting keys that flash holds (in its region buffers: the medium is stuck) leaves a
+    // suspect beside each new memory copy until the flash thread reads it, which it cannot
+    // now; the item count stays one per key meanwhile (tiny values: nothing is evicted).
+    let before = engine.stats();
+    let rewritten: Vec<String> = (0..400u32)
+        .map(|i| format!("k{i}"))
+        .filter(|key| peek(&engine, key.as_bytes()).is_some())
+        .take(40)
+        .collect();
+    for key in &rewritten {
+        engine.set(key.as_bytes(), b"x", 0, Expiry::Never).unwrap();
+    }
+    let after = engine.stats();
+    let suspects = flash_stats(&engine).suspects;
+    // Opened before the checks: a failed one must not leave the flash thread stuck (dropping
+    // the engine joins it).
     gated.open_gate();
+    assert!(!rewritten.is_empty());
+    assert_eq!(after.evicted_items, before.evicted_items, "nothing evicted");
+    assert!(suspects > 0, "some rewritten key had a flash copy");
+    assert_eq!(after.items, before.items, "a suspect is not a second item");
     engine.check_integrity().unwrap();
 }
 
