@@ -95,3 +95,39 @@ fn write_amplification_is_bytes_written_over_value_bytes_demoted() {
         "nothing demoted"
     );
 }
+
+#[test]
+fn flash_reads_per_flash_hit_counts_requests_reads_only() {
+    use std::collections::BTreeMap;
+    use strata_bench::compare::flash_report::flash_reads_per_flash_hit;
+    let delta = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+        pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+    };
+    // strata: 1,150 reads, 100 of them settling suspects, for 1,000 hits.
+    let strata = delta(&[
+        ("strata_flash_reads", 1150.0),
+        ("strata_flash_settle_reads", 100.0),
+        ("strata_flash_hits", 1000.0),
+        ("get_extstore", 1000.0),
+    ]);
+    assert_eq!(flash_reads_per_flash_hit(&strata), Some(1.05));
+    // memcached: 600 objects read for 500 GETs sent to extstore, 20 of them misses there.
+    let memcached = delta(&[
+        ("extstore_objects_read", 600.0),
+        ("get_extstore", 500.0),
+        ("miss_from_extstore", 20.0),
+    ]);
+    assert_eq!(flash_reads_per_flash_hit(&memcached), Some(600.0 / 480.0));
+    // No flash, or no flash hit in the phase: no figure.
+    assert_eq!(
+        flash_reads_per_flash_hit(&delta(&[("get_hits", 9.0)])),
+        None
+    );
+    assert_eq!(
+        flash_reads_per_flash_hit(&delta(&[
+            ("strata_flash_reads", 5.0),
+            ("strata_flash_hits", 0.0)
+        ])),
+        None
+    );
+}

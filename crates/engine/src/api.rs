@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::flash::{tiering, FlashRead, ReadOutcome};
+use crate::flash::{tiering, FlashRead, ReadFor, ReadOutcome};
 use crate::index::SlotRef;
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
 use crate::shard::{FlashCandidates, Found, Shard, ShardLock, ShardWrite};
@@ -744,7 +744,9 @@ impl Engine {
             // Keys on flash are read with no lock held (a key deleted meanwhile may still be
             // returned, as SCAN allows for keys not present for the whole iteration).
             for location in flash.drain(..) {
-                let Some(key) = tiering::read_key(&self.inner, location, Some(now_ms)) else {
+                let Some(key) =
+                    tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
+                else {
                     continue;
                 };
                 // An older copy of a key memory holds (see `shard::flash`) is not a second key.

@@ -225,6 +225,7 @@ fn keys_sharing_hash_bits_keep_their_flash_copies_when_one_is_written() {
     // fit the open segments' room, so nothing is evicted meanwhile, and each write meets other
     // keys' flash entries sharing its hash bits.
     let rewritten: Vec<usize> = on_flash.iter().copied().step_by(37).take(4).collect();
+    let settle_reads_before = flash_stats(&engine).settle_reads;
     let suspects_made = {
         let mut made = 0;
         for &i in &rewritten {
@@ -240,6 +241,13 @@ fn keys_sharing_hash_bits_keep_their_flash_copies_when_one_is_written() {
         "the writes met other keys' flash entries"
     );
     wait_for("suspects to settle", || flash_stats(&engine).suspects == 0);
+    // Settling read the suspects' keys (from the medium: their regions were written long
+    // ago), and those reads are told apart from requests' reads.
+    let stats = flash_stats(&engine);
+    assert!(
+        stats.settle_reads > settle_reads_before && stats.settle_reads <= stats.reads,
+        "{stats:?}"
+    );
     for &i in &readable {
         let expected = if rewritten.contains(&i) {
             b"rewritten".to_vec()

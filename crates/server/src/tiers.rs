@@ -104,6 +104,12 @@ pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
             flash.misses,
         ),
         field(
+            "settle_reads",
+            Counter,
+            "Medium reads the flash thread made to settle suspects (which key an entry beside a newer write holds); reads for requests are reads minus these.",
+            flash.settle_reads,
+        ),
+        field(
             "promoted_items",
             Counter,
             "Items moved back to memory after being read often.",

@@ -168,6 +168,25 @@ pub struct FlashPhase {
     pub io: IoBytes,
     /// Wall time of the phase, warm-up and drain included: the span `io` covers, seconds.
     pub wall_secs: f64,
+    /// How the server's own counters (`stats`) moved over the phase, warm-up and drain
+    /// included (numeric ones only; empty where `stats` failed).
+    #[serde(default)]
+    pub stats_delta: BTreeMap<String, f64>,
+}
+
+/// What each numeric counter of `after` gained over `before`.
+fn stats_delta(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(name, value)| {
+            let after: f64 = value.parse().ok()?;
+            let before: f64 = before.get(name)?.parse().ok()?;
+            Some((name.clone(), after - before))
+        })
+        .collect()
 }
 
 /// One stop and start after the mixed phases.
@@ -611,11 +630,14 @@ impl<'a> Session<'a> {
                 None => dist.to_string(),
             };
             eprintln!("  mixed: {label}");
+            let port = server.port(Protocol::MemcacheText);
+            let stats_start = memcache_stats(port).unwrap_or_default();
             let io_start = io_bytes(server.pid)?;
             let started = Instant::now();
             let report = crate::run(&bench)?;
             let wall_secs = started.elapsed().as_secs_f64();
             let io = io_delta(io_start, io_bytes(server.pid)?);
+            let stats_delta = stats_delta(&stats_start, &memcache_stats(port).unwrap_or_default());
             let report = report.measured.ok_or_else(|| missing("mixed phase"))?;
             phases.push(FlashPhase {
                 label,
@@ -623,6 +645,7 @@ impl<'a> Session<'a> {
                 report,
                 io,
                 wall_secs,
+                stats_delta,
             });
         }
         Ok(phases)

@@ -47,6 +47,9 @@ pub struct FlashPhaseSummary {
     pub server_cpu_us_per_request: Option<f64>,
     /// Bytes the server read from the disk per GET (page-cache hits read nothing).
     pub disk_read_bytes_per_get: Option<f64>,
+    /// Flash reads made for requests per GET served from flash, by the server's own counters.
+    #[serde(default)]
+    pub flash_reads_per_flash_hit: Option<f64>,
 }
 
 /// One stop and start's medians.
@@ -239,6 +242,7 @@ fn phase_summaries(results: &[&FlashResult]) -> Vec<FlashPhaseSummary> {
                 p999_us: med(&|p| Some(p.report.latency.p999_us)),
                 server_cpu_us_per_request: med(&|p| p.report.server_cpu_us_per_request),
                 disk_read_bytes_per_get: med(&disk_read_bytes_per_get),
+                flash_reads_per_flash_hit: med(&|p| flash_reads_per_flash_hit(&p.stats_delta)),
                 label,
             }
         })
@@ -262,6 +266,22 @@ fn restart_summaries(results: &[&FlashResult]) -> Vec<FlashRestartSummary> {
             }
         })
         .collect()
+}
+
+/// Flash reads made for requests over GETs served from flash, from a phase's counter deltas:
+/// strata's `strata_flash_reads` less `strata_flash_settle_reads` (the flash thread's own
+/// reads) over `strata_flash_hits`; memcached's `extstore_objects_read` over `get_extstore` less
+/// `miss_from_extstore`. `None` for a server with neither, or no flash hits.
+pub fn flash_reads_per_flash_hit(delta: &BTreeMap<String, f64>) -> Option<f64> {
+    let get = |name: &str| delta.get(name).copied();
+    let (reads, hits) = if let Some(reads) = get("strata_flash_reads") {
+        let settle = get("strata_flash_settle_reads").unwrap_or(0.0);
+        (reads - settle, get("strata_flash_hits")?)
+    } else {
+        let hits = get("get_extstore")? - get("miss_from_extstore").unwrap_or(0.0);
+        (get("extstore_objects_read")?, hits)
+    };
+    (hits > 0.0).then(|| reads / hits)
 }
 
 /// The phase's disk reads per second over its GETs per second (the reads span the warm-up and
@@ -357,13 +377,13 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
     }
     md.push_str(
         "\n| server | phase | req/s | GET hit % | p50 µs | p99 µs | p99.9 µs | server CPU µs/req \
-         | disk read B/GET |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         | disk read B/GET | flash reads per flash hit |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for t in targets {
         for p in t.flash.iter().flat_map(|f| &f.phases) {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 t.server,
                 p.label,
                 p.requests_per_sec.map_or_else(|| "—".into(), human),
@@ -373,6 +393,7 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
                 opt(p.p999_us, 0),
                 opt(p.server_cpu_us_per_request, 2),
                 opt(p.disk_read_bytes_per_get, 0),
+                opt(p.flash_reads_per_flash_hit, 2),
             );
         }
     }

@@ -162,6 +162,8 @@ pub(crate) struct FlashCounters {
     pub(crate) read_latency_us_sum: AtomicU64,
     /// Reads served from a record an I/O thread had read ahead (no I/O on the worker).
     pub(crate) staged_reads: AtomicU64,
+    /// Reads of the medium (among `reads`) the flash thread made to settle suspects.
+    pub(crate) settle_reads: AtomicU64,
 }
 
 /// Buckets of `FlashCounters::read_latency_us`.
@@ -175,6 +177,16 @@ impl FlashCounters {
         self.read_latency_us_sum.fetch_add(us, Ordering::Relaxed);
         self.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
+}
+
+/// Why a record is read (for the counters: the "flash reads per flash hit" counts the
+/// reads requests make, not the flash thread's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadFor {
+    /// A request's read (GET, SCAN, a read-modify-write's promotion).
+    Request,
+    /// The flash thread settling a suspect.
+    Settle,
 }
 
 /// The tier: a medium cut into regions, with its region table and buffers.
@@ -361,6 +373,9 @@ pub struct FlashStats {
     pub read_latency_us_sum: u64,
     /// Reads served from a record an I/O thread had read ahead while its request waited.
     pub staged_reads: u64,
+    /// Medium reads (among `reads`) made to settle suspects, not for a request: which key a
+    /// flash entry beside a newer write holds. Reads for requests are `reads` minus these.
+    pub settle_reads: u64,
 }
 
 /// What `FlashTier::open` found.
@@ -551,6 +566,7 @@ impl FlashTier {
             read_latency_us: std::array::from_fn(|i| load(&c.read_latency_us[i])),
             read_latency_us_sum: load(&c.read_latency_us_sum),
             staged_reads: load(&c.staged_reads),
+            settle_reads: load(&c.settle_reads),
         }
     }
 
@@ -906,6 +922,16 @@ impl FlashTier {
         location: u64,
         out: &mut AlignedBuf,
     ) -> Option<std::ops::Range<usize>> {
+        self.read_for(location, out, ReadFor::Request)
+    }
+
+    /// [`FlashTier::read`], counting its medium reads as `purpose`'s.
+    pub(crate) fn read_for(
+        &self,
+        location: u64,
+        out: &mut AlignedBuf,
+        purpose: ReadFor,
+    ) -> Option<std::ops::Range<usize>> {
         let (index, offset) = self.split(location)?;
         let started = std::time::Instant::now();
         let (seq, buffered) = {
@@ -941,7 +967,7 @@ impl FlashTier {
             let at = BLOCK_SIZE_BYTES + offset;
             return self.take_record(seq, &buf[at..], 0, out);
         }
-        let range = self.read_medium(index, offset, seq, out)?;
+        let range = self.read_medium(index, offset, seq, out, purpose)?;
         self.counters.record_read(started.elapsed(), range.len());
         Some(range)
     }
@@ -1187,6 +1213,7 @@ impl FlashTier {
         offset: usize,
         seq: u64,
         out: &mut AlignedBuf,
+        purpose: ReadFor,
     ) -> Option<std::ops::Range<usize>> {
         let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
         let mut plan = self.plan_read(index, offset);
@@ -1195,6 +1222,9 @@ impl FlashTier {
                 *out = AlignedBuf::zeroed(plan.len, block);
             }
             self.counters.reads.fetch_add(1, Ordering::Relaxed);
+            if purpose == ReadFor::Settle {
+                self.counters.settle_reads.fetch_add(1, Ordering::Relaxed);
+            }
             if !self.read_delay_for_tests.is_zero() {
                 std::thread::sleep(self.read_delay_for_tests);
             }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use strata_pool::AlignedBuf;
 
+use crate::flash::ReadFor;
 use crate::index::{self, FLASH_TIER_BIT};
 use crate::record::{self, RecordMeta};
 use crate::Inner;
@@ -117,10 +118,11 @@ pub(crate) fn read_key(
     inner: &Inner,
     location: u64,
     unexpired_at_ms: Option<u64>,
+    purpose: ReadFor,
 ) -> Option<Vec<u8>> {
     let flash = inner.flash.as_ref()?;
     with_read_buf(|buf| {
-        let range = flash.read(location & !FLASH_TIER_BIT, buf)?;
+        let range = flash.read_for(location & !FLASH_TIER_BIT, buf, purpose)?;
         match record::read(&buf[range]) {
             record::Scan::Record(view)
                 if view.live
@@ -251,7 +253,7 @@ pub(crate) fn settle_suspects(inner: &Inner, max_per_shard: usize) -> usize {
         let lock = &padded.0;
         let suspects = lock.read().flash_suspects(max_per_shard);
         for suspect in suspects {
-            let key = read_key(inner, suspect.location, None);
+            let key = read_key(inner, suspect.location, None, ReadFor::Settle);
             lock.write().settle_suspect(inner, suspect, key.as_deref());
             read += 1;
         }
