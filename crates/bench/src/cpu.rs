@@ -71,6 +71,28 @@ pub fn io_bytes(pid: u32) -> std::io::Result<IoBytes> {
     })
 }
 
+/// The machine's CPU time so far, in ticks, from the `cpu` line of `/proc/stat`: `(steal,
+/// total)`. Steal is time the hypervisor ran something else while a virtual CPU wanted to run:
+/// on a shared VM the tail latencies of a phase follow it.
+pub fn cpu_steal_ticks() -> std::io::Result<(u64, u64)> {
+    parse_proc_stat_steal(&fs::read_to_string("/proc/stat")?).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "no cpu line in /proc/stat")
+    })
+}
+
+/// `(steal, total)` ticks of the aggregate `cpu` line: user nice system idle iowait irq
+/// softirq steal (guest time is already inside user and nice).
+fn parse_proc_stat_steal(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|line| line.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_ascii_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|t| t.parse().ok())
+        .collect::<Option<_>>()?;
+    (ticks.len() == 8).then(|| (ticks[7], ticks.iter().sum()))
+}
+
 /// `read_bytes` and `write_bytes` from the text of `/proc/PID/io`.
 fn parse_io(text: &str) -> Option<IoBytes> {
     let field = |name: &str| {
@@ -145,7 +167,17 @@ mod tests {
     }
 
     #[test]
+    fn parses_steal() {
+        let text = "cpu  100 5 50 800 10 1 4 30 0 0\ncpu0 50 2 25 400 5 0 2 15 0 0\n";
+        assert_eq!(parse_proc_stat_steal(text), Some((30, 1000)));
+        assert_eq!(parse_proc_stat_steal("cpu0 1 2 3\n"), None);
+        assert_eq!(parse_proc_stat_steal("cpu  1 2 3\n"), None);
+    }
+
+    #[test]
     fn reads_this_process() {
+        let (steal, total) = cpu_steal_ticks().unwrap();
+        assert!(steal <= total && total > 0);
         assert!(cpu_secs(None).unwrap() >= 0.0);
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
         assert!(clock_ticks_per_sec() > 0);

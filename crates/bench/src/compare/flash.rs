@@ -32,7 +32,7 @@ use super::runner::{target_flags, RunRecord, RunStatus, Target};
 use super::scenarios::Scenario;
 use super::servers::{ServerProcess, ServerResources, ServerSpec};
 use super::CompareArgs;
-use crate::cpu::{io_bytes, rss_bytes, IoBytes};
+use crate::cpu::{cpu_steal_ticks, io_bytes, rss_bytes, IoBytes};
 use crate::error::BenchError;
 use crate::protocol::Protocol;
 use crate::report::PhaseReport;
@@ -172,6 +172,9 @@ pub struct FlashPhase {
     /// included (numeric ones only; empty where `stats` failed).
     #[serde(default)]
     pub stats_delta: BTreeMap<String, f64>,
+    /// The machine's CPU steal over the phase, percent of all CPU time (`/proc/stat`).
+    #[serde(default)]
+    pub steal_percent: Option<f64>,
 }
 
 /// What each numeric counter of `after` gained over `before`.
@@ -633,10 +636,18 @@ impl<'a> Session<'a> {
             let port = server.port(Protocol::MemcacheText);
             let stats_start = memcache_stats(port).unwrap_or_default();
             let io_start = io_bytes(server.pid)?;
+            let steal_start = cpu_steal_ticks().ok();
             let started = Instant::now();
             let report = crate::run(&bench)?;
             let wall_secs = started.elapsed().as_secs_f64();
             let io = io_delta(io_start, io_bytes(server.pid)?);
+            let steal_percent =
+                steal_start
+                    .zip(cpu_steal_ticks().ok())
+                    .and_then(|((s0, t0), (s1, t1))| {
+                        #[allow(clippy::cast_precision_loss)]
+                        (t1 > t0).then(|| 100.0 * s1.saturating_sub(s0) as f64 / (t1 - t0) as f64)
+                    });
             let stats_delta = stats_delta(&stats_start, &memcache_stats(port).unwrap_or_default());
             let report = report.measured.ok_or_else(|| missing("mixed phase"))?;
             phases.push(FlashPhase {
@@ -646,6 +657,7 @@ impl<'a> Session<'a> {
                 io,
                 wall_secs,
                 stats_delta,
+                steal_percent,
             });
         }
         Ok(phases)

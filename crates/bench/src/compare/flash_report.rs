@@ -50,6 +50,9 @@ pub struct FlashPhaseSummary {
     /// Flash reads made for requests per GET served from flash, by the server's own counters.
     #[serde(default)]
     pub flash_reads_per_flash_hit: Option<f64>,
+    /// The machine's CPU steal over the phase, percent (a shared VM's tails follow it).
+    #[serde(default)]
+    pub steal_percent: Option<f64>,
 }
 
 /// One stop and start's medians.
@@ -243,6 +246,7 @@ fn phase_summaries(results: &[&FlashResult]) -> Vec<FlashPhaseSummary> {
                 server_cpu_us_per_request: med(&|p| p.report.server_cpu_us_per_request),
                 disk_read_bytes_per_get: med(&disk_read_bytes_per_get),
                 flash_reads_per_flash_hit: med(&|p| flash_reads_per_flash_hit(&p.stats_delta)),
+                steal_percent: med(&|p| p.steal_percent),
                 label,
             }
         })
@@ -377,13 +381,14 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
     }
     md.push_str(
         "\n| server | phase | req/s | GET hit % | p50 µs | p99 µs | p99.9 µs | server CPU µs/req \
-         | disk read B/GET | flash reads per flash hit |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | disk read B/GET | flash reads per flash hit | CPU steal % |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for t in targets {
         for p in t.flash.iter().flat_map(|f| &f.phases) {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 t.server,
                 p.label,
                 p.requests_per_sec.map_or_else(|| "—".into(), human),
@@ -394,6 +399,7 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
                 opt(p.server_cpu_us_per_request, 2),
                 opt(p.disk_read_bytes_per_get, 0),
                 opt(p.flash_reads_per_flash_hit, 2),
+                opt(p.steal_percent, 1),
             );
         }
     }
