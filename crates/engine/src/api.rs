@@ -43,6 +43,10 @@ fn check_key(key: &[u8]) -> Result<(), WriteError> {
     Ok(())
 }
 
+/// Looks a read takes for a key whose flash entry keeps moving under it (promoted, rewritten,
+/// reclaimed between its read and the recheck) before it answers from memory alone.
+const FLASH_READ_RACES_MAX: usize = 3;
+
 impl Engine {
     fn shard_for(&self, key: &[u8]) -> (u64, &ShardLock) {
         let hash = self.inner.hash(key);
@@ -97,8 +101,44 @@ impl Engine {
     }
 
     #[inline]
-    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+    fn read<R, F: FnOnce(ItemRef<'_>) -> R>(&self, key: &[u8], bump: bool, f: F) -> Option<R> {
         self.maybe_flush();
+        let mut f = f;
+        // A flash read that lost a race with a move of its key (most often another read that
+        // promoted it to memory) looks again rather than miss: the key is still there.
+        for _ in 0..FLASH_READ_RACES_MAX {
+            match self.read_once(key, bump, f) {
+                Ok(found) => return found,
+                Err(back) => f = back,
+            }
+        }
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        match shard.lookup_unexpired(&self.inner, key, hash) {
+            Some(found) => {
+                if bump {
+                    shard.index.bump_freq(found.slot);
+                }
+                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Some(f(item(&found)))
+            }
+            None => {
+                // Still moving after as many looks: a miss (never a wrong value).
+                shard.counters.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// One look for `key` (see [`Engine::read`]); `Err(f)` when a flash read raced with a move
+    /// of the key and the caller should look again.
+    #[inline]
+    fn read_once<R, F: FnOnce(ItemRef<'_>) -> R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: F,
+    ) -> Result<Option<R>, F> {
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
         match shard.lookup_unexpired(&self.inner, key, hash) {
@@ -109,7 +149,7 @@ impl Engine {
                     shard.index.bump_freq(found.slot);
                 }
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-                Some(f(item(&found)))
+                Ok(Some(f(item(&found))))
             }
             None => {
                 // A memory record of the key, even expired, is newer than any flash copy:
@@ -122,25 +162,26 @@ impl Engine {
                     }
                 }
                 shard.counters.misses.fetch_add(1, Ordering::Relaxed);
-                None
+                Ok(None)
             }
         }
     }
 
     /// The read of a key found only among the flash tier's entries: each candidate's record
-    /// is read with no lock held, then, under the read lock, the entry must still point there
-    /// (a write or delete that raced with the read wins: the read misses). A hit that makes
-    /// the item read often enough moves it back to memory.
+    /// is read with no lock held, then, under the read lock, the entry must still point there;
+    /// if it no longer does (a write, delete, promotion or reclaim came first), `Err(f)`: the
+    /// caller looks again, in memory first. A hit that makes the item read often enough moves
+    /// it back to memory.
     #[cold]
-    fn read_flash<R>(
+    fn read_flash<R, F: FnOnce(ItemRef<'_>) -> R>(
         &self,
         key: &[u8],
         hash: u64,
         lock: &ShardLock,
         candidates: &FlashCandidates,
         bump: bool,
-        f: impl FnOnce(ItemRef<'_>) -> R,
-    ) -> Option<R> {
+        f: F,
+    ) -> Result<Option<R>, F> {
         let inner: &Inner = &self.inner;
         let flash = inner
             .flash
@@ -175,15 +216,18 @@ impl Engine {
                 Some(result)
             });
             match read {
-                tiering::FlashRead::Item(Some(result)) => return Some(result),
-                tiering::FlashRead::Item(None) | tiering::FlashRead::Expired => break,
+                tiering::FlashRead::Item(Some(result)) => return Ok(Some(result)),
+                tiering::FlashRead::Item(None) => {
+                    return Err(f.take().expect("not called: the entry had moved"));
+                }
+                tiering::FlashRead::Expired => break,
                 tiering::FlashRead::NotIt => {}
                 tiering::FlashRead::Damaged => lock.read().queue_flash_damage(h24, location),
             }
         }
         flash.counters.misses.fetch_add(1, Ordering::Relaxed);
         lock.read().counters.misses.fetch_add(1, Ordering::Relaxed);
-        None
+        Ok(None)
     }
 
     /// Whether a read of `key` now would read the flash medium: memory does not hold it, and a

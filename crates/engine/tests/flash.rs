@@ -1164,3 +1164,48 @@ fn read_aheads_past_their_bound_are_dropped_and_reads_stay_right() {
     );
     engine.check_integrity().unwrap();
 }
+
+/// Two reads of one flash item at once, the item due for promotion: the one that finishes
+/// first moves it to memory, and the other, whose entry moved under it, must look again and
+/// hit, not answer a miss for a key that was there all along (a slowed medium holds both
+/// reads in flight together).
+#[test]
+fn a_read_racing_a_promotion_of_its_key_still_hits() {
+    let mut config = config(ram_disk(64), false);
+    if let Some(flash) = config.flash.as_mut() {
+        flash.read_delay_for_tests = Duration::from_millis(20);
+    }
+    let engine = Engine::open(config).unwrap();
+    let keys = fill(&engine, 600);
+    let on_flash: Vec<usize> = (0..200)
+        .filter(|&i| engine.flash_read_needed(&keys[i]))
+        .collect();
+    assert!(on_flash.len() > 20, "{} keys on flash", on_flash.len());
+    let promoted_before = flash_stats(&engine).promoted_items;
+    for &i in on_flash.iter().take(20) {
+        let key = &keys[i];
+        assert_eq!(get(&engine, key), Some(value_of(i as u32)), "first read");
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let read = || {
+                barrier.wait();
+                get(&engine, key)
+            };
+            let a = s.spawn(read);
+            let b = s.spawn(read);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let value = Some(value_of(i as u32));
+        assert!(
+            a == value,
+            "key {i}: the first of the pair read {:?}",
+            a.map(|v| v.len())
+        );
+        assert!(
+            b == value,
+            "key {i}: the second of the pair read {:?}",
+            b.map(|v| v.len())
+        );
+    }
+    assert!(flash_stats(&engine).promoted_items >= promoted_before + 20);
+}
