@@ -110,6 +110,18 @@ pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
             flash.settle_reads,
         ),
         field(
+            "reclaim_read_bytes",
+            Counter,
+            "Bytes reclaim read: each reclaimed region's directory (the whole region where its directory failed its check).",
+            flash.reclaim_read_bytes,
+        ),
+        field(
+            "reclaim_full_reads",
+            Counter,
+            "Reclaims that read the whole region because its directory was unreadable or damaged.",
+            flash.reclaim_full_reads,
+        ),
+        field(
             "promoted_items",
             Counter,
             "Items moved back to memory after being read often.",

@@ -6,10 +6,17 @@
 //!  | superblock     | region 0       | region 1       | ... |      R = region_size_bytes
 //!  +----------------+----------------+----------------+-----+
 //!
-//!  region:  +------------------+----------------------------------------------------+
-//!           | header (4 KiB)   | records, each 64-byte aligned, zero padded          |
-//!           +------------------+----------------------------------------------------+
+//!  region:  +------------------+---------------------------------------+-----------+
+//!           | header (4 KiB)   | records, each 64-byte aligned, zero   | directory |
+//!           |                  | padded                                |           |
+//!           +------------------+---------------------------------------+-----------+
 //! ```
+//!
+//! The directory follows the records (at the payload's end rounded up to 64 bytes): one
+//! 12-byte entry per record, last record first, `| payload offset u32 | key hash u64 |`, with
+//! its CRC32C in the header. Reclaim reads it instead of the whole region to learn which
+//! index entries point into the region; a directory that fails its CRC sends reclaim back to
+//! reading the records themselves.
 //!
 //! All integers little-endian. The superblock binds the medium to one pool (`pool_id`) and
 //! says its geometry; a region header names its region seq (unique for the medium's life) and
@@ -33,8 +40,10 @@ pub const RECORD_ALIGN_BYTES: usize = 64;
 
 const SUPER_MAGIC: [u8; 8] = *b"STRATAFL";
 const REGION_MAGIC: [u8; 8] = *b"STRATARG";
-/// Version of this format.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of this format (2: regions end with a directory).
+pub const FORMAT_VERSION: u32 = 2;
+/// Bytes of one directory entry: the record's payload offset (u32) and its key's hash (u64).
+pub const DIRECTORY_ENTRY_BYTES: usize = 12;
 
 // Superblock fields, each at the end of the one before.
 const S_MAGIC: usize = 0;
@@ -60,7 +69,8 @@ const R_EXPIRES: usize = R_CREATED + 8;
 const R_PAYLOAD_LEN: usize = R_EXPIRES + 8;
 const R_RECORDS: usize = R_PAYLOAD_LEN + 8;
 const R_PAYLOAD_CRC: usize = R_RECORDS + 8;
-const R_CRC: usize = R_PAYLOAD_CRC + 4;
+const R_DIRECTORY_CRC: usize = R_PAYLOAD_CRC + 4;
+const R_CRC: usize = R_DIRECTORY_CRC + 4;
 const R_END: usize = R_CRC + 4;
 const _: () = assert!(R_END <= BLOCK_SIZE_BYTES);
 
@@ -96,6 +106,8 @@ pub struct RegionHeader {
     pub records: u64,
     /// CRC32C of the payload.
     pub payload_crc: u32,
+    /// CRC32C of the directory (`records` entries after the payload).
+    pub directory_crc: u32,
     /// The region was reclaimed: its records are not to be read, but its seq stays on the
     /// medium, so a later open never hands the same seq to the region again.
     pub reclaimed: bool,
@@ -174,6 +186,7 @@ pub fn write_region_header(block: &mut [u8], header: &RegionHeader) {
     put_u64(block, R_PAYLOAD_LEN, header.payload_bytes);
     put_u64(block, R_RECORDS, header.records);
     put_u32(block, R_PAYLOAD_CRC, header.payload_crc);
+    put_u32(block, R_DIRECTORY_CRC, header.directory_crc);
     let crc = crc32c::crc32c(&block[..R_CRC]);
     put_u32(block, R_CRC, crc);
 }
@@ -198,8 +211,26 @@ pub fn read_region_header(block: &[u8]) -> Option<RegionHeader> {
         payload_bytes: u64_at(block, R_PAYLOAD_LEN),
         records: u64_at(block, R_RECORDS),
         payload_crc: u32_at(block, R_PAYLOAD_CRC),
+        directory_crc: u32_at(block, R_DIRECTORY_CRC),
         reclaimed: u32_at(block, R_STATE) == STATE_RECLAIMED,
     })
+}
+
+/// Where a region's directory starts, in bytes from the region's start: after the header and
+/// `payload_bytes` of records, rounded up to 64 bytes.
+pub fn directory_start(payload_bytes: u64) -> u64 {
+    (BLOCK_SIZE_BYTES as u64 + payload_bytes).next_multiple_of(RECORD_ALIGN_BYTES as u64)
+}
+
+/// Writes directory entry `(payload_offset, hash)` into `entry` (12 bytes).
+pub fn write_directory_entry(entry: &mut [u8], payload_offset: u32, hash: u64) {
+    put_u32(entry, 0, payload_offset);
+    put_u64(entry, 4, hash);
+}
+
+/// The `(payload_offset, hash)` of directory entry `entry` (12 bytes).
+pub fn read_directory_entry(entry: &[u8]) -> (u32, u64) {
+    (u32_at(entry, 0), u64_at(entry, 4))
 }
 
 #[cfg(test)]
@@ -226,6 +257,7 @@ mod tests {
             payload_bytes: 12_345,
             records: 17,
             payload_crc: 0xABCD,
+            directory_crc: 0x1234_5678,
             reclaimed: false,
         };
         let mut region = vec![0u8; BLOCK_SIZE_BYTES];
@@ -244,5 +276,24 @@ mod tests {
             None,
             "a superblock is no region header"
         );
+        // A version 1 header (before directories) is not taken for this format's.
+        let mut old = region.clone();
+        put_u32(&mut old, R_VERSION, 1);
+        let crc = crc32c::crc32c(&old[..R_CRC]);
+        put_u32(&mut old, R_CRC, crc);
+        assert_eq!(read_region_header(&old), None);
+    }
+
+    #[test]
+    fn directory_entries_round_trip_after_the_payload() {
+        let mut entry = [0u8; DIRECTORY_ENTRY_BYTES];
+        write_directory_entry(&mut entry, 4_194_240, 0x0123_4567_89AB_CDEF);
+        assert_eq!(
+            read_directory_entry(&entry),
+            (4_194_240, 0x0123_4567_89AB_CDEF)
+        );
+        assert_eq!(directory_start(0), 4096);
+        assert_eq!(directory_start(1), 4096 + 64);
+        assert_eq!(directory_start(128), 4096 + 128);
     }
 }

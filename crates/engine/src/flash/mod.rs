@@ -6,7 +6,7 @@
 //!                            │ full: sealed, handed to the flash thread
 //!                            ▼
 //!  flash thread ── write_at(whole region) ──► medium      (one large sequential write)
-//!               ◄─ read_at(whole region) ── oldest region, when free regions run low:
+//!               ◄─ read_at(its directory) ── oldest region, when free regions run low:
 //!                  its records' index entries are dropped, the region reused (FIFO)
 //!  reads: index slot (tier bit) ──► the region's buffer while it is not yet written,
 //!                                   else read_at(the record's blocks)
@@ -35,7 +35,9 @@ use std::sync::{Arc, Mutex};
 
 use strata_pool::{AlignedBuf, Medium, MediumError};
 
-use format::{RegionHeader, Superblock, BLOCK_SIZE_BYTES, RECORD_ALIGN_BYTES};
+use format::{
+    RegionHeader, Superblock, BLOCK_SIZE_BYTES, DIRECTORY_ENTRY_BYTES, RECORD_ALIGN_BYTES,
+};
 
 /// Expiry classes, each with its own open region, so that a region's records expire together
 /// (Segcache's idea at flash scale): no expiry, under an hour, under a day, longer.
@@ -77,6 +79,9 @@ enum RegionState {
         seq: u64,
         payload_bytes: u64,
         expires_at_ms: u64,
+        /// Records (and directory entries).
+        records: u64,
+        directory_crc: u32,
     },
 }
 
@@ -95,6 +100,8 @@ impl RegionState {
 struct OpenRegion {
     index: u32,
     seq: u64,
+    /// The region as it will be written; while open, its directory entries grow down from
+    /// the buffer's end (last record first) and move behind the records at the seal.
     buf: AlignedBuf,
     /// Bytes of records after the header block.
     payload_len: usize,
@@ -111,6 +118,8 @@ pub(crate) struct RegionWrite {
     pub(crate) seq: u64,
     pub(crate) payload_bytes: u64,
     pub(crate) expires_at_ms: u64,
+    pub(crate) records: u64,
+    pub(crate) directory_crc: u32,
 }
 
 #[derive(Debug)]
@@ -164,6 +173,10 @@ pub(crate) struct FlashCounters {
     pub(crate) staged_reads: AtomicU64,
     /// Reads of the medium (among `reads`) the flash thread made to settle suspects.
     pub(crate) settle_reads: AtomicU64,
+    /// Bytes reclaim read (directories; whole regions where a directory failed).
+    pub(crate) reclaim_read_bytes: AtomicU64,
+    /// Reclaims that read the whole region (its directory unreadable or damaged).
+    pub(crate) reclaim_full_reads: AtomicU64,
 }
 
 /// Buckets of `FlashCounters::read_latency_us`.
@@ -177,6 +190,15 @@ impl FlashCounters {
         self.read_latency_us_sum.fetch_add(us, Ordering::Relaxed);
         self.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
+}
+
+/// How reclaim names the key of a record it visits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RecordKey<'a> {
+    /// The engine's hash of the key, from the region's directory.
+    Hash(u64),
+    /// The record itself (the directory was unreadable): the caller hashes its key.
+    Record(&'a [u8]),
 }
 
 /// Why a record is read (for the counters: the "flash reads per flash hit" counts the
@@ -376,6 +398,11 @@ pub struct FlashStats {
     /// Medium reads (among `reads`) made to settle suspects, not for a request: which key a
     /// flash entry beside a newer write holds. Reads for requests are `reads` minus these.
     pub settle_reads: u64,
+    /// Bytes reclaim read from the medium: each region's directory, or the whole region where
+    /// the directory could not be used.
+    pub reclaim_read_bytes: u64,
+    /// Reclaims that read the whole region because its directory failed its check.
+    pub reclaim_full_reads: u64,
 }
 
 /// What `FlashTier::open` found.
@@ -496,7 +523,14 @@ impl FlashTier {
         for index in 0..self.superblock.region_count as u32 {
             self.medium.read_at(self.region_offset(index), &mut buf)?;
             let header = format::read_region_header(&buf).filter(|h| {
-                h.flash_id == self.superblock.flash_id && h.payload_bytes <= payload_max
+                h.flash_id == self.superblock.flash_id
+                    && h.payload_bytes <= payload_max
+                    && h.records
+                        .checked_mul(DIRECTORY_ENTRY_BYTES as u64)
+                        .is_some_and(|len| {
+                            format::directory_start(h.payload_bytes) + len
+                                <= self.superblock.region_size_bytes
+                        })
             });
             match header {
                 Some(h) => {
@@ -508,6 +542,8 @@ impl FlashTier {
                             seq: h.seq,
                             payload_bytes: h.payload_bytes,
                             expires_at_ms: h.expires_at_ms,
+                            records: h.records,
+                            directory_crc: h.directory_crc,
                         };
                         written.push((index, h.seq));
                     }
@@ -567,6 +603,8 @@ impl FlashTier {
             read_latency_us_sum: load(&c.read_latency_us_sum),
             staged_reads: load(&c.staged_reads),
             settle_reads: load(&c.settle_reads),
+            reclaim_read_bytes: load(&c.reclaim_read_bytes),
+            reclaim_full_reads: load(&c.reclaim_full_reads),
         }
     }
 
@@ -613,19 +651,25 @@ impl FlashTier {
     /// Appends a record (its bytes as the memory tier holds them, CAS written out) to the open
     /// region of `class`; returns its location, or `None` when the tier is behind (no buffer
     /// or free region): the caller drops the item instead. Never waits for the medium.
+    /// `key_hash` (the engine's hash of the record's key) goes into the region's directory,
+    /// which reclaim reads instead of the records.
     pub(crate) fn append(
         &self,
         record: &[u8],
         value_len: usize,
         class: usize,
         expires_at_ms: Option<u64>,
+        key_hash: u64,
     ) -> Option<u64> {
         let size = (STAMP_BYTES + record.len()).next_multiple_of(RECORD_ALIGN_BYTES);
-        let payload_max = self.superblock.region_size_bytes as usize - BLOCK_SIZE_BYTES;
+        let region_bytes = self.superblock.region_size_bytes as usize;
         let mut regions = self.regions.lock().expect("regions lock");
-        let needs_new = regions.open[class]
-            .as_ref()
-            .is_none_or(|open| open.payload_len + size > payload_max);
+        let needs_new = regions.open[class].as_ref().is_none_or(|open| {
+            // The records, then the directory with this record's entry.
+            let directory = (open.records as usize + 1) * DIRECTORY_ENTRY_BYTES;
+            format::directory_start((open.payload_len + size) as u64) as usize + directory
+                > region_bytes
+        });
         if needs_new {
             if regions.open[class].is_some() {
                 self.seal(&mut regions, class);
@@ -643,6 +687,12 @@ impl FlashTier {
         open.buf[body..body + record.len()].copy_from_slice(record);
         open.buf[body + record.len()..at + size].fill(0);
         let location = self.location_of(open.index, open.payload_len);
+        let entry = region_bytes - (open.records as usize + 1) * DIRECTORY_ENTRY_BYTES;
+        format::write_directory_entry(
+            &mut open.buf[entry..entry + DIRECTORY_ENTRY_BYTES],
+            u32::try_from(open.payload_len).expect("a region is under 4 GiB"),
+            key_hash,
+        );
         open.payload_len += size;
         open.records += 1;
         open.expires_at_ms = open.expires_at_ms.max(expires_at_ms.unwrap_or(u64::MAX));
@@ -690,7 +740,19 @@ impl FlashTier {
         let Some(mut open) = regions.open[class].take() else {
             return;
         };
+        // The directory moves from the buffer's end to just behind the records.
+        let region_bytes = open.buf.len();
+        let directory_len = open.records as usize * DIRECTORY_ENTRY_BYTES;
+        let directory_at = format::directory_start(open.payload_len as u64) as usize;
+        open.buf
+            .copy_within(region_bytes - directory_len..region_bytes, directory_at);
+        let directory_end = directory_at + directory_len;
+        let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
+        let len_bytes = directory_end.next_multiple_of(block).min(region_bytes);
+        open.buf[BLOCK_SIZE_BYTES + open.payload_len..directory_at].fill(0);
+        open.buf[directory_end..len_bytes].fill(0);
         let payload = &open.buf[BLOCK_SIZE_BYTES..BLOCK_SIZE_BYTES + open.payload_len];
+        let directory_crc = crc32c::crc32c(&open.buf[directory_at..directory_end]);
         let header = RegionHeader {
             flash_id: self.superblock.flash_id,
             seq: open.seq,
@@ -699,11 +761,10 @@ impl FlashTier {
             payload_bytes: open.payload_len as u64,
             records: open.records,
             payload_crc: crc32c::crc32c(payload),
+            directory_crc,
             reclaimed: false,
         };
         format::write_region_header(&mut open.buf[..BLOCK_SIZE_BYTES], &header);
-        let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
-        let len_bytes = (BLOCK_SIZE_BYTES + open.payload_len).next_multiple_of(block);
         let buf = Arc::new(open.buf);
         regions.states[open.index as usize] = RegionState::Writing {
             seq: open.seq,
@@ -716,6 +777,8 @@ impl FlashTier {
             seq: open.seq,
             payload_bytes: open.payload_len as u64,
             expires_at_ms: open.expires_at_ms,
+            records: open.records,
+            directory_crc,
         });
         if let Some(writer) = self.writer.lock().expect("writer lock").as_ref() {
             writer.unpark();
@@ -768,6 +831,8 @@ impl FlashTier {
             seq: job.seq,
             payload_bytes: job.payload_bytes,
             expires_at_ms: job.expires_at_ms,
+            records: job.records,
+            directory_crc: job.directory_crc,
         };
         regions.written.push_back((job.index, job.seq));
         match &result {
@@ -813,37 +878,68 @@ impl FlashTier {
         self.reclaim_candidate(&regions, now_ms, false).is_some()
     }
 
-    /// Reclaims a region (see `needs_reclaim`): reads it whole and calls `unindex(location,
-    /// record)` for each of its records (the engine drops the index entries that still point
-    /// there), marks it reclaimed on the medium, and frees it. Returns the records visited.
+    /// Reclaims a region (see `needs_reclaim`): calls `unindex(location, key)` for each of its
+    /// records (the engine drops the index entries that still point there), marks it reclaimed
+    /// on the medium, and frees it. The keys come from the region's directory (one short
+    /// read), or, where that fails its CRC or cannot be read, from the records themselves
+    /// (the whole region read). Returns the records visited.
     pub(crate) fn reclaim(
         &self,
         now_ms: u64,
         oldest: bool,
-        unindex: &mut dyn FnMut(u64, &[u8]),
+        unindex: &mut dyn FnMut(u64, RecordKey<'_>),
         visited_all: &mut dyn FnMut(),
     ) -> Result<u64, MediumError> {
-        let (index, seq, payload_bytes) = {
+        let (index, seq, payload_bytes, records, directory_crc) = {
             let mut regions = self.regions.lock().expect("regions lock");
             let Some(at) = self.reclaim_candidate(&regions, now_ms, oldest) else {
                 return Ok(0);
             };
             let (index, seq) = regions.written.remove(at).expect("candidate in range");
-            let RegionState::Written { payload_bytes, .. } = regions.states[index as usize] else {
+            let RegionState::Written {
+                payload_bytes,
+                records,
+                directory_crc,
+                ..
+            } = regions.states[index as usize]
+            else {
                 unreachable!("a listed region is written");
             };
-            (index, seq, payload_bytes)
+            (index, seq, payload_bytes, records, directory_crc)
         };
-        let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
-        let len = (BLOCK_SIZE_BYTES + payload_bytes as usize).next_multiple_of(block);
-        let mut buf = AlignedBuf::zeroed(len, block);
-        let read = self.medium.read_at(self.region_offset(index), &mut buf);
-        let mut visited = 0;
-        if read.is_ok() {
-            visited = self.visit_records(index, seq, &buf[BLOCK_SIZE_BYTES..], unindex);
-        } else {
-            self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
-        }
+        let mut read = Ok(());
+        let visited = match self.read_directory(index, payload_bytes, records, directory_crc) {
+            Some(entries) => {
+                for entry in entries.chunks_exact(DIRECTORY_ENTRY_BYTES) {
+                    let (offset, hash) = format::read_directory_entry(entry);
+                    if u64::from(offset) < payload_bytes {
+                        unindex(
+                            self.location_of(index, offset as usize),
+                            RecordKey::Hash(hash),
+                        );
+                    }
+                }
+                records
+            }
+            None => {
+                self.counters
+                    .reclaim_full_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
+                let len = (BLOCK_SIZE_BYTES + payload_bytes as usize).next_multiple_of(block);
+                let mut buf = AlignedBuf::zeroed(len, block);
+                read = self.medium.read_at(self.region_offset(index), &mut buf);
+                self.counters
+                    .reclaim_read_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                if read.is_ok() {
+                    self.visit_records(index, seq, &buf[BLOCK_SIZE_BYTES..], unindex)
+                } else {
+                    self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+                    0
+                }
+            }
+        };
         // The caller's batched drops happen before the region can be reused.
         visited_all();
         // A region that cannot be read back: its entries fail every read's check (they miss)
@@ -858,8 +954,11 @@ impl FlashTier {
             payload_bytes: 0,
             records: 0,
             payload_crc: crc32c::crc32c(&[]),
+            directory_crc: crc32c::crc32c(&[]),
             reclaimed: true,
         };
+        let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
+        let mut buf = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, block);
         format::write_region_header(&mut buf[..BLOCK_SIZE_BYTES], &header);
         let offset = self.region_offset(index);
         let marked = self
@@ -884,12 +983,39 @@ impl FlashTier {
         read.and(marked).map(|()| visited)
     }
 
+    /// The directory of written region `index` (`records` entries after `payload_bytes` of
+    /// records), read in the medium's read alignment and checked against its CRC; `None`
+    /// when it cannot be read or fails the check.
+    fn read_directory(
+        &self,
+        index: u32,
+        payload_bytes: u64,
+        records: u64,
+        directory_crc: u32,
+    ) -> Option<Vec<u8>> {
+        let align = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES) as u64;
+        let at = self.region_offset(index) + format::directory_start(payload_bytes);
+        let len = records.checked_mul(DIRECTORY_ENTRY_BYTES as u64)?;
+        let start = at / align * align;
+        let end = (at + len).next_multiple_of(align);
+        let mut buf = AlignedBuf::zeroed((end - start) as usize, align as usize);
+        self.counters
+            .reclaim_read_bytes
+            .fetch_add(end - start, Ordering::Relaxed);
+        if self.medium.read_at(start, &mut buf).is_err() {
+            self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let directory = &buf[(at - start) as usize..(at - start + len) as usize];
+        (crc32c::crc32c(directory) == directory_crc).then(|| directory.to_vec())
+    }
+
     fn visit_records(
         &self,
         index: u32,
         seq: u64,
         payload: &[u8],
-        unindex: &mut dyn FnMut(u64, &[u8]),
+        unindex: &mut dyn FnMut(u64, RecordKey<'_>),
     ) -> u64 {
         let stamp = self.stamp(seq).to_le_bytes();
         let mut at = 0;
@@ -906,7 +1032,10 @@ impl FlashTier {
                 at += RECORD_ALIGN_BYTES; // Damage: look at the next record boundary.
                 continue;
             };
-            unindex(self.location_of(index, at), &body[..size]);
+            unindex(
+                self.location_of(index, at),
+                RecordKey::Record(&body[..size]),
+            );
             visited += 1;
             at += (STAMP_BYTES + size).next_multiple_of(RECORD_ALIGN_BYTES);
         }
@@ -1284,6 +1413,11 @@ mod tests {
             .0
     }
 
+    /// A stand-in for the engine's key hash in the region directory (tests map it back).
+    fn record_hash(record: &[u8]) -> u64 {
+        u64::from(crc32c::crc32c(record)) | ((record.len() as u64) << 32)
+    }
+
     fn encode(key: &str, value_len: usize) -> Vec<u8> {
         encode_filled(key, value_len, b'v')
     }
@@ -1320,7 +1454,10 @@ mod tests {
         let mut locations = Vec::new();
         for i in 0..300 {
             let record = encode(&format!("key-{i}"), 100 + i * 7 % 2000);
-            locations.push(tier.append(&record, 0, 0, None).expect("room"));
+            locations.push(
+                tier.append(&record, 0, 0, None, record_hash(&record))
+                    .expect("room"),
+            );
         }
         // Some regions sealed (queued), one open: every record reads back.
         for (i, &location) in locations.iter().enumerate() {
@@ -1352,7 +1489,10 @@ mod tests {
         let mut locations = Vec::new();
         for i in 0..200 {
             let record = encode(&format!("key-{i}"), 1000 + i * 13 % 200);
-            locations.push(tier.append(&record, 0, 0, None).expect("room"));
+            locations.push(
+                tier.append(&record, 0, 0, None, record_hash(&record))
+                    .expect("room"),
+            );
         }
         tier.seal_all();
         write_all(&tier);
@@ -1383,10 +1523,12 @@ mod tests {
     fn reclaim_frees_the_oldest_region_and_visits_its_records() {
         let tier = tier(12);
         let mut appended = Vec::new();
+        let mut keys_by_hash = HashMap::new();
         let mut refused = 0;
         for i in 0..2000 {
             let record = encode(&format!("key-{i:05}"), 1000);
-            match tier.append(&record, 0, i % CLASSES, None) {
+            keys_by_hash.insert(record_hash(&record), format!("key-{i:05}"));
+            match tier.append(&record, 0, i % CLASSES, None, record_hash(&record)) {
                 Some(location) => appended.push((location, format!("key-{i:05}"))),
                 None => refused += 1,
             }
@@ -1396,11 +1538,11 @@ mod tests {
                 tier.reclaim(
                     0,
                     false,
-                    &mut |location, bytes| {
-                        let record::Scan::Record(view) = record::read(bytes) else {
-                            panic!("a reclaimed region holds valid records")
+                    &mut |location, key| {
+                        let RecordKey::Hash(hash) = key else {
+                            panic!("an undamaged region's directory names its keys")
                         };
-                        visited.push((location, String::from_utf8(view.key.to_vec()).unwrap()));
+                        visited.push((location, keys_by_hash[&hash].clone()));
                     },
                     &mut || {},
                 )
@@ -1413,9 +1555,86 @@ mod tests {
             }
         }
         assert_eq!(refused, 0, "reclaim keeps regions free");
-        assert!(tier.counters.reclaimed_regions.load(Ordering::Relaxed) > 5);
+        let reclaimed = tier.counters.reclaimed_regions.load(Ordering::Relaxed);
+        assert!(reclaimed > 5);
+        // Each reclaim read its directory (a region of 1 KiB records holds about 60), not
+        // the region's 64 KiB.
+        assert_eq!(tier.counters.reclaim_full_reads.load(Ordering::Relaxed), 0);
+        let read = tier.counters.reclaim_read_bytes.load(Ordering::Relaxed);
+        assert!(
+            read <= reclaimed * 4096,
+            "{read} bytes for {reclaimed} reclaims"
+        );
         for (location, key) in &appended {
             assert_eq!(read_key(&tier, *location), Some(key.clone().into_bytes()));
+        }
+    }
+
+    #[test]
+    fn a_damaged_directory_sends_reclaim_to_the_records_themselves() {
+        let medium = Arc::new(SimulatedMedium::new(
+            MemoryMedium::new(BLOCK_SIZE_BYTES + 12 * REGION as usize, 4096),
+            Faults::default(),
+        ));
+        let tier = FlashTier::open(
+            Arc::clone(&medium) as Arc<dyn Medium>,
+            7,
+            REGION,
+            8 << 10,
+            false,
+        )
+        .unwrap()
+        .0;
+        for i in 0..40 {
+            let record = encode(&format!("key-{i}"), 900);
+            tier.append(&record, 0, 0, None, record_hash(&record))
+                .expect("room");
+        }
+        tier.seal_all();
+        write_all(&tier);
+        // Flip a byte of the oldest region's directory (right after its records).
+        let (index, seq, payload_bytes, records) = {
+            let regions = tier.regions.lock().unwrap();
+            let (index, seq) = regions.written[0];
+            let RegionState::Written {
+                payload_bytes,
+                records,
+                ..
+            } = regions.states[index as usize]
+            else {
+                panic!("written")
+            };
+            (index, seq, payload_bytes, records)
+        };
+        assert!(records > 1);
+        let at = tier.region_offset(index) + format::directory_start(payload_bytes) + 5;
+        let block_at = at / 4096 * 4096;
+        let mut block = AlignedBuf::zeroed(4096, 4096);
+        medium.read_at(block_at, &mut block).unwrap();
+        block[(at - block_at) as usize] ^= 0x10;
+        medium.write_at(block_at, &block).unwrap();
+        let mut visited = Vec::new();
+        let count = tier
+            .reclaim(
+                0,
+                true,
+                &mut |location, key| {
+                    let RecordKey::Record(bytes) = key else {
+                        panic!("a damaged directory is not used")
+                    };
+                    let record::Scan::Record(view) = record::read(bytes) else {
+                        panic!("the records are intact")
+                    };
+                    visited.push((location, String::from_utf8(view.key.to_vec()).unwrap()));
+                },
+                &mut || {},
+            )
+            .unwrap();
+        assert_eq!(count, records);
+        assert_eq!(visited.len() as u64, records, "region seq {seq}");
+        assert_eq!(tier.counters.reclaim_full_reads.load(Ordering::Relaxed), 1);
+        for (location, key) in &visited {
+            assert!(key.starts_with("key-"), "{location}: {key}");
         }
     }
 
@@ -1426,7 +1645,10 @@ mod tests {
         let mut accepted = 0;
         // Nothing is written or reclaimed: the tier fills and then refuses.
         for _ in 0..100 {
-            if tier.append(&record, 0, 0, None).is_some() {
+            if tier
+                .append(&record, 0, 0, None, record_hash(&record))
+                .is_some()
+            {
                 accepted += 1;
             }
         }
@@ -1452,7 +1674,10 @@ mod tests {
         let mut locations = Vec::new();
         for i in 0..700 {
             let record = encode(&format!("key-{i}"), 500);
-            locations.push(tier.append(&record, 500, 0, None).expect("room"));
+            locations.push(
+                tier.append(&record, 500, 0, None, record_hash(&record))
+                    .expect("room"),
+            );
             write_all(&tier);
         }
         tier.seal_all();
@@ -1512,7 +1737,7 @@ mod tests {
                 for i in 0..50u64 {
                     let key = format!("key-{i}");
                     let record = encode_filled(&key, 900, b'a' + (generation % 26) as u8);
-                    if let Some(location) = tier.append(&record, 0, 0, None) {
+                    if let Some(location) = tier.append(&record, 0, 0, None, record_hash(&record)) {
                         current.insert(location, (key, record));
                     }
                 }
@@ -1534,7 +1759,7 @@ mod tests {
             // Some last writes, then a cut that keeps a random part of what was not persisted.
             for i in 0..50u64 {
                 let record = encode_filled(&format!("key-{i}"), 900, b'Z');
-                if let Some(location) = tier.append(&record, 0, 0, None) {
+                if let Some(location) = tier.append(&record, 0, 0, None, record_hash(&record)) {
                     current.insert(location, (format!("key-{i}"), record));
                 }
             }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use strata_pool::AlignedBuf;
 
-use crate::flash::ReadFor;
+use crate::flash::{ReadFor, RecordKey};
 use crate::index::{self, FLASH_TIER_BIT};
 use crate::record::{self, RecordMeta};
 use crate::Inner;
@@ -288,11 +288,16 @@ pub(crate) fn reclaim_one(inner: &Inner, oldest: bool) -> bool {
     let result = flash.reclaim(
         inner.now_ms(),
         oldest,
-        &mut |location, bytes| {
-            let record::Scan::Record(view) = record::read(bytes) else {
-                return;
+        &mut |location, key| {
+            let hash = match key {
+                RecordKey::Hash(hash) => hash,
+                RecordKey::Record(bytes) => {
+                    let record::Scan::Record(view) = record::read(bytes) else {
+                        return;
+                    };
+                    inner.hash(view.key)
+                }
             };
-            let hash = inner.hash(view.key);
             let shard_index = inner.shard_of(hash);
             let full = {
                 let mut pending = pending.borrow_mut();

@@ -426,7 +426,13 @@ impl Shard {
         let mut record = std::mem::take(&mut self.demote_scratch);
         tiering::demoted_record(&mut record, view.key, view.value, view.meta, cas);
         let class = flash::class_of(view.meta.expires_at_ms, now_ms);
-        let placed = flash.append(&record, view.value.len(), class, view.meta.expires_at_ms);
+        let placed = flash.append(
+            &record,
+            view.value.len(),
+            class,
+            view.meta.expires_at_ms,
+            inner.hash(view.key),
+        );
         self.demote_scratch = record;
         let Some(flash_location) = placed else {
             return false;
