@@ -426,6 +426,8 @@ impl FlashTier {
         keep: bool,
     ) -> Result<(FlashTier, FlashOpened), FlashError> {
         let payload_max = region_size_bytes.saturating_sub(BLOCK_SIZE_BYTES as u64);
+        // A record takes a multiple of 64 bytes, and the payload room is a multiple of 4 KiB:
+        // the largest record leaves at least 64 bytes, room for its 12-byte directory entry.
         if !region_size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
             || payload_max < (record_bytes_max + STAMP_BYTES + RECORD_ALIGN_BYTES) as u64
         {
