@@ -155,7 +155,7 @@ impl Engine {
                 // A memory record of the key, even expired, is newer than any flash copy:
                 // only a key memory does not hold at all is looked for on flash.
                 if self.inner.flash.is_some() && shard.lookup(&self.inner, key, hash).is_none() {
-                    let candidates = shard.flash_candidates(crate::index::hash24(hash));
+                    let candidates = shard.flash_candidates(&self.inner, hash);
                     if !candidates.is_empty() {
                         drop(shard);
                         return self.read_flash(key, hash, lock, &candidates, bump, f);
@@ -241,7 +241,7 @@ impl Engine {
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
         // Candidates first: with no flash entry sharing the key's bits (most keys), no lookup.
-        let candidates = shard.flash_candidates(crate::index::hash24(hash));
+        let candidates = shard.flash_candidates(&self.inner, hash);
         if candidates.is_empty() || shard.lookup(&self.inner, key, hash).is_some() {
             return false;
         }
@@ -299,7 +299,7 @@ impl Engine {
             if shard.lookup(&self.inner, key, hash).is_some() {
                 continue;
             }
-            let candidates = shard.flash_candidates(crate::index::hash24(hash));
+            let candidates = shard.flash_candidates(&self.inner, hash);
             locations.extend(
                 candidates
                     .as_slice()
@@ -328,7 +328,7 @@ impl Engine {
             if inner.flash.is_none() || shard.lookup(inner, key, hash).is_some() {
                 return shard;
             }
-            let candidates = shard.flash_candidates(h24);
+            let candidates = shard.flash_candidates(inner, hash);
             if candidates.is_empty() {
                 return shard;
             }
@@ -408,7 +408,7 @@ impl Engine {
         if shard.lookup(&self.inner, key, hash).is_some() {
             return false;
         }
-        let candidates = shard.flash_candidates(crate::index::hash24(hash));
+        let candidates = shard.flash_candidates(&self.inner, hash);
         drop(shard);
         let now_ms = self.inner.now_ms();
         candidates.as_slice().iter().any(|&location| {

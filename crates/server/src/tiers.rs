@@ -122,6 +122,18 @@ pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
             flash.reclaim_full_reads,
         ),
         field(
+            "filtered_reads",
+            Counter,
+            "Reads not made: a written region's key filter ruled the key out (another key's record shared its stored hash bits).",
+            flash.filtered_reads,
+        ),
+        field(
+            "filter_bytes",
+            Gauge,
+            "DRAM held by the written regions' key filters (about one byte per record).",
+            flash.filter_bytes,
+        ),
+        field(
             "promoted_items",
             Counter,
             "Items moved back to memory after being read often.",

@@ -26,6 +26,7 @@
 //! in the pool, the flash tier starts empty (its entries are not restored), so no item can come
 //! back from flash older than a write or delete the memory tier saw.
 
+pub(crate) mod filter;
 pub(crate) mod format;
 pub(crate) mod tiering;
 
@@ -82,6 +83,9 @@ enum RegionState {
         /// Records (and directory entries).
         records: u64,
         directory_crc: u32,
+        /// Its keys, where this process wrote it (regions kept from before a restart have
+        /// none: every key may be there).
+        filter: Option<Arc<filter::KeyFilter>>,
     },
 }
 
@@ -138,6 +142,9 @@ struct Regions {
     /// Regions popped from `to_write` whose write has not returned.
     writing: usize,
     next_seq: u64,
+    /// Written regions kept from before this open, `(index, seq)`, whose key filters the flash
+    /// thread has yet to build from their directories.
+    unfiltered: VecDeque<(u32, u64)>,
 }
 
 /// Counters for stats, INFO and metrics.
@@ -177,6 +184,8 @@ pub(crate) struct FlashCounters {
     pub(crate) reclaim_read_bytes: AtomicU64,
     /// Reclaims that read the whole region (its directory unreadable or damaged).
     pub(crate) reclaim_full_reads: AtomicU64,
+    /// Candidate records a region's key filter ruled out (reads not made).
+    pub(crate) filtered_reads: AtomicU64,
 }
 
 /// Buckets of `FlashCounters::read_latency_us`.
@@ -403,6 +412,13 @@ pub struct FlashStats {
     pub reclaim_read_bytes: u64,
     /// Reclaims that read the whole region because its directory failed its check.
     pub reclaim_full_reads: u64,
+    /// Candidate records a written region's key filter ruled out: reads of another key's
+    /// record (sharing the key's stored hash bits) not made.
+    pub filtered_reads: u64,
+    /// DRAM the written regions' key filters hold.
+    pub filter_bytes: u64,
+    /// Written regions kept from before the open whose filters are still to be built.
+    pub regions_unfiltered: u64,
 }
 
 /// What `FlashTier::open` found.
@@ -497,6 +513,7 @@ impl FlashTier {
                 to_write: VecDeque::new(),
                 writing: 0,
                 next_seq: 1,
+                unfiltered: VecDeque::new(),
             }),
             counters: FlashCounters::default(),
             writer: Mutex::new(None),
@@ -546,6 +563,7 @@ impl FlashTier {
                             expires_at_ms: h.expires_at_ms,
                             records: h.records,
                             directory_crc: h.directory_crc,
+                            filter: None,
                         };
                         written.push((index, h.seq));
                     }
@@ -556,18 +574,77 @@ impl FlashTier {
         written.sort_unstable_by_key(|&(_, seq)| seq);
         regions.written = written.into_iter().collect();
         regions.next_seq = seq_max + 1;
+        regions.unfiltered = regions.written.iter().copied().collect();
         Ok(regions.written.len() as u64)
+    }
+
+    /// Builds the key filter of one written region kept from before this open, from its
+    /// directory (the flash thread's background work after a restart; until then reads of
+    /// that region are not filtered). Returns whether one was left to do.
+    pub(crate) fn build_one_filter(&self) -> bool {
+        let (index, seq, payload_bytes, records, directory_crc) = {
+            let mut regions = self.regions.lock().expect("regions lock");
+            let Some((index, seq)) = regions.unfiltered.pop_front() else {
+                return false;
+            };
+            match regions.states[index as usize] {
+                RegionState::Written {
+                    seq: now,
+                    payload_bytes,
+                    records,
+                    directory_crc,
+                    ..
+                } if now == seq => (index, seq, payload_bytes, records, directory_crc),
+                _ => return true, // Reclaimed meanwhile.
+            }
+        };
+        // A directory that cannot be read or fails its check leaves the region unfiltered.
+        let Some(directory) = self.read_directory(index, payload_bytes, records, directory_crc)
+        else {
+            return true;
+        };
+        let filter = Arc::new(filter::KeyFilter::new(
+            records as usize,
+            directory
+                .chunks_exact(DIRECTORY_ENTRY_BYTES)
+                .map(|entry| format::read_directory_entry(entry).1),
+        ));
+        let mut regions = self.regions.lock().expect("regions lock");
+        if let RegionState::Written {
+            seq: now,
+            filter: slot,
+            ..
+        } = &mut regions.states[index as usize]
+        {
+            if *now == seq {
+                *slot = Some(filter);
+            }
+        }
+        true
     }
 
     /// Figures for stats; `items` (the index's flash entries) is the caller's.
     pub(crate) fn stats(&self, items: u64) -> FlashStats {
-        let (regions_written, regions_free, buffers, regions_queued) = {
+        let (regions_written, regions_free, buffers, regions_queued, filter_bytes, unfiltered) = {
             let regions = self.regions.lock().expect("regions lock");
+            let filter_bytes = regions
+                .states
+                .iter()
+                .map(|state| match state {
+                    RegionState::Written {
+                        filter: Some(filter),
+                        ..
+                    } => filter.size_bytes() as u64,
+                    _ => 0,
+                })
+                .sum();
             (
                 regions.written.len() as u64,
                 regions.free.len() as u64,
                 regions.buffers as u64,
                 (regions.to_write.len() + regions.writing) as u64,
+                filter_bytes,
+                regions.unfiltered.len() as u64,
             )
         };
         let c = &self.counters;
@@ -607,6 +684,9 @@ impl FlashTier {
             settle_reads: load(&c.settle_reads),
             reclaim_read_bytes: load(&c.reclaim_read_bytes),
             reclaim_full_reads: load(&c.reclaim_full_reads),
+            filtered_reads: load(&c.filtered_reads),
+            filter_bytes,
+            regions_unfiltered: unfiltered,
         }
     }
 
@@ -648,6 +728,27 @@ impl FlashTier {
             regions.states[index as usize],
             RegionState::Written { payload_bytes, .. } if (offset as u64) < payload_bytes
         )
+    }
+
+    /// Whether the record at `location` may be the key with `key_hash`: false only when the
+    /// written region's key filter rules it out (then reading it would find another key).
+    /// Regions not yet written are read from their buffers (no I/O), so they always may.
+    pub(crate) fn may_hold(&self, location: u64, key_hash: u64) -> bool {
+        let Some((index, _)) = self.split(location) else {
+            return true;
+        };
+        let regions = self.regions.lock().expect("regions lock");
+        let held = match &regions.states[index as usize] {
+            RegionState::Written {
+                filter: Some(filter),
+                ..
+            } => filter.may_hold(key_hash),
+            _ => true,
+        };
+        if !held {
+            self.counters.filtered_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        held
     }
 
     /// Appends a record (its bytes as the memory tier holds them, CAS written out) to the open
@@ -827,6 +928,15 @@ impl FlashTier {
     pub(crate) fn write(&self, job: RegionWrite) -> Result<(), MediumError> {
         let offset = self.region_offset(job.index);
         let result = self.medium.write_at(offset, &job.buf[..job.len_bytes]);
+        let directory_at = format::directory_start(job.payload_bytes) as usize;
+        let directory =
+            &job.buf[directory_at..directory_at + job.records as usize * DIRECTORY_ENTRY_BYTES];
+        let filter = Arc::new(filter::KeyFilter::new(
+            job.records as usize,
+            directory
+                .chunks_exact(DIRECTORY_ENTRY_BYTES)
+                .map(|entry| format::read_directory_entry(entry).1),
+        ));
         let mut regions = self.regions.lock().expect("regions lock");
         regions.writing -= 1;
         regions.states[job.index as usize] = RegionState::Written {
@@ -835,6 +945,7 @@ impl FlashTier {
             expires_at_ms: job.expires_at_ms,
             records: job.records,
             directory_crc: job.directory_crc,
+            filter: Some(filter),
         };
         regions.written.push_back((job.index, job.seq));
         match &result {
@@ -1660,6 +1771,52 @@ mod tests {
 
     fn reopen(medium: Arc<dyn Medium>, pool_id: u64) -> (FlashTier, FlashOpened) {
         FlashTier::open(medium, pool_id, REGION, 8 << 10, true).unwrap()
+    }
+
+    #[test]
+    fn a_written_region_s_filter_rules_out_other_keys_and_is_rebuilt_after_a_reopen() {
+        let len = BLOCK_SIZE_BYTES as u64 + 16 * REGION;
+        let medium: Arc<dyn Medium> = Arc::new(MemoryMedium::new(len as usize, 4096));
+        let (tier, _) = FlashTier::open(Arc::clone(&medium), 7, REGION, 8 << 10, true).unwrap();
+        let mut placed = Vec::new();
+        for i in 0..300 {
+            let record = encode(&format!("key-{i}"), 500);
+            let hash = record_hash(&record);
+            placed.push((tier.append(&record, 0, 0, None, hash).expect("room"), hash));
+        }
+        tier.seal_all();
+        write_all(&tier);
+        // Another key sharing the low 24 bits (what the index stores) of each record's key.
+        let other = |hash: u64| hash ^ 0x5A5A_5A5A_0000_0000;
+        let check = |tier: &FlashTier| {
+            assert!(
+                placed.iter().all(|&(l, h)| tier.may_hold(l, h)),
+                "no false negative"
+            );
+            placed
+                .iter()
+                .filter(|&&(l, h)| tier.may_hold(l, other(h)))
+                .count()
+        };
+        let passed = check(&tier);
+        assert!(passed < 30, "{passed} of 300 other keys passed the filters");
+        assert!(tier.stats(0).filter_bytes > 0);
+        drop(tier);
+        // Reopened: regions kept have no filter until the flash thread builds them.
+        let (tier, _) = reopen(Arc::clone(&medium), 7);
+        assert_eq!(
+            check(&tier),
+            300,
+            "unfiltered: every candidate may be the key"
+        );
+        assert!(tier.stats(0).regions_unfiltered > 0);
+        while tier.build_one_filter() {}
+        assert_eq!(tier.stats(0).regions_unfiltered, 0);
+        let passed = check(&tier);
+        assert!(
+            passed < 30,
+            "{passed} of 300 other keys passed the rebuilt filters"
+        );
     }
 
     #[test]

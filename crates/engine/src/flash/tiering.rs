@@ -217,6 +217,7 @@ fn run(inner: &Inner, stop: &AtomicBool) {
         // while a region not written in time makes the next evictions refused.
         if !flash.has_writes_queued() {
             busy |= settle_suspects(inner, SETTLE_PER_ROUND_MAX) > 0;
+            busy |= flash.build_one_filter();
         }
         if !busy {
             std::thread::park_timeout(IDLE_WAIT);

@@ -121,11 +121,16 @@ impl FlashCandidates {
 }
 
 impl Shard {
-    /// The flash entries with hash bits `h24`: the places a key missing from memory may be.
-    pub(crate) fn flash_candidates(&self, h24: u32) -> FlashCandidates {
+    /// The flash entries of the key with `hash`: the places a key missing from memory may be
+    /// (entries with its 24 hash bits whose region's key filter does not rule the key out).
+    pub(crate) fn flash_candidates(&self, inner: &Inner, hash: u64) -> FlashCandidates {
         let mut found = FlashCandidates::default();
-        self.for_each_flash_entry(h24, |location| {
-            if found.len < FLASH_CANDIDATES_MAX {
+        let Some(flash) = inner.flash.as_ref() else {
+            return found;
+        };
+        self.for_each_flash_entry(index::hash24(hash), |location| {
+            if found.len < FLASH_CANDIDATES_MAX && flash.may_hold(location & !FLASH_TIER_BIT, hash)
+            {
                 found.locations[found.len] = location;
                 found.len += 1;
             }
