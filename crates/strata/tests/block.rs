@@ -1538,6 +1538,7 @@ fn fio_verifies_random_writes_in_every_mode_and_through_write_back_with_a_cache_
         all.extend(flags);
         let block = Block::start_with(&dir, &[("disk", &backing)], &all);
         let output = Command::new("fio")
+            .current_dir(&dir.0) // fio leaves its verify state file in its working directory.
             .args([
                 "--name=wb",
                 "--ioengine=nbd",
