@@ -105,38 +105,26 @@ impl Engine {
         self.maybe_flush();
         let mut f = f;
         // A flash read that lost a race with a move of its key (most often another read that
-        // promoted it to memory) looks again rather than miss: the key is still there.
-        for _ in 0..FLASH_READ_RACES_MAX {
-            match self.read_once(key, bump, f) {
+        // promoted it to memory) looks again rather than miss: the key is still there. Still
+        // moving after as many looks, the last look is memory's alone (a miss at worst, never a
+        // wrong value).
+        for look in 0..=FLASH_READ_RACES_MAX {
+            match self.read_once(key, bump, look < FLASH_READ_RACES_MAX, f) {
                 Ok(found) => return found,
                 Err(back) => f = back,
             }
         }
-        let (hash, lock) = self.shard_for(key);
-        let shard = lock.read();
-        match shard.lookup_unexpired(&self.inner, key, hash) {
-            Some(found) => {
-                if bump {
-                    shard.index.bump_freq(found.slot);
-                }
-                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-                Some(f(item(&found)))
-            }
-            None => {
-                // Still moving after as many looks: a miss (never a wrong value).
-                shard.counters.misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
+        unreachable!("a look that skips flash cannot race")
     }
 
-    /// One look for `key` (see [`Engine::read`]); `Err(f)` when a flash read raced with a move
-    /// of the key and the caller should look again.
+    /// One look for `key` (see [`Engine::read`]), on flash too if `on_flash`; `Err(f)` when a
+    /// flash read raced with a move of the key and the caller should look again.
     #[inline]
     fn read_once<R, F: FnOnce(ItemRef<'_>) -> R>(
         &self,
         key: &[u8],
         bump: bool,
+        on_flash: bool,
         f: F,
     ) -> Result<Option<R>, F> {
         let (hash, lock) = self.shard_for(key);
@@ -154,7 +142,10 @@ impl Engine {
             None => {
                 // A memory record of the key, even expired, is newer than any flash copy:
                 // only a key memory does not hold at all is looked for on flash.
-                if self.inner.flash.is_some() && shard.lookup(&self.inner, key, hash).is_none() {
+                if on_flash
+                    && self.inner.flash.is_some()
+                    && shard.lookup(&self.inner, key, hash).is_none()
+                {
                     let candidates = shard.flash_candidates(&self.inner, hash);
                     if !candidates.is_empty() {
                         drop(shard);
