@@ -32,7 +32,7 @@ pub(crate) mod tiering;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use strata_pool::{AlignedBuf, Medium, MediumError};
 
@@ -83,9 +83,6 @@ enum RegionState {
         /// Records (and directory entries).
         records: u64,
         directory_crc: u32,
-        /// Its keys, where this process wrote it (regions kept from before a restart have
-        /// none: every key may be there).
-        filter: Option<Arc<filter::KeyFilter>>,
     },
 }
 
@@ -226,6 +223,10 @@ pub(crate) struct FlashTier {
     medium: Arc<dyn Medium>,
     superblock: Superblock,
     regions: Mutex<Regions>,
+    /// By region: the key filter of a written region (none for regions not yet written,
+    /// and for regions kept from before a restart until the flash thread rebuilds theirs).
+    /// Apart from `regions`, so that reads check them without the tier's lock.
+    filters: Box<[RwLock<Option<filter::KeyFilter>>]>,
     pub(crate) counters: FlashCounters,
     /// The flash thread, woken when a region is sealed (it also polls).
     writer: Mutex<Option<std::thread::Thread>>,
@@ -517,6 +518,7 @@ impl FlashTier {
             }),
             counters: FlashCounters::default(),
             writer: Mutex::new(None),
+            filters: (0..regions).map(|_| RwLock::new(None)).collect(),
             staged: Mutex::new(Staged::default()),
             read_delay_for_tests: std::time::Duration::ZERO,
         };
@@ -563,7 +565,6 @@ impl FlashTier {
                             expires_at_ms: h.expires_at_ms,
                             records: h.records,
                             directory_crc: h.directory_crc,
-                            filter: None,
                         };
                         written.push((index, h.seq));
                     }
@@ -599,54 +600,40 @@ impl FlashTier {
             }
         };
         // A directory that cannot be read or fails its check leaves the region unfiltered.
-        let Some(directory) = self.read_directory(index, payload_bytes, records, directory_crc)
+        let Some(directory) =
+            self.read_directory(index, payload_bytes, records, directory_crc, None)
         else {
             return true;
         };
-        let filter = Arc::new(filter::KeyFilter::new(
-            records as usize,
-            directory
-                .chunks_exact(DIRECTORY_ENTRY_BYTES)
-                .map(|entry| format::read_directory_entry(entry).1),
-        ));
-        let mut regions = self.regions.lock().expect("regions lock");
-        if let RegionState::Written {
-            seq: now,
-            filter: slot,
-            ..
-        } = &mut regions.states[index as usize]
+        let filter = key_filter(&directory);
+        let regions = self.regions.lock().expect("regions lock");
+        if matches!(regions.states[index as usize], RegionState::Written { seq: now, .. } if now == seq)
         {
-            if *now == seq {
-                *slot = Some(filter);
-            }
+            *self.filters[index as usize].write().expect("filter lock") = Some(filter);
         }
         true
     }
 
     /// Figures for stats; `items` (the index's flash entries) is the caller's.
     pub(crate) fn stats(&self, items: u64) -> FlashStats {
-        let (regions_written, regions_free, buffers, regions_queued, filter_bytes, unfiltered) = {
+        let (regions_written, regions_free, buffers, regions_queued, unfiltered) = {
             let regions = self.regions.lock().expect("regions lock");
-            let filter_bytes = regions
-                .states
-                .iter()
-                .map(|state| match state {
-                    RegionState::Written {
-                        filter: Some(filter),
-                        ..
-                    } => filter.size_bytes() as u64,
-                    _ => 0,
-                })
-                .sum();
             (
                 regions.written.len() as u64,
                 regions.free.len() as u64,
                 regions.buffers as u64,
                 (regions.to_write.len() + regions.writing) as u64,
-                filter_bytes,
                 regions.unfiltered.len() as u64,
             )
         };
+        let filter_bytes = self
+            .filters
+            .iter()
+            .filter_map(|filter| {
+                let filter = filter.read().expect("filter lock");
+                filter.as_ref().map(|f| f.size_bytes() as u64)
+            })
+            .sum();
         let c = &self.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         FlashStats {
@@ -737,14 +724,11 @@ impl FlashTier {
         let Some((index, _)) = self.split(location) else {
             return true;
         };
-        let regions = self.regions.lock().expect("regions lock");
-        let held = match &regions.states[index as usize] {
-            RegionState::Written {
-                filter: Some(filter),
-                ..
-            } => filter.may_hold(key_hash),
-            _ => true,
-        };
+        let held = self.filters[index as usize]
+            .read()
+            .expect("filter lock")
+            .as_ref()
+            .is_none_or(|filter| filter.may_hold(key_hash));
         if !held {
             self.counters.filtered_reads.fetch_add(1, Ordering::Relaxed);
         }
@@ -929,14 +913,9 @@ impl FlashTier {
         let offset = self.region_offset(job.index);
         let result = self.medium.write_at(offset, &job.buf[..job.len_bytes]);
         let directory_at = format::directory_start(job.payload_bytes) as usize;
-        let directory =
-            &job.buf[directory_at..directory_at + job.records as usize * DIRECTORY_ENTRY_BYTES];
-        let filter = Arc::new(filter::KeyFilter::new(
-            job.records as usize,
-            directory
-                .chunks_exact(DIRECTORY_ENTRY_BYTES)
-                .map(|entry| format::read_directory_entry(entry).1),
-        ));
+        let filter = key_filter(
+            &job.buf[directory_at..directory_at + job.records as usize * DIRECTORY_ENTRY_BYTES],
+        );
         let mut regions = self.regions.lock().expect("regions lock");
         regions.writing -= 1;
         regions.states[job.index as usize] = RegionState::Written {
@@ -945,8 +924,10 @@ impl FlashTier {
             expires_at_ms: job.expires_at_ms,
             records: job.records,
             directory_crc: job.directory_crc,
-            filter: Some(filter),
         };
+        *self.filters[job.index as usize]
+            .write()
+            .expect("filter lock") = Some(filter);
         regions.written.push_back((job.index, job.seq));
         match &result {
             Ok(()) => {
@@ -1009,6 +990,8 @@ impl FlashTier {
                 return Ok(0);
             };
             let (index, seq) = regions.written.remove(at).expect("candidate in range");
+            // Its entries are about to go: no read needs its filter, and its next use has none.
+            *self.filters[index as usize].write().expect("filter lock") = None;
             let RegionState::Written {
                 payload_bytes,
                 records,
@@ -1021,7 +1004,13 @@ impl FlashTier {
             (index, seq, payload_bytes, records, directory_crc)
         };
         let mut read = Ok(());
-        let visited = match self.read_directory(index, payload_bytes, records, directory_crc) {
+        let visited = match self.read_directory(
+            index,
+            payload_bytes,
+            records,
+            directory_crc,
+            Some(&self.counters.reclaim_read_bytes),
+        ) {
             Some(entries) => {
                 for entry in entries.chunks_exact(DIRECTORY_ENTRY_BYTES) {
                     let (offset, hash) = format::read_directory_entry(entry);
@@ -1098,13 +1087,14 @@ impl FlashTier {
 
     /// The directory of written region `index` (`records` entries after `payload_bytes` of
     /// records), read in the medium's read alignment and checked against its CRC; `None`
-    /// when it cannot be read or fails the check.
+    /// when it cannot be read or fails the check. The bytes read count in `read_bytes`.
     fn read_directory(
         &self,
         index: u32,
         payload_bytes: u64,
         records: u64,
         directory_crc: u32,
+        read_bytes: Option<&AtomicU64>,
     ) -> Option<Vec<u8>> {
         let align = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES) as u64;
         let at = self.region_offset(index) + format::directory_start(payload_bytes);
@@ -1112,9 +1102,9 @@ impl FlashTier {
         let start = at / align * align;
         let end = (at + len).next_multiple_of(align);
         let mut buf = AlignedBuf::zeroed((end - start) as usize, align as usize);
-        self.counters
-            .reclaim_read_bytes
-            .fetch_add(end - start, Ordering::Relaxed);
+        if let Some(counter) = read_bytes {
+            counter.fetch_add(end - start, Ordering::Relaxed);
+        }
         if self.medium.read_at(start, &mut buf).is_err() {
             self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -1491,6 +1481,16 @@ impl FlashTier {
     pub(crate) fn persist(&self) -> Result<(), strata_pool::PersistError> {
         self.medium.persist(0, self.medium.len_bytes())
     }
+}
+
+/// The key filter of a region whose directory is `directory` (its entries' key hashes).
+fn key_filter(directory: &[u8]) -> filter::KeyFilter {
+    let entries = directory.chunks_exact(DIRECTORY_ENTRY_BYTES);
+    let count = entries.len();
+    filter::KeyFilter::new(
+        count,
+        entries.map(|entry| format::read_directory_entry(entry).1),
+    )
 }
 
 fn now_ms() -> u64 {
