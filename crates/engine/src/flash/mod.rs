@@ -1819,6 +1819,78 @@ mod tests {
         );
     }
 
+    /// Hostile region metadata with valid checksums: a header whose directory would run past
+    /// its region is not kept at a reopen, and a directory entry pointing past the payload is
+    /// skipped by reclaim (never handed to the engine as a location).
+    #[test]
+    fn a_directory_that_does_not_fit_or_points_past_the_records_is_not_trusted() {
+        let len = BLOCK_SIZE_BYTES as u64 + 12 * REGION;
+        let medium: Arc<dyn Medium> = Arc::new(MemoryMedium::new(len as usize, 4096));
+        let (tier, _) = FlashTier::open(Arc::clone(&medium), 7, REGION, 8 << 10, true).unwrap();
+        for i in 0..200 {
+            let record = encode(&format!("key-{i}"), 500);
+            tier.append(&record, 0, 0, None, record_hash(&record))
+                .expect("room");
+        }
+        tier.seal_all();
+        write_all(&tier);
+        let (first, second) = {
+            let regions = tier.regions.lock().unwrap();
+            (regions.written[0].0, regions.written[1].0)
+        };
+        drop(tier);
+        let mut block = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, 4096);
+        let at = |index: u32| BLOCK_SIZE_BYTES as u64 + u64::from(index) * REGION;
+        // Region `first`: a records count whose directory cannot fit, checksums recomputed.
+        medium.read_at(at(first), &mut block).unwrap();
+        let mut header = format::read_region_header(&block).expect("a header");
+        header.records = REGION;
+        format::write_region_header(&mut block, &header);
+        medium.write_at(at(first), &block).unwrap();
+        // Region `second`: its first directory entry points past the payload, CRC recomputed.
+        medium.read_at(at(second), &mut block).unwrap();
+        let mut header = format::read_region_header(&block).expect("a header");
+        let directory_at = at(second) + format::directory_start(header.payload_bytes);
+        let dir_len = (header.records as usize * DIRECTORY_ENTRY_BYTES).next_multiple_of(4096);
+        let dir_block = directory_at / 4096 * 4096;
+        let mut dir = AlignedBuf::zeroed(dir_len + 4096, 4096);
+        medium.read_at(dir_block, &mut dir).unwrap();
+        let skip = (directory_at - dir_block) as usize;
+        let entries = skip..skip + header.records as usize * DIRECTORY_ENTRY_BYTES;
+        let (_, hash) = format::read_directory_entry(&dir[skip..skip + DIRECTORY_ENTRY_BYTES]);
+        format::write_directory_entry(&mut dir[skip..skip + DIRECTORY_ENTRY_BYTES], u32::MAX, hash);
+        header.directory_crc = crc32c::crc32c(&dir[entries]);
+        medium.write_at(dir_block, &dir).unwrap();
+        format::write_region_header(&mut block, &header);
+        medium.write_at(at(second), &block).unwrap();
+
+        let (tier, _) = reopen(Arc::clone(&medium), 7);
+        {
+            let regions = tier.regions.lock().unwrap();
+            assert!(!regions.written.iter().any(|&(index, _)| index == first));
+            assert_eq!(regions.written[0].0, second, "the oldest kept region");
+        }
+        let mut visited = Vec::new();
+        let count = tier
+            .reclaim(
+                0,
+                true,
+                &mut |location, _| visited.push(location),
+                &mut || {},
+            )
+            .unwrap();
+        assert_eq!(count, header.records);
+        assert_eq!(
+            visited.len() as u64,
+            header.records - 1,
+            "the bad entry skipped"
+        );
+        assert!(visited.iter().all(|&l| tier
+            .split(l)
+            .is_some_and(|(i, o)| { i == second && (o as u64) < header.payload_bytes })));
+        assert_eq!(tier.counters.reclaim_full_reads.load(Ordering::Relaxed), 0);
+    }
+
     #[test]
     fn a_reopen_keeps_written_regions_and_a_foreign_or_reclaimed_one_is_not_read() {
         let len = BLOCK_SIZE_BYTES as u64 + 12 * REGION;
