@@ -6,28 +6,45 @@
 //! the key. The filter answers "certainly not here" for most of those without I/O: about one
 //! byte of DRAM per record, three probes, about 3% false positives. It never answers "not
 //! here" for a key whose record is in the region (no false negatives).
+//!
+//! Blocked: a key's three bits lie in one 64-byte block (one cache line), chosen by the key, so
+//! a check costs one cache miss, not three. A GET of a flash item checks its candidates'
+//! filters more than once (when it decides to wait, when it plans the read), and the filters
+//! of a large tier (megabytes) do not stay in the CPU's caches. Blocking raises the false
+//! positives slightly (in theory 3.4% against 3.1% at 8 bits per record; 3.2% of the unit
+//! test's 100,000 absent keys). Filters live in DRAM only (rebuilt from directories after a
+//! restart), so their layout is free to change.
 
 /// Filter bits per record.
 const BITS_PER_RECORD: usize = 8;
 /// Probes per key.
-const PROBES: u64 = 3;
+const PROBES: u32 = 3;
+/// Bits per block (a cache line).
+const BLOCK_BITS: usize = 512;
+
+/// One cache line of filter bits.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
+struct Block([u64; BLOCK_BITS / 64]);
 
 /// The filter of one region's keys (their engine hashes).
 #[derive(Debug)]
 pub(crate) struct KeyFilter {
-    words: Box<[u64]>,
+    blocks: Box<[Block]>,
 }
 
 impl KeyFilter {
     /// A filter holding every hash of `hashes` (`count` of them).
     pub(crate) fn new(count: usize, hashes: impl Iterator<Item = u64>) -> KeyFilter {
-        let words = (count * BITS_PER_RECORD).div_ceil(64).max(1);
+        let blocks = (count * BITS_PER_RECORD).div_ceil(BLOCK_BITS).max(1);
         let mut filter = KeyFilter {
-            words: vec![0u64; words].into_boxed_slice(),
+            blocks: vec![Block::default(); blocks].into_boxed_slice(),
         };
         for hash in hashes {
-            for bit in filter.probes(hash) {
-                filter.words[bit / 64] |= 1 << (bit % 64);
+            let (block, bits) = filter.probes(hash);
+            let words = &mut filter.blocks[block].0;
+            for bit in bits {
+                words[bit / 64] |= 1 << (bit % 64);
             }
         }
         filter
@@ -35,22 +52,25 @@ impl KeyFilter {
 
     /// Whether a record of the key with `hash` may be in the region (false: certainly not).
     pub(crate) fn may_hold(&self, hash: u64) -> bool {
-        self.probes(hash)
-            .all(|bit| self.words[bit / 64] & (1 << (bit % 64)) != 0)
+        let (block, mut bits) = self.probes(hash);
+        let words = &self.blocks[block].0;
+        bits.all(|bit| words[bit / 64] & (1 << (bit % 64)) != 0)
     }
 
     /// Bytes of DRAM it holds.
     pub(crate) fn size_bytes(&self) -> usize {
-        self.words.len() * 8
+        std::mem::size_of_val(&*self.blocks)
     }
 
-    /// The bits of `hash`: double hashing over a remix of the whole hash, so that the bits the
-    /// index stores (the low 24) and the shard's (the high ones) do not decide them alone.
-    fn probes(&self, hash: u64) -> impl Iterator<Item = usize> {
+    /// The block of `hash` and its bits there: from a remix of the whole hash, so that the
+    /// bits the index stores (the low 24) and the shard's (the high ones) do not decide them
+    /// alone. The block comes from the high 32 bits (a multiply, not a division), each bit from
+    /// 9 of the low 27.
+    fn probes(&self, hash: u64) -> (usize, impl Iterator<Item = usize>) {
         let mixed = splitmix64(hash);
-        let (first, step) = (mixed & 0xFFFF_FFFF, (mixed >> 32) | 1);
-        let bits = self.words.len() as u64 * 64;
-        (0..PROBES).map(move |i| (first.wrapping_add(i.wrapping_mul(step)) % bits) as usize)
+        let block = ((mixed >> 32) * self.blocks.len() as u64) >> 32;
+        let bits = (0..PROBES).map(move |i| ((mixed >> (9 * i)) as usize) % BLOCK_BITS);
+        (block as usize, bits)
     }
 }
 
@@ -83,7 +103,8 @@ mod tests {
             false_positives < 6_000,
             "{false_positives} of 100000 absent keys pass"
         );
-        assert_eq!(filter.size_bytes(), 20_000);
+        // 160,000 bits in whole 512-bit blocks.
+        assert_eq!(filter.size_bytes(), 20_032);
         // An empty region's filter holds nothing.
         let empty = KeyFilter::new(0, std::iter::empty());
         assert!(!empty.may_hold(42));
