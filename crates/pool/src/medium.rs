@@ -182,6 +182,18 @@ impl AlignedBuf {
         self.len = self.len.min(len);
     }
 
+    /// Makes it `len` bytes long again for another read, keeping its alignment and its bytes
+    /// (not zeroed again: a read fills it whole or fails). False, unchanged, when it holds fewer
+    /// than `len` bytes or is not aligned to `align`.
+    pub fn reuse(&mut self, len: usize, align: usize) -> bool {
+        let room = self.bytes.len() - self.start;
+        if len > room || !self.as_ptr().addr().is_multiple_of(align) {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
     /// The buffer's length.
     pub fn len(&self) -> usize {
         self.len

@@ -429,7 +429,8 @@ mod media {
     /// A worker's own ring: each read comes back with what it was queued with and exactly its
     /// bytes; a read past the end comes back short (an error), a misaligned one on an O_DIRECT
     /// file an error, never bytes; a full ring refuses and hands the caller's value back; a
-    /// ring dropped with reads in flight waits for them.
+    /// recycled buffer is reused without its old bytes showing; a ring dropped with reads in
+    /// flight waits for them.
     #[test]
     fn a_read_ring_returns_each_read_its_bytes_and_bad_reads_as_errors() {
         let path = temp_path("read-ring");
@@ -492,6 +493,36 @@ mod media {
                 }
                 "past-end" | "misaligned" => assert!(result.is_err(), "{name}: {result:?}"),
                 _ => assert_eq!(&result.unwrap()[..], &data[..block]),
+            }
+        }
+        // A recycled buffer serves a later read (no allocation) with that read's bytes only:
+        // old bytes never show, and a short read into it is still an error.
+        let mut stale = AlignedBuf::zeroed(2 * block, block);
+        stale.fill(0xEE);
+        let stale_at = stale.as_ptr();
+        ring.recycle(stale);
+        assert!(ring
+            .queue_read(7 * block as u64, block, block, "reused")
+            .is_ok());
+        let mut stale = AlignedBuf::zeroed(2 * block, block);
+        stale.fill(0xEE);
+        ring.recycle(stale);
+        assert!(ring
+            .queue_read(len - block as u64, 2 * block, block, "past-end")
+            .is_ok());
+        ring.submit().unwrap();
+        let mut done = Vec::new();
+        while ring.in_flight() > 0 {
+            ring.complete(&mut done);
+            std::thread::yield_now();
+        }
+        for (name, result) in done {
+            if name == "reused" {
+                let buf = result.unwrap();
+                assert_eq!(buf.as_ptr(), stale_at, "the recycled buffer was used");
+                assert_eq!(&buf[..], &data[7 * block..8 * block]);
+            } else {
+                assert!(result.is_err(), "{name}: {result:?}");
             }
         }
         // Dropped with reads in flight: it waits for them (no use of freed buffers).

@@ -229,8 +229,14 @@ pub struct ReadRing<T> {
     /// By `user_data`: the buffer a read in flight fills, and what the caller keeps with it.
     reads: Vec<Option<(crate::AlignedBuf, T)>>,
     free: Vec<usize>,
+    /// Buffers of finished reads, for the next ones ([`ReadRing::recycle`]).
+    spare: Vec<crate::AlignedBuf>,
     in_flight: usize,
 }
+
+/// Largest buffer a [`ReadRing`] keeps for reuse: reads of small records (most of a cache's)
+/// reuse buffers; a rare large one is freed after use rather than held.
+pub const SPARE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 
 /// A finished read of a [`ReadRing`]: what the caller queued with it, and the buffer with the
 /// bytes read (all of them: a short read is an error).
@@ -256,6 +262,7 @@ impl<T> ReadRing<T> {
             eventfd,
             reads: Vec::new(),
             free: Vec::new(),
+            spare: Vec::new(),
             in_flight: 0,
         })
     }
@@ -285,7 +292,9 @@ impl<T> ReadRing<T> {
         if self.in_flight >= self.capacity() {
             return Err(with);
         }
-        let mut buf = crate::AlignedBuf::zeroed(len, align);
+        let reused =
+            (self.spare.pop()).and_then(|mut spare| spare.reuse(len, align).then_some(spare));
+        let mut buf = reused.unwrap_or_else(|| crate::AlignedBuf::zeroed(len, align));
         // Exactly `len` (a read's alignment can be finer than its buffer's): the kernel fills
         // it whole, or the read is short.
         buf.truncate(len);
@@ -313,6 +322,16 @@ impl<T> ReadRing<T> {
         self.reads[slot] = Some((buf, with));
         self.in_flight += 1;
         Ok(())
+    }
+
+    /// Takes back the buffer of a finished read (its bytes used) for a later read: a
+    /// worker's flash reads then neither allocate nor zero a buffer each. Kept only while
+    /// fewer than [`ReadRing::capacity`] are spare and when small
+    /// ([`SPARE_BUFFER_BYTES_MAX`]); else freed.
+    pub fn recycle(&mut self, buf: crate::AlignedBuf) {
+        if self.spare.len() < self.capacity() && buf.len() <= SPARE_BUFFER_BYTES_MAX {
+            self.spare.push(buf);
+        }
     }
 
     /// Hands every queued read to the kernel without waiting for any.
