@@ -11,6 +11,9 @@
 //!  then the same server without its flash flags: fill 2 × the budget, check (memory alone)
 //! ```
 //!
+//! The mixed phases draw their requests with seeds `seed`, `seed + 1`, … in order, so no phase
+//! replays an earlier one's keys, and every server gets the same requests.
+//!
 //! The memory budget, flash size and data offered come from `[flash]`, times `--size-scale`;
 //! the key space is the data offered divided by key + value bytes, so `[load]` may not set
 //! `keyspace`. Flash files go under `--flash-dir` (default `OUT/flash`), which must be on the
@@ -622,10 +625,14 @@ impl<'a> Session<'a> {
         }
         let template = self.scenario.bench_args(&[]).map_err(BenchError::Config)?;
         let mut phases = Vec::new();
-        for (dist, rate) in runs {
+        for (phase, (dist, rate)) in (0u64..).zip(runs) {
             let mut bench = self.bench_args(server, self.sizes.keys)?;
             bench.key_dist = dist;
             bench.rate = rate;
+            // Each phase draws its own requests (the same ones for every server): with one
+            // seed, the fixed-rate phase replayed the start of the first phase's sequence, keys
+            // that phase had just read (and a tiering server had moved to memory).
+            bench.seed = template.seed + phase;
             bench.warmup_secs = template.warmup_secs * self.args.time_scale;
             bench.duration_secs = template.duration_secs * self.args.time_scale;
             let label = match rate {
