@@ -7,8 +7,9 @@
 //!              | hash24     |link| freq3 |    location + 1                          |
 //!              +------------+----+-------+---+-------------------------------------+
 //!  location (36 bits): bit 35 = 0: the memory tier, bits 0..34 in 8-byte units of the pool's
-//!  data area (256 GiB); bit 35 = 1: the flash tier, bits 0..34 in 64-byte units of the flash
-//!  medium (2 TiB). Stored plus one, so an all-zero slot is empty.
+//!  data area (256 GiB); bit 35 = 1: the flash tier, bits 0..34 in units of the flash medium's
+//!  record alignment (8 bytes below 256 GiB of flash, up to 512 bytes for 16 TiB; see
+//!  `flash/format.rs`). Stored plus one, so an all-zero slot is empty.
 //!  bucket: 8 slots = 64 bytes = one cache line.
 //!  A link slot (link bit set) is always slot 7; its low 32 bits are an overflow bucket index.
 //! ```

@@ -297,6 +297,7 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
             },
             direct_io = flash.direct_io,
             read_align = %ByteSize(flash.read_align_bytes),
+            record_align = %ByteSize(flash.record_align_bytes),
             region_size = %ByteSize(flash.region_size_bytes),
             regions = flash.regions_total,
             items = flash.items,

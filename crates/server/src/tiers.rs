@@ -67,6 +67,12 @@ pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
             flash.read_align_bytes,
         ),
         field(
+            "record_align_bytes",
+            Gauge,
+            "Bytes records are aligned to on the flash medium (8 up to 256 GiB, larger for larger media; chosen when it was formatted).",
+            flash.record_align_bytes,
+        ),
+        field(
             "regions_total",
             Gauge,
             "Regions on the medium.",

@@ -137,6 +137,9 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
         "{align}"
     );
     assert_eq!(stat(&mut client, "strata_flash_read_errors"), 0);
+    // A small medium packs records at 8 bytes (format version 3), and says so.
+    assert_eq!(stat(&mut client, "strata_flash_record_align_bytes"), 8);
+    server.assert_logged("record_align=8 B");
     if server.log().contains("io_engine=\"io_uring\"") {
         server.assert_logged("reads=\"each worker's own io_uring\"");
     } else {

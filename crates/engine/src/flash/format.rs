@@ -7,8 +7,8 @@
 //!  +----------------+----------------+----------------+-----+
 //!
 //!  region:  +------------------+---------------------------------------+-----------+
-//!           | header (4 KiB)   | records, each 64-byte aligned, zero   | directory |
-//!           |                  | padded                                |           |
+//!           | header (4 KiB)   | records, each aligned to the record   | directory |
+//!           |                  | alignment (superblock), zero padded   |           |
 //!           +------------------+---------------------------------------+-----------+
 //! ```
 //!
@@ -19,7 +19,7 @@
 //! reading the records themselves.
 //!
 //! All integers little-endian. The superblock binds the medium to one pool (`pool_id`) and
-//! says its geometry; a region header names its region seq (unique for the medium's life) and
+//! says its geometry and record alignment; a region header names its region seq (unique for the medium's life) and
 //! carries a CRC32C of its payload, so a region torn by a crash, or left from an earlier use,
 //! is never read as current. Each record is preceded by an 8-byte stamp (`flash_id ^ seq` of
 //! the region generation that wrote it), so bytes a torn region write left from an earlier
@@ -27,7 +27,7 @@
 //! (`record.rs`), always with their CAS written out (their position no longer derives it).
 //!
 //! ```text
-//!  record:  | stamp u64 | engine record (header, key, value, CRC32C) | zeros to 64 B |
+//!  record:  | stamp u64 | engine record (header, key, value, CRC32C) | zeros to the record alignment |
 //! ```
 //!
 //! A reclaimed region keeps a header (state `reclaimed`) with its last seq, so that seqs are
@@ -35,21 +35,68 @@
 
 /// Bytes of the superblock and of each region header.
 pub const BLOCK_SIZE_BYTES: usize = 4096;
-/// Records on flash start at multiples of this; index locations count in these units.
-pub const RECORD_ALIGN_BYTES: usize = 64;
+/// Records on flash start at multiples of the medium's record alignment, and index locations
+/// count in those units. The alignment is chosen at format time from the medium's size
+/// ([`record_align_for`]) and kept in the superblock: the smallest that lets a location (35
+/// bits, see `index.rs`) reach the medium's end: 8 bytes below 256 GiB, 64 below 2 TiB, 512
+/// at most (below 16 TiB).
+pub const RECORD_ALIGN_BYTES_MIN: usize = 8;
+/// Largest record alignment, hence the largest medium ([`record_align_for`]).
+pub const RECORD_ALIGN_BYTES_MAX: usize = 512;
+/// Directories start at multiples of this.
+const DIRECTORY_ALIGN_BYTES: u64 = 64;
+/// The smallest piece of the medium a torn write keeps or loses whole (a sector: 512 bytes,
+/// or 4 KiB on 4Kn devices, which holds whole 512-byte pieces).
+const TORN_PIECE_BYTES: usize = 512;
+/// A record's head: its stamp and the first bytes of the engine record after it (header,
+/// lengths, expiry, CAS: at most 40 bytes), kept within one torn piece.
+const RECORD_HEAD_BYTES: usize = 64;
+
+/// Zero bytes to put before a record that would start at payload offset `payload_len`, so
+/// that its head lies in one 512-byte piece of the medium (payloads start 4 KiB-aligned).
+///
+/// The stamp names the region generation, but it can only vouch for the piece it lies in: if
+/// a stamp were the last bytes of a piece, a torn write could keep it (new) and lose the next
+/// piece, leaving an earlier generation's intact record of the same key at the same offset
+/// behind a current stamp. With the head in the stamp's piece, the record's CRC covers bytes
+/// (its CAS) that differ between any two writes, so such a mix fails its check. Records
+/// aligned to 64 bytes or more never need padding.
+pub fn head_padding(payload_len: usize) -> usize {
+    let into = payload_len % TORN_PIECE_BYTES;
+    if into + RECORD_HEAD_BYTES > TORN_PIECE_BYTES {
+        TORN_PIECE_BYTES - into
+    } else {
+        0
+    }
+}
+
+/// The record alignment for a medium of `medium_bytes`: the smallest power of two from
+/// [`RECORD_ALIGN_BYTES_MIN`] whose units number every byte of it below `location_units_max`
+/// (the index's reach); `None` when even [`RECORD_ALIGN_BYTES_MAX`] does not.
+pub fn record_align_for(medium_bytes: u64, location_units_max: u64) -> Option<usize> {
+    let mut align = RECORD_ALIGN_BYTES_MIN;
+    while medium_bytes.div_ceil(align as u64) >= location_units_max {
+        align *= 2;
+        if align > RECORD_ALIGN_BYTES_MAX {
+            return None;
+        }
+    }
+    Some(align)
+}
 
 const SUPER_MAGIC: [u8; 8] = *b"STRATAFL";
 const REGION_MAGIC: [u8; 8] = *b"STRATARG";
-/// Version of this format (2: regions end with a directory).
-pub const FORMAT_VERSION: u32 = 2;
+/// Version of this format (2: regions end with a directory; 3: the record alignment is the
+/// superblock's, no longer always 64 bytes).
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes of one directory entry: the record's payload offset (u32) and its key's hash (u64).
 pub const DIRECTORY_ENTRY_BYTES: usize = 12;
 
 // Superblock fields, each at the end of the one before.
 const S_MAGIC: usize = 0;
 const S_VERSION: usize = S_MAGIC + 8;
-const S_RESERVED: usize = S_VERSION + 4;
-const S_FLASH_ID: usize = S_RESERVED + 4;
+const S_RECORD_ALIGN: usize = S_VERSION + 4;
+const S_FLASH_ID: usize = S_RECORD_ALIGN + 4;
 const S_POOL_ID: usize = S_FLASH_ID + 8;
 const S_REGION_SIZE: usize = S_POOL_ID + 8;
 const S_REGION_COUNT: usize = S_REGION_SIZE + 8;
@@ -87,6 +134,8 @@ pub struct Superblock {
     pub region_count: u64,
     /// When it was formatted.
     pub created_unix_secs: u64,
+    /// Records start at multiples of this many bytes; index locations count in them.
+    pub record_align_bytes: u32,
 }
 
 /// What a region header says.
@@ -139,6 +188,7 @@ pub fn write_superblock(block: &mut [u8], sb: &Superblock) {
     block[..BLOCK_SIZE_BYTES].fill(0);
     block[S_MAGIC..S_MAGIC + 8].copy_from_slice(&SUPER_MAGIC);
     put_u32(block, S_VERSION, FORMAT_VERSION);
+    put_u32(block, S_RECORD_ALIGN, sb.record_align_bytes);
     put_u64(block, S_FLASH_ID, sb.flash_id);
     put_u64(block, S_POOL_ID, sb.pool_id);
     put_u64(block, S_REGION_SIZE, sb.region_size_bytes);
@@ -148,12 +198,22 @@ pub fn write_superblock(block: &mut [u8], sb: &Superblock) {
     put_u32(block, S_CRC, crc);
 }
 
-/// Reads a superblock; `None` unless magic, version, checksum and reserved bytes are right.
+/// The format version of a block that starts with a superblock's magic (`None`: no magic),
+/// whatever else it holds: tells an older or newer strata's flash file from a foreign one.
+pub fn superblock_version(block: &[u8]) -> Option<u32> {
+    (block.len() >= S_VERSION + 4 && block[S_MAGIC..S_MAGIC + 8] == SUPER_MAGIC)
+        .then(|| u32_at(block, S_VERSION))
+}
+
+/// Reads a superblock; `None` unless magic, version, checksum, record alignment and reserved
+/// bytes are right.
 pub fn read_superblock(block: &[u8]) -> Option<Superblock> {
+    let align = u32_at(block, S_RECORD_ALIGN) as usize;
     if block.len() < BLOCK_SIZE_BYTES
         || block[S_MAGIC..S_MAGIC + 8] != SUPER_MAGIC
         || u32_at(block, S_VERSION) != FORMAT_VERSION
-        || u32_at(block, S_RESERVED) != 0
+        || !align.is_power_of_two()
+        || !(RECORD_ALIGN_BYTES_MIN..=RECORD_ALIGN_BYTES_MAX).contains(&align)
         || u32_at(block, S_CRC) != crc32c::crc32c(&block[..S_CRC])
         || block[S_END..BLOCK_SIZE_BYTES].iter().any(|&b| b != 0)
     {
@@ -165,6 +225,7 @@ pub fn read_superblock(block: &[u8]) -> Option<Superblock> {
         region_size_bytes: u64_at(block, S_REGION_SIZE),
         region_count: u64_at(block, S_REGION_COUNT),
         created_unix_secs: u64_at(block, S_CREATED),
+        record_align_bytes: align as u32,
     })
 }
 
@@ -219,7 +280,7 @@ pub fn read_region_header(block: &[u8]) -> Option<RegionHeader> {
 /// Where a region's directory starts, in bytes from the region's start: after the header and
 /// `payload_bytes` of records, rounded up to 64 bytes.
 pub fn directory_start(payload_bytes: u64) -> u64 {
-    (BLOCK_SIZE_BYTES as u64 + payload_bytes).next_multiple_of(RECORD_ALIGN_BYTES as u64)
+    (BLOCK_SIZE_BYTES as u64 + payload_bytes).next_multiple_of(DIRECTORY_ALIGN_BYTES)
 }
 
 /// Writes directory entry `(payload_offset, hash)` into `entry` (12 bytes).
@@ -245,6 +306,7 @@ mod tests {
             region_size_bytes: 4 << 20,
             region_count: 1000,
             created_unix_secs: 1_700_000_000,
+            record_align_bytes: 8,
         };
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         write_superblock(&mut block, &sb);
@@ -282,6 +344,74 @@ mod tests {
         let crc = crc32c::crc32c(&old[..R_CRC]);
         put_u32(&mut old, R_CRC, crc);
         assert_eq!(read_region_header(&old), None);
+    }
+
+    #[test]
+    fn the_record_alignment_is_the_smallest_that_reaches_the_medium_s_end() {
+        let units_max = crate::index::FLASH_TIER_BIT - 1;
+        assert_eq!(record_align_for(4 << 30, units_max), Some(8));
+        assert_eq!(record_align_for((256 << 30) - 4096, units_max), Some(8));
+        assert_eq!(record_align_for(256 << 30, units_max), Some(16));
+        assert_eq!(record_align_for((2 << 40) - 4096, units_max), Some(64));
+        assert_eq!(record_align_for(2 << 40, units_max), Some(128));
+        assert_eq!(record_align_for((16 << 40) - 4096, units_max), Some(512));
+        assert_eq!(record_align_for(16 << 40, units_max), None);
+        // Whatever the size, the last byte's unit stays below the reach.
+        for bytes in [1u64 << 20, 300 << 30, 3 << 40, 15 << 40] {
+            let align = record_align_for(bytes, units_max).unwrap() as u64;
+            assert!((bytes - 1) / align < units_max - 1, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn a_record_s_head_never_straddles_a_512_byte_piece() {
+        for payload_len in (0..8192).step_by(8) {
+            let start = payload_len + head_padding(payload_len);
+            assert_eq!(
+                start / 512,
+                (start + RECORD_HEAD_BYTES - 1) / 512,
+                "a record at {payload_len}"
+            );
+            assert!(head_padding(payload_len) < RECORD_HEAD_BYTES);
+        }
+        // 64-byte aligned records are never padded.
+        assert!((0..8192).step_by(64).all(|at| head_padding(at) == 0));
+        // Eight bytes before a piece's end: padded to it.
+        assert_eq!(head_padding(504), 8);
+        assert_eq!(head_padding(448), 0);
+    }
+
+    #[test]
+    fn a_superblock_of_another_format_version_is_told_apart_from_a_foreign_block() {
+        let sb = Superblock {
+            flash_id: 1,
+            pool_id: 2,
+            region_size_bytes: 4 << 20,
+            region_count: 10,
+            created_unix_secs: 3,
+            record_align_bytes: 64,
+        };
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        write_superblock(&mut block, &sb);
+        assert_eq!(superblock_version(&block), Some(FORMAT_VERSION));
+        put_u32(&mut block, S_VERSION, 2);
+        let crc = crc32c::crc32c(&block[..S_CRC]);
+        put_u32(&mut block, S_CRC, crc);
+        assert_eq!(read_superblock(&block), None);
+        assert_eq!(superblock_version(&block), Some(2));
+        assert_eq!(superblock_version(&[0u8; BLOCK_SIZE_BYTES]), None);
+        // A record alignment that is no power of two, or out of range, is refused even with a
+        // good checksum.
+        for bad in [0u32, 4, 24, 1024] {
+            write_superblock(
+                &mut block,
+                &Superblock {
+                    record_align_bytes: bad,
+                    ..sb
+                },
+            );
+            assert_eq!(read_superblock(&block), None, "{bad}");
+        }
     }
 
     #[test]

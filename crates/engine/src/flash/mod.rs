@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use strata_pool::{AlignedBuf, Medium, MediumError};
 
 use format::{
-    RegionHeader, Superblock, BLOCK_SIZE_BYTES, DIRECTORY_ENTRY_BYTES, RECORD_ALIGN_BYTES,
+    RegionHeader, Superblock, BLOCK_SIZE_BYTES, DIRECTORY_ENTRY_BYTES, RECORD_ALIGN_BYTES_MAX,
 };
 
 /// Expiry classes, each with its own open region, so that a region's records expire together
@@ -334,9 +334,21 @@ pub enum FlashError {
     /// The region size is not a multiple of 4 KiB, or too small for the largest item.
     #[error("flash region size {0} must be a multiple of 4 KiB and hold the largest item")]
     RegionSize(u64),
+    /// The medium is larger than index locations reach.
+    #[error("the flash medium is {0} bytes; at most {max} are supported (index locations count in units of at most {RECORD_ALIGN_BYTES_MAX} bytes): give --flash-size a smaller size", max = flash_bytes_max())]
+    TooLarge(u64),
     /// The medium failed.
     #[error("flash medium: {0}")]
     Medium(#[from] MediumError),
+}
+
+/// Index locations of flash records (in record-alignment units) stay below this: stored with
+/// the tier bit and plus one, they must fit the slot's 36 location bits (`index.rs`).
+const LOCATION_UNITS_MAX: u64 = crate::index::FLASH_TIER_BIT - 1;
+
+/// The largest flash medium index locations reach (about 16 TiB).
+pub fn flash_bytes_max() -> u64 {
+    (LOCATION_UNITS_MAX - 1) * RECORD_ALIGN_BYTES_MAX as u64
 }
 
 /// The flash tier's figures (stats, INFO, metrics).
@@ -355,6 +367,8 @@ pub struct FlashStats {
     pub io_engine: &'static str,
     /// Bytes flash reads are aligned to and rounded up to (the medium's direct-I/O alignment).
     pub read_align_bytes: u64,
+    /// Bytes records are aligned to on the medium (chosen from its size when formatted).
+    pub record_align_bytes: u64,
     /// Bytes per region.
     pub region_size_bytes: u64,
     /// Regions on the medium.
@@ -442,11 +456,15 @@ impl FlashTier {
         record_bytes_max: usize,
         keep: bool,
     ) -> Result<(FlashTier, FlashOpened), FlashError> {
+        let medium_bytes = medium.len_bytes();
+        let record_align = format::record_align_for(medium_bytes, LOCATION_UNITS_MAX)
+            .ok_or(FlashError::TooLarge(medium_bytes))?;
         let payload_max = region_size_bytes.saturating_sub(BLOCK_SIZE_BYTES as u64);
-        // A record takes a multiple of 64 bytes, and the payload room is a multiple of 4 KiB:
-        // the largest record leaves at least 64 bytes, room for its 12-byte directory entry.
+        // The payload room is a multiple of 4 KiB: the largest record, rounded up to 64 bytes,
+        // leaves at least 64 more, room for the directory's start and its 12-byte entry.
+        let largest_room = (record_bytes_max + STAMP_BYTES).next_multiple_of(record_align.max(64));
         if !region_size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
-            || payload_max < (record_bytes_max + STAMP_BYTES + RECORD_ALIGN_BYTES) as u64
+            || payload_max < (largest_room + 64) as u64
         {
             return Err(FlashError::RegionSize(region_size_bytes));
         }
@@ -465,6 +483,11 @@ impl FlashTier {
         medium.read_at(0, &mut first)?;
         let found = format::read_superblock(&first);
         let why_not = match found {
+            None if format::superblock_version(&first)
+                .is_some_and(|v| v != format::FORMAT_VERSION) =>
+            {
+                Some("it is in another version of the flash format (this build's is 3)")
+            }
             None => Some("no strata flash superblock (a new or foreign medium, or damage)"),
             Some(_) if !keep => Some("the memory tier did not keep its items"),
             Some(sb) if sb.pool_id != pool_id => Some("it belongs to another pool"),
@@ -473,6 +496,9 @@ impl FlashTier {
             }
             Some(sb) if sb.region_count != regions => {
                 Some("its size differs from the configured one")
+            }
+            Some(sb) if sb.record_align_bytes as usize != record_align => {
+                Some("its record alignment differs from the one its size calls for")
             }
             Some(_) => None,
         };
@@ -487,6 +513,7 @@ impl FlashTier {
                     created_unix_secs: std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs()),
+                    record_align_bytes: record_align as u32,
                 };
                 format::write_superblock(&mut first, &sb);
                 medium.write_at(0, &first)?;
@@ -642,7 +669,8 @@ impl FlashTier {
             medium_bytes: self.medium.len_bytes(),
             direct_io: self.medium.is_direct(),
             io_engine: self.medium.io_engine(),
-            read_align_bytes: self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES) as u64,
+            read_align_bytes: self.read_align() as u64,
+            record_align_bytes: self.record_align() as u64,
             region_size_bytes: self.superblock.region_size_bytes,
             regions_total: self.superblock.region_count,
             regions_written,
@@ -685,16 +713,28 @@ impl FlashTier {
         self.superblock.flash_id ^ seq
     }
 
-    /// The index location (64-byte units from the medium's start, before the tier bit) of byte
-    /// `payload_offset` of region `index`'s payload.
+    /// Bytes records are aligned to, and index locations count in (the superblock's).
+    fn record_align(&self) -> usize {
+        self.superblock.record_align_bytes as usize
+    }
+
+    /// Bytes a read of the medium is aligned to: the device's direct-I/O alignment, at least a
+    /// record's.
+    fn read_align(&self) -> usize {
+        self.medium.read_align_bytes().max(self.record_align())
+    }
+
+    /// The index location (record-alignment units from the medium's start, before the tier
+    /// bit) of byte `payload_offset` of region `index`'s payload.
     fn location_of(&self, index: u32, payload_offset: usize) -> u64 {
         let byte = self.region_offset(index) + (BLOCK_SIZE_BYTES + payload_offset) as u64;
-        byte / RECORD_ALIGN_BYTES as u64
+        // A power of two: a shift, not a division, on every demotion.
+        byte >> self.record_align().trailing_zeros()
     }
 
     /// The region and payload offset of a location; `None` if it points outside every payload.
     fn split(&self, location: u64) -> Option<(u32, usize)> {
-        let byte = location.checked_mul(RECORD_ALIGN_BYTES as u64)?;
+        let byte = location.checked_mul(self.record_align() as u64)?;
         let region_bytes = byte.checked_sub(BLOCK_SIZE_BYTES as u64)?;
         let index = region_bytes / self.superblock.region_size_bytes;
         let within = region_bytes % self.superblock.region_size_bytes;
@@ -748,14 +788,14 @@ impl FlashTier {
         expires_at_ms: Option<u64>,
         key_hash: u64,
     ) -> Option<u64> {
-        let size = (STAMP_BYTES + record.len()).next_multiple_of(RECORD_ALIGN_BYTES);
+        let size = (STAMP_BYTES + record.len()).next_multiple_of(self.record_align());
         let region_bytes = self.superblock.region_size_bytes as usize;
         let mut regions = self.regions.lock().expect("regions lock");
         let needs_new = regions.open[class].as_ref().is_none_or(|open| {
             // The records, then the directory with this record's entry.
             let directory = (open.records as usize + 1) * DIRECTORY_ENTRY_BYTES;
-            format::directory_start((open.payload_len + size) as u64) as usize + directory
-                > region_bytes
+            let end = open.payload_len + format::head_padding(open.payload_len) + size;
+            format::directory_start(end as u64) as usize + directory > region_bytes
         });
         if needs_new {
             if regions.open[class].is_some() {
@@ -767,6 +807,10 @@ impl FlashTier {
             }
         }
         let open = regions.open[class].as_mut().expect("opened above");
+        let padding = format::head_padding(open.payload_len);
+        let padding_at = BLOCK_SIZE_BYTES + open.payload_len;
+        open.buf[padding_at..padding_at + padding].fill(0);
+        open.payload_len += padding;
         let at = BLOCK_SIZE_BYTES + open.payload_len;
         let stamp = self.stamp(open.seq);
         open.buf[at..at + STAMP_BYTES].copy_from_slice(&stamp.to_le_bytes());
@@ -786,7 +830,7 @@ impl FlashTier {
         self.counters.appended_items.fetch_add(1, Ordering::Relaxed);
         self.counters
             .appended_bytes
-            .fetch_add(size as u64, Ordering::Relaxed);
+            .fetch_add((padding + size) as u64, Ordering::Relaxed);
         self.counters
             .appended_value_bytes
             .fetch_add(value_len as u64, Ordering::Relaxed);
@@ -1096,7 +1140,7 @@ impl FlashTier {
         directory_crc: u32,
         read_bytes: Option<&AtomicU64>,
     ) -> Option<Vec<u8>> {
-        let align = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES) as u64;
+        let align = self.read_align() as u64;
         let at = self.region_offset(index) + format::directory_start(payload_bytes);
         let len = records.checked_mul(DIRECTORY_ENTRY_BYTES as u64)?;
         let start = at / align * align;
@@ -1132,7 +1176,7 @@ impl FlashTier {
                 _ => None,
             };
             let Some(size) = record else {
-                at += RECORD_ALIGN_BYTES; // Damage: look at the next record boundary.
+                at += self.record_align(); // Damage: look at the next record boundary.
                 continue;
             };
             unindex(
@@ -1140,7 +1184,7 @@ impl FlashTier {
                 RecordKey::Record(&body[..size]),
             );
             visited += 1;
-            at += (STAMP_BYTES + size).next_multiple_of(RECORD_ALIGN_BYTES);
+            at += (STAMP_BYTES + size).next_multiple_of(self.record_align());
         }
         visited
     }
@@ -1210,7 +1254,7 @@ impl FlashTier {
     /// on the medium, or already kept.
     pub(crate) fn stage_many(&self, locations: &[u64]) {
         let mut reads = self.plan_reads(locations);
-        let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
+        let block = self.read_align();
         // A second round for the records longer than their first read.
         for _ in 0..2 {
             if reads.is_empty() {
@@ -1385,7 +1429,7 @@ impl FlashTier {
     /// blocks from its start to [`FlashTier::first_read_bytes`] past it (most records fit: one
     /// read; a longer one is read again at its length).
     fn plan_read(&self, index: u32, offset: usize) -> ReadPlan {
-        let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
+        let block = self.read_align();
         let byte = self.region_offset(index) + (BLOCK_SIZE_BYTES + offset) as u64;
         let start = byte / block as u64 * block as u64;
         let skip = (byte - start) as usize;
@@ -1413,7 +1457,7 @@ impl FlashTier {
             return BLOCK_SIZE_BYTES;
         }
         let average = (bytes / items) as usize;
-        (average + average / 4).clamp(RECORD_ALIGN_BYTES, BLOCK_SIZE_BYTES)
+        (average + average / 4).clamp(self.record_align(), BLOCK_SIZE_BYTES)
     }
 
     /// What `buf`, read as `plan` says, holds: the record stamped `seq`, or not that record, or
@@ -1432,7 +1476,7 @@ impl FlashTier {
         } else if body + size > plan.room {
             Checked::Miss
         } else {
-            let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
+            let block = self.read_align();
             Checked::Longer((body + size).next_multiple_of(block).min(plan.room))
         }
     }
@@ -1447,7 +1491,7 @@ impl FlashTier {
         out: &mut AlignedBuf,
         purpose: ReadFor,
     ) -> Option<std::ops::Range<usize>> {
-        let block = self.medium.read_align_bytes().max(RECORD_ALIGN_BYTES);
+        let block = self.read_align();
         let mut plan = self.plan_read(index, offset);
         for _ in 0..2 {
             if out.len() < plan.len {
