@@ -486,6 +486,7 @@ impl FlashTier {
             None if format::superblock_version(&first)
                 .is_some_and(|v| v != format::FORMAT_VERSION) =>
             {
+                const _: () = assert!(format::FORMAT_VERSION == 3, "update the message");
                 Some("it is in another version of the flash format (this build's is 3)")
             }
             None => Some("no strata flash superblock (a new or foreign medium, or damage)"),
@@ -1992,6 +1993,20 @@ mod tests {
         assert!(locations
             .iter()
             .all(|&l| read_key(&tier, l).is_none() && !tier.holds(l)));
+        drop(tier);
+
+        // A superblock of format version 2 (checksum good) is formatted anew, and says why.
+        let mut block = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, 4096);
+        medium.read_at(0, &mut block).unwrap();
+        block[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&block[..56]);
+        block[56..60].copy_from_slice(&crc.to_le_bytes());
+        medium.write_at(0, &block).unwrap();
+        let (_, opened) = reopen(Arc::clone(&medium), 8);
+        assert_eq!(
+            opened.formatted_because,
+            Some("it is in another version of the flash format (this build's is 3)")
+        );
     }
 
     #[test]
