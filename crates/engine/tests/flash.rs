@@ -200,6 +200,62 @@ fn a_write_or_delete_of_a_flash_resident_key_supersedes_its_copy_at_once() {
     engine.check_integrity().unwrap();
 }
 
+/// With 6 stored hash bits, a store with an expiry already past (memcached's negative exptime:
+/// a delete that reads nothing) of a key held nowhere meets several other keys' flash entries
+/// sharing its bits. It drops only those their region's key filter cannot rule out (it
+/// dropped every one before), and a flash item deleted that way is never read again.
+#[test]
+fn an_expired_store_spares_other_keys_flash_copies_their_filters_rule_out() {
+    let engine = Engine::open(config(ram_disk(64), true)).unwrap();
+    let keys = fill(&engine, 500);
+    wait_for("suspects to settle", || flash_stats(&engine).suspects == 0);
+    let readable: Vec<usize> = (0..keys.len())
+        .filter(|&i| peek(&engine, &keys[i]).is_some())
+        .collect();
+    let flash_before = flash_stats(&engine).items;
+    assert!(flash_before > 200, "{flash_before} flash items");
+    // 64 tags over 2 shards: each such store meets about flash_before / 128 entries.
+    let stores = 64u64;
+    let past = Expiry::AtMs(1);
+    for i in 0..stores {
+        let absent = format!("absent-{i}");
+        engine.set(absent.as_bytes(), b"gone", 0, past).unwrap();
+        assert_eq!(peek(&engine, absent.as_bytes()), None);
+    }
+    let dropped = flash_before - flash_stats(&engine).items;
+    let met = stores * flash_before / 128;
+    assert!(
+        dropped * 5 < met,
+        "{dropped} flash entries dropped by {stores} expired stores that met about {met}"
+    );
+    // What stayed reads back whole; what went is a miss, never another value.
+    let mut lost = 0;
+    for &i in &readable {
+        match peek(&engine, &keys[i]) {
+            Some(value) => assert_eq!(value, value_of(i as u32), "key {i}"),
+            None => lost += 1,
+        }
+    }
+    assert!(lost as u64 <= dropped, "{lost} lost, {dropped} dropped");
+    // A flash item stored again with a past expiry is gone for good.
+    let on_flash: Vec<usize> = readable
+        .iter()
+        .copied()
+        .filter(|&i| i < 100)
+        .take(5)
+        .collect();
+    assert!(!on_flash.is_empty());
+    for &i in &on_flash {
+        engine.set(&keys[i], b"gone", 0, past).unwrap();
+        assert_eq!(
+            get(&engine, &keys[i]),
+            None,
+            "key {i} after its expired store"
+        );
+    }
+    engine.check_integrity().unwrap();
+}
+
 /// With 6 stored hash bits, flash entries share them with several keys each. A write of one
 /// key must not lose the others' flash copies (the flash thread reads which key each suspect
 /// holds), and must never let its own older copy come back.

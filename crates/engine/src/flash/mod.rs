@@ -762,18 +762,24 @@ impl FlashTier {
     /// written region's key filter rules it out (then reading it would find another key).
     /// Regions not yet written are read from their buffers (no I/O), so they always may.
     pub(crate) fn may_hold(&self, location: u64, key_hash: u64) -> bool {
-        let Some((index, _)) = self.split(location) else {
-            return true;
-        };
-        let held = self.filters[index as usize]
-            .read()
-            .expect("filter lock")
-            .as_ref()
-            .is_none_or(|filter| filter.may_hold(key_hash));
+        let held = !self.rules_out(location, key_hash);
         if !held {
             self.counters.filtered_reads.fetch_add(1, Ordering::Relaxed);
         }
         held
+    }
+
+    /// Whether the written region's key filter says the record at `location` is certainly not
+    /// the key with `key_hash` (no filter, or a location outside every region: false).
+    pub(crate) fn rules_out(&self, location: u64, key_hash: u64) -> bool {
+        let Some((index, _)) = self.split(location) else {
+            return false;
+        };
+        self.filters[index as usize]
+            .read()
+            .expect("filter lock")
+            .as_ref()
+            .is_some_and(|filter| !filter.may_hold(key_hash))
     }
 
     /// Appends a record (its bytes as the memory tier holds them, CAS written out) to the open

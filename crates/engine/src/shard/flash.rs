@@ -151,17 +151,23 @@ impl Shard {
         });
     }
 
-    /// Drops every flash entry with hash bits `h24`, unread: the key is being written or
-    /// deleted in memory, so its flash copy is dead at once (another key sharing the hash bits
-    /// loses its flash copy too: a miss, never a wrong value). Returns how many.
-    pub(crate) fn drop_flash_slots(&mut self, h24: u32) -> usize {
+    /// Drops, unread, every flash entry that may be the key with `hash`'s copy: the key is
+    /// being deleted without a read of it (a store with an expiry already past), so its flash
+    /// copy is dead at once. An entry sharing the key's 24 hash bits whose region's key filter
+    /// rules the key out is another key's and stays; one the filter cannot rule out (a false
+    /// positive, or a region not filtered yet) goes too (that other key then misses, never
+    /// reads a wrong value). Returns how many were dropped.
+    pub(crate) fn drop_flash_slots(&mut self, inner: &Inner, hash: u64) -> usize {
+        let h24 = index::hash24(hash);
+        let mut found = Vec::new();
+        self.for_each_flash_entry(h24, |location| found.push(location));
+        let flash = inner.flash.as_ref();
         let mut dropped = 0;
-        while self.flash_items > 0 {
-            let Some((slot, _)) = self.index.find(h24, is_flash) else {
-                break;
-            };
-            self.remove_flash_slot(slot);
-            dropped += 1;
+        for location in found {
+            let others = flash.is_some_and(|f| f.rules_out(location & !FLASH_TIER_BIT, hash));
+            if !others && self.unindex_flash(h24, location) {
+                dropped += 1;
+            }
         }
         dropped
     }

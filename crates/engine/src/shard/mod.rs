@@ -760,7 +760,7 @@ impl Shard {
         inner.check_writable()?;
         let Some(found) = self.lookup(inner, key, hash) else {
             // A flash copy (the caller promoted it first if it needed to know of it) dies too.
-            self.drop_flash_slots(index::hash24(hash));
+            self.drop_flash_slots(inner, hash);
             return Ok(false);
         };
         let expired = found
