@@ -200,18 +200,27 @@ fn a_write_or_delete_of_a_flash_resident_key_supersedes_its_copy_at_once() {
     engine.check_integrity().unwrap();
 }
 
-/// With 6 stored hash bits, a store with an expiry already past (memcached's negative exptime:
-/// a delete that reads nothing) of a key held nowhere meets several other keys' flash entries
-/// sharing its bits. It drops only those their region's key filter cannot rule out (it
-/// dropped every one before), and a flash item deleted that way is never read again.
-#[test]
-fn an_expired_store_spares_other_keys_flash_copies_their_filters_rule_out() {
+/// An engine with 6 stored hash bits (flash entries share them with several keys each),
+/// filled with 500 keys, its suspects settled; with the keys and which of them read back
+/// (filling may lose a flash copy whose key's memory entry was evicted while a write beside it
+/// waited for the flash thread: rare with 24 bits, common with 6).
+fn filled_with_shared_hash_bits() -> (Engine, Vec<Vec<u8>>, Vec<usize>) {
     let engine = Engine::open(config(ram_disk(64), true)).unwrap();
     let keys = fill(&engine, 500);
     wait_for("suspects to settle", || flash_stats(&engine).suspects == 0);
     let readable: Vec<usize> = (0..keys.len())
         .filter(|&i| peek(&engine, &keys[i]).is_some())
         .collect();
+    (engine, keys, readable)
+}
+
+/// With 6 stored hash bits, a store with an expiry already past (memcached's negative exptime:
+/// a delete that reads nothing) of a key held nowhere meets several other keys' flash entries
+/// sharing its bits. It drops only those their region's key filter cannot rule out (it
+/// dropped every one before), and a flash item deleted that way is never read again.
+#[test]
+fn an_expired_store_spares_other_keys_flash_copies_their_filters_rule_out() {
+    let (engine, keys, readable) = filled_with_shared_hash_bits();
     let flash_before = flash_stats(&engine).items;
     assert!(flash_before > 200, "{flash_before} flash items");
     // 64 tags over 2 shards: each such store meets about flash_before / 128 entries.
@@ -261,15 +270,8 @@ fn an_expired_store_spares_other_keys_flash_copies_their_filters_rule_out() {
 /// holds), and must never let its own older copy come back.
 #[test]
 fn keys_sharing_hash_bits_keep_their_flash_copies_when_one_is_written() {
-    let engine = Engine::open(config(ram_disk(64), true)).unwrap();
-    let keys = fill(&engine, 500);
-    wait_for("suspects to settle", || flash_stats(&engine).suspects == 0);
-    // Filling may lose a flash copy whose key's memory entry was evicted while a write beside
-    // it waited for the flash thread (rare with 24 bits, common with 6): the baseline is what
-    // is readable now.
-    let readable: Vec<usize> = (0..keys.len())
-        .filter(|&i| peek(&engine, &keys[i]).is_some())
-        .collect();
+    // The baseline is what is readable after the fill.
+    let (engine, keys, readable) = filled_with_shared_hash_bits();
     assert!(readable.len() > 300, "{} readable", readable.len());
     let on_flash: Vec<usize> = readable.iter().copied().filter(|&i| i < 200).collect();
     assert!(

@@ -298,16 +298,20 @@ pub fn read_directory_entry(entry: &[u8]) -> (u32, u64) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn superblocks_and_headers_round_trip_and_every_damaged_byte_is_caught() {
-        let sb = Superblock {
+    fn sample_superblock() -> Superblock {
+        Superblock {
             flash_id: 0xDEAD_BEEF_0000_0001,
             pool_id: 7,
             region_size_bytes: 4 << 20,
             region_count: 1000,
             created_unix_secs: 1_700_000_000,
             record_align_bytes: 8,
-        };
+        }
+    }
+
+    #[test]
+    fn superblocks_and_headers_round_trip_and_every_damaged_byte_is_caught() {
+        let sb = sample_superblock();
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         write_superblock(&mut block, &sb);
         assert_eq!(read_superblock(&block), Some(sb));
@@ -383,14 +387,7 @@ mod tests {
 
     #[test]
     fn a_superblock_of_another_format_version_is_told_apart_from_a_foreign_block() {
-        let sb = Superblock {
-            flash_id: 1,
-            pool_id: 2,
-            region_size_bytes: 4 << 20,
-            region_count: 10,
-            created_unix_secs: 3,
-            record_align_bytes: 64,
-        };
+        let sb = sample_superblock();
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         write_superblock(&mut block, &sb);
         assert_eq!(superblock_version(&block), Some(FORMAT_VERSION));

@@ -1612,16 +1612,28 @@ mod tests {
         }
     }
 
+    /// Appends `record` to the first class, never expiring, under its stand-in hash.
+    fn append(tier: &FlashTier, record: &[u8]) -> Option<u64> {
+        tier.append(record, 0, 0, None, record_hash(record))
+    }
+
+    /// Appends `key-0` .. `key-{count-1}` with `value_len`-byte values, then seals and writes
+    /// every region.
+    fn write_keys(tier: &FlashTier, count: usize, value_len: usize) {
+        for i in 0..count {
+            append(tier, &encode(&format!("key-{i}"), value_len)).expect("room");
+        }
+        tier.seal_all();
+        write_all(tier);
+    }
+
     #[test]
     fn records_read_back_from_the_buffer_while_open_and_writing_and_from_the_medium() {
         let tier = tier(16);
         let mut locations = Vec::new();
         for i in 0..300 {
             let record = encode(&format!("key-{i}"), 100 + i * 7 % 2000);
-            locations.push(
-                tier.append(&record, 0, 0, None, record_hash(&record))
-                    .expect("room"),
-            );
+            locations.push(append(&tier, &record).expect("room"));
         }
         // Some regions sealed (queued), one open: every record reads back.
         for (i, &location) in locations.iter().enumerate() {
@@ -1653,10 +1665,7 @@ mod tests {
         let mut locations = Vec::new();
         for i in 0..200 {
             let record = encode(&format!("key-{i}"), 1000 + i * 13 % 200);
-            locations.push(
-                tier.append(&record, 0, 0, None, record_hash(&record))
-                    .expect("room"),
-            );
+            locations.push(append(&tier, &record).expect("room"));
         }
         tier.seal_all();
         write_all(&tier);
@@ -1749,13 +1758,7 @@ mod tests {
         )
         .unwrap()
         .0;
-        for i in 0..40 {
-            let record = encode(&format!("key-{i}"), 900);
-            tier.append(&record, 0, 0, None, record_hash(&record))
-                .expect("room");
-        }
-        tier.seal_all();
-        write_all(&tier);
+        write_keys(&tier, 40, 900);
         // Flip a byte of the oldest region's directory (right after its records).
         let (index, seq, payload_bytes, records) = {
             let regions = tier.regions.lock().unwrap();
@@ -1809,10 +1812,7 @@ mod tests {
         let mut accepted = 0;
         // Nothing is written or reclaimed: the tier fills and then refuses.
         for _ in 0..100 {
-            if tier
-                .append(&record, 0, 0, None, record_hash(&record))
-                .is_some()
-            {
+            if append(&tier, &record).is_some() {
                 accepted += 1;
             }
         }
@@ -1878,13 +1878,7 @@ mod tests {
         let len = BLOCK_SIZE_BYTES as u64 + 12 * REGION;
         let medium: Arc<dyn Medium> = Arc::new(MemoryMedium::new(len as usize, 4096));
         let (tier, _) = FlashTier::open(Arc::clone(&medium), 7, REGION, 8 << 10, true).unwrap();
-        for i in 0..200 {
-            let record = encode(&format!("key-{i}"), 500);
-            tier.append(&record, 0, 0, None, record_hash(&record))
-                .expect("room");
-        }
-        tier.seal_all();
-        write_all(&tier);
+        write_keys(&tier, 200, 500);
         let (first, second) = {
             let regions = tier.regions.lock().unwrap();
             (regions.written[0].0, regions.written[1].0)
@@ -2033,7 +2027,7 @@ mod tests {
                 for i in 0..50u64 {
                     let key = format!("key-{i}");
                     let record = encode_filled(&key, 900, b'a' + (generation % 26) as u8);
-                    if let Some(location) = tier.append(&record, 0, 0, None, record_hash(&record)) {
+                    if let Some(location) = append(&tier, &record) {
                         current.insert(location, (key, record));
                     }
                 }
@@ -2055,7 +2049,7 @@ mod tests {
             // Some last writes, then a cut that keeps a random part of what was not persisted.
             for i in 0..50u64 {
                 let record = encode_filled(&format!("key-{i}"), 900, b'Z');
-                if let Some(location) = tier.append(&record, 0, 0, None, record_hash(&record)) {
+                if let Some(location) = append(&tier, &record) {
                     current.insert(location, (format!("key-{i}"), record));
                 }
             }
