@@ -58,8 +58,9 @@ const RECORD_HEAD_BYTES: usize = 64;
 /// The stamp names the region generation, but it can only vouch for the piece it lies in: if
 /// a stamp were the last bytes of a piece, a torn write could keep it (new) and lose the next
 /// piece, leaving an earlier generation's intact record of the same key at the same offset
-/// behind a current stamp. With the head in the stamp's piece, the record's CRC covers bytes
-/// (its CAS) that differ between any two writes, so such a mix fails its check. Records
+/// behind a current stamp. With the head in the stamp's piece, the record's CRC (in its
+/// header) is the new record's and covers the whole record: a new head over an older body
+/// fails the check, unless the bodies are the same bytes (then it is the new record). Records
 /// aligned to 64 bytes or more never need padding.
 pub fn head_padding(payload_len: usize) -> usize {
     let into = payload_len % TORN_PIECE_BYTES;
