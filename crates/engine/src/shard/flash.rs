@@ -159,11 +159,9 @@ impl Shard {
     /// reads a wrong value). Returns how many were dropped.
     pub(crate) fn drop_flash_slots(&mut self, inner: &Inner, hash: u64) -> usize {
         let h24 = index::hash24(hash);
-        let mut found = Vec::new();
-        self.for_each_flash_entry(h24, |location| found.push(location));
         let flash = inner.flash.as_ref();
         let mut dropped = 0;
-        for location in found {
+        for location in self.flash_locations(h24) {
             let others = flash.is_some_and(|f| f.rules_out(location & !FLASH_TIER_BIT, hash));
             if !others && self.unindex_flash(h24, location) {
                 dropped += 1;
@@ -178,11 +176,16 @@ impl Shard {
         // Every one, however many: a copy left off the list could outlive the key's memory
         // copy (reads look at the first few candidates only, which costs misses, never this).
         let h24 = index::hash24(hash);
-        let mut found = Vec::new();
-        self.for_each_flash_entry(h24, |location| found.push(location));
-        for location in found {
+        for location in self.flash_locations(h24) {
             self.add_suspect(FlashSuspect { h24, location });
         }
+    }
+
+    /// The locations of the flash entries with hash bits `h24` (no allocation when none).
+    fn flash_locations(&self, h24: u32) -> Vec<u64> {
+        let mut found = Vec::new();
+        self.for_each_flash_entry(h24, |location| found.push(location));
+        found
     }
 
     fn add_suspect(&mut self, suspect: FlashSuspect) {
