@@ -2009,6 +2009,65 @@ mod tests {
         );
     }
 
+    /// A medium that says it is `len_bytes` long (and is a small one underneath).
+    #[derive(Debug)]
+    struct Claimed {
+        inner: MemoryMedium,
+        len_bytes: u64,
+    }
+
+    impl Medium for Claimed {
+        fn len_bytes(&self) -> u64 {
+            self.len_bytes
+        }
+        fn domain(&self) -> strata_pool::PersistenceDomain {
+            self.inner.domain()
+        }
+        fn block_size_bytes(&self) -> usize {
+            self.inner.block_size_bytes()
+        }
+        fn is_direct(&self) -> bool {
+            self.inner.is_direct()
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediumError> {
+            self.inner.read_at(offset, buf)
+        }
+        fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MediumError> {
+            self.inner.write_at(offset, data)
+        }
+        fn persist(&self, offset: u64, len: u64) -> Result<(), strata_pool::PersistError> {
+            self.inner.persist(offset, len)
+        }
+        fn discard(&self, offset: u64, len: u64) -> Result<(), MediumError> {
+            self.inner.discard(offset, len)
+        }
+    }
+
+    /// A medium of 16 TiB or more is refused before anything is read or written: its last
+    /// records' locations would not fit the index.
+    #[test]
+    fn a_medium_beyond_the_index_s_reach_is_refused_untouched() {
+        let inner = MemoryMedium::new(BLOCK_SIZE_BYTES, 4096);
+        inner.write_at(0, &[0xAB; BLOCK_SIZE_BYTES]).unwrap();
+        let medium = Arc::new(Claimed {
+            inner,
+            len_bytes: 16 << 40,
+        });
+        let err = FlashTier::open(medium.clone(), 7, REGION, 8 << 10, true).unwrap_err();
+        assert!(
+            matches!(err, FlashError::TooLarge(bytes) if bytes == 16 << 40),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&flash_bytes_max().to_string()),
+            "{err}"
+        );
+        assert!(flash_bytes_max() < 16 << 40 && flash_bytes_max() > (16 << 40) - (1 << 30));
+        let mut first = vec![0u8; BLOCK_SIZE_BYTES];
+        medium.read_at(0, &mut first).unwrap();
+        assert!(first.iter().all(|&b| b == 0xAB), "nothing was formatted");
+    }
+
     #[test]
     fn after_a_power_cut_mid_write_no_record_of_an_earlier_generation_is_read() {
         // One region reused over and over with the same keys at the same offsets: a torn write
