@@ -433,7 +433,32 @@ mod media {
     /// flight waits for them.
     #[test]
     fn a_read_ring_returns_each_read_its_bytes_and_bad_reads_as_errors() {
-        let path = temp_path("read-ring");
+        read_ring_returns_each_read_its_bytes("read-ring", |file| {
+            let ring = crate::ReadRing::new(8, file).unwrap();
+            assert!(!ring.is_kernel_polled());
+            ring
+        });
+    }
+
+    /// The same with a kernel thread issuing the reads (`SQPOLL`): the worker's submit is then
+    /// no system call while the thread is awake, and it must not lose or mix up any read. An
+    /// idle time of 1 ms makes the thread fall asleep between the test's batches too, so a
+    /// submit that must wake it is exercised.
+    #[test]
+    fn a_kernel_polled_read_ring_returns_each_read_its_bytes_and_bad_reads_as_errors() {
+        read_ring_returns_each_read_its_bytes("read-ring-polled", |file| {
+            let ring = crate::ReadRing::kernel_polled(8, file, 1).unwrap();
+            assert!(ring.is_kernel_polled());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            ring
+        });
+    }
+
+    fn read_ring_returns_each_read_its_bytes(
+        name: &str,
+        new_ring: impl Fn(std::os::fd::OwnedFd) -> crate::ReadRing<&'static str>,
+    ) {
+        let path = temp_path(name);
         let len: u64 = 1 << 20;
         let medium = DirectFile::open_with(&path, len, IoEngine::best().0).unwrap();
         let Some(file) = medium.read_file() else {
@@ -450,7 +475,7 @@ mod media {
             chunk.copy_from_slice(&(i as u64).to_le_bytes());
         }
         medium.write_at(0, &data).unwrap();
-        let mut ring: crate::ReadRing<&str> = crate::ReadRing::new(8, file).unwrap();
+        let mut ring = new_ring(file);
         let capacity = ring.capacity();
         for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
             let offset = (i * 3 * block) as u64;
@@ -496,7 +521,9 @@ mod media {
             }
         }
         // A recycled buffer serves a later read (no allocation) with that read's bytes only:
-        // old bytes never show, and a short read into it is still an error.
+        // old bytes never show, and a short read into it is still an error. (A polling kernel
+        // thread has fallen asleep by now: the submit wakes it.)
+        std::thread::sleep(std::time::Duration::from_millis(20));
         let mut stale = AlignedBuf::zeroed(2 * block, block);
         stale.fill(0xEE);
         let stale_at = stale.as_ptr();

@@ -201,11 +201,24 @@ pub enum Started {
 }
 
 impl RingReads {
-    /// A ring reading `engine`'s flash medium; `None` where the medium is not read through
-    /// io_uring (the I/O threads then do every read), or the ring cannot be set up (said why).
-    pub fn new(engine: &Engine) -> Option<RingReads> {
+    /// A ring reading `engine`'s flash medium, its reads issued by a kernel thread that polls
+    /// for `poll_idle_ms` after the last (0: by the worker; where the kernel refuses, by the
+    /// worker, said why); `None` where the medium is not read through io_uring (the I/O
+    /// threads then do every read), or the ring cannot be set up (said why).
+    pub fn new(engine: &Engine, poll_idle_ms: u32) -> Option<RingReads> {
         let file = engine.flash_read_file()?;
-        match strata_pool::ReadRing::new(RING_READS_MAX, file) {
+        let ring = if poll_idle_ms > 0 {
+            let polled = file.try_clone().and_then(|file| {
+                strata_pool::ReadRing::kernel_polled(RING_READS_MAX, file, poll_idle_ms)
+            });
+            polled.or_else(|err| {
+                tracing::warn!(error = %err, "no kernel thread for a worker's flash reads (SQPOLL); the worker issues them");
+                strata_pool::ReadRing::new(RING_READS_MAX, file)
+            })
+        } else {
+            strata_pool::ReadRing::new(RING_READS_MAX, file)
+        };
+        match ring {
             Ok(ring) => Some(RingReads {
                 ring,
                 jobs: Vec::new(),
@@ -219,6 +232,12 @@ impl RingReads {
                 None
             }
         }
+    }
+
+    /// Whether a kernel thread issues the reads (`--flash-sqpoll-idle-ms`, and the kernel
+    /// agreed).
+    pub fn is_kernel_polled(&self) -> bool {
+        self.ring.is_kernel_polled()
     }
 
     /// The descriptor to poll for completions.

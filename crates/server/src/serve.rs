@@ -147,6 +147,7 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
                 limits,
                 sessions,
                 acceptor_waker: Arc::clone(&acceptor_waker),
+                flash_read_poll_idle_ms: config.flash.as_ref().map_or(0, |f| f.read_poll_idle_ms),
             };
             worker::spawn(id, shared)
         })
@@ -290,11 +291,14 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
             path = %settings.path.display(),
             size = %ByteSize(flash.medium_bytes),
             io_engine = flash.io_engine,
-            reads = if engine.flash_read_file().is_some() {
-                "each worker's own io_uring"
-            } else {
+            reads = if engine.flash_read_file().is_none() {
                 "I/O threads"
+            } else if settings.read_poll_idle_ms > 0 {
+                "each worker's own io_uring, issued by a kernel thread each (SQPOLL)"
+            } else {
+                "each worker's own io_uring"
             },
+            sqpoll_idle_ms = settings.read_poll_idle_ms,
             direct_io = flash.direct_io,
             read_align = %ByteSize(flash.read_align_bytes),
             record_align = %ByteSize(flash.record_align_bytes),

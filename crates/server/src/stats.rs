@@ -125,6 +125,8 @@ pub struct ServerStats {
     pub flash_waits_done: AtomicU64,
     /// Of those, the ones whose connection had closed when the reads finished.
     pub flash_waits_abandoned: AtomicU64,
+    /// Workers whose flash reads a kernel thread issues (`--flash-sqpoll-idle-ms`).
+    pub flash_read_rings_kernel_polled: AtomicU64,
     /// memcached authentication tokens checked (memcached's `auth_cmds`).
     pub auth_commands: AtomicU64,
     /// Of those, refused (memcached's `auth_errors`).
@@ -153,6 +155,7 @@ impl Default for ServerStats {
             flash_waits: AtomicU64::new(0),
             flash_waits_done: AtomicU64::new(0),
             flash_waits_abandoned: AtomicU64::new(0),
+            flash_read_rings_kernel_polled: AtomicU64::new(0),
             auth_commands: AtomicU64::new(0),
             auth_errors: AtomicU64::new(0),
             evicted_clients: AtomicU64::new(0),

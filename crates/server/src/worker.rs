@@ -104,6 +104,8 @@ pub struct WorkerShared {
     pub sessions: Sessions,
     /// Wakes the acceptor when a session starts a shutdown (Redis SHUTDOWN).
     pub acceptor_waker: Arc<Waker>,
+    /// `--flash-sqpoll-idle-ms`: a kernel thread issues this worker's flash reads (0: not).
+    pub flash_read_poll_idle_ms: u32,
 }
 
 /// Starts worker `id`.
@@ -113,8 +115,14 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
     shared.ctx.output_budget.set_waker(id, Arc::clone(&waker));
     let (sender, receiver) = std::sync::mpsc::channel();
     let (flash_sender, flash_done) = std::sync::mpsc::channel();
-    let flash_ring = flash_io::RingReads::new(&shared.ctx.engine);
+    let flash_ring = flash_io::RingReads::new(&shared.ctx.engine, shared.flash_read_poll_idle_ms);
     if let Some(ring) = &flash_ring {
+        if ring.is_kernel_polled() {
+            let stats = &shared.ctx.stats;
+            stats
+                .flash_read_rings_kernel_polled
+                .fetch_add(1, Ordering::Relaxed);
+        }
         poll.registry().register(
             &mut mio::unix::SourceFd(&ring.eventfd()),
             FLASH_RING_TOKEN,

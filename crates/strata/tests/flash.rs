@@ -140,6 +140,10 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
     // A small medium packs records at 8 bytes (format version 3), and says so.
     assert_eq!(stat(&mut client, "strata_flash_record_align_bytes"), 8);
     server.assert_logged("record_align=8 B");
+    assert_eq!(
+        stat(&mut client, "strata_flash_read_rings_kernel_polled"),
+        0
+    );
     if server.log().contains("io_engine=\"io_uring\"") {
         server.assert_logged("reads=\"each worker's own io_uring\"");
     } else {
@@ -185,6 +189,71 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
         after_kill.len()
     );
     assert!(stat(&mut client, "strata_flash_items") > 0);
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--flash-sqpoll-idle-ms`: a kernel thread issues each worker's flash reads. Every value is
+/// still the key's own, with the thread awake (reads back to back) and after it fell asleep
+/// (the next submit must wake it, or the reads would never be issued and the GETs hang).
+#[test]
+fn flash_reads_issued_by_a_kernel_thread_serve_every_value() {
+    let dir = flash_dir("sqpoll");
+    let flash = dir.join("tier.flash");
+    let flash = flash.to_str().expect("utf-8");
+    let flags = flash_flags(
+        flash,
+        "96MiB",
+        "1MiB",
+        &["--flash-sqpoll-idle-ms", "2", "--threads", "2"],
+    );
+    let mut server = Server::start(&flags);
+    server.assert_logged("sqpoll_idle_ms=2");
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    let found = read_all(&mut client);
+    let waits = stat(&mut client, "strata_flash_waits");
+    assert!(waits > 1_000, "{waits} waits for flash");
+    // The oldest keys (on flash, read once so far: this read still reads flash), each read
+    // after the polling thread has fallen asleep.
+    let flash_hits = stat(&mut client, "get_extstore");
+    for &i in &found[..20] {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let reply = client.call(format!("get k{i}\r\n").as_bytes());
+        assert_eq!(reply, format!("VALUE k{i} 0 {VALUE_LEN}\r\n"));
+        assert_eq!(
+            &client.read_bytes(VALUE_LEN + 2)[..VALUE_LEN],
+            &value_of(i)[..]
+        );
+        assert_eq!(client.line(), "END\r\n");
+    }
+    let spaced_hits = stat(&mut client, "get_extstore") - flash_hits;
+    assert!(
+        spaced_hits >= 15,
+        "{spaced_hits} of 20 spaced reads from flash"
+    );
+    assert_eq!(read_all(&mut client), found, "the same keys again");
+    let waits = stat(&mut client, "strata_flash_waits");
+    assert_eq!(stat(&mut client, "strata_flash_waits_done"), waits);
+    assert_eq!(stat(&mut client, "strata_flash_read_errors"), 0);
+    if server.log().contains("io_engine=\"io_uring\"") {
+        server.assert_logged("issued by a kernel thread each (SQPOLL)");
+        assert_eq!(
+            stat(&mut client, "strata_flash_read_rings_kernel_polled"),
+            2
+        );
+        let mut resp = Client::connect(server.resp);
+        resp.send(b"INFO strata\r\n");
+        let info = String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8");
+        assert!(info.contains("flash_read_rings_kernel_polled:2"), "{info}");
+        assert!(
+            !server
+                .log()
+                .contains("no kernel thread for a worker's flash reads"),
+            "the kernel refused SQPOLL:\n{}",
+            server.log()
+        );
+    }
     server.terminate();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -428,6 +428,8 @@ fn the_flash_tier_is_configured_from_flags_or_the_file() {
         "fetched",
         "--flash-write-rate",
         "100MiB",
+        "--flash-sqpoll-idle-ms",
+        "50",
     ])
     .expect("valid");
     let flash = config.flash.clone().expect("a flash tier");
@@ -435,6 +437,7 @@ fn the_flash_tier_is_configured_from_flags_or_the_file() {
     assert_eq!(flash.size_bytes, 64 << 30);
     assert_eq!(flash.admission, strata_engine::FlashAdmission::Fetched);
     assert_eq!(flash.write_bytes_per_sec_max, 100 << 20);
+    assert_eq!(flash.read_poll_idle_ms, 50);
     let engine = config.engine_config().flash.expect("passed to the engine");
     assert_eq!(
         engine.region_size_bytes,
@@ -452,6 +455,10 @@ fn the_flash_tier_is_configured_from_flags_or_the_file() {
     let flash = config.flash.expect("from the file");
     assert_eq!(flash.size_bytes, 2 << 30, "the flag wins");
     assert_eq!(flash.region_size_bytes, Some(8 << 20));
+    assert_eq!(
+        flash.read_poll_idle_ms, 0,
+        "workers issue their reads unless asked"
+    );
     std::fs::remove_file(&file.0).expect("remove");
 
     let message = parse(&["--flash-admission", "all"]).expect_err("needs --flash");

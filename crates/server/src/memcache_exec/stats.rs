@@ -163,6 +163,11 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
         "strata_flash_waits_abandoned",
         load(&ctx.stats.flash_waits_abandoned),
     );
+    stat(
+        out,
+        "strata_flash_read_rings_kernel_polled",
+        load(&ctx.stats.flash_read_rings_kernel_polled),
+    );
     let backend = ctx.engine.backend().name();
     let domain = ctx.engine.persistence_domain().summary();
     encode::write_stat(out, b"strata_pool_backend", backend.as_bytes());

@@ -232,6 +232,10 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
     if let Some(flash) = &engine.flash {
         text.field("tier_flash", crate::tiers::flash_summary(flash));
         text.field("flash_io_engine", flash.io_engine);
+        text.field(
+            "flash_read_rings_kernel_polled",
+            load(&stats.flash_read_rings_kernel_polled),
+        );
         for field in crate::tiers::flash_fields(flash) {
             text.field(&format!("flash_{}", field.name), field.value);
         }
