@@ -3,8 +3,8 @@
 //! bytes written per byte of values demoted.
 
 use strata_bench::compare::flash_math::{
-    check_stride, dram_per_flash_item, items_kept, keys_for_bytes, keys_sampled, scaled_mib,
-    write_amplification, FlashSizes, MIB,
+    check_stride, dram_per_flash_item, index_bytes_per_flash_item, items_kept, keys_for_bytes,
+    keys_sampled, scaled_mib, write_amplification, FlashSizes, MIB,
 };
 
 #[test]
@@ -129,5 +129,23 @@ fn flash_reads_per_flash_hit_counts_requests_reads_only() {
             ("strata_flash_hits", 0.0)
         ])),
         None
+    );
+}
+
+#[test]
+fn index_bytes_per_flash_item_counts_a_slot_share_and_the_filters() {
+    // 1M items in a 10 MB index (10 B each), 600K of them on flash with 600 KB of filters.
+    let per_item = index_bytes_per_flash_item(10_000_000, 1_000_000, 600_000, 600_000);
+    assert_eq!(per_item, Some(11.0));
+    // A half-empty index costs its flash items more per item.
+    assert_eq!(
+        index_bytes_per_flash_item(20_000_000, 1_000_000, 0, 500_000),
+        Some(20.0)
+    );
+    assert_eq!(index_bytes_per_flash_item(1, 0, 0, 0), None, "no items");
+    assert_eq!(
+        index_bytes_per_flash_item(1_000, 100, 0, 0),
+        None,
+        "nothing on flash"
     );
 }

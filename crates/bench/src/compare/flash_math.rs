@@ -6,6 +6,8 @@
 //!  DRAM per flash-resident item
 //!           = (RSS growth with flash − DRAM the memory tier costs alone)
 //!             / (items kept with flash − items the memory tier alone keeps)
+//!  index + filter bytes per flash item (strata, from its own stats)
+//!           = index bytes / items  +  key filter bytes / flash items
 //!  bytes written to flash per byte of values demoted
 //!           = bytes the server wrote to the disk / (values demoted × value bytes)
 //! ```
@@ -134,6 +136,22 @@ pub fn dram_per_flash_item(
         return None;
     }
     Some((to_f64(rss_growth_bytes) - to_f64(memory_tier_bytes)) / beyond)
+}
+
+/// The DRAM a server's own stats say each flash item costs for its lookup: its share of the
+/// hash index (every item, in memory or on flash, has one slot: `index_bytes / items`) plus
+/// the key filters kept for flash regions, spread over the flash items. Unlike
+/// [`dram_per_flash_item`] it counts DRAM inside the memory budget (where strata's index slots
+/// are) and leaves out fixed costs (region buffers). `None` without flash items.
+#[must_use]
+pub fn index_bytes_per_flash_item(
+    index_bytes: u64,
+    items: u64,
+    filter_bytes: u64,
+    flash_items: u64,
+) -> Option<f64> {
+    (items > 0 && flash_items > 0)
+        .then(|| to_f64(index_bytes) / to_f64(items) + to_f64(filter_bytes) / to_f64(flash_items))
 }
 
 /// Bytes written to flash per byte of values demoted, or `None` when nothing was demoted.

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::charts::human;
 use super::disk::{DiskProbe, FioOutcome};
 use super::flash::{FlashRestart, FlashResult, DEMOTED_ITEMS_STATS, FLASH_BYTES_WRITTEN_STATS};
-use super::flash_math::{dram_per_flash_item, write_amplification, MIB};
+use super::flash_math::{
+    dram_per_flash_item, index_bytes_per_flash_item, write_amplification, MIB,
+};
 use super::summary::{median, TargetSummary};
 
 /// Server stats shown beside the derived figures, where the server reports them.
@@ -97,6 +99,9 @@ pub struct FlashSummary {
     pub dram_per_flash_item: Option<f64>,
     /// "memory-only run" or "budget": what the DRAM figure subtracts.
     pub dram_basis: String,
+    /// Index and key-filter bytes per flash item by the server's own stats (strata only).
+    #[serde(default)]
+    pub index_bytes_per_flash_item: Option<f64>,
     /// Bytes the server wrote to the disk during fill, settle and check (/proc/PID/io).
     pub disk_write_bytes: Option<f64>,
     /// Bytes written to flash by the server's own count, where it has one.
@@ -126,6 +131,7 @@ struct Derived {
     memory_only_kept: f64,
     memory_tier_bytes: u64,
     dram: Option<f64>,
+    index_per_flash_item: Option<f64>,
     demoted: Option<f64>,
     flash_bytes_written: Option<f64>,
     write_amplification: Option<f64>,
@@ -164,6 +170,18 @@ fn derive(result: &FlashResult) -> (Derived, String, String) {
             "lower bound: items kept beyond memory alone".to_owned(),
         )
     });
+    let count = |name: &str| {
+        let value = result.stats_after_check.get(name)?.parse::<u64>().ok();
+        value
+    };
+    let index_per_flash_item = (|| {
+        index_bytes_per_flash_item(
+            count("strata_index_bytes")?,
+            count("curr_items")?,
+            count("strata_flash_filter_bytes")?,
+            count("strata_flash_items")?,
+        )
+    })();
     let flash_bytes_written = stat(result, &FLASH_BYTES_WRITTEN_STATS).map(|(v, _)| v);
     // The server's own count where it has one; /proc/PID/io otherwise (exact for O_DIRECT).
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -173,6 +191,7 @@ fn derive(result: &FlashResult) -> (Derived, String, String) {
         memory_only_kept,
         memory_tier_bytes,
         dram,
+        index_per_flash_item,
         demoted: Some(demoted),
         flash_bytes_written,
         write_amplification,
@@ -209,6 +228,7 @@ pub fn summarise(results: &[&FlashResult]) -> Option<FlashSummary> {
             .filter(|_| first.memory_only.is_some()),
         dram_per_flash_item: med_derived(&|d| d.dram),
         dram_basis: derived[0].1.clone(),
+        index_bytes_per_flash_item: med_derived(&|d| d.index_per_flash_item),
         disk_write_bytes: med(&|r| bytes(r.io_fill.write_bytes)),
         flash_bytes_written: med_derived(&|d| d.flash_bytes_written),
         flash_file_bytes: med(&|r| bytes(r.flash_file_bytes)),
@@ -361,7 +381,10 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
          kept without). It charges only DRAM outside the memory tier: a server that keeps flash \
          items' headers inside its budget (memcached does, ~100 B each) pays with fewer items \
          kept instead; fixed costs (write buffers, a larger hash table) are spread over the \
-         flash items, so small runs overstate it. Written per value byte = bytes written to \
+         flash items, so small runs overstate it. Index + filter B per flash item (strata, \
+         from its stats after the check) = strata_index_bytes ÷ curr_items + \
+         strata_flash_filter_bytes ÷ strata_flash_items: the DRAM each flash item costs for its \
+         lookup, inside the budget or not, without fixed costs. Written per value byte = bytes written to \
          flash during the fill, settle and check ÷ (values demoted × value bytes). Bytes \
          written: the server's own counter where it has one (memcached: \
          extstore_bytes_written), else /proc/PID/io write_bytes (\"disk writes\": exact for \
@@ -372,9 +395,9 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
     );
     md.push_str(
         "| server | fill SETs/s | items kept | kept % | memory alone keeps | RSS growth MiB \
-         | DRAM B per flash item | disk writes MiB | flash writes MiB (server) | flash file MiB \
-         | values demoted | written per value byte |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | DRAM B per flash item | index + filter B per flash item | disk writes MiB \
+         | flash writes MiB (server) | flash file MiB | values demoted | written per value byte |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for t in targets {
         summary_row(md, t);
@@ -468,7 +491,7 @@ fn summary_row(md: &mut String, t: &TargetSummary) {
         } else {
             "not run"
         };
-        let _ = writeln!(md, "| {} | {status} | | | | | | | | | | |", t.server);
+        let _ = writeln!(md, "| {} | {status} | | | | | | | | | | | |", t.server);
         return;
     };
     #[allow(clippy::cast_precision_loss)]
@@ -484,13 +507,14 @@ fn summary_row(md: &mut String, t: &TargetSummary) {
     };
     let _ = writeln!(
         md,
-        "| {} | {} | {} | {} | {memory_alone} | {} | {} | {} | {} | {} | {}{demoted_note} | {} |",
+        "| {} | {} | {} | {} | {memory_alone} | {} | {} | {} | {} | {} | {} | {}{demoted_note} | {} |",
         t.server,
         f.fill_sets_per_sec.map_or_else(|| "—".into(), human),
         opt(f.items_kept, 0),
         opt(kept_pct, 1),
         mib(f.rss_growth_bytes),
         opt(f.dram_per_flash_item, 1),
+        opt(f.index_bytes_per_flash_item, 1),
         mib(f.disk_write_bytes),
         mib(f.flash_bytes_written),
         mib(f.flash_file_bytes),
