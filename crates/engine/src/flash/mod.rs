@@ -61,6 +61,11 @@ pub(crate) fn class_of(expires_at_ms: Option<u64>, now_ms: u64) -> usize {
 
 /// Bytes of the stamp before each record (see `format`).
 const STAMP_BYTES: usize = 8;
+/// Longest first read of a record (the guess before its length is known): records up to about
+/// 13 KiB on average are read whole at once; a longer one takes a second read at its length.
+/// (At 4 KiB, one 4-KiB-block guess left about one read in twelve short, each a second disk
+/// round trip for its GET.)
+const FIRST_READ_BYTES_MAX: usize = 16 << 10;
 
 /// Where a region stands.
 #[derive(Debug)]
@@ -1453,10 +1458,10 @@ impl FlashTier {
     }
 
     /// Bytes a first read covers past a record's start: the records appended so far, on
-    /// average, with a quarter to spare, at most 4 KiB (4 KiB before any was appended, as
-    /// after a restart). Reading past the record costs bandwidth: a 4 KiB guess made most reads
-    /// of 1 KiB records 8 KiB long (the record starts inside its first block), where about two
-    /// thirds of them fit one block.
+    /// average, with a quarter to spare, at most [`FIRST_READ_BYTES_MAX`] (4 KiB before any
+    /// was appended, as after a restart). Reading past the record costs bandwidth: a 4 KiB
+    /// guess made most reads of 1 KiB records 8 KiB long (the record starts inside its first
+    /// block), where about two thirds of them fit one block.
     fn first_read_bytes(&self) -> usize {
         let items = self.counters.appended_items.load(Ordering::Relaxed);
         let bytes = self.counters.appended_bytes.load(Ordering::Relaxed);
@@ -1464,7 +1469,7 @@ impl FlashTier {
             return BLOCK_SIZE_BYTES;
         }
         let average = (bytes / items) as usize;
-        (average + average / 4).clamp(self.record_align(), BLOCK_SIZE_BYTES)
+        (average + average / 4).clamp(self.record_align(), FIRST_READ_BYTES_MAX)
     }
 
     /// What `buf`, read as `plan` says, holds: the record stamped `seq`, or not that record, or
