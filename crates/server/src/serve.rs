@@ -166,7 +166,16 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
     }
     let maintenance = spawn_maintenance(Arc::clone(&ctx))?;
     spawn_scrub(Arc::clone(&engine))?;
-    log_ready(config, &engine, [memcache_addr, resp_addr, admin_addr]);
+    let kernel_polled = ctx
+        .stats
+        .flash_read_rings_kernel_polled
+        .load(std::sync::atomic::Ordering::Relaxed);
+    log_ready(
+        config,
+        &engine,
+        kernel_polled,
+        [memcache_addr, resp_addr, admin_addr],
+    );
 
     for worker in acceptor.run() {
         let _ = worker.thread.join();
@@ -269,7 +278,13 @@ fn warn_unauthenticated(config: &ServerConfig, listeners: [(Protocol, Option<Soc
     }
 }
 
-fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>; 3]) {
+/// The start-up lines; `kernel_polled`: workers whose flash reads a kernel thread issues.
+fn log_ready(
+    config: &ServerConfig,
+    engine: &Engine,
+    kernel_polled: u64,
+    addrs: [Option<SocketAddr>; 3],
+) {
     let show = |addr: Option<SocketAddr>| addr.map_or_else(|| "off".to_string(), |a| a.to_string());
     let domain = engine.persistence_domain();
     tracing::info!(
@@ -293,7 +308,7 @@ fn log_ready(config: &ServerConfig, engine: &Engine, addrs: [Option<SocketAddr>;
             io_engine = flash.io_engine,
             reads = if engine.flash_read_file().is_none() {
                 "I/O threads"
-            } else if settings.read_poll_idle_ms > 0 {
+            } else if kernel_polled > 0 {
                 "each worker's own io_uring, issued by a kernel thread each (SQPOLL)"
             } else {
                 "each worker's own io_uring"
