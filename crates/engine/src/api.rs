@@ -750,9 +750,16 @@ impl Engine {
     }
 
     /// Iterates keys in cursor order, Redis SCAN style: returns at least `count` keys when that
-    /// many remain (or after visiting [`SCAN_BUCKETS_PER_CALL_MAX`] index buckets), starting at
-    /// `cursor` (0 to begin), and returns the next cursor (0 when done). Every key present for
-    /// the whole iteration is returned at least once.
+    /// many remain (or after visiting [`SCAN_BUCKETS_PER_CALL_MAX`] index buckets, or reading
+    /// [`SCAN_FLASH_READS_PER_CALL_MAX`] keys from flash), starting at `cursor` (0 to begin),
+    /// and returns the next cursor (0 when done). Every key present for the whole iteration is
+    /// returned at least once.
+    ///
+    /// A key on flash is known only by reading its record, and the caller (a server worker)
+    /// waits for those reads: with a flash tier a step visits [`SCAN_BUCKETS_PER_FLASH_STEP`]
+    /// buckets, its flash records are read all in flight at once, and a call stops once it
+    /// has read [`SCAN_FLASH_READS_PER_CALL_MAX`] of them, so one call holds its worker for
+    /// about one or two disk round trips, not one per key.
     pub fn scan(&self, cursor: u64, count: usize, visit: &mut dyn FnMut(&[u8])) -> u64 {
         let shards = self.inner.shards.len() as u64;
         let mut shard_index = cursor >> 32;
@@ -765,19 +772,34 @@ impl Engine {
             visit(key);
         };
         let mut flash = Vec::new();
+        let mut flash_read = 0usize;
+        let step = if self.inner.flash.is_some() {
+            SCAN_BUCKETS_PER_FLASH_STEP
+        } else {
+            SCAN_BUCKETS_PER_STEP
+        };
         while shard_index < shards {
             let shard = self.inner.shards[shard_index as usize].0.read();
             let next = shard.scan(
                 &self.inner,
                 position,
-                SCAN_BUCKETS_PER_STEP,
+                step,
                 now_ms,
                 &mut counting,
                 &mut flash,
             );
             drop(shard);
             // Keys on flash are read with no lock held (a key deleted meanwhile may still be
-            // returned, as SCAN allows for keys not present for the whole iteration).
+            // returned, as SCAN allows for keys not present for the whole iteration), the
+            // step's records all in flight at once, then each taken from what was read.
+            if let (Some(tier), false) = (self.inner.flash.as_ref(), flash.is_empty()) {
+                let on_medium: Vec<u64> = flash
+                    .iter()
+                    .map(|&location| location & !crate::index::FLASH_TIER_BIT)
+                    .collect();
+                tier.stage_many(&on_medium);
+                flash_read += flash.len();
+            }
             for location in flash.drain(..) {
                 let Some(key) =
                     tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
@@ -791,7 +813,7 @@ impl Engine {
                     counting(&key);
                 }
             }
-            buckets_visited += SCAN_BUCKETS_PER_STEP;
+            buckets_visited += step;
             match next {
                 Some(next) => position = next,
                 None => {
@@ -802,7 +824,10 @@ impl Engine {
             if shard_index >= shards {
                 return 0;
             }
-            if returned.get() >= count || buckets_visited >= SCAN_BUCKETS_PER_CALL_MAX {
+            if returned.get() >= count
+                || buckets_visited >= SCAN_BUCKETS_PER_CALL_MAX
+                || flash_read >= SCAN_FLASH_READS_PER_CALL_MAX
+            {
                 return (shard_index << 32) | u64::from(position);
             }
         }
@@ -885,6 +910,12 @@ pub const PREFETCH_KEYS_MAX: usize = 32;
 pub const SCAN_BUCKETS_PER_STEP: usize = 64;
 /// Most index buckets one `scan` call visits, however sparse the cache.
 pub const SCAN_BUCKETS_PER_CALL_MAX: usize = 64 * 1024;
+/// Index buckets one scan step visits when the engine has a flash tier: up to 64 entries,
+/// whose flash records the step reads together.
+pub const SCAN_BUCKETS_PER_FLASH_STEP: usize = 8;
+/// A `scan` call returns once it has read this many keys' records from flash (after the step
+/// that reached it): it holds its caller for a disk round trip or two, not hundreds.
+pub const SCAN_FLASH_READS_PER_CALL_MAX: usize = 64;
 
 /// What a delete did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

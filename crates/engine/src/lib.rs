@@ -38,7 +38,8 @@ mod snapshot;
 mod ttl;
 
 pub use api::{
-    parse_u64, DeleteOutcome, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_STEP,
+    parse_u64, DeleteOutcome, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX,
+    SCAN_BUCKETS_PER_FLASH_STEP, SCAN_BUCKETS_PER_STEP, SCAN_FLASH_READS_PER_CALL_MAX,
 };
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -1011,6 +1011,48 @@ fn first_reads_of_small_records_are_about_their_size() {
     assert_eq!(flash_stats(&engine).reads - before, reads.len() as u64);
 }
 
+/// SCAN over a cache whose keys are mostly on flash returns every key, and a call reads at
+/// most [`SCAN_FLASH_READS_PER_CALL_MAX`] records past one step's (a server worker waits for
+/// them: one call once held its worker for a read per key, hundreds of them), even when the
+/// caller asks for more keys than that.
+#[test]
+fn scan_returns_every_flash_key_a_bounded_number_of_reads_at_a_time() {
+    let engine = Engine::open(config(ram_disk(64), false)).unwrap();
+    let keys = fill(&engine, 600);
+    let present: std::collections::BTreeSet<Vec<u8>> = keys
+        .iter()
+        .filter(|key| peek(&engine, key).is_some())
+        .cloned()
+        .collect();
+    let on_flash = keys.iter().filter(|k| engine.flash_read_needed(k)).count();
+    assert!(on_flash > 300, "{on_flash} keys on flash");
+    let step_entries_max = (SCAN_BUCKETS_PER_FLASH_STEP * 8) as u64;
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut cursor, mut calls) = (0, 0);
+    loop {
+        let before = flash_stats(&engine).reads;
+        cursor = engine.scan(cursor, 10_000, &mut |key| {
+            seen.insert(key.to_vec());
+        });
+        let reads = flash_stats(&engine).reads - before;
+        assert!(
+            reads < SCAN_FLASH_READS_PER_CALL_MAX as u64 + step_entries_max,
+            "{reads} flash reads in one call"
+        );
+        calls += 1;
+        if cursor == 0 {
+            break;
+        }
+    }
+    assert!(calls > 2, "{calls} calls: the flash reads bounded each");
+    let missing: Vec<_> = present.difference(&seen).collect();
+    assert!(missing.is_empty(), "{} keys never returned", missing.len());
+    assert!(
+        seen.is_subset(&keys.iter().cloned().collect()),
+        "no stranger key"
+    );
+}
+
 /// Records of 4 KiB values (each just over 4 KiB with its key, header and stamp) are read
 /// whole by their first read: the guess is the average record with a quarter to spare, and is
 /// not held to one 4 KiB block (which left about one read in twelve short: a second disk

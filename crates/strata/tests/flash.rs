@@ -258,6 +258,51 @@ fn flash_reads_issued_by_a_kernel_thread_serve_every_value() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SCAN through RESP over a store whose keys are mostly on flash returns every key the store
+/// holds (a call reads a bounded number of flash records, so it takes many calls).
+#[test]
+fn scan_returns_every_key_on_flash() {
+    let dir = flash_dir("scan");
+    let flash = dir.join("tier.flash");
+    let flash = flash.to_str().expect("utf-8");
+    let flags = flash_flags(flash, "96MiB", "1MiB", &[]);
+    let mut server = Server::start(&flags);
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    let found = read_all(&mut client);
+    assert!(stat(&mut client, "strata_flash_items") > 5_000);
+    let mut resp = Client::connect(server.resp);
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut cursor, mut calls) = (b"0".to_vec(), 0);
+    loop {
+        resp.send(&harness::resp_command(&[
+            b"SCAN", &cursor, b"COUNT", b"1000",
+        ]));
+        assert_eq!(resp.line(), "*2\r\n");
+        cursor = resp.bulk().expect("cursor");
+        let count: usize = resp.line()[1..].trim_end().parse().expect("array length");
+        for _ in 0..count {
+            seen.insert(resp.bulk().expect("key"));
+        }
+        calls += 1;
+        if cursor == b"0" {
+            break;
+        }
+    }
+    let expected: std::collections::BTreeSet<Vec<u8>> =
+        found.iter().map(|i| format!("k{i}").into_bytes()).collect();
+    let missing = expected.difference(&seen).count();
+    assert_eq!(
+        missing,
+        0,
+        "keys never returned by SCAN ({} seen)",
+        seen.len()
+    );
+    assert!(calls > 10, "{calls} SCAN calls");
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn flash_options_need_flash_and_a_size() {
     let (status, stderr) = run_to_exit(&["serve", "--flash-size", "1GiB"]);
