@@ -761,6 +761,13 @@ impl Engine {
     /// has read [`SCAN_FLASH_READS_PER_CALL_MAX`] of them, so one call holds its worker for
     /// about one or two disk round trips, not one per key.
     pub fn scan(&self, cursor: u64, count: usize, visit: &mut dyn FnMut(&[u8])) -> u64 {
+        self.scan_step(cursor, count, visit).next
+    }
+
+    /// [`Engine::scan`], saying also whether the call stopped for its flash reads (a caller
+    /// that loops until it has `count` keys, as SCAN does, stops there too: its worker has
+    /// waited on the disk long enough for one call, and SCAN may return fewer keys than asked).
+    pub fn scan_step(&self, cursor: u64, count: usize, visit: &mut dyn FnMut(&[u8])) -> ScanStep {
         let shards = self.inner.shards.len() as u64;
         let mut shard_index = cursor >> 32;
         let mut position = (cursor & 0xFFFF_FFFF) as u32;
@@ -822,16 +829,23 @@ impl Engine {
                 }
             }
             if shard_index >= shards {
-                return 0;
+                break;
             }
+            let flash_bound = flash_read >= SCAN_FLASH_READS_PER_CALL_MAX;
             if returned.get() >= count
                 || buckets_visited >= SCAN_BUCKETS_PER_CALL_MAX
-                || flash_read >= SCAN_FLASH_READS_PER_CALL_MAX
+                || flash_bound
             {
-                return (shard_index << 32) | u64::from(position);
+                return ScanStep {
+                    next: (shard_index << 32) | u64::from(position),
+                    flash_bound,
+                };
             }
         }
-        0
+        ScanStep {
+            next: 0,
+            flash_bound: false,
+        }
     }
 
     /// A key chosen at random (roughly uniformly among shards and buckets), or `None` when the
@@ -910,6 +924,15 @@ pub const PREFETCH_KEYS_MAX: usize = 32;
 pub const SCAN_BUCKETS_PER_STEP: usize = 64;
 /// Most index buckets one `scan` call visits, however sparse the cache.
 pub const SCAN_BUCKETS_PER_CALL_MAX: usize = 64 * 1024;
+/// Where an [`Engine::scan_step`] call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanStep {
+    /// The cursor to go on from (0: the iteration is done).
+    pub next: u64,
+    /// The call stopped because it had read [`SCAN_FLASH_READS_PER_CALL_MAX`] flash records.
+    pub flash_bound: bool,
+}
+
 /// Index buckets one scan step visits when the engine has a flash tier: up to 64 entries,
 /// whose flash records the step reads together.
 pub const SCAN_BUCKETS_PER_FLASH_STEP: usize = 8;

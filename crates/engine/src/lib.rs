@@ -38,7 +38,7 @@ mod snapshot;
 mod ttl;
 
 pub use api::{
-    parse_u64, DeleteOutcome, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX,
+    parse_u64, DeleteOutcome, ScanStep, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX,
     SCAN_BUCKETS_PER_FLASH_STEP, SCAN_BUCKETS_PER_STEP, SCAN_FLASH_READS_PER_CALL_MAX,
 };
 pub use check::{check_pool_file, PoolReport};

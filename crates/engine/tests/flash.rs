@@ -1028,12 +1028,14 @@ fn scan_returns_every_flash_key_a_bounded_number_of_reads_at_a_time() {
     assert!(on_flash > 300, "{on_flash} keys on flash");
     let step_entries_max = (SCAN_BUCKETS_PER_FLASH_STEP * 8) as u64;
     let mut seen = std::collections::BTreeSet::new();
-    let (mut cursor, mut calls) = (0, 0);
+    let (mut cursor, mut calls, mut flash_bound) = (0, 0, 0);
     loop {
         let before = flash_stats(&engine).reads;
-        cursor = engine.scan(cursor, 10_000, &mut |key| {
+        let step = engine.scan_step(cursor, 10_000, &mut |key| {
             seen.insert(key.to_vec());
         });
+        cursor = step.next;
+        flash_bound += usize::from(step.flash_bound);
         let reads = flash_stats(&engine).reads - before;
         assert!(
             reads < SCAN_FLASH_READS_PER_CALL_MAX as u64 + step_entries_max,
@@ -1045,6 +1047,10 @@ fn scan_returns_every_flash_key_a_bounded_number_of_reads_at_a_time() {
         }
     }
     assert!(calls > 2, "{calls} calls: the flash reads bounded each");
+    assert!(
+        flash_bound + 1 >= calls,
+        "{flash_bound} of {calls} calls said so"
+    );
     let missing: Vec<_> = present.difference(&seen).collect();
     assert!(missing.is_empty(), "{} keys never returned", missing.len());
     assert!(

@@ -210,7 +210,7 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let (mut found, mut visited) = (0usize, 0usize);
     let mut next = cursor;
     for _ in 0..SCAN_STEPS_MAX {
-        next = call.engine().scan(next, options.count, &mut |key| {
+        let step = call.engine().scan_step(next, options.count, &mut |key| {
             visited += 1;
             let matches = match options.pattern {
                 None => true,
@@ -225,7 +225,10 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
                 found += 1;
             }
         });
-        if next == 0 || visited >= options.count || state.close {
+        next = step.next;
+        // A call that read many keys from flash ends the command (with fewer keys than COUNT,
+        // as SCAN allows): the worker does not wait on the disk for a whole large COUNT.
+        if next == 0 || visited >= options.count || state.close || step.flash_bound {
             break;
         }
     }
