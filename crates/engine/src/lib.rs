@@ -448,8 +448,14 @@ impl Inner {
         free.set_limit(self.segment_size_bytes);
     }
 
-    /// A zeroed free segment for `shard`, evicting if needed.
-    pub(crate) fn obtain_segment(&self, shard: &mut Shard) -> Result<Segment, WriteError> {
+    /// A zeroed free segment for `shard`, evicting if needed; `keep_hot`: merge eviction may
+    /// carry the evicted segment's hot items into it (they are reinserted before the write
+    /// that asked for the segment).
+    pub(crate) fn obtain_segment(
+        &self,
+        shard: &mut Shard,
+        keep_hot: bool,
+    ) -> Result<Segment, WriteError> {
         for _ in 0..64 {
             let over_limit = {
                 let mut free = self.free.lock();
@@ -465,7 +471,7 @@ impl Inner {
             if self.policy == EvictionPolicy::None {
                 return Err(WriteError::OutOfMemory);
             }
-            let victim = match shard.evict_one(self, self.policy, !over_limit)? {
+            let victim = match shard.evict_one(self, self.policy, keep_hot && !over_limit)? {
                 Some(victim) => victim,
                 None => self
                     .evict_elsewhere(shard.id)?

@@ -70,6 +70,10 @@ enum Op {
     },
     Expire,
     Flush,
+    /// A whole SCAN, `count` keys asked per call.
+    Scan {
+        count: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -89,6 +93,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1u8..30).prop_map(|secs| Op::Advance { secs }),
         1 => Just(Op::Expire),
         1 => Just(Op::Flush),
+        1 => (1u8..40).prop_map(|count| Op::Scan { count }),
     ]
 }
 
@@ -106,6 +111,7 @@ fn flash_op() -> impl Strategy<Value = Op> {
         2 => key.clone().prop_map(|key| Op::Delete { key }),
         6 => key.prop_map(|key| Op::Get { key }),
         1 => (1u8..30).prop_map(|secs| Op::Advance { secs }),
+        1 => (1u8..40).prop_map(|count| Op::Scan { count }),
     ]
 }
 
@@ -434,6 +440,38 @@ impl Harness {
                 self.engine.flush_all(0).unwrap();
                 self.model.clear();
             }
+            Op::Scan { count } => self.scan(usize::from(count)),
+        }
+    }
+
+    /// A whole SCAN with nothing changing meanwhile: every key it returns is live in the model
+    /// (never a deleted, expired or stranger key, wherever its record was: memory or flash),
+    /// and every key the engine holds is returned.
+    fn scan(&mut self, count: usize) {
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = 0;
+        loop {
+            cursor = self.engine.scan(cursor, count, &mut |key| {
+                seen.insert(key.to_vec());
+            });
+            if cursor == 0 {
+                break;
+            }
+        }
+        for key in &seen {
+            assert!(
+                self.live(key).is_some(),
+                "SCAN returned {key:?}, which the model lacks"
+            );
+        }
+        let held: Vec<Vec<u8>> = self.model.keys().cloned().collect();
+        for key in held {
+            if self.engine.contains(&key) {
+                assert!(
+                    seen.contains(&key),
+                    "SCAN missed {key:?}, which the engine holds"
+                );
+            }
         }
     }
 
@@ -719,4 +757,111 @@ fn long_run(harness: &mut Harness) {
         stats.evicted_segments > 0,
         "the test must exercise eviction: {stats:?}"
     );
+}
+
+/// Found by a 3,000-case run of `flash_survives_crashes_and_clean_closes_without_a_stale_value`:
+/// 36 SETs (many with a 1-second expiry), a crash with the index in DRAM, then three SETs; the
+/// last, of a 2,806-byte value, was refused with `OutOfMemory` where a cache must evict (the
+/// cause: see `merge_eviction_never_refuses_a_value_over_half_a_segment`).
+#[test]
+fn a_set_after_a_crash_with_flash_is_not_refused_for_memory() {
+    let path = pool_path("flash-oom");
+    let mut harness = Harness::with_flash_regions(
+        EvictionPolicy::Merge,
+        PoolLocation::File(path.clone()),
+        IndexPlacement::Dram,
+        256,
+    );
+    // Each chunk: its SETs (key, value length, TTL), then a reopen (clean?, shards changing).
+    type Chunk<'a> = (&'a [(u8, u16, Option<u8>)], bool, u8);
+    let chunks: [Chunk; 2] = [
+        (
+            &[
+                (88, 1054, Some(1)),
+                (21, 1198, Some(1)),
+                (4, 1750, Some(1)),
+                (118, 798, Some(1)),
+                (195, 806, Some(1)),
+                (28, 1446, Some(1)),
+                (0, 0, None),
+                (183, 1102, None),
+                (201, 1462, Some(1)),
+                (29, 1238, Some(1)),
+                (0, 1286, Some(1)),
+                (0, 1014, None),
+                (4, 502, Some(1)),
+                (0, 870, None),
+                (0, 1070, Some(1)),
+                (97, 174, Some(1)),
+                (29, 566, None),
+                (0, 1246, Some(1)),
+                (184, 630, None),
+                (0, 0, None),
+                (4, 1414, Some(1)),
+                (111, 1382, None),
+                (211, 0, Some(1)),
+                (21, 310, None),
+                (2, 774, Some(1)),
+                (181, 798, Some(1)),
+                (66, 1462, Some(1)),
+                (77, 38, None),
+                (153, 518, Some(1)),
+                (118, 2718, None),
+                (2, 1334, None),
+                (158, 1166, None),
+                (40, 1326, None),
+                (127, 798, Some(1)),
+                (162, 590, None),
+                (11, 1278, None),
+            ],
+            false,
+            0,
+        ),
+        (
+            &[(40, 0, None), (88, 1214, Some(1)), (21, 2806, Some(1))],
+            false,
+            0,
+        ),
+    ];
+    for (sets, clean, changing) in chunks {
+        for &(key, len, ttl_secs) in sets {
+            harness.run(Op::Set {
+                key,
+                len,
+                ttl_secs,
+                flags: 1,
+            });
+        }
+        harness.reopen_with_shards_changing(clean, changing);
+    }
+    drop(harness);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Merge eviction carries an evicted segment's hot items (up to half a segment) into the
+/// segment it frees, ahead of the write that asked for it. A value over half a segment then
+/// found no room in segment after segment, and after eight the store was refused with
+/// `OutOfMemory`, where a cache must evict. Memory tier only: a full cache of small items, all
+/// read (hot), then values of 70% of a segment.
+#[test]
+fn merge_eviction_never_refuses_a_value_over_half_a_segment() {
+    let mut harness = Harness::new(EvictionPolicy::Merge);
+    for key in 0..=255u8 {
+        harness.run(Op::Set {
+            key,
+            len: 600,
+            ttl_secs: None,
+            flags: 1,
+        });
+        harness.run(Op::Get { key });
+    }
+    for key in 0..=255u8 {
+        harness.run(Op::Get { key });
+        harness.run(Op::Set {
+            key,
+            len: 2870,
+            ttl_secs: None,
+            flags: 2,
+        });
+    }
 }

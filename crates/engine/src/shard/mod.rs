@@ -809,7 +809,9 @@ impl Shard {
                 }
                 self.seal(id);
             }
-            let segment = inner.obtain_segment(self)?;
+            // A segment opened for this write whose carried hot items left too little room for
+            // it (a value over half a segment): the next one carries none, so the write fits.
+            let segment = inner.obtain_segment(self, !opened)?;
             let id = self.install(inner, segment, bucket)?;
             self.reinsert_survivors(inner, id)?;
             opened = true;
