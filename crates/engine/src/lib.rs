@@ -456,7 +456,7 @@ impl Inner {
         shard: &mut Shard,
         keep_hot: bool,
     ) -> Result<Segment, WriteError> {
-        for _ in 0..64 {
+        for attempt in 0..64 {
             let over_limit = {
                 let mut free = self.free.lock();
                 if free.in_use < free.limit {
@@ -473,9 +473,20 @@ impl Inner {
             }
             let victim = match shard.evict_one(self, self.policy, keep_hot && !over_limit)? {
                 Some(victim) => victim,
-                None => self
-                    .evict_elsewhere(shard.id)?
-                    .ok_or(WriteError::OutOfMemory)?,
+                None => match self.evict_elsewhere(shard.id)? {
+                    Some(victim) => victim,
+                    None => {
+                        // This shard has no segment of its own and every other shard that has
+                        // one is locked right now (a worker, or the flash thread): wait for
+                        // one rather than refuse the write a cache can make room for.
+                        if attempt < 8 {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                        continue;
+                    }
+                },
             };
             if !over_limit {
                 return self.prepare(victim);
