@@ -1366,9 +1366,12 @@ fn a_client_that_never_reads_its_replies_holds_up_no_one_else() {
         &["--mode", "wt", "--cache-size", "16MiB"],
     );
     // 400 reads of 1 MiB sent, no reply read: the server's writes to it fill the socket and stop.
-    let mut slow = block.connect("disk");
+    // They go from a thread of their own: once its replies back up, the server stops reading
+    // this connection's requests too, and a send of the rest would block this test for ever.
+    let slow = block.connect("disk");
+    let mut requests = Vec::new();
     for i in 0..400u64 {
-        slow.send(&nbd::encode_request(&nbd::Request {
+        requests.extend_from_slice(&nbd::encode_request(&nbd::Request {
             flags: 0,
             command: nbd::CMD_READ,
             cookie: i,
@@ -1376,6 +1379,10 @@ fn a_client_that_never_reads_its_replies_holds_up_no_one_else() {
             length: 1 << 20,
         }));
     }
+    let mut sender = slow.0.try_clone().expect("clone the slow socket");
+    let sending = std::thread::spawn(move || {
+        let _ = sender.write_all(&requests); // Ends with an error at the shutdown below.
+    });
     // Another client is served at once, reads and writes.
     let mut other = block.connect("disk");
     let started = Instant::now();
@@ -1395,6 +1402,8 @@ fn a_client_that_never_reads_its_replies_holds_up_no_one_else() {
         started.elapsed() < WAIT_MAX,
         "the other client waited on the slow one"
     );
+    let _ = slow.0.shutdown(std::net::Shutdown::Both);
+    sending.join().expect("the sending thread");
     drop(slow);
     assert_eq!(other.request(nbd::CMD_FLUSH, 0, 0, 0, &[]).0, 0);
 }
