@@ -45,6 +45,14 @@ fn value_of(i: u32) -> Vec<u8> {
     value
 }
 
+/// The keys of `keys` whose reads need the flash medium.
+fn keys_on_flash<'k>(engine: &Engine, keys: &'k [Vec<u8>]) -> Vec<&'k [u8]> {
+    keys.iter()
+        .filter(|key| engine.flash_read_needed(key))
+        .map(|key| &key[..])
+        .collect()
+}
+
 fn flash_stats(engine: &Engine) -> FlashStats {
     engine.stats().flash.expect("a flash tier")
 }
@@ -988,11 +996,7 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
 fn first_reads_of_small_records_are_about_their_size() {
     let engine = Engine::open(config(ram_disk(64), false)).unwrap();
     let keys = fill(&engine, 600);
-    let on_flash: Vec<&[u8]> = keys
-        .iter()
-        .filter(|key| engine.flash_read_needed(key))
-        .map(|key| &key[..])
-        .collect();
+    let on_flash = keys_on_flash(&engine, &keys);
     let reads = engine.plan_flash_reads(&on_flash);
     assert!(reads.len() > 200, "{} reads planned", reads.len());
     let one_block = reads.iter().filter(|read| read.len_bytes() == 4096).count();
@@ -1090,11 +1094,7 @@ fn first_reads_of_4_kib_records_hold_the_whole_record() {
             flash_stats(&engine).regions_queued == 0
         });
     }
-    let on_flash: Vec<&[u8]> = keys
-        .iter()
-        .filter(|key| engine.flash_read_needed(key))
-        .map(|key| &key[..])
-        .collect();
+    let on_flash = keys_on_flash(&engine, &keys);
     let reads = engine.plan_flash_reads(&on_flash);
     assert!(reads.len() > 100, "{} reads planned", reads.len());
     let before = flash_stats(&engine).reads;

@@ -34,19 +34,27 @@ fn write_all(client: &mut Client) {
 
 /// Reads every key; every value returned must be the key's own. Returns the keys found.
 fn read_all(client: &mut Client) -> Vec<usize> {
-    let mut found = Vec::new();
-    for i in 0..KEYS {
-        let reply = client.call(format!("get k{i}\r\n").as_bytes());
-        if reply == "END\r\n" {
-            continue;
-        }
-        assert_eq!(reply, format!("VALUE k{i} 0 {VALUE_LEN}\r\n"), "key {i}");
-        let data = client.read_bytes(VALUE_LEN + 2);
-        assert_eq!(&data[..VALUE_LEN], &value_of(i)[..], "value of key {i}");
-        assert_eq!(client.line(), "END\r\n");
-        found.push(i);
+    (0..KEYS).filter(|&i| read_one(client, i)).collect()
+}
+
+/// Reads key `i`: whether it was found; a value returned must be the key's own.
+fn read_one(client: &mut Client, i: usize) -> bool {
+    let reply = client.call(format!("get k{i}\r\n").as_bytes());
+    if reply == "END\r\n" {
+        return false;
     }
-    found
+    assert_eq!(reply, format!("VALUE k{i} 0 {VALUE_LEN}\r\n"), "key {i}");
+    let data = client.read_bytes(VALUE_LEN + 2);
+    assert_eq!(&data[..VALUE_LEN], &value_of(i)[..], "value of key {i}");
+    assert_eq!(client.line(), "END\r\n");
+    true
+}
+
+/// `INFO strata` over RESP.
+fn info_strata(server: &Server) -> String {
+    let mut resp = Client::connect(server.resp);
+    resp.send(b"INFO strata\r\n");
+    String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8")
 }
 
 /// One `stats` line's value.
@@ -149,9 +157,7 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
     } else {
         server.assert_logged("reads=\"I/O threads\"");
     }
-    let mut resp = Client::connect(server.resp);
-    resp.send(b"INFO strata\r\n");
-    let info = String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8");
+    let info = info_strata(&server);
     assert!(info.contains("tier_flash:medium=file"), "{info}");
 
     // A clean stop writes every region still in memory: the restart serves the same keys.
@@ -219,13 +225,7 @@ fn flash_reads_issued_by_a_kernel_thread_serve_every_value() {
     let flash_hits = stat(&mut client, "get_extstore");
     for &i in &found[..20] {
         std::thread::sleep(std::time::Duration::from_millis(10));
-        let reply = client.call(format!("get k{i}\r\n").as_bytes());
-        assert_eq!(reply, format!("VALUE k{i} 0 {VALUE_LEN}\r\n"));
-        assert_eq!(
-            &client.read_bytes(VALUE_LEN + 2)[..VALUE_LEN],
-            &value_of(i)[..]
-        );
-        assert_eq!(client.line(), "END\r\n");
+        assert!(read_one(&mut client, i), "key {i}");
     }
     let spaced_hits = stat(&mut client, "get_extstore") - flash_hits;
     assert!(
@@ -242,9 +242,7 @@ fn flash_reads_issued_by_a_kernel_thread_serve_every_value() {
             stat(&mut client, "strata_flash_read_rings_kernel_polled"),
             2
         );
-        let mut resp = Client::connect(server.resp);
-        resp.send(b"INFO strata\r\n");
-        let info = String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8");
+        let info = info_strata(&server);
         assert!(info.contains("flash_read_rings_kernel_polled:2"), "{info}");
         assert!(
             !server

@@ -170,10 +170,7 @@ fn derive(result: &FlashResult) -> (Derived, String, String) {
             "lower bound: items kept beyond memory alone".to_owned(),
         )
     });
-    let count = |name: &str| {
-        let value = result.stats_after_check.get(name)?.parse::<u64>().ok();
-        value
-    };
+    let count = |name: &str| result.stats_after_check.get(name)?.parse::<u64>().ok();
     let index_per_flash_item = (|| {
         index_bytes_per_flash_item(
             count("strata_index_bytes")?,

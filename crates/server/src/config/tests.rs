@@ -463,4 +463,12 @@ fn the_flash_tier_is_configured_from_flags_or_the_file() {
 
     let message = parse(&["--flash-admission", "all"]).expect_err("needs --flash");
     assert!(message.contains("give --flash PATH too"), "{message}");
+    let message = parse(&["--flash-sqpoll-idle-ms", "10"]).expect_err("needs --flash");
+    assert!(message.contains("--flash-sqpoll-idle-ms"), "{message}");
+    assert!(message.contains("give --flash PATH too"), "{message}");
+    let message = parse(&["--flash-sqpoll-idle-ms", "-1"]).expect_err("not a count");
+    assert!(
+        message.contains("-1") || message.contains("invalid"),
+        "{message}"
+    );
 }
