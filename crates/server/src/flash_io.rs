@@ -1,7 +1,7 @@
 //! Flash reads for requests that wait: a request whose keys are on flash parks while their
 //! records are read ahead, instead of blocking its worker's other connections. Two ways read:
 //! where the medium is read through io_uring, each worker puts the reads in flight on its own
-//! ring ([`RingReads`]; past 64 reads in flight, later requests wait their turn) and learns
+//! ring ([`RingReads`]; past 128 reads in flight, later requests wait their turn) and learns
 //! of completions with its sockets' events; elsewhere (the `pread` fallback, test media, a
 //! worker whose ring could not be set up) I/O threads do them ([`FlashIo`]).
 //!
