@@ -43,25 +43,34 @@ impl RedisServer {
                      README's setup (`apt-get install -y redis-server redis-tools`)."
                 )
             });
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--dir", &std::env::temp_dir().display().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        // A free port is only free when asked: a test beside this one may start its Redis on
+        // the same port first, and then this one fails to bind and exits while the connect
+        // below reaches the other test's server. Try again on another port until ours serves.
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .expect("a free loopback port")
+                .port();
+            let child = Command::new(binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .args(["--dir", &std::env::temp_dir().display().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            let mut server = RedisServer { child, port };
+            let deadline = Instant::now() + STARTUP_TIMEOUT;
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            if matches!(server.child.try_wait(), Ok(None)) {
+                return server;
+            }
         }
-        server
+        panic!("redis-server could not bind a port five times")
     }
 
     fn connect(&self) -> RedisClient {
