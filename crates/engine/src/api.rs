@@ -240,7 +240,7 @@ impl Engine {
         candidates
             .as_slice()
             .iter()
-            .any(|&location| !flash.is_staged(location & !crate::index::FLASH_TIER_BIT))
+            .any(|&location| !flash.is_staged(crate::index::flash_units(location)))
     }
 
     /// Reads ahead, from the flash medium, the records reads of `keys` would read there, all in
@@ -295,7 +295,7 @@ impl Engine {
                 candidates
                     .as_slice()
                     .iter()
-                    .map(|&location| location & !crate::index::FLASH_TIER_BIT),
+                    .map(|&location| crate::index::flash_units(location)),
             );
         }
         locations
@@ -802,7 +802,7 @@ impl Engine {
             if let (Some(tier), false) = (self.inner.flash.as_ref(), flash.is_empty()) {
                 let on_medium: Vec<u64> = flash
                     .iter()
-                    .map(|&location| location & !crate::index::FLASH_TIER_BIT)
+                    .map(|&location| crate::index::flash_units(location))
                     .collect();
                 tier.stage_many(&on_medium);
                 flash_read += flash.len();

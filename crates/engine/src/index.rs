@@ -76,6 +76,17 @@ pub const FLASH_TIER_BIT: u64 = 1 << 35;
 pub const fn is_flash(location: u64) -> bool {
     location & FLASH_TIER_BIT != 0
 }
+/// The flash tier's own address (record-alignment units into its medium) of a flash slot's
+/// location: the location without the tier bit.
+#[inline]
+pub const fn flash_units(location: u64) -> u64 {
+    location & !FLASH_TIER_BIT
+}
+/// The slot location of a record at `units` of the flash tier: the units with the tier bit.
+#[inline]
+pub const fn flash_location(units: u64) -> u64 {
+    units | FLASH_TIER_BIT
+}
 
 /// Largest location a slot can hold, tier bit included.
 pub const LOCATION_MAX: u64 = (1 << 36) - 2;

@@ -259,17 +259,9 @@ fn flash_reads_issued_by_a_kernel_thread_serve_every_value() {
 /// SCAN through RESP over a store whose keys are mostly on flash returns every key the store
 /// holds; a call reads a bounded number of flash records and then returns, with fewer keys
 /// than a large COUNT asks for, so it takes many calls.
-#[test]
-fn scan_returns_every_key_on_flash() {
-    let dir = flash_dir("scan");
-    let flash = dir.join("tier.flash");
-    let flash = flash.to_str().expect("utf-8");
-    let flags = flash_flags(flash, "96MiB", "1MiB", &[]);
-    let mut server = Server::start(&flags);
-    let mut client = Client::connect(server.memcache);
-    write_all(&mut client);
-    let found = read_all(&mut client);
-    assert!(stat(&mut client, "strata_flash_items") > 5_000);
+/// Every key a full RESP `SCAN … COUNT 1000` returns, with the calls it took and how many of
+/// them returned fewer keys than asked with more to come (cut short for their flash reads).
+fn scan_all(server: &Server) -> (std::collections::BTreeSet<Vec<u8>>, usize, usize) {
     let mut resp = Client::connect(server.resp);
     let mut seen = std::collections::BTreeSet::new();
     let (mut cursor, mut calls, mut cut_short) = (b"0".to_vec(), 0, 0);
@@ -285,13 +277,26 @@ fn scan_returns_every_key_on_flash() {
         }
         calls += 1;
         if cursor == b"0" {
-            break;
+            return (seen, calls, cut_short);
         }
-        // Fewer keys than COUNT with more to come: the call ended for its flash reads.
         if count < 1000 {
             cut_short += 1;
         }
     }
+}
+
+#[test]
+fn scan_returns_every_key_on_flash() {
+    let dir = flash_dir("scan");
+    let flash = dir.join("tier.flash");
+    let flash = flash.to_str().expect("utf-8");
+    let flags = flash_flags(flash, "96MiB", "1MiB", &[]);
+    let mut server = Server::start(&flags);
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    let found = read_all(&mut client);
+    assert!(stat(&mut client, "strata_flash_items") > 5_000);
+    let (seen, calls, cut_short) = scan_all(&server);
     assert!(cut_short > 0, "no SCAN call stopped for its flash reads");
     let expected: std::collections::BTreeSet<Vec<u8>> =
         found.iter().map(|i| format!("k{i}").into_bytes()).collect();
@@ -572,6 +577,16 @@ impl KillModel {
         }
     }
 
+    /// 200 pipelined GETs of random keys, left unanswered: the kill comes with flash reads
+    /// queued or in flight (in a kernel thread's hands, in the cells with `SQPOLL`).
+    fn reads_in_flight(&mut self, client: &mut Client) {
+        let mut request = Vec::new();
+        for _ in 0..200 {
+            request.extend_from_slice(format!("get k{}\r\n", self.random_key()).as_bytes());
+        }
+        client.send(&request);
+    }
+
     /// A pipelined batch of 100 requests to random keys, one in ten a delete, the rest
     /// overwrites; `in_flight` keeps it unanswered. (An acknowledged delete leaves the key
     /// with no version it may come back with, but those of later writes.)
@@ -683,9 +698,10 @@ fn flash_kill_cells() -> Vec<(&'static str, &'static str, KillPoint)> {
 }
 
 /// A kill loop with the flash tier, in every cell of index placement (pool, dram) × durability
-/// (none, sync, interval) × kill point (under load, during shutdown, during recovery): rounds of pipelined
-/// overwrites and deletes of more data than memory holds (so items keep moving to flash and
-/// back), each ended by `kill -9` with a batch in flight, and a
+/// (none, sync, interval) × kill point (under load, during shutdown, during recovery), every
+/// other cell with a kernel thread issuing the flash reads (`--flash-sqpoll-idle-ms`): rounds
+/// of pipelined overwrites and deletes of more data than memory holds (so items keep moving to
+/// flash and back), each ended by `kill -9` with GETs and a batch of writes in flight, and a
 /// restart on the same pool and flash file. After each restart, every key is absent (a cache
 /// may lose what flash had not written; with the index in DRAM a crash drops every flash
 /// entry) or holds its last acknowledged value or one of the values in flight: never an older
@@ -698,7 +714,15 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
         .unwrap_or(2);
     let mut kept_with_index_in_pool = 0;
     for (i, (placement, durability, point)) in flash_kill_cells().into_iter().enumerate() {
-        let cell = format!("index {placement}, durability {durability}, kill {point:?}");
+        let sqpoll = i % 2 == 1;
+        let cell = format!(
+            "index {placement}, durability {durability}, kill {point:?}{}",
+            if sqpoll {
+                ", reads issued by SQPOLL"
+            } else {
+                ""
+            }
+        );
         let pool_file = PoolFile::new(&format!("flash-kill-{i}"));
         let dir = flash_dir(&format!("kill-{i}"));
         let flash = dir.join("tier.flash");
@@ -710,7 +734,10 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
             "--durability",
             durability,
         ];
-        let flags = flash_flags(flash.to_str().expect("utf-8"), "64MiB", "256KiB", &extra);
+        let mut flags = flash_flags(flash.to_str().expect("utf-8"), "64MiB", "256KiB", &extra);
+        if sqpoll {
+            flags.extend_from_slice(&["--flash-sqpoll-idle-ms", "2"]);
+        }
         let mut model = KillModel::new(0x9E37_79B9_7F4A_7C15 ^ i as u64);
         for round in 0..=rounds {
             let mut server = Server::start(&flags);
@@ -725,6 +752,7 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
             for _ in 0..20 + model.next() % 200 {
                 model.batch(&mut client, false);
             }
+            model.reads_in_flight(&mut client);
             model.batch(&mut client, true);
             kill_at(point, &mut server, &flags, &mut model);
         }
@@ -779,7 +807,22 @@ fn damaged_flash_bytes_are_never_served() {
 
     let mut server = Server::start(&flags);
     let mut client = Client::connect(server.memcache);
+    // SCAN first, so it is the first to read the damaged records: it returns no key that
+    // was never written (a key read from damaged bytes), and every key GET finds after it.
+    let (scanned, _, _) = scan_all(&server);
+    let written: std::collections::BTreeSet<Vec<u8>> =
+        (0..KEYS).map(|i| format!("k{i}").into_bytes()).collect();
+    let foreign: Vec<_> = scanned.difference(&written).collect();
+    assert!(
+        foreign.is_empty(),
+        "SCAN returned keys never written: {foreign:?}"
+    );
     let after = read_all(&mut client); // Asserts every value it gets is the key's own.
+    let unscanned = after
+        .iter()
+        .filter(|&&i| !scanned.contains(format!("k{i}").as_bytes()))
+        .count();
+    assert_eq!(unscanned, 0, "keys GET found that SCAN did not return");
     let damaged = stat(&mut client, "strata_flash_damaged_records");
     assert!(
         damaged >= 2,

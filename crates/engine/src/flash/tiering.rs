@@ -20,7 +20,7 @@ use std::time::Duration;
 use strata_pool::AlignedBuf;
 
 use crate::flash::{ReadFor, RecordKey};
-use crate::index::{self, FLASH_TIER_BIT};
+use crate::index;
 use crate::record::{self, RecordMeta};
 use crate::Inner;
 
@@ -72,7 +72,7 @@ pub(crate) fn read_record<R>(
         return FlashRead::NotIt;
     };
     with_read_buf(|buf| {
-        let Some(range) = flash.read(location & !FLASH_TIER_BIT, buf) else {
+        let Some(range) = flash.read(index::flash_units(location), buf) else {
             flash
                 .counters
                 .damaged_records
@@ -122,7 +122,7 @@ pub(crate) fn read_key(
 ) -> Option<Vec<u8>> {
     let flash = inner.flash.as_ref()?;
     with_read_buf(|buf| {
-        let range = flash.read_for(location & !FLASH_TIER_BIT, buf, purpose)?;
+        let range = flash.read_for(index::flash_units(location), buf, purpose)?;
         match record::read(&buf[range]) {
             record::Scan::Record(view)
                 if view.live
@@ -302,7 +302,7 @@ pub(crate) fn reclaim_one(inner: &Inner, oldest: bool) -> bool {
             let shard_index = inner.shard_of(hash);
             let full = {
                 let mut pending = pending.borrow_mut();
-                pending[shard_index].push((index::hash24(hash), location | FLASH_TIER_BIT));
+                pending[shard_index].push((index::hash24(hash), index::flash_location(location)));
                 pending[shard_index].len() >= RECLAIM_BATCH_MAX
             };
             if full {

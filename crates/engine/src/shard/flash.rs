@@ -19,7 +19,7 @@
 use crate::config::FlashAdmission;
 use crate::error::WriteError;
 use crate::flash::{self, tiering};
-use crate::index::{self, is_flash, Entry, SlotRef, FLASH_TIER_BIT};
+use crate::index::{self, is_flash, Entry, SlotRef};
 use crate::record::{RecordMeta, RecordView};
 use crate::segment::OwnedSegment;
 use crate::Inner;
@@ -129,7 +129,8 @@ impl Shard {
             return found;
         };
         self.for_each_flash_entry(index::hash24(hash), |location| {
-            if found.len < FLASH_CANDIDATES_MAX && flash.may_hold(location & !FLASH_TIER_BIT, hash)
+            if found.len < FLASH_CANDIDATES_MAX
+                && flash.may_hold(index::flash_units(location), hash)
             {
                 found.locations[found.len] = location;
                 found.len += 1;
@@ -162,7 +163,7 @@ impl Shard {
         let flash = inner.flash.as_ref();
         let mut dropped = 0;
         for location in self.flash_locations(h24) {
-            let others = flash.is_some_and(|f| f.rules_out(location & !FLASH_TIER_BIT, hash));
+            let others = flash.is_some_and(|f| f.rules_out(index::flash_units(location), hash));
             if !others && self.unindex_flash(h24, location) {
                 dropped += 1;
             }
@@ -291,7 +292,7 @@ impl Shard {
     pub(crate) fn queue_flash_damage(&self, h24: u32, location: u64) {
         tracing::warn!(
             shard = self.id,
-            flash_location = location & !FLASH_TIER_BIT,
+            flash_location = index::flash_units(location),
             "a flash record failed its checks (damaged, torn or reclaimed); it is dropped, not served"
         );
         self.damaged_reads.lock().push((h24, location));
@@ -309,7 +310,7 @@ impl Shard {
         let mut cursor = Some(0);
         while let Some(at) = cursor {
             cursor = self.index.scan_slots(at, 1024, |slot, entry| {
-                if is_flash(entry.location) && !keep(entry.location & !FLASH_TIER_BIT) {
+                if is_flash(entry.location) && !keep(index::flash_units(entry.location)) {
                     stale.push((slot, entry));
                 }
             });
@@ -451,7 +452,8 @@ impl Shard {
         let Some(flash_location) = placed else {
             return false;
         };
-        self.index.relocate(slot, flash_location | FLASH_TIER_BIT);
+        self.index
+            .relocate(slot, index::flash_location(flash_location));
         self.index.set_freq(slot, 0);
         self.flash_items += 1;
         // The key left memory: its older flash copies, if any are among the suspects, must
