@@ -705,7 +705,8 @@ fn flash_kill_cells() -> Vec<(&'static str, &'static str, KillPoint)> {
 /// restart on the same pool and flash file. After each restart, every key is absent (a cache
 /// may lose what flash had not written; with the index in DRAM a crash drops every flash
 /// entry) or holds its last acknowledged value or one of the values in flight: never an older
-/// one, never a torn one. `STRATA_FLASH_KILL_ROUNDS=N` runs more rounds per cell (default 2).
+/// one, never a torn one. `STRATA_FLASH_KILL_ROUNDS=N` runs more rounds per cell (default 2);
+/// `STRATA_FLASH_KILL_SQPOLL=on` or `off` puts SQPOLL in every cell or none.
 #[test]
 fn kill_loop_with_flash_never_serves_an_older_value() {
     let rounds: u64 = std::env::var("STRATA_FLASH_KILL_ROUNDS")
@@ -714,7 +715,11 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
         .unwrap_or(2);
     let mut kept_with_index_in_pool = 0;
     for (i, (placement, durability, point)) in flash_kill_cells().into_iter().enumerate() {
-        let sqpoll = i % 2 == 1;
+        let sqpoll = match std::env::var("STRATA_FLASH_KILL_SQPOLL").as_deref() {
+            Ok("on") => true,
+            Ok("off") => false,
+            _ => i % 2 == 1,
+        };
         let cell = format!(
             "index {placement}, durability {durability}, kill {point:?}{}",
             if sqpoll {
