@@ -327,6 +327,13 @@ fn log_ready(
         if let Some(why) = strata_pool::IoEngine::best().1 {
             tracing::warn!(reason = why, "flash I/O falls back to pread/pwrite");
         }
+        if config.pool.is_some() && config.index_placement == strata_engine::IndexPlacement::Dram {
+            tracing::warn!(
+                "after a crash (kill -9, power loss) the flash tier restarts empty: its items \
+                 are named only by the index, which is in DRAM and rebuilt from the pool's \
+                 records; --index-placement pool keeps them (a clean stop keeps them either way)"
+            );
+        }
     }
 }
 
