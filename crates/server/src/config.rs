@@ -271,7 +271,8 @@ pub struct ServeOptions {
     /// What an acknowledged write survives: none, interval=MS or sync [default: none].
     #[arg(long, value_name = "LEVEL")]
     pub durability: Option<DurabilityArg>,
-    /// Where the hash index lives: dram, or pool (files beside --pool) [default: dram].
+    /// Where the hash index lives: dram, or pool (files beside --pool) [default: pool with
+    /// --pool and --flash, so a crash keeps the flash tier; else dram].
     #[arg(long, value_enum)]
     pub index_placement: Option<IndexPlacementArg>,
     /// Most client connections [default: 1024].
@@ -462,6 +463,15 @@ impl ServeOptions {
                 .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
         );
         let flash = self.flash_settings()?;
+        // A file pool with a flash tier keeps its index beside the pool unless told otherwise:
+        // flash items are named only by the index, so an index rebuilt from the pool's records
+        // after a crash would start the flash tier empty.
+        let index_placement = match self.index_placement {
+            Some(IndexPlacementArg::Pool) => IndexPlacement::Pool,
+            Some(IndexPlacementArg::Dram) => IndexPlacement::Dram,
+            None if self.pool.is_some() && flash.is_some() => IndexPlacement::Pool,
+            None => IndexPlacement::Dram,
+        };
         let config = ServerConfig {
             memcache_listen,
             resp_listen,
@@ -480,10 +490,7 @@ impl ServeOptions {
             ),
             eviction: eviction(self.eviction.unwrap_or(EvictionArg::Merge)),
             durability: self.durability.map_or(Durability::None, |d| d.0),
-            index_placement: match self.index_placement {
-                Some(IndexPlacementArg::Pool) => IndexPlacement::Pool,
-                Some(IndexPlacementArg::Dram) | None => IndexPlacement::Dram,
-            },
+            index_placement,
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
             value_len_max,
             idle_timeout_secs: self.idle_timeout.unwrap_or(0),

@@ -298,6 +298,7 @@ fn log_ready(
         backend = engine.backend().name(),
         persistence = domain.summary(),
         eviction = config.eviction.name(),
+        index = config.index_placement.name(),
         connections_max = config.connections_max,
         "strata ready"
     );
@@ -330,8 +331,9 @@ fn log_ready(
         if config.pool.is_some() && config.index_placement == strata_engine::IndexPlacement::Dram {
             tracing::warn!(
                 "after a crash (kill -9, power loss) the flash tier restarts empty: its items \
-                 are named only by the index, which is in DRAM and rebuilt from the pool's \
-                 records; --index-placement pool keeps them (a clean stop keeps them either way)"
+                 are named only by the index, which --index-placement dram keeps in DRAM and \
+                 rebuilds from the pool's records; --index-placement pool (the default with \
+                 --pool and --flash) keeps them; a clean stop keeps them either way"
             );
         }
     }

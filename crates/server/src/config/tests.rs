@@ -85,6 +85,25 @@ fn the_index_placement_is_parsed_and_needs_a_pool_file() {
         err.contains("--index-placement pool") && err.contains("--pool"),
         "{err}"
     );
+    // A file pool with a flash tier keeps the index in the pool unless told otherwise (so a
+    // crash keeps the flash tier); a DRAM pool, or no flash, keeps it in DRAM.
+    let flash = ["--flash", "/tmp/x.flash", "--flash-size", "1GiB"];
+    let with = |extra: &[&str]| {
+        let args: Vec<&str> = flash.iter().chain(extra).copied().collect();
+        parse(&args).expect("valid").index_placement
+    };
+    assert_eq!(with(&["--pool", "/dev/shm/x.pool"]), IndexPlacement::Pool);
+    assert_eq!(
+        with(&["--pool", "/dev/shm/x.pool", "--index-placement", "dram"]),
+        IndexPlacement::Dram
+    );
+    assert_eq!(with(&[]), IndexPlacement::Dram);
+    assert_eq!(
+        parse(&["--pool", "/dev/shm/x.pool"])
+            .expect("valid")
+            .index_placement,
+        IndexPlacement::Dram
+    );
 }
 
 #[test]
