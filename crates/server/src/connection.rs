@@ -247,6 +247,15 @@ impl Connection {
         self.session.take_flash_keys()
     }
 
+    /// The walk a request that just began waiting for flash waits for, if it waits for one
+    /// rather than for reads of its keys; `None` when no request began waiting.
+    pub fn take_flash_walk(&mut self) -> Option<crate::flash_io::Walk> {
+        if !self.flash_waiting {
+            return None;
+        }
+        self.session.take_flash_walk()
+    }
+
     /// The waiting request's keys were read ahead: it runs on the next pass.
     pub fn flash_staged(&mut self) {
         if self.flash_waiting {

@@ -455,8 +455,15 @@ pub trait Session: Send {
         None
     }
 
-    /// The keys of the waiting request were read ahead: its next run must not wait again (a
-    /// key that went back to flash meanwhile is read on the worker, so the request moves on).
+    /// After a call that returned [`Processed::flash_wait`] without keys: the walk to run on
+    /// the walk thread ([`crate::flash_io::Walk`]) before the request runs again.
+    fn take_flash_walk(&mut self) -> Option<crate::flash_io::Walk> {
+        None
+    }
+
+    /// The keys of the waiting request were read ahead (or its walk ended): its next run must
+    /// not wait again (a key that went back to flash meanwhile is read on the worker, so the
+    /// request moves on).
     fn flash_keys_staged(&mut self) {}
 }
 

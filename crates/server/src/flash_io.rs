@@ -15,6 +15,9 @@
 //!                 batch of queued keys (blocking) ─▶ Done to the worker's queue, and its waker
 //!  worker: the connection unparks and runs the request again; its flash reads find the
 //!          records read ahead (no I/O), and replies leave in request order.
+//!
+//!  A request that would read flash at length (KEYS: every flash key) hands a [`Walk`] over
+//!  instead: the walk thread runs it and tells the worker the same way.
 //! ```
 //!
 //! A record read ahead is used only if the index still points at it and its region is still
@@ -69,9 +72,23 @@ pub struct Job {
     pub reply: ReplyTo,
 }
 
-/// The pool of I/O threads; they end when it is dropped (their queue closes).
+/// Work that reads flash at length for one parked request (a `KEYS` over a store with items on
+/// flash: a read per flash key), run on the walk thread instead of the worker. It leaves its
+/// result where the request finds it when it runs again.
+pub type Walk = Box<dyn FnOnce(&Engine) + Send>;
+
+/// A walk, and who waits for it.
+struct WalkJob {
+    walk: Walk,
+    done: Done,
+    reply: ReplyTo,
+}
+
+/// The pool of I/O threads and the walk thread; they end when it is dropped (their queues
+/// close).
 pub struct FlashIo {
     sender: Mutex<Sender<Part>>,
+    walks: Mutex<Sender<WalkJob>>,
 }
 
 /// One key of a job, for one I/O thread: the job's keys are read in parallel, and the thread
@@ -95,9 +112,31 @@ impl FlashIo {
                 .name(format!("strata-flash-io-{i}"))
                 .spawn(move || serve(&engine, &receiver))?;
         }
+        // One walk at a time: walks are rare and long, and each holds its reply until it ends.
+        let (walks, walk_queue) = std::sync::mpsc::channel::<WalkJob>();
+        std::thread::Builder::new()
+            .name("strata-flash-walk".into())
+            .spawn(move || {
+                for job in walk_queue {
+                    (job.walk)(&engine);
+                    if job.reply.sender.send(job.done).is_ok() {
+                        let _ = job.reply.waker.wake();
+                    }
+                }
+            })?;
         Ok(FlashIo {
             sender: Mutex::new(sender),
+            walks: Mutex::new(walks),
         })
+    }
+
+    /// Queues a walk for the walk thread, which tells the worker through `reply` when it
+    /// ended. Returns false if the thread is gone (the caller then runs the request at once).
+    pub fn walk(&self, walk: Walk, done: Done, reply: ReplyTo) -> bool {
+        let Ok(walks) = self.walks.lock() else {
+            return false;
+        };
+        walks.send(WalkJob { walk, done, reply }).is_ok()
     }
 
     /// Queues a read-ahead, one part per key. Returns false if the I/O threads are gone (the
@@ -361,7 +400,17 @@ impl RingReads {
 #[derive(Debug, Default)]
 pub struct FlashWait {
     keys: Option<Vec<Vec<u8>>>,
+    walk: Option<WalkSlot>,
     staged: bool,
+}
+
+/// A walk a session handed over, in a `Debug` wrapper.
+struct WalkSlot(Walk);
+
+impl std::fmt::Debug for WalkSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Walk")
+    }
 }
 
 impl FlashWait {
@@ -423,8 +472,24 @@ impl FlashWait {
         self.keys.take()
     }
 
-    /// Its keys were read ahead.
+    /// The request waits for `walk` instead of reads of its keys ([`Walk`]).
+    pub fn wait_for_walk(&mut self, walk: Walk) {
+        self.walk = Some(WalkSlot(walk));
+    }
+
+    /// The walk of the request that began waiting.
+    pub fn take_walk(&mut self) -> Option<Walk> {
+        self.walk.take().map(|slot| slot.0)
+    }
+
+    /// Its keys were read ahead, or its walk ended.
     pub fn staged(&mut self) {
         self.staged = true;
+    }
+
+    /// The request that waited for a walk runs: the turn to run without waiting is used (the
+    /// next request with keys on flash waits for them as usual).
+    pub fn walk_done(&mut self) {
+        self.staged = false;
     }
 }

@@ -146,6 +146,9 @@ pub(crate) struct State {
     pub random_state: u64,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
     pub pending: PendingCounts,
+    /// A KEYS that waits for, or ran on, the walk thread (`keyspace::keys_walk`): where its
+    /// keys are left for it.
+    pub keys_walk: Option<std::sync::Arc<keyspace::KeysWalk>>,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -193,6 +196,7 @@ impl RespSession {
                 output_capacity_at_call: 0,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 pending: PendingCounts::default(),
+                keys_walk: None,
             },
             batch: Vec::new(),
             discard: None,
@@ -286,6 +290,10 @@ impl Session for RespSession {
 
     fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
         self.flash_wait.take_keys()
+    }
+
+    fn take_flash_walk(&mut self) -> Option<crate::flash_io::Walk> {
+        self.flash_wait.take_walk()
     }
 
     fn flash_keys_staged(&mut self) {
@@ -383,6 +391,17 @@ impl RespSession {
     ) -> Option<Processed> {
         for (args, &(start, end)) in self.batch.iter().zip(ranges) {
             let command = &input[start..end];
+            if self.state.keys_walk.is_some() {
+                // The KEYS that waited for its walk runs now, with the keys it found.
+                self.flash_wait.walk_done();
+            } else if ctx.flash_io.is_some() && authenticated(&self.state, ctx) {
+                if let Some(walk) = keyspace::keys_walk(&mut self.state, ctx, args, command) {
+                    // A KEYS over items on flash reads every one of them: it waits, unconsumed,
+                    // while the walk thread does, and the worker serves its other connections.
+                    self.flash_wait.wait_for_walk(walk);
+                    return Some(Processed::flash_wait(start));
+                }
+            }
             if ctx.flash_io.is_some()
                 && authenticated(&self.state, ctx)
                 && self.flash_wait.must_wait(ctx, flash_keys(args, command))

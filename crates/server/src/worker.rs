@@ -440,13 +440,12 @@ impl Worker {
             }
             status
         };
-        if let Some(keys) = connection.take_flash_keys() {
-            let done = flash_io::Done {
-                slot,
-                connection_id: connection.id,
-            };
-            shared.ctx.stats.flash_waits.fetch_add(1, Ordering::Relaxed);
-            let queued = match self.flash_ring.as_mut() {
+        let done = flash_io::Done {
+            slot,
+            connection_id: connection.id,
+        };
+        let queued = if let Some(keys) = connection.take_flash_keys() {
+            Some(match self.flash_ring.as_mut() {
                 Some(ring) => {
                     ring.start(&shared.ctx.engine, keys, done) == flash_io::Started::Reading
                 }
@@ -462,7 +461,19 @@ impl Worker {
                         .as_ref()
                         .is_some_and(|io| io.submit(job))
                 }
-            };
+            })
+        } else {
+            connection.take_flash_walk().map(|walk| {
+                let reply = self.flash_reply.clone();
+                shared
+                    .ctx
+                    .flash_io
+                    .as_ref()
+                    .is_some_and(|io| io.walk(walk, done, reply))
+            })
+        };
+        if let Some(queued) = queued {
+            shared.ctx.stats.flash_waits.fetch_add(1, Ordering::Relaxed);
             if !queued {
                 // Nothing to wait for, or no I/O threads: the request runs now (reading flash
                 // on this thread if it must); the wait ended at once.

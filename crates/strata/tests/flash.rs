@@ -317,6 +317,81 @@ fn scan_returns_every_key_on_flash() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The elements of a RESP array of bulk strings (a KEYS reply) whose `*N` line was read.
+fn bulks(resp: &mut Client, count: usize) -> std::collections::BTreeSet<Vec<u8>> {
+    (0..count).map(|_| resp.bulk().expect("key")).collect()
+}
+
+/// KEYS over a store whose keys are mostly on flash reads every flash key from the disk (each
+/// read slowed here): it runs on the flash walk thread while the worker answers its other
+/// connections, and its reply holds every key once. A connection that closes while its KEYS
+/// walks leaves the server serving, and the next KEYS is whole.
+#[test]
+fn keys_over_flash_does_not_hold_up_other_connections() {
+    let pool_file = PoolFile::new("flash-keys");
+    let dir = flash_dir("keys");
+    let flash = dir.join("tier.flash");
+    let flags = flash_flags(
+        flash.to_str().expect("utf-8"),
+        "96MiB",
+        "1MiB",
+        &["--threads", "1", "--pool", pool_file.path()],
+    );
+    let mut server = Server::start(&flags);
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    let found = read_all(&mut client);
+    assert!(stat(&mut client, "strata_flash_items") > 5_000);
+    server.terminate();
+    let expected: std::collections::BTreeSet<Vec<u8>> =
+        found.iter().map(|i| format!("k{i}").into_bytes()).collect();
+
+    // Each flash read now takes a millisecond more: KEYS takes seconds.
+    let mut server = Server::launch(&[], &flags, &[("STRATA_TEST_FLASH_READ_DELAY_MS", "1")]);
+    server.await_ready();
+    let mut b = Client::connect(server.memcache);
+    let waits = stat(&mut b, "strata_flash_waits");
+    let mut a = Client::connect(server.resp);
+    a.send(&harness::resp_command(&[b"KEYS", b"*"]));
+    let newest = KEYS - 1;
+    for _ in 0..20 {
+        assert!(read_one(&mut b, newest), "key {newest}");
+    }
+    a.stream().set_nonblocking(true).expect("nonblocking");
+    let mut byte = [0u8; 1];
+    let early = std::io::Read::read(a.stream(), &mut byte);
+    assert!(
+        matches!(&early, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "KEYS answered before B's GETs: {early:?}"
+    );
+    a.stream().set_nonblocking(false).expect("blocking");
+    let count: usize = a.line()[1..].trim_end().parse().expect("array length");
+    assert_eq!(count, expected.len(), "every key once");
+    assert_eq!(bulks(&mut a, count), expected);
+    assert_eq!(
+        stat(&mut b, "strata_flash_waits"),
+        waits + 1,
+        "KEYS waited once"
+    );
+
+    // A KEYS whose connection closes while it walks.
+    let mut gone = Client::connect(server.resp);
+    gone.send(&harness::resp_command(&[b"KEYS", b"k1*"]));
+    drop(gone);
+    assert!(read_one(&mut b, newest), "key {newest}");
+    a.send(&harness::resp_command(&[b"KEYS", b"k1*"]));
+    let count: usize = a.line()[1..].trim_end().parse().expect("array length");
+    let ones: std::collections::BTreeSet<Vec<u8>> = expected
+        .iter()
+        .filter(|key| key.starts_with(b"k1"))
+        .cloned()
+        .collect();
+    assert_eq!(bulks(&mut a, count), ones);
+    assert_eq!(count, ones.len());
+    server.terminate();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn flash_options_need_flash_and_a_size() {
     let (status, stderr) = run_to_exit(&["serve", "--flash-size", "1GiB"]);

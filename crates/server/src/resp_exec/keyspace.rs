@@ -10,10 +10,13 @@
 //! SCAN and KEYS write their keys straight into `out` and put the array header in front once
 //! the count is known, checking the output limit as they go (`strings::output_limit_passed`):
 //! `KEYS *` over millions of keys or `SCAN 0 COUNT 10000000` stops at the hard limit and the
-//! connection is closed, instead of building the whole reply, and a copy of it, first.
+//! connection is closed, instead of building the whole reply, and a copy of it, first. With
+//! items on flash, KEYS walks on the flash walk thread instead of the worker (`keys_walk`).
 //!
 //! Departure: RENAME and RENAMENX copy the value to the new key and then delete the old one;
 //! the two keys may live in different shards, so another client can briefly see both.
+
+use std::sync::{Arc, Mutex};
 
 use strata_engine::{DeleteOutcome, Expiry, StoreOptions, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_i64};
@@ -255,8 +258,106 @@ fn insert_header(out: &mut Vec<u8>, start: usize, write_header: impl FnOnce(&mut
     out[start..].rotate_right(header_len);
 }
 
+/// Where a KEYS that runs on the walk thread leaves what it found (see [`keys_walk`]).
+#[derive(Debug, Default)]
+pub(crate) struct KeysWalk {
+    found: Mutex<Option<WalkedKeys>>,
+}
+
+/// The keys a walk found, encoded as the reply's elements.
+#[derive(Debug, Default)]
+struct WalkedKeys {
+    bulks: Vec<u8>,
+    count: usize,
+    /// The elements passed the output hard limit: the walk stopped there, and the
+    /// connection is closed, as it is when KEYS on the worker passes it.
+    past_limit: bool,
+}
+
+/// The walk for the command `args` (parsed from `command`) if it is a `KEYS` over a store
+/// holding items on flash: each of those costs a disk read to learn its key, which on the
+/// worker would hold up every other connection of it for as long as the whole walk (10 s for
+/// 550K flash items on the test VM's disk). The walk runs on the flash walk thread
+/// (`flash_io::FlashIo::walk`) and leaves its keys in `state.keys_walk` for [`keys`], which
+/// runs when the request does again. `None`: the command runs on the worker as usual.
+pub(crate) fn keys_walk(
+    state: &mut State,
+    ctx: &crate::context::ServerContext,
+    args: &strata_protocol::resp::Args,
+    command: &[u8],
+) -> Option<crate::flash_io::Walk> {
+    if args.len() != 2 || !name_eq(args.get(command, 0)?, b"keys") {
+        return None;
+    }
+    if ctx
+        .engine
+        .stats()
+        .flash
+        .is_none_or(|flash| flash.items == 0)
+    {
+        return None;
+    }
+    let pattern = args.get(command, 1)?.to_vec();
+    let limit_bytes = ctx.settings.output.buffered_bytes_hard;
+    let slot = Arc::new(KeysWalk::default());
+    state.keys_walk = Some(Arc::clone(&slot));
+    Some(Box::new(move |engine: &strata_engine::Engine| {
+        walk_keys(engine, &pattern, limit_bytes, &slot);
+    }))
+}
+
+/// Walks the whole keyspace on the walk thread for the keys matching `pattern`, and leaves
+/// them in `slot`; stops early if its connection closed meanwhile (no one else holds `slot`).
+fn walk_keys(
+    engine: &strata_engine::Engine,
+    pattern: &[u8],
+    limit_bytes: usize,
+    slot: &Arc<KeysWalk>,
+) {
+    let everything = pattern == b"*";
+    let mut walked = WalkedKeys::default();
+    let mut cursor = 0;
+    loop {
+        if Arc::strong_count(slot) == 1 {
+            return;
+        }
+        cursor = engine.scan(cursor, KEYS_SCAN_COUNT, &mut |key| {
+            if !walked.past_limit && (everything || glob_match(pattern, key, false)) {
+                encode::bulk(&mut walked.bulks, key);
+                walked.count += 1;
+                walked.past_limit = walked.bulks.len() > limit_bytes;
+            }
+        });
+        if cursor == 0 || walked.past_limit {
+            break;
+        }
+    }
+    *slot
+        .found
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(walked);
+}
+
 /// `KEYS pattern`: every key matching, in engine order.
 pub(crate) fn keys(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if let Some(slot) = state.keys_walk.take() {
+        let walked = slot
+            .found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        // None: the walk never ran (no walk thread); the keys are walked here instead.
+        if let Some(walked) = walked {
+            if walked.past_limit {
+                state.close = true;
+                return;
+            }
+            encode::array_len(out, walked.count);
+            out.extend_from_slice(&walked.bulks);
+            output_limit_passed(state, call, out);
+            return;
+        }
+    }
     let pattern = call.arg(1);
     let everything = pattern == b"*";
     let keys_start = out.len();
