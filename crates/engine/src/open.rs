@@ -112,6 +112,8 @@ impl Engine {
         let items_expected =
             memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
         let per_shard = (items_expected / u64::from(shard_count)).max(16) as usize;
+        // Flash entries per shard carried over a switch of index placement after a clean close.
+        let mut placement_switch_flash: Vec<Vec<crate::index::Entry>> = Vec::new();
         let files =
             match (&config.pool, config.index_placement) {
                 (PoolLocation::File(path), IndexPlacement::Pool) => Some(Arc::new(
@@ -132,6 +134,12 @@ impl Engine {
                     )?))
                 }
                 (PoolLocation::File(path), IndexPlacement::Dram) => {
+                    // A switch from the pool placement after a clean close: the flash entries
+                    // of its files are kept for the rebuild (no segment names them).
+                    if config.flash.is_some() && plan == RecoveryPlan::Recover {
+                        placement_switch_flash =
+                            flash_entries_of_files(path, shard_count, segments.len(), &pool);
+                    }
                     IndexFiles::remove(path);
                     None
                 }
@@ -159,13 +167,12 @@ impl Engine {
             .map(|id| {
                 let Some(files) = &files else {
                     let index = Index::with_capacity(per_shard);
-                    return Padded(ShardLock::new(Shard::new(
-                        id,
-                        segments.len(),
-                        index,
-                        None,
-                        false,
-                    )));
+                    let mut shard = Shard::new(id, segments.len(), index, None, false);
+                    shard.salvaged_flash = placement_switch_flash
+                        .get_mut(usize::from(id))
+                        .map(std::mem::take)
+                        .unwrap_or_default();
+                    return Padded(ShardLock::new(shard));
                 };
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
                 let mut salvaged = Vec::new();
@@ -304,6 +311,15 @@ impl Engine {
         };
         let snapshot = match (plan, pool.take_sidecar()) {
             (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),
+            (RecoveryPlan::Recover, Ok(payload)) => {
+                // A switch to the pool placement after a clean close with the index in DRAM:
+                // the shards are rebuilt from their segments into files, and their flash
+                // entries, which no segment names, come from the snapshot of that close.
+                if inner.flash.is_some() {
+                    salvage_flash_from_snapshot(&inner, &payload, segments.len(), &trusted);
+                }
+                None
+            }
             (_, Err(Some(why))) => {
                 tracing::warn!(
                     pool = %pool.path().display(),
@@ -594,8 +610,66 @@ fn flash_write_all(flash: &FlashTier) -> Result<(), String> {
     flash.persist().map_err(|e| e.to_string())
 }
 
+/// Gives each shard to be rebuilt (not `trusted`) that has no flash entries to salvage yet
+/// the flash entries of its index in the clean-close snapshot `payload`.
+fn salvage_flash_from_snapshot(
+    inner: &Inner,
+    payload: &[u8],
+    segment_count: usize,
+    trusted: &[bool],
+) {
+    let Some(saved) = snapshot::flash_entries(
+        payload,
+        inner.shards.len(),
+        inner.segment_size_bytes,
+        segment_count * inner.segment_size_bytes,
+    ) else {
+        tracing::warn!("the clean-close snapshot does not parse; the flash tier starts empty");
+        return;
+    };
+    for ((lock, entries), &trusted) in inner.shards.iter().zip(saved).zip(trusted) {
+        let mut shard = lock.0.write();
+        if !trusted && shard.salvaged_flash.is_empty() {
+            shard.salvaged_flash = entries;
+        }
+    }
+}
+
+/// The flash entries, per shard, of the index files beside the pool at `path`, if the pool
+/// closed cleanly and the files describe it as it closed (every shard consistent); else none.
+fn flash_entries_of_files(
+    path: &std::path::Path,
+    shard_count: u16,
+    segment_count: usize,
+    pool: &Pool,
+) -> Vec<Vec<crate::index::Entry>> {
+    let clean = matches!(pool.opened(), Opened::Reopened { previous, .. } if previous.clean);
+    if !clean || !IndexFiles::exist(path) {
+        return Vec::new();
+    }
+    let Ok(files) = IndexFiles::open(path, usize::from(shard_count), segment_count) else {
+        return Vec::new();
+    };
+    let files = Arc::new(files);
+    if !index_files::files_match_pool(&files, pool.info().pool_id, pool.opened()) {
+        return Vec::new();
+    }
+    let mut by_shard = Vec::with_capacity(usize::from(shard_count));
+    for id in 0..shard_count {
+        let anchor = Anchor::new(Arc::clone(&files), usize::from(id));
+        let Some(tables) = anchor
+            .consistent_desc()
+            .and_then(|desc| Index::open_in(Arc::clone(&files), id, desc))
+        else {
+            return Vec::new();
+        };
+        by_shard.push(flash_entries(&tables));
+    }
+    by_shard
+}
+
 /// The flash entries of `tables` (those of a shard to be rebuilt, read back at open).
-fn flash_entries(tables: &Index) -> Vec<crate::index::Entry> {
+pub(crate) fn flash_entries(tables: &Index) -> Vec<crate::index::Entry> {
     let mut entries = Vec::new();
     tables.all_entries(|entry| {
         if crate::index::is_flash(entry.location) {

@@ -81,6 +81,22 @@ fn parse(
 
 /// Restores shards from a snapshot. Returns the segments untouched when the snapshot does not
 /// match the pool, so the caller can fall back to a full recovery.
+/// The flash entries of each shard's index in `payload`, if it parses for this geometry.
+pub(crate) fn flash_entries(
+    payload: &[u8],
+    shard_count: usize,
+    segment_size: usize,
+    pool_bytes: usize,
+) -> Option<Vec<Vec<crate::index::Entry>>> {
+    let saved = parse(payload, shard_count, segment_size, pool_bytes)?;
+    Some(
+        saved
+            .iter()
+            .map(|shard| crate::open::flash_entries(&shard.index))
+            .collect(),
+    )
+}
+
 pub(crate) fn restore(
     inner: &Inner,
     segments: Vec<Segment>,

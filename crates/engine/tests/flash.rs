@@ -464,6 +464,44 @@ fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
     engine.check_integrity().unwrap();
 }
 
+/// Switching the index placement after a clean close keeps the flash tier, whose items no pool
+/// record names: DRAM → pool takes the flash entries from the clean-close snapshot into the
+/// files the shards are rebuilt in, and pool → DRAM takes them from the files before they are
+/// removed. (A server with `--pool` and `--flash` changed its default placement to the pool.)
+#[test]
+fn a_switch_of_index_placement_after_a_clean_close_keeps_the_flash_tier() {
+    let (_dir, dram) = file_pool_config("switch", ram_disk(64), false);
+    assert_eq!(dram.index_placement, IndexPlacement::Dram);
+    let in_pool = EngineConfig {
+        index_placement: IndexPlacement::Pool,
+        ..dram.clone()
+    };
+    let mut engine = Engine::open(dram.clone()).unwrap();
+    let keys = fill(&engine, 600);
+    let on_flash = flash_stats(&engine).items;
+    assert!(on_flash > 300);
+    for (placement, config) in [
+        ("pool", &in_pool),
+        ("dram", &dram),
+        ("pool again", &in_pool),
+    ] {
+        let reopened = close_and_reopen(engine, config);
+        engine = reopened;
+        let report = engine.recovery_report();
+        assert!(!report.from_snapshot, "{placement}: rebuilt, {report:?}");
+        assert_eq!(report.flash_items_dropped, 0, "{placement}: {report:?}");
+        assert_eq!(report.flash_items_kept, on_flash, "{placement}: {report:?}");
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(
+                peek(&engine, key),
+                Some(value_of(i as u32)),
+                "{placement}: {key:?}"
+            );
+        }
+        engine.check_integrity().unwrap();
+    }
+}
+
 /// A process crash that catches a shard changing (its control line's state 1: its tables were
 /// right before the change began) rebuilds the shard's memory entries from its segments and
 /// reads its flash entries back from those tables, as does a consistent shard (state 0) whose

@@ -405,6 +405,11 @@ impl IndexFiles {
         self.control.persist()
     }
 
+    /// Whether the pool at `pool_path` has an index directory.
+    pub fn exist(pool_path: &Path) -> bool {
+        Self::dir_for(pool_path).is_dir()
+    }
+
     /// Deletes the whole index directory of the pool at `pool_path` (when the pool is created
     /// fresh or the placement changes to DRAM).
     pub fn remove(pool_path: &Path) {
