@@ -848,8 +848,11 @@ impl Engine {
         }
     }
 
-    /// A key chosen at random (roughly uniformly among shards and buckets), or `None` when the
-    /// engine is empty.
+    /// A key chosen at random (roughly uniformly among shards and buckets, memory and flash
+    /// alike), or `None` when the engine is empty. The first stretch of 64 buckets from a
+    /// random position that holds any key is chosen from: one of its keys, each as likely; a
+    /// key on flash costs one read of its record, with no lock held (a damaged or dead record
+    /// gives way to a memory key of the stretch, or the next shard).
     pub fn random_key(&self, seed: u64) -> Option<Vec<u8>> {
         let shards = self.inner.shards.len() as u64;
         let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -857,36 +860,62 @@ impl Engine {
         let start = (mixed & 0x0FFF_FFFF) as u32;
         let now_ms = self.inner.now_ms();
         for step in 0..shards {
-            let shard = self.inner.shards[((first_shard + step) % shards) as usize]
-                .0
-                .read();
-            // From a random position to the end of the shard, then from its start around.
-            for (from, stop_at) in [(start, None), (0, Some(start))] {
-                let mut found = None;
-                let mut cursor = Some(from);
-                while let Some(position) = cursor {
-                    if stop_at.is_some_and(|stop| position >= stop) {
-                        break;
-                    }
-                    // Memory keys only: a flash read under the lock is not worth it here.
-                    let mut flash = Vec::new();
-                    cursor = shard.scan(
-                        &self.inner,
-                        position,
-                        64,
-                        now_ms,
-                        &mut |key| {
-                            found.get_or_insert_with(|| key.to_vec());
-                        },
-                        &mut flash,
-                    );
-                    if found.is_some() {
-                        return found;
-                    }
+            let (memory_key, flash_location) =
+                self.random_in_shard((first_shard + step) % shards, start, mixed, now_ms);
+            if let Some(location) = flash_location {
+                if let Some(key) =
+                    tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
+                {
+                    return Some(key);
                 }
+            }
+            if memory_key.is_some() {
+                return memory_key;
             }
         }
         None
+    }
+
+    /// [`Engine::random_key`] in one shard: from the first stretch holding any key, the key
+    /// chosen if it is in memory, or its flash location (with a memory key of the stretch, if
+    /// any, to fall back on).
+    fn random_in_shard(
+        &self,
+        shard_index: u64,
+        start: u32,
+        mixed: u64,
+        now_ms: u64,
+    ) -> (Option<Vec<u8>>, Option<u64>) {
+        let shard = self.inner.shards[shard_index as usize].0.read();
+        // From a random position to the end of the shard, then from its start around.
+        for (from, stop_at) in [(start, None), (0, Some(start))] {
+            let mut cursor = Some(from);
+            while let Some(position) = cursor {
+                if stop_at.is_some_and(|stop| position >= stop) {
+                    break;
+                }
+                let (mut memory, mut flash) = (Vec::new(), Vec::new());
+                cursor = shard.scan(
+                    &self.inner,
+                    position,
+                    64,
+                    now_ms,
+                    &mut |key| memory.push(key.to_vec()),
+                    &mut flash,
+                );
+                let candidates = (memory.len() + flash.len()) as u64;
+                if candidates == 0 {
+                    continue;
+                }
+                let pick = ((mixed >> 28) % candidates) as usize;
+                if pick < memory.len() {
+                    return (Some(memory.swap_remove(pick)), None);
+                }
+                let location = flash[pick - memory.len()];
+                return (memory.pop(), Some(location));
+            }
+        }
+        (None, None)
     }
 }
 

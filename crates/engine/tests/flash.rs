@@ -464,6 +464,28 @@ fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
     engine.check_integrity().unwrap();
 }
 
+/// A random key (RANDOMKEY) comes from flash as often as from memory, by their shares of the
+/// keys, each one a key the engine holds (a flash key costs a read of its record).
+#[test]
+fn random_keys_come_from_flash_too() {
+    let engine = Engine::open(config(ram_disk(64), false)).unwrap();
+    let keys = fill(&engine, 600);
+    let on_flash: std::collections::HashSet<&[u8]> =
+        keys_on_flash(&engine, &keys).into_iter().collect();
+    assert!(on_flash.len() > 300, "{} keys on flash", on_flash.len());
+    let mut from_flash = 0;
+    for seed in 1..=2000u64 {
+        let key = engine.random_key(seed).expect("a key");
+        assert!(keys.contains(&key), "{key:?} was never written");
+        from_flash += usize::from(on_flash.contains(&key[..]));
+    }
+    // Half or more of the keys are on flash: a memory-only choice would give none.
+    assert!(
+        from_flash >= 600,
+        "{from_flash} of 2000 random keys from flash"
+    );
+}
+
 /// Switching the index placement after a clean close keeps the flash tier, whose items no pool
 /// record names: DRAM → pool takes the flash entries from the clean-close snapshot into the
 /// files the shards are rebuilt in, and pool → DRAM takes them from the files before they are

@@ -313,6 +313,21 @@ fn scan_returns_every_key_on_flash() {
         seen.len()
     );
     assert!(calls > 10, "{calls} SCAN calls");
+    // RANDOMKEY draws from flash too: the oldest third of the keys are all on flash (16 MiB
+    // of memory holds the newest ~15,000 of 24,000), and about a third of the draws are among them.
+    let mut resp = Client::connect(server.resp);
+    let mut oldest = 0;
+    for _ in 0..100 {
+        resp.send(&harness::resp_command(&[b"RANDOMKEY"]));
+        let key = resp.bulk().expect("a key");
+        assert!(expected.contains(&key), "{key:?}");
+        let i: usize = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
+        oldest += usize::from(i < KEYS / 3);
+    }
+    assert!(
+        oldest >= 10,
+        "{oldest} of 100 random keys among the oldest third"
+    );
     server.terminate();
     let _ = std::fs::remove_dir_all(&dir);
 }
