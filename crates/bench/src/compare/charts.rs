@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::flash_report::{FlashPhaseSummary, FlashSummary};
 use super::scenarios::{Scenario, ScenarioKind};
 use super::summary::ScenarioSummary;
 use crate::error::BenchError;
@@ -37,6 +38,19 @@ pub fn write_all(
 ) -> Result<Vec<(String, String)>, BenchError> {
     let mut files = Vec::new();
     for (scenario, summary) in scenarios.iter().zip(summaries) {
+        if scenario.kind == ScenarioKind::Flash {
+            let flash: Vec<(&str, &FlashSummary)> = summary
+                .targets
+                .iter()
+                .filter_map(|t| Some((t.server.as_str(), t.flash.as_ref()?)))
+                .collect();
+            for (name, svg) in flash_charts(&scenario.name, &flash) {
+                let path: PathBuf = out.join(&name);
+                std::fs::write(&path, svg).map_err(|source| BenchError::File { path, source })?;
+                files.push((scenario.name.clone(), name));
+            }
+            continue;
+        }
         let (name, svg) = if scenario.kind == ScenarioKind::Sweep {
             let series: Vec<Series> = summary
                 .targets
@@ -69,6 +83,52 @@ pub fn write_all(
         files.push((scenario.name.clone(), name));
     }
     Ok(files)
+}
+
+/// The flash scenario's charts (file name, SVG) from each server's figures: requests per second
+/// in each closed-loop phase, items kept after the fill, and p99 latency in each fixed-rate
+/// phase, a bar per server (and phase).
+#[must_use]
+pub fn flash_charts(scenario: &str, flash: &[(&str, &FlashSummary)]) -> Vec<(String, String)> {
+    let phase_bars = |open_loop: bool, value: &dyn Fn(&FlashPhaseSummary) -> Option<f64>| {
+        flash
+            .iter()
+            .flat_map(|(server, f)| {
+                f.phases
+                    .iter()
+                    .filter(move |p| p.rate_per_sec.is_some() == open_loop)
+                    .map(move |p| (format!("{server} {}", p.label), value(p)))
+            })
+            .collect::<Vec<Bar>>()
+    };
+    let kept: Vec<Bar> = flash
+        .iter()
+        .map(|(server, f)| ((*server).to_owned(), f.items_kept))
+        .collect();
+    let mut charts = vec![
+        (
+            format!("{scenario}.svg"),
+            bar_chart(
+                &format!("{scenario}: requests/s, closed loop"),
+                &phase_bars(false, &|p| p.requests_per_sec),
+            ),
+        ),
+        (
+            format!("{scenario}-items.svg"),
+            bar_chart(&format!("{scenario}: items kept after the fill"), &kept),
+        ),
+    ];
+    let tail = phase_bars(true, &|p| p.p99_us);
+    if !tail.is_empty() {
+        charts.push((
+            format!("{scenario}-p99.svg"),
+            bar_chart(
+                &format!("{scenario}: p99 µs at a fixed rate (lower is better)"),
+                &tail,
+            ),
+        ));
+    }
+    charts
 }
 
 /// A vertical bar chart; bars with no value are labelled "not run".
@@ -354,6 +414,49 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert_eq!(svg.matches("<circle").count(), 4);
         assert!(svg.contains("stroke-dasharray"));
+    }
+
+    #[test]
+    fn flash_charts_draw_closed_loop_rates_items_and_fixed_rate_tails() {
+        let phase = |label: &str, rate: Option<f64>, rps: f64, p99: f64| FlashPhaseSummary {
+            label: label.into(),
+            requests_per_sec: Some(rps),
+            hit_ratio: None,
+            p50_us: None,
+            p99_us: Some(p99),
+            p999_us: None,
+            server_cpu_us_per_request: None,
+            disk_read_bytes_per_get: None,
+            flash_reads_per_flash_hit: None,
+            steal_percent: None,
+            rate_per_sec: rate,
+        };
+        let figures = |kept: f64| FlashSummary {
+            items_kept: Some(kept),
+            phases: vec![
+                phase("zipf:0.9", None, 200_000.0, 900.0),
+                phase("uniform", None, 80_000.0, 1_500.0),
+                phase("zipf:0.9 at 20000/s", Some(20_000.0), 20_000.0, 120.0),
+            ],
+            ..FlashSummary::default()
+        };
+        let (memcached, strata) = (figures(0.9e6), figures(4.1e6));
+        let charts = flash_charts(
+            "flash-1k",
+            &[("memcached", &memcached), ("strata", &strata)],
+        );
+        let names: Vec<&str> = charts.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["flash-1k.svg", "flash-1k-items.svg", "flash-1k-p99.svg"]
+        );
+        // Background plus a bar per server and closed-loop phase; per server; per fixed rate.
+        assert_eq!(charts[0].1.matches("<rect").count(), 1 + 4);
+        assert!(charts[0].1.contains("strata uniform") && !charts[0].1.contains("at 20000"));
+        assert_eq!(charts[1].1.matches("<rect").count(), 1 + 2);
+        assert!(charts[1].1.contains("4.10M"));
+        assert_eq!(charts[2].1.matches("<rect").count(), 1 + 2);
+        assert!(charts[2].1.contains("memcached zipf:0.9 at 20000/s"));
     }
 
     #[test]

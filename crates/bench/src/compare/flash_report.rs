@@ -55,6 +55,10 @@ pub struct FlashPhaseSummary {
     /// The machine's CPU steal over the phase, percent (a shared VM's tails follow it).
     #[serde(default)]
     pub steal_percent: Option<f64>,
+    /// The phase's fixed rate (an open loop), requests per second; `None`: as fast as the
+    /// server answers (a closed loop).
+    #[serde(default)]
+    pub rate_per_sec: Option<f64>,
 }
 
 /// One stop and start's medians.
@@ -73,7 +77,7 @@ pub struct FlashRestartSummary {
 }
 
 /// One server's flash figures: medians over repeats.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FlashSummary {
     /// Memory budget, MiB.
     pub memory_mib: u64,
@@ -264,6 +268,7 @@ fn phase_summaries(results: &[&FlashResult]) -> Vec<FlashPhaseSummary> {
                 disk_read_bytes_per_get: med(&disk_read_bytes_per_get),
                 flash_reads_per_flash_hit: med(&|p| flash_reads_per_flash_hit(&p.stats_delta)),
                 steal_percent: med(&|p| p.steal_percent),
+                rate_per_sec: phases.first().and_then(|p| p.rate_per_sec),
                 label,
             }
         })

@@ -58,7 +58,7 @@ pub fn render(
             ScenarioKind::Sweep => sweep_tables(&mut md, scenario, summary),
             ScenarioKind::Throughput => throughput_table(&mut md, summary),
         }
-        if let Some((_, file)) = charts.iter().find(|(name, _)| name == &scenario.name) {
+        for (_, file) in charts.iter().filter(|(name, _)| name == &scenario.name) {
             let _ = writeln!(md, "\n![{}]({file})\n", scenario.name);
         }
         for target in summary.targets.iter().filter(|t| t.status != "ok") {
