@@ -50,6 +50,8 @@ pub use config::{
     SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
+pub use flash::check::{check_flash_file, FlashReport};
+pub use flash::format::Superblock as FlashSuperblock;
 pub use flash::{FlashError, FlashOpened, FlashRead, FlashStats, ReadOutcome};
 pub use record::KEY_LEN_MAX;
 pub use recovery::{RecoveryPlan, RecoveryReport};

@@ -509,6 +509,15 @@ pub fn prefetch<T>(value: &T) {
     let _ = value;
 }
 
+/// Takes a shared `flock` on `file` without waiting: false while another process (a server,
+/// which locks its pool and flash medium exclusively) holds it exclusively. Offline checkers
+/// take it so that no server writes what they read.
+pub fn try_lock_shared(file: &File) -> bool {
+    // SAFETY: flock on a descriptor the caller owns; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    rc == 0
+}
+
 /// A pool file opened read-only for offline inspection (`strata pool inspect|verify`): the
 /// header is validated, segments are readable, nothing is ever written.
 pub struct PoolFile {
@@ -522,9 +531,7 @@ impl PoolFile {
     /// Opens `path` read-only. Refused with `Locked` while a server has the pool open.
     pub fn open(path: &Path) -> Result<PoolFile, PoolError> {
         let file = File::open(path).map_err(|e| io_err("open", path, e))?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-        if rc != 0 {
+        if !try_lock_shared(&file) {
             return Err(PoolError::Locked {
                 path: path.to_path_buf(),
             });

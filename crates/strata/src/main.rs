@@ -1,5 +1,5 @@
 //! The `strata` binary: `strata serve` runs the server, `strata bench` the load generator,
-//! `strata pool inspect|verify` looks at a pool file.
+//! `strata pool inspect|verify` looks at a pool file, `strata flash verify` at a flash tier.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 when the server fails at run time (a port in use,
 //! a pool that cannot open), 2 for invalid flags or configuration. A panic on any thread but a
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod flash_cmd;
 mod pool_cmd;
 
 /// Exit code for invalid flags or configuration (clap uses the same for usage errors).
@@ -32,6 +33,9 @@ enum Command {
     /// Inspect or verify a pool file.
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
+    /// Verify a flash tier's file or block device.
+    #[command(subcommand)]
+    Flash(flash_cmd::FlashCommand),
     /// Serve block devices over NBD with a cache in front (`strata block --export ...`), or
     /// talk to a running one (`strata block stats|mode|flush|detach --admin ADDR`).
     Block(BlockCommand),
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(options) => serve(options),
         Command::Pool(command) => pool_cmd::run(command),
+        Command::Flash(command) => flash_cmd::run(command),
         Command::Block(BlockCommand {
             action: None,
             serve,

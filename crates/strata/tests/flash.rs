@@ -902,7 +902,18 @@ fn damaged_flash_bytes_are_never_served() {
     let before = read_all(&mut client).len();
     let on_flash = stat(&mut client, "strata_flash_items");
     assert!(on_flash > 5_000);
+    // `strata flash verify` is refused while the server holds the medium.
+    let (status, _, stderr) = harness::run_output(&["flash", "verify", flash_path]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("a server has it open"), "{stderr}");
     server.terminate();
+    // Once stopped, the medium checks sound.
+    let (status, stdout, stderr) = harness::run_output(&["flash", "verify", flash_path]);
+    assert_eq!(status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.ends_with("ok\n") && stdout.contains(" 0 damaged"),
+        "{stdout}"
+    );
 
     // Region i starts at HEADER + i * REGION; its records after its own 4 KiB header.
     let mut bytes = std::fs::read(&flash).expect("read flash file");
@@ -912,6 +923,16 @@ fn damaged_flash_bytes_are_never_served() {
     bytes[block..block + 4096].fill(0); // A zeroed block.
     bytes[(HEADER + 2 * REGION) as usize + 20] ^= 0xff; // Region 2's header.
     std::fs::write(&flash, &bytes).expect("write flash file");
+    // The offline check finds each damage: the damaged header, and the damaged records.
+    let (status, stdout, _) = harness::run_output(&["flash", "verify", flash_path]);
+    assert_eq!(status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("problem: region 2: header fails its checks")
+            && stdout.contains("problem: region 0: payload checksum wrong")
+            && stdout.contains("problem: region 1: payload checksum wrong")
+            && stdout.contains("problem: region 0: record at payload offset"),
+        "{stdout}"
+    );
 
     let mut server = Server::start(&flags);
     let mut client = Client::connect(server.memcache);
@@ -947,6 +968,9 @@ fn damaged_flash_bytes_are_never_served() {
     let mut bytes = std::fs::read(&flash).expect("read flash file");
     bytes[30] ^= 0x01;
     std::fs::write(&flash, &bytes).expect("write flash file");
+    let (status, stdout, _) = harness::run_output(&["flash", "verify", flash_path]);
+    assert_eq!(status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("problem: superblock: checksum"), "{stdout}");
     let mut server = Server::start(&flags);
     server.assert_logged("flash tier formatted");
     let mut client = Client::connect(server.memcache);

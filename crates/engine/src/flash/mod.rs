@@ -26,6 +26,7 @@
 //! in the pool, the flash tier starts empty (its entries are not restored), so no item can come
 //! back from flash older than a write or delete the memory tier saw.
 
+pub(crate) mod check;
 pub(crate) mod filter;
 pub(crate) mod format;
 pub(crate) mod tiering;
@@ -60,7 +61,7 @@ pub(crate) fn class_of(expires_at_ms: Option<u64>, now_ms: u64) -> usize {
 }
 
 /// Bytes of the stamp before each record (see `format`).
-const STAMP_BYTES: usize = 8;
+pub(crate) const STAMP_BYTES: usize = 8;
 /// Longest first read of a record (the guess before its length is known): records up to about
 /// 13 KiB on average are read whole at once; a longer one takes a second read at its length.
 /// (At 4 KiB, one 4-KiB-block guess left about one read in twelve short, each a second disk

@@ -1,0 +1,168 @@
+//! `strata flash verify`: a flash tier's file or block device checked offline, read-only, as
+//! docs/FLASH_FORMAT.md defines it: the superblock, every region header, and in each written
+//! region the payload checksum, the directory checksum, and every record the directory names
+//! (its stamp, its own CRC32C, lengths and state).
+//!
+//! A server holds the medium under an exclusive `flock` while it runs; the check takes a
+//! shared one and is refused while a server has it. It never writes.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::format::{self, BLOCK_SIZE_BYTES, DIRECTORY_ENTRY_BYTES};
+use super::STAMP_BYTES;
+
+/// What [`check_flash_file`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlashReport {
+    /// The superblock, if it holds (else nothing below it is read).
+    pub superblock: Option<format::Superblock>,
+    /// Regions holding records.
+    pub regions_written: u64,
+    /// Regions never written, reclaimed, or left by an earlier format of the medium.
+    pub regions_free: u64,
+    /// Regions whose header fails its checks (free at the next start: their records are lost).
+    pub regions_damaged: u64,
+    /// Written regions whose payload checksum is wrong (a damaged record, or damaged padding
+    /// between records, which costs nothing).
+    pub payloads_damaged: u64,
+    /// Records the directories of written regions name.
+    pub records: u64,
+    /// Of those, records that fail their checks (each is a miss for the server, never a value).
+    pub records_damaged: u64,
+    /// Bytes of records in written regions.
+    pub payload_bytes: u64,
+    /// What is wrong, one line each (the first 100; the counts above count them all).
+    pub problems: Vec<String>,
+}
+
+/// Most problems listed one by one.
+const PROBLEMS_LISTED_MAX: usize = 100;
+
+impl FlashReport {
+    fn problem(&mut self, line: String) {
+        if self.problems.len() < PROBLEMS_LISTED_MAX {
+            self.problems.push(line);
+        }
+    }
+
+    /// Whether nothing was found wrong.
+    #[must_use]
+    pub fn is_sound(&self) -> bool {
+        self.superblock.is_some()
+            && self.regions_damaged == 0
+            && self.payloads_damaged == 0
+            && self.records_damaged == 0
+    }
+}
+
+/// Checks the flash medium at `path` (see the module docs). Errors when it cannot be opened or
+/// read, or a server holds it; everything else is in the report.
+///
+/// # Errors
+/// The file cannot be opened, locked or read.
+pub fn check_flash_file(path: &Path) -> std::io::Result<FlashReport> {
+    let file = File::open(path)?;
+    if !strata_pool::try_lock_shared(&file) {
+        return Err(std::io::Error::other(
+            "a server has it open (it holds the medium's lock); stop it first",
+        ));
+    }
+    let mut report = FlashReport::default();
+    let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+    file.read_exact_at(&mut block, 0)?;
+    let Some(superblock) = format::read_superblock(&block) else {
+        let why = match format::superblock_version(&block) {
+            Some(version) if version != format::FORMAT_VERSION => {
+                format!(
+                    "superblock: format version {version}, this strata reads {}",
+                    format::FORMAT_VERSION
+                )
+            }
+            Some(_) => "superblock: checksum, record alignment or reserved bytes wrong".into(),
+            None => "superblock: no strata flash magic (never formatted, or foreign)".into(),
+        };
+        report.problem(why);
+        return Ok(report);
+    };
+    report.superblock = Some(superblock);
+    for index in 0..superblock.region_count {
+        let start = BLOCK_SIZE_BYTES as u64 + index * superblock.region_size_bytes;
+        file.read_exact_at(&mut block, start)?;
+        check_region(&file, &superblock, index, start, &block, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn check_region(
+    file: &File,
+    superblock: &format::Superblock,
+    index: u64,
+    start: u64,
+    block: &[u8],
+    report: &mut FlashReport,
+) -> std::io::Result<()> {
+    let header = match format::read_region_header(block) {
+        Some(header) if header.flash_id == superblock.flash_id && !header.reclaimed => header,
+        Some(_) => {
+            report.regions_free += 1;
+            return Ok(());
+        }
+        None if block.iter().all(|&b| b == 0) => {
+            report.regions_free += 1;
+            return Ok(());
+        }
+        None => {
+            report.regions_damaged += 1;
+            report.problem(format!("region {index}: header fails its checks"));
+            return Ok(());
+        }
+    };
+    let directory_at = format::directory_start(header.payload_bytes);
+    let directory_len = header.records.saturating_mul(DIRECTORY_ENTRY_BYTES as u64);
+    if directory_at.saturating_add(directory_len) > superblock.region_size_bytes {
+        report.regions_damaged += 1;
+        report.problem(format!(
+            "region {index}: header's payload ({} B) and records ({}) do not fit the region",
+            header.payload_bytes, header.records
+        ));
+        return Ok(());
+    }
+    report.regions_written += 1;
+    report.payload_bytes += header.payload_bytes;
+    let mut payload = vec![0u8; header.payload_bytes as usize];
+    file.read_exact_at(&mut payload, start + BLOCK_SIZE_BYTES as u64)?;
+    if crc32c::crc32c(&payload) != header.payload_crc {
+        report.payloads_damaged += 1;
+        report.problem(format!("region {index}: payload checksum wrong"));
+    }
+    let mut directory = vec![0u8; directory_len as usize];
+    file.read_exact_at(&mut directory, start + directory_at)?;
+    if crc32c::crc32c(&directory) != header.directory_crc {
+        report.problem(format!(
+            "region {index}: directory checksum wrong (its records are not checked one by one)"
+        ));
+        report.records += header.records;
+        report.records_damaged += header.records;
+        return Ok(());
+    }
+    let stamp = (superblock.flash_id ^ header.seq).to_le_bytes();
+    for entry in directory.chunks_exact(DIRECTORY_ENTRY_BYTES) {
+        let (offset, _hash) = format::read_directory_entry(entry);
+        let at = offset as usize;
+        report.records += 1;
+        let sound = payload.get(at..at + STAMP_BYTES) == Some(&stamp[..])
+            && matches!(
+                payload.get(at + STAMP_BYTES..).map(crate::record::read),
+                Some(crate::record::Scan::Record(_))
+            );
+        if !sound {
+            report.records_damaged += 1;
+            report.problem(format!(
+                "region {index}: record at payload offset {offset}: stamp, checksum, lengths or state wrong"
+            ));
+        }
+    }
+    Ok(())
+}
