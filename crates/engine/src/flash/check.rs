@@ -51,6 +51,7 @@ impl FlashReport {
     #[must_use]
     pub fn is_sound(&self) -> bool {
         self.superblock.is_some()
+            && self.problems.is_empty()
             && self.regions_damaged == 0
             && self.payloads_damaged == 0
             && self.records_damaged == 0
@@ -87,10 +88,34 @@ pub fn check_flash_file(path: &Path) -> std::io::Result<FlashReport> {
         return Ok(report);
     };
     report.superblock = Some(superblock);
+    let region_size = superblock.region_size_bytes;
+    if region_size < 2 * BLOCK_SIZE_BYTES as u64
+        || !region_size.is_multiple_of(BLOCK_SIZE_BYTES as u64)
+    {
+        report.problem(format!(
+            "superblock: region size {region_size} is not a multiple of 4 KiB over 4 KiB"
+        ));
+        return Ok(report);
+    }
     for index in 0..superblock.region_count {
-        let start = BLOCK_SIZE_BYTES as u64 + index * superblock.region_size_bytes;
-        file.read_exact_at(&mut block, start)?;
-        check_region(&file, &superblock, index, start, &block, &mut report)?;
+        let Some(start) = index
+            .checked_mul(region_size)
+            .and_then(|at| at.checked_add(BLOCK_SIZE_BYTES as u64))
+        else {
+            break;
+        };
+        match file.read_exact_at(&mut block, start) {
+            Ok(()) => check_region(&file, &superblock, index, start, &block, &mut report)?,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                report.problem(format!(
+                    "superblock: {} regions, but the medium ends within region {index}",
+                    superblock.region_count
+                ));
+                report.regions_damaged += 1;
+                break;
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(report)
 }
@@ -119,7 +144,12 @@ fn check_region(
             return Ok(());
         }
     };
-    let directory_at = format::directory_start(header.payload_bytes);
+    let fits = header.payload_bytes <= superblock.region_size_bytes - BLOCK_SIZE_BYTES as u64;
+    let directory_at = if fits {
+        format::directory_start(header.payload_bytes)
+    } else {
+        u64::MAX
+    };
     let directory_len = header.records.saturating_mul(DIRECTORY_ENTRY_BYTES as u64);
     if directory_at.saturating_add(directory_len) > superblock.region_size_bytes {
         report.regions_damaged += 1;
@@ -165,4 +195,79 @@ fn check_region(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn superblock(region_size_bytes: u64, region_count: u64) -> format::Superblock {
+        format::Superblock {
+            flash_id: 7,
+            pool_id: 9,
+            region_size_bytes,
+            region_count,
+            created_unix_secs: 1,
+            record_align_bytes: 8,
+        }
+    }
+
+    fn medium(name: &str, blocks: &[Vec<u8>]) -> std::path::PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("strata-flash-check-{name}-{}", std::process::id()));
+        std::fs::write(&path, blocks.concat()).unwrap();
+        path
+    }
+
+    fn block() -> Vec<u8> {
+        vec![0u8; BLOCK_SIZE_BYTES]
+    }
+
+    /// Headers whose checksums hold but whose numbers are hostile: more regions than the file
+    /// holds, a region size that is no multiple of 4 KiB, a payload and record count past the
+    /// region. Each is a reported problem, never a panic or a huge allocation.
+    #[test]
+    fn hostile_headers_are_problems() {
+        let mut sb = block();
+        format::write_superblock(&mut sb, &superblock(1000, 4));
+        let path = medium("odd-size", &[sb]);
+        let report = check_flash_file(&path).unwrap();
+        assert!(
+            report.problems[0].contains("region size 1000"),
+            "{report:?}"
+        );
+        assert!(!report.is_sound());
+
+        let region_size = 4 * BLOCK_SIZE_BYTES as u64;
+        let mut sb = block();
+        format::write_superblock(&mut sb, &superblock(region_size, u64::MAX));
+        let mut header = block();
+        format::write_region_header(
+            &mut header,
+            &format::RegionHeader {
+                flash_id: 7,
+                seq: 1,
+                created_ms: 0,
+                expires_at_ms: u64::MAX,
+                payload_bytes: u64::MAX - 100,
+                records: u64::MAX,
+                payload_crc: 0,
+                directory_crc: 0,
+                reclaimed: false,
+            },
+        );
+        let region = [header, block(), block(), block()].concat();
+        let path = medium("hostile", &[sb, region]);
+        let report = check_flash_file(&path).unwrap();
+        assert_eq!(report.regions_damaged, 2, "{report:?}");
+        assert!(
+            report.problems[0].contains("do not fit the region"),
+            "{report:?}"
+        );
+        assert!(
+            report.problems[1].contains("the medium ends within region 1"),
+            "{report:?}"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
 }
