@@ -306,6 +306,15 @@ impl Engine {
         self.inner.flash.is_some()
     }
 
+    /// Items the flash tier holds (its index entries; 0 without a flash tier).
+    pub fn flash_items(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| shard.0.read().flash_items())
+            .sum()
+    }
+
     /// Before a read-modify-write of a key that memory does not hold: moves the key's flash
     /// record (if one of the candidates is it) into memory, so the change sees it. Returns the
     /// shard locked for the change.
@@ -878,7 +887,8 @@ impl Engine {
 
     /// [`Engine::random_key`] in one shard: from the first stretch holding any key, the key
     /// chosen if it is in memory, or its flash location (with a memory key of the stretch, if
-    /// any, to fall back on).
+    /// any, to fall back on). Of the stretch's memory keys only one is copied: each is kept
+    /// with probability 1/n as the n-th is seen (a reservoir of one).
     fn random_in_shard(
         &self,
         shard_index: u64,
@@ -894,25 +904,34 @@ impl Engine {
                 if stop_at.is_some_and(|stop| position >= stop) {
                     break;
                 }
-                let (mut memory, mut flash) = (Vec::new(), Vec::new());
+                let (mut memory_keys, mut memory_key, mut flash) = (0u64, None, Vec::new());
+                let mut draw = mixed | 1;
                 cursor = shard.scan(
                     &self.inner,
                     position,
                     64,
                     now_ms,
-                    &mut |key| memory.push(key.to_vec()),
+                    &mut |key| {
+                        memory_keys += 1;
+                        // xorshift64: a fresh draw per key.
+                        draw ^= draw << 13;
+                        draw ^= draw >> 7;
+                        draw ^= draw << 17;
+                        if draw.is_multiple_of(memory_keys) {
+                            memory_key = Some(key.to_vec());
+                        }
+                    },
                     &mut flash,
                 );
-                let candidates = (memory.len() + flash.len()) as u64;
+                let candidates = memory_keys + flash.len() as u64;
                 if candidates == 0 {
                     continue;
                 }
-                let pick = ((mixed >> 28) % candidates) as usize;
-                if pick < memory.len() {
-                    return (Some(memory.swap_remove(pick)), None);
+                let pick = (mixed >> 28) % candidates;
+                if pick < memory_keys {
+                    return (memory_key, None);
                 }
-                let location = flash[pick - memory.len()];
-                return (memory.pop(), Some(location));
+                return (memory_key, Some(flash[(pick - memory_keys) as usize]));
             }
         }
         (None, None)

@@ -167,12 +167,13 @@ impl Engine {
             .map(|id| {
                 let Some(files) = &files else {
                     let index = Index::with_capacity(per_shard);
-                    let mut shard = Shard::new(id, segments.len(), index, None, false);
-                    shard.salvaged_flash = placement_switch_flash
-                        .get_mut(usize::from(id))
-                        .map(std::mem::take)
-                        .unwrap_or_default();
-                    return Padded(ShardLock::new(shard));
+                    return Padded(ShardLock::new(Shard::new(
+                        id,
+                        segments.len(),
+                        index,
+                        None,
+                        false,
+                    )));
                 };
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
                 let mut salvaged = Vec::new();
@@ -309,6 +310,7 @@ impl Engine {
                 config.shard_count,
             ),
         };
+        give_salvaged_flash(&inner, placement_switch_flash, &trusted);
         let snapshot = match (plan, pool.take_sidecar()) {
             (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),
             (RecoveryPlan::Recover, Ok(payload)) => {
@@ -316,7 +318,18 @@ impl Engine {
                 // the shards are rebuilt from their segments into files, and their flash
                 // entries, which no segment names, come from the snapshot of that close.
                 if inner.flash.is_some() {
-                    salvage_flash_from_snapshot(&inner, &payload, segments.len(), &trusted);
+                    let saved = snapshot::flash_entries(
+                        &payload,
+                        inner.shards.len(),
+                        inner.segment_size_bytes,
+                        segments.len() * inner.segment_size_bytes,
+                    );
+                    if saved.is_none() {
+                        tracing::warn!(
+                            "the clean-close snapshot does not parse; the flash tier starts empty"
+                        );
+                    }
+                    give_salvaged_flash(&inner, saved.unwrap_or_default(), &trusted);
                 }
                 None
             }
@@ -610,24 +623,12 @@ fn flash_write_all(flash: &FlashTier) -> Result<(), String> {
     flash.persist().map_err(|e| e.to_string())
 }
 
-/// Gives each shard to be rebuilt (not `trusted`) that has no flash entries to salvage yet
-/// the flash entries of its index in the clean-close snapshot `payload`.
-fn salvage_flash_from_snapshot(
-    inner: &Inner,
-    payload: &[u8],
-    segment_count: usize,
-    trusted: &[bool],
-) {
-    let Some(saved) = snapshot::flash_entries(
-        payload,
-        inner.shards.len(),
-        inner.segment_size_bytes,
-        segment_count * inner.segment_size_bytes,
-    ) else {
-        tracing::warn!("the clean-close snapshot does not parse; the flash tier starts empty");
-        return;
-    };
-    for ((lock, entries), &trusted) in inner.shards.iter().zip(saved).zip(trusted) {
+/// After a switch of index placement: gives each shard to be rebuilt (not `trusted`) that has
+/// no flash entries to salvage yet the flash entries `by_shard` holds for it (from the
+/// clean-close snapshot, or from the index files being removed); recovery indexes them again
+/// once the shard's segments are in (`Shard::restore_salvaged_flash`).
+fn give_salvaged_flash(inner: &Inner, by_shard: Vec<Vec<crate::index::Entry>>, trusted: &[bool]) {
+    for ((lock, entries), &trusted) in inner.shards.iter().zip(by_shard).zip(trusted) {
         let mut shard = lock.0.write();
         if !trusted && shard.salvaged_flash.is_empty() {
             shard.salvaged_flash = entries;

@@ -79,8 +79,6 @@ fn parse(
     (at == payload.len()).then_some(shards)
 }
 
-/// Restores shards from a snapshot. Returns the segments untouched when the snapshot does not
-/// match the pool, so the caller can fall back to a full recovery.
 /// The flash entries of each shard's index in `payload`, if it parses for this geometry.
 pub(crate) fn flash_entries(
     payload: &[u8],
@@ -97,6 +95,8 @@ pub(crate) fn flash_entries(
     )
 }
 
+/// Restores shards from a snapshot. Returns the segments untouched when the snapshot does not
+/// match the pool, so the caller can fall back to a full recovery.
 pub(crate) fn restore(
     inner: &Inner,
     segments: Vec<Segment>,

@@ -57,6 +57,18 @@ fn info_strata(server: &Server) -> String {
     String::from_utf8(resp.bulk().expect("INFO")).expect("utf-8")
 }
 
+/// Asserts that no byte of a reply has reached `client` yet (`what`: whose reply it would be).
+fn assert_no_reply_yet(client: &mut Client, what: &str) {
+    client.stream().set_nonblocking(true).expect("nonblocking");
+    let mut byte = [0u8; 1];
+    let early = std::io::Read::read(client.stream(), &mut byte);
+    assert!(
+        matches!(&early, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "{what}: {early:?}"
+    );
+    client.stream().set_nonblocking(false).expect("blocking");
+}
+
 /// One `stats` line's value.
 fn stat(client: &mut Client, name: &str) -> u64 {
     client.send(b"stats\r\n");
@@ -372,14 +384,7 @@ fn keys_over_flash_does_not_hold_up_other_connections() {
     for _ in 0..20 {
         assert!(read_one(&mut b, newest), "key {newest}");
     }
-    a.stream().set_nonblocking(true).expect("nonblocking");
-    let mut byte = [0u8; 1];
-    let early = std::io::Read::read(a.stream(), &mut byte);
-    assert!(
-        matches!(&early, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-        "KEYS answered before B's GETs: {early:?}"
-    );
-    a.stream().set_nonblocking(false).expect("blocking");
+    assert_no_reply_yet(&mut a, "KEYS answered before B's GETs");
     let count: usize = a.line()[1..].trim_end().parse().expect("array length");
     assert_eq!(count, expected.len(), "every key once");
     assert_eq!(bulks(&mut a, count), expected);
@@ -456,14 +461,7 @@ fn a_flash_read_does_not_hold_up_other_connections() {
         &value_of(newest)[..]
     );
     assert_eq!(b.line(), "END\r\n");
-    a.stream().set_nonblocking(true).expect("nonblocking");
-    let mut byte = [0u8; 1];
-    let early = std::io::Read::read(a.stream(), &mut byte);
-    assert!(
-        matches!(&early, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-        "A's reply came before its flash read finished: {early:?}"
-    );
-    a.stream().set_nonblocking(false).expect("blocking");
+    assert_no_reply_yet(&mut a, "A's reply came before its flash read finished");
     // Then A's replies, in request order.
     assert_eq!(a.line(), format!("VALUE k0 0 {VALUE_LEN}\r\n"));
     assert_eq!(&a.read_bytes(VALUE_LEN + 2)[..VALUE_LEN], &value_of(0)[..]);

@@ -177,7 +177,7 @@ fn check_region(
         report.records_damaged += header.records;
         return Ok(());
     }
-    let stamp = (superblock.flash_id ^ header.seq).to_le_bytes();
+    let stamp = format::record_stamp(superblock.flash_id, header.seq).to_le_bytes();
     for entry in directory.chunks_exact(DIRECTORY_ENTRY_BYTES) {
         let (offset, _hash) = format::read_directory_entry(entry);
         let at = offset as usize;

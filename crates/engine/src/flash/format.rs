@@ -284,6 +284,11 @@ pub fn directory_start(payload_bytes: u64) -> u64 {
     (BLOCK_SIZE_BYTES as u64 + payload_bytes).next_multiple_of(DIRECTORY_ALIGN_BYTES)
 }
 
+/// The stamp before each record a region of generation `seq` holds, on the medium `flash_id`.
+pub fn record_stamp(flash_id: u64, seq: u64) -> u64 {
+    flash_id ^ seq
+}
+
 /// Writes directory entry `(payload_offset, hash)` into `entry` (12 bytes).
 pub fn write_directory_entry(entry: &mut [u8], payload_offset: u32, hash: u64) {
     put_u32(entry, 0, payload_offset);

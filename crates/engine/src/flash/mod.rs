@@ -717,7 +717,7 @@ impl FlashTier {
     }
 
     fn stamp(&self, seq: u64) -> u64 {
-        self.superblock.flash_id ^ seq
+        format::record_stamp(self.superblock.flash_id, seq)
     }
 
     /// Bytes records are aligned to, and index locations count in (the superblock's).

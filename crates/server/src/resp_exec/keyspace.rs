@@ -289,12 +289,7 @@ pub(crate) fn keys_walk(
     if args.len() != 2 || !name_eq(args.get(command, 0)?, b"keys") {
         return None;
     }
-    if ctx
-        .engine
-        .stats()
-        .flash
-        .is_none_or(|flash| flash.items == 0)
-    {
+    if ctx.engine.flash_items() == 0 {
         return None;
     }
     let pattern = args.get(command, 1)?.to_vec();
