@@ -673,6 +673,72 @@ fn a_switch_of_index_placement_after_a_clean_close_keeps_the_flash_tier() {
     }
 }
 
+/// A crash in the middle of the first open after a switch of index placement (the rebuild that
+/// carries the flash entries over), at each of its recovery steps in turn, both ways: the next open,
+/// in the new placement, serves every key as its own value or not at all, and the memory
+/// tier's items all come back. (What the switch's salvage had not finished is lost, never
+/// served wrong: the crash leaves the pool not cleanly closed, so neither the snapshot nor the
+/// files are trusted again.)
+#[test]
+fn a_crash_during_a_placement_switch_serves_no_wrong_value() {
+    for (from, to) in [
+        (IndexPlacement::Dram, IndexPlacement::Pool),
+        (IndexPlacement::Pool, IndexPlacement::Dram),
+    ] {
+        for stop_at in 0.. {
+            let name = format!("switch-crash-{}-{stop_at}", from.name());
+            let (_dir, base) = file_pool_config(&name, ram_disk(64), false);
+            let before = EngineConfig {
+                index_placement: from,
+                ..base.clone()
+            };
+            let after = EngineConfig {
+                index_placement: to,
+                fresh: false,
+                ..base
+            };
+            let engine = Engine::open(before).unwrap();
+            let keys = fill(&engine, 600);
+            let in_memory: Vec<usize> = (0..keys.len())
+                .filter(|&i| !engine.flash_read_needed(&keys[i]))
+                .filter(|&i| peek(&engine, &keys[i]).is_some())
+                .collect();
+            engine.close().unwrap();
+            drop(engine);
+            let steps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counter = Arc::clone(&steps);
+            let crashing = EngineConfig {
+                recovery_observer: Some(RecoveryObserver(Arc::new(move |_| {
+                    if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == stop_at {
+                        panic!("crash injected at recovery step {stop_at}");
+                    }
+                }))),
+                ..after.clone()
+            };
+            let crashed =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Engine::open(crashing)));
+            if crashed.is_ok() {
+                // Every step was a crash point: the open ran to its end this time.
+                assert!(stop_at >= 2, "{name}: only {stop_at} recovery steps");
+                break;
+            }
+            let engine = Engine::open(after).unwrap();
+            for (i, key) in keys.iter().enumerate() {
+                if let Some(value) = peek(&engine, key) {
+                    assert_eq!(value, value_of(i as u32), "{name}: {key:?}");
+                }
+            }
+            for &i in &in_memory {
+                assert!(
+                    peek(&engine, &keys[i]).is_some(),
+                    "{name}: memory item {i} lost"
+                );
+            }
+            engine.check_integrity().unwrap();
+        }
+    }
+}
+
 /// A process crash that catches a shard changing (its control line's state 1: its tables were
 /// right before the change began) rebuilds the shard's memory entries from its segments and
 /// reads its flash entries back from those tables, as does a consistent shard (state 0) whose
