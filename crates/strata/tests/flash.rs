@@ -409,6 +409,19 @@ fn keys_over_flash_does_not_hold_up_other_connections() {
     assert_eq!(bulks(&mut a, count), ones);
     assert_eq!(count, ones.len());
     server.terminate();
+
+    // A walk whose keys pass the output hard limit (128 KiB here; `KEYS *` is ~280 KB): the
+    // connection is closed with no reply, as on the worker, and the server serves on.
+    let mut limited = flags.clone();
+    limited.extend_from_slice(&["--output-buffer-limit", "128KiB"]);
+    let mut server = Server::start(&limited);
+    let mut a = Client::connect(server.resp);
+    a.send(&harness::resp_command(&[b"KEYS", b"*"]));
+    assert_eq!(a.line(), "", "closed without a reply");
+    let mut b = Client::connect(server.memcache);
+    assert!(read_one(&mut b, newest), "key {newest}");
+    assert_eq!(stat(&mut b, "strata_flash_waits"), 1, "the KEYS walked");
+    server.terminate();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
