@@ -522,7 +522,8 @@ fn a_clean_close_keeps_the_flash_tier_with_a_file_pool() {
 /// superblock, every region header, and a byte in every 127 elsewhere (records, stamps,
 /// directories, the zeros after them). Each time, from the same cleanly closed pool and the
 /// medium with that one byte flipped: the engine opens, every key reads as its own value or
-/// absent (never another value), a whole scan returns only written keys, and it closes.
+/// absent (never another value), a whole scan and random keys return only written keys, and
+/// it closes.
 #[test]
 fn a_flipped_byte_anywhere_in_the_flash_medium_never_serves_a_wrong_value() {
     const REGIONS: usize = 16;
@@ -592,6 +593,11 @@ fn a_flipped_byte_anywhere_in_the_flash_medium_never_serves_a_wrong_value() {
             });
             if cursor == 0 {
                 break;
+            }
+        }
+        for seed in 1..=4 {
+            if let Some(key) = engine.random_key(seed + at as u64) {
+                assert!(keys.contains(&key), "byte {at} flipped: random key {key:?}");
             }
         }
         engine.close().unwrap();

@@ -72,7 +72,14 @@ pub fn check_flash_file(path: &Path) -> std::io::Result<FlashReport> {
     }
     let mut report = FlashReport::default();
     let mut block = vec![0u8; BLOCK_SIZE_BYTES];
-    file.read_exact_at(&mut block, 0)?;
+    match file.read_exact_at(&mut block, 0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            report.problem("shorter than a superblock (4 KiB): never formatted".into());
+            return Ok(report);
+        }
+        Err(e) => return Err(e),
+    }
     let Some(superblock) = format::read_superblock(&block) else {
         let why = match format::superblock_version(&block) {
             Some(version) if version != format::FORMAT_VERSION => {
@@ -228,6 +235,14 @@ mod tests {
     /// region. Each is a reported problem, never a panic or a huge allocation.
     #[test]
     fn hostile_headers_are_problems() {
+        let path = medium("empty", &[]);
+        let report = check_flash_file(&path).unwrap();
+        assert!(
+            report.problems[0].contains("shorter than a superblock"),
+            "{report:?}"
+        );
+        assert!(!report.is_sound());
+
         let mut sb = block();
         format::write_superblock(&mut sb, &superblock(1000, 4));
         let path = medium("odd-size", &[sb]);
