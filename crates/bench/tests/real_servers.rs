@@ -6,6 +6,7 @@
 //! (see crates/bench/README.md). Each server is owned by a `ServerProcess`, whose `Drop` kills
 //! it, so a failing assertion never leaves one running.
 
+use std::path::PathBuf;
 use strata_bench::compare::servers::{
     ServerProcess, ServerResources, ServerSpec, MEMCACHED_COMMAND, REDIS_COMMAND,
 };
@@ -17,7 +18,13 @@ mod common;
 
 const KEYSPACE: u64 = 2000;
 
-fn start(name: &str, program: &str, command: &str, protocols: Vec<Protocol>) -> ServerProcess {
+/// A reference server this test started, with the file its output goes to.
+struct Started {
+    process: ServerProcess,
+    log: PathBuf,
+}
+
+fn start(name: &str, program: &str, command: &str, protocols: Vec<Protocol>) -> Started {
     common::require(program);
     let spec = ServerSpec {
         name: name.into(),
@@ -35,11 +42,14 @@ fn start(name: &str, program: &str, command: &str, protocols: Vec<Protocol>) -> 
         "strata-bench-test-{name}-{}.log",
         std::process::id()
     ));
-    ServerProcess::start(&spec, resources, &log).expect("server starts")
+    let process = ServerProcess::start(&spec, resources, &log).expect("server starts");
+    Started { process, log }
 }
 
-fn bench(port: u16, protocol: Protocol, extra: &[&str]) -> Report {
-    let target = format!("127.0.0.1:{port}");
+/// Runs the generator against `server`; a failed run panics with whether the server is still
+/// running and what it printed.
+fn bench(server: &mut Started, protocol: Protocol, extra: &[&str]) -> Report {
+    let target = format!("127.0.0.1:{}", server.process.port(protocol));
     let keyspace = KEYSPACE.to_string();
     let mut argv = vec![
         "bench",
@@ -62,7 +72,11 @@ fn bench(port: u16, protocol: Protocol, extra: &[&str]) -> Report {
     ];
     argv.extend_from_slice(extra);
     let args = BenchArgs::parse_from_args(argv).expect("valid arguments");
-    strata_bench::run(&args).expect("run succeeds")
+    strata_bench::run(&args).unwrap_or_else(|error| {
+        let exited = server.process.exited();
+        let output = std::fs::read_to_string(&server.log).unwrap_or_default();
+        panic!("run failed: {error}; server exited: {exited:?}; its output:\n{output}")
+    })
 }
 
 fn check_measured(phase: &PhaseReport) {
@@ -106,17 +120,17 @@ fn check_full_run(report: &Report) {
 
 #[test]
 fn memcached_text_and_meta_counts_add_up() {
-    let server = start(
+    let mut server = start(
         "memcached",
         "memcached",
         MEMCACHED_COMMAND,
         vec![Protocol::MemcacheText],
     );
-    let pid = server.pid.to_string();
+    let pid = server.process.pid.to_string();
     let json = std::env::temp_dir().join(format!("strata-bench-test-{}.json", std::process::id()));
     let json_arg = json.to_str().unwrap().to_owned();
     let text = bench(
-        server.memcache_port,
+        &mut server,
         Protocol::MemcacheText,
         &[
             "--preload",
@@ -135,7 +149,7 @@ fn memcached_text_and_meta_counts_add_up() {
     );
     std::fs::remove_file(json).ok();
     let meta = bench(
-        server.memcache_port,
+        &mut server,
         Protocol::MemcacheMeta,
         &[
             "--preload",
@@ -148,13 +162,13 @@ fn memcached_text_and_meta_counts_add_up() {
     );
     check_full_run(&meta);
     let multi = bench(
-        server.memcache_port,
+        &mut server,
         Protocol::MemcacheText,
         &["--batch-keys", "100", "--ratio", "1:1"],
     );
     check_measured(multi.measured.as_ref().unwrap());
     let open = bench(
-        server.memcache_port,
+        &mut server,
         Protocol::MemcacheText,
         &["--rate", "2000", "--key-dist", "zipf"],
     );
@@ -163,10 +177,10 @@ fn memcached_text_and_meta_counts_add_up() {
 
 #[test]
 fn redis_counts_add_up() {
-    let server = start("redis", "redis-server", REDIS_COMMAND, vec![Protocol::Resp]);
-    let pid = server.pid.to_string();
+    let mut server = start("redis", "redis-server", REDIS_COMMAND, vec![Protocol::Resp]);
+    let pid = server.process.pid.to_string();
     let single = bench(
-        server.resp_port,
+        &mut server,
         Protocol::Resp,
         &[
             "--preload",
@@ -179,13 +193,13 @@ fn redis_counts_add_up() {
     );
     check_full_run(&single);
     let multi = bench(
-        server.resp_port,
+        &mut server,
         Protocol::Resp,
         &["--batch-keys", "50", "--threads", "2"],
     );
     check_measured(multi.measured.as_ref().unwrap());
     let open = bench(
-        server.resp_port,
+        &mut server,
         Protocol::Resp,
         &["--rate", "3000", "--arrival", "uniform"],
     );

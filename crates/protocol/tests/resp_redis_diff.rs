@@ -62,28 +62,39 @@ impl Drop for RedisServer {
 /// Starts a disposable redis-server on a free port; panics if it cannot (a test that passes
 /// without its reference server would prove nothing).
 fn start_redis() -> (RedisServer, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let child = std::process::Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server runs (scripts/test.sh installs it: apt-get install redis-server)");
-    let server = RedisServer(child);
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    // A free port is only free when asked: another test's server may bind it first, and then
+    // this Redis exits while the connect below reaches the other server. Start again on another
+    // port until the Redis that answers is ours.
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server runs (scripts/test.sh installs it: apt-get install redis-server)",
+            );
+        let mut server = RedisServer(child);
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(&addr).is_err() && matches!(server.0.try_wait(), Ok(None)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if matches!(server.0.try_wait(), Ok(None)) {
+            return (server, addr);
+        }
     }
-    (server, addr)
+    panic!("redis-server could not bind a port five times")
 }
 
 #[test]

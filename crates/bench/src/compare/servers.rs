@@ -9,6 +9,7 @@
 //! failing run or test never leaves a server behind.
 
 use std::fs::File;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -21,6 +22,10 @@ use crate::protocol::Protocol;
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Gap between readiness probes.
 const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+/// How long a readiness probe waits for the no-op's reply.
+const NO_OP_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many times [`ServerProcess::start`] starts a server whose port was taken.
+const START_ATTEMPTS: u32 = 3;
 
 /// memcached 1.6 as Debian ships it (`-u nobody` lets it start as root; it is ignored otherwise).
 pub const MEMCACHED_COMMAND: &str =
@@ -80,24 +85,38 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts `spec` and waits until each port it serves accepts connections.
+    /// Starts `spec` and waits until each port it serves answers its protocol's no-op.
+    ///
+    /// A port picked by [`free_port`] can be taken by another process before the server binds
+    /// it; a server that exits saying so is started again on fresh ports, up to
+    /// [`START_ATTEMPTS`] times.
     ///
     /// # Errors
-    /// When the program is missing, exits early, or does not listen within the timeout.
+    /// When the program is missing, exits early, or does not answer within the timeout.
     pub fn start(
         spec: &ServerSpec,
         resources: ServerResources,
         log: &Path,
     ) -> Result<Self, BenchError> {
-        let mut server = Self::spawn(spec, resources, log)?;
-        let ports: Vec<u16> = spec.protocols.iter().map(|&p| server.port(p)).collect();
-        server
-            .wait_ready(&ports)
-            .map_err(|detail| BenchError::Server {
-                server: spec.name.clone(),
-                detail: format!("{detail}; see {}", log.display()),
-            })?;
-        Ok(server)
+        let mut attempt = 1;
+        loop {
+            let mut server = Self::spawn(spec, resources, log)?;
+            let ready = server.wait_ready(&spec.protocols);
+            let detail = match ready {
+                Ok(()) => return Ok(server),
+                Err(detail) => detail,
+            };
+            let port_taken = server.exited().is_some()
+                && std::fs::read_to_string(log)
+                    .is_ok_and(|text| text.contains("Address already in use"));
+            if !port_taken || attempt == START_ATTEMPTS {
+                return Err(BenchError::Server {
+                    server: spec.name.clone(),
+                    detail: format!("{detail}; see {}", log.display()),
+                });
+            }
+            attempt += 1;
+        }
     }
 
     /// Starts `spec` without waiting for it to listen.
@@ -193,29 +212,63 @@ impl ServerProcess {
         }
     }
 
-    /// Waits until each of `ports` accepts a connection.
+    /// Waits until the port of each of `protocols` answers that protocol's no-op (`PING`,
+    /// `version`). Accepting a connection is not enough: the port could be another process's
+    /// (it was free a moment before the server started).
     ///
     /// # Errors
     /// When the process exits first, or after the start timeout.
-    pub fn wait_ready(&mut self, ports: &[u16]) -> Result<(), String> {
+    pub fn wait_ready(&mut self, protocols: &[Protocol]) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
-        for &port in ports {
+        for &protocol in protocols {
+            let port = self.port(protocol);
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             loop {
                 if let Some(status) = self.exited() {
                     return Err(format!("exited during start-up ({status})"));
                 }
-                if TcpStream::connect_timeout(&addr, PROBE_INTERVAL).is_ok() {
+                if answers_no_op(protocol, addr) {
                     break;
                 }
                 if Instant::now() > deadline {
-                    return Err(format!("port {port} not listening after {START_TIMEOUT:?}"));
+                    return Err(format!(
+                        "port {port} not answering {} after {START_TIMEOUT:?}",
+                        protocol.name()
+                    ));
                 }
                 std::thread::sleep(PROBE_INTERVAL);
             }
         }
         Ok(())
     }
+}
+
+/// True when a server speaking `protocol` answers its no-op at `addr`: `+PONG` to `PING`,
+/// `VERSION ...` to `version`.
+fn answers_no_op(protocol: Protocol, addr: SocketAddr) -> bool {
+    let (request, expected): (&[u8], &[u8]) = match protocol {
+        Protocol::Resp => (b"PING\r\n", b"+PONG\r\n"),
+        Protocol::MemcacheText | Protocol::MemcacheMeta => (b"version\r\n", b"VERSION "),
+    };
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, PROBE_INTERVAL) else {
+        return false;
+    };
+    let mut exchange = || -> std::io::Result<bool> {
+        stream.set_read_timeout(Some(NO_OP_TIMEOUT))?;
+        stream.set_write_timeout(Some(NO_OP_TIMEOUT))?;
+        stream.write_all(request)?;
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 256];
+        while reply.len() < expected.len() {
+            let read = stream.read(&mut chunk)?;
+            if read == 0 {
+                break;
+            }
+            reply.extend_from_slice(&chunk[..read]);
+        }
+        Ok(reply.starts_with(expected))
+    };
+    exchange().unwrap_or(false)
 }
 
 impl Drop for ServerProcess {
@@ -334,5 +387,57 @@ mod tests {
     fn early_exit_is_reported() {
         let error = start_error("quitter", "true {resp_port}");
         assert!(error.contains("exited"), "{error}");
+    }
+
+    /// A listener that answers every connection's first request with `reply`.
+    fn answering(reply: &'static [u8]) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut request = [0u8; 64];
+                if stream.read(&mut request).is_ok() {
+                    let _ = stream.write_all(reply);
+                }
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn only_the_protocols_own_answer_is_ready() {
+        let redis_like = answering(b"+PONG\r\n");
+        let memcached_like = answering(b"VERSION 1.6.18\r\n");
+        assert!(answers_no_op(Protocol::Resp, redis_like));
+        assert!(!answers_no_op(Protocol::MemcacheText, redis_like));
+        assert!(answers_no_op(Protocol::MemcacheMeta, memcached_like));
+        assert!(!answers_no_op(Protocol::Resp, memcached_like));
+        assert!(!answers_no_op(
+            Protocol::Resp,
+            answering(b"-ERR unknown\r\n")
+        ));
+        let closed = SocketAddr::from(([127, 0, 0, 1], free_port().unwrap()));
+        assert!(!answers_no_op(Protocol::Resp, closed));
+    }
+
+    #[test]
+    fn a_taken_port_is_retried_on_fresh_ports_and_other_exits_are_not() {
+        let starts =
+            std::env::temp_dir().join(format!("strata-bench-starts-{}", std::process::id()));
+        let count = |command: &str| {
+            std::fs::remove_file(&starts).ok();
+            let error = start_error("busy", command);
+            assert!(error.contains("exited"), "{error}");
+            std::fs::read_to_string(&starts).unwrap().lines().count()
+        };
+        let path = starts.display();
+        let taken = format!(
+            "sh -c 'echo {{resp_port}} >> {path}; echo bind: Address already in use; exit 1'"
+        );
+        assert_eq!(count(&taken), START_ATTEMPTS as usize);
+        let broken = format!("sh -c 'echo {{resp_port}} >> {path}; echo bad flag; exit 1'");
+        assert_eq!(count(&broken), 1);
+        std::fs::remove_file(&starts).ok();
     }
 }
