@@ -103,6 +103,13 @@ impl Anchor {
         .then(|| self.recorded_desc())
     }
 
+    /// This shard's tables as `desc` describes them, opened from its files; `None` when
+    /// `desc` is `None` or its tables do not open.
+    pub(crate) fn open_tables(&self, desc: Option<TablesDesc>) -> Option<crate::index::Index> {
+        let shard = u16::try_from(self.shard).ok()?;
+        crate::index::Index::open_in(Arc::clone(&self.files), shard, desc?)
+    }
+
     fn recorded_desc(&self) -> TablesDesc {
         let w = |i: usize| self.word(i).load(Ordering::Relaxed);
         TablesDesc {

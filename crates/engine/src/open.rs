@@ -178,9 +178,8 @@ impl Engine {
                 let anchor = Anchor::new(Arc::clone(files), usize::from(id));
                 let mut salvaged = Vec::new();
                 let reopened = reusable[usize::from(id)]
-                    .then(|| anchor.consistent_desc())
-                    .flatten()
-                    .and_then(|desc| Index::open_in(Arc::clone(files), id, desc));
+                    .then(|| anchor.open_tables(anchor.consistent_desc()))
+                    .flatten();
                 let index = match reopened {
                     Some(index) => {
                         trusted[usize::from(id)] = true;
@@ -190,8 +189,7 @@ impl Engine {
                     None => {
                         if salvage_flash {
                             salvaged = anchor
-                                .current_desc()
-                                .and_then(|desc| Index::open_in(Arc::clone(files), id, desc))
+                                .open_tables(anchor.current_desc())
                                 .map(|tables| flash_entries(&tables))
                                 .unwrap_or_default();
                         }
@@ -658,10 +656,7 @@ fn flash_entries_of_files(
     let mut by_shard = Vec::with_capacity(usize::from(shard_count));
     for id in 0..shard_count {
         let anchor = Anchor::new(Arc::clone(&files), usize::from(id));
-        let Some(tables) = anchor
-            .consistent_desc()
-            .and_then(|desc| Index::open_in(Arc::clone(&files), id, desc))
-        else {
+        let Some(tables) = anchor.open_tables(anchor.consistent_desc()) else {
             return Vec::new();
         };
         by_shard.push(flash_entries(&tables));

@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::format::{self, BLOCK_SIZE_BYTES, DIRECTORY_ENTRY_BYTES};
-use super::STAMP_BYTES;
+use super::stamped_record_size;
 
 /// What [`check_flash_file`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -151,14 +151,7 @@ fn check_region(
             return Ok(());
         }
     };
-    let fits = header.payload_bytes <= superblock.region_size_bytes - BLOCK_SIZE_BYTES as u64;
-    let directory_at = if fits {
-        format::directory_start(header.payload_bytes)
-    } else {
-        u64::MAX
-    };
-    let directory_len = header.records.saturating_mul(DIRECTORY_ENTRY_BYTES as u64);
-    if directory_at.saturating_add(directory_len) > superblock.region_size_bytes {
+    if !header.fits(superblock.region_size_bytes) {
         report.regions_damaged += 1;
         report.problem(format!(
             "region {index}: header's payload ({} B) and records ({}) do not fit the region",
@@ -166,6 +159,8 @@ fn check_region(
         ));
         return Ok(());
     }
+    let directory_at = format::directory_start(header.payload_bytes);
+    let directory_len = header.records * DIRECTORY_ENTRY_BYTES as u64;
     report.regions_written += 1;
     report.payload_bytes += header.payload_bytes;
     let mut payload = vec![0u8; header.payload_bytes as usize];
@@ -187,14 +182,8 @@ fn check_region(
     let stamp = format::record_stamp(superblock.flash_id, header.seq).to_le_bytes();
     for entry in directory.chunks_exact(DIRECTORY_ENTRY_BYTES) {
         let (offset, _hash) = format::read_directory_entry(entry);
-        let at = offset as usize;
         report.records += 1;
-        let sound = payload.get(at..at + STAMP_BYTES) == Some(&stamp[..])
-            && matches!(
-                payload.get(at + STAMP_BYTES..).map(crate::record::read),
-                Some(crate::record::Scan::Record(_))
-            );
-        if !sound {
+        if stamped_record_size(&payload, offset as usize, &stamp).is_none() {
             report.records_damaged += 1;
             report.problem(format!(
                 "region {index}: record at payload offset {offset}: stamp, checksum, lengths or state wrong"

@@ -163,6 +163,20 @@ pub struct RegionHeader {
     pub reclaimed: bool,
 }
 
+impl RegionHeader {
+    /// Whether its payload and directory fit a region of `region_size_bytes` (after the
+    /// header block): a header whose checksum holds may still carry numbers no region holds.
+    pub fn fits(&self, region_size_bytes: u64) -> bool {
+        let payload_max = region_size_bytes.saturating_sub(BLOCK_SIZE_BYTES as u64);
+        self.payload_bytes <= payload_max
+            && self
+                .records
+                .checked_mul(DIRECTORY_ENTRY_BYTES as u64)
+                .and_then(|len| directory_start(self.payload_bytes).checked_add(len))
+                .is_some_and(|end| end <= region_size_bytes)
+    }
+}
+
 const STATE_WRITTEN: u32 = 1;
 const STATE_RECLAIMED: u32 = 2;
 
@@ -313,6 +327,31 @@ mod tests {
             created_unix_secs: 1_700_000_000,
             record_align_bytes: 8,
         }
+    }
+
+    /// A header whose numbers no region holds does not fit, however they overflow.
+    #[test]
+    fn headers_fit_their_region_or_not() {
+        let region = 4u64 << 20;
+        let header = |payload_bytes: u64, records: u64| RegionHeader {
+            flash_id: 1,
+            seq: 1,
+            created_ms: 0,
+            expires_at_ms: u64::MAX,
+            payload_bytes,
+            records,
+            payload_crc: 0,
+            directory_crc: 0,
+            reclaimed: false,
+        };
+        let payload_max = region - BLOCK_SIZE_BYTES as u64;
+        assert!(header(0, 0).fits(region));
+        assert!(header(payload_max - 4096, 300).fits(region));
+        assert!(!header(payload_max + 1, 0).fits(region));
+        assert!(!header(payload_max, 1).fits(region));
+        // The directory's length fits a u64; its end past the payload does not.
+        assert!(!header(1000, u64::MAX / DIRECTORY_ENTRY_BYTES as u64).fits(region));
+        assert!(!header(0, u64::MAX).fits(region));
     }
 
     #[test]

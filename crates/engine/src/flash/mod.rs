@@ -61,7 +61,24 @@ pub(crate) fn class_of(expires_at_ms: Option<u64>, now_ms: u64) -> usize {
 }
 
 /// Bytes of the stamp before each record (see `format`).
-pub(crate) const STAMP_BYTES: usize = 8;
+const STAMP_BYTES: usize = 8;
+
+/// The size of the record at `payload[at..]` after its stamp, when the stamp is `stamp` (the
+/// region's generation on this medium) and the record passes its own checks (`record::read`).
+pub(crate) fn stamped_record_size(
+    payload: &[u8],
+    at: usize,
+    stamp: &[u8; STAMP_BYTES],
+) -> Option<usize> {
+    if payload.get(at..at.checked_add(STAMP_BYTES)?)? != stamp {
+        return None;
+    }
+    match crate::record::read(&payload[at + STAMP_BYTES..]) {
+        crate::record::Scan::Record(view) => Some(view.size_bytes),
+        _ => None,
+    }
+}
+
 /// Longest first read of a record (the guess before its length is known): records up to about
 /// 13 KiB on average are read whole at once; a longer one takes a second read at its length.
 /// (At 4 KiB, one 4-KiB-block guess left about one read in twelve short, each a second disk
@@ -574,18 +591,10 @@ impl FlashTier {
         let mut regions = self.regions.lock().expect("regions lock");
         let mut written = Vec::new();
         let mut seq_max = 0;
-        let payload_max = self.superblock.region_size_bytes - BLOCK_SIZE_BYTES as u64;
         for index in 0..self.superblock.region_count as u32 {
             self.medium.read_at(self.region_offset(index), &mut buf)?;
             let header = format::read_region_header(&buf).filter(|h| {
-                h.flash_id == self.superblock.flash_id
-                    && h.payload_bytes <= payload_max
-                    && h.records
-                        .checked_mul(DIRECTORY_ENTRY_BYTES as u64)
-                        .is_some_and(|len| {
-                            format::directory_start(h.payload_bytes) + len
-                                <= self.superblock.region_size_bytes
-                        })
+                h.flash_id == self.superblock.flash_id && h.fits(self.superblock.region_size_bytes)
             });
             match header {
                 Some(h) => {
@@ -1182,13 +1191,7 @@ impl FlashTier {
         let mut visited = 0;
         while at + STAMP_BYTES < payload.len() {
             let body = &payload[at + STAMP_BYTES..];
-            let record = match crate::record::read(body) {
-                crate::record::Scan::Record(view) if payload[at..at + STAMP_BYTES] == stamp => {
-                    Some(view.size_bytes)
-                }
-                _ => None,
-            };
-            let Some(size) = record else {
+            let Some(size) = stamped_record_size(payload, at, &stamp) else {
                 at += self.record_align(); // Damage: look at the next record boundary.
                 continue;
             };
