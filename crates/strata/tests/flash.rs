@@ -93,6 +93,19 @@ fn flash_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// A test's flash directory (the test removes it at its end) and the path of the tier's
+/// medium in it.
+fn tier_medium(name: &str) -> (std::path::PathBuf, String) {
+    let dir = flash_dir(name);
+    let medium = dir.join("tier.flash").to_str().expect("utf-8").to_owned();
+    (dir, medium)
+}
+
+/// [`flash_flags`] for the small tier most tests use: 96 MiB in 1 MiB regions.
+fn small_tier_flags<'a>(medium: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    flash_flags(medium, "96MiB", "1MiB", extra)
+}
+
 /// The flash flags every test here uses: the tier on `flash`, `size` large, in regions of
 /// `region`, with 64 KiB segments (small regions fill, and get written, quickly), then `extra`.
 fn flash_flags<'a>(
@@ -120,13 +133,9 @@ fn flash_flags<'a>(
 #[test]
 fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
     let pool_file = PoolFile::new("flash");
-    let dir = flash_dir("restart");
-    let flash = dir.join("tier.flash");
-    let flash = flash.to_str().expect("utf-8");
-    let flags = flash_flags(
-        flash,
-        "96MiB",
-        "1MiB",
+    let (dir, medium) = tier_medium("restart");
+    let flags = small_tier_flags(
+        &medium,
         &["--pool", pool_file.path(), "--index-placement", "pool"],
     );
     let mut server = Server::start(&flags);
@@ -221,15 +230,8 @@ fn evicted_items_are_served_from_flash_across_a_clean_restart_and_a_kill() {
 /// (the next submit must wake it, or the reads would never be issued and the GETs hang).
 #[test]
 fn flash_reads_issued_by_a_kernel_thread_serve_every_value() {
-    let dir = flash_dir("sqpoll");
-    let flash = dir.join("tier.flash");
-    let flash = flash.to_str().expect("utf-8");
-    let flags = flash_flags(
-        flash,
-        "96MiB",
-        "1MiB",
-        &["--flash-sqpoll-idle-ms", "2", "--threads", "2"],
-    );
+    let (dir, medium) = tier_medium("sqpoll");
+    let flags = small_tier_flags(&medium, &["--flash-sqpoll-idle-ms", "2", "--threads", "2"]);
     let mut server = Server::start(&flags);
     server.assert_logged("sqpoll_idle_ms=2");
     let mut client = Client::connect(server.memcache);
@@ -304,10 +306,8 @@ fn scan_all(server: &Server) -> (std::collections::BTreeSet<Vec<u8>>, usize, usi
 
 #[test]
 fn scan_returns_every_key_on_flash() {
-    let dir = flash_dir("scan");
-    let flash = dir.join("tier.flash");
-    let flash = flash.to_str().expect("utf-8");
-    let flags = flash_flags(flash, "96MiB", "1MiB", &[]);
+    let (dir, medium) = tier_medium("scan");
+    let flags = small_tier_flags(&medium, &[]);
     let mut server = Server::start(&flags);
     let mut client = Client::connect(server.memcache);
     write_all(&mut client);
@@ -356,14 +356,8 @@ fn bulks(resp: &mut Client, count: usize) -> std::collections::BTreeSet<Vec<u8>>
 #[test]
 fn keys_over_flash_does_not_hold_up_other_connections() {
     let pool_file = PoolFile::new("flash-keys");
-    let dir = flash_dir("keys");
-    let flash = dir.join("tier.flash");
-    let flags = flash_flags(
-        flash.to_str().expect("utf-8"),
-        "96MiB",
-        "1MiB",
-        &["--threads", "1", "--pool", pool_file.path()],
-    );
+    let (dir, medium) = tier_medium("keys");
+    let flags = small_tier_flags(&medium, &["--threads", "1", "--pool", pool_file.path()]);
     let mut server = Server::start(&flags);
     let mut client = Client::connect(server.memcache);
     write_all(&mut client);
@@ -447,14 +441,8 @@ fn flash_options_need_flash_and_a_size() {
 /// order.
 #[test]
 fn a_flash_read_does_not_hold_up_other_connections() {
-    let dir = flash_dir("parked");
-    let flash = dir.join("tier.flash");
-    let flags = flash_flags(
-        flash.to_str().expect("utf-8"),
-        "96MiB",
-        "1MiB",
-        &["--threads", "1"],
-    );
+    let (dir, medium) = tier_medium("parked");
+    let flags = small_tier_flags(&medium, &["--threads", "1"]);
     let mut server = Server::launch(&[], &flags, &[("STRATA_TEST_FLASH_READ_DELAY_MS", "1000")]);
     server.await_ready();
     let mut writer = Client::connect(server.memcache);
@@ -835,8 +823,7 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
             }
         );
         let pool_file = PoolFile::new(&format!("flash-kill-{i}"));
-        let dir = flash_dir(&format!("kill-{i}"));
-        let flash = dir.join("tier.flash");
+        let (dir, medium) = tier_medium(&format!("kill-{i}"));
         let extra = [
             "--pool",
             pool_file.path(),
@@ -845,7 +832,7 @@ fn kill_loop_with_flash_never_serves_an_older_value() {
             "--durability",
             durability,
         ];
-        let mut flags = flash_flags(flash.to_str().expect("utf-8"), "64MiB", "256KiB", &extra);
+        let mut flags = flash_flags(&medium, "64MiB", "256KiB", &extra);
         if sqpoll {
             flags.extend_from_slice(&["--flash-sqpoll-idle-ms", "2"]);
         }
@@ -903,10 +890,9 @@ fn damaged_flash_bytes_are_never_served() {
     const REGION: u64 = 1 << 20;
     const HEADER: u64 = 4096;
     let pool_file = PoolFile::new("flash-damage");
-    let dir = flash_dir("damage");
-    let flash = dir.join("tier.flash");
-    let flash_path = flash.to_str().expect("utf-8");
-    let flags = flash_flags(flash_path, "96MiB", "1MiB", &["--pool", pool_file.path()]);
+    let (dir, flash_path) = tier_medium("damage");
+    let flash_path = flash_path.as_str();
+    let flags = small_tier_flags(flash_path, &["--pool", pool_file.path()]);
     let mut server = Server::start(&flags);
     let mut client = Client::connect(server.memcache);
     write_all(&mut client);
@@ -927,13 +913,13 @@ fn damaged_flash_bytes_are_never_served() {
     );
 
     // Region i starts at HEADER + i * REGION; its records after its own 4 KiB header.
-    let mut bytes = std::fs::read(&flash).expect("read flash file");
+    let mut bytes = std::fs::read(flash_path).expect("read flash file");
     let record_area = |region: u64| (HEADER + region * REGION + HEADER) as usize;
     bytes[record_area(0) + 700] ^= 0x10; // One flipped byte inside a record.
     let block = record_area(1) + 8192;
     bytes[block..block + 4096].fill(0); // A zeroed block.
     bytes[(HEADER + 2 * REGION) as usize + 20] ^= 0xff; // Region 2's header.
-    std::fs::write(&flash, &bytes).expect("write flash file");
+    std::fs::write(flash_path, &bytes).expect("write flash file");
     // The offline check finds each damage: the damaged header, and the damaged records.
     let (status, stdout, _) = harness::run_output(&["flash", "verify", flash_path]);
     assert_eq!(status.code(), Some(1), "{stdout}");
@@ -976,9 +962,9 @@ fn damaged_flash_bytes_are_never_served() {
     server.terminate();
 
     // A damaged superblock: the tier starts empty (said in the log), nothing wrong is served.
-    let mut bytes = std::fs::read(&flash).expect("read flash file");
+    let mut bytes = std::fs::read(flash_path).expect("read flash file");
     bytes[30] ^= 0x01;
-    std::fs::write(&flash, &bytes).expect("write flash file");
+    std::fs::write(flash_path, &bytes).expect("write flash file");
     let (status, stdout, _) = harness::run_output(&["flash", "verify", flash_path]);
     assert_eq!(status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("problem: superblock: checksum"), "{stdout}");
