@@ -419,6 +419,31 @@ fn keys_over_flash_does_not_hold_up_other_connections() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `strata flash verify` given what is no flash medium: a missing path, a directory, a
+/// foreign file. Each is exit 1 with a line that says what it is, never a panic or "ok".
+#[test]
+fn flash_verify_refuses_what_is_no_flash_medium() {
+    let dir = flash_dir("verify-foreign");
+    let missing = dir.join("missing.flash");
+    let foreign = dir.join("foreign.flash");
+    std::fs::write(&foreign, vec![0xAB; 64 * 1024]).expect("write foreign file");
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    for (what, target, expected) in [
+        ("missing", path(&missing), "No such file"),
+        ("directory", path(&dir), "Is a directory"),
+        ("foreign", path(&foreign), "no strata flash magic"),
+    ] {
+        let (status, stdout, stderr) = harness::run_output(&["flash", "verify", &target]);
+        assert_eq!(status.code(), Some(1), "{what}: {stdout}{stderr}");
+        assert!(
+            format!("{stdout}{stderr}").contains(expected),
+            "{what}: {stdout}{stderr}"
+        );
+        assert!(!stdout.contains("ok\n"), "{what}: {stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn flash_options_need_flash_and_a_size() {
     let (status, stderr) = run_to_exit(&["serve", "--flash-size", "1GiB"]);
