@@ -391,10 +391,11 @@ impl RespSession {
     ) -> Option<Processed> {
         for (args, &(start, end)) in self.batch.iter().zip(ranges) {
             let command = &input[start..end];
+            let may_wait = ctx.flash_io.is_some() && authenticated(&self.state, ctx);
             if self.state.keys_walk.is_some() {
                 // The KEYS that waited for its walk runs now, with the keys it found.
                 self.flash_wait.walk_done();
-            } else if ctx.flash_io.is_some() && authenticated(&self.state, ctx) {
+            } else if may_wait {
                 if let Some(walk) = keyspace::keys_walk(&mut self.state, ctx, args, command) {
                     // A KEYS over items on flash reads every one of them: it waits, unconsumed,
                     // while the walk thread does, and the worker serves its other connections.
@@ -402,10 +403,7 @@ impl RespSession {
                     return Some(Processed::flash_wait(start));
                 }
             }
-            if ctx.flash_io.is_some()
-                && authenticated(&self.state, ctx)
-                && self.flash_wait.must_wait(ctx, flash_keys(args, command))
-            {
+            if may_wait && self.flash_wait.must_wait(ctx, flash_keys(args, command)) {
                 // The command waits, unconsumed, while I/O threads read its keys ahead (in
                 // parallel) with those of the commands pipelined behind it; the commands
                 // before it have run.
