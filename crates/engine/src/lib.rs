@@ -63,7 +63,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use strata_pool::{PersistError, Pool, Segment};
 
-use shard::{Shard, ShardLock};
+use shard::{CleanOutcome, Shard, ShardLock};
 
 /// An item as returned by a read, borrowing the engine's memory for the closure's duration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +216,24 @@ pub struct EngineStats {
     pub expired_segments: u64,
     /// Items carried forward by merge eviction.
     pub merged_items: u64,
+    /// Bytes of records that requests wrote (the cleaner's and merge's copies not included).
+    pub written_bytes: u64,
+    /// Bytes of dead records and unused room in segments that take no more writes: what the
+    /// cleaner can give back. Open segments' unwritten room is not counted.
+    pub dead_bytes: u64,
+    /// Cleaner passes run.
+    pub cleaner_passes: u64,
+    /// Segments the cleaner freed.
+    pub cleaner_segments_freed: u64,
+    /// Live records the cleaner moved.
+    pub cleaner_items_moved: u64,
+    /// Bytes the cleaner wrote moving them: over `written_bytes`, the memory tier's write
+    /// amplification.
+    pub cleaner_bytes_moved: u64,
+    /// Time spent in cleaner passes, holding their shard, in nanoseconds.
+    pub cleaner_time_ns: u64,
+    /// The longest cleaner pass, in nanoseconds (a pass holds its shard that long).
+    pub cleaner_pass_max_ns: u64,
     /// Segments in the pool.
     pub segments_total: u64,
     /// Segments holding data.
@@ -277,6 +295,27 @@ impl FreePool {
         self.limit = total
             .saturating_sub(self.index_bytes.div_ceil(segment_size_bytes))
             .max(1);
+    }
+
+    /// Segments a write may not take while the cleaner can make room instead: the cleaner's
+    /// destinations (two, so that a second shard's pass need not wait for the first's; one in a
+    /// small pool; none in a pool of two segments or fewer).
+    fn cleaner_reserve(&self) -> usize {
+        match self.limit {
+            0..=2 => 0,
+            3..=15 => 1,
+            _ => 2,
+        }
+    }
+
+    /// A free segment, if one is in service and free with `reserve` segments kept back.
+    fn take(&mut self, reserve: usize) -> Option<Segment> {
+        if self.in_use + reserve >= self.limit {
+            return None;
+        }
+        let segment = self.list.pop()?;
+        self.in_use += 1;
+        Some(segment)
     }
 }
 
@@ -450,45 +489,61 @@ impl Inner {
         free.set_limit(self.segment_size_bytes);
     }
 
-    /// A zeroed free segment for `shard`, evicting if needed; `keep_hot`: merge eviction may
-    /// carry the evicted segment's hot items into it (they are reinserted before the write
-    /// that asked for the segment).
+    /// A zeroed free segment for `shard`: a free one while more than the cleaner's reserve is
+    /// free, else one the cleaner frees (in this shard, else in another whose lock is free),
+    /// else one of the reserve, else one evicted (never with `EvictionPolicy::None`: the write
+    /// is refused). `keep_hot`: merge eviction may carry the evicted segment's hot items into it
+    /// (they are reinserted before the write that asked for the segment).
     pub(crate) fn obtain_segment(
         &self,
         shard: &mut Shard,
         keep_hot: bool,
     ) -> Result<Segment, WriteError> {
         for attempt in 0..64 {
-            let over_limit = {
+            let (over_limit, reserve) = {
                 let mut free = self.free.lock();
-                if free.in_use < free.limit {
-                    if let Some(segment) = free.list.pop() {
-                        free.in_use += 1;
-                        drop(free);
-                        return self.prepare(segment);
-                    }
+                let reserve = free.cleaner_reserve();
+                if let Some(segment) = free.take(reserve) {
+                    drop(free);
+                    return self.prepare(segment);
                 }
-                free.in_use > free.limit
+                (free.in_use > free.limit, reserve)
             };
-            if self.policy == EvictionPolicy::None {
-                return Err(WriteError::OutOfMemory);
-            }
-            let victim = match shard.evict_one(self, self.policy, keep_hot && !over_limit)? {
-                Some(victim) => victim,
-                None => match self.evict_elsewhere(shard.id)? {
-                    Some(victim) => victim,
-                    None => {
-                        // This shard has no segment of its own and every other shard that has
-                        // one is locked right now (a worker, or the flash thread): wait for
-                        // one rather than refuse the write a cache can make room for.
-                        if attempt < 8 {
-                            std::thread::yield_now();
-                        } else {
-                            std::thread::sleep(std::time::Duration::from_micros(100));
+            if !over_limit {
+                match self.clean_for(shard)? {
+                    CleanOutcome::Gained(_) => continue,
+                    CleanOutcome::NoDestination if self.policy == EvictionPolicy::None => {
+                        // Another shard's pass holds the reserve for now.
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    CleanOutcome::NoDestination if reserve > 0 => {
+                        // A pass is worth it, but a write took the reserve when no pass was:
+                        // evict once into the free list, so the cleaner has a destination.
+                        if let Some(victim) = self.evict_for_room(shard, false, attempt)? {
+                            self.release(vec![victim]);
                         }
                         continue;
                     }
-                },
+                    CleanOutcome::NoDestination | CleanOutcome::NothingToGain => {}
+                }
+                // Live data fills the segments: in a cache, a segment of the reserve holds
+                // data better than it waits for a pass that cannot gain. A store keeps the
+                // reserve (its stated headroom), so the cleaner can always run.
+                let taken = if self.policy == EvictionPolicy::None {
+                    None
+                } else {
+                    self.free.lock().take(0)
+                };
+                if let Some(segment) = taken {
+                    return self.prepare(segment);
+                }
+            }
+            if self.policy == EvictionPolicy::None {
+                return Err(WriteError::OutOfMemory);
+            }
+            let Some(victim) = self.evict_for_room(shard, keep_hot && !over_limit, attempt)? else {
+                continue;
             };
             if !over_limit {
                 return self.prepare(victim);
@@ -502,16 +557,82 @@ impl Inner {
         Err(WriteError::OutOfMemory)
     }
 
+    /// A cleaner pass in `shard`, else in another shard whose lock is free right now.
+    fn clean_for(&self, shard: &mut Shard) -> Result<CleanOutcome, WriteError> {
+        let outcome = shard.clean(self)?;
+        if outcome != CleanOutcome::NothingToGain {
+            return Ok(outcome);
+        }
+        for (i, other) in self.shards.iter().enumerate() {
+            if i == usize::from(shard.id) {
+                continue;
+            }
+            if let Some(mut other) = other.0.try_write() {
+                let outcome = other.clean(self)?;
+                if outcome != CleanOutcome::NothingToGain {
+                    return Ok(outcome);
+                }
+            }
+        }
+        Ok(CleanOutcome::NothingToGain)
+    }
+
+    /// An evicted segment (`None` when no shard could give one right now: the caller tries
+    /// again, after yielding here).
+    fn evict_for_room(
+        &self,
+        shard: &mut Shard,
+        keep_hot: bool,
+        attempt: usize,
+    ) -> Result<Option<Segment>, WriteError> {
+        if let Some(victim) = shard.evict_one(self, self.policy, keep_hot)? {
+            return Ok(Some(victim));
+        }
+        if let Some(victim) = self.evict_elsewhere(shard.id)? {
+            return Ok(Some(victim));
+        }
+        // This shard has no segment of its own and every other shard that has one is locked
+        // right now (a worker, or the flash thread): wait for one rather than refuse the write
+        // a cache can make room for.
+        if attempt < 8 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        Ok(None)
+    }
+
+    /// `count` free segments for the cleaner's destinations, from the reserve too, or none if
+    /// fewer are free. Not zeroed yet (`zero_for_reuse`).
+    pub(crate) fn take_for_cleaner(
+        &self,
+        count: usize,
+    ) -> Result<Option<Vec<Segment>>, WriteError> {
+        let mut free = self.free.lock();
+        if free.in_use + count > free.limit || free.list.len() < count {
+            return Ok(None);
+        }
+        let at = free.list.len() - count;
+        free.in_use += count;
+        Ok(Some(free.list.split_off(at)))
+    }
+
+    /// Zeroes a freed segment for reuse, as `prepare` does.
+    pub(crate) fn zero_for_reuse(&self, segment: &mut Segment) -> Result<(), WriteError> {
+        if self.dram {
+            segment.data_mut().fill(0);
+            Ok(())
+        } else {
+            self.persisted(segment.zero_data())
+        }
+    }
+
     /// Zeroes a segment about to be written, so its log ends where its records do. On DRAM
     /// the bytes are overwritten in place: handing the pages back to the OS at every eviction
     /// (as `Segment::zero_data` does there) made each reuse fault them in again, 256 faults
     /// per MiB, 13% of the worker's time in a fill of 4 KiB values.
     fn prepare(&self, mut segment: Segment) -> Result<Segment, WriteError> {
-        if self.dram {
-            segment.data_mut().fill(0);
-        } else {
-            self.persisted(segment.zero_data())?;
-        }
+        self.zero_for_reuse(&mut segment)?;
         Ok(segment)
     }
 

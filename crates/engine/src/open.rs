@@ -542,6 +542,14 @@ impl Engine {
             stats.evicted_segments += load(&c.evicted_segments);
             stats.expired_segments += load(&c.expired_segments);
             stats.merged_items += load(&c.merged_items);
+            stats.written_bytes += load(&c.written_bytes);
+            stats.dead_bytes += shard.dead_bytes();
+            stats.cleaner_passes += load(&c.clean_passes);
+            stats.cleaner_segments_freed += load(&c.cleaned_segments);
+            stats.cleaner_items_moved += load(&c.cleaned_items);
+            stats.cleaner_bytes_moved += load(&c.cleaned_bytes);
+            stats.cleaner_time_ns += load(&c.clean_ns);
+            stats.cleaner_pass_max_ns = stats.cleaner_pass_max_ns.max(load(&c.clean_pass_max_ns));
             stats.segments_used += shard.segment_count() as u64;
             stats.index_bytes += shard.index.size_bytes() as u64;
             stats.index_buckets += shard.index.bucket_count() as u64;

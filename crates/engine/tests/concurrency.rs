@@ -35,8 +35,9 @@ fn check(key: u32, value: &[u8]) {
     );
 }
 
-#[test]
-fn readers_and_writers_on_shared_keys_see_only_whole_values() {
+/// Three writers (sets, deletes, appends) and two readers over `keys` keys of 16 to 315
+/// bytes in a 4 MiB pool of 64 KiB segments; returns the engine once the writers are done.
+fn write_and_read_concurrently(keys: u64) -> Arc<Engine> {
     let engine = Arc::new(
         Engine::open(EngineConfig {
             memory_bytes: 4 << 20,
@@ -52,7 +53,7 @@ fn readers_and_writers_on_shared_keys_see_only_whole_values() {
         let engine = Arc::clone(&engine);
         handles.push(std::thread::spawn(move || {
             for stamp in 0..60_000u64 {
-                let key = ((stamp * 7 + u64::from(writer) * 13) % 5000) as u32;
+                let key = ((stamp * 7 + u64::from(writer) * 13) % keys) as u32;
                 let len = 16 + (stamp % 300) as usize;
                 let value = value_for(key, writer, stamp, len);
                 let name = format!("k{key}");
@@ -74,7 +75,7 @@ fn readers_and_writers_on_shared_keys_see_only_whole_values() {
         readers.push(std::thread::spawn(move || {
             let mut reads = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let key = ((reads * 31 + u64::from(reader)) % 5000) as u32;
+                let key = ((reads * 31 + u64::from(reader)) % keys) as u32;
                 engine.get(format!("k{key}").as_bytes(), |item| check(key, item.value));
                 reads += 1;
             }
@@ -89,8 +90,26 @@ fn readers_and_writers_on_shared_keys_see_only_whole_values() {
         assert!(reader.join().unwrap() > 0);
     }
     engine.check_integrity().unwrap();
+    engine
+}
+
+/// About 1 MiB of live data in a 4 MiB pool that the writers fill many times over: the cleaner
+/// keeps every item, while readers race its moves.
+#[test]
+fn readers_and_writers_on_shared_keys_see_only_whole_values() {
+    let engine = write_and_read_concurrently(5000);
+    let stats = engine.stats();
     assert!(
-        engine.stats().evicted_segments > 0,
-        "small pool: eviction must have run"
+        stats.cleaner_segments_freed > 0,
+        "the cleaner ran: {stats:?}"
     );
+    assert_eq!(stats.evicted_items, 0, "live data fits: {stats:?}");
+}
+
+/// About 8 MiB of live data in a 4 MiB pool: eviction must run, beside the cleaner.
+#[test]
+fn readers_and_writers_see_only_whole_values_while_eviction_runs() {
+    let engine = write_and_read_concurrently(40_000);
+    let stats = engine.stats();
+    assert!(stats.evicted_segments > 0, "eviction ran: {stats:?}");
 }

@@ -330,6 +330,19 @@ fn render_tiers(out: &mut String, ctx: &ServerContext) {
             let _ = writeln!(out, "{name}{{tier=\"flash\"}} {flash}");
         }
     }
+    for field in tiers::memory_fields(&engine) {
+        let (kind, suffix) = match field.kind {
+            tiers::Kind::Counter => ("counter", "_total"),
+            tiers::Kind::Gauge => ("gauge", ""),
+        };
+        single(
+            out,
+            &format!("strata_memory_{}{suffix}", field.name),
+            kind,
+            field.help,
+            field.value,
+        );
+    }
     let Some(flash) = flash else {
         return;
     };

@@ -26,6 +26,82 @@ pub struct Field {
     pub value: u64,
 }
 
+/// The memory tier's space and cleaner fields, in the order every surface lists them (as
+/// `strata_memory_<name>` in `stats` and `/metrics`, `memory_<name>` in `INFO`).
+pub fn memory_fields(engine: &EngineStats) -> Vec<Field> {
+    use Kind::{Counter, Gauge};
+    let field = |name, kind, help, value| Field {
+        name,
+        kind,
+        help,
+        value,
+    };
+    vec![
+        field(
+            "live_bytes",
+            Gauge,
+            "Bytes of live records in the memory tier.",
+            engine.live_bytes,
+        ),
+        field(
+            "dead_bytes",
+            Gauge,
+            "Bytes of segments holding no live record that take no more writes: what the cleaner can give back.",
+            engine.dead_bytes,
+        ),
+        field(
+            "written_bytes",
+            Counter,
+            "Bytes of records written by requests.",
+            engine.written_bytes,
+        ),
+        field(
+            "cleaner_passes",
+            Counter,
+            "Cleaner passes run.",
+            engine.cleaner_passes,
+        ),
+        field(
+            "cleaner_segments_freed",
+            Counter,
+            "Segments the cleaner freed by moving their live records.",
+            engine.cleaner_segments_freed,
+        ),
+        field(
+            "cleaner_items_moved",
+            Counter,
+            "Live records the cleaner moved.",
+            engine.cleaner_items_moved,
+        ),
+        field(
+            "cleaner_bytes_moved",
+            Counter,
+            "Bytes the cleaner copied (over written_bytes: the write amplification).",
+            engine.cleaner_bytes_moved,
+        ),
+        field(
+            "cleaner_time_us",
+            Counter,
+            "Microseconds spent in cleaner passes, each holding its shard.",
+            engine.cleaner_time_ns / 1000,
+        ),
+        field(
+            "cleaner_pass_max_us",
+            Gauge,
+            "The longest cleaner pass, in microseconds.",
+            engine.cleaner_pass_max_ns / 1000,
+        ),
+    ]
+}
+
+/// The memory tier's write amplification in thousandths: bytes the cleaner copied per byte
+/// requests wrote (0 before any write).
+pub fn write_amplification_milli(engine: &EngineStats) -> u64 {
+    (engine.cleaner_bytes_moved * 1000)
+        .checked_div(engine.written_bytes)
+        .unwrap_or(0)
+}
+
 /// The flash tier's fields, in the order every surface lists them.
 pub fn flash_fields(flash: &FlashStats) -> Vec<Field> {
     use Kind::{Counter, Gauge};

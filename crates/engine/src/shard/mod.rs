@@ -25,8 +25,10 @@ use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
 use crate::ttl;
 use crate::Inner;
 
+mod clean;
 mod flash;
 
+pub(crate) use clean::CleanOutcome;
 pub(crate) use flash::FlashCandidates;
 
 /// Dead marks closer than this share one persist call.
@@ -44,6 +46,17 @@ pub struct ShardCounters {
     pub(crate) evicted_segments: AtomicU64,
     pub(crate) expired_segments: AtomicU64,
     pub(crate) merged_items: AtomicU64,
+    /// Bytes of records written by requests (not by the cleaner or merge).
+    pub(crate) written_bytes: AtomicU64,
+    /// Cleaner passes, and segments they freed.
+    pub(crate) clean_passes: AtomicU64,
+    pub(crate) cleaned_segments: AtomicU64,
+    /// Live records the cleaner moved, and their bytes once moved.
+    pub(crate) cleaned_items: AtomicU64,
+    pub(crate) cleaned_bytes: AtomicU64,
+    /// Time spent in cleaner passes (holding the shard), in total and the longest pass.
+    pub(crate) clean_ns: AtomicU64,
+    pub(crate) clean_pass_max_ns: AtomicU64,
     /// Damaged records found (by recovery, the scrub or an eviction walk), per
     /// [`record::Damage`] cause in `Damage::ALL` order; torn tails after a crash not included.
     pub(crate) damaged_records: [AtomicU64; 4],
@@ -73,9 +86,13 @@ struct Reserved {
 /// Why a segment is being freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FreeReason {
-    Evict { keep_hot: bool },
+    Evict {
+        keep_hot: bool,
+    },
     Expire,
     Flush,
+    /// The cleaner moved every live record out already (see `clean`).
+    Cleaned,
 }
 
 pub(crate) struct Shard {
@@ -87,6 +104,8 @@ pub(crate) struct Shard {
     order: VecDeque<(u32, u64)>,
     /// TTL buckets whose last segment is open (at most `open_segments_per_shard_max`).
     open_buckets: Vec<u16>,
+    /// The segment the cleaner moves live records to, while it has room (see `clean`).
+    clean_head: Option<u32>,
     pub(crate) scratch: Vec<u8>,
     survivors: Vec<u8>,
     survivor_slots: Vec<(u32, u64)>,
@@ -294,6 +313,7 @@ impl Shard {
                 .collect(),
             order: VecDeque::new(),
             open_buckets: Vec::new(),
+            clean_head: None,
             scratch: Vec::new(),
             survivors: Vec::new(),
             survivor_slots: Vec::new(),
@@ -550,6 +570,7 @@ impl Shard {
             }
         }
         bump(&self.counters.writes, 1);
+        bump(&self.counters.written_bytes, size as u64);
         Ok(cas)
     }
 
@@ -1006,10 +1027,17 @@ impl Shard {
             self.persist_dirty(inner)?;
         }
         self.seal(id);
-        let mut owned = *self.segments[id as usize]
+        if self.clean_head == Some(id) {
+            self.clean_head = None;
+        }
+        let owned = *self.segments[id as usize]
             .take()
             .expect("freeing an owned segment");
         self.chains[owned.fields.ttl_bucket as usize].retain(|&other| other != id);
+        if reason == FreeReason::Cleaned {
+            assert_eq!(owned.live_items, 0, "the cleaner moved every live record");
+            return self.release_freed(inner, owned);
+        }
         let now_ms = inner.now_ms();
         let survivor_budget = owned.segment.data().len() / 2;
         let release = |shard: &mut Shard, offset: usize, view: RecordView<'_>| {
@@ -1055,6 +1083,16 @@ impl Shard {
                 }
             }
         }
+        self.release_freed(inner, owned)
+    }
+
+    /// Ends the freeing of a segment taken out of the shard's tables: its live bytes leave the
+    /// shard's count, and its header is zeroed and made durable.
+    fn release_freed(
+        &mut self,
+        inner: &Inner,
+        mut owned: OwnedSegment,
+    ) -> Result<Segment, WriteError> {
         self.live_bytes = self.live_bytes.saturating_sub(owned.live_bytes);
         owned.segment.header_mut().fill(0);
         inner.persisted(owned.segment.persist_header())?;
@@ -1115,7 +1153,7 @@ impl Shard {
             _ if expired => &self.counters.expired_items,
             FreeReason::Evict { .. } => &self.counters.evicted_items,
             FreeReason::Expire => &self.counters.expired_items,
-            FreeReason::Flush => return,
+            FreeReason::Flush | FreeReason::Cleaned => return,
         };
         bump(counter, 1);
     }
@@ -1158,6 +1196,24 @@ impl Shard {
         self.drop_flash_entries(|_| false);
         assert_eq!(self.index.len(), 0, "flush unindexes everything");
         Ok(freed)
+    }
+
+    /// Bytes of this shard's segments that hold no live record and take no more writes (see
+    /// `EngineStats::dead_bytes`): dead records, and the unwritten room of sealed segments.
+    pub(crate) fn dead_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .flatten()
+            .map(|owned| {
+                let takes_more = !owned.sealed || Some(owned.segment.id()) == self.clean_head;
+                let used = if takes_more {
+                    owned.write_offset
+                } else {
+                    owned.segment.data().len()
+                };
+                (used as u64).saturating_sub(owned.live_bytes)
+            })
+            .sum()
     }
 
     /// Segments this shard owns.

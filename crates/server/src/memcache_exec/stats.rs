@@ -204,6 +204,15 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
         "strata_segments_unverified",
         engine.segments_unverified,
     );
+    for field in crate::tiers::memory_fields(engine) {
+        let name = format!("strata_memory_{}", field.name);
+        encode::write_stat_u64(out, name.as_bytes(), field.value);
+    }
+    encode::write_stat_u64(
+        out,
+        b"strata_memory_write_amplification_milli",
+        crate::tiers::write_amplification_milli(engine),
+    );
     if let Some(flash) = &engine.flash {
         flash_items(flash, out);
     }

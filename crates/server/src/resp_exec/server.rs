@@ -129,11 +129,21 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
 }
 
 fn write_memory(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
-    let used = engine.segments_used * engine.segment_size_bytes + engine.index_bytes;
+    // Live data and the index, as Redis counts what it allocated for the dataset; the
+    // segments that hold it (dead records and free room too) are the "resident" figure, and
+    // their ratio is what fragmentation means here.
+    let used = engine.live_bytes + engine.index_bytes;
+    let resident = engine.segments_used * engine.segment_size_bytes + engine.index_bytes;
     text.header("Memory");
     text.field("used_memory", used);
     text.field("used_memory_human", human_bytes(used));
     text.field("used_memory_dataset", engine.live_bytes);
+    text.field("used_memory_segments", resident);
+    text.field(
+        "mem_fragmentation_ratio",
+        format!("{:.2}", resident as f64 / used.max(1) as f64),
+    );
+    text.field("mem_dead_bytes", engine.dead_bytes);
     text.field("maxmemory", engine.memory_bytes);
     text.field("maxmemory_human", human_bytes(engine.memory_bytes));
     text.field("maxmemory_policy", policy_name(ctx));
@@ -200,6 +210,16 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
     text.field("evicted_segments", engine.evicted_segments);
     text.field("expired_segments", engine.expired_segments);
     text.field("merged_items", engine.merged_items);
+    for field in crate::tiers::memory_fields(engine) {
+        text.field(&format!("memory_{}", field.name), field.value);
+    }
+    text.field(
+        "memory_write_amplification",
+        format!(
+            "{:.3}",
+            crate::tiers::write_amplification_milli(engine) as f64 / 1000.0
+        ),
+    );
     for (cause, count) in strata_engine::DAMAGE_CAUSES
         .iter()
         .zip(engine.records_damaged)

@@ -1,0 +1,378 @@
+//! The cleaner: gives back the dead space that overwrites and deletes leave inside segments by
+//! moving the live records of mostly dead segments into the shard's *cleaner segment* and
+//! freeing them, so that an item leaves memory only when live data really exceeds the budget
+//! (RAMCloud's log cleaner, Rumble et al., FAST'14).
+//!
+//! A pass runs under the shard's write lock when a write needs a segment and the free list is
+//! down to its reserve (`Inner::obtain_segment`). It picks *victims* among the shard's sealed
+//! segments by RAMCloud's cost-benefit, `(1 - u) · age / (1 + u)` with `u` the live fraction
+//! (a segment with no live record first), just enough of them that the pass frees at least one
+//! segment more than it fills, and at most [`CLEAN_VICTIMS_PER_PASS_MAX`]: so a pass copies at
+//! most that many segments' live bytes (16 MiB at the default segment size), the bound on how
+//! long it holds the shard. Every live record moves, read or not; an expired one is dropped.
+//!
+//! A moved record keeps its CAS (written as the record's explicit CAS field: 8 bytes more for a
+//! record that had none) and its index slot keeps its reads. Destinations are the shard's
+//! cleaner segment, a sealed segment (never an open head for writes) kept across passes until
+//! full, then victims this pass freed, then free segments (the reserve is for this).
+//!
+//! Crash safety: a victim's records are copied, made as durable as the durability level makes
+//! writes, and only then is the victim freed (its header zeroed and persisted); its own bytes
+//! are not marked. A crash in between leaves two live records of each moved key with the same
+//! contents, and recovery keeps one of them (the cleaner segment's: its seq is the newer). A
+//! pass first makes every waiting dead mark durable (`persist_dirty`), so that no superseded
+//! record older than a moved one can come back after a power cut in its place, and the cleaner
+//! segment's seq is above every record it takes, as `reserve` keeps for any write of a key.
+
+use std::time::Instant;
+
+use strata_pool::Segment;
+
+use crate::error::WriteError;
+use crate::index;
+use crate::record::{self, RecordMeta};
+use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
+use crate::Inner;
+
+use super::{bump, FreeReason, Shard};
+
+/// Most segments one pass frees (and so most it copies): the bound on how long a pass holds
+/// its shard.
+pub(crate) const CLEAN_VICTIMS_PER_PASS_MAX: usize = 16;
+
+/// What a pass did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CleanOutcome {
+    /// It handed this many segments back to the free list beyond those it took (at least 1).
+    Gained(usize),
+    /// No choice of victims frees more than it fills: live data fills the shard's segments.
+    NothingToGain,
+    /// Victims were worth cleaning, but no segment was free to move their records to.
+    NoDestination,
+}
+
+/// A segment the pass may clean.
+struct Candidate {
+    id: u32,
+    /// The bytes its live records take once moved (an explicit CAS each, at most).
+    need_bytes: usize,
+    live_items: u32,
+    score: f64,
+}
+
+impl Shard {
+    /// One cleaning pass (module docs).
+    pub(crate) fn clean(&mut self, inner: &Inner) -> Result<CleanOutcome, WriteError> {
+        if !self.index_verified {
+            return Ok(CleanOutcome::NothingToGain); // The scrub checks the index first.
+        }
+        let mut victims = self.choose_victims(inner);
+        if victims.is_empty() && self.clean_head.is_some() {
+            // The cleaner segment's room is too little for any gain: it becomes a sealed
+            // segment like any other, a candidate itself, and the next destination a fresh one.
+            let head = self.clean_head.take();
+            victims = self.choose_victims(inner);
+            if victims.is_empty() {
+                self.clean_head = head;
+            }
+        }
+        if victims.is_empty() {
+            return Ok(CleanOutcome::NothingToGain);
+        }
+        let started = Instant::now();
+        if inner.track_dirty && victims.iter().any(|v| v.live_items > 0) {
+            self.persist_dirty(inner)?;
+        }
+        let mut freed: Vec<Segment> = Vec::new();
+        let (mut taken, mut starved) = (0usize, false);
+        for victim in &victims {
+            let needed = self.destinations_needed(inner, victim.id);
+            let from_freed = needed.min(freed.len());
+            let mut dests: Vec<Segment> = freed.drain(freed.len() - from_freed..).collect();
+            if needed > from_freed {
+                match inner.take_for_cleaner(needed - from_freed)? {
+                    Some(more) => {
+                        taken += more.len();
+                        dests.extend(more);
+                    }
+                    None => {
+                        freed.extend(dests);
+                        starved = true;
+                        break;
+                    }
+                }
+            }
+            for dest in &mut dests {
+                inner.zero_for_reuse(dest)?;
+            }
+            self.move_live_records(inner, victim.id, &mut dests)?;
+            assert!(dests.is_empty(), "the dry run counted the destinations");
+            freed.push(self.free_segment(inner, victim.id, FreeReason::Cleaned)?);
+            bump(&self.counters.cleaned_segments, 1);
+        }
+        let elapsed_ns = started.elapsed().as_nanos() as u64;
+        bump(&self.counters.clean_passes, 1);
+        bump(&self.counters.clean_ns, elapsed_ns);
+        self.counters
+            .clean_pass_max_ns
+            .fetch_max(elapsed_ns, std::sync::atomic::Ordering::Relaxed);
+        let gained = freed.len().saturating_sub(taken);
+        inner.release(freed);
+        Ok(match gained {
+            0 if starved => CleanOutcome::NoDestination,
+            0 => CleanOutcome::NothingToGain,
+            n => CleanOutcome::Gained(n),
+        })
+    }
+
+    /// The victims of a pass, best first: the fewest, by cost-benefit, whose live records fit in
+    /// at least one segment fewer than they free; none when no such choice exists.
+    fn choose_victims(&self, inner: &Inner) -> Vec<Candidate> {
+        let capacity = inner.segment_size_bytes;
+        let now_ms = inner.now_ms();
+        let mut candidates: Vec<Candidate> = self
+            .segments
+            .iter()
+            .flatten()
+            .filter(|owned| {
+                owned.sealed
+                    && owned.is_clean()
+                    && Some(owned.segment.id()) != self.clean_head
+                    && owned.write_offset > 0
+            })
+            .filter_map(|owned| {
+                let need_bytes = owned.live_bytes as usize + 8 * owned.live_items as usize;
+                (need_bytes < capacity).then(|| Candidate {
+                    id: owned.segment.id(),
+                    need_bytes,
+                    live_items: owned.live_items,
+                    score: cost_benefit(owned, capacity, now_ms),
+                })
+            })
+            .collect();
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let room = self.clean_head_room();
+        // Each destination may lose up to a record's worth at its end: count 7/8 of one.
+        let usable = capacity - capacity / 8;
+        let mut need = 0usize;
+        for (at, candidate) in candidates
+            .iter()
+            .enumerate()
+            .take(CLEAN_VICTIMS_PER_PASS_MAX)
+        {
+            need += candidate.need_bytes;
+            let destinations = need.saturating_sub(room).div_ceil(usable);
+            if at + 1 > destinations {
+                candidates.truncate(at + 1);
+                return candidates;
+            }
+        }
+        Vec::new()
+    }
+
+    /// Free bytes at the end of the cleaner segment (0 when there is none).
+    fn clean_head_room(&self) -> usize {
+        self.clean_head.map_or(0, |id| {
+            let owned = self.owned(id);
+            owned.segment.data().len() - owned.write_offset
+        })
+    }
+
+    /// How many new cleaner segments moving victim `id`'s live records takes: a dry run over
+    /// the sizes they will have, in the order they will be written.
+    fn destinations_needed(&self, inner: &Inner, id: u32) -> usize {
+        let capacity = inner.segment_size_bytes;
+        let now_ms = inner.now_ms();
+        let mut room = self.clean_head_room();
+        let mut needed = 0;
+        for_each_record(self.owned(id), |_, view| {
+            if view.live && !is_expired(&view.meta, now_ms) {
+                let size = moved_size(&view);
+                if size > room {
+                    needed += 1;
+                    room = capacity;
+                }
+                room -= size;
+            }
+        });
+        needed
+    }
+
+    /// Moves victim `id`'s live records to the cleaner segment, opening `dests` as it fills,
+    /// and makes them durable as writes are; drops the expired ones. Leaves the victim with
+    /// no live record in its books (its bytes unmarked: it is freed next).
+    fn move_live_records(
+        &mut self,
+        inner: &Inner,
+        id: u32,
+        dests: &mut Vec<Segment>,
+    ) -> Result<(), WriteError> {
+        let victim = self.segments[id as usize]
+            .take()
+            .expect("a victim is an owned segment");
+        let now_ms = inner.now_ms();
+        let mut written: Vec<(u32, usize, usize)> = Vec::new();
+        let mut result = Ok(());
+        for_each_record(&victim, |offset, view| {
+            if result.is_err() || !view.live {
+                return;
+            }
+            let location = inner.join_location(id, offset);
+            let h24 = index::hash24(inner.hash(view.key));
+            let Some((slot, _)) = self.index.find(h24, |l| l == location) else {
+                debug_assert!(false, "a live record of a clean segment is indexed");
+                return;
+            };
+            self.live_bytes = self.live_bytes.saturating_sub(view.size_bytes as u64);
+            if is_expired(&view.meta, now_ms) {
+                self.remove_memory_slot(slot, h24);
+                bump(&self.counters.expired_items, 1);
+                return;
+            }
+            let meta = RecordMeta {
+                cas: Some(view.meta.cas.unwrap_or_else(|| victim.cas_at(offset))),
+                ..view.meta
+            };
+            let size = moved_size(&view);
+            let head = match self.clean_head_with_room(inner, size, victim.fields.ttl_bucket, dests)
+            {
+                Ok(head) => head,
+                Err(err) => {
+                    result = Err(err);
+                    return;
+                }
+            };
+            let owned = self.owned_mut(head);
+            let at = owned.write_offset;
+            record::write(
+                &mut owned.segment.data_mut()[at..at + size],
+                view.key,
+                view.value,
+                &meta,
+            );
+            owned.write_offset += size;
+            owned.live_items += 1;
+            owned.live_bytes += size as u64;
+            owned.cover_expiry(meta.expires_at_ms, at == 0);
+            self.live_bytes += size as u64;
+            self.index.relocate(slot, inner.join_location(head, at));
+            super::add_to_runs(&mut written, head, at, at + size);
+            bump(&self.counters.cleaned_items, 1);
+            bump(&self.counters.cleaned_bytes, size as u64);
+        });
+        let mut victim = victim;
+        victim.live_items = 0;
+        victim.live_bytes = 0;
+        self.segments[id as usize] = Some(victim);
+        result?;
+        for (head, start, end) in written {
+            self.written(inner, head, start, end - start)?;
+        }
+        Ok(())
+    }
+
+    /// The cleaner segment, with at least `size` free bytes: the current one, or the next of
+    /// `dests` installed in TTL bucket `bucket` (the dry run made sure there is one).
+    fn clean_head_with_room(
+        &mut self,
+        inner: &Inner,
+        size: usize,
+        bucket: u16,
+        dests: &mut Vec<Segment>,
+    ) -> Result<u32, WriteError> {
+        if let Some(head) = self.clean_head {
+            if self.clean_head_room() >= size {
+                return Ok(head);
+            }
+        }
+        let segment = dests.pop().expect("the dry run counted the destinations");
+        let head = self.install_clean_head(inner, segment, bucket)?;
+        self.clean_head = Some(head);
+        Ok(head)
+    }
+
+    /// Takes ownership of a zeroed free segment as the shard's cleaner segment: sealed (writes
+    /// never go to it), with a fresh seq, placed in `bucket`'s chain before the bucket's open
+    /// segment, which stays the chain's last.
+    fn install_clean_head(
+        &mut self,
+        inner: &Inner,
+        mut segment: Segment,
+        bucket: u16,
+    ) -> Result<u32, WriteError> {
+        let fields = HeaderFields {
+            ttl_bucket: bucket,
+            shard: self.id,
+            seq: inner.next_seq()?,
+            created_ms: inner.now_ms(),
+        };
+        segment::write_header(segment.header_mut(), fields);
+        inner.persisted(segment.persist_header())?;
+        let id = segment.id();
+        self.adopt(OwnedSegment {
+            segment,
+            fields,
+            write_offset: 0,
+            sealed: true,
+            live_items: 0,
+            live_bytes: 0,
+            expires_at_ms: Some(0),
+            verified: Verified::Clean,
+        });
+        let chain = &mut self.chains[usize::from(bucket)];
+        let len = chain.len();
+        if len >= 2 {
+            // (A victim being moved is out of `segments` meanwhile: sealed.)
+            let before = chain[len - 2];
+            if self.segments[before as usize]
+                .as_deref()
+                .is_some_and(|owned| !owned.sealed)
+            {
+                chain.swap(len - 2, len - 1);
+            }
+        }
+        Ok(id)
+    }
+}
+
+/// RAMCloud's cost-benefit of cleaning a segment: what it frees, weighted by how long its data
+/// has stayed (old data is cold and stays put), over what moving its live records costs.
+fn cost_benefit(owned: &OwnedSegment, capacity: usize, now_ms: u64) -> f64 {
+    if owned.live_items == 0 {
+        return f64::INFINITY;
+    }
+    let u = owned.live_bytes as f64 / capacity as f64;
+    let age_ms = now_ms.saturating_sub(owned.fields.created_ms) as f64 + 1.0;
+    (1.0 - u) * age_ms / (1.0 + u)
+}
+
+fn is_expired(meta: &RecordMeta, now_ms: u64) -> bool {
+    meta.expires_at_ms.is_some_and(|at| at <= now_ms)
+}
+
+/// The size of a record once moved: with its CAS written out.
+fn moved_size(view: &record::RecordView<'_>) -> usize {
+    let meta = RecordMeta {
+        cas: Some(0),
+        ..view.meta
+    };
+    record::record_size(view.key.len(), view.value.len(), &meta)
+}
+
+/// Calls `f` with each record of a clean segment, in log order.
+fn for_each_record(owned: &OwnedSegment, mut f: impl FnMut(usize, record::RecordView<'_>)) {
+    debug_assert!(owned.is_clean(), "the cleaner takes clean segments only");
+    let mut offset = 0;
+    while offset < owned.write_offset {
+        let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
+            debug_assert!(
+                false,
+                "a clean segment holds records up to its write offset"
+            );
+            break;
+        };
+        let size = view.size_bytes;
+        f(offset, view);
+        offset += size;
+    }
+}
