@@ -33,6 +33,24 @@ pub const fn segment_size_bytes_for(value_len_max: usize) -> u64 {
 pub const SHARD_COUNT_DEFAULT: usize = 8;
 /// Most shards.
 pub const SHARD_COUNT_MAX: usize = 1024;
+/// Fewest segments a shard should own: the cleaner frees a segment by packing the live records
+/// of several of one shard's segments into fewer, and with a handful per shard (one of them
+/// open, one the cleaner's) it can do so only while they are mostly dead.
+pub const SEGMENTS_PER_SHARD_MIN: u64 = 16;
+
+/// The shards for a pool of `memory_bytes` in segments of `segment_size_bytes`: the default,
+/// or fewer so that each owns at least [`SEGMENTS_PER_SHARD_MIN`] segments (a 64 MiB pool of
+/// 1 MiB segments: 3 shards).
+pub const fn shard_count_for(memory_bytes: u64, segment_size_bytes: u64) -> usize {
+    let by_segments = memory_bytes / segment_size_bytes / SEGMENTS_PER_SHARD_MIN;
+    if by_segments == 0 {
+        1
+    } else if by_segments < SHARD_COUNT_DEFAULT as u64 {
+        by_segments as usize
+    } else {
+        SHARD_COUNT_DEFAULT
+    }
+}
 /// Record size the initial index is sized for: 56 bytes is a 16-byte key with a 32-byte value
 /// and the 8-byte record header, a typical small cache item. Larger items leave the index
 /// under-filled (it costs about 9 bytes per expected item); smaller ones make it grow online.

@@ -44,10 +44,11 @@ pub use api::{
 pub use check::{check_pool_file, PoolReport};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    segment_size_bytes_for, Durability, EngineConfig, EvictionPolicy, FlashAdmission, FlashConfig,
-    FlashMedium, IndexPlacement, PoolLocation, RecoveryObserver, RecoveryProgress, DATA_BYTES_MAX,
-    FLASH_REGION_SIZE_BYTES_DEFAULT, KEY_LEN_FOR_VALUE_LIMIT, MEMORY_BYTES_DEFAULT,
-    SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT, VALUE_LEN_MAX_DEFAULT,
+    segment_size_bytes_for, shard_count_for, Durability, EngineConfig, EvictionPolicy,
+    FlashAdmission, FlashConfig, FlashMedium, IndexPlacement, PoolLocation, RecoveryObserver,
+    RecoveryProgress, DATA_BYTES_MAX, FLASH_REGION_SIZE_BYTES_DEFAULT, KEY_LEN_FOR_VALUE_LIMIT,
+    MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT,
+    VALUE_LEN_MAX_DEFAULT,
 };
 pub use error::{OpenError, WriteError};
 pub use flash::check::{check_flash_file, FlashReport};

@@ -706,6 +706,7 @@ impl ServerConfig {
         EngineConfig {
             memory_bytes: self.memory_bytes,
             segment_size_bytes: self.segment_size_bytes,
+            shard_count: strata_engine::shard_count_for(self.memory_bytes, self.segment_size_bytes),
             pool: self
                 .pool
                 .clone()

@@ -152,8 +152,9 @@ impl Shard {
             .collect();
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
         let room = self.clean_head_room();
-        // Each destination may lose up to a record's worth at its end: count 7/8 of one.
-        let usable = capacity - capacity / 8;
+        // A destination may lose up to a record's worth at its end: a guess (1/64) here, as the
+        // dry run before each victim counts exactly (a pass that guessed wrong stops early).
+        let usable = capacity - capacity / 64;
         let mut need = 0usize;
         for (at, candidate) in candidates
             .iter()

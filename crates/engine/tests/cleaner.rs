@@ -1,0 +1,146 @@
+//! The cleaner keeps every live item that fits: a store (`EvictionPolicy::None`) takes writes
+//! until its live data nearly fills memory, however the keys are overwritten, and a cache
+//! evicts nothing while its live data fits. Figures of space, not of time: no timing here.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use strata_engine::*;
+
+const MEMORY_BYTES: u64 = 64 << 20;
+
+fn engine(policy: EvictionPolicy) -> Engine {
+    Engine::open(EngineConfig {
+        memory_bytes: MEMORY_BYTES,
+        eviction: policy,
+        shard_count: shard_count_for(MEMORY_BYTES, SEGMENT_SIZE_BYTES_DEFAULT),
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key:{i:010}").into_bytes()
+}
+
+/// Keys of `value_len`-byte values whose records fill `percent` of memory.
+fn keys_for(value_len: usize, percent: u64) -> u64 {
+    let record = (8 + 14 + value_len).next_multiple_of(8) as u64;
+    MEMORY_BYTES * percent / 100 / record
+}
+
+/// Writes every key once, then `rounds` times as many random overwrites; returns the first
+/// refused write's live fraction, or `None` when none was refused.
+fn fill_and_overwrite(engine: &Engine, keys: u64, value_len: usize, rounds: u64) -> Option<f64> {
+    let mut rng = SmallRng::seed_from_u64(keys);
+    let value = vec![b'v'; value_len];
+    let writes = (0..keys).chain((0..keys * rounds).map(|_| rng.gen_range(0..keys)));
+    for i in writes {
+        if let Err(err) = engine.set(&key(i), &value, 0, Expiry::Never) {
+            assert!(matches!(err, WriteError::OutOfMemory), "{err}");
+            return Some(engine.stats().live_bytes as f64 / MEMORY_BYTES as f64);
+        }
+    }
+    None
+}
+
+/// The share of memory that live records and the index take.
+fn used_fraction(stats: &EngineStats) -> f64 {
+    (stats.live_bytes + stats.index_bytes) as f64 / MEMORY_BYTES as f64
+}
+
+/// `--eviction none` takes three rounds of random overwrites with live records at 65% of memory
+/// (with the index, which is sized for 56-byte items, about 80%), for 100-byte and 1 KiB values
+/// alike; before the cleaner it refused them at a third full.
+#[test]
+fn a_store_takes_overwrites_with_live_data_and_index_at_eighty_percent_of_memory() {
+    for value_len in [100, 1000] {
+        let engine = engine(EvictionPolicy::None);
+        let keys = keys_for(value_len, 65);
+        let refused = fill_and_overwrite(&engine, keys, value_len, 3);
+        let stats = engine.stats();
+        assert_eq!(refused, None, "{value_len} B values: {stats:?}");
+        assert!(used_fraction(&stats) >= 0.78, "{stats:?}");
+        assert!(stats.cleaner_items_moved > 0, "{stats:?}");
+        for i in (0..keys).step_by(997) {
+            assert!(engine.get(&key(i), |_| ()).is_some(), "key {i}");
+        }
+        engine.check_integrity().unwrap();
+    }
+}
+
+/// A store refuses a write only when live data fills memory: at the refusal, live records and
+/// the index take at least 80% of it, whatever the overwrites left dead before.
+#[test]
+fn a_store_refuses_writes_only_when_live_data_fills_memory() {
+    let engine = engine(EvictionPolicy::None);
+    let keys = keys_for(1000, 120);
+    let mut rng = SmallRng::seed_from_u64(3);
+    let value = vec![b'v'; 1000];
+    // Overwrites over the first tenth of the keys, then new keys until a write is refused.
+    for _ in 0..keys {
+        engine
+            .set(&key(rng.gen_range(0..keys / 10)), &value, 0, Expiry::Never)
+            .unwrap();
+    }
+    let refused_at =
+        (keys / 10..keys).find(|&i| engine.set(&key(i), &value, 0, Expiry::Never).is_err());
+    let stats = engine.stats();
+    assert!(refused_at.is_some(), "120% of memory cannot fit: {stats:?}");
+    assert!(
+        used_fraction(&stats) >= 0.8,
+        "refused at {:.3}: {stats:?}",
+        used_fraction(&stats)
+    );
+}
+
+/// A cache whose live records take 65% of memory evicts nothing under random overwrites, under
+/// each eviction policy; nor does one whose keys are skewed (a tenth of them take 90% of writes).
+#[test]
+fn a_cache_evicts_nothing_while_live_data_fits() {
+    for policy in [
+        EvictionPolicy::Merge,
+        EvictionPolicy::Fifo,
+        EvictionPolicy::Random,
+    ] {
+        let engine = engine(policy);
+        let keys = keys_for(1000, 65);
+        assert_eq!(fill_and_overwrite(&engine, keys, 1000, 3), None);
+        let stats = engine.stats();
+        assert_eq!(stats.evicted_items, 0, "{policy:?}: {stats:?}");
+        assert_eq!(stats.items, keys, "{policy:?}");
+    }
+    let engine = engine(EvictionPolicy::Merge);
+    let keys = keys_for(1000, 65);
+    let value = vec![b'v'; 1000];
+    let mut rng = SmallRng::seed_from_u64(5);
+    for i in 0..keys {
+        engine.set(&key(i), &value, 0, Expiry::Never).unwrap();
+    }
+    for _ in 0..keys * 3 {
+        let i = if rng.gen_ratio(9, 10) {
+            rng.gen_range(0..keys / 10)
+        } else {
+            rng.gen_range(0..keys)
+        };
+        engine.set(&key(i), &value, 0, Expiry::Never).unwrap();
+    }
+    let stats = engine.stats();
+    assert_eq!(stats.evicted_items, 0, "skewed: {stats:?}");
+}
+
+/// With more live data than memory holds, a cache evicts, and the cleaner still works beside
+/// eviction: what is held is most of what fits.
+#[test]
+fn a_cache_over_full_evicts_and_keeps_most_of_what_fits() {
+    let engine = engine(EvictionPolicy::Merge);
+    let keys = keys_for(1000, 150);
+    fill_and_overwrite(&engine, keys, 1000, 2);
+    let stats = engine.stats();
+    assert!(stats.evicted_items > 0, "{stats:?}");
+    assert!(
+        used_fraction(&stats) >= 0.75,
+        "held {:.3}: {stats:?}",
+        used_fraction(&stats)
+    );
+    engine.check_integrity().unwrap();
+}
