@@ -32,14 +32,7 @@ strata=target/release/strata
 [ -x "$strata" ] || cargo build --release -p strata
 command -v redis-cli >/dev/null || { echo "needs redis-cli (redis-tools)" >&2; exit 1; }
 
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "server on port $1 did not start" >&2
-  return 1
-}
+source bench/lib.sh
 
 # memtier PROTOCOL PORT KEYS VALUE ARGS...: memtier's Totals/Gets lines.
 run_memtier() {
@@ -102,14 +95,14 @@ for cell in "${cells[@]}"; do
   ratio="$sets:$gets"
   echo "== $value B values, working set $percent% of ${memory} MiB ($keys keys), SET:GET $ratio, keys $pattern, $seconds s"
 
-  taskset -c 0 memcached -u nobody -t 1 -m "$memory" -p 23211 -U 0 -l 127.0.0.1 -c 4096 &
+  taskset -c 0 memcached -u nobody -t 1 -m "$memory" -p 23211 -U 0 -l 127.0.0.1 -c 4096 &>/dev/null &
   pid=$!; wait_port 23211
   measure "memcached $(memcached -V | cut -d' ' -f2)" memcache_text 23211 $pid "$value" "$keys" "$ratio" "$pattern"
   stop $pid
 
   for server in redis-server "$valkey"; do
     taskset -c 0 "$server" --port 23212 --bind 127.0.0.1 --save '' --appendonly no \
-      --maxmemory "${memory}mb" --maxmemory-policy allkeys-lru --loglevel warning &
+      --maxmemory "${memory}mb" --maxmemory-policy allkeys-lru --loglevel warning &>/dev/null &
     pid=$!; wait_port 23212
     version=$("$server" --version | grep -o 'v=[0-9.]*' | cut -c3-)
     measure "$(basename "$server" -server) $version" redis 23212 $pid "$value" "$keys" "$ratio" "$pattern"
@@ -117,7 +110,7 @@ for cell in "${cells[@]}"; do
   done
 
   taskset -c 0 "$strata" serve --threads 1 --memory "${memory}MiB" --resp-listen 127.0.0.1:23213 \
-    --memcache-listen off --admin-listen off --log-level warn &
+    --memcache-listen off --admin-listen off --log-level warn &>/dev/null &
   pid=$!; wait_port 23213
   measure strata redis 23213 $pid "$value" "$keys" "$ratio" "$pattern"
   stop $pid

@@ -38,14 +38,7 @@ measure() {
   run_memtier "$port" --ratio=1:9 --key-pattern=Z:Z --key-zipf-exp=0.9 --test-time=20
 }
 
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "server on port $1 did not start" >&2
-  return 1
-}
+source bench/lib.sh
 
 rm -f "$dir/mc.ext" "$dir/strata.flash"
 taskset -c 0 memcached -u nobody -t 1 -m "$memory" -p 22211 -U 0 -l 127.0.0.1 -c 4096 \

@@ -144,3 +144,23 @@ fn a_cache_over_full_evicts_and_keeps_most_of_what_fits() {
     );
     engine.check_integrity().unwrap();
 }
+
+#[test]
+#[ignore]
+fn explore() {
+    for policy in [EvictionPolicy::None, EvictionPolicy::Merge] {
+        for percent in [60u64, 65, 70, 75] {
+            let engine = engine(policy);
+            let keys = keys_for(1000, percent);
+            let refused = fill_and_overwrite(&engine, keys, 1000, 3);
+            let s = engine.stats();
+            println!(
+                "{policy:?} {percent}%: refused {refused:?} evicted {} used {:.3} moved/written {:.2} pass_max_us {}",
+                s.evicted_items,
+                used_fraction(&s),
+                s.cleaner_bytes_moved as f64 / s.written_bytes as f64,
+                s.cleaner_pass_max_ns / 1000,
+            );
+        }
+    }
+}

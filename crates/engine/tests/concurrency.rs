@@ -36,13 +36,15 @@ fn check(key: u32, value: &[u8]) {
 }
 
 /// Three writers (sets, deletes, appends) and two readers over `keys` keys of 16 to 315
-/// bytes in a 4 MiB pool of 64 KiB segments; returns the engine once the writers are done.
-fn write_and_read_concurrently(keys: u64) -> Arc<Engine> {
+/// bytes in a 4 MiB pool of 64 KiB segments, with a flash tier below it if given; returns the
+/// engine once the writers are done.
+fn write_and_read_concurrently(keys: u64, flash: Option<FlashConfig>) -> Arc<Engine> {
     let engine = Arc::new(
         Engine::open(EngineConfig {
             memory_bytes: 4 << 20,
             segment_size_bytes: 64 << 10,
             shard_count: 4,
+            flash,
             ..EngineConfig::default()
         })
         .unwrap(),
@@ -97,7 +99,7 @@ fn write_and_read_concurrently(keys: u64) -> Arc<Engine> {
 /// keeps every item, while readers race its moves.
 #[test]
 fn readers_and_writers_on_shared_keys_see_only_whole_values() {
-    let engine = write_and_read_concurrently(5000);
+    let engine = write_and_read_concurrently(5000, None);
     let stats = engine.stats();
     assert!(
         stats.cleaner_segments_freed > 0,
@@ -109,7 +111,29 @@ fn readers_and_writers_on_shared_keys_see_only_whole_values() {
 /// About 8 MiB of live data in a 4 MiB pool: eviction must run, beside the cleaner.
 #[test]
 fn readers_and_writers_see_only_whole_values_while_eviction_runs() {
-    let engine = write_and_read_concurrently(40_000);
+    let engine = write_and_read_concurrently(40_000, None);
     let stats = engine.stats();
     assert!(stats.evicted_segments > 0, "eviction ran: {stats:?}");
+}
+
+/// The same over a 16 MiB flash tier (in memory): evicted items go down to flash and reads
+/// bring them back while the cleaner moves records in memory, and every read is whole.
+#[test]
+fn readers_and_writers_see_only_whole_values_while_items_move_between_tiers() {
+    let medium: Arc<dyn strata_pool::Medium> = Arc::new(strata_pool::testing::MemoryMedium::new(
+        4096 + 64 * (256 << 10),
+        4096,
+    ));
+    let flash = FlashConfig {
+        medium: FlashMedium::Given(medium),
+        region_size_bytes: 256 << 10,
+        admission: FlashAdmission::All,
+        write_bytes_per_sec_max: 0,
+        read_delay_for_tests: std::time::Duration::ZERO,
+    };
+    let engine = write_and_read_concurrently(40_000, Some(flash));
+    let stats = engine.stats();
+    let tier = stats.flash.as_ref().expect("a flash tier");
+    assert!(stats.cleaner_items_moved > 0, "{stats:?}");
+    assert!(tier.appended_items > 0 && tier.hits > 0, "{tier:?}");
 }

@@ -970,7 +970,12 @@ fn a_crash_with_overwrites_waiting_for_a_commit_keeps_the_flash_tier() {
         if crash != Crash::MarksWaiting {
             engine.commit().unwrap();
         }
-        assert_eq!(flash_stats(&engine).items, on_flash, "no demotion since");
+        assert_eq!(
+            flash_stats(&engine).items,
+            on_flash,
+            "no demotion since: {:?}",
+            engine.stats()
+        );
         drop(engine); // A process crash: every store stays, nothing is closed.
 
         let control = dir.0.join("pool.index").join("control");

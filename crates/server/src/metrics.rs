@@ -288,6 +288,18 @@ fn render_damage(out: &mut String, ctx: &ServerContext) {
 
 /// Each storage tier (memory; flash with `--flash`): items, capacity, hits, evictions, and
 /// the flash tier's own counters and read latency histogram.
+/// A tier's fields as `<prefix>_<name>`, counters with Prometheus's `_total`.
+fn render_fields(out: &mut String, prefix: &str, fields: &[crate::tiers::Field]) {
+    for field in fields {
+        let (kind, suffix) = match field.kind {
+            crate::tiers::Kind::Counter => ("counter", "_total"),
+            crate::tiers::Kind::Gauge => ("gauge", ""),
+        };
+        let name = format!("{prefix}_{}{suffix}", field.name);
+        single(out, &name, kind, field.help, field.value);
+    }
+}
+
 fn render_tiers(out: &mut String, ctx: &ServerContext) {
     use crate::tiers;
     let engine = ctx.engine.stats();
@@ -330,35 +342,11 @@ fn render_tiers(out: &mut String, ctx: &ServerContext) {
             let _ = writeln!(out, "{name}{{tier=\"flash\"}} {flash}");
         }
     }
-    for field in tiers::memory_fields(&engine) {
-        let (kind, suffix) = match field.kind {
-            tiers::Kind::Counter => ("counter", "_total"),
-            tiers::Kind::Gauge => ("gauge", ""),
-        };
-        single(
-            out,
-            &format!("strata_memory_{}{suffix}", field.name),
-            kind,
-            field.help,
-            field.value,
-        );
-    }
+    render_fields(out, "strata_memory", &tiers::memory_fields(&engine));
     let Some(flash) = flash else {
         return;
     };
-    for field in tiers::flash_fields(flash) {
-        let (kind, suffix) = match field.kind {
-            tiers::Kind::Counter => ("counter", "_total"),
-            tiers::Kind::Gauge => ("gauge", ""),
-        };
-        single(
-            out,
-            &format!("strata_flash_{}{suffix}", field.name),
-            kind,
-            field.help,
-            field.value,
-        );
-    }
+    render_fields(out, "strata_flash", &tiers::flash_fields(flash));
     let name = "strata_flash_read_latency_seconds";
     header(
         out,

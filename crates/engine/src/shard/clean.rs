@@ -7,9 +7,12 @@
 //! down to its reserve (`Inner::obtain_segment`). It picks *victims* among the shard's sealed
 //! segments by RAMCloud's cost-benefit, `(1 - u) · age / (1 + u)` with `u` the live fraction
 //! (a segment with no live record first), just enough of them that the pass frees at least one
-//! segment more than it fills, and at most [`CLEAN_VICTIMS_PER_PASS_MAX`]: so a pass copies at
-//! most that many segments' live bytes (16 MiB at the default segment size), the bound on how
-//! long it holds the shard. Every live record moves, read or not; an expired one is dropped.
+//! segment more than it fills (counted by packing their records as the pass will), and at most
+//! [`CLEAN_VICTIMS_PER_PASS_MAX`]: so a pass copies at most that many segments' live bytes (16
+//! MiB at the default segment size), the bound on how long it holds the shard. A cache cleans
+//! only while a pass moves at most [`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`] segments' worth per
+//! segment it gains, and evicts past that; a store cleans at any cost before it refuses a
+//! write. Every live record moves, read or not; an expired one is dropped.
 //!
 //! A moved record keeps its CAS (written as the record's explicit CAS field: 8 bytes more for a
 //! record that had none) and its index slot keeps its reads. Destinations are the shard's
@@ -28,10 +31,11 @@ use std::time::Instant;
 
 use strata_pool::Segment;
 
+use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index;
 use crate::record::{self, RecordMeta};
-use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
+use crate::segment::OwnedSegment;
 use crate::Inner;
 
 use super::{bump, FreeReason, Shard};
@@ -39,6 +43,10 @@ use super::{bump, FreeReason, Shard};
 /// Most segments one pass frees (and so most it copies): the bound on how long a pass holds
 /// its shard.
 pub(crate) const CLEAN_VICTIMS_PER_PASS_MAX: usize = 16;
+/// In a cache, the most segments' worth of live records a pass may move per segment it
+/// gains: past it, live data nearly fills the shard, and an eviction costs less than the
+/// copying (the memory tier's write amplification stays at most this).
+pub(crate) const CACHE_MOVED_SEGMENTS_PER_GAINED_MAX: usize = 8;
 
 /// What a pass did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +62,6 @@ pub(crate) enum CleanOutcome {
 /// A segment the pass may clean.
 struct Candidate {
     id: u32,
-    /// The bytes its live records take once moved (an explicit CAS each, at most).
-    need_bytes: usize,
     live_items: u32,
     score: f64,
 }
@@ -141,34 +147,54 @@ impl Shard {
                     && owned.write_offset > 0
             })
             .filter_map(|owned| {
+                // (Its live records, an explicit CAS each at most, fit in a fresh segment.)
                 let need_bytes = owned.live_bytes as usize + 8 * owned.live_items as usize;
                 (need_bytes < capacity).then(|| Candidate {
                     id: owned.segment.id(),
-                    need_bytes,
                     live_items: owned.live_items,
                     score: cost_benefit(owned, capacity, now_ms),
                 })
             })
             .collect();
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-        let room = self.clean_head_room();
-        // A destination may lose up to a record's worth at its end: a guess (1/64) here, as the
-        // dry run before each victim counts exactly (a pass that guessed wrong stops early).
-        let usable = capacity - capacity / 64;
-        let mut need = 0usize;
-        for (at, candidate) in candidates
-            .iter()
-            .enumerate()
-            .take(CLEAN_VICTIMS_PER_PASS_MAX)
-        {
-            need += candidate.need_bytes;
-            let destinations = need.saturating_sub(room).div_ceil(usable);
-            if at + 1 > destinations {
-                candidates.truncate(at + 1);
-                return candidates;
+        candidates.truncate(CLEAN_VICTIMS_PER_PASS_MAX);
+        let victims = self.fewest_that_gain(inner, &candidates);
+        candidates.truncate(victims);
+        candidates
+    }
+
+    /// How many of `candidates`, taken in order, a pass cleans: the fewest that free more
+    /// segments than their live records fill, packed in order into the cleaner segment's room
+    /// and then fresh segments (record by record, as the pass will write them); 0 when none
+    /// does, or, in a cache, when the gain would cost more than
+    /// [`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`] segments' worth of moving per segment gained
+    /// (evicting is then the better bargain; a store cleans at any cost before it refuses).
+    fn fewest_that_gain(&self, inner: &Inner, candidates: &[Candidate]) -> usize {
+        let capacity = inner.segment_size_bytes;
+        let now_ms = inner.now_ms();
+        let (mut room, mut destinations, mut moved_bytes) = (self.clean_head_room(), 0, 0);
+        for (at, candidate) in candidates.iter().enumerate() {
+            self.owned(candidate.id).for_each_trusted_record(|_, view| {
+                if view.live && !is_expired(&view.meta, now_ms) {
+                    let size = moved_size(&view);
+                    if size > room {
+                        destinations += 1;
+                        room = capacity;
+                    }
+                    room -= size;
+                    moved_bytes += size;
+                }
+            });
+            let victims = at + 1;
+            if victims > destinations {
+                let gained = victims - destinations;
+                let store = inner.policy == EvictionPolicy::None;
+                let bargain =
+                    moved_bytes <= gained * capacity * CACHE_MOVED_SEGMENTS_PER_GAINED_MAX;
+                return if store || bargain { victims } else { 0 };
             }
         }
-        Vec::new()
+        0
     }
 
     /// Free bytes at the end of the cleaner segment (0 when there is none).
@@ -186,7 +212,7 @@ impl Shard {
         let now_ms = inner.now_ms();
         let mut room = self.clean_head_room();
         let mut needed = 0;
-        for_each_record(self.owned(id), |_, view| {
+        self.owned(id).for_each_trusted_record(|_, view| {
             if view.live && !is_expired(&view.meta, now_ms) {
                 let size = moved_size(&view);
                 if size > room {
@@ -214,7 +240,7 @@ impl Shard {
         let now_ms = inner.now_ms();
         let mut written: Vec<(u32, usize, usize)> = Vec::new();
         let mut result = Ok(());
-        for_each_record(&victim, |offset, view| {
+        victim.for_each_trusted_record(|offset, view| {
             if result.is_err() || !view.live {
                 return;
             }
@@ -298,28 +324,10 @@ impl Shard {
     fn install_clean_head(
         &mut self,
         inner: &Inner,
-        mut segment: Segment,
+        segment: Segment,
         bucket: u16,
     ) -> Result<u32, WriteError> {
-        let fields = HeaderFields {
-            ttl_bucket: bucket,
-            shard: self.id,
-            seq: inner.next_seq()?,
-            created_ms: inner.now_ms(),
-        };
-        segment::write_header(segment.header_mut(), fields);
-        inner.persisted(segment.persist_header())?;
-        let id = segment.id();
-        self.adopt(OwnedSegment {
-            segment,
-            fields,
-            write_offset: 0,
-            sealed: true,
-            live_items: 0,
-            live_bytes: 0,
-            expires_at_ms: Some(0),
-            verified: Verified::Clean,
-        });
+        let id = self.take_fresh(inner, segment, bucket, true)?;
         let chain = &mut self.chains[usize::from(bucket)];
         let len = chain.len();
         if len >= 2 {
@@ -358,22 +366,4 @@ fn moved_size(view: &record::RecordView<'_>) -> usize {
         ..view.meta
     };
     record::record_size(view.key.len(), view.value.len(), &meta)
-}
-
-/// Calls `f` with each record of a clean segment, in log order.
-fn for_each_record(owned: &OwnedSegment, mut f: impl FnMut(usize, record::RecordView<'_>)) {
-    debug_assert!(owned.is_clean(), "the cleaner takes clean segments only");
-    let mut offset = 0;
-    while offset < owned.write_offset {
-        let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
-            debug_assert!(
-                false,
-                "a clean segment holds records up to its write offset"
-            );
-            break;
-        };
-        let size = view.size_bytes;
-        f(offset, view);
-        offset += size;
-    }
 }

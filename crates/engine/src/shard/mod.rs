@@ -882,11 +882,26 @@ impl Shard {
     fn install(
         &mut self,
         inner: &Inner,
-        mut segment: Segment,
+        segment: Segment,
         bucket: usize,
     ) -> Result<u32, WriteError> {
+        let id = self.take_fresh(inner, segment, bucket as u16, false)?;
+        debug_assert!(!self.open_buckets.contains(&(bucket as u16)));
+        self.open_buckets.push(bucket as u16);
+        Ok(id)
+    }
+
+    /// Takes ownership of a free (zeroed) segment in `bucket`'s chain: writes and persists its
+    /// header with a fresh seq, and adds it to the tables, open to appends unless `sealed`.
+    fn take_fresh(
+        &mut self,
+        inner: &Inner,
+        mut segment: Segment,
+        bucket: u16,
+        sealed: bool,
+    ) -> Result<u32, WriteError> {
         let fields = HeaderFields {
-            ttl_bucket: bucket as u16,
+            ttl_bucket: bucket,
             shard: self.id,
             seq: inner.next_seq()?,
             created_ms: inner.now_ms(),
@@ -898,14 +913,12 @@ impl Shard {
             segment,
             fields,
             write_offset: 0,
-            sealed: false,
+            sealed,
             live_items: 0,
             live_bytes: 0,
             expires_at_ms: Some(0),
             verified: Verified::Clean,
         });
-        debug_assert!(!self.open_buckets.contains(&(bucket as u16)));
-        self.open_buckets.push(bucket as u16);
         Ok(id)
     }
 
@@ -1055,19 +1068,7 @@ impl Shard {
             }
         };
         if owned.is_clean() {
-            let mut offset = 0;
-            while offset < owned.write_offset {
-                let Some(view) = record::read_trusted(&owned.log()[offset..]) else {
-                    debug_assert!(
-                        false,
-                        "a clean segment holds records up to its write offset"
-                    );
-                    break;
-                };
-                let size = view.size_bytes;
-                release(self, offset, view);
-                offset += size;
-            }
+            owned.for_each_trusted_record(|offset, view| release(self, offset, view));
         } else {
             // Damage is skipped: an entry of a damaged record is dropped by `repair`, or, if
             // never read, found gone here (`unindex_or_keep` tolerates it).
