@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod cleaning;
 mod clock;
 mod config;
 mod error;
@@ -42,6 +43,7 @@ pub use api::{
     SCAN_BUCKETS_PER_FLASH_STEP, SCAN_BUCKETS_PER_STEP, SCAN_FLASH_READS_PER_CALL_MAX,
 };
 pub use check::{check_pool_file, PoolReport};
+pub use cleaning::CLEAN_AHEAD_SEGMENTS;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     segment_size_bytes_for, shard_count_for, Durability, EngineConfig, EvictionPolicy,
@@ -222,8 +224,10 @@ pub struct EngineStats {
     /// Bytes of dead records and unused room in segments that take no more writes: what the
     /// cleaner can give back. Open segments' unwritten room is not counted.
     pub dead_bytes: u64,
-    /// Cleaner passes run.
+    /// Cleaner passes run by writes that needed a segment.
     pub cleaner_passes: u64,
+    /// Cleaner steps run ahead of need (`Engine::clean_ahead`).
+    pub cleaner_steps_ahead: u64,
     /// Segments the cleaner freed.
     pub cleaner_segments_freed: u64,
     /// Live records the cleaner moved.

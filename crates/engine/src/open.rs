@@ -545,6 +545,7 @@ impl Engine {
             stats.written_bytes += load(&c.written_bytes);
             stats.dead_bytes += shard.dead_bytes();
             stats.cleaner_passes += load(&c.clean_passes);
+            stats.cleaner_steps_ahead += load(&c.clean_steps_ahead);
             stats.cleaner_segments_freed += load(&c.cleaned_segments);
             stats.cleaner_items_moved += load(&c.cleaned_items);
             stats.cleaner_bytes_moved += load(&c.cleaned_bytes);

@@ -62,8 +62,14 @@ pub fn memory_fields(engine: &EngineStats) -> Vec<Field> {
         field(
             "cleaner_passes",
             Counter,
-            "Cleaner passes run.",
+            "Cleaner passes run by writes that needed a segment.",
             engine.cleaner_passes,
+        ),
+        field(
+            "cleaner_steps_ahead",
+            Counter,
+            "Cleaner steps run ahead of need by the maintenance thread (one victim each).",
+            engine.cleaner_steps_ahead,
         ),
         field(
             "cleaner_segments_freed",

@@ -92,36 +92,13 @@ impl Shard {
         let mut freed: Vec<Segment> = Vec::new();
         let (mut taken, mut starved) = (0usize, false);
         for victim in &victims {
-            let needed = self.destinations_needed(inner, victim.id);
-            let from_freed = needed.min(freed.len());
-            let mut dests: Vec<Segment> = freed.drain(freed.len() - from_freed..).collect();
-            if needed > from_freed {
-                match inner.take_for_cleaner(needed - from_freed)? {
-                    Some(more) => {
-                        taken += more.len();
-                        dests.extend(more);
-                    }
-                    None => {
-                        freed.extend(dests);
-                        starved = true;
-                        break;
-                    }
-                }
+            if !self.clean_victim(inner, victim.id, &mut freed, &mut taken)? {
+                starved = true;
+                break;
             }
-            for dest in &mut dests {
-                inner.zero_for_reuse(dest)?;
-            }
-            self.move_live_records(inner, victim.id, &mut dests)?;
-            assert!(dests.is_empty(), "the dry run counted the destinations");
-            freed.push(self.free_segment(inner, victim.id, FreeReason::Cleaned)?);
-            bump(&self.counters.cleaned_segments, 1);
         }
-        let elapsed_ns = started.elapsed().as_nanos() as u64;
         bump(&self.counters.clean_passes, 1);
-        bump(&self.counters.clean_ns, elapsed_ns);
-        self.counters
-            .clean_pass_max_ns
-            .fetch_max(elapsed_ns, std::sync::atomic::Ordering::Relaxed);
+        self.count_clean_time(started);
         let gained = freed.len().saturating_sub(taken);
         inner.release(freed);
         Ok(match gained {
@@ -131,9 +108,100 @@ impl Shard {
         })
     }
 
+    /// One step of cleaning ahead of need (`Engine::clean_ahead`), holding the shard for one
+    /// victim's records at most: the best candidate whose live fraction makes moving it a
+    /// bargain (as [`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`] says) is moved to the cleaner
+    /// segment and freed. Returns whether it cleaned one.
+    pub(crate) fn clean_one(&mut self, inner: &Inner) -> Result<bool, WriteError> {
+        if !self.index_verified {
+            return Ok(false);
+        }
+        let capacity = inner.segment_size_bytes;
+        let max = CACHE_MOVED_SEGMENTS_PER_GAINED_MAX;
+        let Some(victim) = self.candidates(inner).into_iter().find(|candidate| {
+            let owned = self.owned(candidate.id);
+            owned.live_bytes as usize * (max + 1) <= capacity * max
+        }) else {
+            return Ok(false);
+        };
+        let started = Instant::now();
+        if inner.track_dirty && victim.live_items > 0 {
+            self.persist_dirty(inner)?;
+        }
+        let (mut freed, mut taken) = (Vec::new(), 0);
+        let cleaned = self.clean_victim(inner, victim.id, &mut freed, &mut taken)?;
+        bump(&self.counters.clean_steps_ahead, u64::from(cleaned));
+        self.count_clean_time(started);
+        inner.release(freed);
+        Ok(cleaned)
+    }
+
+    /// Moves victim `id`'s live records (to the cleaner segment, then to destinations taken
+    /// from `freed`, else from the free pool, counted in `taken`) and frees it into `freed`.
+    /// Returns false, touching nothing, when the destinations it needs are not free.
+    fn clean_victim(
+        &mut self,
+        inner: &Inner,
+        id: u32,
+        freed: &mut Vec<Segment>,
+        taken: &mut usize,
+    ) -> Result<bool, WriteError> {
+        let seq = self.owned(id).fields.seq;
+        if let Some(walked) = self.scrub_walk(inner, id, seq) {
+            // Adopted at open, unchecked: the scrub's check now, which counts its live records
+            // again and indexes any that damage to the index lost, so every valid one moves.
+            self.scrub_settle(inner, id, seq, &walked);
+        }
+        let needed = self.destinations_needed(inner, id);
+        let from_freed = needed.min(freed.len());
+        let mut dests: Vec<Segment> = freed.drain(freed.len() - from_freed..).collect();
+        if needed > from_freed {
+            let Some(more) = inner.take_for_cleaner(needed - from_freed)? else {
+                freed.extend(dests);
+                return Ok(false);
+            };
+            *taken += more.len();
+            dests.extend(more);
+        }
+        for dest in &mut dests {
+            inner.zero_for_reuse(dest)?;
+        }
+        let was_clean = self.owned(id).is_clean();
+        self.move_live_records(inner, id, &mut dests)?;
+        // Exact for a clean segment; one with damage may have held records no entry names.
+        debug_assert!(
+            dests.is_empty() || !was_clean,
+            "the dry run counted the destinations"
+        );
+        freed.append(&mut dests);
+        freed.push(self.free_segment(inner, id, FreeReason::Cleaned)?);
+        bump(&self.counters.cleaned_segments, 1);
+        Ok(true)
+    }
+
+    /// Adds the time since `started` to the cleaner's time and its longest pass.
+    fn count_clean_time(&self, started: Instant) {
+        let elapsed_ns = started.elapsed().as_nanos() as u64;
+        bump(&self.counters.clean_ns, elapsed_ns);
+        self.counters
+            .clean_pass_max_ns
+            .fetch_max(elapsed_ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The victims of a pass, best first: the fewest, by cost-benefit, whose live records fit in
     /// at least one segment fewer than they free; none when no such choice exists.
     fn choose_victims(&self, inner: &Inner) -> Vec<Candidate> {
+        let mut candidates = self.candidates(inner);
+        candidates.truncate(CLEAN_VICTIMS_PER_PASS_MAX);
+        let victims = self.fewest_that_gain(inner, &candidates);
+        candidates.truncate(victims);
+        candidates
+    }
+
+    /// The segments a pass may clean, best (by cost-benefit) first: sealed, not the cleaner
+    /// segment, whose live records fit in a fresh segment once moved. A segment adopted at open
+    /// and not yet checked by the scrub is one too: the pass checks it first (`clean_victim`).
+    fn candidates(&self, inner: &Inner) -> Vec<Candidate> {
         let capacity = inner.segment_size_bytes;
         let now_ms = inner.now_ms();
         let mut candidates: Vec<Candidate> = self
@@ -142,7 +210,6 @@ impl Shard {
             .flatten()
             .filter(|owned| {
                 owned.sealed
-                    && owned.is_clean()
                     && Some(owned.segment.id()) != self.clean_head
                     && owned.write_offset > 0
             })
@@ -157,9 +224,6 @@ impl Shard {
             })
             .collect();
         candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-        candidates.truncate(CLEAN_VICTIMS_PER_PASS_MAX);
-        let victims = self.fewest_that_gain(inner, &candidates);
-        candidates.truncate(victims);
         candidates
     }
 
@@ -174,7 +238,7 @@ impl Shard {
         let now_ms = inner.now_ms();
         let (mut room, mut destinations, mut moved_bytes) = (self.clean_head_room(), 0, 0);
         for (at, candidate) in candidates.iter().enumerate() {
-            self.owned(candidate.id).for_each_trusted_record(|_, view| {
+            for_each_valid_record(self.owned(candidate.id), |_, view| {
                 if view.live && !is_expired(&view.meta, now_ms) {
                     let size = moved_size(&view);
                     if size > room {
@@ -212,7 +276,7 @@ impl Shard {
         let now_ms = inner.now_ms();
         let mut room = self.clean_head_room();
         let mut needed = 0;
-        self.owned(id).for_each_trusted_record(|_, view| {
+        for_each_valid_record(self.owned(id), |_, view| {
             if view.live && !is_expired(&view.meta, now_ms) {
                 let size = moved_size(&view);
                 if size > room {
@@ -240,14 +304,18 @@ impl Shard {
         let now_ms = inner.now_ms();
         let mut written: Vec<(u32, usize, usize)> = Vec::new();
         let mut result = Ok(());
-        victim.for_each_trusted_record(|offset, view| {
+        for_each_valid_record(&victim, |offset, view| {
             if result.is_err() || !view.live {
                 return;
             }
             let location = inner.join_location(id, offset);
             let h24 = index::hash24(inner.hash(view.key));
             let Some((slot, _)) = self.index.find(h24, |l| l == location) else {
-                debug_assert!(false, "a live record of a clean segment is indexed");
+                // Only a damaged record (the check of `clean_victim` did not index it).
+                debug_assert!(
+                    !victim.is_clean(),
+                    "a live record of a clean segment is indexed"
+                );
                 return;
             };
             self.live_bytes = self.live_bytes.saturating_sub(view.size_bytes as u64);
@@ -341,6 +409,19 @@ impl Shard {
             }
         }
         Ok(id)
+    }
+}
+
+/// Calls `f` with each valid record of a segment, at its offset, in log order: as it is in a
+/// clean segment; checked (checksum), damage skipped, in one adopted unchecked or damaged.
+fn for_each_valid_record(owned: &OwnedSegment, mut f: impl FnMut(usize, record::RecordView<'_>)) {
+    if owned.is_clean() {
+        return owned.for_each_trusted_record(f);
+    }
+    for step in record::walk(owned.log()) {
+        if let record::Step::Record { offset, view } = step {
+            f(offset, view);
+        }
     }
 }
 

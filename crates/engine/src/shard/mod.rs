@@ -48,8 +48,10 @@ pub struct ShardCounters {
     pub(crate) merged_items: AtomicU64,
     /// Bytes of records written by requests (not by the cleaner or merge).
     pub(crate) written_bytes: AtomicU64,
-    /// Cleaner passes, and segments they freed.
+    /// Cleaner passes (run by a write that needed a segment), steps run ahead of need, and
+    /// segments both freed.
     pub(crate) clean_passes: AtomicU64,
+    pub(crate) clean_steps_ahead: AtomicU64,
     pub(crate) cleaned_segments: AtomicU64,
     /// Live records the cleaner moved, and their bytes once moved.
     pub(crate) cleaned_items: AtomicU64,
