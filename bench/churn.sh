@@ -16,6 +16,7 @@
 # printed: GET hit ratio of the mixed phase, its ops/s, keys held and evictions at the end, the
 # server's RSS, and for strata the cleaner's write amplification and longest pass.
 # Default cells: the issue's table and the grid around it (1 KiB and 100 B values; 50-150%).
+# STRATA=PATH runs another strata binary (an older build, for an A/B); PEERS=0 runs strata only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 memtier=${1:?memtier_benchmark binary}
@@ -28,8 +29,9 @@ if [ ${#cells[@]} -eq 0 ]; then
   cells=(1000:50:1:1:R 1000:80:1:1:R 1000:100:1:1:R 1000:150:1:1:R
     1000:50:1:10:G 1000:80:1:10:G 100:50:1:1:R 100:80:1:1:R 100:80:1:10:G)
 fi
-strata=target/release/strata
+strata=${STRATA:-target/release/strata}
 [ -x "$strata" ] || cargo build --release -p strata
+peers=${PEERS:-1}
 command -v redis-cli >/dev/null || { echo "needs redis-cli (redis-tools)" >&2; exit 1; }
 
 source bench/lib.sh
@@ -95,19 +97,21 @@ for cell in "${cells[@]}"; do
   ratio="$sets:$gets"
   echo "== $value B values, working set $percent% of ${memory} MiB ($keys keys), SET:GET $ratio, keys $pattern, $seconds s"
 
-  taskset -c 0 memcached -u nobody -t 1 -m "$memory" -p 23211 -U 0 -l 127.0.0.1 -c 4096 &>/dev/null &
-  pid=$!; wait_port 23211
-  measure "memcached $(memcached -V | cut -d' ' -f2)" memcache_text 23211 $pid "$value" "$keys" "$ratio" "$pattern"
-  stop $pid
-
-  for server in redis-server "$valkey"; do
-    taskset -c 0 "$server" --port 23212 --bind 127.0.0.1 --save '' --appendonly no \
-      --maxmemory "${memory}mb" --maxmemory-policy allkeys-lru --loglevel warning &>/dev/null &
-    pid=$!; wait_port 23212
-    version=$("$server" --version | grep -o 'v=[0-9.]*' | cut -c3-)
-    measure "$(basename "$server" -server) $version" redis 23212 $pid "$value" "$keys" "$ratio" "$pattern"
+  if [ "$peers" = 1 ]; then
+    taskset -c 0 memcached -u nobody -t 1 -m "$memory" -p 23211 -U 0 -l 127.0.0.1 -c 4096 &>/dev/null &
+    pid=$!; wait_port 23211
+    measure "memcached $(memcached -V | cut -d' ' -f2)" memcache_text 23211 $pid "$value" "$keys" "$ratio" "$pattern"
     stop $pid
-  done
+
+    for server in redis-server "$valkey"; do
+      taskset -c 0 "$server" --port 23212 --bind 127.0.0.1 --save '' --appendonly no \
+        --maxmemory "${memory}mb" --maxmemory-policy allkeys-lru --loglevel warning &>/dev/null &
+      pid=$!; wait_port 23212
+      version=$("$server" --version | grep -o 'v=[0-9.]*' | cut -c3-)
+      measure "$(basename "$server" -server) $version" redis 23212 $pid "$value" "$keys" "$ratio" "$pattern"
+      stop $pid
+    done
+  fi
 
   taskset -c 0 "$strata" serve --threads 1 --memory "${memory}MiB" --resp-listen 127.0.0.1:23213 \
     --memcache-listen off --admin-listen off --log-level warn &>/dev/null &
