@@ -250,6 +250,9 @@ impl Shard {
     /// segments' worth of moving per segment gained (evicting, or demoting to flash, is then
     /// the better bargain; a store cleans at any cost before it refuses).
     fn fewest_that_gain(&self, inner: &Inner, candidates: &[Candidate]) -> usize {
+        if !self.may_gain(inner, candidates) {
+            return 0;
+        }
         let capacity = inner.segment_size_bytes;
         let now_ms = inner.now_ms();
         let (mut room, mut destinations, mut moved_bytes) = (self.clean_head_room(), 0, 0);
@@ -274,6 +277,24 @@ impl Shard {
             }
         }
         0
+    }
+
+    /// Whether some prefix of `candidates` could gain a segment at a bargain, by their books
+    /// alone: with their live bytes packed perfectly, which no real packing beats. A full
+    /// shard (live data nearly everywhere) is told so without reading a record: the exact
+    /// count walks every record of up to 16 segments, which, repeated for every segment a
+    /// write needed, put milliseconds on a full flash-tiered cache's tail.
+    fn may_gain(&self, inner: &Inner, candidates: &[Candidate]) -> bool {
+        let capacity = inner.segment_size_bytes;
+        let room = self.clean_head_room();
+        let max = moved_per_gained_max(inner);
+        let mut live_bytes = 0;
+        candidates.iter().enumerate().any(|(at, candidate)| {
+            live_bytes += self.owned(candidate.id).live_bytes as usize;
+            let destinations_min = live_bytes.saturating_sub(room).div_ceil(capacity);
+            let gained_max = (at + 1).saturating_sub(destinations_min);
+            gained_max > 0 && max.is_none_or(|max| live_bytes <= gained_max * capacity * max)
+        })
     }
 
     /// Free bytes at the end of the cleaner segment (0 when there is none).
