@@ -85,9 +85,8 @@ struct Candidate {
 impl Shard {
     /// One cleaning pass (module docs).
     pub(crate) fn clean(&mut self, inner: &Inner) -> Result<CleanOutcome, WriteError> {
-        if !self.index_verified {
-            return Ok(CleanOutcome::NothingToGain); // The scrub checks the index first.
-        }
+        // (An index not yet checked by the scrub is fine: a record moves only where an entry
+        // names its exact location, and reads validate every record until the scrub is done.)
         let mut victims = self.choose_victims(inner);
         if victims.is_empty() && self.clean_head.is_some() {
             // The cleaner segment's room is too little for any gain: it becomes a sealed
@@ -129,9 +128,6 @@ impl Shard {
     /// bargain (as [`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`] says) is moved to the cleaner
     /// segment and freed. Returns whether it cleaned one.
     pub(crate) fn clean_one(&mut self, inner: &Inner) -> Result<bool, WriteError> {
-        if !self.index_verified {
-            return Ok(false);
-        }
         let capacity = inner.segment_size_bytes;
         let max = moved_per_gained_max(inner).unwrap_or(CACHE_MOVED_SEGMENTS_PER_GAINED_MAX);
         let Some(victim) = self.candidates(inner).into_iter().find(|candidate| {
