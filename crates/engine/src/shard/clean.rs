@@ -130,10 +130,16 @@ impl Shard {
     pub(crate) fn clean_one(&mut self, inner: &Inner) -> Result<bool, WriteError> {
         let capacity = inner.segment_size_bytes;
         let max = moved_per_gained_max(inner).unwrap_or(CACHE_MOVED_SEGMENTS_PER_GAINED_MAX);
-        let Some(victim) = self.candidates(inner).into_iter().find(|candidate| {
-            let owned = self.owned(candidate.id);
-            owned.live_bytes as usize * (max + 1) <= capacity * max
-        }) else {
+        // One pass for the best candidate worth it: this runs every 10 ms under the shard's
+        // write lock, also when nothing is (a full cache), so no list is built or sorted.
+        let Some(victim) = self
+            .candidates_unsorted(inner)
+            .filter(|candidate| {
+                let owned = self.owned(candidate.id);
+                owned.live_bytes as usize * (max + 1) <= capacity * max
+            })
+            .max_by(|a, b| a.score.total_cmp(&b.score))
+        else {
             return Ok(false);
         };
         let started = Instant::now();
@@ -214,10 +220,16 @@ impl Shard {
     /// segment, whose live records fit in a fresh segment once moved. A segment adopted at open
     /// and not yet checked by the scrub is one too: the pass checks it first (`clean_victim`).
     fn candidates(&self, inner: &Inner) -> Vec<Candidate> {
+        let mut candidates: Vec<Candidate> = self.candidates_unsorted(inner).collect();
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        candidates
+    }
+
+    /// [`Shard::candidates`] in segment order.
+    fn candidates_unsorted<'s>(&'s self, inner: &Inner) -> impl Iterator<Item = Candidate> + 's {
         let capacity = inner.segment_size_bytes;
         let now_ms = inner.now_ms();
-        let mut candidates: Vec<Candidate> = self
-            .segments
+        self.segments
             .iter()
             .flatten()
             .filter(|owned| {
@@ -225,7 +237,7 @@ impl Shard {
                     && Some(owned.segment.id()) != self.clean_head
                     && owned.write_offset > 0
             })
-            .filter_map(|owned| {
+            .filter_map(move |owned| {
                 // (Its live records, an explicit CAS each at most, fit in a fresh segment.)
                 let need_bytes = owned.live_bytes as usize + 8 * owned.live_items as usize;
                 (need_bytes < capacity).then(|| Candidate {
@@ -234,9 +246,6 @@ impl Shard {
                     score: cost_benefit(owned, capacity, now_ms),
                 })
             })
-            .collect();
-        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-        candidates
     }
 
     /// How many of `candidates`, taken in order, a pass cleans: the fewest that free more
@@ -250,25 +259,14 @@ impl Shard {
             return 0;
         }
         let capacity = inner.segment_size_bytes;
-        let now_ms = inner.now_ms();
-        let (mut room, mut destinations, mut moved_bytes) = (self.clean_head_room(), 0, 0);
+        let mut packing = Packing::new(self.clean_head_room(), capacity, inner.now_ms());
         for (at, candidate) in candidates.iter().enumerate() {
-            for_each_valid_record(self.owned(candidate.id), |_, view| {
-                if view.live && !is_expired(&view.meta, now_ms) {
-                    let size = moved_size(&view);
-                    if size > room {
-                        destinations += 1;
-                        room = capacity;
-                    }
-                    room -= size;
-                    moved_bytes += size;
-                }
-            });
+            packing.add(self.owned(candidate.id));
             let victims = at + 1;
-            if victims > destinations {
-                let gained = victims - destinations;
+            if victims > packing.destinations {
+                let gained = victims - packing.destinations;
                 let bargain = moved_per_gained_max(inner)
-                    .is_none_or(|max| moved_bytes <= gained * capacity * max);
+                    .is_none_or(|max| packing.moved_bytes <= gained * capacity * max);
                 return if bargain { victims } else { 0 };
             }
         }
@@ -305,20 +303,9 @@ impl Shard {
     /// the sizes they will have, in the order they will be written.
     fn destinations_needed(&self, inner: &Inner, id: u32) -> usize {
         let capacity = inner.segment_size_bytes;
-        let now_ms = inner.now_ms();
-        let mut room = self.clean_head_room();
-        let mut needed = 0;
-        for_each_valid_record(self.owned(id), |_, view| {
-            if view.live && !is_expired(&view.meta, now_ms) {
-                let size = moved_size(&view);
-                if size > room {
-                    needed += 1;
-                    room = capacity;
-                }
-                room -= size;
-            }
-        });
-        needed
+        let mut packing = Packing::new(self.clean_head_room(), capacity, inner.now_ms());
+        packing.add(self.owned(id));
+        packing.destinations
     }
 
     /// Moves victim `id`'s live records to the cleaner segment, opening `dests` as it fills,
@@ -441,6 +428,45 @@ impl Shard {
             }
         }
         Ok(id)
+    }
+}
+
+/// A dry run of the cleaner's writes: records packed in order into the room left, then into
+/// fresh segments, as `move_live_records` will write them.
+struct Packing {
+    room: usize,
+    capacity: usize,
+    now_ms: u64,
+    /// Fresh segments opened.
+    destinations: usize,
+    /// Bytes the moved records take.
+    moved_bytes: usize,
+}
+
+impl Packing {
+    fn new(room: usize, capacity: usize, now_ms: u64) -> Self {
+        Packing {
+            room,
+            capacity,
+            now_ms,
+            destinations: 0,
+            moved_bytes: 0,
+        }
+    }
+
+    /// Packs the live, unexpired records of `owned`.
+    fn add(&mut self, owned: &OwnedSegment) {
+        for_each_valid_record(owned, |_, view| {
+            if view.live && !is_expired(&view.meta, self.now_ms) {
+                let size = moved_size(&view);
+                if size > self.room {
+                    self.destinations += 1;
+                    self.room = self.capacity;
+                }
+                self.room -= size;
+                self.moved_bytes += size;
+            }
+        });
     }
 }
 
