@@ -51,9 +51,11 @@ pub const fn shard_count_for(memory_bytes: u64, segment_size_bytes: u64) -> usiz
         SHARD_COUNT_DEFAULT
     }
 }
-/// Record size the initial index is sized for: 56 bytes is a 16-byte key with a 32-byte value
-/// and the 8-byte record header, a typical small cache item. Larger items leave the index
-/// under-filled (it costs about 9 bytes per expected item); smaller ones make it grow online.
+/// Smallest average record size an index grows for at once: 56 bytes is a 16-byte key with a
+/// 32-byte value and the 8-byte record header, a typical small cache item. A shard's index
+/// starts at a sixteenth of what its share of the budget would hold in such items, and when it
+/// fills grows to what the share holds at the larger of this and the shard's average record
+/// size (about 9 bytes per item); smaller items make it grow on in 1.25× steps.
 pub const ITEM_SIZE_BYTES_EXPECTED_DEFAULT: u64 = 56;
 /// Largest data area an index slot can address (a 35-bit location in 8-byte units).
 pub const DATA_BYTES_MAX: u64 = 256 << 30;
@@ -228,7 +230,8 @@ pub struct EngineConfig {
     pub shard_count: usize,
     /// Largest value accepted.
     pub value_len_max: usize,
-    /// Item size the initial index is sized for.
+    /// Smallest average record size the index grows for at once (see
+    /// [`ITEM_SIZE_BYTES_EXPECTED_DEFAULT`]).
     pub item_size_bytes_expected: u64,
     /// What acknowledged writes survive.
     pub durability: Durability,

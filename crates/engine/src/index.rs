@@ -54,6 +54,9 @@ use std::sync::Arc;
 
 use strata_pool::{IndexFiles, LineTable, TableKind};
 
+/// Index bytes per item at the sized load (8-byte slots, 95% full), rounded up: what a
+/// budget sets aside per expected item.
+pub const INDEX_BYTES_PER_ITEM: u64 = 9;
 /// Slots per bucket.
 pub const SLOTS_PER_BUCKET: usize = 8;
 /// Grow when items exceed this fraction of primary slots, in percent.
@@ -261,10 +264,15 @@ impl Index {
 
     /// An empty index in `home`, its tables numbered from `generation + 1`.
     pub fn with_capacity_in(home: TableHome, items_expected: usize, generation: u64) -> Self {
-        let slots = (items_expected * 100).div_ceil(LOAD_PERCENT_SIZED);
         let mut index = Self::without_tables(home, generation);
-        index.set_primary(slots.div_ceil(SLOTS_PER_BUCKET).max(2));
+        index.set_primary(Self::sized_count(items_expected));
         index
+    }
+
+    /// Primary buckets that hold `items` at [`LOAD_PERCENT_SIZED`].
+    fn sized_count(items: usize) -> usize {
+        let slots = (items.saturating_mul(100)).div_ceil(LOAD_PERCENT_SIZED);
+        slots.div_ceil(SLOTS_PER_BUCKET).clamp(2, 1 << HASH_BITS)
     }
 
     fn without_tables(home: TableHome, generation: u64) -> Self {
@@ -414,10 +422,19 @@ impl Index {
         (self.buckets.len() + self.overflow.len()) * std::mem::size_of::<Bucket>()
     }
 
-    /// Memory the index would hold after the next growth (its overflow buckets as they are).
-    pub fn size_bytes_after_growth(&self) -> usize {
-        (Self::grown_count(self.buckets.len()) + self.overflow.len())
-            * std::mem::size_of::<Bucket>()
+    /// Primary buckets the next growth makes when the shard expects to hold `items_expected`
+    /// items: room for them at the sized load, and at least one step of
+    /// [`GROWTH_NUMERATOR`]` / `[`GROWTH_DENOMINATOR`]. An index that started small reaches the
+    /// size its items need in one growth instead of many 1.25× steps, each a rehash, and lands
+    /// where a table sized at start for them would have been.
+    pub fn growth_count(&self, items_expected: usize) -> usize {
+        Self::grown_count(self.buckets.len()).max(Self::sized_count(items_expected))
+    }
+
+    /// Memory the index would hold with `bucket_count` primary buckets (its overflow buckets as
+    /// they are).
+    pub fn size_bytes_with(&self, bucket_count: usize) -> usize {
+        (bucket_count + self.overflow.len()) * std::mem::size_of::<Bucket>()
     }
 
     fn grown_count(bucket_count: usize) -> usize {
@@ -707,8 +724,15 @@ impl Index {
     /// Grows the primary buckets by a quarter, moving every item to the same candidate in the new
     /// table (positions map monotonically onto buckets for any bucket count).
     /// Runs under the shard's write lock; its pause is proportional to the shard's items.
+    #[cfg(test)]
     pub fn grow(&mut self) {
-        let new_count = Self::grown_count(self.buckets.len());
+        self.grow_to(Self::grown_count(self.buckets.len()));
+    }
+
+    /// Rebuilds the primary table with `new_count` buckets (more than it has), from the stored
+    /// hashes.
+    pub fn grow_to(&mut self, new_count: usize) {
+        assert!(new_count > self.buckets.len(), "growth adds buckets");
         let mut grown = Index::without_tables(self.home.clone(), self.generation);
         grown.degraded = self.degraded;
         grown.set_primary(new_count);
@@ -951,6 +975,32 @@ mod tests {
         for (i, &h) in hs.iter().enumerate() {
             assert_eq!(index.find(h, |l| l == i as u64).is_some(), i % 2 == 1);
         }
+    }
+
+    #[test]
+    fn growth_jumps_to_the_expected_items_and_keeps_every_item() {
+        let mut index = Index::with_capacity(16);
+        let hs = hashes(20_000);
+        let mut growths = 0;
+        for (i, &h) in hs.iter().enumerate() {
+            if index.needs_growth() {
+                let count = index.growth_count(20_000);
+                assert!(count >= Index::grown_count(index.bucket_count()));
+                index.grow_to(count);
+                growths += 1;
+            }
+            index.insert(h, i as u64, 0);
+        }
+        // One jump to the expected size, which then holds them all at the sized load.
+        assert_eq!(growths, 1);
+        assert_eq!(index.bucket_count(), Index::sized_count(20_000));
+        assert!(!index.needs_growth());
+        for (i, &h) in hs.iter().enumerate() {
+            assert!(index.find(h, |l| l == i as u64).is_some(), "item {i} lost");
+        }
+        // Past the expected items, growth goes on in steps.
+        let before = index.bucket_count();
+        assert_eq!(index.growth_count(100), Index::grown_count(before));
     }
 
     #[test]

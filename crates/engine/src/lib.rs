@@ -371,6 +371,11 @@ pub(crate) struct Inner {
     pub(crate) flash_admission: FlashAdmission,
     /// Most bytes a second the flash thread writes (0: no cap).
     pub(crate) flash_write_bytes_per_sec_max: u64,
+    /// `EngineConfig::item_size_bytes_expected`: the smallest average record size an index is
+    /// grown for at once (smaller items grow it in steps).
+    pub(crate) item_size_bytes_expected: u64,
+    /// One shard's share of the budget, in bytes.
+    pub(crate) shard_memory_bytes: u64,
     /// Most flash items one shard indexes: their slots stay within half of `--memory`. At
     /// the bound, the flash thread reclaims the oldest region, and demotion waits for it.
     pub(crate) flash_items_per_shard_max: u64,

@@ -15,7 +15,7 @@ use crate::config::{
 use crate::error::OpenError;
 use crate::flash::tiering::{self, FlashWorker};
 use crate::flash::{FlashError, FlashTier};
-use crate::index::{Index, TableHome};
+use crate::index::{Index, TableHome, INDEX_BYTES_PER_ITEM};
 use crate::index_files::{self, Anchor};
 use crate::record::KEY_LEN_MAX;
 use crate::recovery::{self, RecoveryPlan, RecoveryReport};
@@ -40,8 +40,10 @@ const OPEN_SHARE_DIVISOR: usize = 4;
 /// Most open segments (TTL buckets being written) per shard.
 const OPEN_SEGMENTS_PER_SHARD_MAX: usize = 32;
 
-/// Index bytes per item at the growth threshold (8-byte slots, 94% full).
-const INDEX_BYTES_PER_ITEM: u64 = 9;
+/// A new shard's index starts with room for this fraction of the items its share of the
+/// budget would hold at the expected item size, and grows to what its items need (see
+/// `Shard::index_items_expected`): 1 KiB values need a sixteenth of what 56-byte items do.
+const INDEX_START_DIVISOR: u64 = 16;
 /// Share of the memory budget, in percent, that the index entries of flash items may take:
 /// every flash item costs an index slot in DRAM, so without a bound a flash tier of small
 /// items would grow the index past `--memory` and squeeze the memory tier to nothing.
@@ -111,7 +113,8 @@ impl Engine {
         let memory_bytes = geometry.segment_count * geometry.segment_size_bytes;
         let items_expected =
             memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
-        let per_shard = (items_expected / u64::from(shard_count)).max(16) as usize;
+        let per_shard =
+            (items_expected / u64::from(shard_count) / INDEX_START_DIVISOR).max(16) as usize;
         // Flash entries per shard carried over a switch of index placement after a clean close.
         let mut placement_switch_flash: Vec<Vec<crate::index::Entry>> = Vec::new();
         let files =
@@ -303,6 +306,8 @@ impl Engine {
                 .flash
                 .as_ref()
                 .map_or(0, |f| f.write_bytes_per_sec_max),
+            item_size_bytes_expected: config.item_size_bytes_expected,
+            shard_memory_bytes: memory_bytes / u64::from(shard_count),
             flash_items_per_shard_max: flash_items_per_shard_max(
                 geometry.segment_count * geometry.segment_size_bytes,
                 config.shard_count,

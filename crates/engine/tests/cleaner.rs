@@ -48,18 +48,24 @@ fn used_fraction(stats: &EngineStats) -> f64 {
     (stats.live_bytes + stats.index_bytes) as f64 / MEMORY_BYTES as f64
 }
 
-/// `--eviction none` takes three rounds of random overwrites with live records at 65% of memory
-/// (with the index, which is sized for 56-byte items, about 80%), for 100-byte and 1 KiB values
-/// alike; before the cleaner it refused them at a third full.
+/// `--eviction none` takes three rounds of random overwrites with live records at 70% of memory
+/// for 100-byte values (with the index, which grows to what they need, 79%) and 84% for 1 KiB
+/// ones (85%); before the cleaner it refused them at a third full. (Moved records carry their
+/// CAS, 8 bytes more: a 128-byte record becomes 136, which leaves small records less room.)
 #[test]
-fn a_store_takes_overwrites_with_live_data_and_index_at_eighty_percent_of_memory() {
-    for value_len in [100, 1000] {
+fn a_store_takes_overwrites_with_live_data_at_seventy_to_eighty_four_percent_of_memory() {
+    for (value_len, percent) in [(100, 70), (1000, 84)] {
         let engine = engine(EvictionPolicy::None);
-        let keys = keys_for(value_len, 65);
+        let keys = keys_for(value_len, percent);
         let refused = fill_and_overwrite(&engine, keys, value_len, 3);
         let stats = engine.stats();
         assert_eq!(refused, None, "{value_len} B values: {stats:?}");
-        assert!(used_fraction(&stats) >= 0.78, "{stats:?}");
+        assert!(used_fraction(&stats) >= percent as f64 / 100.0, "{stats:?}");
+        // The index grew to what the items need: 1 KiB values need under 1% of memory for it
+        // (a table sized at start for 56-byte items took 13%).
+        if value_len == 1000 {
+            assert!(stats.index_bytes * 100 <= MEMORY_BYTES, "{stats:?}");
+        }
         assert!(stats.cleaner_items_moved > 0, "{stats:?}");
         for i in (0..keys).step_by(997) {
             assert!(engine.get(&key(i), |_| ()).is_some(), "key {i}");
@@ -203,7 +209,9 @@ fn the_cleaner_checks_a_segment_adopted_unchecked_before_moving_it() {
         v.resize(200, b'x');
         v
     };
-    let keys = 2000;
+    // Live records take a quarter of the memory: enough that the cleaner must move records
+    // rather than only free segments the overwrites emptied.
+    let keys = 5000;
     let engine = Engine::open(config.clone()).unwrap();
     for round in 0..3 {
         for i in 0..keys {

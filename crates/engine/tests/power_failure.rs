@@ -312,8 +312,10 @@ fn cleaning_keeps_each_level_s_promise_across_power_cuts() {
             check_sized_image(image, level, &model, seed, true);
         }
     }
+    // (893 of the 1,000 runs once the index grew only as its items needed; 900+ before, when a
+    // table sized at start for small items took part of this tiny pool.)
     assert!(
-        cleaned_runs > 900,
+        cleaned_runs > 800,
         "the cleaner moved records in {cleaned_runs} runs"
     );
 }

@@ -587,13 +587,27 @@ impl Shard {
         // the size the index ended with (an overflow table may have grown instead, or too).
         let mut charged = self.index.size_bytes();
         if self.index.needs_growth() {
-            let grown = self.index.size_bytes_after_growth();
+            let bucket_count = self.index.growth_count(self.index_items_expected(inner));
+            let grown = self.index.size_bytes_with(bucket_count);
             inner.index_resized(charged, grown);
             charged = grown;
-            self.index.grow();
+            self.index.grow_to(bucket_count);
         }
         self.index.insert(hash24, location, freq);
         inner.index_resized(charged, self.index.size_bytes());
+    }
+
+    /// Items this shard's share of the budget would hold in memory at its average record size
+    /// so far, never less than the expected item size (`EngineConfig::item_size_bytes_expected`):
+    /// what the index grows to. An index sized at start for small items would take a large
+    /// share of the budget from large ones (13% of 64 MiB, where 1 KiB values need 0.7%).
+    fn index_items_expected(&self, inner: &Inner) -> usize {
+        let memory_items = (self.index.len() as u64)
+            .saturating_sub(self.flash_items)
+            .max(1);
+        let record_bytes = (self.live_bytes / memory_items).max(inner.item_size_bytes_expected);
+        let items = inner.shard_memory_bytes / (record_bytes + index::INDEX_BYTES_PER_ITEM);
+        usize::try_from(items).unwrap_or(usize::MAX)
     }
 
     fn seq_at(&self, inner: &Inner, location: u64) -> u64 {
