@@ -152,6 +152,13 @@ fn handshake(
         reader.read_exact(&mut header)?;
         let (option, length) = nbd::parse_option_header(header).map_err(SessionError::Protocol)?;
         if length > OPTION_DATA_MAX_BYTES {
+            if option == nbd::OPT_EXPORT_NAME {
+                // Its only reply is the export's size and flags: a name no export has can
+                // only be answered by closing (an option reply would be read as the size).
+                return Err(SessionError::Protocol(format!(
+                    "export name of {length} bytes"
+                )));
+            }
             if length > OPTION_DISCARD_MAX_BYTES {
                 return Err(SessionError::Protocol(format!(
                     "option {option} with {length} bytes of data"

@@ -466,6 +466,15 @@ fn malformed_handshakes_and_requests_end_only_their_own_session() {
     let mut raw = Raw::handshake(&block.socket);
     raw.send(&[0u8; 16]);
     assert!(raw.closed_by_server());
+    // NBD_OPT_EXPORT_NAME has no reply but the export's size and flags: a name over the option
+    // limit closes the connection, as an unknown name does (an old-style client would read an
+    // option reply's bytes as the size).
+    let mut raw = Raw::handshake(&block.socket);
+    raw.option(nbd::OPT_EXPORT_NAME, &vec![b'd'; 64 << 10]);
+    assert!(raw.closed_by_server());
+    let mut raw = Raw::handshake(&block.socket);
+    raw.option(nbd::OPT_EXPORT_NAME, b"nosuch");
+    assert!(raw.closed_by_server());
     // Option data over the limit: NBD_REP_ERR_TOO_BIG, the data dropped, haggling goes on.
     let mut raw = Raw::handshake(&block.socket);
     raw.option(99, &vec![7u8; 64 << 10]);
