@@ -55,7 +55,8 @@ pub const fn shard_count_for(memory_bytes: u64, segment_size_bytes: u64) -> usiz
 /// 32-byte value and the 8-byte record header, a typical small cache item. A shard's index
 /// starts at a sixteenth of what its share of the budget would hold in such items, and when it
 /// fills grows to what the share holds at the larger of this and the shard's average record
-/// size (about 9 bytes per item); smaller items make it grow on in 1.25× steps.
+/// size (about 9 bytes per item); smaller items make it grow on in 1.25× steps. With a flash
+/// tier the index starts at that full size (it indexes the flash items too).
 pub const ITEM_SIZE_BYTES_EXPECTED_DEFAULT: u64 = 56;
 /// Largest data area an index slot can address (a 35-bit location in 8-byte units).
 pub const DATA_BYTES_MAX: u64 = 256 << 30;

@@ -40,9 +40,10 @@ const OPEN_SHARE_DIVISOR: usize = 4;
 /// Most open segments (TTL buckets being written) per shard.
 const OPEN_SEGMENTS_PER_SHARD_MAX: usize = 32;
 
-/// A new shard's index starts with room for this fraction of the items its share of the
-/// budget would hold at the expected item size, and grows to what its items need (see
-/// `Shard::index_items_expected`): 1 KiB values need a sixteenth of what 56-byte items do.
+/// Without a flash tier, a new shard's index starts with room for this fraction of the items
+/// its share of the budget would hold at the expected item size, and grows to what its items
+/// need (see `Shard::index_items_expected`): 1 KiB values need a sixteenth of what 56-byte
+/// items do.
 const INDEX_START_DIVISOR: u64 = 16;
 /// Share of the memory budget, in percent, that the index entries of flash items may take:
 /// every flash item costs an index slot in DRAM, so without a bound a flash tier of small
@@ -113,8 +114,15 @@ impl Engine {
         let memory_bytes = geometry.segment_count * geometry.segment_size_bytes;
         let items_expected =
             memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
-        let per_shard =
-            (items_expected / u64::from(shard_count) / INDEX_START_DIVISOR).max(16) as usize;
+        // With a flash tier the index also holds the flash items, which outnumber the memory
+        // tier's many times over: it starts at the full size, and does not grow through many
+        // steps (each a rehash under the shard's lock) while the tier fills.
+        let start_divisor = if config.flash.is_some() {
+            1
+        } else {
+            INDEX_START_DIVISOR
+        };
+        let per_shard = (items_expected / u64::from(shard_count) / start_divisor).max(16) as usize;
         // Flash entries per shard carried over a switch of index placement after a clean close.
         let mut placement_switch_flash: Vec<Vec<crate::index::Entry>> = Vec::new();
         let files =
