@@ -370,7 +370,7 @@ impl Shard {
             owned.cover_expiry(meta.expires_at_ms, at == 0);
             self.live_bytes += size as u64;
             self.index.relocate(slot, inner.join_location(head, at));
-            super::add_to_runs(&mut written, head, at, at + size);
+            super::durability::add_to_runs(&mut written, head, at, at + size);
             bump(&self.counters.cleaned_items, 1);
             bump(&self.counters.cleaned_bytes, size as u64);
         });
