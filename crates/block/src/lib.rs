@@ -221,9 +221,15 @@ impl Block {
                     mode.name()
                 )))
             }
-            (Some(text), _) => parse_size(text).filter(|&n| n > 0).ok_or_else(|| {
-                config(format!("--cache-size {text}: expected a size such as 1GiB"))
-            })?,
+            (Some(text), _) => {
+                let bytes = parse_size(text).filter(|&n| n > 0).ok_or_else(|| {
+                    config(format!("--cache-size {text}: expected a size such as 1GiB"))
+                })?;
+                if let Some(slip) = strata_pool::size::budget_slip("--cache-size", bytes) {
+                    return Err(config(slip));
+                }
+                bytes
+            }
         };
         let per_export_bytes = cache_bytes / options.exports.len().max(1) as u64;
         let seq_cutoff_bytes = match &options.seq_cutoff {

@@ -65,6 +65,22 @@ impl FromStr for ByteSize {
     }
 }
 
+/// Smallest size a memory budget, flash file or cache is given in: below it a size is taken
+/// for a slip (memcached's `-m 64` means 64 MiB, Redis's `maxmemory 64` 64 bytes).
+pub const BUDGET_BYTES_MIN: u64 = 1 << 20;
+
+/// When `bytes` given to `flag` is under [`BUDGET_BYTES_MIN`]: the error that says so and what
+/// was likely meant (`--memory 64 B is under 1 MiB ... did you mean 64MiB?`).
+pub fn budget_slip(flag: &str, bytes: u64) -> Option<String> {
+    (bytes < BUDGET_BYTES_MIN).then(|| {
+        format!(
+            "{flag} {} is under 1 MiB (a number without a unit counts bytes, as in Redis's \
+             configuration): did you mean {bytes}MiB?",
+            ByteSize(bytes)
+        )
+    })
+}
+
 impl fmt::Display for ByteSize {
     /// The largest binary unit that divides the size exactly: `1 MiB`, `1536 KiB`, `100 B`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -95,6 +111,15 @@ impl<'de> serde::Deserialize<'de> for ByteSize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_budget_under_a_mebibyte_is_a_slip_with_a_hint() {
+        let slip = super::budget_slip("--memory", 64).unwrap();
+        assert!(slip.contains("did you mean 64MiB?"), "{slip}");
+        assert!(slip.starts_with("--memory 64 B is under 1 MiB"), "{slip}");
+        assert_eq!(super::budget_slip("--memory", 1 << 20), None);
+        assert_eq!(super::budget_slip("--memory", 1_000_000_000), None);
+    }
+
     use super::ByteSize;
 
     #[test]

@@ -535,7 +535,12 @@ impl ServeOptions {
             return Ok(None);
         };
         let size_bytes = match self.flash_size {
-            Some(size) => size.0,
+            Some(size) => {
+                if let Some(slip) = strata_pool::size::budget_slip("--flash-size", size.0) {
+                    return Err(ConfigError(slip));
+                }
+                size.0
+            }
             None => existing_size(&path).ok_or_else(|| {
                 ConfigError(format!(
                     "--flash {}: give --flash-size SIZE (the file does not exist yet, or its \
@@ -602,6 +607,9 @@ impl ServerConfig {
                 "--index-placement pool keeps the index in files beside the pool: give --pool PATH"
                     .into(),
             );
+        }
+        if let Some(slip) = strata_pool::size::budget_slip("--memory", self.memory_bytes) {
+            return fail(slip);
         }
         self.engine_config().validate().map_err(|message| {
             ConfigError(format!(

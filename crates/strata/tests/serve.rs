@@ -109,6 +109,28 @@ fn invalid_flags_exit_2_with_a_message() {
         (&["serve", "--threads", "0"][..], "--threads"),
         (&["serve", "--memory", "lots"], "--memory"),
         (&["serve", "--memory", "1MiB"], "--memory"),
+        // A bare number counts bytes (Redis's way), which memcached's `-m 64` users mistake.
+        (&["serve", "--memory", "64"], "did you mean 64MiB?"),
+        (
+            &[
+                "serve",
+                "--flash",
+                "/tmp/strata-no.flash",
+                "--flash-size",
+                "512",
+            ],
+            "did you mean 512MiB?",
+        ),
+        (
+            &[
+                "block",
+                "--export",
+                "d=/tmp/strata-no.img",
+                "--cache-size",
+                "64",
+            ],
+            "did you mean 64MiB?",
+        ),
         (&["serve", "--eviction", "lru"], "--eviction"),
         (&["serve", "--no-such-flag"], "--no-such-flag"),
         (
