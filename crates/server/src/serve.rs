@@ -234,23 +234,42 @@ pub const RECOVERY_STALL_ENV: &str = "STRATA_TEST_RECOVERY_STALL_MS";
 /// very slow device, so a test can see that a worker serves other connections meanwhile.
 pub const FLASH_READ_DELAY_ENV: &str = "STRATA_TEST_FLASH_READ_DELAY_MS";
 
-/// Logs how a recovery at open progresses (a large pool can take seconds to rebuild).
+/// Logs how a recovery at open progresses (a large pool can take seconds to rebuild): each
+/// step at `debug`, and one line at `info` when a pool with data has been recovered (none for a
+/// fresh, empty one).
 fn recovery_observer() -> strata_engine::RecoveryObserver {
+    use strata_engine::RecoveryProgress;
     let stall = std::env::var(RECOVERY_STALL_ENV)
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map(Duration::from_millis);
+    // (segments adopted, shards to rebuild, shards rebuilt, items they indexed)
+    let tally = Arc::new(parking_lot::Mutex::new((0u64, 0u64, 0u64, 0u64)));
     strata_engine::RecoveryObserver(Arc::new(move |progress| {
+        let mut tally = tally.lock();
         match progress {
-            strata_engine::RecoveryProgress::SegmentsAdopted {
+            RecoveryProgress::SegmentsAdopted {
                 segments,
                 shards_to_rebuild,
-            } => tracing::info!(segments, shards_to_rebuild, "recovery: segments adopted"),
-            strata_engine::RecoveryProgress::ShardRebuilt { shard, items } => {
-                tracing::info!(shard, items, "recovery: shard rebuilt");
+            } => {
+                tracing::debug!(segments, shards_to_rebuild, "recovery: segments adopted");
+                *tally = (segments, shards_to_rebuild, 0, 0);
+                if shards_to_rebuild == 0 && segments > 0 {
+                    tracing::info!(segments, "recovery: segments adopted, every index reopened");
+                }
+            }
+            RecoveryProgress::ShardRebuilt { shard, items } => {
+                tracing::debug!(shard, items, "recovery: shard rebuilt");
+                tally.2 += 1;
+                tally.3 += items;
+                let (segments, shards, rebuilt, items) = *tally;
+                if rebuilt == shards && (segments > 0 || items > 0) {
+                    tracing::info!(segments, shards_rebuilt = rebuilt, items, "recovery: done");
+                }
             }
             _ => {}
         }
+        drop(tally);
         if let Some(stall) = stall {
             std::thread::sleep(stall);
         }

@@ -183,8 +183,8 @@ fn serve(options: strata_server::ServeOptions) -> ExitCode {
     match strata_server::serve(&config, strata_server::sessions::builtin()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
+            // Once: the log writes to standard error at every level, errors included.
             tracing::error!(%error, "strata serve failed");
-            eprintln!("strata serve: {error}");
             ExitCode::FAILURE
         }
     }

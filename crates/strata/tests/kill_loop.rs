@@ -836,9 +836,12 @@ fn kill_during_recovery(pool: &PoolFile, cell: &Cell, rng: &mut Rng) -> usize {
         mark_shards_changing(pool, rng);
     }
     let stall = RECOVERY_STALL_MS.to_string();
+    // Each recovery step is logged at debug.
+    let mut args = server_args(pool, cell);
+    args.extend(["--log-level", "debug"]);
     let mut server = Server::launch(
         &[],
-        &server_args(pool, cell),
+        &args,
         &[("STRATA_TEST_RECOVERY_STALL_MS", &stall)],
     );
     server.wait_until(
