@@ -15,6 +15,8 @@ command -v nbdinfo >/dev/null 2>&1 && command -v nbdcopy >/dev/null 2>&1 || need
 /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || need+=(python3-libnbd)
 # fio (its NBD engine, with verify) for write-back.
 command -v fio >/dev/null 2>&1 || need+=(fio)
+# systemd-analyze, which checks the service unit in packaging/systemd/.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   SUDO=""

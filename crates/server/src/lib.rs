@@ -38,6 +38,7 @@ pub mod listener;
 pub mod logging;
 pub mod memcache_exec;
 pub mod metrics;
+pub mod notify;
 pub mod panics;
 pub mod resp_exec;
 pub mod serve;

@@ -194,6 +194,8 @@ impl Acceptor {
 
 /// Wakes the acceptor (from the signal thread or a worker) so it notices `ctx.shutdown`.
 pub fn request_shutdown(ctx: &ServerContext, acceptor_waker: &Waker) {
-    ctx.shutdown.store(true, Ordering::Release);
+    if !ctx.shutdown.swap(true, Ordering::AcqRel) {
+        crate::notify::stopping();
+    }
     let _ = acceptor_waker.wake();
 }

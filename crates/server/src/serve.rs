@@ -179,6 +179,7 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         kernel_polled,
         [memcache_addr, resp_addr, admin_addr],
     );
+    crate::notify::ready();
 
     for worker in acceptor.run() {
         let _ = worker.thread.join();

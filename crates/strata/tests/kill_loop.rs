@@ -839,11 +839,7 @@ fn kill_during_recovery(pool: &PoolFile, cell: &Cell, rng: &mut Rng) -> usize {
     // Each recovery step is logged at debug.
     let mut args = server_args(pool, cell);
     args.extend(["--log-level", "debug"]);
-    let mut server = Server::launch(
-        &[],
-        &args,
-        &[("STRATA_TEST_RECOVERY_STALL_MS", &stall)],
-    );
+    let mut server = Server::launch(&[], &args, &[("STRATA_TEST_RECOVERY_STALL_MS", &stall)]);
     server.wait_until(
         |s| s.log().contains("recovery: segments adopted"),
         "the recovery to adopt its segments",

@@ -160,7 +160,11 @@ fn a_port_in_use_fails_with_exit_1_and_names_the_listener() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--memcache-listen"), "{stderr}");
     // Said once (it was logged, then printed again).
-    assert_eq!(stderr.matches("Address already in use").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("Address already in use").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]

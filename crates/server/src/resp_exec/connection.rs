@@ -97,7 +97,9 @@ pub(crate) fn shutdown(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     // Release: pairs with the Acquire load in the server's event loops.
-    call.ctx.shutdown.store(true, Ordering::Release);
+    if !call.ctx.shutdown.swap(true, Ordering::AcqRel) {
+        crate::notify::stopping();
+    }
     state.close = true;
 }
 
