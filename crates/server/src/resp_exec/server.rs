@@ -170,7 +170,12 @@ fn write_stats(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
         load(&stats.output_limit_disconnections),
     );
     text.field("expired_keys", engine.expired_items);
-    text.field("evicted_keys", engine.evicted_items);
+    // Every item that left the server for lack of room: dropped from memory (demotions to
+    // flash are not: the item stays), and dropped by the flash tier's reclaim; then per tier.
+    let flash_evicted = engine.flash.as_ref().map_or(0, |flash| flash.evicted_items);
+    text.field("evicted_keys", engine.evicted_items + flash_evicted);
+    text.field("evicted_keys_memory", engine.evicted_items);
+    text.field("evicted_keys_flash", flash_evicted);
     // Closed over `--client-output-memory`, strata's `maxmemory-clients` for output buffers.
     text.field("evicted_clients", load(&stats.evicted_clients));
     text.field("keyspace_hits", hits);
