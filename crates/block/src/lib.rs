@@ -225,9 +225,8 @@ impl Block {
                 let bytes = parse_size(text).filter(|&n| n > 0).ok_or_else(|| {
                     config(format!("--cache-size {text}: expected a size such as 1GiB"))
                 })?;
-                if let Some(slip) = strata_pool::size::budget_slip("--cache-size", bytes) {
-                    return Err(config(slip));
-                }
+                strata_pool::size::parse_budget(text)
+                    .map_err(|why| config(format!("--cache-size {why}")))?;
                 bytes
             }
         };

@@ -65,20 +65,28 @@ impl FromStr for ByteSize {
     }
 }
 
-/// Smallest size a memory budget, flash file or cache is given in: below it a size is taken
-/// for a slip (memcached's `-m 64` means 64 MiB, Redis's `maxmemory 64` 64 bytes).
-pub const BUDGET_BYTES_MIN: u64 = 1 << 20;
+/// Smallest bare number (no unit) a memory budget, flash file or cache is given in: below it
+/// the number is taken for a slip (memcached's `-m 64` means 64 MiB, Redis's `maxmemory 64`
+/// 64 bytes).
+pub const BUDGET_BARE_BYTES_MIN: u64 = 1 << 20;
 
-/// When `bytes` given to `flag` is under [`BUDGET_BYTES_MIN`]: the error that says so and what
-/// was likely meant (`--memory 64 B is under 1 MiB ... did you mean 64MiB?`).
-pub fn budget_slip(flag: &str, bytes: u64) -> Option<String> {
-    (bytes < BUDGET_BYTES_MIN).then(|| {
-        format!(
-            "{flag} {} is under 1 MiB (a number without a unit counts bytes, as in Redis's \
-             configuration): did you mean {bytes}MiB?",
-            ByteSize(bytes)
-        )
-    })
+/// Parses a budget (`--memory`, `--flash-size`, `--cache-size`): a size as [`ByteSize`]
+/// parses it, except that a number without a unit under [`BUDGET_BARE_BYTES_MIN`] is refused
+/// with what was likely meant (`64 is 64 bytes, under 1 MiB ... did you mean 64MiB?`). With a
+/// unit, any size is taken (`512KiB`).
+pub fn parse_budget(text: &str) -> Result<ByteSize, String> {
+    let size: ByteSize = text.parse()?;
+    let bare = text.trim().chars().all(|c| c.is_ascii_digit());
+    if bare && size.0 < BUDGET_BARE_BYTES_MIN {
+        return Err(format!(
+            "{} is {} bytes, under 1 MiB (a number without a unit counts bytes, as in Redis's \
+             configuration): did you mean {}MiB?",
+            text.trim(),
+            size.0,
+            size.0
+        ));
+    }
+    Ok(size)
 }
 
 impl fmt::Display for ByteSize {
@@ -112,12 +120,14 @@ impl<'de> serde::Deserialize<'de> for ByteSize {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_budget_under_a_mebibyte_is_a_slip_with_a_hint() {
-        let slip = super::budget_slip("--memory", 64).unwrap();
+    fn a_bare_budget_under_a_mebibyte_is_a_slip_with_a_hint() {
+        let slip = super::parse_budget("64").unwrap_err();
         assert!(slip.contains("did you mean 64MiB?"), "{slip}");
-        assert!(slip.starts_with("--memory 64 B is under 1 MiB"), "{slip}");
-        assert_eq!(super::budget_slip("--memory", 1 << 20), None);
-        assert_eq!(super::budget_slip("--memory", 1_000_000_000), None);
+        assert!(slip.starts_with("64 is 64 bytes, under 1 MiB"), "{slip}");
+        assert_eq!(super::parse_budget("512KiB"), Ok(ByteSize(512 << 10)));
+        assert_eq!(super::parse_budget("1048576"), Ok(ByteSize(1 << 20)));
+        assert_eq!(super::parse_budget("64MiB"), Ok(ByteSize(64 << 20)));
+        assert!(super::parse_budget("lots").is_err());
     }
 
     use super::ByteSize;

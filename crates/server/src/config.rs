@@ -219,7 +219,7 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Memory budget, pool and index together (256MiB, 4GiB) [default: 256MiB].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", value_parser = strata_pool::size::parse_budget)]
     pub memory: Option<ByteSize>,
     /// Keep the data in this file (DAX, tmpfs or plain) instead of DRAM, and reopen it warm.
     #[arg(long, value_name = "PATH")]
@@ -234,7 +234,7 @@ pub struct ServeOptions {
     pub flash: Option<PathBuf>,
     /// Bytes of --flash to use (a file is created or grown to it, every block reserved)
     /// [default: the size of an existing file or device].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", value_parser = strata_pool::size::parse_budget)]
     pub flash_size: Option<ByteSize>,
     /// Which evicted items go to flash: all (memcached's extstore), or fetched (only items
     /// read since they were written, so one-hit wonders never wear the flash) [default: all].
@@ -535,12 +535,7 @@ impl ServeOptions {
             return Ok(None);
         };
         let size_bytes = match self.flash_size {
-            Some(size) => {
-                if let Some(slip) = strata_pool::size::budget_slip("--flash-size", size.0) {
-                    return Err(ConfigError(slip));
-                }
-                size.0
-            }
+            Some(size) => size.0,
             None => existing_size(&path).ok_or_else(|| {
                 ConfigError(format!(
                     "--flash {}: give --flash-size SIZE (the file does not exist yet, or its \
@@ -607,9 +602,6 @@ impl ServerConfig {
                 "--index-placement pool keeps the index in files beside the pool: give --pool PATH"
                     .into(),
             );
-        }
-        if let Some(slip) = strata_pool::size::budget_slip("--memory", self.memory_bytes) {
-            return fail(slip);
         }
         self.engine_config().validate().map_err(|message| {
             ConfigError(format!(
