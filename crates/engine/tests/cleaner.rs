@@ -277,3 +277,46 @@ fn the_cleaner_checks_a_segment_adopted_unchecked_before_moving_it() {
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(format!("{}.sidecar", path.display()));
 }
+
+/// The cleaner keeps a moved record in its TTL group: after overwrites of keys with a TTL and
+/// keys without, interleaved so that the cleaner moves both kinds, the TTL keys' segments
+/// still expire whole once the TTL passes, leaving about what the keys without a TTL need.
+/// (With one cleaner segment for every group, the two kinds shared segments that never
+/// expired whole: a segment expires at its latest record's expiry, never for a record with
+/// none.)
+#[test]
+fn moved_records_stay_in_their_ttl_group_so_segments_still_expire_whole() {
+    let clock = ManualClock::new(1_000_000_000);
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        shard_count: 1,
+        clock: std::sync::Arc::new(clock.clone()),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let keys = 6_000u64;
+    let value = vec![b'v'; 400];
+    let expiry = |i: u64| {
+        if i.is_multiple_of(2) {
+            Expiry::AtMs(1_000_000_000 + 3_600_000)
+        } else {
+            Expiry::Never
+        }
+    };
+    let mut rng = SmallRng::seed_from_u64(5);
+    for i in (0..keys).chain((0..keys * 6).map(|_| rng.gen_range(0..keys))) {
+        engine.set(&key(i), &value, 0, expiry(i)).unwrap();
+    }
+    let stats = engine.stats();
+    assert!(stats.cleaner_items_moved > 0, "{stats:?}");
+    assert_eq!(stats.evicted_items, 0, "{stats:?}");
+    clock.advance_ms(3_600_001);
+    engine.expire().unwrap();
+    let stats = engine.stats();
+    // Every record of a key with a TTL was in a segment that expired whole: none is left.
+    assert_eq!(stats.items, keys / 2, "{stats:?}");
+    for i in (0..keys).step_by(7) {
+        assert_eq!(engine.contains(&key(i)), i % 2 == 1, "key {i}");
+    }
+}

@@ -1,5 +1,5 @@
 //! The cleaner: gives back the dead space that overwrites and deletes leave inside segments by
-//! moving the live records of mostly dead segments into the shard's *cleaner segment* and
+//! moving the live records of mostly dead segments into the shard's *cleaner segments* and
 //! freeing them, so that an item leaves memory only when live data really exceeds the budget
 //! (RAMCloud's log cleaner, Rumble et al., FAST'14).
 //!
@@ -12,12 +12,15 @@
 //! MiB at the default segment size), the bound on how long it holds the shard. A cache cleans
 //! only while a pass moves at most [`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`] segments' worth per
 //! segment it gains ([`FLASH_MOVED_SEGMENTS_PER_GAINED_MAX`] with a flash tier, where eviction
-//! demotes), and evicts past that; a store cleans at any cost before it refuses a write. Every live record moves, read or not; an expired one is dropped.
+//! demotes), and evicts past that; a store cleans at any cost before it refuses a write.
+//! Every live record moves, read or not; an expired one is dropped.
 //!
 //! A moved record keeps its CAS (written as the record's explicit CAS field: 8 bytes more for a
-//! record that had none) and its index slot keeps its reads. Destinations are the shard's
-//! cleaner segment, a sealed segment (never an open head for writes) kept across passes until
-//! full, then victims this pass freed, then free segments (the reserve is for this).
+//! record that had none) and its index slot keeps its reads, and stays in its TTL group: each
+//! TTL bucket the cleaner takes victims from has its own cleaner segment, a sealed segment
+//! (never an open head for writes) in that bucket's chain, kept across passes until full, so
+//! segments of items with a TTL still expire whole. Destinations are that segment, then victims
+//! this pass freed, then free segments (the reserve is for this).
 //!
 //! Crash safety: a victim's records are copied, made as durable as the durability level makes
 //! writes, and only then is the victim freed (its header zeroed and persisted); its own bytes
@@ -88,13 +91,13 @@ impl Shard {
         // (An index not yet checked by the scrub is fine: a record moves only where an entry
         // names its exact location, and reads validate every record until the scrub is done.)
         let mut victims = self.choose_victims(inner);
-        if victims.is_empty() && self.clean_head.is_some() {
-            // The cleaner segment's room is too little for any gain: it becomes a sealed
-            // segment like any other, a candidate itself, and the next destination a fresh one.
-            let head = self.clean_head.take();
+        if victims.is_empty() && !self.clean_heads.is_empty() {
+            // The cleaner segments' room is too little for any gain: they become sealed
+            // segments like any other, candidates themselves, and the next destinations fresh.
+            let heads = std::mem::take(&mut self.clean_heads);
             victims = self.choose_victims(inner);
             if victims.is_empty() {
-                self.clean_head = head;
+                self.clean_heads = heads;
             }
         }
         if victims.is_empty() {
@@ -233,9 +236,7 @@ impl Shard {
             .iter()
             .flatten()
             .filter(|owned| {
-                owned.sealed
-                    && Some(owned.segment.id()) != self.clean_head
-                    && owned.write_offset > 0
+                owned.sealed && !self.is_clean_head(owned.segment.id()) && owned.write_offset > 0
             })
             .filter_map(move |owned| {
                 // (Its live records, an explicit CAS each at most, fit in a fresh segment.)
@@ -259,7 +260,7 @@ impl Shard {
             return 0;
         }
         let capacity = inner.segment_size_bytes;
-        let mut packing = Packing::new(self.clean_head_room(), capacity, inner.now_ms());
+        let mut packing = Packing::new(self.clean_head_rooms(), capacity, inner.now_ms());
         for (at, candidate) in candidates.iter().enumerate() {
             packing.add(self.owned(candidate.id));
             let victims = at + 1;
@@ -280,7 +281,8 @@ impl Shard {
     /// write needed, put milliseconds on a full flash-tiered cache's tail.
     fn may_gain(&self, inner: &Inner, candidates: &[Candidate]) -> bool {
         let capacity = inner.segment_size_bytes;
-        let room = self.clean_head_room();
+        // (The room of every cleaner segment: a bound, as each victim fills only its own.)
+        let room: usize = self.clean_head_rooms().iter().map(|&(_, room)| room).sum();
         let max = moved_per_gained_max(inner);
         let mut live_bytes = 0;
         candidates.iter().enumerate().any(|(at, candidate)| {
@@ -291,19 +293,35 @@ impl Shard {
         })
     }
 
-    /// Free bytes at the end of the cleaner segment (0 when there is none).
-    fn clean_head_room(&self) -> usize {
-        self.clean_head.map_or(0, |id| {
-            let owned = self.owned(id);
-            owned.segment.data().len() - owned.write_offset
-        })
+    /// Whether segment `id` is one of the shard's cleaner segments.
+    pub(super) fn is_clean_head(&self, id: u32) -> bool {
+        self.clean_heads.iter().any(|&(_, head)| head == id)
+    }
+
+    /// The cleaner segment of TTL bucket `bucket`, if it has one.
+    fn clean_head(&self, bucket: u16) -> Option<u32> {
+        self.clean_heads
+            .iter()
+            .find(|&&(b, _)| b == bucket)
+            .map(|&(_, head)| head)
+    }
+
+    /// Free bytes at the end of each cleaner segment, by TTL bucket.
+    fn clean_head_rooms(&self) -> Vec<(u16, usize)> {
+        self.clean_heads
+            .iter()
+            .map(|&(bucket, id)| {
+                let owned = self.owned(id);
+                (bucket, owned.segment.data().len() - owned.write_offset)
+            })
+            .collect()
     }
 
     /// How many new cleaner segments moving victim `id`'s live records takes: a dry run over
     /// the sizes they will have, in the order they will be written.
     fn destinations_needed(&self, inner: &Inner, id: u32) -> usize {
         let capacity = inner.segment_size_bytes;
-        let mut packing = Packing::new(self.clean_head_room(), capacity, inner.now_ms());
+        let mut packing = Packing::new(self.clean_head_rooms(), capacity, inner.now_ms());
         packing.add(self.owned(id));
         packing.destinations
     }
@@ -385,8 +403,9 @@ impl Shard {
         Ok(())
     }
 
-    /// The cleaner segment, with at least `size` free bytes: the current one, or the next of
-    /// `dests` installed in TTL bucket `bucket` (the dry run made sure there is one).
+    /// TTL bucket `bucket`'s cleaner segment, with at least `size` free bytes: the current
+    /// one, or the next of `dests` installed in the bucket (the dry run made sure there is
+    /// one); a full one stays behind as an ordinary sealed segment of the bucket.
     fn clean_head_with_room(
         &mut self,
         inner: &Inner,
@@ -394,14 +413,16 @@ impl Shard {
         bucket: u16,
         dests: &mut Vec<Segment>,
     ) -> Result<u32, WriteError> {
-        if let Some(head) = self.clean_head {
-            if self.clean_head_room() >= size {
+        if let Some(head) = self.clean_head(bucket) {
+            let owned = self.owned(head);
+            if owned.segment.data().len() - owned.write_offset >= size {
                 return Ok(head);
             }
         }
         let segment = dests.pop().expect("the dry run counted the destinations");
         let head = self.install_clean_head(inner, segment, bucket)?;
-        self.clean_head = Some(head);
+        self.clean_heads.retain(|&(b, _)| b != bucket);
+        self.clean_heads.push((bucket, head));
         Ok(head)
     }
 
@@ -434,7 +455,8 @@ impl Shard {
 /// A dry run of the cleaner's writes: records packed in order into the room left, then into
 /// fresh segments, as `move_live_records` will write them.
 struct Packing {
-    room: usize,
+    /// Room left in each TTL bucket's cleaner segment.
+    rooms: Vec<(u16, usize)>,
     capacity: usize,
     now_ms: u64,
     /// Fresh segments opened.
@@ -444,9 +466,9 @@ struct Packing {
 }
 
 impl Packing {
-    fn new(room: usize, capacity: usize, now_ms: u64) -> Self {
+    fn new(rooms: Vec<(u16, usize)>, capacity: usize, now_ms: u64) -> Self {
         Packing {
-            room,
+            rooms,
             capacity,
             now_ms,
             destinations: 0,
@@ -454,19 +476,29 @@ impl Packing {
         }
     }
 
-    /// Packs the live, unexpired records of `owned`.
+    /// Packs the live, unexpired records of `owned` into its TTL bucket's cleaner segment.
     fn add(&mut self, owned: &OwnedSegment) {
+        let bucket = owned.fields.ttl_bucket;
+        let at = match self.rooms.iter().position(|&(b, _)| b == bucket) {
+            Some(at) => at,
+            None => {
+                self.rooms.push((bucket, 0));
+                self.rooms.len() - 1
+            }
+        };
+        let mut room = self.rooms[at].1;
         for_each_valid_record(owned, |_, view| {
             if view.live && !is_expired(&view.meta, self.now_ms) {
                 let size = moved_size(&view);
-                if size > self.room {
+                if size > room {
                     self.destinations += 1;
-                    self.room = self.capacity;
+                    room = self.capacity;
                 }
-                self.room -= size;
+                room -= size;
                 self.moved_bytes += size;
             }
         });
+        self.rooms[at].1 = room;
     }
 }
 

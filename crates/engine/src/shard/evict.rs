@@ -107,9 +107,7 @@ impl Shard {
             self.persist_dirty(inner)?;
         }
         self.seal(id);
-        if self.clean_head == Some(id) {
-            self.clean_head = None;
-        }
+        self.clean_heads.retain(|&(_, head)| head != id);
         let owned = *self.segments[id as usize]
             .take()
             .expect("freeing an owned segment");

@@ -114,8 +114,10 @@ pub(crate) struct Shard {
     order: VecDeque<(u32, u64)>,
     /// TTL buckets whose last segment is open (at most `open_segments_per_shard_max`).
     open_buckets: Vec<u16>,
-    /// The segment the cleaner moves live records to, while it has room (see `clean`).
-    clean_head: Option<u32>,
+    /// The segments the cleaner moves live records to, one per TTL bucket it has cleaned,
+    /// while they have room: `(bucket, id)` (see `clean`). A moved record stays in its TTL
+    /// group, so segments still expire whole.
+    clean_heads: Vec<(u16, u32)>,
     pub(crate) scratch: Vec<u8>,
     survivors: Vec<u8>,
     survivor_slots: Vec<(u32, u64)>,
@@ -323,7 +325,7 @@ impl Shard {
                 .collect(),
             order: VecDeque::new(),
             open_buckets: Vec::new(),
-            clean_head: None,
+            clean_heads: Vec::new(),
             scratch: Vec::new(),
             survivors: Vec::new(),
             survivor_slots: Vec::new(),

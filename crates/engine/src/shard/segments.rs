@@ -5,6 +5,7 @@ use strata_pool::Segment;
 
 use crate::error::WriteError;
 use crate::segment::{self, HeaderFields, OwnedSegment, Verified};
+use crate::ttl;
 use crate::Inner;
 
 use super::{Reserved, Shard};
@@ -29,12 +30,16 @@ impl Shard {
                     return Ok(Reserved { id, opened });
                 }
                 if !ordered {
-                    // The key's current record is newer than this segment: rather than seal a
-                    // barely used segment, write to the newest open one if it is new enough.
+                    // The key's current record is newer than this segment (the cleaner moved
+                    // it): rather than seal a barely used segment, write to the newest open
+                    // one if it is new enough, and if it expires as this write may: a record
+                    // without expiry in a segment with a TTL would keep it from expiring whole.
                     if let Some(newest) = self.newest_open_segment() {
                         let owned = self.owned(newest);
+                        let never = |b: usize| b == ttl::NO_EXPIRY_BUCKET;
                         if owned.free_bytes() >= size
                             && min_seq.is_none_or(|s| owned.fields.seq >= s)
+                            && never(usize::from(owned.fields.ttl_bucket)) == never(bucket)
                         {
                             return Ok(Reserved { id: newest, opened });
                         }
@@ -165,7 +170,7 @@ impl Shard {
             .iter()
             .flatten()
             .map(|owned| {
-                let takes_more = !owned.sealed || Some(owned.segment.id()) == self.clean_head;
+                let takes_more = !owned.sealed || self.is_clean_head(owned.segment.id());
                 let used = if takes_more {
                     owned.write_offset
                 } else {
