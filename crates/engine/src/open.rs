@@ -704,6 +704,11 @@ pub(crate) fn flash_entries(tables: &Index) -> Vec<crate::index::Entry> {
 fn keep_flash_entries(inner: &Inner, report: &mut RecoveryReport, crashed: bool) {
     for lock in inner.shards.iter() {
         let mut shard = lock.0.write();
+        if shard.index.len() == 0 {
+            // Nothing to keep or drop (a fresh pool): a walk of an empty table sized for the
+            // budget took most of an empty server's start (90 ms at 16 GiB).
+            continue;
+        }
         let dropped = shard.drop_flash_entries(|location| {
             inner
                 .flash

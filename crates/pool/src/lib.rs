@@ -470,28 +470,6 @@ pub struct AtomicLine(pub [std::sync::atomic::AtomicU64; 8]);
 
 const _: () = assert!(std::mem::size_of::<AtomicLine>() == CACHE_LINE_SIZE_BYTES);
 
-/// A table of `count` zeroed lines, allocated already zero (`alloc_zeroed`): the kernel hands
-/// out zero pages lazily, so a large table costs no time or memory until its lines are used,
-/// instead of a pass writing zeroes over all of it.
-pub fn zeroed_lines(count: usize) -> Vec<AtomicLine> {
-    if count == 0 {
-        return Vec::new();
-    }
-    let layout =
-        std::alloc::Layout::array::<AtomicLine>(count).expect("table size fits the address space");
-    // SAFETY: `layout` has a non-zero size (count > 0). All-zero bytes are a valid
-    // `AtomicLine` (eight `AtomicU64` holding 0). The pointer comes from the global allocator
-    // with exactly the layout `Vec<AtomicLine>` uses for capacity `count` (same size and
-    // alignment), so the Vec may own and later free it.
-    unsafe {
-        let raw = std::alloc::alloc_zeroed(layout).cast::<AtomicLine>();
-        if raw.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        Vec::from_raw_parts(raw, count, count)
-    }
-}
-
 /// Hints the CPU to start loading the cache line holding `value` (used to overlap the index
 /// misses of a batch during recovery). A hint only: it never faults and changes nothing.
 #[inline]
