@@ -112,6 +112,13 @@ fn drive<'a>(data: &'a [u8], limits: &Limits, plan: &[usize]) -> Vec<Event<'a>> 
                     events.push(Event::Close);
                     return events;
                 }
+                // A binary-protocol request: refused, then closed.
+                Err(error @ ParseError::Binary { .. }) => {
+                    assert_eq!(buf[0], 0x80, "only the binary magic is a binary request");
+                    let _ = error.to_string();
+                    events.push(Event::Close);
+                    return events;
+                }
                 Err(other) => panic!("unknown parse error {other:?}"),
             }
         }

@@ -5,7 +5,8 @@
 //!                                                          │
 //!            ParseError::Reply: exact error, drop bytes ───┤  Incomplete: wait for more input
 //!            ParseError::Close: close without a reply  ────┤
-//!            ParseError::CrossProtocol: HTTP, hang up  ────┘
+//!            ParseError::CrossProtocol: HTTP, hang up  ────┤
+//!            ParseError::Binary: binary error, close  ─────┘
 //! ```
 //!
 //! | file             | commands                                                        |
@@ -343,6 +344,11 @@ impl MemcacheSession {
                     self.swallow_len = swallow_len;
                 }
                 BatchEnd::Error(ParseError::Incomplete) => break,
+                BatchEnd::Error(ParseError::Binary { opcode, opaque }) => {
+                    ctx.stats.count_error();
+                    encode::binary_not_supported(opcode, opaque, out);
+                    return Processed::closing(consumed);
+                }
                 BatchEnd::Error(error) => {
                     self.hang_up = error == ParseError::CrossProtocol;
                     return Processed::closing(consumed);

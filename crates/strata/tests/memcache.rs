@@ -209,3 +209,43 @@ fn stats_info_and_metrics_agree() {
     assert_eq!(stats["get_hits"], "2");
     assert_eq!(stats["get_misses"], "3");
 }
+
+/// A memcached binary-protocol request (a client configured for binary, `memcslap --binary`)
+/// is answered with a binary response, status "Not supported" (0x0083), its opcode and opaque
+/// echoed, and the connection closed; before, strata waited for a line end and the client hung.
+/// Other connections carry on.
+#[test]
+fn a_binary_protocol_request_gets_a_binary_error_and_the_connection_closes() {
+    let server = Server::start(&[]);
+    let mut bystander = Client::connect(server.memcache);
+    assert_eq!(bystander.call(b"set k 0 0 1\r\nv\r\n"), "STORED\r\n");
+    let mut client = Client::connect(server.memcache);
+    // GET "foo": magic, opcode 0x00, key length 3, extras 0, data type 0, vbucket 0, body 3,
+    // opaque 0xdeadbeef, CAS 0, then the key.
+    let mut request = vec![0x80, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00];
+    request.extend_from_slice(&[0x00, 0x00, 0x00, 0x03, 0xde, 0xad, 0xbe, 0xef]);
+    request.extend_from_slice(&[0; 8]);
+    request.extend_from_slice(b"foo");
+    client.send(&request);
+    let header = client.read_bytes(24);
+    assert_eq!(header[0], 0x81, "response magic: {header:?}");
+    assert_eq!(header[1], 0x00, "the request's opcode");
+    assert_eq!(&header[2..6], &[0, 0, 0, 0], "no key, no extras");
+    assert_eq!(&header[6..8], &[0x00, 0x83], "status: Not supported");
+    let body_len = u32::from_le_bytes([header[11], header[10], header[9], header[8]]) as usize;
+    assert_eq!(
+        &header[12..16],
+        &[0xde, 0xad, 0xbe, 0xef],
+        "the request's opaque"
+    );
+    assert_eq!(&header[16..24], &[0; 8], "CAS 0");
+    let body = client.read_bytes(body_len);
+    assert!(
+        String::from_utf8_lossy(&body).contains("not the binary protocol"),
+        "{body:?}"
+    );
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(client.stream(), &mut rest).expect("closed by the server");
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(bystander.call(b"get k\r\n"), "VALUE k 0 1\r\n");
+}

@@ -9,6 +9,36 @@ use super::meta::MetaFlags;
 
 /// Unknown command or wrong number of tokens.
 pub const ERROR: &[u8] = b"ERROR\r\n";
+
+/// The first byte of a memcached binary-protocol request.
+pub const BINARY_REQUEST_MAGIC: u8 = 0x80;
+/// The first byte of a binary-protocol response.
+pub const BINARY_RESPONSE_MAGIC: u8 = 0x81;
+/// Bytes of a binary-protocol header, request or response.
+pub const BINARY_HEADER_BYTES: usize = 24;
+/// The binary protocol's status "Not supported".
+pub const BINARY_STATUS_NOT_SUPPORTED: u16 = 0x0083;
+/// The text of [`binary_not_supported`]'s body.
+pub const BINARY_NOT_SUPPORTED_TEXT: &[u8] =
+    b"strata speaks the memcached text and meta protocols, not the binary protocol";
+
+/// A binary-protocol response refusing a request: magic `0x81`, the request's `opcode`, no key
+/// or extras, status `Not supported` (0x0083), the body [`BINARY_NOT_SUPPORTED_TEXT`], the
+/// request's `opaque`, CAS 0. All integers big-endian, as the binary protocol has them.
+#[allow(clippy::big_endian_bytes)] // the binary protocol's byte order
+pub fn binary_not_supported(opcode: u8, opaque: u32, out: &mut Vec<u8>) {
+    let body = BINARY_NOT_SUPPORTED_TEXT;
+    out.push(BINARY_RESPONSE_MAGIC);
+    out.push(opcode);
+    out.extend_from_slice(&0u16.to_be_bytes()); // key length
+    out.push(0); // extras length
+    out.push(0); // data type
+    out.extend_from_slice(&BINARY_STATUS_NOT_SUPPORTED.to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&opaque.to_be_bytes());
+    out.extend_from_slice(&0u64.to_be_bytes()); // CAS
+    out.extend_from_slice(body);
+}
 /// The most common client error: bad number, key too long, bad length.
 pub const CLIENT_ERROR_BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 /// `delete <key> <x>` where `<x>` is neither the legacy `0` nor `noreply`.

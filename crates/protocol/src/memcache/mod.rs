@@ -175,6 +175,16 @@ pub enum ParseError {
     /// a command but part of an HTTP request (see [`crate::cross_protocol`]), as memcached
     /// does in `process_command_ascii`.
     CrossProtocol,
+    /// A binary-protocol request (its first byte is the request magic `0x80`), which strata
+    /// does not speak: send [`encode::binary_not_supported`] for its opcode and opaque, then
+    /// close the connection. A binary client reads a well-formed error instead of waiting
+    /// for ever on a server that waits for a line end.
+    Binary {
+        /// The request's opcode (echoed in the response).
+        opcode: u8,
+        /// The request's opaque field (echoed in the response).
+        opaque: u32,
+    },
 }
 
 impl std::fmt::Display for ParseError {
@@ -192,6 +202,11 @@ impl std::fmt::Display for ParseError {
             Self::CrossProtocol => {
                 f.write_str("an HTTP request sent to the memcached port; closing the connection")
             }
+            Self::Binary { opcode, .. } => write!(
+                f,
+                "a memcached binary-protocol request (opcode {opcode:#04x}): not supported; \
+                 closing the connection"
+            ),
         }
     }
 }
@@ -242,6 +257,9 @@ impl<'a> Line<'a> {
 /// needed, or a [`ParseError`] that says exactly how memcached 1.6 answers the input. Never
 /// panics and never reports more bytes consumed than `buf` holds.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseError> {
+    if buf.first() == Some(&encode::BINARY_REQUEST_MAGIC) {
+        return Err(binary_request(buf));
+    }
     let (text, consumed) = next_line(buf, limits)?;
     debug_assert!(consumed <= buf.len() && text.len() < consumed);
     if let Some(get) = retrieval::single_get(text, limits) {
@@ -251,6 +269,19 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseErro
         });
     }
     parse_line(buf, text, consumed, limits)
+}
+
+/// A binary-protocol request at the front of `buf` (its first byte is the magic): refused
+/// once its 24-byte header has arrived, whose opcode and opaque the refusal echoes.
+#[allow(clippy::big_endian_bytes)] // the binary protocol's byte order
+fn binary_request(buf: &[u8]) -> ParseError {
+    let Some(header) = buf.get(..encode::BINARY_HEADER_BYTES) else {
+        return ParseError::Incomplete;
+    };
+    ParseError::Binary {
+        opcode: header[1],
+        opaque: u32::from_be_bytes([header[12], header[13], header[14], header[15]]),
+    }
 }
 
 /// Parses the command line `text` (the first `consumed` bytes of `buf`, without its line end)
