@@ -89,6 +89,30 @@ impl PendingCounts {
     }
 }
 
+/// memcached's per-command outcome counters, in the order `stats` lists them: what exporters
+/// read to tell hits from misses of each command family.
+pub const OUTCOME_NAMES: [&str; 11] = [
+    "delete_misses",
+    "delete_hits",
+    "incr_misses",
+    "incr_hits",
+    "decr_misses",
+    "decr_hits",
+    "cas_misses",
+    "cas_hits",
+    "cas_badval",
+    "touch_hits",
+    "touch_misses",
+];
+
+/// The index of `name` in [`OUTCOME_NAMES`] (a compile-time list: a typo panics in tests).
+pub fn outcome_index(name: &str) -> usize {
+    OUTCOME_NAMES
+        .iter()
+        .position(|&n| n == name)
+        .unwrap_or_else(|| panic!("no outcome counter {name}"))
+}
+
 /// Counters (relaxed atomics: each is independent).
 #[derive(Debug)]
 pub struct ServerStats {
@@ -134,6 +158,8 @@ pub struct ServerStats {
     /// Connections closed because all connections' output passed `--client-output-memory` and
     /// they held the most (Redis INFO `evicted_clients`, for `maxmemory-clients`).
     pub evicted_clients: AtomicU64,
+    /// memcached's per-command outcomes, per entry of [`OUTCOME_NAMES`].
+    pub outcomes: [AtomicU64; OUTCOME_NAMES.len()],
 }
 
 impl Default for ServerStats {
@@ -159,6 +185,7 @@ impl Default for ServerStats {
             auth_commands: AtomicU64::new(0),
             auth_errors: AtomicU64::new(0),
             evicted_clients: AtomicU64::new(0),
+            outcomes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -167,6 +194,11 @@ impl ServerStats {
     /// Counts one request of `command`.
     pub fn count_command(&self, command: usize) {
         self.commands[command].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one outcome of [`OUTCOME_NAMES`] (`delete_hits`, `cas_badval`, ...).
+    pub fn count_outcome(&self, name: &str) {
+        self.outcomes[outcome_index(name)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one request answered with a protocol or write error.

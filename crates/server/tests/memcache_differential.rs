@@ -381,3 +381,86 @@ fn memcache_a_long_multiget_with_many_leading_spaces_closes() {
     }
     Pair::new().check_closes(&step);
 }
+
+/// The `gets` CAS of `key` in a reply to `gets key`.
+fn cas_of(reply: &[u8]) -> String {
+    let text = String::from_utf8_lossy(reply);
+    let header = text.lines().next().expect("a VALUE line");
+    header.split(' ').nth(4).expect("a CAS").to_owned()
+}
+
+/// memcached's per-command outcome counters, as each server's `stats` lists them.
+fn outcome_counters(stats: &[u8]) -> Vec<(String, u64)> {
+    const NAMES: [&str; 11] = [
+        "delete_misses",
+        "delete_hits",
+        "incr_misses",
+        "incr_hits",
+        "decr_misses",
+        "decr_hits",
+        "cas_misses",
+        "cas_hits",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+    ];
+    let text = String::from_utf8_lossy(stats);
+    NAMES
+        .iter()
+        .map(|name| {
+            let value = text
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("STAT {name} ")))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+                .trim()
+                .parse()
+                .expect("a number");
+            ((*name).to_owned(), value)
+        })
+        .collect()
+}
+
+/// The hit, miss and bad-value counters that exporters read (`delete_hits`, `incr_misses`,
+/// `cas_badval`, `touch_hits`, ...) count the same commands as memcached's, text and meta.
+#[test]
+fn memcache_per_command_counters_match_memcached() {
+    let mut pair = Pair::new();
+    let steps: &[&[u8]] = &[
+        b"set a 0 0 1\r\n5\r\n",
+        b"delete a\r\n",
+        b"delete a\r\n",
+        b"set n 0 0 1\r\n5\r\n",
+        b"incr n 2\r\n",
+        b"incr nope 1\r\n",
+        b"decr n 1\r\n",
+        b"decr nope 1\r\n",
+        b"set t 0 0 1\r\nx\r\n",
+        b"incr t 1\r\n",
+        b"touch n 100\r\n",
+        b"touch nope 100\r\n",
+        b"cas n 0 0 1 1\r\n9\r\n",
+        b"cas nope 0 0 1 1\r\n9\r\n",
+        b"set m 0 0 1\r\n1\r\n",
+        b"md m\r\n",
+        b"md m\r\n",
+        b"ma n\r\n",
+        b"ma nope\r\n",
+        b"ma n MD\r\n",
+    ];
+    for step in steps {
+        pair.memcached(step);
+        pair.strata(step);
+    }
+    // A CAS that matches, on each server with its own.
+    let want_cas = cas_of(&pair.memcached(b"gets n\r\n"));
+    pair.memcached(format!("cas n 0 0 1 {want_cas}\r\n7\r\n").as_bytes());
+    let got_cas = cas_of(&pair.strata(b"gets n\r\n"));
+    pair.strata(format!("cas n 0 0 1 {got_cas}\r\n7\r\n").as_bytes());
+    let want = outcome_counters(&pair.memcached(b"stats\r\n"));
+    let got = outcome_counters(&pair.strata(b"stats\r\n"));
+    assert_eq!(got, want);
+    assert!(
+        want.iter().all(|(_, n)| *n > 0),
+        "every counter moved: {want:?}"
+    );
+}

@@ -46,6 +46,7 @@ pub(super) fn execute(request: Arith<'_>, ctx: &ServerContext, out: &mut Vec<u8>
     if let Err(error) = result {
         return write_failed(&error, ctx, out, request.noreply);
     }
+    count_arith(ctx, decrement, &counted);
     if request.noreply {
         return;
     }
@@ -56,6 +57,19 @@ pub(super) fn execute(request: Arith<'_>, ctx: &ServerContext, out: &mut Vec<u8>
         Counted::NotFound => out.extend_from_slice(encode::NOT_FOUND),
         Counted::NotNumeric => out.extend_from_slice(encode::CLIENT_ERROR_NON_NUMERIC),
     }
+}
+
+/// Counts an incr or decr in memcached's `incr_hits`/`incr_misses` (`decr_*`): a hit changed a
+/// number; a value that is not one counts as neither, as in memcached.
+pub(super) fn count_arith(ctx: &ServerContext, decrement: bool, counted: &Counted) {
+    let name = match (decrement, counted) {
+        (false, Counted::Value(_)) => "incr_hits",
+        (false, Counted::NotFound) => "incr_misses",
+        (true, Counted::Value(_)) => "decr_hits",
+        (true, Counted::NotFound) => "decr_misses",
+        (_, Counted::NotNumeric) => return,
+    };
+    ctx.stats.count_outcome(name);
 }
 
 /// Applies `delta` to `item`'s number, writing the new value into `buffer` as memcached lays

@@ -15,8 +15,14 @@ use crate::stats::command_index;
 pub(super) fn delete(delete: Delete<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
     ctx.stats.count_command(command_index("delete"));
     match ctx.engine.delete(delete.key, None) {
-        Ok(DeleteOutcome::Deleted) => reply(out, encode::DELETED, delete.noreply),
-        Ok(_) => reply(out, encode::NOT_FOUND, delete.noreply),
+        Ok(DeleteOutcome::Deleted) => {
+            ctx.stats.count_outcome("delete_hits");
+            reply(out, encode::DELETED, delete.noreply);
+        }
+        Ok(_) => {
+            ctx.stats.count_outcome("delete_misses");
+            reply(out, encode::NOT_FOUND, delete.noreply);
+        }
         Err(error) => write_failed(&error, ctx, out, delete.noreply),
     }
 }
@@ -28,8 +34,14 @@ pub(super) fn touch(touch: Touch<'_>, ctx: &ServerContext, out: &mut Vec<u8>) {
         .engine
         .touch(touch.key, expiry(touch.exptime, || now_ms(ctx)))
     {
-        Ok(true) => reply(out, encode::TOUCHED, touch.noreply),
-        Ok(false) => reply(out, encode::NOT_FOUND, touch.noreply),
+        Ok(true) => {
+            ctx.stats.count_outcome("touch_hits");
+            reply(out, encode::TOUCHED, touch.noreply);
+        }
+        Ok(false) => {
+            ctx.stats.count_outcome("touch_misses");
+            reply(out, encode::NOT_FOUND, touch.noreply);
+        }
         Err(error) => write_failed(&error, ctx, out, touch.noreply),
     }
 }

@@ -122,6 +122,9 @@ fn general(ctx: &ServerContext, out: &mut Vec<u8>) {
     stat(out, "get_hits", get_hits);
     stat(out, "get_misses", get_keys.saturating_sub(get_hits));
     stat(out, "get_expired", 0);
+    for (name, counter) in crate::stats::OUTCOME_NAMES.iter().zip(&stats.outcomes) {
+        stat(out, name, load(counter));
+    }
     stat(out, "auth_cmds", load(&stats.auth_commands));
     stat(out, "auth_errors", load(&stats.auth_errors));
     stat(out, "bytes_read", load(&stats.bytes_read));

@@ -59,7 +59,16 @@ pub(super) fn execute(
         }
     };
     match result {
-        Ok(outcome) => reply(out, outcome_reply(outcome), store.noreply),
+        Ok(outcome) => {
+            if store.command == StoreCommand::Cas {
+                ctx.stats.count_outcome(match outcome {
+                    StoreOutcome::Stored(_) => "cas_hits",
+                    StoreOutcome::Exists => "cas_badval",
+                    StoreOutcome::NotFound | StoreOutcome::NotStored => "cas_misses",
+                });
+            }
+            reply(out, outcome_reply(outcome), store.noreply);
+        }
         Err(error) => {
             if matches!(error, WriteError::TooLarge { .. }) && store.command == StoreCommand::Set {
                 remove_existing(store.key, ctx);

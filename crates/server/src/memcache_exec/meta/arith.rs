@@ -49,6 +49,19 @@ pub(in super::super) fn execute(
         Ok(done) => done,
         Err(reply) => return fail(reply, ctx, out),
     };
+    // memcached's incr/decr hits and misses (a number created by `N` was a miss).
+    let decrement = request.mode == ArithMode::Decr;
+    match (&outcome, decrement) {
+        (Outcome::Value { created: false, .. }, false) => ctx.stats.count_outcome("incr_hits"),
+        (Outcome::Value { created: false, .. }, true) => ctx.stats.count_outcome("decr_hits"),
+        (Outcome::NotFound | Outcome::Value { .. }, false) => {
+            ctx.stats.count_outcome("incr_misses");
+        }
+        (Outcome::NotFound | Outcome::Value { .. }, true) => {
+            ctx.stats.count_outcome("decr_misses");
+        }
+        (Outcome::Exists | Outcome::NotNumeric, _) => {}
+    }
     if flags.new_cas.is_some() && cas.is_some() {
         // A chosen CAS may equal the one a stale or won lease was recorded with.
         lease::forget(ctx, key);

@@ -59,6 +59,11 @@ pub(in super::super) fn execute(
         Ok(None) => {}
         Err(error) => return fail(write_error_reply(&error), ctx, out),
     }
+    match status {
+        MetaStatus::Hd => ctx.stats.count_outcome("delete_hits"),
+        MetaStatus::Nf => ctx.stats.count_outcome("delete_misses"),
+        _ => {}
+    }
     if status == MetaStatus::Hd && flags.quiet() {
         return;
     }
