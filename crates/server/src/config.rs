@@ -284,6 +284,14 @@ pub struct ServeOptions {
     /// Close client connections idle this many seconds; 0 never [default: 0].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
+    /// Log commands that run at least this many microseconds in SLOWLOG; 0 logs every command,
+    /// a negative value none (Redis's slowlog-log-slower-than; CONFIG SET changes it)
+    /// [default: 10000].
+    #[arg(long, value_name = "US", allow_negative_numbers = true)]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// Entries SLOWLOG keeps, newest first (Redis's slowlog-max-len) [default: 128].
+    #[arg(long, value_name = "N")]
+    pub slowlog_max_len: Option<usize>,
     /// Output a client may leave unread: past it the client is closed (Redis's
     /// client-output-buffer-limit hard limit); past a quarter its input waits [default: 256MiB].
     #[arg(long, value_name = "SIZE")]
@@ -361,6 +369,10 @@ pub struct ServerConfig {
     pub value_len_max: usize,
     /// Idle timeout in seconds (0: never).
     pub idle_timeout_secs: u64,
+    /// `slowlog-log-slower-than`, microseconds.
+    pub slowlog_slower_than_us: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: usize,
     /// Output a connection's buffer may hold before the connection is closed.
     pub output_buffered_bytes_hard: usize,
     /// Output buffer memory all connections together may hold.
@@ -425,6 +437,10 @@ impl ServeOptions {
             max_connections: self.max_connections.or(file.max_connections),
             max_value_size: self.max_value_size.or(file.max_value_size),
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
+            slowlog_log_slower_than: self
+                .slowlog_log_slower_than
+                .or(file.slowlog_log_slower_than),
+            slowlog_max_len: self.slowlog_max_len.or(file.slowlog_max_len),
             output_buffer_limit: self.output_buffer_limit.or(file.output_buffer_limit),
             client_output_memory: self.client_output_memory.or(file.client_output_memory),
             requirepass: self.requirepass.or(file.requirepass),
@@ -494,6 +510,12 @@ impl ServeOptions {
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
             value_len_max,
             idle_timeout_secs: self.idle_timeout.unwrap_or(0),
+            slowlog_slower_than_us: self
+                .slowlog_log_slower_than
+                .unwrap_or(crate::slowlog::SLOWER_THAN_US_DEFAULT),
+            slowlog_max_len: self
+                .slowlog_max_len
+                .unwrap_or(crate::slowlog::MAX_LEN_DEFAULT),
             output_buffered_bytes_hard,
             // All clients together may hold what one client may: the default bounds the total
             // where it bounded each client, so one client alone meets the same limit as before.
@@ -742,6 +764,8 @@ impl ServerConfig {
             threads: self.threads,
             connections_max: self.connections_max,
             idle_timeout_secs: self.idle_timeout_secs,
+            slowlog_slower_than_us: self.slowlog_slower_than_us,
+            slowlog_max_len: self.slowlog_max_len,
             memcache_port,
             resp_port,
             eviction: self.eviction.name(),

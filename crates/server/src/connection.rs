@@ -210,7 +210,8 @@ pub struct PassContext<'a> {
 
 impl Connection {
     /// A connection with fresh buffers.
-    pub fn new(stream: TcpStream, session: Box<dyn Session>, now: Instant) -> Self {
+    pub fn new(stream: TcpStream, mut session: Box<dyn Session>, now: Instant) -> Self {
+        session.connected(stream.peer_addr().ok(), stream.local_addr().ok());
         let pauses_over_budget = session.pauses_over_budget();
         let write_buf = Vec::with_capacity(BUFFER_BYTES_INITIAL);
         let output_held_bytes = output_held_bytes(write_buf.capacity());

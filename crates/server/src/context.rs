@@ -36,6 +36,11 @@ pub struct Settings {
     pub connections_max: usize,
     /// Close idle connections after this many seconds (0: never).
     pub idle_timeout_secs: u64,
+    /// `slowlog-log-slower-than` at start, microseconds (`ServerContext::slowlog` holds the
+    /// current value).
+    pub slowlog_slower_than_us: i64,
+    /// `slowlog-max-len` at start.
+    pub slowlog_max_len: usize,
     /// Whether `flush_all` / `FLUSHALL` are allowed.
     pub flush_enabled: bool,
     /// TCP port of the memcached listener, if any (for INFO/stats).
@@ -65,6 +70,8 @@ impl Default for Settings {
             threads: 1,
             connections_max: 1024,
             idle_timeout_secs: 0,
+            slowlog_slower_than_us: crate::slowlog::SLOWER_THAN_US_DEFAULT,
+            slowlog_max_len: crate::slowlog::MAX_LEN_DEFAULT,
             flush_enabled: true,
             memcache_port: None,
             resp_port: None,
@@ -298,6 +305,8 @@ pub struct ServerContext {
     pub(crate) leases: crate::memcache_exec::lease::Leases,
     /// The flash tier's I/O threads (none without a flash tier, or in unit tests).
     pub flash_io: Option<crate::flash_io::FlashIo>,
+    /// SLOWLOG.
+    pub slowlog: crate::slowlog::SlowLog,
 }
 
 impl ServerContext {
@@ -305,6 +314,10 @@ impl ServerContext {
     pub fn new(engine: Arc<Engine>, settings: Settings) -> Self {
         let health = Health::new(settings.threads);
         ServerContext {
+            slowlog: crate::slowlog::SlowLog::new(
+                settings.slowlog_slower_than_us,
+                settings.slowlog_max_len,
+            ),
             output_budget: OutputBudget::new(settings.client_output_bytes_max, settings.threads),
             engine,
             settings,
@@ -432,6 +445,15 @@ impl Processed {
 /// `out` is the connection's output buffer, which may already hold earlier replies; its length
 /// is what [`OutputLimits`] bound, so a session building a long reply checks them on it.
 pub trait Session: Send {
+    /// The connection's peer and local addresses, told once before the first request (none
+    /// for a session driven without a socket, as in tests).
+    fn connected(
+        &mut self,
+        _peer: Option<std::net::SocketAddr>,
+        _local: Option<std::net::SocketAddr>,
+    ) {
+    }
+
     /// Handles the complete requests at the start of `input`.
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed;
 

@@ -45,6 +45,7 @@ pub mod serve;
 pub mod sessions;
 pub mod signals;
 pub mod size;
+pub mod slowlog;
 pub mod stats;
 pub mod tiers;
 pub mod worker;

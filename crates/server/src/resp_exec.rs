@@ -48,6 +48,7 @@ mod expire;
 mod keyspace;
 mod ranges;
 mod server;
+mod slowlog;
 mod strings;
 mod table;
 #[cfg(test)]
@@ -149,6 +150,10 @@ pub(crate) struct State {
     /// A KEYS that waits for, or ran on, the walk thread (`keyspace::keys_walk`): where its
     /// keys are left for it.
     pub keys_walk: Option<std::sync::Arc<keyspace::KeysWalk>>,
+    /// The client's address, when the session serves a socket (SLOWLOG, CLIENT INFO).
+    pub peer: Option<std::net::SocketAddr>,
+    /// The address the client connected to.
+    pub local: Option<std::net::SocketAddr>,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -197,6 +202,8 @@ impl RespSession {
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 pending: PendingCounts::default(),
                 keys_walk: None,
+                peer: None,
+                local: None,
             },
             batch: Vec::new(),
             discard: None,
@@ -268,7 +275,9 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         // Whatever runs may read the counters (INFO): bring them up to date.
         state.pending.publish(&call.ctx.stats);
     }
+    let started = Instant::now();
     (command.run)(state, call, out);
+    log_if_slow(state, call, started);
     // Counted after running, as Redis does, so INFO does not count itself (GET and SET were
     // counted in `pending` above, which nothing reads before the batch ends).
     if !hot {
@@ -276,7 +285,35 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// Adds the command to SLOWLOG when it ran at least `slowlog-log-slower-than` (never `AUTH` or
+/// `HELLO`, whose arguments hold passwords, as in Redis).
+fn log_if_slow(state: &State, call: &Call<'_>, started: Instant) {
+    let slowlog = &call.ctx.slowlog;
+    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    if !slowlog.is_slow(elapsed_us) || matches!(call.command.name, "auth" | "hello") {
+        return;
+    }
+    let unix_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    slowlog.push(
+        call.args_from(0),
+        unix_secs,
+        elapsed_us,
+        state.peer,
+        state.name.as_deref().unwrap_or_default(),
+    );
+}
+
 impl Session for RespSession {
+    fn connected(
+        &mut self,
+        peer: Option<std::net::SocketAddr>,
+        local: Option<std::net::SocketAddr>,
+    ) {
+        (self.state.peer, self.state.local) = (peer, local);
+    }
+
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
         self.state.output_capacity_at_call = out.capacity();
         let processed = self.process_commands(input, ctx, out);

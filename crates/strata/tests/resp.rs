@@ -173,3 +173,37 @@ fn redis_cli_shows_the_error_for_a_value_over_the_limit() {
     );
     assert_eq!(run(&["EXISTS", "big"], b"").trim(), "0");
 }
+
+/// SLOWLOG through the real binary: `--slowlog-log-slower-than 0` logs every command, and an
+/// entry names the client's address and name as Redis does.
+#[test]
+fn slowlog_names_the_client_address_and_name() {
+    let server = Server::start(&["--slowlog-log-slower-than", "0"]);
+    let mut client = Client::connect(server.resp);
+    let local = client
+        .stream()
+        .local_addr()
+        .expect("local address")
+        .to_string();
+    assert_eq!(
+        client.call(&command(&["CLIENT", "SETNAME", "app"])),
+        "+OK\r\n"
+    );
+    assert_eq!(client.call(&command(&["SET", "k", "v"])), "+OK\r\n");
+    client.send(&command(&["SLOWLOG", "GET", "1"]));
+    assert_eq!(client.line(), "*1\r\n");
+    assert_eq!(client.line(), "*6\r\n");
+    for _ in 0..3 {
+        assert!(client.line().starts_with(':'));
+    }
+    assert_eq!(client.line(), "*3\r\n");
+    for arg in ["SET", "k", "v"] {
+        assert_eq!(client.bulk(), Some(arg.as_bytes().to_vec()));
+    }
+    assert_eq!(
+        client.bulk(),
+        Some(local.into_bytes()),
+        "the client's address"
+    );
+    assert_eq!(client.bulk(), Some(b"app".to_vec()), "the client's name");
+}

@@ -331,6 +331,11 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
             settings.client_output_bytes_max.to_string(),
         ),
         ("timeout", settings.idle_timeout_secs.to_string()),
+        (
+            "slowlog-log-slower-than",
+            ctx.slowlog.slower_than_us().to_string(),
+        ),
+        ("slowlog-max-len", ctx.slowlog.max_len().to_string()),
         ("io-threads", settings.threads.to_string()),
         (
             "enable-debug-command",
@@ -398,8 +403,38 @@ fn config_get(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// A setting `CONFIG SET` changes at run time, with its new value.
+enum LiveSetting {
+    SlowerThanUs(i64),
+    MaxLen(usize),
+}
+
+/// The live setting `name` set to `value`, `None` for a setting fixed at start, or the error
+/// for a value it cannot take.
+fn live_setting(name: &str, value: &[u8]) -> Option<Result<LiveSetting, String>> {
+    let parsed = strata_protocol::resp::parse_i64(value);
+    let bad = |why: &str| {
+        Err(format!(
+            "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+        ))
+    };
+    Some(match name {
+        "slowlog-log-slower-than" => match parsed {
+            Some(us) => Ok(LiveSetting::SlowerThanUs(us)),
+            None => bad("argument couldn't be parsed into an integer"),
+        },
+        "slowlog-max-len" => match parsed.map(usize::try_from) {
+            Some(Ok(len)) => Ok(LiveSetting::MaxLen(len)),
+            Some(Err(_)) => bad("argument must be between 0 and 9223372036854775807 inclusive"),
+            None => bad("argument couldn't be parsed into an integer"),
+        },
+        _ => return None,
+    })
+}
+
 fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
     let values = config_values(call.ctx);
+    let mut live = Vec::new();
     for pair in 0..(call.len() - 2) / 2 {
         let (name, value) = (call.arg(2 + 2 * pair), call.arg(3 + 2 * pair));
         let Some((known, current)) = values
@@ -413,6 +448,17 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
             encode::error(out, &message);
             return;
         };
+        match live_setting(known, value) {
+            Some(Ok(setting)) => {
+                live.push(setting);
+                continue;
+            }
+            Some(Err(message)) => {
+                encode::error(out, message.as_bytes());
+                return;
+            }
+            None => {}
+        }
         if current.as_bytes() != value {
             let message = format!(
                 "ERR CONFIG SET failed (possibly related to argument '{known}') - strata cannot \
@@ -420,6 +466,13 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
             );
             encode::error(out, message.as_bytes());
             return;
+        }
+    }
+    // All or nothing, as Redis: applied once every pair is valid.
+    for setting in live {
+        match setting {
+            LiveSetting::SlowerThanUs(us) => call.ctx.slowlog.set_slower_than_us(us),
+            LiveSetting::MaxLen(len) => call.ctx.slowlog.set_max_len(len),
         }
     }
     encode::ok(out);

@@ -5,7 +5,9 @@
 
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
-use super::{connection, counters, debug, expire, keyspace, ranges, server, strings, Call, State};
+use super::{
+    connection, counters, debug, expire, keyspace, ranges, server, slowlog, strings, Call, State,
+};
 use crate::stats::command_index;
 
 /// A command handler: reads the call's arguments and appends exactly one reply to `out`.
@@ -528,6 +530,15 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "other",
         server::config,
+    ),
+    row(
+        "slowlog",
+        -2,
+        &["admin", "random", "loading", "stale"],
+        NO_KEYS,
+        "server",
+        "other",
+        slowlog::slowlog,
     ),
     row(
         "command",
