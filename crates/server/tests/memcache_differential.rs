@@ -391,21 +391,8 @@ fn cas_of(reply: &[u8]) -> String {
 
 /// memcached's per-command outcome counters, as each server's `stats` lists them.
 fn outcome_counters(stats: &[u8]) -> Vec<(String, u64)> {
-    const NAMES: [&str; 11] = [
-        "delete_misses",
-        "delete_hits",
-        "incr_misses",
-        "incr_hits",
-        "decr_misses",
-        "decr_hits",
-        "cas_misses",
-        "cas_hits",
-        "cas_badval",
-        "touch_hits",
-        "touch_misses",
-    ];
     let text = String::from_utf8_lossy(stats);
-    NAMES
+    strata_server::stats::OUTCOME_NAMES
         .iter()
         .map(|name| {
             let value = text
