@@ -307,6 +307,8 @@ pub struct ServerContext {
     pub flash_io: Option<crate::flash_io::FlashIo>,
     /// SLOWLOG.
     pub slowlog: crate::slowlog::SlowLog,
+    /// `INFO commandstats` and `INFO errorstats`.
+    pub resp_commands: crate::resp_exec::commandstats::CommandStats,
 }
 
 impl ServerContext {
@@ -314,6 +316,7 @@ impl ServerContext {
     pub fn new(engine: Arc<Engine>, settings: Settings) -> Self {
         let health = Health::new(settings.threads);
         ServerContext {
+            resp_commands: crate::resp_exec::commandstats::CommandStats::default(),
             slowlog: crate::slowlog::SlowLog::new(
                 settings.slowlog_slower_than_us,
                 settings.slowlog_max_len,

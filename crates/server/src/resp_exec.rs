@@ -41,6 +41,7 @@
 //! `tests/resp_exec_redis_compat.rs` checks them against a real redis-server. Departures are
 //! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB).
 
+pub(crate) mod commandstats;
 mod connection;
 mod counters;
 mod debug;
@@ -154,6 +155,8 @@ pub(crate) struct State {
     pub peer: Option<std::net::SocketAddr>,
     /// The address the client connected to.
     pub local: Option<std::net::SocketAddr>,
+    /// GET and SET calls not yet added to `INFO commandstats`.
+    pub hot: commandstats::HotCounts,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -204,6 +207,7 @@ impl RespSession {
                 keys_walk: None,
                 peer: None,
                 local: None,
+                hot: commandstats::HotCounts::default(),
             },
             batch: Vec::new(),
             discard: None,
@@ -247,7 +251,10 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
             };
             run(state, &call, out);
         }
-        None => types::unknown(state, ctx, input, args, out),
+        None => {
+            types::unknown(state, ctx, input, args, out);
+            ctx.resp_commands.count_error(&out[reply_start..]);
+        }
     }
     if state.reply_off || skip_this {
         out.truncate(reply_start);
@@ -262,22 +269,39 @@ fn authenticated(state: &State, ctx: &ServerContext) -> bool {
 /// Checks arity and authentication, counts the command and runs its handler.
 fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let command = call.command;
+    let row = commandstats::row_of(command);
+    let reply_start = out.len();
     if !command.arity_ok(call.len()) {
         errors::wrong_args(out, command.name.as_bytes());
+        rejected(call, row, &out[reply_start..]);
         return;
     }
     if !authenticated(state, call.ctx) && !command.allowed_before_auth() {
         out.extend_from_slice(errors::ERR_NOAUTH);
+        rejected(call, row, &out[reply_start..]);
         return;
     }
     let hot = state.pending.count_command(command.stat);
     if !hot {
         // Whatever runs may read the counters (INFO): bring them up to date.
         state.pending.publish(&call.ctx.stats);
+        state.hot.publish(&call.ctx.resp_commands);
     }
     let started = Instant::now();
     (command.run)(state, call, out);
-    log_if_slow(state, call, started);
+    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let failed = out.get(reply_start) == Some(&b'-');
+    if failed {
+        call.ctx.resp_commands.count_error(&out[reply_start..]);
+    }
+    if row < 2 {
+        state.hot.count(row, elapsed_us, failed);
+    } else {
+        call.ctx
+            .resp_commands
+            .add(row, 1, elapsed_us, u64::from(failed));
+    }
+    log_if_slow(state, call, elapsed_us);
     // Counted after running, as Redis does, so INFO does not count itself (GET and SET were
     // counted in `pending` above, which nothing reads before the batch ends).
     if !hot {
@@ -287,9 +311,14 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// Adds the command to SLOWLOG when it ran at least `slowlog-log-slower-than` (never `AUTH` or
 /// `HELLO`, whose arguments hold passwords, as in Redis).
-fn log_if_slow(state: &State, call: &Call<'_>, started: Instant) {
+/// Counts a call of row `row` refused before it ran, with its error `reply`.
+fn rejected(call: &Call<'_>, row: usize, reply: &[u8]) {
+    call.ctx.resp_commands.reject(row);
+    call.ctx.resp_commands.count_error(reply);
+}
+
+fn log_if_slow(state: &State, call: &Call<'_>, elapsed_us: u64) {
     let slowlog = &call.ctx.slowlog;
-    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     if !slowlog.is_slow(elapsed_us) || matches!(call.command.name, "auth" | "hello") {
         return;
     }
@@ -318,6 +347,7 @@ impl Session for RespSession {
         self.state.output_capacity_at_call = out.capacity();
         let processed = self.process_commands(input, ctx, out);
         self.state.pending.publish(&ctx.stats);
+        self.state.hot.publish(&ctx.resp_commands);
         processed
     }
 

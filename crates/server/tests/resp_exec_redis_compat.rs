@@ -1017,3 +1017,66 @@ fn slowlog_matches_redis() {
         assert_eq!(compare(&got), compare(&want), "{line}");
     }
 }
+
+/// The `cmdstat_*` lines of an INFO reply for `names`, with the microseconds blanked, sorted.
+fn command_lines(bytes: &[u8], names: &[&str]) -> Vec<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|line| {
+            names
+                .iter()
+                .any(|name| line.starts_with(&format!("cmdstat_{name}:")))
+        })
+        .map(|line| {
+            line.split(',')
+                .filter(|field| !field.starts_with("usec"))
+                .map(|field| field.split_once(":usec").map_or(field, |(name, _)| name))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// INFO commandstats and errorstats against Redis: calls, rejected calls (wrong arity, before
+/// running) and failed calls (an error reply) per command, and errors by code, unknown
+/// commands included; CONFIG RESETSTAT clears them.
+#[test]
+fn commandstats_and_errorstats_match_redis() {
+    let server = RedisServer::start();
+    let mut redis = server.connect();
+    let mut strata = Strata::new(Settings::default());
+    for line in [
+        "SET k v", "GET k", "GET", "GET nope", "INCR k", "INCR n", "INCR n", "NOPE x", "SET",
+    ] {
+        redis.call(&request(line), 1, false);
+        strata.call(&request(line));
+    }
+    let names = ["get", "set", "incr"];
+    let (want, _) = redis.call(&request("INFO commandstats"), 1, false);
+    let (got, _) = strata.call(&request("INFO commandstats"));
+    assert_eq!(command_lines(&got, &names), command_lines(&want, &names));
+    assert_eq!(
+        command_lines(&want, &names).len(),
+        3,
+        "{}",
+        String::from_utf8_lossy(&want)
+    );
+    let (want, _) = redis.call(&request("INFO errorstats"), 1, false);
+    let (got, _) = strata.call(&request("INFO errorstats"));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
+    for line in ["CONFIG RESETSTAT", "INFO errorstats"] {
+        let (want, _) = redis.call(&request(line), 1, false);
+        let (got, _) = strata.call(&request(line));
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "{line}"
+        );
+    }
+}

@@ -25,20 +25,24 @@ const SECTIONS: &[(&str, bool)] = &[
     ("persistence", true),
     ("stats", true),
     ("replication", true),
+    ("commandstats", false),
+    ("errorstats", true),
     ("keyspace", true),
     ("strata", true),
 ];
 
 /// `INFO [section ...]`.
 pub(crate) fn info(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    let everything = call.len() == 1
-        || call.args_from(1).any(|arg| {
-            name_eq(arg, b"all") || name_eq(arg, b"everything") || name_eq(arg, b"default")
-        });
+    // No section or `default`: the default sections; `all` or `everything`: every section.
+    let all = call
+        .args_from(1)
+        .any(|arg| name_eq(arg, b"all") || name_eq(arg, b"everything"));
+    let defaults = call.len() == 1 || call.args_from(1).any(|arg| name_eq(arg, b"default"));
     let engine = call.engine().stats();
     let mut text = InfoText(String::new());
     for &(section, default) in SECTIONS {
-        let wanted = (everything && default)
+        let wanted = all
+            || (defaults && default)
             || call
                 .args_from(1)
                 .any(|arg| name_eq(arg, section.as_bytes()));
@@ -116,6 +120,14 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
             text.field("role", "master");
             text.field("connected_slaves", 0);
             text.field("master_repl_offset", 0);
+        }
+        "commandstats" => {
+            text.header("Commandstats");
+            ctx.resp_commands.write_commandstats(&mut text.0);
+        }
+        "errorstats" => {
+            text.header("Errorstats");
+            ctx.resp_commands.write_errorstats(&mut text.0);
         }
         "keyspace" => {
             text.header("Keyspace");
@@ -378,6 +390,7 @@ pub(crate) fn config(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     } else if name_eq(sub, b"resetstat") {
         if call.len() == 2 {
             call.ctx.stats.reset();
+            call.ctx.resp_commands.reset();
             encode::ok(out);
         } else {
             errors::wrong_args(out, b"config|resetstat");
