@@ -500,6 +500,11 @@ impl Engine {
             files.persist_control()?;
             return pool.close_clean(None);
         }
+        // A pool in anonymous memory is gone with the process: no snapshot to save (its export
+        // walked every slot of an index sized for the budget at every stop).
+        if !pool.keeps_sidecar() {
+            return pool.close_clean(None);
+        }
         let shards: Vec<&Shard> = locks.iter().map(|guard| &**guard).collect();
         let payload = snapshot::save(&shards);
         pool.close_clean(Some(&payload))

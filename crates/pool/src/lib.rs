@@ -421,6 +421,11 @@ impl Pool {
         payload
     }
 
+    /// Whether a clean close keeps a sidecar: only a file pool can be reopened to read one.
+    pub fn keeps_sidecar(&self) -> bool {
+        self.sidecar_path().is_some()
+    }
+
     fn sidecar_path(&self) -> Option<PathBuf> {
         self.backend().is_file().then(|| {
             let mut name = self.mapping.path.as_os_str().to_owned();
