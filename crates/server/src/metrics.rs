@@ -305,12 +305,17 @@ fn render_tiers(out: &mut String, ctx: &ServerContext) {
     let engine = ctx.engine.stats();
     let memory_capacity = engine.segments_total * engine.segment_size_bytes;
     let flash = engine.flash.as_ref();
+    // `items` counts a key once; the flash tier's entries include suspects (flash entries
+    // beside a newer memory copy of the same key), which `items` leaves out.
+    let memory_items = flash.map_or(engine.items, |f| {
+        (engine.items + f.suspects).saturating_sub(f.items)
+    });
     let families = [
         (
             "strata_tier_items",
             "gauge",
             "Items whose record is in the tier.",
-            engine.items,
+            memory_items,
             flash.map(|f| f.items),
         ),
         (
@@ -330,7 +335,8 @@ fn render_tiers(out: &mut String, ctx: &ServerContext) {
         (
             "strata_tier_evictions_total",
             "counter",
-            "Items dropped from the tier to make room (from memory: to flash when it takes them).",
+            "Items that left the server from the tier for lack of room (from memory: those the \
+             flash tier did not take; a demotion is not one).",
             engine.evicted_items,
             flash.map(|f| f.evicted_items),
         ),

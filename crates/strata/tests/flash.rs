@@ -274,6 +274,18 @@ fn evicted_keys_counts_what_left_memory_and_flash() {
     assert!(flash > 0, "the 10 MiB tier reclaimed regions: {last:?}");
     assert_eq!(evicted, memory + flash, "{last:?}");
     assert_eq!(held + evicted, KEYS as u64, "{last:?}");
+    // Each tier's item gauge counts the items whose record it holds: together, every key.
+    let memory_items = server.metric("strata_tier_items{tier=\"memory\"}");
+    let flash_items = server.metric("strata_tier_items{tier=\"flash\"}");
+    assert!(
+        memory_items > 0 && flash_items > 0,
+        "{memory_items} + {flash_items}"
+    );
+    assert_eq!(
+        memory_items + flash_items,
+        held,
+        "{memory_items} + {flash_items}"
+    );
     drop(server);
     std::fs::remove_dir_all(dir).expect("remove flash dir");
 }
