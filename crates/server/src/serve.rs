@@ -351,6 +351,14 @@ fn log_ready(
         if let Some(why) = strata_pool::IoEngine::best().1 {
             tracing::warn!(reason = why, "flash I/O falls back to pread/pwrite");
         }
+        if config.pool.is_none() {
+            tracing::warn!(
+                "the flash tier starts empty at every start: without --pool the memory tier \
+                 and the index live in anonymous memory, and after a restart nothing names the \
+                 items on flash (they are discarded); pass --pool PATH (a file on /dev/shm, a \
+                 DAX mount or a disk) to keep both tiers across restarts"
+            );
+        }
         if config.pool.is_some() && config.index_placement == strata_engine::IndexPlacement::Dram {
             tracing::warn!(
                 "after a crash (kill -9, power loss) the flash tier restarts empty: its items \

@@ -247,6 +247,15 @@ fn evicted_keys_counts_what_left_memory_and_flash() {
     let (dir, medium) = tier_medium("evicted");
     let flags = flash_flags(&medium, "10MiB", "1MiB", &[]);
     let server = Server::start(&flags);
+    // Without --pool the tier cannot survive a restart: said at start, with the remedy.
+    assert!(
+        server
+            .log()
+            .lines()
+            .any(|line| line.contains("WARN") && line.contains("pass --pool PATH")),
+        "{}",
+        server.log()
+    );
     let mut client = Client::connect(server.memcache);
     write_all(&mut client);
     // The flash thread may still write and reclaim: read until two readings agree.
