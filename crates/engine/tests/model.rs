@@ -244,6 +244,27 @@ impl Harness {
 
     /// The engine no longer holds `key`, which the model does: allowed (and final) when
     /// evicted, a lost item in a strict run.
+    /// Items the flash tier has dropped so far. Its reclaim runs on its own thread, so an item
+    /// a read has just found on flash may be gone by the next operation.
+    fn flash_evictions(&self) -> u64 {
+        self.engine
+            .stats()
+            .flash
+            .map_or(0, |flash| flash.evicted_items)
+    }
+
+    /// After a read found `key` and the next operation on it did not: allowed only when the
+    /// flash tier dropped items in between (`evictions` was its count before the read), as a
+    /// cache may; then the model forgets the key. A lost item fails here.
+    fn left_meanwhile(&mut self, key: &[u8], evictions: u64) {
+        assert!(
+            self.flash_evictions() > evictions,
+            "{key:?} was read, then missing, and nothing was evicted: {:?}",
+            self.engine.stats()
+        );
+        self.forget_evicted(key);
+    }
+
     fn forget_evicted(&mut self, key: &[u8]) {
         assert!(
             !self.strict,
@@ -422,6 +443,7 @@ impl Harness {
             Op::Append { key, len } => {
                 let key = key_name(key);
                 let data = self.value(len);
+                let evictions = self.flash_evictions();
                 let before = self.read(&key);
                 let result = self.engine.concat(&key, &data, false).unwrap();
                 match (before, result) {
@@ -431,6 +453,7 @@ impl Harness {
                         item.fetched = false;
                         self.model.insert(key, item);
                     }
+                    (Some(_), None) => self.left_meanwhile(&key, evictions),
                     (None, None) => {}
                     (before, result) => panic!("append {before:?} → {result:?}"),
                 }
@@ -438,8 +461,12 @@ impl Harness {
             Op::Incr { key, delta } => self.incr(key_name(key), u64::from(delta)),
             Op::Delete { key } => {
                 let key = key_name(key);
+                let evictions = self.flash_evictions();
                 let before = self.read(&key);
                 let outcome = self.engine.delete(&key, None).unwrap();
+                if before.is_some() && outcome == DeleteOutcome::NotFound {
+                    return self.left_meanwhile(&key, evictions);
+                }
                 let expected = if before.is_some() {
                     DeleteOutcome::Deleted
                 } else {
@@ -450,9 +477,14 @@ impl Harness {
             }
             Op::Touch { key, ttl_secs } => {
                 let key = key_name(key);
+                let evictions = self.flash_evictions();
                 let before = self.read(&key);
                 let expiry = self.expiry(ttl_secs);
-                assert_eq!(self.engine.touch(&key, expiry).unwrap(), before.is_some());
+                let touched = self.engine.touch(&key, expiry).unwrap();
+                if before.is_some() && !touched {
+                    return self.left_meanwhile(&key, evictions);
+                }
+                assert_eq!(touched, before.is_some());
                 if let Some(mut item) = before {
                     item.expires_at_ms = match expiry {
                         Expiry::AtMs(at) => Some(at),
@@ -547,10 +579,12 @@ impl Harness {
     }
 
     fn incr(&mut self, key: Vec<u8>, delta: u64) {
+        let evictions = self.flash_evictions();
         let before = self.read(&key);
         let result = self.engine.arith(&key, delta, false).unwrap();
         match (before, result) {
             (None, Arith::NotFound) => {}
+            (Some(_), Arith::NotFound) => self.left_meanwhile(&key, evictions),
             (Some(item), Arith::NotNumeric) => assert!(parse_u64(&item.value).is_none()),
             (Some(mut item), Arith::Value(value, cas)) => {
                 let old = parse_u64(&item.value).expect("numeric");

@@ -917,6 +917,13 @@ fn resp_protocol_errors_match_redis() {
     d.finish("protocol errors");
 }
 
+/// Sends `line` to both servers; their replies, Redis's first.
+fn both(redis: &mut RedisClient, strata: &mut Strata, line: &str) -> (Vec<u8>, Vec<u8>) {
+    let (want, _) = redis.call(&request(line), 1, false);
+    let (got, _) = strata.call(&request(line));
+    (want, got)
+}
+
 /// A `SLOWLOG GET` reply with what legitimately differs blanked: each entry's id, time,
 /// duration and client address become 0 / empty; the arguments and client name stay.
 fn slowlog_normalised(bytes: &[u8]) -> Reply {
@@ -968,8 +975,7 @@ fn slowlog_matches_redis() {
         "GET k".to_owned(),
     ];
     for line in &script {
-        let (want, _) = redis.call(&request(line), 1, false);
-        let (got, _) = strata.call(&request(line));
+        let (want, got) = both(&mut redis, &mut strata, line);
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&want),
@@ -982,8 +988,7 @@ fn slowlog_matches_redis() {
         "SLOWLOG GET -1",
         "SLOWLOG GET 0",
     ] {
-        let (want, _) = redis.call(&request(line), 1, false);
-        let (got, _) = strata.call(&request(line));
+        let (want, got) = both(&mut redis, &mut strata, line);
         assert_eq!(
             slowlog_normalised(&got),
             slowlog_normalised(&want),
@@ -1005,8 +1010,7 @@ fn slowlog_matches_redis() {
         "SLOWLOG RESET",
         "SLOWLOG LEN",
     ] {
-        let (want, _) = redis.call(&request(line), 1, false);
-        let (got, _) = strata.call(&request(line));
+        let (want, got) = both(&mut redis, &mut strata, line);
         let compare = |bytes: &[u8]| {
             if line.starts_with("CONFIG GET") {
                 sorted_elements(bytes).join(",")
@@ -1051,12 +1055,10 @@ fn commandstats_and_errorstats_match_redis() {
     for line in [
         "SET k v", "GET k", "GET", "GET nope", "INCR k", "INCR n", "INCR n", "NOPE x", "SET",
     ] {
-        redis.call(&request(line), 1, false);
-        strata.call(&request(line));
+        both(&mut redis, &mut strata, line);
     }
     let names = ["get", "set", "incr"];
-    let (want, _) = redis.call(&request("INFO commandstats"), 1, false);
-    let (got, _) = strata.call(&request("INFO commandstats"));
+    let (want, got) = both(&mut redis, &mut strata, "INFO commandstats");
     assert_eq!(command_lines(&got, &names), command_lines(&want, &names));
     assert_eq!(
         command_lines(&want, &names).len(),
@@ -1064,15 +1066,13 @@ fn commandstats_and_errorstats_match_redis() {
         "{}",
         String::from_utf8_lossy(&want)
     );
-    let (want, _) = redis.call(&request("INFO errorstats"), 1, false);
-    let (got, _) = strata.call(&request("INFO errorstats"));
+    let (want, got) = both(&mut redis, &mut strata, "INFO errorstats");
     assert_eq!(
         String::from_utf8_lossy(&got),
         String::from_utf8_lossy(&want)
     );
     for line in ["CONFIG RESETSTAT", "INFO errorstats"] {
-        let (want, _) = redis.call(&request(line), 1, false);
-        let (got, _) = strata.call(&request(line));
+        let (want, got) = both(&mut redis, &mut strata, line);
         assert_eq!(
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&want),
