@@ -46,7 +46,12 @@ pub(super) fn execute(request: Arith<'_>, ctx: &ServerContext, out: &mut Vec<u8>
     if let Err(error) = result {
         return write_failed(&error, ctx, out, request.noreply);
     }
-    count_arith(ctx, decrement, &counted);
+    match counted {
+        Counted::Value(_) => count_arith(ctx, decrement, true),
+        Counted::NotFound => count_arith(ctx, decrement, false),
+        // A value that is not a number counts as neither, as in memcached.
+        Counted::NotNumeric => {}
+    }
     if request.noreply {
         return;
     }
@@ -59,17 +64,15 @@ pub(super) fn execute(request: Arith<'_>, ctx: &ServerContext, out: &mut Vec<u8>
     }
 }
 
-/// Counts an incr or decr in memcached's `incr_hits`/`incr_misses` (`decr_*`): a hit changed a
-/// number; a value that is not one counts as neither, as in memcached.
-pub(super) fn count_arith(ctx: &ServerContext, decrement: bool, counted: &Counted) {
-    let name = match (decrement, counted) {
-        (false, Counted::Value(_)) => "incr_hits",
-        (false, Counted::NotFound) => "incr_misses",
-        (true, Counted::Value(_)) => "decr_hits",
-        (true, Counted::NotFound) => "decr_misses",
-        (_, Counted::NotNumeric) => return,
-    };
-    ctx.stats.count_outcome(name);
+/// Counts an incr or decr, text or meta, in memcached's `incr_hits`/`incr_misses`
+/// (`decr_*`): a hit changed an existing number.
+pub(super) fn count_arith(ctx: &ServerContext, decrement: bool, hit: bool) {
+    ctx.stats.count_outcome(match (decrement, hit) {
+        (false, true) => "incr_hits",
+        (false, false) => "incr_misses",
+        (true, true) => "decr_hits",
+        (true, false) => "decr_misses",
+    });
 }
 
 /// Applies `delta` to `item`'s number, writing the new value into `buffer` as memcached lays

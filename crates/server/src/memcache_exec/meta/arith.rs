@@ -11,7 +11,7 @@ use strata_engine::{Change, Expiry};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::{ArithMode, MetaArith};
 
-use super::super::arith::{update, Counted};
+use super::super::arith::{count_arith, update, Counted};
 use super::super::{expires_at, expiry, lease, now_ms, ttl_secs, write_error_reply, KEY_LEN_MAX};
 use super::{begin, fail, with_new_cas};
 use crate::context::ServerContext;
@@ -51,16 +51,10 @@ pub(in super::super) fn execute(
     };
     // memcached's incr/decr hits and misses (a number created by `N` was a miss).
     let decrement = request.mode == ArithMode::Decr;
-    match (&outcome, decrement) {
-        (Outcome::Value { created: false, .. }, false) => ctx.stats.count_outcome("incr_hits"),
-        (Outcome::Value { created: false, .. }, true) => ctx.stats.count_outcome("decr_hits"),
-        (Outcome::NotFound | Outcome::Value { .. }, false) => {
-            ctx.stats.count_outcome("incr_misses");
-        }
-        (Outcome::NotFound | Outcome::Value { .. }, true) => {
-            ctx.stats.count_outcome("decr_misses");
-        }
-        (Outcome::Exists | Outcome::NotNumeric, _) => {}
+    match outcome {
+        Outcome::Value { created, .. } => count_arith(ctx, decrement, !created),
+        Outcome::NotFound => count_arith(ctx, decrement, false),
+        Outcome::Exists | Outcome::NotNumeric => {}
     }
     if flags.new_cas.is_some() && cas.is_some() {
         // A chosen CAS may equal the one a stale or won lease was recorded with.
