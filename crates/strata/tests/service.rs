@@ -67,3 +67,24 @@ fn the_server_notifies_systemd_when_ready_and_when_stopping() {
     assert!(server.wait_exit().success());
     let _ = std::fs::remove_file(&path);
 }
+
+/// A `NOTIFY_SOCKET` that names nothing (a unit file's typo, a socket gone) costs a warning,
+/// never the service: the server starts, serves and stops cleanly as without one.
+#[test]
+fn a_notify_socket_that_names_nothing_is_a_warning_not_a_failure() {
+    let missing =
+        std::env::temp_dir().join(format!("strata-no-notify-{}.sock", std::process::id()));
+    let mut server = Server::launch(&[], &[], &[("NOTIFY_SOCKET", missing.to_str().unwrap())]);
+    server.await_ready();
+    let mut client = Client::connect(server.resp);
+    assert_eq!(client.call(&resp_command(&[b"PING"])), "+PONG\r\n");
+    assert!(
+        server
+            .log()
+            .contains("could not notify the service manager"),
+        "{}",
+        server.log()
+    );
+    server.signal("TERM");
+    assert!(server.wait_exit().success());
+}
