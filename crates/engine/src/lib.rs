@@ -339,6 +339,8 @@ pub(crate) struct Inner {
     pub(crate) sync_inline: bool,
     /// Most TTL buckets with an open segment per shard.
     pub(crate) open_segments_per_shard_max: usize,
+    /// Most TTL buckets with a cleaner segment per shard.
+    pub(crate) clean_segments_per_shard_max: usize,
     durability: Durability,
     /// Record dirty ranges for `commit` (`Interval`, or `Sync` with group commit).
     pub(crate) track_dirty: bool,

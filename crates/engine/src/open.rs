@@ -39,6 +39,13 @@ fn recovery_plan(opened: Opened, previous: Option<Durability>) -> RecoveryPlan {
 const OPEN_SHARE_DIVISOR: usize = 4;
 /// Most open segments (TTL buckets being written) per shard.
 const OPEN_SEGMENTS_PER_SHARD_MAX: usize = 32;
+/// A shard keeps at most its share of segments divided by this as cleaner segments (one per
+/// TTL bucket the cleaner moves records of, up to this): with one per bucket and no cap, a
+/// pool of 20 segments per shard and five TTL buckets held five cleaner segments per shard
+/// next to five open ones, half the pool partly filled, and a crash test's writes evicted.
+const CLEAN_SHARE_DIVISOR: usize = 16;
+/// Most cleaner segments per shard.
+const CLEAN_SEGMENTS_PER_SHARD_MAX: usize = 8;
 
 /// Without a flash tier, a new shard's index starts with room for this fraction of the items
 /// its share of the budget would hold at the expected item size, and grows to what its items
@@ -272,6 +279,9 @@ impl Engine {
             // A quarter of a shard's share of segments may be open (partly filled) at once.
             open_segments_per_shard_max: (total / (usize::from(shard_count) * OPEN_SHARE_DIVISOR))
                 .clamp(1, OPEN_SEGMENTS_PER_SHARD_MAX),
+            clean_segments_per_shard_max: (total
+                / (usize::from(shard_count) * CLEAN_SHARE_DIVISOR))
+                .clamp(1, CLEAN_SEGMENTS_PER_SHARD_MAX),
             durability: config.durability,
             track_dirty: matches!(config.durability, Durability::Interval { .. })
                 || (config.durability == Durability::Sync && config.group_commit),

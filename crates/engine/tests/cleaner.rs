@@ -320,3 +320,44 @@ fn moved_records_stay_in_their_ttl_group_so_segments_still_expire_whole() {
         assert_eq!(engine.contains(&key(i)), i % 2 == 1, "key {i}");
     }
 }
+
+/// Cleaner segments are capped per shard: in a small pool (20 segments of 256 KiB per shard,
+/// as the kill test runs) with items of five TTL groups, a store takes four rounds of random
+/// overwrites with live records at 70% of memory. (With a cleaner segment for every group and
+/// shard, up to five cleaner segments per shard stood next to its five open ones, and writes
+/// were refused with live records at 60%; a crash test that sized its pool by the old bound
+/// saw evictions.)
+#[test]
+fn many_ttl_groups_in_a_small_pool_take_overwrites_at_seventy_percent_live() {
+    let clock = ManualClock::new(1_000_000_000);
+    let memory_bytes = 40u64 << 20;
+    let engine = Engine::open(EngineConfig {
+        memory_bytes,
+        segment_size_bytes: 256 << 10,
+        shard_count: 8,
+        eviction: EvictionPolicy::None,
+        clock: std::sync::Arc::new(clock.clone()),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    const TTL_SECS: [u64; 4] = [3_600, 86_400, 604_800, 2_000_000];
+    let expiry = |i: u64| match (i % 5) as usize {
+        4 => Expiry::Never,
+        group => Expiry::AtMs(1_000_000_000 + TTL_SECS[group] * 1000),
+    };
+    let value = vec![b'v'; 1000];
+    let record = (8 + 14 + 1000u64).next_multiple_of(8);
+    let keys = memory_bytes * 70 / 100 / record;
+    let mut rng = SmallRng::seed_from_u64(7);
+    for i in (0..keys).chain((0..keys * 4).map(|_| rng.gen_range(0..keys))) {
+        if let Err(err) = engine.set(&key(i), &value, 0, expiry(i)) {
+            let stats = engine.stats();
+            panic!(
+                "{err}: refused with live records at {:.3} of memory: {stats:?}",
+                stats.live_bytes as f64 / memory_bytes as f64
+            );
+        }
+    }
+    assert_eq!(engine.stats().evicted_items, 0);
+    engine.check_integrity().unwrap();
+}

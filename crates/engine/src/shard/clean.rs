@@ -19,8 +19,11 @@
 //! record that had none) and its index slot keeps its reads, and stays in its TTL group: each
 //! TTL bucket the cleaner takes victims from has its own cleaner segment, a sealed segment
 //! (never an open head for writes) in that bucket's chain, kept across passes until full, so
-//! segments of items with a TTL still expire whole. Destinations are that segment, then victims
-//! this pass freed, then free segments (the reserve is for this).
+//! segments of items with a TTL still expire whole. A shard has at most
+//! `Inner::clean_segments_per_shard_max` of them (a sixteenth of its share of segments, 1 to
+//! 8); past that, a victim's records go to the cleaner segment of the nearest longer TTL, as
+//! writes do past the cap on open segments. Destinations are that segment, then victims this
+//! pass freed, then free segments (the reserve is for this).
 //!
 //! Crash safety: a victim's records are copied, made as durable as the durability level makes
 //! writes, and only then is the victim freed (its header zeroed and persisted); its own bytes
@@ -260,7 +263,7 @@ impl Shard {
             return 0;
         }
         let capacity = inner.segment_size_bytes;
-        let mut packing = Packing::new(self.clean_head_rooms(), capacity, inner.now_ms());
+        let mut packing = self.packing(inner);
         for (at, candidate) in candidates.iter().enumerate() {
             packing.add(self.owned(candidate.id));
             let victims = at + 1;
@@ -320,10 +323,21 @@ impl Shard {
     /// How many new cleaner segments moving victim `id`'s live records takes: a dry run over
     /// the sizes they will have, in the order they will be written.
     fn destinations_needed(&self, inner: &Inner, id: u32) -> usize {
-        let capacity = inner.segment_size_bytes;
-        let mut packing = Packing::new(self.clean_head_rooms(), capacity, inner.now_ms());
+        let mut packing = self.packing(inner);
         packing.add(self.owned(id));
         packing.destinations
+    }
+
+    /// A dry run starting from the cleaner segments' rooms as they are now.
+    fn packing(&self, inner: &Inner) -> Packing {
+        Packing {
+            rooms: self.clean_head_rooms(),
+            capacity: inner.segment_size_bytes,
+            now_ms: inner.now_ms(),
+            heads_max: inner.clean_segments_per_shard_max,
+            destinations: 0,
+            moved_bytes: 0,
+        }
     }
 
     /// Moves victim `id`'s live records to the cleaner segment, opening `dests` as it fills,
@@ -339,6 +353,11 @@ impl Shard {
             .take()
             .expect("a victim is an owned segment");
         let now_ms = inner.now_ms();
+        let bucket = clean_target(
+            self.clean_heads.iter().map(|&(b, _)| b),
+            victim.fields.ttl_bucket,
+            inner.clean_segments_per_shard_max,
+        );
         let mut written: Vec<(u32, usize, usize)> = Vec::new();
         let mut result = Ok(());
         for_each_valid_record(&victim, |offset, view| {
@@ -366,8 +385,7 @@ impl Shard {
                 ..view.meta
             };
             let size = moved_size(&view);
-            let head = match self.clean_head_with_room(inner, size, victim.fields.ttl_bucket, dests)
-            {
+            let head = match self.clean_head_with_room(inner, size, bucket, dests) {
                 Ok(head) => head,
                 Err(err) => {
                     result = Err(err);
@@ -459,6 +477,8 @@ struct Packing {
     rooms: Vec<(u16, usize)>,
     capacity: usize,
     now_ms: u64,
+    /// Most cleaner segments (`Inner::clean_segments_per_shard_max`).
+    heads_max: usize,
     /// Fresh segments opened.
     destinations: usize,
     /// Bytes the moved records take.
@@ -466,19 +486,11 @@ struct Packing {
 }
 
 impl Packing {
-    fn new(rooms: Vec<(u16, usize)>, capacity: usize, now_ms: u64) -> Self {
-        Packing {
-            rooms,
-            capacity,
-            now_ms,
-            destinations: 0,
-            moved_bytes: 0,
-        }
-    }
-
-    /// Packs the live, unexpired records of `owned` into its TTL bucket's cleaner segment.
+    /// Packs the live, unexpired records of `owned` into the cleaner segment that takes its
+    /// TTL bucket's records ([`clean_target`]).
     fn add(&mut self, owned: &OwnedSegment) {
-        let bucket = owned.fields.ttl_bucket;
+        let heads = self.rooms.iter().map(|&(b, _)| b);
+        let bucket = clean_target(heads, owned.fields.ttl_bucket, self.heads_max);
         let at = match self.rooms.iter().position(|&(b, _)| b == bucket) {
             Some(at) => at,
             None => {
@@ -500,6 +512,23 @@ impl Packing {
         });
         self.rooms[at].1 = room;
     }
+}
+
+/// The TTL bucket whose cleaner segment takes the records of a victim of `bucket`, given the
+/// buckets that have one (`heads`): its own when it has one or fewer than `heads_max` buckets
+/// do; at the cap, the one with the nearest longer TTL (else the longest). Records keep their
+/// exact expiry, so any is correct, as for writes (`Shard::write_bucket`); the choice only
+/// affects how soon a whole segment expires.
+fn clean_target(heads: impl Iterator<Item = u16> + Clone, bucket: u16, heads_max: usize) -> u16 {
+    if heads.clone().any(|b| b == bucket) || heads.clone().count() < heads_max {
+        return bucket;
+    }
+    heads
+        .clone()
+        .filter(|&b| b >= bucket)
+        .min()
+        .or_else(|| heads.max())
+        .unwrap_or(bucket)
 }
 
 /// Calls `f` with each valid record of a segment, at its offset, in log order: as it is in a
