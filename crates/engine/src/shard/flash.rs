@@ -331,20 +331,25 @@ impl Shard {
     /// Indexes again the flash entries read back from the tables a process crash left this
     /// shard with ([`Shard::salvaged_flash`]), once recovery has indexed its segments. An
     /// entry indexed already is skipped; an entry beside a memory entry with its hash bits is
-    /// settled as any suspect after a crash is (memory's copy is the newer). Entries whose
-    /// region did not survive are dropped afterwards with every other (`keep_flash_entries`).
-    /// Returns how many were indexed.
+    /// settled as any suspect after a crash is (memory's copy is the newer). An entry with the
+    /// hash bits of a record recovery dropped as expired is dropped unread, as a suspect is
+    /// when its memory entry leaves (it may be an older copy of that key, unsettled when the
+    /// process died: the expired record had superseded it). Entries whose region did not
+    /// survive are dropped afterwards with every other (`keep_flash_entries`). Returns how
+    /// many were indexed.
     pub(crate) fn restore_salvaged_flash(&mut self, inner: &Inner) -> u64 {
         let salvaged = std::mem::take(&mut self.salvaged_flash);
+        let expired_h24 = std::mem::take(&mut self.expired_h24);
         let mut restored = 0;
         for entry in salvaged {
             if self.flash_items >= inner.flash_items_per_shard_max {
                 break;
             }
-            if self
-                .index
-                .find(entry.hash24, |l| l == entry.location)
-                .is_some()
+            if expired_h24.contains(&entry.hash24)
+                || self
+                    .index
+                    .find(entry.hash24, |l| l == entry.location)
+                    .is_some()
             {
                 continue;
             }

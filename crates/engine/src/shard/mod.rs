@@ -166,6 +166,10 @@ pub(crate) struct Shard {
     /// Flash entries read back at open from the tables of a shard a process crash caught
     /// changing, for recovery to index again once its segments are (see `index_files`).
     pub(crate) salvaged_flash: Vec<Entry>,
+    /// The hash bits of the expired records a rebuild dropped while `salvaged_flash` waited:
+    /// a flash entry with those bits may be an older copy of such a key, which its memory
+    /// record (newer, though expired) had superseded; it must not come back in its place.
+    expired_h24: std::collections::HashSet<u32>,
 }
 
 /// What the scrub's walk of one segment found.
@@ -351,6 +355,7 @@ impl Shard {
             demote_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),
             salvaged_flash: Vec::new(),
+            expired_h24: std::collections::HashSet::new(),
         }
     }
 

@@ -145,6 +145,9 @@ impl Shard {
         if expired {
             report.records_expired += 1;
             self.recover_kill(id, offset);
+            if !self.salvaged_flash.is_empty() {
+                self.expired_h24.insert(index::hash24(hash));
+            }
             return;
         }
         match existing {
