@@ -13,6 +13,8 @@ command -v memccapable >/dev/null 2>&1 || need+=(libmemcached-tools)
 # strata block's NBD tests: libnbd's tools and its Python bindings (for Debian's python3).
 command -v nbdinfo >/dev/null 2>&1 && command -v nbdcopy >/dev/null 2>&1 || need+=(libnbd-bin)
 /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || need+=(python3-libnbd)
+# redis-py (Debian's python3-redis), which the transactions test drives as applications do.
+/usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || need+=(python3-redis)
 # fio (its NBD engine, with verify) for write-back.
 command -v fio >/dev/null 2>&1 || need+=(fio)
 # systemd-analyze, which checks the service unit in packaging/systemd/.

@@ -539,7 +539,12 @@ impl Connection {
             let end = self.read_len.min(start + chunk);
             let output_before = self.write_buf.len();
             let input = &self.read_buf[start..end];
-            let processed = self.session.process(input, pass.ctx, &mut self.write_buf);
+            let processed = {
+                // Out again before the buffers are handled: a transaction waits only for
+                // commands (see `crate::exclusive`).
+                let _inside = pass.ctx.exclusive.enter();
+                self.session.process(input, pass.ctx, &mut self.write_buf)
+            };
             assert!(
                 processed.consumed <= input.len(),
                 "session consumed more than its input"

@@ -309,6 +309,8 @@ pub struct ServerContext {
     pub slowlog: crate::slowlog::SlowLog,
     /// `INFO commandstats` and `INFO errorstats`.
     pub resp_commands: crate::resp_exec::commandstats::CommandStats,
+    /// Lets `EXEC` run while no other worker runs a command.
+    pub exclusive: crate::exclusive::Exclusive,
 }
 
 impl ServerContext {
@@ -322,6 +324,7 @@ impl ServerContext {
                 settings.slowlog_max_len,
             ),
             output_budget: OutputBudget::new(settings.client_output_bytes_max, settings.threads),
+            exclusive: crate::exclusive::Exclusive::new(settings.threads),
             engine,
             settings,
             health,

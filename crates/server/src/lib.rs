@@ -32,6 +32,7 @@ pub mod auth;
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod exclusive;
 pub mod flash_io;
 pub mod health;
 pub mod listener;

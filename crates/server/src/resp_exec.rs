@@ -47,6 +47,7 @@ mod counters;
 mod debug;
 mod expire;
 mod keyspace;
+mod multi;
 mod ranges;
 mod server;
 mod slowlog;
@@ -157,6 +158,10 @@ pub(crate) struct State {
     pub local: Option<std::net::SocketAddr>,
     /// GET and SET calls not yet added to `INFO commandstats`.
     pub hot: commandstats::HotCounts,
+    /// The transaction being queued, after `MULTI`.
+    pub multi: Option<multi::Multi>,
+    /// Keys under `WATCH`.
+    pub watched: Vec<multi::Watched>,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -208,6 +213,8 @@ impl RespSession {
                 peer: None,
                 local: None,
                 hot: commandstats::HotCounts::default(),
+                multi: None,
+                watched: Vec::new(),
             },
             batch: Vec::new(),
             discard: None,
@@ -241,6 +248,12 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
     let skip_this = state.reply_skip_next;
     state.reply_skip_next = false;
     let name = args.arg(input, 0);
+    if state.multi.is_some() && multi::queue(state, ctx, input, args, out) {
+        if state.reply_off || skip_this {
+            out.truncate(reply_start);
+        }
+        return;
+    }
     match table::lookup(name) {
         Some(command) => {
             let call = Call {
@@ -321,7 +334,8 @@ fn rejected(call: &Call<'_>, row: usize, reply: &[u8]) {
 
 fn log_if_slow(state: &State, call: &Call<'_>, elapsed_us: u64) {
     let slowlog = &call.ctx.slowlog;
-    if !slowlog.is_slow(elapsed_us) || matches!(call.command.name, "auth" | "hello") {
+    // (EXEC's commands are logged one by one, as in Redis.)
+    if !slowlog.is_slow(elapsed_us) || matches!(call.command.name, "auth" | "hello" | "exec") {
         return;
     }
     let unix_secs = std::time::SystemTime::now()
@@ -472,7 +486,13 @@ impl RespSession {
                     return Some(Processed::flash_wait(start));
                 }
             }
-            if may_wait && self.flash_wait.must_wait(ctx, flash_keys(args, command)) {
+            let exec_keys = if self.state.multi.is_some() && is_exec(args, command) {
+                multi::exec_keys(&self.state)
+            } else {
+                Vec::new()
+            };
+            let keys = flash_keys(args, command).chain(exec_keys.iter().map(|k| &k[..]));
+            if may_wait && self.flash_wait.must_wait(ctx, keys) {
                 // The command waits, unconsumed, while I/O threads read its keys ahead (in
                 // parallel) with those of the commands pipelined behind it; the commands
                 // before it have run.
@@ -538,6 +558,7 @@ impl RespSession {
         }
         self.discard = None;
         ctx.stats.count_error();
+        multi::mark_dirty(&mut self.state);
         let skip = std::mem::take(&mut self.state.reply_skip_next);
         if !self.state.reply_off && !skip {
             out.extend_from_slice(ERR_VALUE_TOO_LARGE);
@@ -576,6 +597,12 @@ fn flash_keys<'a>(args: &'a Args, command: &'a [u8]) -> impl Iterator<Item = &'a
         .into_iter()
         .flat_map(move |c| c.key_positions(len))
         .filter_map(move |position| args.get(command, position))
+}
+
+/// Whether `command` (parsed as `args`) is `EXEC`.
+fn is_exec(args: &Args, command: &[u8]) -> bool {
+    args.get(command, 0)
+        .is_some_and(|name| name.eq_ignore_ascii_case(b"exec"))
 }
 
 /// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for

@@ -210,6 +210,7 @@ struct Worker {
 impl Worker {
     /// Serves until shutdown, restarting the loop after each panic.
     fn run(mut self) {
+        self.shared.ctx.exclusive.register(self.id);
         panics::set_recoverable(true);
         while std::panic::catch_unwind(AssertUnwindSafe(|| self.serve())).is_err() {
             self.restart();

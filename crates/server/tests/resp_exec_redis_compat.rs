@@ -838,6 +838,109 @@ fn resp_compat_resp3_matches_redis() {
     d.finish("resp3");
 }
 
+/// MULTI EXEC DISCARD WATCH UNWATCH: queued replies, errors that abort at EXEC and those
+/// that do not, runtime errors as elements, WATCH aborts (by the client itself, by expiry, by
+/// a delete, by a TTL change), RESET, and RESP3's null for an aborted EXEC.
+#[test]
+fn transactions_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "EXEC",
+        "DISCARD",
+        "UNWATCH",
+        "WATCH",
+        "MULTI extra",
+        "MULTI",
+        "MULTI",
+        "WATCH k",
+        "SET k 1",
+        "INCR k",
+        "APPEND k x",
+        "INCR k",
+        "GET k",
+        "DEL k nope",
+        "EXEC",
+        "MULTI",
+        "SET k 1",
+        "GET",
+        "NOSUCHCOMMAND a",
+        "SET k 2",
+        "EXEC",
+        "GET k",
+        "MULTI",
+        "SET k 3",
+        "DISCARD",
+        "GET k",
+        "MULTI",
+        "EXEC",
+        // A watched key written by the client itself aborts.
+        "SET w 1",
+        "WATCH w",
+        "SET w 2",
+        "MULTI",
+        "INCR w",
+        "EXEC",
+        "GET w",
+        // Unchanged, or a key absent both times: runs.
+        "WATCH w nope",
+        "MULTI",
+        "INCR w",
+        "EXEC",
+        // DISCARD and UNWATCH forget the watch.
+        "WATCH w",
+        "MULTI",
+        "DISCARD",
+        "SET w 10",
+        "MULTI",
+        "INCR w",
+        "EXEC",
+        "WATCH w",
+        "UNWATCH",
+        "SET w 20",
+        "MULTI",
+        "INCR w",
+        "EXEC",
+        // A TTL change and a delete abort.
+        "WATCH w",
+        "EXPIRE w 100",
+        "MULTI",
+        "INCR w",
+        "EXEC",
+        "WATCH w",
+        "DEL w",
+        "MULTI",
+        "INCR w",
+        "EXEC",
+        "EXISTS w",
+        // RESET leaves the transaction.
+        "MULTI",
+        "SET r 1",
+        "RESET",
+        "EXEC",
+        "GET r",
+        // Connection commands inside a transaction.
+        "MULTI",
+        "PING",
+        "ECHO hi",
+        "SELECT 0",
+        "EXEC",
+    ]);
+    // A watched key that expires before EXEC aborts it.
+    d.exact(&["SET e 1 PX 30", "WATCH e"]);
+    std::thread::sleep(Duration::from_millis(60));
+    d.exact(&["MULTI", "SET e 2", "EXEC", "GET e"]);
+    // RESP3: an aborted EXEC is the null, not the null array.
+    let (redis, _) = d.redis.call(&request("HELLO 3"), 1, false);
+    let (strata, _) = d.strata.call(&request("HELLO 3"));
+    assert_eq!(hello_without_id(&redis), hello_without_id(&strata));
+    d.exact(&[
+        "SET w 1", "WATCH w", "SET w 2", "MULTI", "GET w", "EXEC", "MULTI", "GET w", "EXEC",
+    ]);
+    d.finish("transactions");
+}
+
 /// HELLO's reply as text with the `id` value blanked out.
 fn hello_without_id(reply: &[u8]) -> String {
     let text = reply.escape_ascii().to_string();

@@ -38,6 +38,8 @@ pub(crate) fn reset(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
     state.authenticated = false;
     state.reply_off = false;
     state.reply_skip_next = false;
+    state.multi = None;
+    state.watched.clear();
     encode::simple(out, b"RESET");
 }
 

@@ -6,7 +6,8 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
-    connection, counters, debug, expire, keyspace, ranges, server, slowlog, strings, Call, State,
+    connection, counters, debug, expire, keyspace, multi, ranges, server, slowlog, strings, Call,
+    State,
 };
 use crate::stats::command_index;
 
@@ -72,6 +73,8 @@ const WRITE_SLOW: &[&str] = &["write", "denyoom"];
 const DELETE: &[&str] = &["write", "fast"];
 const CONNECTION: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+const TRANSACTION: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
 
 const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
 const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
@@ -557,6 +560,51 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "other",
         server::lastsave,
+    ),
+    row(
+        "multi",
+        1,
+        TRANSACTION,
+        NO_KEYS,
+        "transaction",
+        "other",
+        multi::multi,
+    ),
+    row(
+        "exec",
+        1,
+        EXEC,
+        NO_KEYS,
+        "transaction",
+        "other",
+        multi::exec,
+    ),
+    row(
+        "discard",
+        1,
+        TRANSACTION,
+        NO_KEYS,
+        "transaction",
+        "other",
+        multi::discard,
+    ),
+    row(
+        "watch",
+        -2,
+        TRANSACTION,
+        ALL_KEYS,
+        "transaction",
+        "other",
+        multi::watch,
+    ),
+    row(
+        "unwatch",
+        1,
+        TRANSACTION,
+        NO_KEYS,
+        "transaction",
+        "other",
+        multi::unwatch,
     ),
     row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save),
     row("debug", -2, ADMIN, NO_KEYS, "server", "other", debug::debug),

@@ -1,0 +1,241 @@
+//! Transactions: MULTI EXEC DISCARD WATCH UNWATCH, with Redis 7.0's replies.
+//!
+//! - After `MULTI` every command but `EXEC DISCARD MULTI WATCH QUIT RESET` is checked (known,
+//!   arity, authentication) and queued with its exact bytes (`+QUEUED`); one that fails a check
+//!   gets its error and marks the transaction, which `EXEC` then refuses (`-EXECABORT`).
+//!   `MULTI` and `WATCH` inside one are refused without marking it, as in Redis.
+//! - `EXEC` runs the queued commands in order, each parsed again and run as if sent alone (its
+//!   errors are its own elements of the reply; the others still run), while no other client's
+//!   command runs on any worker (`crate::exclusive`): nobody sees part of a transaction, and
+//!   nothing runs between its commands. Before that, the keys the queued commands read that
+//!   are on flash are read ahead like any command's (`resp_exec::flash_keys`).
+//! - `WATCH` notes, per key, the item's CAS and expiry (or its absence). `EXEC` compares them
+//!   again while alone: a write, delete, expiry, eviction, flush or TTL change by anyone since,
+//!   this client included, changes one, and `EXEC` answers the null array and runs nothing.
+//!   Departure from Redis: a key absent at `WATCH` that is created and deleted again before
+//!   `EXEC` looks untouched (Redis aborts); every other change aborts as in Redis.
+//! - Crash atomicity is not yet the engine's: a `kill -9` in the middle of an `EXEC` may keep
+//!   the writes of its first commands only (issue 31's engine door brings that).
+
+use strata_protocol::resp::{encode, errors, parse_command, Args, Limits};
+
+use super::{table, Call, State, ARGS_MAX, BULK_LEN_DISCARD_MAX};
+use crate::context::ServerContext;
+
+/// Most bytes of commands one transaction queues: past it a command is refused and the
+/// transaction marked (a client cannot grow a connection's memory without limit).
+pub const QUEUED_BYTES_MAX: usize = 256 << 20;
+/// Most keys one connection watches at once.
+pub const WATCHED_KEYS_MAX: usize = 1 << 20;
+
+const ERR_EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
+const ERR_NESTED: &[u8] = b"-ERR MULTI calls can not be nested\r\n";
+const ERR_WATCH_IN_MULTI: &[u8] = b"-ERR WATCH inside MULTI is not allowed\r\n";
+const ERR_EXEC_WITHOUT: &[u8] = b"-ERR EXEC without MULTI\r\n";
+const ERR_DISCARD_WITHOUT: &[u8] = b"-ERR DISCARD without MULTI\r\n";
+const ERR_QUEUE_FULL: &[u8] =
+    b"-ERR strata's transaction limit reached: at most 256 MiB of queued commands\r\n";
+const ERR_WATCH_FULL: &[u8] =
+    b"-ERR strata's limit of 1048576 watched keys per connection reached\r\n";
+
+/// A transaction being queued.
+#[derive(Debug, Default)]
+pub(crate) struct Multi {
+    /// The queued commands' bytes, back to back; `ends` says where each ends.
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// A command failed to queue: `EXEC` refuses the transaction.
+    dirty: bool,
+}
+
+impl Multi {
+    /// The queued commands' bytes, in order.
+    fn commands(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter())
+            .map(|(start, &end)| &self.bytes[start..end])
+    }
+}
+
+/// A watched key and what it was when watched: `(cas, expires_at_ms)`, `None` when absent.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    key: Vec<u8>,
+    seen: Option<(u64, Option<u64>)>,
+}
+
+/// Whether `name` (lower case) runs at once inside a transaction rather than being queued.
+fn runs_at_once(name: &str) -> bool {
+    matches!(
+        name,
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+    )
+}
+
+/// Inside `MULTI`: queues the command `input` (parsed as `args`), or refuses it and marks the
+/// transaction. Returns false when the command runs at once instead (see [`runs_at_once`]).
+pub(crate) fn queue(
+    state: &mut State,
+    ctx: &ServerContext,
+    input: &[u8],
+    args: &Args,
+    out: &mut Vec<u8>,
+) -> bool {
+    let Some(queued_bytes) = state.multi.as_ref().map(|m| m.bytes.len()) else {
+        return false;
+    };
+    let command = table::lookup(args.arg(input, 0));
+    if command.is_some_and(|c| runs_at_once(c.name)) {
+        return false;
+    }
+    let reply_start = out.len();
+    match command {
+        None => super::types::unknown(state, ctx, input, args, out),
+        Some(c) => {
+            if !c.arity_ok(args.len()) {
+                errors::wrong_args(out, c.name.as_bytes());
+            } else if !super::authenticated(state, ctx) && !c.allowed_before_auth() {
+                out.extend_from_slice(errors::ERR_NOAUTH);
+            } else if queued_bytes + input.len() > QUEUED_BYTES_MAX {
+                out.extend_from_slice(ERR_QUEUE_FULL);
+            } else {
+                let multi = state.multi.as_mut().expect("checked above");
+                multi.bytes.extend_from_slice(input);
+                multi.ends.push(multi.bytes.len());
+                encode::simple(out, b"QUEUED");
+                return true;
+            }
+            ctx.resp_commands.reject(super::commandstats::row_of(c));
+        }
+    }
+    ctx.resp_commands.count_error(&out[reply_start..]);
+    mark_dirty(state);
+    true
+}
+
+/// A command failed to queue: `EXEC` will refuse the transaction (no-op outside one).
+pub(crate) fn mark_dirty(state: &mut State) {
+    if let Some(multi) = state.multi.as_mut() {
+        multi.dirty = true;
+    }
+}
+
+/// `MULTI`.
+pub(crate) fn multi(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    if state.multi.is_some() {
+        out.extend_from_slice(ERR_NESTED);
+        return;
+    }
+    state.multi = Some(Multi::default());
+    encode::ok(out);
+}
+
+/// `DISCARD`: drops the queued commands and the watched keys.
+pub(crate) fn discard(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    if state.multi.take().is_none() {
+        out.extend_from_slice(ERR_DISCARD_WITHOUT);
+        return;
+    }
+    state.watched.clear();
+    encode::ok(out);
+}
+
+/// `WATCH key [key ...]`.
+pub(crate) fn watch(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if state.multi.is_some() {
+        out.extend_from_slice(ERR_WATCH_IN_MULTI);
+        return;
+    }
+    if state.watched.len() + call.len() - 1 > WATCHED_KEYS_MAX {
+        out.extend_from_slice(ERR_WATCH_FULL);
+        return;
+    }
+    for key in call.args_from(1) {
+        if state.watched.iter().any(|w| w.key == key) {
+            continue;
+        }
+        let seen = observe(call.ctx, key);
+        state.watched.push(Watched {
+            key: key.to_vec(),
+            seen,
+        });
+    }
+    encode::ok(out);
+}
+
+/// `UNWATCH`.
+pub(crate) fn unwatch(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
+    state.watched.clear();
+    encode::ok(out);
+}
+
+/// What a watch compares: the item's CAS (new with every write) and expiry, or its absence.
+fn observe(ctx: &ServerContext, key: &[u8]) -> Option<(u64, Option<u64>)> {
+    ctx.engine.peek(key, |item| (item.cas, item.expires_at_ms))
+}
+
+/// `EXEC`.
+pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let Some(multi) = state.multi.take() else {
+        out.extend_from_slice(ERR_EXEC_WITHOUT);
+        return;
+    };
+    let watched = std::mem::take(&mut state.watched);
+    if multi.dirty {
+        out.extend_from_slice(ERR_EXECABORT);
+        return;
+    }
+    let ctx = call.ctx;
+    ctx.exclusive.alone(|| {
+        if watched.iter().any(|w| observe(ctx, &w.key) != w.seen) {
+            encode::null_array(out, state.version);
+            return;
+        }
+        encode::array_len(out, multi.ends.len());
+        run_queued(state, ctx, &multi, out);
+    });
+}
+
+/// Runs the queued commands, each reply an element of `EXEC`'s.
+fn run_queued(state: &mut State, ctx: &ServerContext, multi: &Multi, out: &mut Vec<u8>) {
+    let limits = queued_limits();
+    let mut args = Args::with_capacity(8, 0);
+    for command in multi.commands() {
+        let parsed = parse_command(command, &limits, &mut args);
+        debug_assert_eq!(parsed.ok(), Some(command.len()), "queued whole");
+        // Each reply is one element, whatever CLIENT REPLY says meanwhile.
+        let reply_off = std::mem::take(&mut state.reply_off);
+        state.reply_skip_next = false;
+        super::execute(state, &args, command, ctx, out);
+        state.reply_off |= reply_off;
+    }
+}
+
+/// The keys `EXEC` will read: those of its queued commands that may be on flash, and the
+/// watched ones, for the flash read-ahead before it runs.
+pub(crate) fn exec_keys(state: &State) -> Vec<Vec<u8>> {
+    let Some(multi) = state.multi.as_ref() else {
+        return Vec::new();
+    };
+    let limits = queued_limits();
+    let mut keys: Vec<Vec<u8>> = state.watched.iter().map(|w| w.key.clone()).collect();
+    let mut args = Args::with_capacity(8, 0);
+    for command in multi.commands() {
+        if parse_command(command, &limits, &mut args).is_ok() {
+            keys.extend(super::flash_keys(&args, command).map(<[u8]>::to_vec));
+        }
+    }
+    keys
+}
+
+/// Parse limits for queued commands: any that was queued passed the connection's limits then.
+fn queued_limits() -> Limits {
+    Limits {
+        args_max: ARGS_MAX,
+        bulk_len_max: BULK_LEN_DISCARD_MAX,
+        bulk_len_discard_max: BULK_LEN_DISCARD_MAX,
+        inline_len_max: QUEUED_BYTES_MAX,
+        auth_pending: false,
+    }
+}
