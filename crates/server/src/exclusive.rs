@@ -2,7 +2,8 @@
 //!
 //! A worker is *inside* while it runs commands for a connection ([`Exclusive::enter`], around
 //! each `Session::process`), and outside while it polls, reads or writes sockets. A command
-//! that must run alone ([`Exclusive::alone`]: `EXEC`) takes the gate's mutex (one at a time),
+//! that must run alone ([`Exclusive::alone`]: `EXEC`, and MSET, MSETNX, DEL, UNLINK, RENAME
+//! and RENAMENX when they name several keys) takes the gate's mutex (one at a time),
 //! raises `pause`, and waits until every other worker is outside; a worker that enters while
 //! `pause` is up steps out again and waits for it to fall. So while the command runs, no other
 //! client's command runs at all, on any worker, as in single-threaded Redis; the cost when no
@@ -12,6 +13,11 @@
 //! The handshake is Dekker's: a worker stores `inside` then loads `pause`, the command stores
 //! `pause` then loads each `inside`, all sequentially consistent, so at least one of them sees
 //! the other and they never both go on.
+//!
+//! A single command runs within one pass, so it never interleaves with one run alone: a
+//! multi-key read (MGET, EXISTS) sees all or none of an MSET or a transaction. Departure from
+//! Redis: it may interleave with single-key writes another worker runs meanwhile (two SETs one
+//! client sends one after the other can be seen as the second without the first).
 //!
 //! Threads that are not workers (unit tests, the NBD server, the engine's own threads) are not
 //! paused: they do not run Redis commands. What the engine's threads change meanwhile (moving
@@ -42,6 +48,8 @@ struct Padded(AtomicBool);
 thread_local! {
     /// The worker this thread is, once it said so (`Exclusive::register`).
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
+    /// This thread runs a command alone now (a command inside `EXEC` may ask again).
+    static ALONE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A worker inside the gate; steps out when dropped (a panic included).
@@ -102,6 +110,9 @@ impl Exclusive {
     /// Runs `f` while no other worker runs a command (see the module documentation). Called
     /// from inside the gate (a command being run), or from a thread that is no worker.
     pub fn alone<R>(&self, f: impl FnOnce() -> R) -> R {
+        if ALONE.with(Cell::get) {
+            return f();
+        }
         let worker = WORKER.with(Cell::get).filter(|&w| w < self.inside.len());
         // Outside while waiting for the mutex: the command running alone now waits for this
         // worker to be outside.
@@ -115,6 +126,7 @@ impl Exclusive {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let _paused = Paused::raise(self);
+            ALONE.with(|alone| alone.set(true));
             for (other, flag) in self.inside.iter().enumerate() {
                 if Some(other) == worker {
                     continue;
@@ -145,6 +157,7 @@ impl<'a> Paused<'a> {
 
 impl Drop for Paused<'_> {
     fn drop(&mut self) {
+        ALONE.with(|alone| alone.set(false));
         self.0.pause.store(false, Ordering::SeqCst);
     }
 }

@@ -303,7 +303,11 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // quanta reads the CPU's time-stamp counter: clock_gettime cost 7% of a pipelined GET's
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
-    (command.run)(state, call, out);
+    if command.alone_when_several_keys && command.key_positions(call.len()).nth(1).is_some() {
+        call.ctx.exclusive.alone(|| (command.run)(state, call, out));
+    } else {
+        (command.run)(state, call, out);
+    }
     let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let failed = out.get(reply_start) == Some(&b'-');
     if failed {

@@ -190,3 +190,72 @@ fn redis_py_pipelines_and_watch_loops_work() {
         "{stdout}"
     );
 }
+
+/// Multi-key commands are atomic across workers: a client alternating `MSET x n y n ...`
+/// (with keys between) and one renaming a key back and forth, while others read: `MGET` never
+/// finds x and y different, and `EXISTS a b` always counts exactly one.
+#[test]
+fn multi_key_commands_are_atomic_across_workers() {
+    let server = Server::start(&SERVER_FLAGS);
+    let addr = server.resp;
+    Client::connect(addr).call(&command(&["SET", "a", "value"]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let torn = Arc::new(AtomicU64::new(0));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mset = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut client = Client::connect(addr);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let n = i.to_string();
+                let mut args = vec!["MSET", "x", &n];
+                let fillers: Vec<String> = (0..20).map(|f| format!("filler-{f}")).collect();
+                for filler in &fillers {
+                    args.extend([filler.as_str(), n.as_str()]);
+                }
+                args.extend(["y", &n]);
+                assert_eq!(client.call(&command(&args)), "+OK\r\n");
+            }
+        })
+    };
+    let rename = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut client = Client::connect(addr);
+            while !stop.load(Ordering::Relaxed) {
+                assert_eq!(client.call(&command(&["RENAME", "a", "b"])), "+OK\r\n");
+                assert_eq!(client.call(&command(&["RENAME", "b", "a"])), "+OK\r\n");
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, torn, reads) = (Arc::clone(&stop), Arc::clone(&torn), Arc::clone(&reads));
+            std::thread::spawn(move || {
+                let mut client = Client::connect(addr);
+                while !stop.load(Ordering::Relaxed) {
+                    let mut batch = command(&["MGET", "x", "y"]);
+                    batch.extend(command(&["EXISTS", "a", "b"]));
+                    client.send(&batch);
+                    assert_eq!(client.line(), "*2\r\n");
+                    let (x, y) = (read_bulk_text(&mut client), read_bulk_text(&mut client));
+                    let exists = client.line();
+                    if x != y || exists != ":1\r\n" {
+                        torn.fetch_add(1, Ordering::Relaxed);
+                    }
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    while reads.load(Ordering::Relaxed) < 5_000 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in readers.into_iter().chain([mset, rename]) {
+        thread.join().unwrap();
+    }
+    assert_eq!(torn.load(Ordering::Relaxed), 0, "a reader saw part of a multi-key write");
+}

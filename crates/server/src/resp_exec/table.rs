@@ -31,6 +31,9 @@ pub(crate) struct Command {
     pub stat: usize,
     /// The handler.
     pub run: Handler,
+    /// It writes several keys at once when it names more than one: it then runs while no
+    /// other worker runs a command (`crate::exclusive`), so nobody sees part of it.
+    pub alone_when_several_keys: bool,
 }
 
 impl Command {
@@ -99,6 +102,15 @@ const fn row(
         group,
         stat: command_index(stat_name),
         run,
+        alone_when_several_keys: false,
+    }
+}
+
+/// `command`, run alone when it names several keys (see `Command::alone_when_several_keys`).
+const fn alone_when_several_keys(command: Command) -> Command {
+    Command {
+        alone_when_several_keys: true,
+        ..command
     }
 }
 
@@ -115,7 +127,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         strings::set,
     ),
     row("mget", -2, READ, ALL_KEYS, "string", "get", strings::mget),
-    row(
+    alone_when_several_keys(row(
         "mset",
         -3,
         WRITE_SLOW,
@@ -123,7 +135,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "set",
         strings::mset,
-    ),
+    )),
     row(
         "ping",
         -1,
@@ -162,7 +174,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "incr",
         counters::incrbyfloat,
     ),
-    row(
+    alone_when_several_keys(row(
         "del",
         -2,
         WRITE_SLOW,
@@ -170,8 +182,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "delete",
         keyspace::del,
-    ),
-    row(
+    )),
+    alone_when_several_keys(row(
         "unlink",
         -2,
         DELETE,
@@ -179,7 +191,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "delete",
         keyspace::del,
-    ),
+    )),
     row(
         "exists",
         -2,
@@ -300,7 +312,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "set",
         strings::getset,
     ),
-    row(
+    alone_when_several_keys(row(
         "msetnx",
         -3,
         WRITE_SLOW,
@@ -308,7 +320,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "add",
         strings::msetnx,
-    ),
+    )),
     row(
         "append",
         3,
@@ -363,7 +375,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         keyspace::type_,
     ),
-    row(
+    alone_when_several_keys(row(
         "rename",
         3,
         WRITE_SLOW,
@@ -371,8 +383,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::rename,
-    ),
-    row(
+    )),
+    alone_when_several_keys(row(
         "renamenx",
         3,
         WRITE,
@@ -380,7 +392,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::renamenx,
-    ),
+    )),
     row(
         "scan",
         -2,
@@ -726,6 +738,15 @@ mod tests {
         assert_eq!(lookup(b"gEt").map(|c| c.name), Some("get"));
         assert_eq!(lookup(b"SeT").map(|c| c.name), Some("set"));
         assert_eq!(lookup(b"DEL").map(|c| c.name), Some("del"));
+        let alone: Vec<&str> = COMMANDS
+            .iter()
+            .filter(|c| c.alone_when_several_keys)
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            alone,
+            ["mset", "del", "unlink", "msetnx", "rename", "renamenx"]
+        );
         assert!(lookup(b"ge\x00").is_none());
         assert_eq!((COMMANDS[0].name, COMMANDS[1].name), ("get", "set"));
     }
