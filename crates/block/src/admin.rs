@@ -215,34 +215,42 @@ fn counters(export: &Export) -> Vec<(&'static str, &'static str, u64)> {
                 "Lines evicted to make room.",
                 load(&c.evictions),
             ),
-            (
-                "dirty_writes",
-                "Write-back: lines written into the cache as dirty.",
-                load(&c.dirty_writes),
-            ),
-            (
-                "dirty_write_hits",
-                "Write-back: of those, lines that were cached already.",
-                load(&c.dirty_write_hits),
-            ),
-            (
-                "writebacks",
-                "Write-back: dirty lines written back to the backing store.",
-                load(&c.writebacks),
-            ),
-            (
-                "room_waits",
-                "Write-back: writes that wrote lines back to find room.",
-                load(&c.room_waits),
-            ),
-            (
-                "settles",
-                "Write-back: pool settles (dirty lines made durable, replaced versions cleared).",
-                load(&c.settles),
-            ),
         ]);
+        out.extend(write_back_counters(c));
     }
     out
+}
+
+/// The write-back counters of a cache: (name, help, value).
+fn write_back_counters(c: &crate::cache::CacheCounters) -> [(&'static str, &'static str, u64); 5] {
+    let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+    [
+        (
+            "dirty_writes",
+            "Write-back: lines written into the cache as dirty.",
+            load(&c.dirty_writes),
+        ),
+        (
+            "dirty_write_hits",
+            "Write-back: of those, lines that were cached already.",
+            load(&c.dirty_write_hits),
+        ),
+        (
+            "writebacks",
+            "Write-back: dirty lines written back to the backing store.",
+            load(&c.writebacks),
+        ),
+        (
+            "room_waits",
+            "Write-back: writes that wrote lines back to find room.",
+            load(&c.room_waits),
+        ),
+        (
+            "settles",
+            "Write-back: pool settles (dirty lines made durable, replaced versions cleared).",
+            load(&c.settles),
+        ),
+    ]
 }
 
 fn metrics(exports: &Exports) -> String {

@@ -264,78 +264,23 @@ impl Cache {
     ) -> Cache {
         assert_eq!(slots.len(), SHARDS, "one slot set per shard");
         let persistent = pool.is_some();
-        let mut recovered_lines = 0;
-        let mut recovered_dirty_lines = 0;
-        let mut version_max = 0;
-        let mut dirty_slots_failed = 0;
         let now = Instant::now();
-        let mut capacity_lines = 0;
+        let mut tally = Recovered::default();
         let shards = slots
             .into_iter()
-            .map(|mut slots| {
-                let count = slots.count(line_bytes);
-                capacity_lines += count;
-                let mut shard = Shard {
-                    lines: vec![EMPTY; count],
-                    versions: vec![0; count],
-                    states: vec![SlotState::Empty; count],
-                    referenced: vec![false; count],
-                    index: HashMap::new(),
-                    hand: 0,
-                    generation: 0,
-                    writing: HashMap::new(),
-                    misses: HashMap::new(),
-                    dirty: BTreeMap::new(),
-                    dirty_from: HashMap::new(),
-                    older: HashMap::new(),
-                    superseded: Vec::new(),
-                    slots: Slots::Dram { bytes: Vec::new() },
-                };
-                let mut winners: HashMap<u64, (usize, Entry)> = HashMap::new();
-                let (valid, dirty_failed) = slots.valid_entries(line_bytes);
-                dirty_slots_failed += dirty_failed;
-                for (slot, entry) in valid {
-                    version_max = version_max.max(entry.version);
-                    if entry.line >= lines_max {
-                        slots.clear(slot);
-                        continue;
-                    }
-                    match winners.get(&entry.line) {
-                        Some(&(other, best)) if best.version >= entry.version => {
-                            let _ = other;
-                            slots.clear(slot);
-                        }
-                        Some(&(other, _)) => {
-                            slots.clear(other);
-                            winners.insert(entry.line, (slot, entry));
-                        }
-                        None => {
-                            winners.insert(entry.line, (slot, entry));
-                        }
-                    }
-                }
-                for (line, (slot, entry)) in winners {
-                    if !entry.dirty && !keep_clean {
-                        slots.clear(slot);
-                        continue;
-                    }
-                    shard.lines[slot] = line;
-                    shard.versions[slot] = entry.version;
-                    shard.index.insert(line, slot);
-                    if entry.dirty {
-                        shard.states[slot] = SlotState::Dirty;
-                        shard.dirty.insert((entry.version, line), now);
-                        shard.dirty_from.insert(line, entry.version);
-                        recovered_dirty_lines += 1;
-                    } else {
-                        shard.states[slot] = SlotState::Clean;
-                    }
-                    recovered_lines += 1;
-                }
-                shard.slots = slots;
+            .map(|slots| {
+                let shard =
+                    recover_shard(slots, line_bytes, lines_max, keep_clean, now, &mut tally);
                 Mutex::new(shard)
             })
             .collect();
+        let Recovered {
+            lines: recovered_lines,
+            dirty_lines: recovered_dirty_lines,
+            version_max,
+            dirty_slots_failed,
+            capacity_lines,
+        } = tally;
         if dirty_slots_failed > 0 {
             tracing::warn!(
                 slots = dirty_slots_failed,
@@ -346,18 +291,7 @@ impl Cache {
         }
         // A file pool's pages mapped ahead of the requests (each first touch would fault),
         // from a thread of the lowest priority.
-        let populating = pool
-            .as_ref()
-            .and_then(|pool| pool.populator())
-            .and_then(|populator| {
-                let stop = Arc::new(AtomicBool::new(false));
-                let stopping = Arc::clone(&stop);
-                std::thread::Builder::new()
-                    .name("strata-block-populate".into())
-                    .spawn(move || populator.run(&stopping))
-                    .ok()
-                    .map(|thread| (stop, thread))
-            });
+        let populating = pool.as_ref().and_then(start_populating);
         Cache {
             populating: Mutex::new(populating),
             capacity_lines,
@@ -834,11 +768,35 @@ impl Cache {
             CleanScope::Oldest { max, .. } => *max,
             _ => usize::MAX,
         };
-        // Spread over the shards, so the least recently written of each go first.
+        let mut picked = self.pick_dirty(scope, &shards, max);
+        if picked.is_empty() {
+            return Ok(0);
+        }
+        picked.sort_by_key(|p| p.2);
+        for (_, _, line, _, bytes) in &picked {
+            store(*line, bytes)?;
+        }
+        flush_store()?;
+        let cleaned = self.mark_cleaned(picked);
+        if cleaned > 0 {
+            // A clean mark must reach the media before the entry it rewrote is dropped (a
+            // trim's or a zeroing's invalidation, made durable by the next FLUSH): else a
+            // power cut could find the line dirty with bytes older than the store's.
+            self.unsettled.store(true, Ordering::Release);
+        }
+        self.counters
+            .writebacks
+            .fetch_add(cleaned as u64, Ordering::Relaxed);
+        Ok(cleaned)
+    }
+
+    /// The dirty lines `clean` writes back: those `scope` picks in `shards`, at most `max`,
+    /// spread over the shards so the least recently written of each go first; as (shard,
+    /// slot, line, version, bytes).
+    fn pick_dirty(&self, scope: &CleanScope, shards: &[usize], max: usize) -> Vec<Picked> {
         let per_shard = max.div_ceil(shards.len());
-        // (shard, slot, line, version, bytes)
         let mut picked = Vec::new();
-        for &s in &shards {
+        for &s in shards {
             let shard = self.lock(s);
             let first_of_shard = picked.len();
             for (&(from, line), &since) in &shard.dirty {
@@ -866,14 +824,12 @@ impl Cache {
                 ));
             }
         }
-        if picked.is_empty() {
-            return Ok(0);
-        }
-        picked.sort_by_key(|p| p.2);
-        for (_, _, line, _, bytes) in &picked {
-            store(*line, bytes)?;
-        }
-        flush_store()?;
+        picked
+    }
+
+    /// After the store has the `picked` lines durably: marks clean those not rewritten since
+    /// (a line rewritten since stays dirty from its next version on). Returns how many.
+    fn mark_cleaned(&self, picked: Vec<Picked>) -> usize {
         let mut cleaned = 0;
         for (s, slot, line, version, _) in picked {
             let mut guard = self.lock(s);
@@ -898,16 +854,7 @@ impl Cache {
                 }
             }
         }
-        if cleaned > 0 {
-            // A clean mark must reach the media before the entry it rewrote is dropped (a
-            // trim's or a zeroing's invalidation, made durable by the next FLUSH): else a
-            // power cut could find the line dirty with bytes older than the store's.
-            self.unsettled.store(true, Ordering::Release);
-        }
-        self.counters
-            .writebacks
-            .fetch_add(cleaned as u64, Ordering::Relaxed);
-        Ok(cleaned)
+        cleaned
     }
 
     /// Writes every line dirty now back ([`Cache::clean`] until none is left below the version
@@ -944,6 +891,105 @@ fn free(shard: &mut Shard, slot: usize) {
     shard.lines[slot] = EMPTY;
     shard.states[slot] = SlotState::Empty;
     shard.referenced[slot] = false;
+}
+
+/// A dirty line `Cache::clean` writes back: (shard, slot, line, version, bytes).
+type Picked = (usize, usize, u64, u64, Vec<u8>);
+
+/// What `Cache::from_slots` found in the slots of every shard.
+#[derive(Default)]
+struct Recovered {
+    lines: u64,
+    dirty_lines: u64,
+    version_max: u64,
+    dirty_slots_failed: u64,
+    capacity_lines: usize,
+}
+
+/// A shard over `slots`, taking in the lines their entries name (see `Cache::from_slots`),
+/// counted in `tally`.
+fn recover_shard(
+    mut slots: Slots,
+    line_bytes: usize,
+    lines_max: u64,
+    keep_clean: bool,
+    now: Instant,
+    tally: &mut Recovered,
+) -> Shard {
+    let count = slots.count(line_bytes);
+    tally.capacity_lines += count;
+    let mut shard = Shard {
+        lines: vec![EMPTY; count],
+        versions: vec![0; count],
+        states: vec![SlotState::Empty; count],
+        referenced: vec![false; count],
+        index: HashMap::new(),
+        hand: 0,
+        generation: 0,
+        writing: HashMap::new(),
+        misses: HashMap::new(),
+        dirty: BTreeMap::new(),
+        dirty_from: HashMap::new(),
+        older: HashMap::new(),
+        superseded: Vec::new(),
+        slots: Slots::Dram { bytes: Vec::new() },
+    };
+    let mut winners: HashMap<u64, (usize, Entry)> = HashMap::new();
+    let (valid, dirty_failed) = slots.valid_entries(line_bytes);
+    tally.dirty_slots_failed += dirty_failed;
+    for (slot, entry) in valid {
+        tally.version_max = tally.version_max.max(entry.version);
+        if entry.line >= lines_max {
+            slots.clear(slot);
+            continue;
+        }
+        match winners.get(&entry.line) {
+            Some(&(other, best)) if best.version >= entry.version => {
+                let _ = other;
+                slots.clear(slot);
+            }
+            Some(&(other, _)) => {
+                slots.clear(other);
+                winners.insert(entry.line, (slot, entry));
+            }
+            None => {
+                winners.insert(entry.line, (slot, entry));
+            }
+        }
+    }
+    for (line, (slot, entry)) in winners {
+        if !entry.dirty && !keep_clean {
+            slots.clear(slot);
+            continue;
+        }
+        shard.lines[slot] = line;
+        shard.versions[slot] = entry.version;
+        shard.index.insert(line, slot);
+        if entry.dirty {
+            shard.states[slot] = SlotState::Dirty;
+            shard.dirty.insert((entry.version, line), now);
+            shard.dirty_from.insert(line, entry.version);
+            tally.dirty_lines += 1;
+        } else {
+            shard.states[slot] = SlotState::Clean;
+        }
+        tally.lines += 1;
+    }
+    shard.slots = slots;
+    shard
+}
+
+/// Starts mapping a file pool's pages ahead of the requests (each first touch would fault),
+/// from a thread of the lowest priority; `None` for a pool with nothing to map.
+fn start_populating(pool: &Pool) -> Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    let populator = pool.populator()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    std::thread::Builder::new()
+        .name("strata-block-populate".into())
+        .spawn(move || populator.run(&stopping))
+        .ok()
+        .map(|thread| (stop, thread))
 }
 
 #[cfg(test)]

@@ -184,6 +184,107 @@ impl Block {
     /// Checks the flags, opens every backing store and binds every listener.
     pub fn start(options: &BlockOptions) -> Result<Block, StartError> {
         let options = &options.clone().with_config_file()?;
+        let settings = CacheSettings::of(options)?;
+        let mut exports = Vec::new();
+        for spec in &options.exports {
+            let export = open_export(spec, options, &settings, &exports)?;
+            exports.push(export);
+        }
+        let (listeners, unix_paths) = bind_listeners(options)?;
+        let admin = match options.admin_listen.as_deref() {
+            None | Some("off") => None,
+            Some(addr) => Some(TcpListener::bind(addr).map_err(|err| StartError::Io {
+                what: format!("--admin-listen {addr}"),
+                err: err.to_string(),
+            })?),
+        };
+        let cleaning = cleaner::Policy {
+            staleness: std::time::Duration::from_secs(options.clean_staleness.unwrap_or(5)),
+            lines_per_sec: options.clean_rate.unwrap_or(16384),
+        };
+        Ok(Block {
+            cleaning,
+            exports: Arc::new(Exports::new(exports)),
+            listeners,
+            unix_paths,
+            admin,
+        })
+    }
+
+    /// Serves until SIGTERM or SIGINT, then flushes every export and removes its Unix sockets.
+    pub fn run(self) -> std::io::Result<()> {
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+        ])?;
+        log_exports(&self.exports);
+        for (name, listener) in self.listeners {
+            tracing::info!(nbd = %name, "listening");
+            let exports = Arc::clone(&self.exports);
+            std::thread::Builder::new()
+                .name("strata-nbd-accept".into())
+                .spawn(move || server::accept_loop(listener, exports))?;
+        }
+        let cleaners: Vec<_> = self
+            .exports
+            .iter()
+            .filter(|e| e.cache().is_some())
+            .map(|e| cleaner::Cleaner::start(Arc::clone(e), self.cleaning))
+            .collect::<std::io::Result<_>>()?;
+        if let Some(admin) = self.admin {
+            tracing::info!(admin = %admin.local_addr()?, "listening");
+            let exports = Arc::clone(&self.exports);
+            std::thread::Builder::new()
+                .name("strata-block-admin".into())
+                .spawn(move || admin::serve(admin, exports))?;
+        }
+        let signal = signals.forever().next();
+        tracing::info!(?signal, "stopping: flushing every export");
+        for cleaner in cleaners {
+            cleaner.stop();
+        }
+        stop_exports(&self.exports);
+        for path in &self.unix_paths {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
+}
+
+/// Removes a Unix socket left by a process that is gone (nothing accepts on it); refuses to
+/// touch anything else, or a socket in use.
+fn remove_stale_socket(path: &std::path::Path) -> std::io::Result<()> {
+    let Ok(metadata) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "exists and is not a socket",
+        ));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "another process serves this socket",
+        ));
+    }
+    std::fs::remove_file(path)
+}
+
+/// What the flags say of every export's cache.
+struct CacheSettings {
+    mode: Mode,
+    line_bytes: usize,
+    /// The whole cache's DRAM (or pool) budget; 0 for pass-through with none given.
+    cache_bytes: u64,
+    seq_cutoff_bytes: u64,
+    promote_after: u32,
+}
+
+impl CacheSettings {
+    /// Checks the cache flags.
+    fn of(options: &BlockOptions) -> Result<CacheSettings, StartError> {
         let config = |message: String| StartError::Config(message);
         if options.exports.is_empty() {
             return Err(config(
@@ -211,26 +312,7 @@ impl Block {
                     ))
                 })? as usize,
         };
-        // Pass-through needs no cache, but one given at start lets the export switch to a
-        // cache mode later.
-        let cache_bytes = match (&options.cache_size, mode) {
-            (None, Mode::PassThrough) => 0,
-            (None, _) => {
-                return Err(config(format!(
-                    "--mode {}: give the cache's DRAM with --cache-size (or use --mode pt)",
-                    mode.name()
-                )))
-            }
-            (Some(text), _) => {
-                let bytes = parse_size(text).filter(|&n| n > 0).ok_or_else(|| {
-                    config(format!("--cache-size {text}: expected a size such as 1GiB"))
-                })?;
-                strata_pool::size::parse_budget(text)
-                    .map_err(|why| config(format!("--cache-size {why}")))?;
-                bytes
-            }
-        };
-        let per_export_bytes = cache_bytes / options.exports.len().max(1) as u64;
+        let cache_bytes = cache_bytes(options, mode)?;
         let seq_cutoff_bytes = match &options.seq_cutoff {
             None => SEQ_CUTOFF_BYTES_DEFAULT,
             Some(text) => parse_size(text).ok_or_else(|| {
@@ -244,202 +326,184 @@ impl Block {
             Some(0) => return Err(config("--promote-after 0: expected 1 or more".to_string())),
             Some(n) => n,
         };
-        let mut exports = Vec::new();
-        for spec in &options.exports {
-            let Some((name, path)) = spec.split_once('=') else {
-                return Err(StartError::Config(format!(
-                    "--export {spec:?}: expected NAME=PATH"
-                )));
-            };
-            if name.is_empty() || name.len() > 4096 || name.contains('\0') {
-                return Err(StartError::Config(format!(
-                    "--export {spec:?}: a name is 1 to 4096 bytes, without NUL"
-                )));
-            }
-            if exports.iter().any(|e: &Export| e.name() == name) {
-                return Err(StartError::Config(format!("--export {name}: given twice")));
-            }
-            let io_err = |err: String| StartError::Io {
-                what: format!("export {name}"),
-                err,
-            };
-            let backing = backing::Backing::open(path.as_ref()).map_err(io_err)?;
-            let cache = match (&options.cache, cache_bytes) {
-                (_, 0) => None,
-                (Some(pool_path), _) => {
-                    let store = pool_cache::StoreIdentity::of(path.as_ref(), backing.size_bytes())
-                        .map_err(io_err)?;
-                    let cache =
-                        pool_cache::open(pool_path, cache_bytes, line_bytes, promote_after, store)
-                            .map_err(io_err)?;
-                    Some(cache)
-                }
-                (None, _) => Some(Cache::new(per_export_bytes, line_bytes, promote_after)),
-            };
-            let export = Export::new(name, backing, mode, cache)
-                .map_err(io_err)?
-                .with_seq_cutoff(seq_cutoff_bytes);
-            let recovered_dirty = export.cache().map_or(0, |c| c.dirty_lines());
-            if recovered_dirty > 0 && mode != Mode::WriteBack {
-                // Only write-back may hold dirty lines: the store gets them before serving.
-                let cleaned = export.clean_all().map_err(|e| io_err(e.0.to_string()))?;
-                tracing::info!(
-                    export = name,
-                    lines = cleaned,
-                    mode = mode.name(),
-                    "dirty lines from the last run written back before serving"
-                );
-            }
-            if !export.backing().direct() {
-                tracing::warn!(
-                    export = name,
-                    path,
-                    "the file system does not take O_DIRECT: the backing store is read and \
-                     written through the page cache"
-                );
-            }
-            exports.push(export);
-        }
-        let listens = if options.nbd_listen.is_empty() {
-            vec![NBD_LISTEN_DEFAULT.to_string()]
-        } else {
-            options.nbd_listen.clone()
-        };
-        let mut listeners = Vec::new();
-        let mut unix_paths = Vec::new();
-        for listen in listens {
-            let io_err = |err: std::io::Error| StartError::Io {
-                what: format!("--nbd-listen {listen}"),
-                err: err.to_string(),
-            };
-            if let Some(path) = listen.strip_prefix("unix:") {
-                let path = PathBuf::from(path);
-                remove_stale_socket(&path).map_err(io_err)?;
-                let listener = UnixListener::bind(&path).map_err(io_err)?;
-                unix_paths.push(path.clone());
-                listeners.push((format!("unix:{}", path.display()), Listener::Unix(listener)));
-            } else {
-                let listener = TcpListener::bind(&listen).map_err(io_err)?;
-                let bound = listener.local_addr().map_err(io_err)?;
-                listeners.push((bound.to_string(), Listener::Tcp(listener)));
-            }
-        }
-        let admin = match options.admin_listen.as_deref() {
-            None | Some("off") => None,
-            Some(addr) => Some(TcpListener::bind(addr).map_err(|err| StartError::Io {
-                what: format!("--admin-listen {addr}"),
-                err: err.to_string(),
-            })?),
-        };
-        let cleaning = cleaner::Policy {
-            staleness: std::time::Duration::from_secs(options.clean_staleness.unwrap_or(5)),
-            lines_per_sec: options.clean_rate.unwrap_or(16384),
-        };
-        Ok(Block {
-            cleaning,
-            exports: Arc::new(Exports::new(exports)),
-            listeners,
-            unix_paths,
-            admin,
+        Ok(CacheSettings {
+            mode,
+            line_bytes,
+            cache_bytes,
+            seq_cutoff_bytes,
+            promote_after,
         })
-    }
-
-    /// Serves until SIGTERM or SIGINT, then flushes every export and removes its Unix sockets.
-    pub fn run(self) -> std::io::Result<()> {
-        let mut signals = signal_hook::iterator::Signals::new([
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGINT,
-        ])?;
-        for export in self.exports.iter() {
-            tracing::info!(
-                export = export.name(),
-                path = %export.backing().path().display(),
-                size_bytes = export.size_bytes(),
-                direct_io = export.backing().direct(),
-                io_engine = export.backing().io_engine(),
-                mode = export.mode().name(),
-                cache_lines = export.cache().map_or(0, |c| c.capacity_lines()),
-                cache_line_bytes = export.cache().map_or(0, |c| c.line_bytes()),
-                seq_cutoff_bytes = export.seq_cutoff_bytes(),
-                "export"
-            );
-        }
-        for (name, listener) in self.listeners {
-            tracing::info!(nbd = %name, "listening");
-            let exports = Arc::clone(&self.exports);
-            std::thread::Builder::new()
-                .name("strata-nbd-accept".into())
-                .spawn(move || server::accept_loop(listener, exports))?;
-        }
-        let cleaners: Vec<_> = self
-            .exports
-            .iter()
-            .filter(|e| e.cache().is_some())
-            .map(|e| cleaner::Cleaner::start(Arc::clone(e), self.cleaning))
-            .collect::<std::io::Result<_>>()?;
-        if let Some(admin) = self.admin {
-            tracing::info!(admin = %admin.local_addr()?, "listening");
-            let exports = Arc::clone(&self.exports);
-            std::thread::Builder::new()
-                .name("strata-block-admin".into())
-                .spawn(move || admin::serve(admin, exports))?;
-        }
-        let signal = signals.forever().next();
-        tracing::info!(?signal, "stopping: flushing every export");
-        for cleaner in cleaners {
-            cleaner.stop();
-        }
-        for export in self.exports.iter() {
-            let volatile_dirty = export
-                .cache()
-                .is_some_and(|c| !c.persistent() && c.dirty_lines() > 0);
-            if volatile_dirty {
-                // A DRAM cache's dirty lines would die with the process.
-                match export.clean_all() {
-                    Ok(lines) => tracing::info!(export = export.name(), lines, "written back"),
-                    Err(err) => tracing::error!(
-                        export = export.name(),
-                        error = %err.0,
-                        "writing dirty lines back at stop failed: they are lost"
-                    ),
-                }
-            }
-            if let Err(err) = export.flush() {
-                tracing::error!(export = export.name(), error = %err.0, "flush at stop failed");
-            }
-            if let Some(cache) = export.cache() {
-                if let Err(err) = cache.close() {
-                    tracing::error!(export = export.name(), %err, "closing the cache pool failed");
-                }
-                tracing::info!("cache lines at stop: {}", admin::stats_line(export));
-            }
-        }
-        for path in &self.unix_paths {
-            let _ = std::fs::remove_file(path);
-        }
-        Ok(())
     }
 }
 
-/// Removes a Unix socket left by a process that is gone (nothing accepts on it); refuses to
-/// touch anything else, or a socket in use.
-fn remove_stale_socket(path: &std::path::Path) -> std::io::Result<()> {
-    let Ok(metadata) = std::fs::symlink_metadata(path) else {
-        return Ok(());
+/// The cache budget `--cache-size` gives. Pass-through needs no cache, but one given at start
+/// lets the export switch to a cache mode later.
+fn cache_bytes(options: &BlockOptions, mode: Mode) -> Result<u64, StartError> {
+    let config = |message: String| StartError::Config(message);
+    match (&options.cache_size, mode) {
+        (None, Mode::PassThrough) => Ok(0),
+        (None, _) => Err(config(format!(
+            "--mode {}: give the cache's DRAM with --cache-size (or use --mode pt)",
+            mode.name()
+        ))),
+        (Some(text), _) => {
+            let bytes = parse_size(text).filter(|&n| n > 0).ok_or_else(|| {
+                config(format!("--cache-size {text}: expected a size such as 1GiB"))
+            })?;
+            strata_pool::size::parse_budget(text)
+                .map_err(|why| config(format!("--cache-size {why}")))?;
+            Ok(bytes)
+        }
+    }
+}
+
+/// Opens export `spec` (`NAME=PATH`): its backing store and its cache (a pool with
+/// `--cache`, else its share of the DRAM budget); dirty lines a mode other than write-back
+/// found are written back before it serves.
+fn open_export(
+    spec: &str,
+    options: &BlockOptions,
+    settings: &CacheSettings,
+    exports: &[Export],
+) -> Result<Export, StartError> {
+    let Some((name, path)) = spec.split_once('=') else {
+        return Err(StartError::Config(format!(
+            "--export {spec:?}: expected NAME=PATH"
+        )));
     };
-    if !metadata.file_type().is_socket() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AlreadyExists,
-            "exists and is not a socket",
-        ));
+    if name.is_empty() || name.len() > 4096 || name.contains('\0') {
+        return Err(StartError::Config(format!(
+            "--export {spec:?}: a name is 1 to 4096 bytes, without NUL"
+        )));
     }
-    if UnixStream::connect(path).is_ok() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            "another process serves this socket",
-        ));
+    if exports.iter().any(|e| e.name() == name) {
+        return Err(StartError::Config(format!("--export {name}: given twice")));
     }
-    std::fs::remove_file(path)
+    let io_err = |err: String| StartError::Io {
+        what: format!("export {name}"),
+        err,
+    };
+    let backing = backing::Backing::open(path.as_ref()).map_err(io_err)?;
+    let (line_bytes, promote_after) = (settings.line_bytes, settings.promote_after);
+    let cache = match (&options.cache, settings.cache_bytes) {
+        (_, 0) => None,
+        (Some(pool_path), cache_bytes) => {
+            let store = pool_cache::StoreIdentity::of(path.as_ref(), backing.size_bytes())
+                .map_err(io_err)?;
+            let cache = pool_cache::open(pool_path, cache_bytes, line_bytes, promote_after, store)
+                .map_err(io_err)?;
+            Some(cache)
+        }
+        (None, cache_bytes) => {
+            let per_export_bytes = cache_bytes / options.exports.len().max(1) as u64;
+            Some(Cache::new(per_export_bytes, line_bytes, promote_after))
+        }
+    };
+    let mode = settings.mode;
+    let export = Export::new(name, backing, mode, cache)
+        .map_err(io_err)?
+        .with_seq_cutoff(settings.seq_cutoff_bytes);
+    let recovered_dirty = export.cache().map_or(0, |c| c.dirty_lines());
+    if recovered_dirty > 0 && mode != Mode::WriteBack {
+        // Only write-back may hold dirty lines: the store gets them before serving.
+        let cleaned = export.clean_all().map_err(|e| io_err(e.0.to_string()))?;
+        tracing::info!(
+            export = name,
+            lines = cleaned,
+            mode = mode.name(),
+            "dirty lines from the last run written back before serving"
+        );
+    }
+    if !export.backing().direct() {
+        tracing::warn!(
+            export = name,
+            path,
+            "the file system does not take O_DIRECT: the backing store is read and \
+             written through the page cache"
+        );
+    }
+    Ok(export)
+}
+
+/// The NBD listeners, by the address they are bound to, and the Unix socket paths to remove
+/// at stop.
+type Bound = (Vec<(String, Listener)>, Vec<PathBuf>);
+
+/// Binds every `--nbd-listen` address (TCP, or `unix:PATH`, removing a stale socket first).
+fn bind_listeners(options: &BlockOptions) -> Result<Bound, StartError> {
+    let listens = if options.nbd_listen.is_empty() {
+        vec![NBD_LISTEN_DEFAULT.to_string()]
+    } else {
+        options.nbd_listen.clone()
+    };
+    let mut listeners = Vec::new();
+    let mut unix_paths = Vec::new();
+    for listen in listens {
+        let io_err = |err: std::io::Error| StartError::Io {
+            what: format!("--nbd-listen {listen}"),
+            err: err.to_string(),
+        };
+        if let Some(path) = listen.strip_prefix("unix:") {
+            let path = PathBuf::from(path);
+            remove_stale_socket(&path).map_err(io_err)?;
+            let listener = UnixListener::bind(&path).map_err(io_err)?;
+            unix_paths.push(path.clone());
+            listeners.push((format!("unix:{}", path.display()), Listener::Unix(listener)));
+        } else {
+            let listener = TcpListener::bind(&listen).map_err(io_err)?;
+            let bound = listener.local_addr().map_err(io_err)?;
+            listeners.push((bound.to_string(), Listener::Tcp(listener)));
+        }
+    }
+    Ok((listeners, unix_paths))
+}
+
+/// Logs each export's settings at start.
+fn log_exports(exports: &Exports) {
+    for export in exports.iter() {
+        tracing::info!(
+            export = export.name(),
+            path = %export.backing().path().display(),
+            size_bytes = export.size_bytes(),
+            direct_io = export.backing().direct(),
+            io_engine = export.backing().io_engine(),
+            mode = export.mode().name(),
+            cache_lines = export.cache().map_or(0, |c| c.capacity_lines()),
+            cache_line_bytes = export.cache().map_or(0, |c| c.line_bytes()),
+            seq_cutoff_bytes = export.seq_cutoff_bytes(),
+            "export"
+        );
+    }
+}
+
+/// At stop: writes a DRAM cache's dirty lines back (they would die with the process), flushes
+/// every export and closes its cache.
+fn stop_exports(exports: &Exports) {
+    for export in exports.iter() {
+        let volatile_dirty = export
+            .cache()
+            .is_some_and(|c| !c.persistent() && c.dirty_lines() > 0);
+        if volatile_dirty {
+            // A DRAM cache's dirty lines would die with the process.
+            match export.clean_all() {
+                Ok(lines) => tracing::info!(export = export.name(), lines, "written back"),
+                Err(err) => tracing::error!(
+                    export = export.name(),
+                    error = %err.0,
+                    "writing dirty lines back at stop failed: they are lost"
+                ),
+            }
+        }
+        if let Err(err) = export.flush() {
+            tracing::error!(export = export.name(), error = %err.0, "flush at stop failed");
+        }
+        if let Some(cache) = export.cache() {
+            if let Err(err) = cache.close() {
+                tracing::error!(export = export.name(), %err, "closing the cache pool failed");
+            }
+            tracing::info!("cache lines at stop: {}", admin::stats_line(export));
+        }
+    }
 }
 
 #[cfg(test)]

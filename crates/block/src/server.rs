@@ -135,6 +135,44 @@ pub fn serve_connection(stream: Box<dyn Stream>, exports: &Exports) -> Result<()
     transmission(&mut reader, &mut writer, &export)
 }
 
+/// Answers NBD_OPT_INFO or NBD_OPT_GO (`option`, with its `data`): the export's size and
+/// flags and the block sizes, or an error reply. Returns the export named, if it was found.
+fn info_or_go(
+    writer: &mut impl Write,
+    exports: &Exports,
+    option: u32,
+    data: &[u8],
+) -> Result<Option<Arc<Export>>, SessionError> {
+    let request = match nbd::parse_info_request(data) {
+        Ok(request) => request,
+        Err(why) => {
+            let text = why.into_bytes();
+            writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_INVALID, &text))?;
+            return Ok(None);
+        }
+    };
+    let Some(export) = exports.find(&request.name) else {
+        let text = format!("no export named {:?}", request.name).into_bytes();
+        writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_UNKNOWN, &text))?;
+        return Ok(None);
+    };
+    let mut out = nbd::option_reply(
+        option,
+        nbd::REP_INFO,
+        &nbd::info_export_data(export.size_bytes(), export.transmission_flags()),
+    );
+    // Sent whether asked or not: the sizes are the defaults any client assumes
+    // (1-byte minimum), so a client that did not ask loses nothing.
+    out.extend_from_slice(&nbd::option_reply(
+        option,
+        nbd::REP_INFO,
+        &nbd::info_block_size_data(1, PREFERRED_BLOCK_BYTES, PAYLOAD_MAX_BYTES),
+    ));
+    out.extend_from_slice(&nbd::option_reply(option, nbd::REP_ACK, &[]));
+    writer.write_all(&out)?;
+    Ok(Some(export))
+}
+
 /// The handshake: greeting, client flags, options. Returns the export chosen, or `None` when
 /// the client aborted.
 fn handshake(
@@ -200,39 +238,9 @@ fn handshake(
                 writer.write_all(&nbd::option_reply(option, nbd::REP_ACK, &[]))?;
             }
             nbd::OPT_INFO | nbd::OPT_GO => {
-                let request = match nbd::parse_info_request(&data) {
-                    Ok(request) => request,
-                    Err(why) => {
-                        let text = why.into_bytes();
-                        writer.write_all(&nbd::option_reply(
-                            option,
-                            nbd::REP_ERR_INVALID,
-                            &text,
-                        ))?;
-                        continue;
-                    }
-                };
-                let Some(export) = exports.find(&request.name) else {
-                    let text = format!("no export named {:?}", request.name).into_bytes();
-                    writer.write_all(&nbd::option_reply(option, nbd::REP_ERR_UNKNOWN, &text))?;
-                    continue;
-                };
-                let mut out = nbd::option_reply(
-                    option,
-                    nbd::REP_INFO,
-                    &nbd::info_export_data(export.size_bytes(), export.transmission_flags()),
-                );
-                // Sent whether asked or not: the sizes are the defaults any client assumes
-                // (1-byte minimum), so a client that did not ask loses nothing.
-                out.extend_from_slice(&nbd::option_reply(
-                    option,
-                    nbd::REP_INFO,
-                    &nbd::info_block_size_data(1, PREFERRED_BLOCK_BYTES, PAYLOAD_MAX_BYTES),
-                ));
-                out.extend_from_slice(&nbd::option_reply(option, nbd::REP_ACK, &[]));
-                writer.write_all(&out)?;
-                if option == nbd::OPT_GO {
-                    return Ok(Some(export));
+                let export = info_or_go(writer, exports, option, &data)?;
+                if option == nbd::OPT_GO && export.is_some() {
+                    return Ok(export);
                 }
             }
             _ => {

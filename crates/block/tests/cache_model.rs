@@ -5,6 +5,10 @@
 //! Write-back runs with a DRAM cache and with a pool, and switches modes now and then. Then
 //! threads writing and reading overlapping ranges at once: when they are done (and dirty lines
 //! written back), what the export serves must be what the store holds.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use std::path::PathBuf;
 use std::sync::Arc;

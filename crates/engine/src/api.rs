@@ -805,30 +805,8 @@ impl Engine {
                 &mut flash,
             );
             drop(shard);
-            // Keys on flash are read with no lock held (a key deleted meanwhile may still be
-            // returned, as SCAN allows for keys not present for the whole iteration), the
-            // step's records all in flight at once, then each taken from what was read.
-            if let (Some(tier), false) = (self.inner.flash.as_ref(), flash.is_empty()) {
-                let on_medium: Vec<u64> = flash
-                    .iter()
-                    .map(|&location| crate::index::flash_units(location))
-                    .collect();
-                tier.stage_many(&on_medium);
-                flash_read += flash.len();
-            }
-            for location in flash.drain(..) {
-                let Some(key) =
-                    tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
-                else {
-                    continue;
-                };
-                // An older copy of a key memory holds (see `shard::flash`) is not a second key.
-                let hash = self.inner.hash(&key);
-                let shard = self.inner.shards[shard_index as usize].0.read();
-                if shard.lookup(&self.inner, &key, hash).is_none() {
-                    counting(&key);
-                }
-            }
+            flash_read +=
+                self.visit_flash_keys(shard_index as usize, &mut flash, now_ms, &mut counting);
             buckets_visited += step;
             match next {
                 Some(next) => position = next,
@@ -855,6 +833,44 @@ impl Engine {
             next: 0,
             flash_bound: false,
         }
+    }
+
+    /// The keys of a scan step's flash entries (`flash`, of shard `shard_index`, emptied),
+    /// read with no lock held (a key deleted meanwhile may still be returned, as SCAN allows
+    /// for keys not present for the whole iteration), all in flight at once, then each taken
+    /// from what was read. Returns how many records were read.
+    fn visit_flash_keys(
+        &self,
+        shard_index: usize,
+        flash: &mut Vec<u64>,
+        now_ms: u64,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> usize {
+        let Some(tier) = self.inner.flash.as_ref() else {
+            return 0;
+        };
+        let read = flash.len();
+        if read > 0 {
+            let on_medium: Vec<u64> = flash
+                .iter()
+                .map(|&location| crate::index::flash_units(location))
+                .collect();
+            tier.stage_many(&on_medium);
+        }
+        for location in flash.drain(..) {
+            let Some(key) =
+                tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
+            else {
+                continue;
+            };
+            // An older copy of a key memory holds (see `shard::flash`) is not a second key.
+            let hash = self.inner.hash(&key);
+            let shard = self.inner.shards[shard_index].0.read();
+            if shard.lookup(&self.inner, &key, hash).is_none() {
+                visit(&key);
+            }
+        }
+        read
     }
 
     /// A key chosen at random (roughly uniformly among shards and buckets, memory and flash

@@ -88,308 +88,68 @@ impl Engine {
         Self::from_pool(pool, &config)
     }
 
-    /// Opens the engine on an already open pool (tests reopen crash images this way).
+    /// Opens the engine on an already open pool (tests reopen crash images this way): the root
+    /// area, the index (files or DRAM), the shards, the flash tier, then recovery.
     pub fn from_pool(mut pool: Pool, config: &EngineConfig) -> Result<Engine, OpenError> {
-        if let Some(found_bytes) = pool.cut_at() {
-            tracing::error!(
-                pool = %pool.path().display(),
-                found_bytes,
-                expected_bytes = pool.geometry().pool_size_bytes(),
-                "the pool file was cut short; it was extended back to its length, and the records \
-                 that lay past the cut are lost (the rest is served)"
-            );
-        }
-        let mut root_area = pool.take_root();
+        log_cut_short(&pool);
+        let root = open_root(&mut pool, config)?;
         let segments = pool.take_segments();
-        let (shard_count, seq_reserved, previous_durability) = match pool.opened() {
-            Opened::Created => (config.shard_count as u16, 1, None),
-            Opened::Reopened { .. } => {
-                let root = root::read(root_area.bytes()).map_err(OpenError::Root)?;
-                let previous = Durability::from_code(root.durability.0, root.durability.1);
-                (root.shard_count, root.seq_reserved, previous)
-            }
-        };
-        let plan = recovery_plan(pool.opened(), previous_durability);
-        let root = root::Root {
-            shard_count,
-            seq_reserved,
-            durability: config.durability.code(),
-        };
-        root::write(root_area.bytes_mut(), root);
-        root_area.persist()?;
         let geometry = pool.geometry();
         let memory_bytes = geometry.segment_count * geometry.segment_size_bytes;
-        let items_expected =
-            memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
-        // With a flash tier the index also holds the flash items, which outnumber the memory
-        // tier's many times over: it starts at the full size, and does not grow through many
-        // steps (each a rehash under the shard's lock) while the tier fills.
-        let start_divisor = if config.flash.is_some() {
-            1
-        } else {
-            INDEX_START_DIVISOR
-        };
-        let per_shard = (items_expected / u64::from(shard_count) / start_divisor).max(16) as usize;
         // Flash entries per shard carried over a switch of index placement after a clean close.
         let mut placement_switch_flash: Vec<Vec<crate::index::Entry>> = Vec::new();
-        let files =
-            match (&config.pool, config.index_placement) {
-                (PoolLocation::File(path), IndexPlacement::Pool) => Some(Arc::new(
-                    IndexFiles::open(path, usize::from(shard_count), segments.len())?,
-                )),
-                (PoolLocation::Simulated(simulation), IndexPlacement::Pool) => {
-                    let dir = config
-                        .simulated_index_dir
-                        .clone()
-                        .expect("checked by validate");
-                    let shards = usize::from(shard_count);
-                    let observer: Arc<dyn TableObserver> = simulation.clone();
-                    Some(Arc::new(IndexFiles::open_dir(
-                        dir,
-                        shards,
-                        segments.len(),
-                        Some(observer),
-                    )?))
-                }
-                (PoolLocation::File(path), IndexPlacement::Dram) => {
-                    // A switch from the pool placement after a clean close: the flash entries
-                    // of its files are kept for the rebuild (no segment names them).
-                    if config.flash.is_some() && plan == RecoveryPlan::Recover {
-                        placement_switch_flash =
-                            flash_entries_of_files(path, shard_count, segments.len(), &pool);
-                    }
-                    IndexFiles::remove(path);
-                    None
-                }
-                _ => None,
-            };
-        let mut trusted = vec![false; usize::from(shard_count)];
-        let files_match = files.as_ref().is_some_and(|files| {
-            plan == RecoveryPlan::Recover
-                && index_files::files_match_pool(files, pool.info().pool_id, pool.opened())
-        });
-        let reusable = match &files {
-            Some(files) if files_match => index_files::shards_with_sane_books(
-                files,
-                &segments,
-                usize::from(shard_count),
-                geometry.segment_size_bytes as usize,
-            ),
-            _ => vec![false; usize::from(shard_count)],
-        };
-        // A shard rebuilt from its segments (a process crash caught it changing, or its books
-        // are damaged) keeps its flash items, which no segment names, when the tables it was
-        // using are current: they are read back from them (see `index_files`).
-        let salvage_flash = files_match && config.flash.is_some();
-        let shards: Box<[_]> = (0..shard_count)
-            .map(|id| {
-                let Some(files) = &files else {
-                    let index = Index::with_capacity(per_shard);
-                    return Padded(ShardLock::new(Shard::new(
-                        id,
-                        segments.len(),
-                        index,
-                        None,
-                        false,
-                    )));
-                };
-                let anchor = Anchor::new(Arc::clone(files), usize::from(id));
-                let mut salvaged = Vec::new();
-                let reopened = reusable[usize::from(id)]
-                    .then(|| anchor.open_tables(anchor.consistent_desc()))
-                    .flatten();
-                let index = match reopened {
-                    Some(index) => {
-                        trusted[usize::from(id)] = true;
-                        index
-                    }
-                    // Rebuilt by recovery: untrusted until the rebuild ends.
-                    None => {
-                        if salvage_flash {
-                            salvaged = anchor
-                                .open_tables(anchor.current_desc())
-                                .map(|tables| flash_entries(&tables))
-                                .unwrap_or_default();
-                        }
-                        anchor.untrust();
-                        let home = TableHome::Files {
-                            files: Arc::clone(files),
-                            shard: id,
-                        };
-                        Index::with_capacity_in(home, per_shard, 0)
-                    }
-                };
-                anchor.remove_other_tables(index.desc());
-                let rebuilding = !trusted[usize::from(id)];
-                let mut shard = Shard::new(id, segments.len(), index, Some(anchor), rebuilding);
-                shard.salvaged_flash = salvaged;
-                // A mapped index was not checked by anyone since it was last written: reads
-                // validate until the scrub has checked its entries.
-                shard.index_verified = rebuilding;
-                Padded(ShardLock::new(shard))
-            })
-            .collect();
-        if let Some(files) = &files {
-            // Every shard to be rebuilt is marked changing: the files may now name this session.
-            files.bind(pool.info().pool_id, pool.state_seq());
-        }
-        let index_bytes: usize = shards.iter().map(|s| s.0.read().index.size_bytes()).sum();
+        let files = open_index_files(
+            config,
+            &pool,
+            root.shard_count,
+            segments.len(),
+            root.plan,
+            &mut placement_switch_flash,
+        )?;
+        let built = build_shards(config, &pool, &root, &files, &segments);
         let value_len_max = config.value_len_max.min(record::value_len_fitting(
             geometry.segment_size_bytes as usize,
             crate::config::KEY_LEN_FOR_VALUE_LIMIT,
         ));
-        let flash = match &config.flash {
-            Some(flash) => {
-                // Only a pool that kept its items may keep the flash tier's: items on flash
-                // are found through the index, and a new pool's index is empty.
-                let keep = plan == RecoveryPlan::Recover
-                    && matches!(pool.opened(), Opened::Reopened { .. });
-                // Every record lives in one segment, so no demoted record is larger.
-                let record_bytes_max = record::record_size_max(KEY_LEN_MAX, value_len_max)
-                    .min(config.segment_size_bytes as usize);
-                let medium: Arc<dyn strata_pool::Medium> = match &flash.medium {
-                    FlashMedium::File { path, size_bytes } => {
-                        Arc::new(strata_pool::DirectFile::open(path, *size_bytes)?)
-                    }
-                    FlashMedium::Given(medium) => Arc::clone(medium),
-                };
-                let (mut tier, opened) = FlashTier::open(
-                    medium,
-                    pool.info().pool_id,
-                    flash.region_size_bytes,
-                    record_bytes_max,
-                    keep,
-                )?;
-                tier.read_delay_for_tests = flash.read_delay_for_tests;
-                Some((tier, opened))
-            }
-            None => None,
-        };
-        let (flash, flash_opened) = match flash {
-            Some((tier, opened)) => (Some(tier), Some(opened)),
-            None => (None, None),
-        };
-        let segment_size_bytes = geometry.segment_size_bytes as usize;
-        let total = segments.len();
-        let inner = Inner {
-            shards,
-            segment_size_bytes,
-            units_per_segment: geometry.segment_size_bytes / record::RECORD_ALIGN_BYTES as u64,
-            sync_inline: config.durability == Durability::Sync && !config.group_commit,
-            // A quarter of a shard's share of segments may be open (partly filled) at once.
-            open_segments_per_shard_max: (total / (usize::from(shard_count) * OPEN_SHARE_DIVISOR))
-                .clamp(1, OPEN_SEGMENTS_PER_SHARD_MAX),
-            clean_segments_per_shard_max: (total
-                / (usize::from(shard_count) * CLEAN_SHARE_DIVISOR))
-                .clamp(1, CLEAN_SEGMENTS_PER_SHARD_MAX),
-            durability: config.durability,
-            track_dirty: matches!(config.durability, Durability::Interval { .. })
-                || (config.durability == Durability::Sync && config.group_commit),
-            dirty_any: AtomicBool::new(false),
-            commit_lock: Mutex::new(()),
-            whole_pool: (pool.backend() == Backend::SharedFile).then(|| pool.persister()),
-            dram: pool.backend() == Backend::Dram,
-            clock: config.clock.clone(),
-            policy: config.eviction,
-            free: Mutex::new(FreePool {
-                list: Vec::new(),
-                in_use: 0,
-                // Set by `recovery::settle`, once the segments are listed, before any write.
-                limit: 0,
-                retired: Vec::new(),
-                index_bytes,
-            }),
-            seq: Mutex::new(SeqState {
-                next: seq_reserved,
-                reserved_until: seq_reserved,
-                root: root_area,
-            }),
-            failed: AtomicBool::new(false),
-            failure: Mutex::new(None),
-            flush_at_ms: AtomicU64::new(0),
+        let (flash, flash_opened) = open_flash(config, &pool, root.plan, value_len_max)?;
+        let inner = new_inner(InnerParts {
+            config,
+            pool: &pool,
+            shards: built.shards,
+            segment_count: segments.len(),
+            shard_count: root.shard_count,
+            seq_reserved: root.seq_reserved,
+            root_area: root.area,
             value_len_max,
-            scrub: Mutex::new(crate::scrub::ScrubState::default()),
-            validate_every_read: config.validate_every_read,
-            hash_mask: if config.hash_collisions_for_tests {
-                !(((1u64 << crate::index::HASH_BITS) - 1) & !0x3f)
-            } else {
-                u64::MAX
-            },
             flash,
-            flash_admission: config
-                .flash
-                .as_ref()
-                .map_or(FlashAdmission::All, |f| f.admission),
-            flash_write_bytes_per_sec_max: config
-                .flash
-                .as_ref()
-                .map_or(0, |f| f.write_bytes_per_sec_max),
-            item_size_bytes_expected: config.item_size_bytes_expected,
-            shard_memory_bytes: memory_bytes / u64::from(shard_count),
-            flash_items_per_shard_max: flash_items_per_shard_max(
-                geometry.segment_count * geometry.segment_size_bytes,
-                config.shard_count,
-            ),
-        };
-        give_salvaged_flash(&inner, placement_switch_flash, &trusted);
-        let snapshot = match (plan, pool.take_sidecar()) {
-            (RecoveryPlan::Recover, Ok(payload)) if files.is_none() => Some(payload),
-            (RecoveryPlan::Recover, Ok(payload)) => {
-                // A switch to the pool placement after a clean close with the index in DRAM:
-                // the shards are rebuilt from their segments into files, and their flash
-                // entries, which no segment names, come from the snapshot of that close.
-                if inner.flash.is_some() {
-                    let saved = snapshot::flash_entries(
-                        &payload,
-                        inner.shards.len(),
-                        inner.segment_size_bytes,
-                        segments.len() * inner.segment_size_bytes,
-                    );
-                    if saved.is_none() {
-                        tracing::warn!(
-                            "the clean-close snapshot does not parse; the flash tier starts empty"
-                        );
-                    }
-                    give_salvaged_flash(&inner, saved.unwrap_or_default(), &trusted);
-                }
-                None
-            }
-            (_, Err(Some(why))) => {
-                tracing::warn!(
-                    pool = %pool.path().display(),
-                    "the clean-close sidecar was not used ({why}); every segment is scanned instead"
-                );
-                None
-            }
-            _ => None,
-        };
-        let observer = config.recovery_observer.as_ref();
+            memory_bytes,
+        });
+        give_salvaged_flash(&inner, placement_switch_flash, &built.trusted);
+        let snapshot = usable_snapshot(
+            &inner,
+            &mut pool,
+            root.plan,
+            files.is_some(),
+            &built.trusted,
+            segments.len(),
+        );
         // Only a crash can leave a torn write at the end of a log; after a clean close every
         // invalid record is damage.
         let left = recovery::Left::of(pool.opened());
-        let recover =
-            |segments| recovery::recover(&inner, segments, plan, &trusted, left, observer);
-        let recovery = match snapshot {
-            Some(payload) => match snapshot::restore(&inner, segments, &payload) {
-                Ok(report) => report,
-                Err(segments) => {
-                    tracing::warn!(
-                        pool = %pool.path().display(),
-                        "the clean-close snapshot does not match the pool; every segment is \
-                         scanned instead"
-                    );
-                    recover(segments)?
-                }
-            },
-            None => recover(segments)?,
-        };
+        let mut recovery = run_recovery(
+            &inner,
+            &pool,
+            segments,
+            snapshot,
+            (root.plan, &built.trusted, left),
+            config,
+        )?;
         // Only a mapped index leaves the records untouched at open (a scan touched them all).
         // After a snapshot load the warmer is not worth it: on a server pinned to one core it
         // delayed the first hit by ~40 ms of the ~110 ms (docs/BENCHMARKS.md).
         let warmer = (recovery.shards_from_index_files > 0)
             .then(|| pool.populator().map(Warmer::spawn))
             .flatten();
-        let mut recovery = recovery;
         // A clean close settled every suspect before it saved the index; only a crash loses them.
         keep_flash_entries(&inner, &mut recovery, left.torn_possible);
         recovery.flash = flash_opened;
@@ -397,17 +157,7 @@ impl Engine {
             log_flash_open(opened, &recovery);
         }
         let inner = Arc::new(inner);
-        let flash_worker = match &inner.flash {
-            Some(_) => Some(FlashWorker::spawn(Arc::clone(&inner)).map_err(|e| {
-                OpenError::Flash(FlashError::Medium(strata_pool::MediumError::Io {
-                    op: "spawn the flash thread",
-                    path: "(flash)".into(),
-                    message: e.to_string(),
-                    os_error: e.raw_os_error(),
-                }))
-            })?),
-            None => None,
-        };
+        let flash_worker = spawn_flash_worker(&inner)?;
         Ok(Engine {
             flash_worker: Mutex::new(flash_worker),
             inner,
@@ -646,6 +396,428 @@ impl Drop for Warmer {
             let _ = thread.join();
         }
     }
+}
+
+/// Says that the pool file was found shorter than its geometry (and extended back).
+fn log_cut_short(pool: &Pool) {
+    if let Some(found_bytes) = pool.cut_at() {
+        tracing::error!(
+            pool = %pool.path().display(),
+            found_bytes,
+            expected_bytes = pool.geometry().pool_size_bytes(),
+            "the pool file was cut short; it was extended back to its length, and the records \
+             that lay past the cut are lost (the rest is served)"
+        );
+    }
+}
+
+/// The root area as `from_pool` leaves it: read (a reopened pool) and written back with this
+/// session's durability, and what it says.
+struct RootRead {
+    area: strata_pool::RootArea,
+    shard_count: u16,
+    seq_reserved: u64,
+    plan: RecoveryPlan,
+}
+
+/// Reads the pool's root area (a reopened pool), decides the recovery plan from how the pool
+/// was left, and writes the root back with this session's durability, persisted.
+fn open_root(pool: &mut Pool, config: &EngineConfig) -> Result<RootRead, OpenError> {
+    let mut area = pool.take_root();
+    let (shard_count, seq_reserved, previous_durability) = match pool.opened() {
+        Opened::Created => (config.shard_count as u16, 1, None),
+        Opened::Reopened { .. } => {
+            let root = root::read(area.bytes()).map_err(OpenError::Root)?;
+            let previous = Durability::from_code(root.durability.0, root.durability.1);
+            (root.shard_count, root.seq_reserved, previous)
+        }
+    };
+    let plan = recovery_plan(pool.opened(), previous_durability);
+    root::write(
+        area.bytes_mut(),
+        root::Root {
+            shard_count,
+            seq_reserved,
+            durability: config.durability.code(),
+        },
+    );
+    area.persist()?;
+    Ok(RootRead {
+        area,
+        shard_count,
+        seq_reserved,
+        plan,
+    })
+}
+
+/// The pool's index files, with the index placed in the pool; `None` with it in DRAM (after
+/// a switch from the pool placement following a clean close, the flash entries of the files
+/// it leaves go to `placement_switch_flash` first: no segment names them).
+fn open_index_files(
+    config: &EngineConfig,
+    pool: &Pool,
+    shard_count: u16,
+    segment_count: usize,
+    plan: RecoveryPlan,
+    placement_switch_flash: &mut Vec<Vec<crate::index::Entry>>,
+) -> Result<Option<Arc<IndexFiles>>, OpenError> {
+    let shards = usize::from(shard_count);
+    Ok(match (&config.pool, config.index_placement) {
+        (PoolLocation::File(path), IndexPlacement::Pool) => {
+            Some(Arc::new(IndexFiles::open(path, shards, segment_count)?))
+        }
+        (PoolLocation::Simulated(simulation), IndexPlacement::Pool) => {
+            let dir = config
+                .simulated_index_dir
+                .clone()
+                .expect("checked by validate");
+            let observer: Arc<dyn TableObserver> = simulation.clone();
+            Some(Arc::new(IndexFiles::open_dir(
+                dir,
+                shards,
+                segment_count,
+                Some(observer),
+            )?))
+        }
+        (PoolLocation::File(path), IndexPlacement::Dram) => {
+            if config.flash.is_some() && plan == RecoveryPlan::Recover {
+                *placement_switch_flash =
+                    flash_entries_of_files(path, shard_count, segment_count, pool);
+            }
+            IndexFiles::remove(path);
+            None
+        }
+        _ => None,
+    })
+}
+
+/// The shards `build_shards` made, and which of them mapped their index from its files.
+struct BuiltShards {
+    shards: Box<[Padded<ShardLock>]>,
+    trusted: Vec<bool>,
+}
+
+/// Makes the shards: each maps its index from the pool's files when they are current and its
+/// books sane (trusted), else starts an empty index for recovery to rebuild (in files or DRAM)
+/// with, from current files, the flash entries recovery indexes again.
+fn build_shards(
+    config: &EngineConfig,
+    pool: &Pool,
+    root: &RootRead,
+    files: &Option<Arc<IndexFiles>>,
+    segments: &[strata_pool::Segment],
+) -> BuiltShards {
+    let geometry = pool.geometry();
+    let shard_count = root.shard_count;
+    let per_shard = index_capacity_per_shard(config, geometry, shard_count);
+    let mut trusted = vec![false; usize::from(shard_count)];
+    let files_match = files.as_ref().is_some_and(|files| {
+        root.plan == RecoveryPlan::Recover
+            && index_files::files_match_pool(files, pool.info().pool_id, pool.opened())
+    });
+    let reusable = match files {
+        Some(files) if files_match => index_files::shards_with_sane_books(
+            files,
+            segments,
+            usize::from(shard_count),
+            geometry.segment_size_bytes as usize,
+        ),
+        _ => vec![false; usize::from(shard_count)],
+    };
+    // A shard rebuilt from its segments (a process crash caught it changing, or its books
+    // are damaged) keeps its flash items, which no segment names, when the tables it was
+    // using are current: they are read back from them (see `index_files`).
+    let salvage_flash = files_match && config.flash.is_some();
+    let shards: Box<[_]> = (0..shard_count)
+        .map(|id| {
+            let Some(files) = files else {
+                let index = Index::with_capacity(per_shard);
+                return Padded(ShardLock::new(Shard::new(
+                    id,
+                    segments.len(),
+                    index,
+                    None,
+                    false,
+                )));
+            };
+            let shard = shard_on_files(
+                files,
+                id,
+                per_shard,
+                reusable[usize::from(id)],
+                salvage_flash,
+                segments.len(),
+            );
+            trusted[usize::from(id)] = !shard.rebuilding;
+            Padded(ShardLock::new(shard))
+        })
+        .collect();
+    if let Some(files) = files {
+        // Every shard to be rebuilt is marked changing: the files may now name this session.
+        files.bind(pool.info().pool_id, pool.state_seq());
+    }
+    BuiltShards { shards, trusted }
+}
+
+/// Shard `id` with its index in `files`: mapped as it is when `reusable` (trusted), else
+/// empty and rebuilding, with the flash entries of its current tables when `salvage_flash`.
+fn shard_on_files(
+    files: &Arc<IndexFiles>,
+    id: u16,
+    per_shard: usize,
+    reusable: bool,
+    salvage_flash: bool,
+    segment_count: usize,
+) -> Shard {
+    let anchor = Anchor::new(Arc::clone(files), usize::from(id));
+    let mut salvaged = Vec::new();
+    let reopened = reusable
+        .then(|| anchor.open_tables(anchor.consistent_desc()))
+        .flatten();
+    let rebuilding = reopened.is_none();
+    let index = match reopened {
+        Some(index) => index,
+        // Rebuilt by recovery: untrusted until the rebuild ends.
+        None => {
+            if salvage_flash {
+                salvaged = anchor
+                    .open_tables(anchor.current_desc())
+                    .map(|tables| flash_entries(&tables))
+                    .unwrap_or_default();
+            }
+            anchor.untrust();
+            let home = TableHome::Files {
+                files: Arc::clone(files),
+                shard: id,
+            };
+            Index::with_capacity_in(home, per_shard, 0)
+        }
+    };
+    anchor.remove_other_tables(index.desc());
+    let mut shard = Shard::new(id, segment_count, index, Some(anchor), rebuilding);
+    shard.salvaged_flash = salvaged;
+    // A mapped index was not checked by anyone since it was last written: reads
+    // validate until the scrub has checked its entries.
+    shard.index_verified = rebuilding;
+    shard
+}
+
+/// The slots a new shard index starts with: a sixteenth of what the shard's share of the
+/// budget holds in items of the expected size; all of it with a flash tier, whose items
+/// outnumber the memory tier's many times over (it does not grow through many steps, each a
+/// rehash under the shard's lock, while the tier fills).
+fn index_capacity_per_shard(config: &EngineConfig, geometry: Geometry, shard_count: u16) -> usize {
+    let memory_bytes = geometry.segment_count * geometry.segment_size_bytes;
+    let items_expected = memory_bytes / (config.item_size_bytes_expected + INDEX_BYTES_PER_ITEM);
+    let start_divisor = if config.flash.is_some() {
+        1
+    } else {
+        INDEX_START_DIVISOR
+    };
+    (items_expected / u64::from(shard_count) / start_divisor).max(16) as usize
+}
+
+/// Opens the flash tier, when configured, on its medium: it keeps its items only when the
+/// pool kept its own (items on flash are found through the index, and a new pool's is empty).
+fn open_flash(
+    config: &EngineConfig,
+    pool: &Pool,
+    plan: RecoveryPlan,
+    value_len_max: usize,
+) -> Result<(Option<FlashTier>, Option<crate::FlashOpened>), OpenError> {
+    let Some(flash) = &config.flash else {
+        return Ok((None, None));
+    };
+    let keep = plan == RecoveryPlan::Recover && matches!(pool.opened(), Opened::Reopened { .. });
+    // Every record lives in one segment, so no demoted record is larger.
+    let record_bytes_max =
+        record::record_size_max(KEY_LEN_MAX, value_len_max).min(config.segment_size_bytes as usize);
+    let medium: Arc<dyn strata_pool::Medium> = match &flash.medium {
+        FlashMedium::File { path, size_bytes } => {
+            Arc::new(strata_pool::DirectFile::open(path, *size_bytes)?)
+        }
+        FlashMedium::Given(medium) => Arc::clone(medium),
+    };
+    let (mut tier, opened) = FlashTier::open(
+        medium,
+        pool.info().pool_id,
+        flash.region_size_bytes,
+        record_bytes_max,
+        keep,
+    )?;
+    tier.read_delay_for_tests = flash.read_delay_for_tests;
+    Ok((Some(tier), Some(opened)))
+}
+
+/// What `new_inner` builds the engine's shared state from.
+struct InnerParts<'a> {
+    config: &'a EngineConfig,
+    pool: &'a Pool,
+    shards: Box<[Padded<ShardLock>]>,
+    segment_count: usize,
+    shard_count: u16,
+    seq_reserved: u64,
+    root_area: strata_pool::RootArea,
+    value_len_max: usize,
+    flash: Option<FlashTier>,
+    memory_bytes: u64,
+}
+
+/// The engine's shared state, its free pool empty until recovery lists the segments.
+fn new_inner(parts: InnerParts<'_>) -> Inner {
+    let InnerParts {
+        config,
+        pool,
+        shards,
+        segment_count,
+        shard_count,
+        seq_reserved,
+        root_area,
+        value_len_max,
+        flash,
+        memory_bytes,
+    } = parts;
+    let geometry = pool.geometry();
+    let index_bytes: usize = shards.iter().map(|s| s.0.read().index.size_bytes()).sum();
+    let per_shard_share = |divisor: usize| segment_count / (usize::from(shard_count) * divisor);
+    let flash_config = config.flash.as_ref();
+    Inner {
+        shards,
+        segment_size_bytes: geometry.segment_size_bytes as usize,
+        units_per_segment: geometry.segment_size_bytes / record::RECORD_ALIGN_BYTES as u64,
+        sync_inline: config.durability == Durability::Sync && !config.group_commit,
+        // A quarter of a shard's share of segments may be open (partly filled) at once.
+        open_segments_per_shard_max: per_shard_share(OPEN_SHARE_DIVISOR)
+            .clamp(1, OPEN_SEGMENTS_PER_SHARD_MAX),
+        clean_segments_per_shard_max: per_shard_share(CLEAN_SHARE_DIVISOR)
+            .clamp(1, CLEAN_SEGMENTS_PER_SHARD_MAX),
+        durability: config.durability,
+        track_dirty: matches!(config.durability, Durability::Interval { .. })
+            || (config.durability == Durability::Sync && config.group_commit),
+        dirty_any: AtomicBool::new(false),
+        commit_lock: Mutex::new(()),
+        whole_pool: (pool.backend() == Backend::SharedFile).then(|| pool.persister()),
+        dram: pool.backend() == Backend::Dram,
+        clock: config.clock.clone(),
+        policy: config.eviction,
+        free: Mutex::new(FreePool {
+            list: Vec::new(),
+            in_use: 0,
+            // Set by `recovery::settle`, once the segments are listed, before any write.
+            limit: 0,
+            retired: Vec::new(),
+            index_bytes,
+        }),
+        seq: Mutex::new(SeqState {
+            next: seq_reserved,
+            reserved_until: seq_reserved,
+            root: root_area,
+        }),
+        failed: AtomicBool::new(false),
+        failure: Mutex::new(None),
+        flush_at_ms: AtomicU64::new(0),
+        value_len_max,
+        scrub: Mutex::new(crate::scrub::ScrubState::default()),
+        validate_every_read: config.validate_every_read,
+        hash_mask: if config.hash_collisions_for_tests {
+            !(((1u64 << crate::index::HASH_BITS) - 1) & !0x3f)
+        } else {
+            u64::MAX
+        },
+        flash,
+        flash_admission: flash_config.map_or(FlashAdmission::All, |f| f.admission),
+        flash_write_bytes_per_sec_max: flash_config.map_or(0, |f| f.write_bytes_per_sec_max),
+        item_size_bytes_expected: config.item_size_bytes_expected,
+        shard_memory_bytes: memory_bytes / u64::from(shard_count),
+        flash_items_per_shard_max: flash_items_per_shard_max(memory_bytes, config.shard_count),
+    }
+}
+
+/// The clean-close snapshot to load, if recovery may use it: with the index in DRAM. With it
+/// in the pool's files after a switch of placement, the shards are rebuilt from their segments
+/// instead, and the snapshot gives only their flash entries, which no segment names.
+fn usable_snapshot(
+    inner: &Inner,
+    pool: &mut Pool,
+    plan: RecoveryPlan,
+    index_in_files: bool,
+    trusted: &[bool],
+    segment_count: usize,
+) -> Option<Vec<u8>> {
+    match (plan, pool.take_sidecar()) {
+        (RecoveryPlan::Recover, Ok(payload)) if !index_in_files => Some(payload),
+        (RecoveryPlan::Recover, Ok(payload)) => {
+            if inner.flash.is_some() {
+                let saved = snapshot::flash_entries(
+                    &payload,
+                    inner.shards.len(),
+                    inner.segment_size_bytes,
+                    segment_count * inner.segment_size_bytes,
+                );
+                if saved.is_none() {
+                    tracing::warn!(
+                        "the clean-close snapshot does not parse; the flash tier starts empty"
+                    );
+                }
+                give_salvaged_flash(inner, saved.unwrap_or_default(), trusted);
+            }
+            None
+        }
+        (_, Err(Some(why))) => {
+            tracing::warn!(
+                pool = %pool.path().display(),
+                "the clean-close sidecar was not used ({why}); every segment is scanned instead"
+            );
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Indexes the segments: from the clean-close snapshot when there is one that matches the
+/// pool, else by recovery's scan (`plan`, the shards `trusted` mapped from their files, how
+/// the pool was `left`).
+fn run_recovery(
+    inner: &Inner,
+    pool: &Pool,
+    segments: Vec<strata_pool::Segment>,
+    snapshot: Option<Vec<u8>>,
+    (plan, trusted, left): (RecoveryPlan, &[bool], recovery::Left),
+    config: &EngineConfig,
+) -> Result<RecoveryReport, OpenError> {
+    let observer = config.recovery_observer.as_ref();
+    let recover = |segments| recovery::recover(inner, segments, plan, trusted, left, observer);
+    Ok(match snapshot {
+        Some(payload) => match snapshot::restore(inner, segments, &payload) {
+            Ok(report) => report,
+            Err(segments) => {
+                tracing::warn!(
+                    pool = %pool.path().display(),
+                    "the clean-close snapshot does not match the pool; every segment is \
+                     scanned instead"
+                );
+                recover(segments)?
+            }
+        },
+        None => recover(segments)?,
+    })
+}
+
+/// Starts the flash thread, when there is a flash tier.
+fn spawn_flash_worker(inner: &Arc<Inner>) -> Result<Option<FlashWorker>, OpenError> {
+    if inner.flash.is_none() {
+        return Ok(None);
+    }
+    FlashWorker::spawn(Arc::clone(inner))
+        .map(Some)
+        .map_err(|e| {
+            OpenError::Flash(FlashError::Medium(strata_pool::MediumError::Io {
+                op: "spawn the flash thread",
+                path: "(flash)".into(),
+                message: e.to_string(),
+                os_error: e.raw_os_error(),
+            }))
+        })
 }
 
 /// Writes every region the flash tier holds in DRAM and persists the medium (a clean close).

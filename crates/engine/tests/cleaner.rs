@@ -1,6 +1,10 @@
 //! The cleaner keeps every live item that fits: a store (`EvictionPolicy::None`) takes writes
 //! until its live data nearly fills memory, however the keys are overwritten, and a cache
 //! evicts nothing while its live data fits. Figures of space, not of time: no timing here.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

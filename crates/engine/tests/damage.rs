@@ -9,6 +9,10 @@
 //! only if the damage touched its record (or its index entry, with the index in the pool, until
 //! the scrub puts it back); `check_integrity` holds after the scrub; a scan visits no key that
 //! reads as absent.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,10 @@
 //!
 //! The medium is a RAM disk (`MemoryMedium`) or a slowed one (`SimulatedMedium`); the flash
 //! thread runs for real, so tests wait for what it does (bounded polls, never a fixed sleep).
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -20,6 +20,10 @@
 //!   of the stored hash bits), the same: items move to flash and back, and a value read is
 //!   never stale; a reopen after a clean close holds exactly the model's items, one after a
 //!   crash holds a subset of them (what flash had not written is gone), never an older value.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,4 +1,8 @@
 //! Pool tests: create, reopen, refuse what is not ours, persistence domains, crash images.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use super::*;
 

@@ -9,6 +9,10 @@
 //!   parsing again gives an equal request.
 //! - A pipelined stream of valid requests split at any byte boundaries parses, chunk by chunk,
 //!   into `Incomplete`s and exactly the requests the whole stream gives.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use proptest::prelude::*;
 use strata_protocol::memcache::{

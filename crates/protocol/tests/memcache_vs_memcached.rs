@@ -6,6 +6,10 @@
 //! Each input goes on a fresh connection followed by `mn\r\n`, and the bytes up to memcached's
 //! `MN\r\n` are compared with the parser's reply (empty under `noreply`). Inputs are chosen so
 //! their answer does not depend on stored data.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

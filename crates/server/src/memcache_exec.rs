@@ -279,47 +279,10 @@ impl MemcacheSession {
             let mut batch = Batch::default();
             let (parsed_to, batch_end) = batch.fill(input, consumed, &limits);
             batch.prefetch(ctx);
-            for (request, end) in batch.hot() {
-                match request {
-                    Hot::Get(get) => {
-                        // A get, gets or gat of keys on flash, from its first key: it waits,
-                        // unconsumed, while I/O threads read those keys ahead (in parallel);
-                        // the requests before it have run and their replies go out meanwhile.
-                        if self.get_paused.is_none()
-                            && ctx.flash_io.is_some()
-                            && self.flash_wait.must_wait(ctx, get.keys.iter())
-                        {
-                            // The gets pipelined behind it are read ahead in the same wait.
-                            let behind =
-                                batch
-                                    .hot()
-                                    .filter(|&(_, e)| e > end)
-                                    .filter_map(|(request, _)| match request {
-                                        Hot::Get(get) => Some(get.keys),
-                                        Hot::Store(_) => None,
-                                    });
-                            self.flash_wait
-                                .read_ahead_too(ctx, behind.flat_map(|keys| keys.iter()));
-                            return Processed::flash_wait(consumed);
-                        }
-                        if self.get(get, ctx, out) {
-                            // Resumed once the connection has written the output.
-                            return Processed::paused(consumed);
-                        }
-                    }
-                    Hot::Store(store) => {
-                        // add, replace, append, prepend and cas read the item they change.
-                        if store.command != StoreCommand::Set
-                            && ctx.flash_io.is_some()
-                            && self.flash_wait.must_wait(ctx, [store.key])
-                        {
-                            return Processed::flash_wait(consumed);
-                        }
-                        storage::execute(store, ctx, out, &mut self.pending);
-                    }
-                }
-                consumed = end;
-            }
+            consumed = match self.run_hot(&batch, consumed, ctx, out) {
+                Ok(consumed) => consumed,
+                Err(stop) => return stop,
+            };
             if let BatchEnd::Other(request) = batch_end {
                 // consumed is where it starts: it may wait, unconsumed, like a get.
                 if ctx.flash_io.is_some() && self.flash_wait.must_wait(ctx, flash_key(&request)) {
@@ -331,33 +294,104 @@ impl MemcacheSession {
                 }
             }
             debug_assert_eq!(consumed, parsed_to);
-            match batch_end {
-                BatchEnd::Open | BatchEnd::Other(_) => {}
-                BatchEnd::Error(ParseError::Reply {
-                    reply,
-                    consumed: used,
-                    swallow_len,
-                }) => {
-                    ctx.stats.count_error();
-                    out.extend_from_slice(reply);
-                    consumed += used;
-                    self.swallow_len = swallow_len;
-                }
-                BatchEnd::Error(ParseError::Incomplete) => break,
-                BatchEnd::Error(ParseError::Binary { opcode, opaque }) => {
-                    ctx.stats.count_error();
-                    encode::binary_not_supported(opcode, opaque, out);
-                    return Processed::closing(consumed);
-                }
-                BatchEnd::Error(error) => {
-                    self.hang_up = error == ParseError::CrossProtocol;
-                    return Processed::closing(consumed);
-                }
-            }
+            consumed = match self.after_batch(batch_end, consumed, ctx, out) {
+                Ok(Some(consumed)) => consumed,
+                Ok(None) => break,
+                Err(stop) => return stop,
+            };
             consumed += self.swallow(&input[consumed..]);
         }
         debug_assert!(consumed <= input.len());
         Processed::open(consumed)
+    }
+
+    /// Runs the gets and stores of `batch` from `consumed` on; returns where they end, or what
+    /// to report when one waits for flash reads or pauses at the output limit (unconsumed).
+    fn run_hot(
+        &mut self,
+        batch: &Batch<'_>,
+        mut consumed: usize,
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, Processed> {
+        for (request, end) in batch.hot() {
+            match request {
+                Hot::Get(get) => {
+                    // A get, gets or gat of keys on flash, from its first key: it waits,
+                    // unconsumed, while I/O threads read those keys ahead (in parallel);
+                    // the requests before it have run and their replies go out meanwhile.
+                    if self.get_paused.is_none()
+                        && ctx.flash_io.is_some()
+                        && self.flash_wait.must_wait(ctx, get.keys.iter())
+                    {
+                        // The gets pipelined behind it are read ahead in the same wait.
+                        let behind =
+                            batch
+                                .hot()
+                                .filter(|&(_, e)| e > end)
+                                .filter_map(|(request, _)| match request {
+                                    Hot::Get(get) => Some(get.keys),
+                                    Hot::Store(_) => None,
+                                });
+                        self.flash_wait
+                            .read_ahead_too(ctx, behind.flat_map(|keys| keys.iter()));
+                        return Err(Processed::flash_wait(consumed));
+                    }
+                    if self.get(get, ctx, out) {
+                        // Resumed once the connection has written the output.
+                        return Err(Processed::paused(consumed));
+                    }
+                }
+                Hot::Store(store) => {
+                    // add, replace, append, prepend and cas read the item they change.
+                    if store.command != StoreCommand::Set
+                        && ctx.flash_io.is_some()
+                        && self.flash_wait.must_wait(ctx, [store.key])
+                    {
+                        return Err(Processed::flash_wait(consumed));
+                    }
+                    storage::execute(store, ctx, out, &mut self.pending);
+                }
+            }
+            consumed = end;
+        }
+        Ok(consumed)
+    }
+
+    /// After a batch's requests ran: answers the parse error that ended it, if any. Returns
+    /// where to go on from, `None` when the rest of the request is still to come, or what to
+    /// report when the connection must close.
+    fn after_batch(
+        &mut self,
+        batch_end: BatchEnd<'_>,
+        mut consumed: usize,
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<usize>, Processed> {
+        match batch_end {
+            BatchEnd::Open | BatchEnd::Other(_) => {}
+            BatchEnd::Error(ParseError::Reply {
+                reply,
+                consumed: used,
+                swallow_len,
+            }) => {
+                ctx.stats.count_error();
+                out.extend_from_slice(reply);
+                consumed += used;
+                self.swallow_len = swallow_len;
+            }
+            BatchEnd::Error(ParseError::Incomplete) => return Ok(None),
+            BatchEnd::Error(ParseError::Binary { opcode, opaque }) => {
+                ctx.stats.count_error();
+                encode::binary_not_supported(opcode, opaque, out);
+                return Err(Processed::closing(consumed));
+            }
+            BatchEnd::Error(error) => {
+                self.hang_up = error == ParseError::CrossProtocol;
+                return Err(Processed::closing(consumed));
+            }
+        }
+        Ok(Some(consumed))
     }
 }
 

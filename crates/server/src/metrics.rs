@@ -124,13 +124,12 @@ pub fn render(ctx: &ServerContext, metrics: &Metrics) -> String {
     out
 }
 
-fn render_server(out: &mut String, ctx: &ServerContext) {
-    let stats = &ctx.stats;
+/// The server's counters: name, help, value.
+fn server_counters(stats: &crate::stats::ServerStats) -> [(&'static str, &'static str, u64); 11] {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    render_commands(out, stats);
     let get_keys = load(&stats.get_keys);
     let get_hits = load(&stats.get_hits);
-    let counters = [
+    [
         (
             "strata_get_hits_total",
             "Keys read that were found.",
@@ -187,8 +186,14 @@ fn render_server(out: &mut String, ctx: &ServerContext) {
             "memcached authentication tokens refused.",
             load(&stats.auth_errors),
         ),
-    ];
-    for (name, help, value) in counters {
+    ]
+}
+
+fn render_server(out: &mut String, ctx: &ServerContext) {
+    let stats = &ctx.stats;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    render_commands(out, stats);
+    for (name, help, value) in server_counters(stats) {
         single(out, name, "counter", help, value);
     }
     let current = load(&stats.connections_current);
@@ -353,6 +358,12 @@ fn render_tiers(out: &mut String, ctx: &ServerContext) {
         return;
     };
     render_fields(out, "strata_flash", &tiers::flash_fields(flash));
+    render_flash_read_latency(out, flash);
+}
+
+/// The flash medium's read latency as a Prometheus histogram.
+fn render_flash_read_latency(out: &mut String, flash: &strata_engine::FlashStats) {
+    use crate::tiers;
     let name = "strata_flash_read_latency_seconds";
     header(
         out,

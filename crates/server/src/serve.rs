@@ -100,31 +100,7 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         ],
     );
 
-    let opening = Instant::now();
-    let mut engine_config = strata_engine::EngineConfig {
-        recovery_observer: Some(recovery_observer()),
-        ..config.engine_config()
-    };
-    if let (Some(flash), Ok(ms)) = (
-        engine_config.flash.as_mut(),
-        std::env::var(FLASH_READ_DELAY_ENV),
-    ) {
-        flash.read_delay_for_tests = Duration::from_millis(ms.parse().unwrap_or(0));
-    }
-    let engine = Arc::new(Engine::open(engine_config)?);
-    let report = engine.recovery_report();
-    tracing::info!(
-        elapsed_ms = opening.elapsed().as_millis() as u64,
-        items_recovered = report.items_recovered,
-        segments_recovered = report.segments_recovered,
-        records_damaged = report.records_damaged,
-        records_torn = report.records_torn,
-        segments_corrupt = report.segments_corrupt,
-        from_snapshot = report.from_snapshot,
-        shards_from_index_files = report.shards_from_index_files,
-        index_placement = engine.index_placement().name(),
-        "engine open"
-    );
+    let engine = open_engine(config)?;
     let settings = config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));
     let mut ctx = ServerContext::new(Arc::clone(&engine), settings);
     if engine.has_flash() {
@@ -141,20 +117,7 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
 
     let poll = Poll::new()?;
     let acceptor_waker = Arc::new(Waker::new(poll.registry(), listener::WAKER_TOKEN)?);
-    let limits = Limits::new(config.read_buffer_bytes_max(), config.idle_timeout_secs);
-    let workers = (0..config.threads)
-        .map(|id| {
-            let shared = WorkerShared {
-                ctx: Arc::clone(&ctx),
-                metrics: Arc::clone(&metrics),
-                limits,
-                sessions,
-                acceptor_waker: Arc::clone(&acceptor_waker),
-                flash_read_poll_idle_ms: config.flash.as_ref().map_or(0, |f| f.read_poll_idle_ms),
-            };
-            worker::spawn(id, shared)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let workers = spawn_workers(config, &ctx, &metrics, sessions, &acceptor_waker)?;
     let listeners = [
         (bound.memcache, Protocol::Memcache),
         (bound.resp, Protocol::Resp),
@@ -192,6 +155,60 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
         "stopped; pool closed cleanly"
     );
     Ok(())
+}
+
+/// Opens the engine the configuration describes, and logs what the open found.
+fn open_engine(config: &ServerConfig) -> Result<Arc<Engine>, ServeError> {
+    let opening = Instant::now();
+    let mut engine_config = strata_engine::EngineConfig {
+        recovery_observer: Some(recovery_observer()),
+        ..config.engine_config()
+    };
+    if let (Some(flash), Ok(ms)) = (
+        engine_config.flash.as_mut(),
+        std::env::var(FLASH_READ_DELAY_ENV),
+    ) {
+        flash.read_delay_for_tests = Duration::from_millis(ms.parse().unwrap_or(0));
+    }
+    let engine = Arc::new(Engine::open(engine_config)?);
+    let report = engine.recovery_report();
+    tracing::info!(
+        elapsed_ms = opening.elapsed().as_millis() as u64,
+        items_recovered = report.items_recovered,
+        segments_recovered = report.segments_recovered,
+        records_damaged = report.records_damaged,
+        records_torn = report.records_torn,
+        segments_corrupt = report.segments_corrupt,
+        from_snapshot = report.from_snapshot,
+        shards_from_index_files = report.shards_from_index_files,
+        index_placement = engine.index_placement().name(),
+        "engine open"
+    );
+    Ok(engine)
+}
+
+/// Starts the worker threads.
+fn spawn_workers(
+    config: &ServerConfig,
+    ctx: &Arc<ServerContext>,
+    metrics: &Arc<Metrics>,
+    sessions: Sessions,
+    acceptor_waker: &Arc<Waker>,
+) -> Result<Vec<worker::WorkerHandle>, ServeError> {
+    let limits = Limits::new(config.read_buffer_bytes_max(), config.idle_timeout_secs);
+    Ok((0..config.threads)
+        .map(|id| {
+            let shared = WorkerShared {
+                ctx: Arc::clone(ctx),
+                metrics: Arc::clone(metrics),
+                limits,
+                sessions,
+                acceptor_waker: Arc::clone(acceptor_waker),
+                flash_read_poll_idle_ms: config.flash.as_ref().map_or(0, |f| f.read_poll_idle_ms),
+            };
+            worker::spawn(id, shared)
+        })
+        .collect::<Result<Vec<_>, _>>()?)
 }
 
 /// Checks, in the background at the lowest priority, what the open adopted without reading

@@ -445,34 +445,8 @@ impl Worker {
             slot,
             connection_id: connection.id,
         };
-        let queued = if let Some(keys) = connection.take_flash_keys() {
-            Some(match self.flash_ring.as_mut() {
-                Some(ring) => {
-                    ring.start(&shared.ctx.engine, keys, done) == flash_io::Started::Reading
-                }
-                None => {
-                    let job = flash_io::Job {
-                        keys,
-                        done,
-                        reply: self.flash_reply.clone(),
-                    };
-                    shared
-                        .ctx
-                        .flash_io
-                        .as_ref()
-                        .is_some_and(|io| io.submit(job))
-                }
-            })
-        } else {
-            connection.take_flash_walk().map(|walk| {
-                let reply = self.flash_reply.clone();
-                shared
-                    .ctx
-                    .flash_io
-                    .as_ref()
-                    .is_some_and(|io| io.walk(walk, done, reply))
-            })
-        };
+        let ring = self.flash_ring.as_mut();
+        let queued = start_flash_wait(shared, ring, &self.flash_reply, connection, done);
         if let Some(queued) = queued {
             shared.ctx.stats.flash_waits.fetch_add(1, Ordering::Relaxed);
             if !queued {
@@ -699,5 +673,43 @@ impl Worker {
                 .fetch_add(self.traffic.written_bytes, Ordering::Relaxed);
         }
         self.traffic = Traffic::default();
+    }
+}
+
+/// Hands what a connection's request waits for (keys, or a KEYS walk) to this worker's ring
+/// or to the I/O threads: `Some(queued)` when it asked for a wait, `queued` false when there
+/// was nothing to wait for after all (or no I/O threads).
+fn start_flash_wait(
+    shared: &WorkerShared,
+    ring: Option<&mut flash_io::RingReads>,
+    reply: &flash_io::ReplyTo,
+    connection: &mut Connection,
+    done: flash_io::Done,
+) -> Option<bool> {
+    if let Some(keys) = connection.take_flash_keys() {
+        Some(match ring {
+            Some(ring) => ring.start(&shared.ctx.engine, keys, done) == flash_io::Started::Reading,
+            None => {
+                let job = flash_io::Job {
+                    keys,
+                    done,
+                    reply: reply.clone(),
+                };
+                shared
+                    .ctx
+                    .flash_io
+                    .as_ref()
+                    .is_some_and(|io| io.submit(job))
+            }
+        })
+    } else {
+        connection.take_flash_walk().map(|walk| {
+            let reply = reply.clone();
+            shared
+                .ctx
+                .flash_io
+                .as_ref()
+                .is_some_and(|io| io.walk(walk, done, reply))
+        })
     }
 }

@@ -8,6 +8,10 @@
 //!
 //! Needs `/usr/bin/redis-server` (Debian `redis-server`); without it the test fails and says
 //! how to install it.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

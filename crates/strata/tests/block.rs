@@ -4,7 +4,10 @@
 //! malformed handshakes and requests, a client that vanishes mid-write, one that stays silent.
 //! fio's NBD engine with `verify=crc32c` for write-back. `scripts/test.sh` installs libnbd-bin,
 //! python3-libnbd and fio; these tests fail, not skip, without.
-
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 // NBD is big-endian on the wire (the workspace denies big-endian conversions elsewhere).
 #![allow(clippy::big_endian_bytes)]
 

@@ -18,7 +18,10 @@
 //! (each write a part of a line, so the rest comes from the cache or the store) and in DRAM.
 //!
 //! `STRATA_BLOCK_KILL_ROUNDS=N`: rounds per mode and kill point (default 4).
-
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 // NBD is big-endian on the wire (the workspace denies big-endian conversions elsewhere).
 #![allow(clippy::big_endian_bytes)]
 

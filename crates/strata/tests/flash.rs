@@ -1,6 +1,10 @@
 //! The flash tier through the real binary: `--flash`, items evicted from memory served from
 //! flash, kept across a clean restart and a `kill -9`, never a wrong value, and the tier in
 //! `stats`, `INFO` and `/metrics`.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 mod harness;
 

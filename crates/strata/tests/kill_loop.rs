@@ -30,6 +30,10 @@
 //! writes of all rounds, nor the segments each restart seals half empty: the cleaner moves live
 //! records throughout (a kill lands in the middle of its passes), and nothing may be evicted,
 //! so a missing key is a lost write.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 mod harness;
 

@@ -2,6 +2,10 @@
 //! client sees part of a transaction, WATCH retry loops lose no update, and redis-py's
 //! pipelines, `transaction()` helper and WATCH loops behave as against Redis. (Reply-exact
 //! checks against a real redis-server are in the server crate's differential test.)
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
 
 mod harness;
 
@@ -257,5 +261,9 @@ fn multi_key_commands_are_atomic_across_workers() {
     for thread in readers.into_iter().chain([mset, rename]) {
         thread.join().unwrap();
     }
-    assert_eq!(torn.load(Ordering::Relaxed), 0, "a reader saw part of a multi-key write");
+    assert_eq!(
+        torn.load(Ordering::Relaxed),
+        0,
+        "a reader saw part of a multi-key write"
+    );
 }

@@ -404,6 +404,24 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
     for t in targets {
         summary_row(md, t);
     }
+    phase_table(md, targets);
+    md.push('\n');
+    restart_table(md, targets);
+    for t in targets {
+        if let Some(f) = t.flash.as_ref().filter(|f| !f.stats.is_empty()) {
+            let stats: Vec<String> = f.stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(
+                md,
+                "- {} stats after the check: {}",
+                t.server,
+                stats.join(", ")
+            );
+        }
+    }
+}
+
+/// Each server's mixed phases: rate, hits, latency, CPU, disk reads.
+fn phase_table(md: &mut String, targets: &[TargetSummary]) {
     md.push_str(
         "\n| server | phase | req/s | GET hit % | p50 µs | p99 µs | p99.9 µs | server CPU µs/req \
          | disk read B/GET | flash reads per flash hit | CPU steal % |\n\
@@ -425,19 +443,6 @@ pub fn flash_tables(md: &mut String, targets: &[TargetSummary]) {
                 opt(p.disk_read_bytes_per_get, 0),
                 opt(p.flash_reads_per_flash_hit, 2),
                 opt(p.steal_percent, 1),
-            );
-        }
-    }
-    md.push('\n');
-    restart_table(md, targets);
-    for t in targets {
-        if let Some(f) = t.flash.as_ref().filter(|f| !f.stats.is_empty()) {
-            let stats: Vec<String> = f.stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            let _ = writeln!(
-                md,
-                "- {} stats after the check: {}",
-                t.server,
-                stats.join(", ")
             );
         }
     }

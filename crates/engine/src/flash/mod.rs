@@ -468,6 +468,83 @@ pub struct FlashOpened {
     pub formatted_because: Option<&'static str>,
 }
 
+/// A written region being reclaimed, as its state said when it was taken.
+#[derive(Clone, Copy)]
+struct ReclaimVictim {
+    index: u32,
+    seq: u64,
+    payload_bytes: u64,
+    records: u64,
+    directory_crc: u32,
+}
+
+/// What a medium's superblock must say for its regions to be kept.
+struct Geometry {
+    pool_id: u64,
+    region_size_bytes: u64,
+    regions: u64,
+    record_align: usize,
+}
+
+/// Why the medium whose first block is `first` (superblock `found`) cannot be kept as it is,
+/// or `None` when it can.
+fn why_not_kept(
+    first: &[u8],
+    found: Option<Superblock>,
+    keep: bool,
+    geometry: &Geometry,
+) -> Option<&'static str> {
+    match found {
+        None if format::superblock_version(first).is_some_and(|v| v != format::FORMAT_VERSION) => {
+            const _: () = assert!(format::FORMAT_VERSION == 3, "update the message");
+            Some("it is in another version of the flash format (this build's is 3)")
+        }
+        None => Some("no strata flash superblock (a new or foreign medium, or damage)"),
+        Some(_) if !keep => Some("the memory tier did not keep its items"),
+        Some(sb) if sb.pool_id != geometry.pool_id => Some("it belongs to another pool"),
+        Some(sb) if sb.region_size_bytes != geometry.region_size_bytes => {
+            Some("its region size differs from the configured one")
+        }
+        Some(sb) if sb.region_count != geometry.regions => {
+            Some("its size differs from the configured one")
+        }
+        Some(sb) if sb.record_align_bytes as usize != geometry.record_align => {
+            Some("its record alignment differs from the one its size calls for")
+        }
+        Some(_) => None,
+    }
+}
+
+/// Writes and persists a new superblock for `geometry` in `first` and on the medium: every
+/// region is free from now on.
+fn format_medium(
+    medium: &dyn Medium,
+    first: &mut AlignedBuf,
+    geometry: &Geometry,
+) -> Result<Superblock, FlashError> {
+    let sb = Superblock {
+        flash_id: random_u64(),
+        pool_id: geometry.pool_id,
+        region_size_bytes: geometry.region_size_bytes,
+        region_count: geometry.regions,
+        created_unix_secs: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        record_align_bytes: geometry.record_align as u32,
+    };
+    format::write_superblock(first, &sb);
+    medium.write_at(0, first)?;
+    medium
+        .persist(0, BLOCK_SIZE_BYTES as u64)
+        .map_err(|e| MediumError::Io {
+            op: "persist superblock",
+            path: "(flash)".into(),
+            message: e.message,
+            os_error: None,
+        })?;
+    Ok(sb)
+}
+
 impl FlashTier {
     /// Opens the flash tier on `medium` for pool `pool_id`: keeps what it holds when `keep` is
     /// set and its superblock names this pool and geometry (regions are then listed from their
@@ -505,52 +582,16 @@ impl FlashTier {
         let mut first = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, block);
         medium.read_at(0, &mut first)?;
         let found = format::read_superblock(&first);
-        let why_not = match found {
-            None if format::superblock_version(&first)
-                .is_some_and(|v| v != format::FORMAT_VERSION) =>
-            {
-                const _: () = assert!(format::FORMAT_VERSION == 3, "update the message");
-                Some("it is in another version of the flash format (this build's is 3)")
-            }
-            None => Some("no strata flash superblock (a new or foreign medium, or damage)"),
-            Some(_) if !keep => Some("the memory tier did not keep its items"),
-            Some(sb) if sb.pool_id != pool_id => Some("it belongs to another pool"),
-            Some(sb) if sb.region_size_bytes != region_size_bytes => {
-                Some("its region size differs from the configured one")
-            }
-            Some(sb) if sb.region_count != regions => {
-                Some("its size differs from the configured one")
-            }
-            Some(sb) if sb.record_align_bytes as usize != record_align => {
-                Some("its record alignment differs from the one its size calls for")
-            }
-            Some(_) => None,
+        let geometry = Geometry {
+            pool_id,
+            region_size_bytes,
+            regions,
+            record_align,
         };
+        let why_not = why_not_kept(&first, found, keep, &geometry);
         let superblock = match (found, why_not) {
             (Some(sb), None) => sb,
-            _ => {
-                let sb = Superblock {
-                    flash_id: random_u64(),
-                    pool_id,
-                    region_size_bytes,
-                    region_count: regions,
-                    created_unix_secs: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs()),
-                    record_align_bytes: record_align as u32,
-                };
-                format::write_superblock(&mut first, &sb);
-                medium.write_at(0, &first)?;
-                medium
-                    .persist(0, BLOCK_SIZE_BYTES as u64)
-                    .map_err(|e| MediumError::Io {
-                        op: "persist superblock",
-                        path: "(flash)".into(),
-                        message: e.message,
-                        os_error: None,
-                    })?;
-                sb
-            }
+            _ => format_medium(&*medium, &mut first, &geometry)?,
         };
         let tier = FlashTier {
             medium,
@@ -1050,70 +1091,105 @@ impl FlashTier {
         unindex: &mut dyn FnMut(u64, RecordKey<'_>),
         visited_all: &mut dyn FnMut(),
     ) -> Result<u64, MediumError> {
-        let (index, seq, payload_bytes, records, directory_crc) = {
-            let mut regions = self.regions.lock().expect("regions lock");
-            let Some(at) = self.reclaim_candidate(&regions, now_ms, oldest) else {
-                return Ok(0);
-            };
-            let (index, seq) = regions.written.remove(at).expect("candidate in range");
-            // Its entries are about to go: no read needs its filter, and its next use has none.
-            *self.filters[index as usize].write().expect("filter lock") = None;
-            let RegionState::Written {
-                payload_bytes,
-                records,
-                directory_crc,
-                ..
-            } = regions.states[index as usize]
-            else {
-                unreachable!("a listed region is written");
-            };
-            (index, seq, payload_bytes, records, directory_crc)
+        let Some(victim) = self.take_reclaim_candidate(now_ms, oldest) else {
+            return Ok(0);
         };
-        let mut read = Ok(());
-        let visited = match self.read_directory(
-            index,
-            payload_bytes,
-            records,
-            directory_crc,
-            Some(&self.counters.reclaim_read_bytes),
-        ) {
-            Some(entries) => {
-                for entry in entries.chunks_exact(DIRECTORY_ENTRY_BYTES) {
-                    let (offset, hash) = format::read_directory_entry(entry);
-                    if u64::from(offset) < payload_bytes {
-                        unindex(
-                            self.location_of(index, offset as usize),
-                            RecordKey::Hash(hash),
-                        );
-                    }
-                }
-                records
-            }
-            None => {
-                self.counters
-                    .reclaim_full_reads
-                    .fetch_add(1, Ordering::Relaxed);
-                let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
-                let len = (BLOCK_SIZE_BYTES + payload_bytes as usize).next_multiple_of(block);
-                let mut buf = AlignedBuf::zeroed(len, block);
-                read = self.medium.read_at(self.region_offset(index), &mut buf);
-                self.counters
-                    .reclaim_read_bytes
-                    .fetch_add(len as u64, Ordering::Relaxed);
-                if read.is_ok() {
-                    self.visit_records(index, seq, &buf[BLOCK_SIZE_BYTES..], unindex)
-                } else {
-                    self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
-                    0
-                }
-            }
-        };
+        let visited = self.unindex_region(&victim, unindex);
         // The caller's batched drops happen before the region can be reused.
         visited_all();
         // A region that cannot be read back: its entries fail every read's check (they miss)
         // and are replaced or dropped as their keys are written; nothing is served from it.
         // The reclaimed header goes down (and is persisted) before the region is reused, so
         // no later open takes its old records for current ones.
+        let marked = self.mark_reclaimed(victim.index, victim.seq, now_ms);
+        let mut regions = self.regions.lock().expect("regions lock");
+        regions.states[victim.index as usize] = RegionState::Free;
+        regions.free.push_back(victim.index);
+        self.counters
+            .reclaimed_regions
+            .fetch_add(1, Ordering::Relaxed);
+        visited.and_then(|visited| marked.map(|()| visited))
+    }
+
+    /// Takes the region to reclaim off the written list (see `reclaim_candidate`) and drops
+    /// its key filter; `None` when there is none.
+    fn take_reclaim_candidate(&self, now_ms: u64, oldest: bool) -> Option<ReclaimVictim> {
+        let mut regions = self.regions.lock().expect("regions lock");
+        let at = self.reclaim_candidate(&regions, now_ms, oldest)?;
+        let (index, seq) = regions.written.remove(at).expect("candidate in range");
+        // Its entries are about to go: no read needs its filter, and its next use has none.
+        *self.filters[index as usize].write().expect("filter lock") = None;
+        let RegionState::Written {
+            payload_bytes,
+            records,
+            directory_crc,
+            ..
+        } = regions.states[index as usize]
+        else {
+            unreachable!("a listed region is written");
+        };
+        Some(ReclaimVictim {
+            index,
+            seq,
+            payload_bytes,
+            records,
+            directory_crc,
+        })
+    }
+
+    /// Calls `unindex(location, key)` for each record of the region being reclaimed, its keys
+    /// from the directory, else from the records themselves (the whole region read). Returns
+    /// the records visited, or the read's error.
+    fn unindex_region(
+        &self,
+        victim: &ReclaimVictim,
+        unindex: &mut dyn FnMut(u64, RecordKey<'_>),
+    ) -> Result<u64, MediumError> {
+        let ReclaimVictim {
+            index,
+            seq,
+            payload_bytes,
+            records,
+            directory_crc,
+        } = *victim;
+        let directory = self.read_directory(
+            index,
+            payload_bytes,
+            records,
+            directory_crc,
+            Some(&self.counters.reclaim_read_bytes),
+        );
+        if let Some(entries) = directory {
+            for entry in entries.chunks_exact(DIRECTORY_ENTRY_BYTES) {
+                let (offset, hash) = format::read_directory_entry(entry);
+                if u64::from(offset) < payload_bytes {
+                    unindex(
+                        self.location_of(index, offset as usize),
+                        RecordKey::Hash(hash),
+                    );
+                }
+            }
+            return Ok(records);
+        }
+        self.counters
+            .reclaim_full_reads
+            .fetch_add(1, Ordering::Relaxed);
+        let block = self.medium.block_size_bytes().max(BLOCK_SIZE_BYTES);
+        let len = (BLOCK_SIZE_BYTES + payload_bytes as usize).next_multiple_of(block);
+        let mut buf = AlignedBuf::zeroed(len, block);
+        let read = self.medium.read_at(self.region_offset(index), &mut buf);
+        self.counters
+            .reclaim_read_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        if let Err(err) = read {
+            self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(err);
+        }
+        Ok(self.visit_records(index, seq, &buf[BLOCK_SIZE_BYTES..], unindex))
+    }
+
+    /// Writes and persists the reclaimed header of region `index` (seq `seq`).
+    fn mark_reclaimed(&self, index: u32, seq: u64, now_ms: u64) -> Result<(), MediumError> {
         let header = RegionHeader {
             flash_id: self.superblock.flash_id,
             seq,
@@ -1129,8 +1205,7 @@ impl FlashTier {
         let mut buf = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, block);
         format::write_region_header(&mut buf[..BLOCK_SIZE_BYTES], &header);
         let offset = self.region_offset(index);
-        let marked = self
-            .medium
+        self.medium
             .write_at(offset, &buf[..BLOCK_SIZE_BYTES])
             .and_then(|()| {
                 self.medium
@@ -1141,14 +1216,7 @@ impl FlashTier {
                         message: e.message,
                         os_error: None,
                     })
-            });
-        let mut regions = self.regions.lock().expect("regions lock");
-        regions.states[index as usize] = RegionState::Free;
-        regions.free.push_back(index);
-        self.counters
-            .reclaimed_regions
-            .fetch_add(1, Ordering::Relaxed);
-        read.and(marked).map(|()| visited)
+            })
     }
 
     /// The directory of written region `index` (`records` entries after `payload_bytes` of

@@ -488,6 +488,10 @@ fn parse_debug<'a>(line: Line<'a>, limits: &Limits) -> Result<Parsed<'a>, ParseE
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of cases reads best as one function"
+)]
 mod tests {
     use super::*;
     use crate::memcache::parse as parse_request;

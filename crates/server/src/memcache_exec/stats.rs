@@ -150,6 +150,15 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     stat(out, "evictions", engine.evicted_items);
     stat(out, "reclaimed", engine.expired_items);
     stat(out, "protocol_errors", load(&ctx.stats.errors));
+    server_lines(ctx, out);
+    engine_lines(ctx, engine, out);
+}
+
+/// The server's own `strata_*` lines: panics, closes, flash waits.
+fn server_lines(ctx: &ServerContext, out: &mut Vec<u8>) {
+    let stat = |out: &mut Vec<u8>, name: &str, value: u64| {
+        encode::write_stat_u64(out, name.as_bytes(), value);
+    };
     stat(out, "strata_worker_panics", load(&ctx.stats.worker_panics));
     let closed = load(&ctx.stats.panic_closed_connections);
     stat(out, "strata_panic_closed_connections", closed);
@@ -171,6 +180,13 @@ fn general_items(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
         "strata_flash_read_rings_kernel_polled",
         load(&ctx.stats.flash_read_rings_kernel_polled),
     );
+}
+
+/// The engine's `strata_*` lines: settings, segments, damage, tiers.
+fn engine_lines(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
+    let stat = |out: &mut Vec<u8>, name: &str, value: u64| {
+        encode::write_stat_u64(out, name.as_bytes(), value);
+    };
     let backend = ctx.engine.backend().name();
     let domain = ctx.engine.persistence_domain().summary();
     encode::write_stat(out, b"strata_pool_backend", backend.as_bytes());

@@ -197,7 +197,6 @@ fn write_stats(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
 
 fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
     let backend = ctx.engine.backend().name();
-    let segment_bytes = engine.segment_size_bytes;
     text.header("Strata");
     text.field("pool_backend", backend);
     text.field("pool_path", ctx.engine.pool_path().display());
@@ -215,6 +214,14 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
         recovery.shards_from_index_files,
     );
     text.field("eviction_policy", ctx.settings.eviction);
+    write_strata_segments(text, engine, recovery.records_torn);
+    write_strata_tiers(text, ctx, engine);
+}
+
+/// INFO strata's items, segments, cleaner, damage (with the records recovery found torn) and
+/// index lines.
+fn write_strata_segments(text: &mut InfoText, engine: &EngineStats, records_torn: u64) {
+    let segment_bytes = engine.segment_size_bytes;
     text.field("shards", engine.shards);
     text.field("items", engine.items);
     text.field("live_bytes", engine.live_bytes);
@@ -245,10 +252,16 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
     }
     text.field("damaged_items_dropped", engine.damaged_items_dropped);
     text.field("segments_unverified", engine.segments_unverified);
-    text.field("recovery_records_torn", recovery.records_torn);
+    text.field("recovery_records_torn", records_torn);
     text.field("index_bytes", engine.index_bytes);
     text.field("index_buckets", engine.index_buckets);
     text.field("index_overflow_buckets", engine.index_overflow_buckets);
+}
+
+/// INFO strata's panic counters and per-tier summaries.
+fn write_strata_tiers(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {
+    let backend = ctx.engine.backend().name();
+    let segment_bytes = engine.segment_size_bytes;
     let stats = &ctx.stats;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     text.field("worker_panics", load(&stats.worker_panics));
