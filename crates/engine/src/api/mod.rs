@@ -1,0 +1,92 @@
+//! The engine's public operations, by family:
+//!
+//! | file          | operations                                                           |
+//! |---------------|----------------------------------------------------------------------|
+//! | `read.rs`     | get, peek, contains, prefetch, get_many; flash read planning         |
+//! | `write.rs`    | store, set, modify, delete, touch, arith, concat                     |
+//! | `keyspace.rs` | flush, expire, scan, random key, len, commit, scrub                  |
+//!
+//! Here: what they share (the key's shard, key and value checks, a due flush).
+
+mod keyspace;
+mod read;
+mod write;
+
+pub use keyspace::*;
+pub use read::*;
+pub use write::*;
+
+use std::sync::atomic::Ordering;
+
+use crate::flash::{tiering, FlashRead, ReadFor, ReadOutcome};
+use crate::index::SlotRef;
+use crate::record::{self, RecordMeta, KEY_LEN_MAX};
+use crate::shard::{FlashCandidates, Found, Shard, ShardLock, ShardWrite};
+use crate::{
+    Arith, Change, Condition, Engine, Expiry, Inner, ItemRef, StoreOptions, StoreOutcome,
+    WriteError,
+};
+
+fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
+    ItemRef {
+        key: found.view.key,
+        value: found.view.value,
+        client_flags: found.view.meta.client_flags,
+        cas: found.cas,
+        expires_at_ms: found.view.meta.expires_at_ms,
+        fetched: found.entry.fetched(),
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), WriteError> {
+    if key.is_empty() {
+        return Err(WriteError::KeyEmpty);
+    }
+    if key.len() > KEY_LEN_MAX {
+        return Err(WriteError::KeyTooLong {
+            len: key.len(),
+            max: KEY_LEN_MAX,
+        });
+    }
+    Ok(())
+}
+
+impl Engine {
+    fn shard_for(&self, key: &[u8]) -> (u64, &ShardLock) {
+        let hash = self.inner.hash(key);
+        (hash, &self.inner.shards[self.inner.shard_of(hash)].0)
+    }
+
+    fn check_value(
+        &self,
+        key: &[u8],
+        value_len: usize,
+        meta: &RecordMeta,
+    ) -> Result<(), WriteError> {
+        check_key(key)?;
+        let max = self.inner.value_len_max;
+        let size = record::record_size(key.len(), value_len, meta);
+        if value_len > max || size > self.inner.segment_size_bytes {
+            return Err(WriteError::TooLarge {
+                len: value_len,
+                max: self.value_len_max_for_key(key.len()),
+            });
+        }
+        Ok(())
+    }
+
+    fn maybe_flush(&self) {
+        let flush_at_ms = self.inner.flush_at_ms.load(Ordering::Acquire);
+        if flush_at_ms != 0 && self.inner.now_ms() >= flush_at_ms {
+            let claimed = self.inner.flush_at_ms.compare_exchange(
+                flush_at_ms,
+                0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            if claimed.is_ok() {
+                let _ = self.flush_now();
+            }
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Reads: memory first, then flash (read with no lock held, checked again under it).
+
+use super::*;
+
+/// Most keys one `prefetch` call looks at.
+pub const PREFETCH_KEYS_MAX: usize = 32;
+
+/// Looks a read takes for a key whose flash entry keeps moving under it (promoted, rewritten,
+/// reclaimed between its read and the recheck) before it answers from memory alone.
+const FLASH_READ_RACES_MAX: usize = 3;
+
+impl Engine {
+    /// Reads `key`, calling `f` with the item while the shard's read lock is held (copy what
+    /// you need; the borrow ends with the call). Returns `None` on a miss. The read counts as
+    /// an access: the item becomes fetched and its frequency (merge eviction's test) goes up.
+    pub fn get<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read(key, true, f)
+    }
+
+    /// Reads `key` like [`Engine::get`] (counting the hit or miss) without counting the read
+    /// as an access: the item's fetched state and frequency stay as they were (memcached's
+    /// `mg` flag `u`, "don't bump the item", and its `me`).
+    pub fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read(key, false, f)
+    }
+
+    #[inline]
+    pub(super) fn read<R, F: FnOnce(ItemRef<'_>) -> R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: F,
+    ) -> Option<R> {
+        self.maybe_flush();
+        let mut f = f;
+        // A flash read that lost a race with a move of its key (most often another read that
+        // promoted it to memory) looks again rather than miss: the key is still there. Still
+        // moving after as many looks, the last look is memory's alone (a miss at worst, never a
+        // wrong value).
+        for look in 0..=FLASH_READ_RACES_MAX {
+            match self.read_once(key, bump, look < FLASH_READ_RACES_MAX, f) {
+                Ok(found) => return found,
+                Err(back) => f = back,
+            }
+        }
+        unreachable!("a look that skips flash cannot race")
+    }
+
+    /// One look for `key` (see [`Engine::read`]), on flash too if `on_flash`; `Err(f)` when a
+    /// flash read raced with a move of the key and the caller should look again.
+    #[inline]
+    fn read_once<R, F: FnOnce(ItemRef<'_>) -> R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        on_flash: bool,
+        f: F,
+    ) -> Result<Option<R>, F> {
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        match shard.lookup_unexpired(&self.inner, key, hash) {
+            Some(found) => {
+                // `found.entry` was loaded before this bump, so `item` reports the item as it
+                // was before this access, like memcached's delayed bump.
+                if bump {
+                    shard.index.bump_freq(found.slot);
+                }
+                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Ok(Some(f(item(&found))))
+            }
+            None => {
+                // A memory record of the key, even expired, is newer than any flash copy:
+                // only a key memory does not hold at all is looked for on flash.
+                if on_flash
+                    && self.inner.flash.is_some()
+                    && shard.lookup(&self.inner, key, hash).is_none()
+                {
+                    let candidates = shard.flash_candidates(&self.inner, hash);
+                    if !candidates.is_empty() {
+                        drop(shard);
+                        return self.read_flash(key, hash, lock, &candidates, bump, f);
+                    }
+                }
+                shard.counters.misses.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The read of a key found only among the flash tier's entries: each candidate's record
+    /// is read with no lock held, then, under the read lock, the entry must still point there;
+    /// if it no longer does (a write, delete, promotion or reclaim came first), `Err(f)`: the
+    /// caller looks again, in memory first. A hit that makes the item read often enough moves
+    /// it back to memory.
+    #[cold]
+    fn read_flash<R, F: FnOnce(ItemRef<'_>) -> R>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        lock: &ShardLock,
+        candidates: &FlashCandidates,
+        bump: bool,
+        f: F,
+    ) -> Result<Option<R>, F> {
+        let inner: &Inner = &self.inner;
+        let flash = inner
+            .flash
+            .as_ref()
+            .expect("candidates come from a flash tier");
+        let h24 = crate::index::hash24(hash);
+        let now_ms = inner.now_ms();
+        let mut f = Some(f);
+        for &location in candidates.as_slice() {
+            let read = tiering::read_record(inner, key, location, now_ms, |item| {
+                let shard = lock.read();
+                let (slot, entry) = shard.index.find(h24, |l| l == location)?;
+                if bump {
+                    shard.index.bump_freq(slot);
+                }
+                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+                flash.counters.hits.fetch_add(1, Ordering::Relaxed);
+                let f = f.take().expect("called once");
+                let result = f(ItemRef {
+                    key,
+                    value: item.value,
+                    client_flags: item.meta.client_flags,
+                    cas: item.cas,
+                    expires_at_ms: item.meta.expires_at_ms,
+                    fetched: entry.fetched(),
+                });
+                drop(shard);
+                if bump && entry.freq() + 1 >= tiering::PROMOTE_AFTER_READS {
+                    // Best effort: a failed promotion leaves the item on flash.
+                    let _ = lock.write().promote(inner, key, hash, location, &item);
+                }
+                Some(result)
+            });
+            match read {
+                tiering::FlashRead::Item(Some(result)) => return Ok(Some(result)),
+                tiering::FlashRead::Item(None) => {
+                    return Err(f.take().expect("not called: the entry had moved"));
+                }
+                tiering::FlashRead::Expired => break,
+                tiering::FlashRead::NotIt => {}
+                tiering::FlashRead::Damaged => lock.read().queue_flash_damage(h24, location),
+            }
+        }
+        flash.counters.misses.fetch_add(1, Ordering::Relaxed);
+        lock.read().counters.misses.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Whether a read of `key` now would read the flash medium: memory does not hold it, and a
+    /// flash entry with its hash bits has no record read ahead ([`Engine::stage_flash`]). A
+    /// server asks this before running a request, and has an I/O thread stage the key while
+    /// the request waits instead of blocking its worker. Always false without a flash tier.
+    pub fn flash_read_needed(&self, key: &[u8]) -> bool {
+        let Some(flash) = self.inner.flash.as_ref() else {
+            return false;
+        };
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        // Candidates first: with no flash entry sharing the key's bits (most keys), no lookup.
+        let candidates = shard.flash_candidates(&self.inner, hash);
+        if candidates.is_empty() || shard.lookup(&self.inner, key, hash).is_some() {
+            return false;
+        }
+        drop(shard);
+        candidates
+            .as_slice()
+            .iter()
+            .any(|&location| !flash.is_staged(crate::index::flash_units(location)))
+    }
+
+    /// Reads ahead, from the flash medium, the records reads of `keys` would read there, all in
+    /// flight at once, and keeps them for those reads (blocking I/O: for an I/O thread, not a
+    /// worker). Keys memory holds are skipped; a no-op without a flash tier.
+    pub fn stage_flash<K: AsRef<[u8]>>(&self, keys: &[K]) {
+        if let Some(flash) = self.inner.flash.as_ref() {
+            flash.stage_many(&self.flash_locations(keys));
+        }
+    }
+
+    /// The reads that would read ahead what reads of `keys` need from flash, for a server that
+    /// does them itself, without blocking (its own io_uring on [`Engine::flash_read_file`]),
+    /// then hands each to [`Engine::finish_flash_read`]. Empty without a flash tier, or when no
+    /// key needs the medium.
+    pub fn plan_flash_reads<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<FlashRead> {
+        match self.inner.flash.as_ref() {
+            Some(flash) => flash.plan_reads(&self.flash_locations(keys)),
+            None => Vec::new(),
+        }
+    }
+
+    /// Takes the bytes a planned read got (`None`: it failed) and keeps the record for the
+    /// request's own read; [`ReadOutcome::ReadMore`]: read again where `read` now says.
+    pub fn finish_flash_read(&self, read: &mut FlashRead, bytes: Option<&[u8]>) -> ReadOutcome {
+        match self.inner.flash.as_ref() {
+            Some(flash) => flash.finish_read(read, bytes),
+            None => ReadOutcome::Miss,
+        }
+    }
+
+    /// A duplicate of the flash medium's descriptor for reads a server puts in flight itself
+    /// ([`strata_pool::ReadRing`]); `None` without a flash tier, where the medium is not read
+    /// through io_uring, or where tests slow its reads (then [`Engine::stage_flash`] does them).
+    pub fn flash_read_file(&self) -> Option<std::os::fd::OwnedFd> {
+        self.inner.flash.as_ref()?.read_file()
+    }
+
+    /// Where the flash records of `keys` that memory does not hold may be (every entry sharing
+    /// a key's hash bits).
+    fn flash_locations<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<u64> {
+        let mut locations = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = key.as_ref();
+            let (hash, lock) = self.shard_for(key);
+            let shard = lock.read();
+            if shard.lookup(&self.inner, key, hash).is_some() {
+                continue;
+            }
+            let candidates = shard.flash_candidates(&self.inner, hash);
+            locations.extend(
+                candidates
+                    .as_slice()
+                    .iter()
+                    .map(|&location| crate::index::flash_units(location)),
+            );
+        }
+        locations
+    }
+
+    /// Whether the engine has a flash tier.
+    pub fn has_flash(&self) -> bool {
+        self.inner.flash.is_some()
+    }
+
+    /// Items the flash tier holds (its index entries; 0 without a flash tier).
+    pub fn flash_items(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| shard.0.read().flash_items())
+            .sum()
+    }
+
+    /// Starts loading what reads of `keys` will touch: both index buckets of each key, then the
+    /// record its matching slot points at. A hint only: nothing is counted or waited for. A
+    /// server calls it for a parsed batch before executing it, so the batch's cache misses
+    /// overlap instead of queueing one after another. Uses at most [`PREFETCH_KEYS_MAX`] keys.
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        let keys = &keys[..keys.len().min(PREFETCH_KEYS_MAX)];
+        let mut hashes = [0u64; PREFETCH_KEYS_MAX];
+        for (key, hash) in keys.iter().zip(&mut hashes) {
+            *hash = self.inner.hash(key);
+            let shard = self.inner.shards[self.inner.shard_of(*hash)].0.read();
+            shard.index.prefetch(crate::index::hash24(*hash));
+        }
+        for &hash in &hashes[..keys.len()] {
+            let shard = self.inner.shards[self.inner.shard_of(hash)].0.read();
+            shard.prefetch_record(&self.inner, hash);
+        }
+    }
+
+    /// Reads many keys, calling `f(i, item)` for each in order (`None` on a miss).
+    pub fn get_many<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        mut f: impl FnMut(usize, Option<ItemRef<'_>>),
+    ) {
+        for (i, key) in keys.into_iter().enumerate() {
+            let mut called = false;
+            self.get(key, |item| {
+                called = true;
+                f(i, Some(item));
+            });
+            if !called {
+                f(i, None);
+            }
+        }
+    }
+
+    /// Whether `key` is present (and unexpired), without counting a hit or a miss.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let shard = lock.read();
+        if shard.lookup_unexpired(&self.inner, key, hash).is_some() {
+            return true;
+        }
+        // An expired memory record shadows any older flash copy.
+        if shard.lookup(&self.inner, key, hash).is_some() {
+            return false;
+        }
+        let candidates = shard.flash_candidates(&self.inner, hash);
+        drop(shard);
+        let now_ms = self.inner.now_ms();
+        candidates.as_slice().iter().any(|&location| {
+            matches!(
+                tiering::read_record(&self.inner, key, location, now_ms, |_| ()),
+                tiering::FlashRead::Item(())
+            )
+        })
+    }
+}

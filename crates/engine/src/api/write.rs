@@ -1,0 +1,346 @@
+//! Writes: stores, read-modify-writes, deletes, counters, appends.
+
+use super::*;
+
+/// What `apply` needs of the item a `modify` closure saw.
+#[derive(Clone, Copy)]
+struct Current {
+    expires_at_ms: Option<u64>,
+    cas: u64,
+    slot: SlotRef,
+}
+
+/// What a delete did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// Deleted.
+    Deleted,
+    /// No such key.
+    NotFound,
+    /// The CAS did not match.
+    Exists,
+}
+
+impl Engine {
+    /// Before a read-modify-write of a key that memory does not hold: moves the key's flash
+    /// record (if one of the candidates is it) into memory, so the change sees it. Returns the
+    /// shard locked for the change.
+    fn lock_for_change<'a>(&'a self, key: &[u8], hash: u64, lock: &'a ShardLock) -> ShardWrite<'a> {
+        let inner: &Inner = &self.inner;
+        let h24 = crate::index::hash24(hash);
+        // A promoted item can be demoted again before the lock is retaken (a full memory tier
+        // under a write storm): a few tries, then the change sees the key as absent.
+        for _ in 0..4 {
+            let shard = lock.write();
+            if inner.flash.is_none() || shard.lookup(inner, key, hash).is_some() {
+                return shard;
+            }
+            let candidates = shard.flash_candidates(inner, hash);
+            if candidates.is_empty() {
+                return shard;
+            }
+            drop(shard);
+            let now_ms = inner.now_ms();
+            let mut promoted = false;
+            for &location in candidates.as_slice() {
+                let read = tiering::read_record(inner, key, location, now_ms, |item| {
+                    lock.write().promote(inner, key, hash, location, &item)
+                });
+                match read {
+                    tiering::FlashRead::Item(Ok(true)) => {
+                        promoted = true;
+                        break;
+                    }
+                    tiering::FlashRead::Item(Ok(false)) => {
+                        promoted = true; // Raced with a change of the key: look again.
+                        break;
+                    }
+                    tiering::FlashRead::Item(Err(_)) | tiering::FlashRead::Expired => break,
+                    tiering::FlashRead::NotIt => {}
+                    tiering::FlashRead::Damaged => lock.read().queue_flash_damage(h24, location),
+                }
+            }
+            if !promoted {
+                return lock.write();
+            }
+        }
+        lock.write()
+    }
+
+    /// Stores `value` under `key` subject to `options.condition`.
+    pub fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        options: StoreOptions,
+    ) -> Result<StoreOutcome, WriteError> {
+        let condition = options.condition;
+        let mut outcome = StoreOutcome::NotStored;
+        self.modify(key, |current, buffer| {
+            let decision = match (condition, &current) {
+                (Condition::IfAbsent, Some(_)) | (Condition::IfPresent, None) => {
+                    Err(StoreOutcome::NotStored)
+                }
+                (Condition::IfCas(_), None) => Err(StoreOutcome::NotFound),
+                (Condition::IfCas(cas), Some(item)) if item.cas != cas => Err(StoreOutcome::Exists),
+                _ => Ok(()),
+            };
+            if let Err(refused) = decision {
+                outcome = refused;
+                return Change::Keep;
+            }
+            outcome = StoreOutcome::Stored(0);
+            buffer.extend_from_slice(value);
+            Change::Write {
+                client_flags: options.client_flags,
+                expiry: options.expiry,
+                keep_cas: false,
+            }
+        })
+        .map(|cas| match (outcome, cas) {
+            (StoreOutcome::Stored(_), Some(cas)) => StoreOutcome::Stored(cas),
+            (StoreOutcome::Stored(_), None) => StoreOutcome::Stored(0),
+            (other, _) => other,
+        })
+    }
+
+    /// Plain set: the fast path of `store` with no condition (no read-modify-write copy).
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        if expiry == Expiry::Keep {
+            let options = StoreOptions {
+                client_flags,
+                expiry,
+                condition: Condition::Always,
+            };
+            return match self.store(key, value, options)? {
+                StoreOutcome::Stored(cas) => Ok(cas),
+                _ => unreachable!("an unconditional store stores"),
+            };
+        }
+        let meta = RecordMeta {
+            expires_at_ms: self.expiry_ms(expiry, None),
+            cas: None,
+            client_flags,
+        };
+        self.check_value(key, value.len(), &meta)?;
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let mut shard = lock.write();
+        if meta
+            .expires_at_ms
+            .is_some_and(|at| at <= self.inner.now_ms())
+        {
+            shard.delete(&self.inner, key, hash)?;
+            return Ok(0);
+        }
+        shard.write(&self.inner, key, hash, value, meta, false)
+    }
+
+    fn expiry_ms(&self, expiry: Expiry, current: Option<Option<u64>>) -> Option<u64> {
+        match expiry {
+            Expiry::Never => None,
+            Expiry::AtMs(at) => Some(at),
+            Expiry::Keep => current.flatten(),
+        }
+    }
+
+    /// The general read-modify-write: `f` sees the current item (if any, unexpired) and an
+    /// empty buffer; it returns what to do, writing the new value into the buffer for
+    /// `Change::Write`. Runs under the shard's write lock, so it is atomic with respect to
+    /// every other operation on the key. Returns the new CAS when something was written.
+    /// Seeing the item is not an access; `Change::Read` and touches (`keep_cas`) make it one.
+    pub fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        check_key(key)?;
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let mut shard = self.lock_for_change(key, hash, lock);
+        let inner: &Inner = &self.inner;
+        let mut buffer = std::mem::take(&mut shard.scratch);
+        buffer.clear();
+        // The caller's closure changes nothing of the shard, so a panic in it may unwind (the
+        // shard is released as it was); a panic in the engine's own change cannot (see
+        // `ShardWrite`'s drop).
+        let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let found = shard.lookup_unexpired(inner, key, hash);
+            let current = found.as_ref().map(|found| Current {
+                expires_at_ms: found.view.meta.expires_at_ms,
+                cas: found.cas,
+                slot: found.slot,
+            });
+            (f(found.as_ref().map(item), &mut buffer), current)
+        }));
+        let (change, current) = match decided {
+            Ok(decided) => decided,
+            Err(panic) => {
+                drop(shard);
+                std::panic::resume_unwind(panic);
+            }
+        };
+        let result = self.apply(&mut shard, key, hash, change, current, &buffer);
+        shard.scratch = buffer;
+        result
+    }
+
+    fn apply(
+        &self,
+        shard: &mut Shard,
+        key: &[u8],
+        hash: u64,
+        change: Change,
+        current: Option<Current>,
+        buffer: &[u8],
+    ) -> Result<Option<u64>, WriteError> {
+        let (client_flags, expiry, cas, touch) = match change {
+            Change::Keep => return Ok(None),
+            Change::Read => {
+                if let Some(current) = current {
+                    shard.index.bump_freq(current.slot);
+                }
+                return Ok(None);
+            }
+            Change::Delete => return shard.delete(&self.inner, key, hash).map(|_| None),
+            Change::Write {
+                client_flags,
+                expiry,
+                keep_cas,
+            } => {
+                let kept = current.filter(|_| keep_cas).map(|current| current.cas);
+                (client_flags, expiry, kept, kept.is_some())
+            }
+            Change::WriteWithCas {
+                client_flags,
+                expiry,
+                cas,
+            } => (client_flags, expiry, Some(cas), false),
+        };
+        let expires_at_ms = self.expiry_ms(expiry, current.map(|c| c.expires_at_ms));
+        let meta = RecordMeta {
+            expires_at_ms,
+            cas,
+            client_flags,
+        };
+        self.check_value(key, buffer.len(), &meta)?;
+        if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
+            shard.delete(&self.inner, key, hash)?;
+            return Ok(None);
+        }
+        shard
+            .write(&self.inner, key, hash, buffer, meta, touch)
+            .map(Some)
+    }
+
+    /// Deletes `key`; with `cas`, only if the item's CAS matches. Returns whether it was
+    /// deleted (`Err(StoreOutcome::Exists)` semantics are folded into `DeleteOutcome`).
+    pub fn delete(&self, key: &[u8], cas: Option<u64>) -> Result<DeleteOutcome, WriteError> {
+        let mut outcome = DeleteOutcome::NotFound;
+        self.modify(key, |current, _| match (current, cas) {
+            (None, _) => Change::Keep,
+            (Some(item), Some(cas)) if item.cas != cas => {
+                outcome = DeleteOutcome::Exists;
+                Change::Keep
+            }
+            (Some(_), _) => {
+                outcome = DeleteOutcome::Deleted;
+                Change::Delete
+            }
+        })?;
+        Ok(outcome)
+    }
+
+    /// Sets a new expiry on `key`, keeping its value, flags and CAS. Returns whether it exists.
+    pub fn touch(&self, key: &[u8], expiry: Expiry) -> Result<bool, WriteError> {
+        let mut found = false;
+        self.modify(key, |current, buffer| match current {
+            None => Change::Keep,
+            Some(item) => {
+                found = true;
+                buffer.extend_from_slice(item.value);
+                Change::Write {
+                    client_flags: item.client_flags,
+                    expiry,
+                    keep_cas: true,
+                }
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// memcached incr/decr: the value must be a decimal u64; incr wraps at 2^64, decr stops
+    /// at 0. The new value gets a new CAS.
+    pub fn arith(&self, key: &[u8], delta: u64, decrement: bool) -> Result<Arith, WriteError> {
+        let mut result = Arith::NotFound;
+        let cas = self.modify(key, |current, buffer| {
+            let Some(item) = current else {
+                return Change::Keep;
+            };
+            let Some(number) = parse_u64(item.value) else {
+                result = Arith::NotNumeric;
+                return Change::Keep;
+            };
+            let next = if decrement {
+                number.saturating_sub(delta)
+            } else {
+                number.wrapping_add(delta)
+            };
+            result = Arith::Value(next, 0);
+            // Decimal straight into the buffer (a Vec's io::Write cannot fail).
+            let _ = std::io::Write::write_fmt(buffer, format_args!("{next}"));
+            Change::Write {
+                client_flags: item.client_flags,
+                expiry: Expiry::Keep,
+                keep_cas: false,
+            }
+        })?;
+        Ok(match (result, cas) {
+            (Arith::Value(value, _), Some(cas)) => Arith::Value(value, cas),
+            (other, _) => other,
+        })
+    }
+
+    /// memcached append/prepend: adds `data` to an existing value. Returns the new CAS, or
+    /// `None` when the key is absent.
+    pub fn concat(
+        &self,
+        key: &[u8],
+        data: &[u8],
+        prepend: bool,
+    ) -> Result<Option<u64>, WriteError> {
+        self.modify(key, |current, buffer| {
+            let Some(item) = current else {
+                return Change::Keep;
+            };
+            if prepend {
+                buffer.extend_from_slice(data);
+                buffer.extend_from_slice(item.value);
+            } else {
+                buffer.extend_from_slice(item.value);
+                buffer.extend_from_slice(data);
+            }
+            Change::Write {
+                client_flags: item.client_flags,
+                expiry: Expiry::Keep,
+                keep_cas: false,
+            }
+        })
+    }
+}
+
+/// Parses a memcached counter: ASCII decimal digits (trailing spaces allowed, as memcached
+/// leaves them after a shrinking decr), at most u64::MAX.
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    let digits = std::str::from_utf8(bytes).ok()?.trim_end_matches(' ');
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
