@@ -42,6 +42,8 @@
 //! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB).
 
 pub(crate) mod commandstats;
+#[cfg(test)]
+mod compatibility;
 mod connection;
 mod counters;
 mod debug;
@@ -589,15 +591,12 @@ fn protocol_error(
 
 /// The keys `command` (parsed as `args`) reads or changes as existing items, which may be on
 /// flash: its keys by the command table's key spec (`COMMAND INFO`'s), none for the writes
-/// that replace a value whatever it was (SET without options, SETEX, PSETEX, MSET).
+/// that replace a value whatever it was (the table's `Reads`).
 fn flash_keys<'a>(args: &'a Args, command: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
     let len = args.len();
     let name = args.get(command, 0).unwrap_or_default();
-    let blind_write = |c: &table::Command| {
-        matches!(c.name, "setex" | "psetex" | "mset") || (c.name == "set" && len <= 3)
-    };
     table::lookup(name)
-        .filter(|c| !blind_write(c))
+        .filter(move |c| c.reads_existing(len))
         .into_iter()
         .flat_map(move |c| c.key_positions(len))
         .filter_map(move |position| args.get(command, position))

@@ -13,8 +13,10 @@
 //! connection is closed, instead of building the whole reply, and a copy of it, first. With
 //! items on flash, KEYS walks on the flash walk thread instead of the worker (`keys_walk`).
 //!
-//! Departure: RENAME and RENAMENX copy the value to the new key and then delete the old one;
-//! the two keys may live in different shards, so another client can briefly see both.
+//! RENAME and RENAMENX copy the value to the new key and then delete the old one, and DEL and
+//! UNLINK of several keys delete one at a time: each runs while no other worker runs a command
+//! (the table's `alone_when_several_keys`, `crate::exclusive`), so no client sees both keys of
+//! a RENAME, or part of a DEL.
 
 use std::sync::{Arc, Mutex};
 

@@ -9,8 +9,9 @@
 //! closed without sending it, as Redis closes a client over `client-output-buffer-limit`. The
 //! same check applies the budget of all connections' output (`--client-output-memory`).
 //!
-//! Departure: MSETNX checks that every key is absent and then stores them; strata's shards are
-//! locked one at a time, so a concurrent writer can slip in between (Redis is single-threaded).
+//! MSET and MSETNX (which checks that every key is absent, then stores them) write their keys
+//! one at a time, while no other worker runs a command (`crate::exclusive`): no writer slips in
+//! between and no reader sees part of one, as with single-threaded Redis.
 
 use strata_engine::{Change, Condition, Engine, Expiry, StoreOptions, StoreOutcome};
 use strata_protocol::resp::{encode, errors, name_eq};

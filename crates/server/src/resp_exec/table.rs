@@ -34,6 +34,29 @@ pub(crate) struct Command {
     /// It writes several keys at once when it names more than one: it then runs while no
     /// other worker runs a command (`crate::exclusive`), so nobody sees part of it.
     pub alone_when_several_keys: bool,
+    /// Whether it reads its keys' existing items, which may be on flash: a command that does
+    /// waits, unconsumed, while they are read ahead (`resp_exec::flash_keys`).
+    pub reads: Reads,
+    /// A client may send it before authenticating, as in Redis (`CMD_NO_AUTH`).
+    pub before_auth: bool,
+    /// How it differs from Redis 7.0.15, for docs/COMPATIBILITY.md; empty when it does not
+    /// (the differential tests check its replies byte for byte).
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "read by the test that generates docs/COMPATIBILITY.md")
+    )]
+    pub differs: &'static str,
+}
+
+/// Which existing items a command reads (see `Command::reads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Those of all its keys (none for a command without keys).
+    Keys,
+    /// None: it replaces its keys' values whatever they were (SETEX, PSETEX, MSET).
+    Nothing,
+    /// SET: none without options, its key's with any (NX, XX, GET, KEEPTTL read it).
+    KeyWithOptions,
 }
 
 impl Command {
@@ -65,7 +88,16 @@ impl Command {
 
     /// Commands a client may send before authenticating, as in Redis (`CMD_NO_AUTH`).
     pub fn allowed_before_auth(&self) -> bool {
-        matches!(self.name, "auth" | "hello" | "quit")
+        self.before_auth
+    }
+
+    /// Whether a call of `len` arguments (name included) reads its keys' existing items.
+    pub fn reads_existing(&self, len: usize) -> bool {
+        match self.reads {
+            Reads::Keys => true,
+            Reads::Nothing => false,
+            Reads::KeyWithOptions => len > 3,
+        }
     }
 }
 
@@ -103,6 +135,41 @@ const fn row(
         stat: command_index(stat_name),
         run,
         alone_when_several_keys: false,
+        reads: Reads::Keys,
+        before_auth: false,
+        differs: "",
+    }
+}
+
+/// `command`, which replaces its keys' values whatever they were (`Reads::Nothing`).
+const fn blind_write(command: Command) -> Command {
+    Command {
+        reads: Reads::Nothing,
+        ..command
+    }
+}
+
+/// SET, which reads its key's item only with options (`Reads::KeyWithOptions`).
+const fn reads_key_with_options(command: Command) -> Command {
+    Command {
+        reads: Reads::KeyWithOptions,
+        ..command
+    }
+}
+
+/// `command`, which a client may send before authenticating.
+const fn before_auth(command: Command) -> Command {
+    Command {
+        before_auth: true,
+        ..command
+    }
+}
+
+/// `command`, which differs from Redis 7.0.15 as `how` says.
+const fn differs(how: &'static str, command: Command) -> Command {
+    Command {
+        differs: how,
+        ..command
     }
 }
 
@@ -117,7 +184,7 @@ const fn alone_when_several_keys(command: Command) -> Command {
 /// Every command strata executes, hottest first.
 pub(crate) static COMMANDS: &[Command] = &[
     row("get", 2, READ, ONE_KEY, "string", "get", strings::get),
-    row(
+    reads_key_with_options(row(
         "set",
         -3,
         WRITE_SLOW,
@@ -125,9 +192,12 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "set",
         strings::set,
+    )),
+    differs(
+        "sees all or none of a transaction or MSET; may see the second of two single-key writes another worker runs back to back without the first",
+        row("mget", -2, READ, ALL_KEYS, "string", "get", strings::mget)
     ),
-    row("mget", -2, READ, ALL_KEYS, "string", "get", strings::mget),
-    alone_when_several_keys(row(
+    blind_write(alone_when_several_keys(row(
         "mset",
         -3,
         WRITE_SLOW,
@@ -135,7 +205,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "set",
         strings::mset,
-    )),
+    ))),
     row(
         "ping",
         -1,
@@ -165,7 +235,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "decr",
         counters::decrby,
     ),
-    row(
+    differs(
+        "computes in f64, not long double: results can differ in the last digits (see counters.rs)",
+        row(
         "incrbyfloat",
         3,
         WRITE,
@@ -173,6 +245,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "incr",
         counters::incrbyfloat,
+    )
     ),
     alone_when_several_keys(row(
         "del",
@@ -267,7 +340,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         expire::persist,
     ),
     row("setnx", 3, WRITE, ONE_KEY, "string", "add", strings::setnx),
-    row(
+    blind_write(row(
         "setex",
         4,
         WRITE_SLOW,
@@ -275,8 +348,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "set",
         strings::setex,
-    ),
-    row(
+    )),
+    blind_write(row(
         "psetex",
         4,
         WRITE_SLOW,
@@ -284,7 +357,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "set",
         strings::psetex,
-    ),
+    )),
     row(
         "getex",
         -2,
@@ -366,7 +439,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "set",
         ranges::setrange,
     ),
-    row(
+    differs(
+        "answers string or none: strata stores strings only (hashes come with issue 31)",
+        row(
         "type",
         2,
         READ,
@@ -374,6 +449,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::type_,
+    )
     ),
     alone_when_several_keys(row(
         "rename",
@@ -393,7 +469,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         keyspace::renamenx,
     )),
-    row(
+    differs(
+        "cursors are strata's (shard and bucket); TYPE keeps keys only for string",
+        row(
         "scan",
         -2,
         READ_SLOW,
@@ -401,6 +479,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::scan,
+    )
     ),
     row(
         "keys",
@@ -429,7 +508,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         keyspace::dbsize,
     ),
-    row(
+    differs(
+        "one database; ASYNC and SYNC flush at once",
+        row(
         "flushdb",
         -1,
         &["write"],
@@ -437,8 +518,11 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "flush",
         keyspace::flush,
+    )
     ),
-    row(
+    differs(
+        "one database; ASYNC and SYNC flush at once",
+        row(
         "flushall",
         -1,
         &["write"],
@@ -446,6 +530,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "flush",
         keyspace::flush,
+    )
     ),
     row(
         "echo",
@@ -456,7 +541,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         connection::echo,
     ),
-    row(
+    before_auth(row(
         "hello",
         -1,
         CONNECTION,
@@ -464,8 +549,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::hello,
-    ),
-    row(
+    )),
+    before_auth(row(
         "auth",
         -2,
         CONNECTION,
@@ -473,8 +558,10 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::auth,
-    ),
-    row(
+    )),
+    differs(
+        "one database: SELECT 0 only; any other index is out of range",
+        row(
         "select",
         2,
         CONNECTION,
@@ -482,8 +569,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::select,
+    )
     ),
-    row(
+    before_auth(row(
         "quit",
         -1,
         CONNECTION,
@@ -491,7 +579,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::quit,
-    ),
+    )),
     row(
         "reset",
         1,
@@ -501,7 +589,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         connection::reset,
     ),
-    row(
+    differs(
+        "ID, GETNAME, SETNAME, INFO, SETINFO, REPLY; LIST shows the calling connection only (no filters); NO-EVICT is accepted and does nothing; KILL finds no client; no PAUSE",
+        row(
         "client",
         -2,
         CONNECTION,
@@ -509,6 +599,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::client,
+    )
     ),
     row(
         "time",
@@ -519,7 +610,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         connection::time,
     ),
-    row(
+    differs(
+        "the pool is closed cleanly (a warm restart) whatever NOSAVE or SAVE say (no RDB)",
+        row(
         "shutdown",
         -1,
         ADMIN,
@@ -527,8 +620,11 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "other",
         connection::shutdown,
+    )
     ),
-    row(
+    differs(
+        "Redis's sections with strata's figures, plus a Strata section",
+        row(
         "info",
         -1,
         &["loading", "stale"],
@@ -536,8 +632,11 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "stats",
         server::info,
+    )
     ),
-    row(
+    differs(
+        "the settings strata knows; CONFIG SET changes slowlog settings live, others only to their current value; no REWRITE",
+        row(
         "config",
         -2,
         ADMIN,
@@ -545,6 +644,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "other",
         server::config,
+    )
     ),
     row(
         "slowlog",
@@ -564,7 +664,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         server::command,
     ),
-    row(
+    differs(
+        "no RDB: the server's start time",
+        row(
         "lastsave",
         1,
         CONNECTION,
@@ -572,6 +674,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "other",
         server::lastsave,
+    )
     ),
     row(
         "multi",
@@ -582,7 +685,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::multi,
     ),
-    row(
+    differs(
+        "isolated across workers (every other worker waits); not yet crash-atomic: a kill -9 mid-EXEC may keep its first writes",
+        row(
         "exec",
         1,
         EXEC,
@@ -590,6 +695,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "transaction",
         "other",
         multi::exec,
+    )
     ),
     row(
         "discard",
@@ -600,7 +706,9 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::discard,
     ),
-    row(
+    differs(
+        "a key absent at WATCH that is created and deleted again before EXEC does not abort it",
+        row(
         "watch",
         -2,
         TRANSACTION,
@@ -608,6 +716,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "transaction",
         "other",
         multi::watch,
+    )
     ),
     row(
         "unwatch",
@@ -618,9 +727,17 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::unwatch,
     ),
-    row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save),
-    row("debug", -2, ADMIN, NO_KEYS, "server", "other", debug::debug),
-    row(
+    differs(
+        "no RDB: answers an error saying so",
+        row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save)
+    ),
+    differs(
+        "tests only (--enable-debug-command); without it, Redis 7.0's refusal",
+        row("debug", -2, ADMIN, NO_KEYS, "server", "other", debug::debug)
+    ),
+    differs(
+        "no RDB: answers an error saying so",
+        row(
         "bgsave",
         -1,
         ADMIN,
@@ -628,6 +745,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "server",
         "other",
         server::save,
+    )
     ),
 ];
 
