@@ -115,6 +115,8 @@ pub enum CloseReason {
     CrossProtocol,
     /// The worker serving it panicked.
     Panic,
+    /// A `CLIENT KILL` named it.
+    Killed,
 }
 
 /// What the worker should do with a connection after a pass.
@@ -255,6 +257,17 @@ impl Connection {
             return None;
         }
         self.session.take_flash_walk()
+    }
+
+    /// The session now serves slot `slot` of worker `worker` (see `Session::attach`).
+    pub fn attach(&mut self, ctx: &ServerContext, worker: usize, slot: usize) {
+        self.session.attach(ctx, worker, slot);
+    }
+
+    /// A `CLIENT KILL` marked it.
+    #[must_use]
+    pub fn killed(&self) -> bool {
+        self.session.killed()
     }
 
     /// The waiting request's keys were read ahead: it runs on the next pass.

@@ -311,6 +311,8 @@ pub struct ServerContext {
     pub resp_commands: crate::resp_exec::commandstats::CommandStats,
     /// Lets `EXEC` run while no other worker runs a command.
     pub exclusive: crate::exclusive::Exclusive,
+    /// Every Redis client, for `CLIENT LIST` and `CLIENT KILL`.
+    pub clients: Arc<crate::clients::Clients>,
 }
 
 impl ServerContext {
@@ -325,6 +327,7 @@ impl ServerContext {
             ),
             output_budget: OutputBudget::new(settings.client_output_bytes_max, settings.threads),
             exclusive: crate::exclusive::Exclusive::new(settings.threads),
+            clients: Arc::new(crate::clients::Clients::new(settings.threads)),
             engine,
             settings,
             health,
@@ -462,6 +465,15 @@ pub trait Session: Send {
 
     /// Handles the complete requests at the start of `input`.
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed;
+
+    /// The session now serves the connection in slot `slot` of worker `worker` (after
+    /// `connected`): a Redis session joins `ctx.clients`.
+    fn attach(&mut self, _ctx: &ServerContext, _worker: usize, _slot: usize) {}
+
+    /// A `CLIENT KILL` marked it: its worker closes the connection.
+    fn killed(&self) -> bool {
+        false
+    }
 
     /// Asked after a call that returned `close`: whether to close at once without writing the
     /// output the connection still holds. True after a request of another protocol (an HTTP

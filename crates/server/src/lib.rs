@@ -29,6 +29,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod clients;
 pub mod config;
 pub mod connection;
 pub mod context;

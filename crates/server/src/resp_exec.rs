@@ -164,6 +164,8 @@ pub(crate) struct State {
     pub multi: Option<multi::Multi>,
     /// Keys under `WATCH`.
     pub watched: Vec<multi::Watched>,
+    /// What other clients see of this one (`CLIENT LIST`), once attached to a connection.
+    pub client: Option<std::sync::Arc<crate::clients::Client>>,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -178,6 +180,16 @@ pub struct RespSession {
     discard: Option<Discard>,
     /// A GET or MGET whose keys are on flash waits for I/O threads to read them ahead.
     flash_wait: crate::flash_io::FlashWait,
+    /// The registry this session joined (`Session::attach`), which it leaves when dropped.
+    clients: Option<std::sync::Arc<crate::clients::Clients>>,
+}
+
+impl Drop for RespSession {
+    fn drop(&mut self) {
+        if let Some(clients) = &self.clients {
+            clients.remove(self.state.client_id);
+        }
+    }
 }
 
 /// What is left to drop of a command refused for a too-long bulk argument.
@@ -217,10 +229,12 @@ impl RespSession {
                 hot: commandstats::HotCounts::default(),
                 multi: None,
                 watched: Vec::new(),
+                client: None,
             },
             batch: Vec::new(),
             discard: None,
             flash_wait: Default::default(),
+            clients: None,
         }
     }
 
@@ -251,6 +265,7 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
     state.reply_skip_next = false;
     let name = args.arg(input, 0);
     if state.multi.is_some() && multi::queue(state, ctx, input, args, out) {
+        publish(state);
         if state.reply_off || skip_this {
             out.truncate(reply_start);
         }
@@ -274,6 +289,26 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
     if state.reply_off || skip_this {
         out.truncate(reply_start);
     }
+}
+
+/// Copies what other clients see of this one (`CLIENT LIST`) into its registry entry.
+fn publish(state: &State) {
+    let Some(client) = &state.client else {
+        return;
+    };
+    client.update(|info| {
+        info.name.clone_from(&state.name);
+        info.lib_name.clone_from(&state.lib_name);
+        info.lib_ver.clone_from(&state.lib_ver);
+        info.resp = match state.version {
+            Version::Resp2 => 2,
+            Version::Resp3 => 3,
+        };
+        info.multi = state
+            .multi
+            .as_ref()
+            .map_or(-1, |m| i64::try_from(m.queued()).unwrap_or(i64::MAX));
+    });
 }
 
 /// Whether the connection may run commands: it authenticated, or no password is set.
@@ -305,6 +340,9 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // quanta reads the CPU's time-stamp counter: clock_gettime cost 7% of a pipelined GET's
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
+    if let Some(client) = &state.client {
+        client.ran(row, started);
+    }
     if command.alone_when_several_keys && command.key_positions(call.len()).nth(1).is_some() {
         call.ctx.exclusive.alone(|| (command.run)(state, call, out));
     } else {
@@ -323,6 +361,10 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             .add(row, 1, elapsed_us, u64::from(failed));
     }
     log_if_slow(state, call, elapsed_us);
+    if matches!(command.group, "connection" | "transaction") {
+        // What CLIENT LIST shows of this client may have changed (name, protocol, MULTI).
+        publish(state);
+    }
     // Counted after running, as Redis does, so INFO does not count itself (GET and SET were
     // counted in `pending` above, which nothing reads before the batch ends).
     if !hot {
@@ -363,6 +405,25 @@ impl Session for RespSession {
         local: Option<std::net::SocketAddr>,
     ) {
         (self.state.peer, self.state.local) = (peer, local);
+    }
+
+    fn attach(&mut self, ctx: &ServerContext, worker: usize, slot: usize) {
+        let client = std::sync::Arc::new(crate::clients::Client::new(
+            self.state.client_id,
+            (self.state.peer, self.state.local),
+            (worker, slot),
+        ));
+        ctx.clients.add(std::sync::Arc::clone(&client));
+        self.state.client = Some(client);
+        self.clients = Some(std::sync::Arc::clone(&ctx.clients));
+        publish(&self.state);
+    }
+
+    fn killed(&self) -> bool {
+        self.state
+            .client
+            .as_ref()
+            .is_some_and(|c| c.killed.load(std::sync::atomic::Ordering::Acquire))
     }
 
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {

@@ -113,6 +113,7 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
     shared.ctx.output_budget.set_waker(id, Arc::clone(&waker));
+    shared.ctx.clients.set_waker(id, Arc::clone(&waker));
     let (sender, receiver) = std::sync::mpsc::channel();
     let (flash_sender, flash_done) = std::sync::mpsc::channel();
     let flash_ring = flash_io::RingReads::new(&shared.ctx.engine, shared.flash_read_poll_idle_ms);
@@ -346,6 +347,18 @@ impl Worker {
         if self.drain_deadline.is_none() && self.shared.ctx.shutdown.load(Ordering::Acquire) {
             self.start_drain(now);
         }
+        if self.shared.ctx.clients.take_kills(self.id) {
+            self.close_killed();
+        }
+    }
+
+    /// Closes the connections a `CLIENT KILL` marked (see `crate::clients`).
+    fn close_killed(&mut self) {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].as_ref().is_some_and(Connection::killed) {
+                self.remove(slot, CloseReason::Killed);
+            }
+        }
     }
 
     /// Reads of the worker's ring finished: the connections whose reads all did run again.
@@ -405,6 +418,7 @@ impl Worker {
             return;
         }
         debug_assert!(self.slots[slot].is_none());
+        connection.attach(&self.shared.ctx, self.id, slot);
         self.slots[slot] = Some(connection);
         // The client may have sent before registration: look now rather than wait for an edge.
         self.on_ready(slot, now);

@@ -2,14 +2,18 @@
 //!
 //! strata has one user (`default`) and one database (0). Departures from Redis 7.0.15:
 //! `SELECT n` for n > 0 answers `-ERR DB index is out of range` (Redis has 16 databases);
-//! `CLIENT LIST` shows only the calling connection, whose addresses the session does not know;
-//! `CLIENT SETINFO` is accepted as Redis 7.2 does, since current client libraries send it.
+//! `CLIENT LIST` shows every Redis client of every worker (`crate::clients`) with zeros for the
+//! buffer figures strata does not keep per client, and `CLIENT KILL` closes them (their workers
+//! do, at once); `CLIENT SETINFO` is accepted as Redis 7.2 does, since current client libraries
+//! send it.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64, Version};
 
 use super::{Call, State, CLIENT_NAME_LEN_MAX, REDIS_VERSION_COMPATIBLE};
+use crate::clients::Client;
 
 /// `PING [message]`: `+PONG`, or the message as a bulk string.
 pub(crate) fn ping(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
@@ -275,13 +279,8 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         if set_name(state, call.arg(2), out) {
             encode::ok(out);
         }
-    } else if (name_eq(sub, b"info") || name_eq(sub, b"list")) && arity(2) {
-        let command = if name_eq(sub, b"info") {
-            "info"
-        } else {
-            "list"
-        };
-        let line = client_line(state, command);
+    } else if name_eq(sub, b"info") && arity(2) {
+        let line = client_line(state, "info");
         encode::verbatim(out, state.version, b"txt", line.as_bytes());
     } else if name_eq(sub, b"setinfo") && arity(4) {
         client_setinfo(state, call, out);
@@ -290,10 +289,9 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     } else if name_eq(sub, b"reply") && arity(3) {
         client_reply(state, call.arg(2), out);
     } else if name_eq(sub, b"list") {
-        // Filters (TYPE, ID) select among connections, which a session cannot see.
-        out.extend_from_slice(errors::ERR_SYNTAX);
+        client_list(state, call, out);
     } else if name_eq(sub, b"kill") && len >= 3 {
-        encode::error(out, b"ERR No such client");
+        client_kill(state, call, out);
     } else {
         client_wrong(sub, out);
     }
@@ -371,15 +369,260 @@ fn client_line(state: &State, command: &str) -> String {
         Version::Resp2 => 2,
         Version::Resp3 => 3,
     };
+    let multi = state.multi.as_ref().map(super::multi::Multi::queued);
+    line(&Line {
+        id: state.client_id,
+        addresses: (state.peer, state.local),
+        name: &text(&state.name),
+        age_secs: state.created.elapsed().as_secs(),
+        idle_secs: 0,
+        multi: multi.map_or(-1, |queued| i64::try_from(queued).unwrap_or(i64::MAX)),
+        cmd: &format!("client|{command}"),
+        resp,
+        lib: (&text(&state.lib_name), &text(&state.lib_ver)),
+    })
+}
+
+/// One line of `CLIENT LIST` / `CLIENT INFO`.
+struct Line<'a> {
+    id: u64,
+    addresses: (Option<SocketAddr>, Option<SocketAddr>),
+    name: &'a str,
+    age_secs: u64,
+    idle_secs: u64,
+    /// Commands queued after MULTI; -1 outside a transaction.
+    multi: i64,
+    cmd: &'a str,
+    resp: u8,
+    lib: (&'a str, &'a str),
+}
+
+/// Redis's client line: the fields it has, strata's where it keeps them, zeros for the buffer
+/// figures strata does not keep per client; `fd` is -1 (strata's sockets are the worker's).
+fn line(line: &Line<'_>) -> String {
+    let address = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    let flags = if line.multi >= 0 { "x" } else { "N" };
     format!(
-        "id={} addr= laddr= fd=-1 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
-         multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-         tot-mem=0 events=r cmd=client|{command} user=default redir=-1 resp={resp} lib-name={} \
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 \
+         ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+         omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
          lib-ver={}\n",
-        state.client_id,
-        text(&state.name),
-        state.created.elapsed().as_secs(),
-        text(&state.lib_name),
-        text(&state.lib_ver),
+        line.id,
+        address(line.addresses.0),
+        address(line.addresses.1),
+        line.name,
+        line.age_secs,
+        line.idle_secs,
+        line.multi,
+        line.cmd,
+        line.resp,
+        line.lib.0,
+        line.lib.1,
     )
+}
+
+/// The line of another client, from what the registry holds of it.
+fn other_line(client: &Client) -> String {
+    let info = client.info();
+    let text = |bytes: &Option<Vec<u8>>| {
+        bytes
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    };
+    let cmd = match client.last_command.load(Ordering::Relaxed) {
+        0 => "NULL",
+        row => super::table::COMMANDS
+            .get(row - 1)
+            .map_or("NULL", |c| c.name),
+    };
+    line(&Line {
+        id: client.id,
+        addresses: (client.peer, client.local),
+        name: &text(&info.name),
+        age_secs: client.created.elapsed().as_secs(),
+        idle_secs: client.idle_secs(),
+        multi: info.multi,
+        cmd,
+        resp: info.resp,
+        lib: (&text(&info.lib_name), &text(&info.lib_ver)),
+    })
+}
+
+/// Client types of `CLIENT LIST TYPE` and `CLIENT KILL TYPE`: strata's are all `normal`.
+fn client_type(name: &[u8], out: &mut Vec<u8>) -> Option<bool> {
+    if name_eq(name, b"normal") {
+        Some(true)
+    } else if ["master", "replica", "slave", "pubsub"]
+        .iter()
+        .any(|t| name_eq(name, t.as_bytes()))
+    {
+        Some(false)
+    } else {
+        let message = format!(
+            "ERR Unknown client type '{}'",
+            String::from_utf8_lossy(name)
+        );
+        encode::error(out, message.as_bytes());
+        None
+    }
+}
+
+/// `CLIENT LIST [TYPE type] [ID id ...]`: every Redis client of the server, by id.
+fn client_list(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let (mut wanted_type, mut ids): (bool, Option<Vec<u64>>) = (true, None);
+    let len = call.len();
+    if len == 4 && name_eq(call.arg(2), b"type") {
+        let Some(normal) = client_type(call.arg(3), out) else {
+            return;
+        };
+        wanted_type = normal;
+    } else if len >= 4 && name_eq(call.arg(2), b"id") {
+        let mut list = Vec::new();
+        for arg in call.args_from(3) {
+            match parse_i64(arg)
+                .and_then(|id| u64::try_from(id).ok())
+                .filter(|&id| id > 0)
+            {
+                Some(id) => list.push(id),
+                None => {
+                    encode::error(out, b"ERR Invalid client ID");
+                    return;
+                }
+            }
+        }
+        ids = Some(list);
+    } else if len != 2 {
+        out.extend_from_slice(errors::ERR_SYNTAX);
+        return;
+    }
+    let mut clients = call.ctx.clients.all();
+    if !clients.iter().any(|c| c.id == state.client_id) {
+        clients.clear(); // A session with no registry entry (tests): itself only.
+    }
+    let mut text = String::new();
+    if clients.is_empty()
+        && wanted_type
+        && ids.as_ref().is_none_or(|i| i.contains(&state.client_id))
+    {
+        text.push_str(&client_line(state, "list"));
+    }
+    for client in clients.iter().filter(|_| wanted_type) {
+        if ids.as_ref().is_some_and(|ids| !ids.contains(&client.id)) {
+            continue;
+        }
+        if client.id == state.client_id {
+            text.push_str(&client_line(state, "list"));
+        } else {
+            text.push_str(&other_line(client));
+        }
+    }
+    encode::verbatim(out, state.version, b"txt", text.as_bytes());
+}
+
+/// What `CLIENT KILL`'s filters select.
+#[derive(Default)]
+struct KillFilter<'a> {
+    id: Option<u64>,
+    addr: Option<&'a [u8]>,
+    laddr: Option<&'a [u8]>,
+    /// False for a type strata has none of (master, replica, pubsub).
+    any_type: bool,
+    skip_me: bool,
+}
+
+/// `CLIENT KILL addr:port` (answers `+OK`) or `CLIENT KILL <filter value> ...` (answers how
+/// many were killed). The others' workers close them at once (`crate::clients`); the caller
+/// itself, when it matches a filter with `SKIPME no`, after this reply.
+fn client_kill(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let address = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    if call.len() == 3 {
+        let target = call.arg(2);
+        let found = call
+            .ctx
+            .clients
+            .all()
+            .into_iter()
+            .find(|c| address(c.peer).as_bytes() == target);
+        match found {
+            None => encode::error(out, b"ERR No such client"),
+            Some(client) => {
+                kill(state, call, &client);
+                encode::ok(out)
+            }
+        };
+        return;
+    }
+    let Some(filter) = kill_filter(call, out) else {
+        return;
+    };
+    let me = state.client_id;
+    let matches = |c: &Client| {
+        filter.any_type
+            && filter.id.is_none_or(|id| c.id == id)
+            && filter.addr.is_none_or(|a| address(c.peer).as_bytes() == a)
+            && filter
+                .laddr
+                .is_none_or(|a| address(c.local).as_bytes() == a)
+            && !(filter.skip_me && c.id == me)
+    };
+    let mut killed = 0;
+    for client in call.ctx.clients.all() {
+        if matches(&client) {
+            kill(state, call, &client);
+            killed += 1;
+        }
+    }
+    encode::integer(out, killed);
+}
+
+/// Kills `client`: the caller closes after its reply, another is closed by its worker.
+fn kill(state: &mut State, call: &Call<'_>, client: &Client) {
+    if client.id == state.client_id {
+        state.close = true;
+    } else {
+        call.ctx.clients.kill(client);
+    }
+}
+
+/// Parses `CLIENT KILL`'s filter pairs, answering the error of a bad one.
+fn kill_filter<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<KillFilter<'a>> {
+    if !call.len().is_multiple_of(2) {
+        out.extend_from_slice(errors::ERR_SYNTAX);
+        return None;
+    }
+    let mut filter = KillFilter {
+        any_type: true,
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    for pair in (2..call.len()).step_by(2) {
+        let (name, value) = (call.arg(pair), call.arg(pair + 1));
+        if name_eq(name, b"id") {
+            let id = parse_i64(value).and_then(|id| u64::try_from(id).ok());
+            let Some(id) = id.filter(|&id| id > 0) else {
+                encode::error(out, b"ERR client-id should be greater than 0");
+                return None;
+            };
+            filter.id = Some(id);
+        } else if name_eq(name, b"type") {
+            filter.any_type = client_type(value, out)?;
+        } else if name_eq(name, b"user") {
+            if value != b"default" {
+                let message = format!("ERR No such user '{}'", String::from_utf8_lossy(value));
+                encode::error(out, message.as_bytes());
+                return None;
+            }
+        } else if name_eq(name, b"addr") {
+            filter.addr = Some(value);
+        } else if name_eq(name, b"laddr") {
+            filter.laddr = Some(value);
+        } else if name_eq(name, b"skipme") && (name_eq(value, b"yes") || name_eq(value, b"no")) {
+            filter.skip_me = name_eq(value, b"yes");
+        } else {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return None;
+        }
+    }
+    Some(filter)
 }

@@ -49,6 +49,11 @@ pub(crate) struct Multi {
 }
 
 impl Multi {
+    /// Commands queued so far.
+    pub(crate) fn queued(&self) -> usize {
+        self.ends.len()
+    }
+
     /// The queued commands' bytes, in order.
     fn commands(&self) -> impl Iterator<Item = &[u8]> {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
@@ -103,6 +108,10 @@ pub(crate) fn queue(
                 let multi = state.multi.as_mut().expect("checked above");
                 multi.bytes.extend_from_slice(input);
                 multi.ends.push(multi.bytes.len());
+                if let Some(client) = &state.client {
+                    // CLIENT LIST names a queued command as the client's last, as Redis does.
+                    client.ran(super::commandstats::row_of(c), quanta::Instant::now());
+                }
                 encode::simple(out, b"QUEUED");
                 return true;
             }

@@ -43,7 +43,10 @@ pub(crate) struct Command {
     /// (the differential tests check its replies byte for byte).
     #[cfg_attr(
         not(test),
-        allow(dead_code, reason = "read by the test that generates docs/COMPATIBILITY.md")
+        allow(
+            dead_code,
+            reason = "read by the test that generates docs/COMPATIBILITY.md"
+        )
     )]
     pub differs: &'static str,
 }
@@ -590,7 +593,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         connection::reset,
     ),
     differs(
-        "ID, GETNAME, SETNAME, INFO, SETINFO, REPLY; LIST shows the calling connection only (no filters); NO-EVICT is accepted and does nothing; KILL finds no client; no PAUSE",
+        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; NO-EVICT is accepted and does nothing; no PAUSE, UNPAUSE, TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
         row(
         "client",
         -2,

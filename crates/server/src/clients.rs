@@ -1,0 +1,193 @@
+//! The Redis clients of every worker, for `CLIENT LIST` and `CLIENT KILL`.
+//!
+//! A Redis session adds itself when its worker attaches it to a connection
+//! (`Session::attach`) and removes itself when dropped (the connection closed, however: by
+//! the client, a limit, a kill, a worker's panic). What other sessions read of it is in its
+//! [`Client`]: fixed at attach (id, addresses, worker and slot), or kept current by the session
+//! (name, library, protocol, last command and when it ran, a transaction open) through fields
+//! only it writes. The registry's lock is taken at attach, drop, and by `CLIENT LIST`/`KILL`,
+//! never per command.
+//!
+//! A kill marks the client and wakes its worker ([`Clients::set_waker`]), which closes every
+//! marked connection of its own on that wake-up (`Worker::close_killed`): at once for an idle
+//! connection, as in Redis, and after its current pass for a busy one.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Instant;
+
+/// One Redis client, as others see it.
+#[derive(Debug)]
+pub struct Client {
+    /// `CLIENT ID`.
+    pub id: u64,
+    /// The peer's address.
+    pub peer: Option<SocketAddr>,
+    /// The address it connected to.
+    pub local: Option<SocketAddr>,
+    /// When it connected.
+    pub created: Instant,
+    /// The same, on the clock commands are timed with (`quanta`, cheap to read).
+    created_tsc: quanta::Instant,
+    /// The worker serving it, and its slot there.
+    pub worker: usize,
+    /// Its slot in the worker.
+    pub slot: usize,
+    /// What the session keeps current.
+    pub info: Mutex<ClientInfo>,
+    /// The command table row of its last command, plus one (0: none yet).
+    pub last_command: AtomicUsize,
+    /// Milliseconds since `created` when its last command ran.
+    pub last_command_ms: AtomicU64,
+    /// Marked by a `CLIENT KILL`: its worker closes it.
+    pub killed: AtomicBool,
+}
+
+/// What a session changes rarely (names, protocol), under the client's own lock.
+#[derive(Clone, Debug, Default)]
+pub struct ClientInfo {
+    /// `CLIENT SETNAME`.
+    pub name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO LIB-NAME`.
+    pub lib_name: Option<Vec<u8>>,
+    /// `CLIENT SETINFO LIB-VER`.
+    pub lib_ver: Option<Vec<u8>>,
+    /// 2 or 3.
+    pub resp: u8,
+    /// Commands queued after MULTI (-1: no transaction open).
+    pub multi: i64,
+}
+
+/// Per worker: its waker (set once it runs) and whether a kill waits for it.
+#[derive(Debug, Default)]
+struct WorkerLink {
+    waker: OnceLock<Arc<mio::Waker>>,
+    kills: AtomicBool,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Clients {
+    by_id: Mutex<BTreeMap<u64, Arc<Client>>>,
+    workers: Box<[WorkerLink]>,
+}
+
+impl Clients {
+    /// A registry for `workers` worker threads.
+    #[must_use]
+    pub fn new(workers: usize) -> Clients {
+        Clients {
+            by_id: Mutex::new(BTreeMap::new()),
+            workers: (0..workers).map(|_| WorkerLink::default()).collect(),
+        }
+    }
+
+    /// Worker `worker`'s waker, for the kills of its clients.
+    pub fn set_waker(&self, worker: usize, waker: Arc<mio::Waker>) {
+        if let Some(link) = self.workers.get(worker) {
+            let _ = link.waker.set(waker);
+        }
+    }
+
+    /// Adds `client`.
+    pub fn add(&self, client: Arc<Client>) {
+        self.lock().insert(client.id, client);
+    }
+
+    /// Removes client `id`.
+    pub fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Every client, by id.
+    #[must_use]
+    pub fn all(&self) -> Vec<Arc<Client>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Marks `client` killed and wakes its worker.
+    pub fn kill(&self, client: &Client) {
+        client.killed.store(true, Ordering::Release);
+        if let Some(link) = self.workers.get(client.worker) {
+            link.kills.store(true, Ordering::Release);
+            if let Some(waker) = link.waker.get() {
+                let _ = waker.wake();
+            }
+        }
+    }
+
+    /// Whether a kill waits for worker `worker` (and clears it).
+    pub fn take_kills(&self, worker: usize) -> bool {
+        self.workers
+            .get(worker)
+            .is_some_and(|link| link.kills.swap(false, Ordering::AcqRel))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Client>>> {
+        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Client {
+    /// A client that has run no command yet.
+    #[must_use]
+    pub fn new(
+        id: u64,
+        (peer, local): (Option<SocketAddr>, Option<SocketAddr>),
+        (worker, slot): (usize, usize),
+    ) -> Client {
+        Client {
+            id,
+            peer,
+            local,
+            created: Instant::now(),
+            created_tsc: quanta::Instant::now(),
+            worker,
+            slot,
+            info: Mutex::new(ClientInfo {
+                resp: 2,
+                multi: -1,
+                ..ClientInfo::default()
+            }),
+            last_command: AtomicUsize::new(0),
+            last_command_ms: AtomicU64::new(0),
+            killed: AtomicBool::new(false),
+        }
+    }
+
+    /// A copy of what the session keeps current.
+    #[must_use]
+    pub fn info(&self) -> ClientInfo {
+        self.info
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes what the session keeps current.
+    pub fn update(&self, change: impl FnOnce(&mut ClientInfo)) {
+        change(&mut self.info.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// Notes that the command of table row `row` started at `started`.
+    pub fn ran(&self, row: usize, started: quanta::Instant) {
+        self.last_command.store(row + 1, Ordering::Relaxed);
+        let ms = started
+            .saturating_duration_since(self.created_tsc)
+            .as_millis();
+        self.last_command_ms
+            .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Seconds since its last command (since it connected, before any).
+    #[must_use]
+    pub fn idle_secs(&self) -> u64 {
+        let age_ms = quanta::Instant::now()
+            .saturating_duration_since(self.created_tsc)
+            .as_millis();
+        let age_ms = u64::try_from(age_ms).unwrap_or(u64::MAX);
+        age_ms.saturating_sub(self.last_command_ms.load(Ordering::Relaxed)) / 1000
+    }
+}

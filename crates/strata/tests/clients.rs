@@ -1,0 +1,124 @@
+//! CLIENT LIST and CLIENT KILL across worker threads, against the real binary: every client
+//! is listed with what it set, and a kill closes an idle connection on another worker at once.
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{resp_command, Client, Server};
+
+fn command(args: &[&str]) -> Vec<u8> {
+    let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+    resp_command(&args)
+}
+
+/// `CLIENT LIST`'s text (a bulk string in RESP2).
+fn client_list(client: &mut Client) -> String {
+    client.send(&command(&["CLIENT", "LIST"]));
+    String::from_utf8(client.bulk().expect("a bulk")).unwrap()
+}
+
+/// A client's id (`CLIENT ID`).
+fn client_id(client: &mut Client) -> u64 {
+    let reply = client.call(&command(&["CLIENT", "ID"]));
+    reply.trim_start_matches(':').trim_end().parse().unwrap()
+}
+
+/// Whether the server closes `client` within a few seconds (it sends nothing meanwhile).
+fn closed_soon(client: &mut Client) -> bool {
+    client
+        .stream()
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let started = Instant::now();
+    client.closed_by_server() && started.elapsed() < Duration::from_secs(5)
+}
+
+/// The id in a `CLIENT LIST` line.
+fn id_of(line: &str) -> u64 {
+    line.strip_prefix("id=")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn client_list_shows_every_client_with_what_it_set() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = Client::connect(server.resp);
+    let mut named = Client::connect(server.resp);
+    let _idle = Client::connect(server.resp);
+    assert_eq!(
+        named.call(&command(&["CLIENT", "SETNAME", "worker-a"])),
+        "+OK\r\n"
+    );
+    assert_eq!(named.call(&command(&["MULTI"])), "+OK\r\n");
+    assert_eq!(named.call(&command(&["SET", "k", "v"])), "+QUEUED\r\n");
+    let admin_id = client_id(&mut admin);
+    let list = client_list(&mut admin);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "admin, named and idle: {list}");
+    let named_line = lines
+        .iter()
+        .find(|l| l.contains(" name=worker-a "))
+        .unwrap_or_else(|| panic!("the named client is listed: {list}"));
+    for field in [" multi=1 ", " flags=x ", " cmd=set ", " addr=127.0.0.1:"] {
+        assert!(named_line.contains(field), "{field} in {named_line}");
+    }
+    let admin_line = lines.iter().find(|l| id_of(l) == admin_id).unwrap();
+    assert!(admin_line.contains(" cmd=client|list "), "{admin_line}");
+    let filtered = {
+        admin.send(&command(&["CLIENT", "LIST", "ID", &admin_id.to_string()]));
+        String::from_utf8(admin.bulk().unwrap()).unwrap()
+    };
+    assert_eq!(filtered.lines().count(), 1, "{filtered}");
+}
+
+#[test]
+fn client_kill_closes_clients_at_once_on_any_worker() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = Client::connect(server.resp);
+    let mut idle = Client::connect(server.resp);
+    let mut named = Client::connect(server.resp);
+    assert_eq!(named.call(&command(&["PING"])), "+PONG\r\n");
+    let named_id = client_id(&mut named);
+    let admin_id = client_id(&mut admin);
+    // The idle client (it sent nothing) is killed by its address: closed at once.
+    let idle_addr = idle.stream().local_addr().unwrap().to_string();
+    assert_eq!(
+        admin.call(&command(&["CLIENT", "KILL", "ADDR", &idle_addr])),
+        ":1\r\n"
+    );
+    assert!(closed_soon(&mut idle), "the killed idle client was closed");
+    let kill_named = command(&["CLIENT", "KILL", "ID", &named_id.to_string()]);
+    assert_eq!(admin.call(&kill_named), ":1\r\n");
+    assert!(closed_soon(&mut named), "the killed client was closed");
+    assert_eq!(admin.call(&kill_named), ":0\r\n", "gone from the list");
+    let mut other = Client::connect(server.resp);
+    let other_addr = other.stream().local_addr().unwrap().to_string();
+    assert_eq!(other.call(&command(&["PING"])), "+PONG\r\n");
+    assert_eq!(
+        admin.call(&command(&["CLIENT", "KILL", &other_addr])),
+        "+OK\r\n"
+    );
+    assert!(closed_soon(&mut other));
+    assert_eq!(
+        admin.call(&command(&["CLIENT", "KILL", "TYPE", "normal"])),
+        ":0\r\n",
+        "SKIPME yes by default: only the caller was left"
+    );
+    let kill_self = [
+        "CLIENT",
+        "KILL",
+        "ID",
+        &admin_id.to_string(),
+        "SKIPME",
+        "no",
+    ];
+    assert_eq!(admin.call(&command(&kill_self)), ":1\r\n");
+    assert!(
+        closed_soon(&mut admin),
+        "a client that kills itself is closed after the reply"
+    );
+}
