@@ -29,8 +29,8 @@ pub struct Client {
     pub local: Option<SocketAddr>,
     /// When it connected.
     pub created: Instant,
-    /// The same, on the clock commands are timed with (`quanta`, cheap to read).
-    created_tsc: quanta::Instant,
+    /// `Clients::coarse_ms` when it connected.
+    connected_ms: u64,
     /// The worker serving it, and its slot there.
     pub worker: usize,
     /// Its slot in the worker.
@@ -72,6 +72,10 @@ struct WorkerLink {
 pub struct Clients {
     by_id: Mutex<BTreeMap<u64, Arc<Client>>>,
     workers: Box<[WorkerLink]>,
+    /// Milliseconds since `started`, as of the last [`Clients::tick`]: what a command's run
+    /// time is noted in (a relaxed load per command, no clock read).
+    coarse_ms: AtomicU64,
+    started: Instant,
 }
 
 impl Clients {
@@ -81,7 +85,21 @@ impl Clients {
         Clients {
             by_id: Mutex::new(BTreeMap::new()),
             workers: (0..workers).map(|_| WorkerLink::default()).collect(),
+            coarse_ms: AtomicU64::new(0),
+            started: Instant::now(),
         }
+    }
+
+    /// Brings the coarse clock up to date (the server's maintenance thread, every 10 ms or so).
+    pub fn tick(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.coarse_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The coarse clock (see [`Clients::tick`]).
+    #[must_use]
+    pub fn coarse_ms(&self) -> u64 {
+        self.coarse_ms.load(Ordering::Relaxed)
     }
 
     /// Worker `worker`'s waker, for the kills of its clients.
@@ -137,13 +155,14 @@ impl Client {
         id: u64,
         (peer, local): (Option<SocketAddr>, Option<SocketAddr>),
         (worker, slot): (usize, usize),
+        connected_ms: u64,
     ) -> Client {
         Client {
             id,
             peer,
             local,
             created: Instant::now(),
-            created_tsc: quanta::Instant::now(),
+            connected_ms,
             worker,
             slot,
             info: Mutex::new(ClientInfo {
@@ -171,23 +190,20 @@ impl Client {
         change(&mut self.info.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
-    /// Notes that the command of table row `row` started at `started`.
-    pub fn ran(&self, row: usize, started: quanta::Instant) {
+    /// Notes that the command of table row `row` runs now, `now_ms` by `Clients::coarse_ms`.
+    pub fn ran(&self, row: usize, now_ms: u64) {
         self.last_command.store(row + 1, Ordering::Relaxed);
-        let ms = started
-            .saturating_duration_since(self.created_tsc)
-            .as_millis();
-        self.last_command_ms
-            .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.last_command_ms.store(now_ms, Ordering::Relaxed);
     }
 
-    /// Seconds since its last command (since it connected, before any).
+    /// Seconds from its last command (from when it connected, before any) to `now_ms`, by
+    /// `Clients::coarse_ms`.
     #[must_use]
-    pub fn idle_secs(&self) -> u64 {
-        let age_ms = quanta::Instant::now()
-            .saturating_duration_since(self.created_tsc)
-            .as_millis();
-        let age_ms = u64::try_from(age_ms).unwrap_or(u64::MAX);
-        age_ms.saturating_sub(self.last_command_ms.load(Ordering::Relaxed)) / 1000
+    pub fn idle_secs(&self, now_ms: u64) -> u64 {
+        let since = self
+            .last_command_ms
+            .load(Ordering::Relaxed)
+            .max(self.connected_ms);
+        now_ms.saturating_sub(since) / 1000
     }
 }

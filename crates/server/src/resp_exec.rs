@@ -341,7 +341,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
     if let Some(client) = &state.client {
-        client.ran(row, started);
+        client.ran(row, call.ctx.clients.coarse_ms());
     }
     if command.alone_when_several_keys && command.key_positions(call.len()).nth(1).is_some() {
         call.ctx.exclusive.alone(|| (command.run)(state, call, out));
@@ -361,7 +361,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             .add(row, 1, elapsed_us, u64::from(failed));
     }
     log_if_slow(state, call, elapsed_us);
-    if matches!(command.group, "connection" | "transaction") {
+    if command.changes_client {
         // What CLIENT LIST shows of this client may have changed (name, protocol, MULTI).
         publish(state);
     }
@@ -412,6 +412,7 @@ impl Session for RespSession {
             self.state.client_id,
             (self.state.peer, self.state.local),
             (worker, slot),
+            ctx.clients.coarse_ms(),
         ));
         ctx.clients.add(std::sync::Arc::clone(&client));
         self.state.client = Some(client);

@@ -403,6 +403,7 @@ fn spawn_maintenance(ctx: Arc<ServerContext>) -> std::io::Result<JoinHandle<()>>
             let mut last_commit = std::time::Instant::now();
             let mut last_expiry: Option<std::time::Instant> = None;
             while !ctx.shutdown.load(std::sync::atomic::Ordering::Acquire) {
+                ctx.clients.tick();
                 if let Err(err) = ctx.engine.clean_ahead() {
                     tracing::error!(error = %err, "cleaning failed");
                 }

@@ -422,7 +422,7 @@ fn line(line: &Line<'_>) -> String {
 }
 
 /// The line of another client, from what the registry holds of it.
-fn other_line(client: &Client) -> String {
+fn other_line(client: &Client, now_ms: u64) -> String {
     let info = client.info();
     let text = |bytes: &Option<Vec<u8>>| {
         bytes
@@ -441,7 +441,7 @@ fn other_line(client: &Client) -> String {
         addresses: (client.peer, client.local),
         name: &text(&info.name),
         age_secs: client.created.elapsed().as_secs(),
-        idle_secs: client.idle_secs(),
+        idle_secs: client.idle_secs(now_ms),
         multi: info.multi,
         cmd,
         resp: info.resp,
@@ -514,7 +514,7 @@ fn client_list(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
         if client.id == state.client_id {
             text.push_str(&client_line(state, "list"));
         } else {
-            text.push_str(&other_line(client));
+            text.push_str(&other_line(client, call.ctx.clients.coarse_ms()));
         }
     }
     encode::verbatim(out, state.version, b"txt", text.as_bytes());

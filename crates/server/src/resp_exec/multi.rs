@@ -110,7 +110,7 @@ pub(crate) fn queue(
                 multi.ends.push(multi.bytes.len());
                 if let Some(client) = &state.client {
                     // CLIENT LIST names a queued command as the client's last, as Redis does.
-                    client.ran(super::commandstats::row_of(c), quanta::Instant::now());
+                    client.ran(super::commandstats::row_of(c), ctx.clients.coarse_ms());
                 }
                 encode::simple(out, b"QUEUED");
                 return true;

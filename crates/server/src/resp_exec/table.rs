@@ -39,6 +39,9 @@ pub(crate) struct Command {
     pub reads: Reads,
     /// A client may send it before authenticating, as in Redis (`CMD_NO_AUTH`).
     pub before_auth: bool,
+    /// It may change what `CLIENT LIST` shows of the client (name, protocol, MULTI): the
+    /// session publishes that after it runs (`crate::clients`).
+    pub changes_client: bool,
     /// How it differs from Redis 7.0.15, for docs/COMPATIBILITY.md; empty when it does not
     /// (the differential tests check its replies byte for byte).
     #[cfg_attr(
@@ -140,6 +143,7 @@ const fn row(
         alone_when_several_keys: false,
         reads: Reads::Keys,
         before_auth: false,
+        changes_client: false,
         differs: "",
     }
 }
@@ -164,6 +168,14 @@ const fn reads_key_with_options(command: Command) -> Command {
 const fn before_auth(command: Command) -> Command {
     Command {
         before_auth: true,
+        ..command
+    }
+}
+
+/// `command`, which may change what `CLIENT LIST` shows of the client.
+const fn changes_client(command: Command) -> Command {
+    Command {
+        changes_client: true,
         ..command
     }
 }
@@ -544,7 +556,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         connection::echo,
     ),
-    before_auth(row(
+    changes_client(before_auth(row(
         "hello",
         -1,
         CONNECTION,
@@ -552,7 +564,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::hello,
-    )),
+    ))),
     before_auth(row(
         "auth",
         -2,
@@ -583,7 +595,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         connection::quit,
     )),
-    row(
+    changes_client(row(
         "reset",
         1,
         CONNECTION,
@@ -591,8 +603,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "connection",
         "other",
         connection::reset,
-    ),
-    differs(
+    )),
+    changes_client(differs(
         "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; NO-EVICT is accepted and does nothing; no PAUSE, UNPAUSE, TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
         row(
         "client",
@@ -603,7 +615,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         connection::client,
     )
-    ),
+    )),
     row(
         "time",
         1,
@@ -679,7 +691,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         server::lastsave,
     )
     ),
-    row(
+    changes_client(row(
         "multi",
         1,
         TRANSACTION,
@@ -687,8 +699,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "transaction",
         "other",
         multi::multi,
-    ),
-    differs(
+    )),
+    changes_client(differs(
         "isolated across workers (every other worker waits); not yet crash-atomic: a kill -9 mid-EXEC may keep its first writes",
         row(
         "exec",
@@ -699,8 +711,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::exec,
     )
-    ),
-    row(
+    )),
+    changes_client(row(
         "discard",
         1,
         TRANSACTION,
@@ -708,7 +720,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "transaction",
         "other",
         multi::discard,
-    ),
+    )),
     differs(
         "a key absent at WATCH that is created and deleted again before EXEC does not abort it",
         row(
