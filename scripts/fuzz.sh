@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(memcache_parse resp_parse pool_open)
+[ ${#targets[@]} -gt 0 ] || targets=(memcache_parse resp_parse pool_open resp_session)
 
 # Stable Rust with `--sanitizer none`: cargo fuzz then passes only stable flags (SanitizerCoverage
 # through -Cpasses/-Cllvm-args), so neither nightly nor RUSTC_BOOTSTRAP is needed. The code under
@@ -46,6 +46,7 @@ build_flags=(--sanitizer none --release --debug-assertions)
 declare -A options=(
   [memcache_parse]="-dict=fuzz/dict/memcache.dict -max_len=4096"
   [resp_parse]="-dict=fuzz/dict/resp.dict -max_len=4096"
+  [resp_session]="-dict=fuzz/dict/session.dict -max_len=4096"
   [pool_open]="-max_len=65536"
 )
 

@@ -11,6 +11,7 @@
 //! | [`memcache`] | `memcache_parse` | `strata_protocol::memcache::parse`                   |
 //! | [`resp`]     | `resp_parse`     | `strata_protocol::resp::parse_command`               |
 //! | [`pool`]     | `pool_open`      | `strata_engine::Engine::open` and `check_pool_file`  |
+//! | [`session`]  | `resp_session`   | a Redis session over an engine: every command        |
 //!
 //! Every check is deterministic: whatever it derives from the input (how to split a stream into
 //! reads, which options to open a pool with) comes from the input's bytes, so a saved input
@@ -21,6 +22,7 @@
 pub mod memcache;
 pub mod pool;
 pub mod resp;
+pub mod session;
 
 /// Most reads one chunked replay splits a stream into; bounds a check's cost on long inputs.
 const CHUNKS_MAX: usize = 4096;

@@ -103,3 +103,14 @@ fn pool_seeds_open_with_their_items() {
     }
     strata_fuzz::pool::remove_scratch_dir();
 }
+
+#[test]
+fn session_seeds_and_regressions_pass() {
+    let seeds = inputs("seeds", "resp_session");
+    assert!(seeds.len() >= 10, "the session seed corpus is missing");
+    replay(&seeds, strata_fuzz::session::check);
+    replay(
+        &inputs("regressions", "resp_session"),
+        strata_fuzz::session::check,
+    );
+}
