@@ -17,6 +17,11 @@
 //! missing key is never excused. The last round stops the server with SIGTERM instead and checks
 //! the clean path the same way.
 //!
+//! One Redis batch in five is a transaction (MULTI, the batch, EXEC): an answered EXEC's writes
+//! all survive, in every cell (with `sync`, EXEC's reply waits for them like any write's). An
+//! EXEC cut by the kill counts as unanswered requests: a prefix of its operations may survive
+//! (strata's EXEC is isolated but not yet crash-atomic, issue 31).
+//!
 //! Each client thread owns a disjoint slice of the key space, so its model of those keys is
 //! exact: every reply is checked against it during the load too (an INCR that answers a wrong
 //! number after a restart fails at once).
@@ -344,7 +349,13 @@ fn read_line(reader: &mut BufReader<TcpStream>) -> Option<String> {
 struct Batch {
     bytes: Vec<u8>,
     ops: Vec<(usize, String, Option<Vec<u8>>, String)>,
+    /// Sent as one MULTI ... EXEC (Redis threads, one batch in [`TRANSACTION_ONE_IN`]): the
+    /// replies are `+OK`, a `+QUEUED` per operation, `*N`, then the operations' own.
+    transaction: bool,
 }
+
+/// One Redis batch in this many is a transaction.
+const TRANSACTION_ONE_IN: u64 = 5;
 
 /// Picks a batch of 1 to [`BATCH_MAX`] operations (one in four batches is a single request),
 /// each computed against the model as the ones before it in the batch leave it.
@@ -358,7 +369,11 @@ fn pick_batch(thread: usize, protocol: Protocol, states: &mut [KeyState], rng: &
     let mut batch = Batch {
         bytes: Vec::new(),
         ops: Vec::new(),
+        transaction: protocol == Protocol::Resp && rng.below(TRANSACTION_ONE_IN) == 0,
     };
+    if batch.transaction {
+        batch.bytes.extend(resp_command(&[b"MULTI"]));
+    }
     for _ in 0..len {
         let j = rng.below(states.len() as u64) as usize;
         let i = key_of(thread, j);
@@ -373,7 +388,33 @@ fn pick_batch(thread: usize, protocol: Protocol, states: &mut [KeyState], rng: &
         projected.insert(j, after.clone());
         batch.ops.push((j, describe_op(&op), after, expected));
     }
+    if batch.transaction {
+        batch.bytes.extend(resp_command(&[b"EXEC"]));
+    }
     batch
+}
+
+/// Reads a transaction's replies up to its operations' own (`+OK`, the `+QUEUED`s, `*N`):
+/// `Ok(false)` when the connection broke first (every operation is in flight: EXEC applies a
+/// prefix of them, or none), an error for a wrong reply.
+fn read_transaction_prelude(
+    reader: &mut BufReader<TcpStream>,
+    ops: usize,
+    thread: usize,
+) -> Result<bool, String> {
+    let expected = std::iter::once("+OK".to_string())
+        .chain(std::iter::repeat_n("+QUEUED".to_string(), ops))
+        .chain(std::iter::once(format!("*{ops}")));
+    for want in expected {
+        match read_line(reader) {
+            None => return Ok(false),
+            Some(line) if line == want => {}
+            Some(line) => return Err(format!(
+                "thread {thread}: a transaction of {ops} replied {line:?} where {want:?} was due"
+            )),
+        }
+    }
+    Ok(true)
 }
 
 /// Runs pipelined batches on the thread's keys until the connection breaks (the kill). Every
@@ -409,7 +450,10 @@ fn client_thread(
     let mut acked = 0;
     loop {
         let batch = pick_batch(thread, protocol, &mut states, &mut rng);
-        let sent = reader.get_mut().write_all(&batch.bytes).is_ok();
+        let mut sent = reader.get_mut().write_all(&batch.bytes).is_ok();
+        if sent && batch.transaction {
+            sent = read_transaction_prelude(&mut reader, batch.ops.len(), thread)?;
+        }
         for (n, (j, op, after, expected)) in batch.ops.iter().enumerate() {
             let Some(reply) = sent.then(|| read_line(&mut reader)).flatten() else {
                 if !shared.killed.load(Ordering::SeqCst) {
