@@ -409,9 +409,10 @@ fn read_transaction_prelude(
         match read_line(reader) {
             None => return Ok(false),
             Some(line) if line == want => {}
-            Some(line) => return Err(format!(
-                "thread {thread}: a transaction of {ops} replied {line:?} where {want:?} was due"
-            )),
+            Some(line) => {
+                let what = format!("a transaction of {ops} replied {line:?}, not {want:?}");
+                return Err(format!("thread {thread}: {what}"));
+            }
         }
     }
     Ok(true)

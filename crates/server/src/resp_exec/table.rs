@@ -771,9 +771,22 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
     }
     let mut buf = [0u8; COMMAND_NAME_LEN_MAX];
     let lower = lowercase_name(name, &mut buf)?;
-    COMMANDS
-        .iter()
-        .find(|command| command.name.as_bytes() == lower)
+    by_name().get(lower).copied()
+}
+
+/// The table by lower-case name: a hash lookup instead of a walk comparing names (MULTI and
+/// EXEC, far down the table, cost two dozen comparisons each; perf put `memcmp` at 2.4% of a
+/// pipelined transaction load's server CPU).
+fn by_name() -> &'static std::collections::HashMap<&'static [u8], &'static Command> {
+    static BY_NAME: std::sync::OnceLock<
+        std::collections::HashMap<&'static [u8], &'static Command>,
+    > = std::sync::OnceLock::new();
+    BY_NAME.get_or_init(|| {
+        COMMANDS
+            .iter()
+            .map(|command| (command.name.as_bytes(), command))
+            .collect()
+    })
 }
 
 /// GET or SET (the table's first two rows) in any case, found with one comparison each: their
