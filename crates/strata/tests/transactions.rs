@@ -29,6 +29,23 @@ fn read_bulk_text(client: &mut Client) -> Option<String> {
     client.bulk().map(|bytes| String::from_utf8(bytes).unwrap())
 }
 
+/// Lets `threads` run until the readers among them made `reads_min` reads, then stops and joins
+/// them.
+fn run_until(
+    reads: &AtomicU64,
+    reads_min: u64,
+    stop: &AtomicBool,
+    threads: impl IntoIterator<Item = std::thread::JoinHandle<()>>,
+) {
+    while reads.load(Ordering::Relaxed) < reads_min {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
 /// Writers set two keys to the same number in each transaction while readers read both in
 /// theirs, on connections spread over both workers: a reader never finds them different.
 /// (Without the gate that runs EXEC alone, a reader's two GETs interleave with the writers'
@@ -103,13 +120,7 @@ fn no_client_sees_part_of_a_transaction() {
             })
         })
         .collect();
-    while reads.load(Ordering::Relaxed) < 2_000 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for thread in writers.into_iter().chain(readers) {
-        thread.join().unwrap();
-    }
+    run_until(&reads, 2_000, &stop, writers.into_iter().chain(readers));
     assert_eq!(
         torn.load(Ordering::Relaxed),
         0,
@@ -254,13 +265,12 @@ fn multi_key_commands_are_atomic_across_workers() {
             })
         })
         .collect();
-    while reads.load(Ordering::Relaxed) < 5_000 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for thread in readers.into_iter().chain([mset, rename]) {
-        thread.join().unwrap();
-    }
+    run_until(
+        &reads,
+        5_000,
+        &stop,
+        readers.into_iter().chain([mset, rename]),
+    );
     assert_eq!(
         torn.load(Ordering::Relaxed),
         0,
