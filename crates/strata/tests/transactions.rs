@@ -29,6 +29,27 @@ fn read_bulk_text(client: &mut Client) -> Option<String> {
     client.bulk().map(|bytes| String::from_utf8(bytes).unwrap())
 }
 
+/// MULTI, `first`, `filler` `count` times, `last`, EXEC.
+fn transaction(first: &[u8], filler: &[u8], count: usize, last: &[u8]) -> Vec<u8> {
+    let mut batch = command(&["MULTI"]);
+    batch.extend_from_slice(first);
+    for _ in 0..count {
+        batch.extend_from_slice(filler);
+    }
+    batch.extend_from_slice(last);
+    batch.extend(command(&["EXEC"]));
+    batch
+}
+
+/// Reads a transaction's replies up to its commands' own: `+OK`, `queued` `+QUEUED`, `*queued`.
+fn read_queued(client: &mut Client, queued: usize) {
+    assert_eq!(client.line(), "+OK\r\n");
+    for _ in 0..queued {
+        assert_eq!(client.line(), "+QUEUED\r\n");
+    }
+    assert_eq!(client.line(), format!("*{queued}\r\n"));
+}
+
 /// Lets `threads` run until the readers among them made `reads_min` reads, then stops and joins
 /// them.
 fn run_until(
@@ -68,19 +89,14 @@ fn no_client_sees_part_of_a_transaction() {
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     let n = format!("{w}-{i}");
-                    let mut batch = command(&["MULTI"]);
-                    batch.extend(command(&["SET", "x", &n]));
-                    for _ in 0..FILLER {
-                        batch.extend(command(&["SET", &format!("filler-{w}"), &n]));
-                    }
-                    batch.extend(command(&["SET", "y", &n]));
-                    batch.extend(command(&["EXEC"]));
-                    client.send(&batch);
-                    assert_eq!(client.line(), "+OK\r\n");
-                    for _ in 0..FILLER + 2 {
-                        assert_eq!(client.line(), "+QUEUED\r\n");
-                    }
-                    assert_eq!(client.line(), format!("*{}\r\n", FILLER + 2));
+                    let filler = command(&["SET", &format!("filler-{w}"), &n]);
+                    client.send(&transaction(
+                        &command(&["SET", "x", &n]),
+                        &filler,
+                        FILLER,
+                        &command(&["SET", "y", &n]),
+                    ));
+                    read_queued(&mut client, FILLER + 2);
                     for _ in 0..FILLER + 2 {
                         assert_eq!(client.line(), "+OK\r\n");
                     }
@@ -94,19 +110,13 @@ fn no_client_sees_part_of_a_transaction() {
             std::thread::spawn(move || {
                 let mut client = Client::connect(addr);
                 while !stop.load(Ordering::Relaxed) {
-                    let mut batch = command(&["MULTI"]);
-                    batch.extend(command(&["GET", "x"]));
-                    for _ in 0..FILLER {
-                        batch.extend(command(&["EXISTS", "x"]));
-                    }
-                    batch.extend(command(&["GET", "y"]));
-                    batch.extend(command(&["EXEC"]));
-                    client.send(&batch);
-                    assert_eq!(client.line(), "+OK\r\n");
-                    for _ in 0..FILLER + 2 {
-                        assert_eq!(client.line(), "+QUEUED\r\n");
-                    }
-                    assert_eq!(client.line(), format!("*{}\r\n", FILLER + 2));
+                    client.send(&transaction(
+                        &command(&["GET", "x"]),
+                        &command(&["EXISTS", "x"]),
+                        FILLER,
+                        &command(&["GET", "y"]),
+                    ));
+                    read_queued(&mut client, FILLER + 2);
                     let x = read_bulk_text(&mut client);
                     for _ in 0..FILLER {
                         client.line();
