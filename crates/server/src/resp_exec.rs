@@ -15,6 +15,7 @@
 //! | `connection.rs`  | PING ECHO HELLO AUTH SELECT QUIT RESET CLIENT TIME SHUTDOWN       |
 //! | `strings.rs`     | GET SET GETEX GETDEL GETSET SETNX SETEX PSETEX MGET MSET MSETNX    |
 //! | `ranges.rs`      | APPEND STRLEN GETRANGE SETRANGE                                   |
+//! | `bits.rs`        | GETBIT SETBIT BITCOUNT BITPOS                                     |
 //! | `counters.rs`    | INCR DECR INCRBY DECRBY INCRBYFLOAT                               |
 //! | `keyspace.rs`    | DEL UNLINK EXISTS TYPE RENAME RENAMENX SCAN KEYS RANDOMKEY DBSIZE  |
 //! |                  | FLUSHDB FLUSHALL                                                  |
@@ -41,6 +42,7 @@
 //! `tests/resp_exec_redis_compat.rs` checks them against a real redis-server. Departures are
 //! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB).
 
+mod bits;
 pub(crate) mod commandstats;
 #[cfg(test)]
 mod compatibility;

@@ -6,8 +6,8 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
-    connection, counters, debug, expire, keyspace, multi, ranges, server, slowlog, strings, Call,
-    State,
+    bits, connection, counters, debug, expire, keyspace, multi, ranges, server, slowlog, strings,
+    Call, State,
 };
 use crate::stats::command_index;
 
@@ -742,6 +742,18 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::unwatch,
     ),
+    row("getbit", 3, READ, ONE_KEY, "bitmap", "other", bits::getbit),
+    row("setbit", 4, WRITE, ONE_KEY, "bitmap", "other", bits::setbit),
+    row(
+        "bitcount",
+        -2,
+        READ_SLOW,
+        ONE_KEY,
+        "bitmap",
+        "other",
+        bits::bitcount,
+    ),
+    row("bitpos", -3, READ_SLOW, ONE_KEY, "bitmap", "other", bits::bitpos),
     differs(
         "no RDB: answers an error saying so",
         row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save)
