@@ -858,6 +858,52 @@ fn resp_compat_resp3_matches_redis() {
     d.finish("resp3");
 }
 
+/// COPY (options, TTL carried, REPLACE, one database), TOUCH, and MEMORY's errors and null (its
+/// figures are strata's own, so USAGE of an existing key is compared only as an integer).
+#[test]
+fn copy_touch_and_memory_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "SET a 1 EX 100",
+        "COPY a b",
+        "TTL b",
+        "GET b",
+        "COPY a b",
+        "SET a 2",
+        "COPY a b REPLACE",
+        "GET b",
+        "TTL b",
+        "COPY a a",
+        "COPY nokey b",
+        "COPY a c DB 0",
+        "COPY a c DB x",
+        "COPY a c FOO",
+        "COPY a c REPLACE REPLACE",
+        "COPY a d DB 16",
+        "COPY a d DB -1",
+        "COPY a",
+        "COPY a d DB",
+        "TOUCH a b nokey a",
+        "TOUCH",
+        "MEMORY USAGE nokey",
+        "MEMORY USAGE a SAMPLES x",
+        "MEMORY USAGE a FOO",
+        "MEMORY USAGE a SAMPLES 5 extra",
+        "MEMORY FOO",
+        "MEMORY",
+        "MEMORY USAGE",
+    ]);
+    let (redis, _) = d.redis.call(&request("MEMORY USAGE a"), 1, false);
+    let (strata, _) = d.strata.call(&request("MEMORY USAGE a"));
+    assert!(
+        redis.starts_with(b":") && strata.starts_with(b":"),
+        "{strata:?}"
+    );
+    d.finish("copy, touch, memory");
+}
+
 /// GETBIT SETBIT BITCOUNT BITPOS: offsets and their limits, growth, ranges in bytes and bits,
 /// negative indexes, the zero padding BITPOS assumes without an end, errors, wrong arity.
 /// (WRONGTYPE needs a key of another type, which strata does not store yet.)

@@ -280,6 +280,26 @@ impl Engine {
         }
     }
 
+    /// What `key`'s item costs in memory, in bytes, without counting a hit or a miss: its
+    /// record (key, value and the fields it carries; the explicit CAS a record the cleaner
+    /// moved carries, 8 bytes, is left out) plus its index slot's share; for an item on flash, the index slot alone (its record
+    /// is on the medium). `None` when absent.
+    pub fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        let on_flash = self.flash_read_needed(key);
+        let index_bytes = crate::index::INDEX_BYTES_PER_ITEM;
+        self.peek(key, |item| {
+            if on_flash {
+                return index_bytes;
+            }
+            let meta = RecordMeta {
+                expires_at_ms: item.expires_at_ms,
+                cas: None,
+                client_flags: item.client_flags,
+            };
+            record::record_size(key.len(), item.value.len(), &meta) as u64 + index_bytes
+        })
+    }
+
     /// Whether `key` is present (and unexpired), without counting a hit or a miss.
     pub fn contains(&self, key: &[u8]) -> bool {
         self.maybe_flush();

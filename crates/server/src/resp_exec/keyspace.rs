@@ -63,6 +63,67 @@ pub(crate) fn exists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
 }
 
+/// `COPY source destination [DB 0] [REPLACE]`: 1 when the destination now holds a copy of
+/// the source's value, client flags and expiry; 0 when the source is missing or the
+/// destination exists without REPLACE. One database: `DB` other than 0 is out of range.
+pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let (source, destination) = (call.arg(1), call.arg(2));
+    let mut replace = false;
+    let mut at = 3;
+    while at < call.len() {
+        let option = call.arg(at);
+        if name_eq(option, b"replace") {
+            replace = true;
+            at += 1;
+        } else if name_eq(option, b"db") && at + 1 < call.len() {
+            match parse_i64(call.arg(at + 1)) {
+                None => {
+                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
+                    return;
+                }
+                Some(0) => {}
+                Some(_) => {
+                    out.extend_from_slice(errors::ERR_DB_INDEX);
+                    return;
+                }
+            }
+            at += 2;
+        } else {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return;
+        }
+    }
+    if source == destination {
+        encode::error(out, b"ERR source and destination objects are the same");
+        return;
+    }
+    let engine = call.engine();
+    let Some((value, client_flags, expires_at_ms)) = engine.get(source, |item| {
+        (item.value.to_vec(), item.client_flags, item.expires_at_ms)
+    }) else {
+        encode::integer(out, 0);
+        return;
+    };
+    let options = StoreOptions {
+        client_flags,
+        expiry: expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+        condition: if replace {
+            strata_engine::Condition::Always
+        } else {
+            strata_engine::Condition::IfAbsent
+        },
+    };
+    match engine.store(destination, &value, options) {
+        Ok(strata_engine::StoreOutcome::Stored(_)) => {
+            encode::integer(out, 1);
+        }
+        Ok(_) => {
+            encode::integer(out, 0);
+        }
+        Err(error) => write_error(out, &error),
+    }
+}
+
 /// `TYPE key`: `+string` or `+none`.
 pub(crate) fn type_(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let kind: &[u8] = if call.engine().contains(call.arg(1)) {

@@ -584,3 +584,48 @@ fn command_info(version: Version, command: &Command, out: &mut Vec<u8>) {
     encode::array_len(out, 0);
     encode::array_len(out, 0);
 }
+
+/// `MEMORY USAGE key [SAMPLES n]`: what the key costs strata's memory (`Engine::memory_usage`:
+/// its record and index slot; for an item on flash, the slot alone), or the null reply for a
+/// missing key. `MEMORY HELP` lists it; strata has no other MEMORY subcommand.
+pub(crate) fn memory(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let sub = call.arg(1);
+    if name_eq(sub, b"help") && call.len() == 2 {
+        let lines: [&[u8]; 5] = [
+            b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            b"USAGE <key> [SAMPLES <count>]",
+            b"    Return memory in bytes used by <key> and its value (strata: its record and",
+            b"    index slot; for an item on flash, the slot alone).",
+            b"HELP",
+        ];
+        encode::array_len(out, lines.len());
+        for line in lines {
+            encode::simple(out, line);
+        }
+        return;
+    }
+    if !name_eq(sub, b"usage") || call.len() < 3 {
+        match name_eq(sub, b"usage") {
+            true => errors::wrong_args(out, b"memory|usage"),
+            false => errors::unknown_subcommand(out, b"memory", sub),
+        };
+        return;
+    }
+    match call.len() {
+        3 => {}
+        5 if name_eq(call.arg(3), b"samples") => {
+            if strata_protocol::resp::parse_i64(call.arg(4)).is_none() {
+                out.extend_from_slice(errors::ERR_NOT_INTEGER);
+                return;
+            }
+        }
+        _ => {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return;
+        }
+    }
+    match call.engine().memory_usage(call.arg(2)) {
+        Some(bytes) => encode::integer(out, i64::try_from(bytes).unwrap_or(i64::MAX)),
+        None => encode::null(out, state.version),
+    };
+}

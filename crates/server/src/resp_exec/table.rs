@@ -742,6 +742,22 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::unwatch,
     ),
+    alone_when_several_keys(differs(
+        "one database: DB other than 0 is out of range (Redis copies into that database)",
+        row(
+        "copy",
+        -3,
+        WRITE_SLOW,
+        (1, 2, 1),
+        "keyspace",
+        "other",
+        keyspace::copy,
+    ))),
+    row("touch", -2, READ, ALL_KEYS, "keyspace", "other", keyspace::exists),
+    differs(
+        "USAGE counts strata's record and index slot (an item on flash: the slot alone); HELP; no STATS, DOCTOR, MALLOC-STATS, PURGE",
+        row("memory", -2, READ_SLOW, NO_KEYS, "server", "other", server::memory),
+    ),
     row("getbit", 3, READ, ONE_KEY, "bitmap", "other", bits::getbit),
     row("setbit", 4, WRITE, ONE_KEY, "bitmap", "other", bits::setbit),
     row(
@@ -903,7 +919,7 @@ mod tests {
             .collect();
         assert_eq!(
             alone,
-            ["mset", "del", "unlink", "msetnx", "rename", "renamenx"]
+            ["mset", "del", "unlink", "msetnx", "rename", "renamenx", "copy"]
         );
         assert!(lookup(b"ge\x00").is_none());
         assert_eq!((COMMANDS[0].name, COMMANDS[1].name), ("get", "set"));
