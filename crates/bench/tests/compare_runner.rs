@@ -52,3 +52,24 @@ fn compare_reports_peers_and_marks_missing_strata_not_run() {
     assert!(out.join("summary.json").is_file());
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `--valkey PATH` adds the peer `valkey`, run with Redis's command template and its own binary.
+#[test]
+fn valkey_is_a_peer_when_given() {
+    let args = common::compare_args(&["--valkey", "/opt/valkey/valkey-server"]);
+    let specs = strata_bench::compare::runner::server_specs(&args);
+    let valkey = specs
+        .iter()
+        .find(|s| s.name == "valkey")
+        .expect("a valkey row");
+    assert!(valkey.is_peer);
+    assert!(
+        valkey
+            .command
+            .starts_with("/opt/valkey/valkey-server --port {resp_port}"),
+        "{}",
+        valkey.command
+    );
+    let without = strata_bench::compare::runner::server_specs(&common::compare_args(&[]));
+    assert!(without.iter().all(|s| s.name != "valkey"));
+}

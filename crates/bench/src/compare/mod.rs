@@ -68,6 +68,10 @@ pub struct CompareArgs {
     /// Redis's command template.
     #[arg(long, default_value = servers::REDIS_COMMAND)]
     pub redis_cmd: String,
+    /// A valkey-server binary (Valkey 8, built from its public source with `make
+    /// BUILD_TLS=no`): compared as the peer `valkey`, with Redis's command template.
+    #[arg(long)]
+    pub valkey: Option<PathBuf>,
     /// Do not run anything: re-render REPORT.md and the charts from `--out`/results.json.
     #[arg(long)]
     pub rerender: bool,

@@ -103,6 +103,14 @@ fn machine_section(args: &CompareArgs) -> String {
     );
     let _ = writeln!(md, "- memcached: `{}`", args.memcached_cmd);
     let _ = writeln!(md, "- Redis: `{}`", args.redis_cmd);
+    if let Some(valkey) = &args.valkey {
+        let program = valkey.display().to_string();
+        let _ = writeln!(
+            md,
+            "- Valkey: {} (Redis's command template)",
+            version(&program, "-v")
+        );
+    }
     let _ = writeln!(md, "- strata: `{}`", args.strata_cmd);
     let _ = writeln!(
         md,

@@ -157,7 +157,7 @@ pub(crate) fn recipe(server: &str, dir: &Path) -> Option<Recipe> {
     let (args, clean_signal, save_first) = match server {
         name if name.starts_with("strata") => (format!("--pool {file}.pool"), "TERM", false),
         name if name.starts_with("memcached") => (format!("-e {file}.mem"), "USR1", false),
-        "redis" => (
+        "redis" | "valkey" => (
             format!("--dir {} --dbfilename {prefix}.rdb", dir.display()),
             "TERM",
             true,

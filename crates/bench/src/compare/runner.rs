@@ -94,6 +94,17 @@ pub fn server_specs(args: &CompareArgs) -> Vec<ServerSpec> {
         is_peer: true,
         flash_args: None,
     });
+    if let Some(valkey) = &args.valkey {
+        all.push(ServerSpec {
+            name: "valkey".to_owned(),
+            command: args
+                .redis_cmd
+                .replacen("redis-server", &valkey.display().to_string(), 1),
+            protocols: vec![Protocol::Resp],
+            is_peer: true,
+            flash_args: None,
+        });
+    }
     all.push(ServerSpec {
         name: "strata".to_owned(),
         command: args.strata_cmd.clone(),

@@ -62,3 +62,9 @@ pub fn compare_one_with(name: &str, scenario: &str, extra: &[&str]) -> (Vec<RunR
     let records = run_compare(&args).expect("compare runs");
     (records, dir)
 }
+
+/// `compare`'s arguments parsed from `argv` (after the program name).
+pub fn compare_args(argv: &[&str]) -> CompareArgs {
+    let argv = std::iter::once("compare").chain(argv.iter().copied());
+    Wrapper::try_parse_from(argv).unwrap().args
+}
