@@ -207,3 +207,45 @@ fn slowlog_names_the_client_address_and_name() {
     );
     assert_eq!(client.bulk(), Some(b"app".to_vec()), "the client's name");
 }
+
+/// redis-cli's key-space tools work against strata: `--bigkeys` finds the largest string and
+/// `--memkeys` (MEMORY USAGE per key) sums a byte count at least the values' (it reported 0
+/// bytes when strata had no MEMORY command).
+#[test]
+fn redis_cli_bigkeys_and_memkeys_report_the_keys() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    for i in 1..=50usize {
+        let value = "x".repeat(i * 10);
+        let key = format!("key:{i}");
+        assert_eq!(client.call(&command(&["SET", &key, &value])), "+OK\r\n");
+    }
+    let port = server.resp.port().to_string();
+    let run = |tool: &str| {
+        let output = std::process::Command::new("redis-cli")
+            .args(["-p", &port, tool])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run redis-cli ({e}): install redis-tools"));
+        assert!(output.status.success(), "redis-cli {tool} failed");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let bigkeys = run("--bigkeys");
+    assert!(
+        bigkeys.contains("Biggest string found '\"key:50\"' has 500 bytes"),
+        "{bigkeys}"
+    );
+    let memkeys = run("--memkeys");
+    let line = memkeys
+        .lines()
+        .find(|l| l.starts_with("50 strings with "))
+        .unwrap_or_else(|| panic!("{memkeys}"));
+    let bytes: u64 = line
+        .trim_start_matches("50 strings with ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let values: u64 = (1..=50u64).map(|i| i * 10).sum();
+    assert!(bytes >= values, "{line}");
+}
