@@ -1,6 +1,6 @@
-//! The Redis clients of every worker, for `CLIENT LIST` and `CLIENT KILL`.
+//! The clients of every worker, for `CLIENT LIST`, `CLIENT KILL` and memcached's `stats conns`.
 //!
-//! A Redis session adds itself when its worker attaches it to a connection
+//! A Redis or memcached session adds itself when its worker attaches it to a connection
 //! (`Session::attach`) and removes itself when dropped (the connection closed, however: by
 //! the client, a limit, a kill, a worker's panic). What other sessions read of it is in its
 //! [`Client`]: fixed at attach (id, addresses, worker and slot), or kept current by the session
@@ -43,6 +43,8 @@ pub struct Client {
     pub last_command_ms: AtomicU64,
     /// Marked by a `CLIENT KILL`: its worker closes it.
     pub killed: AtomicBool,
+    /// A memcached connection (`CLIENT LIST` marks it `proto=memcache`).
+    pub memcache: bool,
 }
 
 /// What a session changes rarely (names, protocol), under the client's own lock.
@@ -148,6 +150,33 @@ impl Clients {
     }
 }
 
+/// A client's place in the registry: it leaves the registry when this is dropped.
+#[derive(Debug)]
+pub struct Registration {
+    /// The client.
+    pub client: Arc<Client>,
+    clients: Arc<Clients>,
+}
+
+impl Registration {
+    /// Adds `client` to `clients`.
+    #[must_use]
+    pub fn new(clients: &Arc<Clients>, client: Client) -> Registration {
+        let client = Arc::new(client);
+        clients.add(Arc::clone(&client));
+        Registration {
+            client,
+            clients: Arc::clone(clients),
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.clients.remove(self.client.id);
+    }
+}
+
 impl Client {
     /// A client that has run no command yet.
     #[must_use]
@@ -173,7 +202,27 @@ impl Client {
             last_command: AtomicUsize::new(0),
             last_command_ms: AtomicU64::new(0),
             killed: AtomicBool::new(false),
+            memcache: false,
         }
+    }
+
+    /// A memcached connection's client (no command names; see `Client::active`).
+    #[must_use]
+    pub fn memcache(
+        id: u64,
+        addresses: (Option<SocketAddr>, Option<SocketAddr>),
+        place: (usize, usize),
+        connected_ms: u64,
+    ) -> Client {
+        Client {
+            memcache: true,
+            ..Client::new(id, addresses, place, connected_ms)
+        }
+    }
+
+    /// Notes that it sent requests at `now_ms` (by `Clients::coarse_ms`), without naming one.
+    pub fn active(&self, now_ms: u64) {
+        self.last_command_ms.store(now_ms, Ordering::Relaxed);
     }
 
     /// A copy of what the session keeps current.

@@ -104,6 +104,10 @@ pub struct MemcacheSession {
     output_stop_len: usize,
     /// A get whose keys are on flash waits for I/O threads to read them ahead.
     flash_wait: crate::flash_io::FlashWait,
+    /// The connection's peer and local addresses (`Session::connected`).
+    addresses: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
+    /// What `CLIENT LIST` and `stats conns` see of it (it leaves the registry when dropped).
+    client: Option<crate::clients::Registration>,
 }
 
 impl Default for MemcacheSession {
@@ -124,6 +128,8 @@ impl MemcacheSession {
             gate: None,
             output_stop_len: 0,
             flash_wait: Default::default(),
+            addresses: (None, None),
+            client: None,
         }
     }
 
@@ -201,7 +207,34 @@ impl MemcacheSession {
 }
 
 impl Session for MemcacheSession {
+    fn connected(
+        &mut self,
+        peer: Option<std::net::SocketAddr>,
+        local: Option<std::net::SocketAddr>,
+    ) {
+        self.addresses = (peer, local);
+    }
+
+    fn attach(&mut self, ctx: &ServerContext, worker: usize, slot: usize) {
+        let client = crate::clients::Client::memcache(
+            ctx.next_client_id(),
+            self.addresses,
+            (worker, slot),
+            ctx.clients.coarse_ms(),
+        );
+        self.client = Some(crate::clients::Registration::new(&ctx.clients, client));
+    }
+
+    fn killed(&self) -> bool {
+        self.client
+            .as_ref()
+            .is_some_and(|r| r.client.killed.load(std::sync::atomic::Ordering::Acquire))
+    }
+
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
+        if let Some(registration) = &self.client {
+            registration.client.active(ctx.clients.coarse_ms());
+        }
         if self.gate.is_some() {
             return self.process_locked(input, ctx, out);
         }

@@ -122,3 +122,50 @@ fn client_kill_closes_clients_at_once_on_any_worker() {
         "a client that kills itself is closed after the reply"
     );
 }
+
+/// memcached connections are clients too: CLIENT LIST marks them `proto=memcache`, memcached's
+/// `stats conns` lists every connection with its address, and CLIENT KILL closes one.
+#[test]
+fn memcached_connections_are_listed_and_killed_like_redis_ones() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = Client::connect(server.resp);
+    let mut memcache = Client::connect(server.memcache);
+    assert!(memcache.call(b"version\r\n").starts_with("VERSION"));
+    let memcache_addr = memcache.stream().local_addr().unwrap().to_string();
+    let list = client_list(&mut admin);
+    let line = list
+        .lines()
+        .find(|l| l.contains(&format!(" addr={memcache_addr} ")))
+        .unwrap_or_else(|| panic!("the memcached connection is listed: {list}"));
+    assert!(line.ends_with(" proto=memcache"), "{line}");
+    // memcached's own view: this connection, and the Redis one.
+    memcache.send(b"stats conns\r\n");
+    let mut stats = Vec::new();
+    loop {
+        let line = memcache.line();
+        if line == "END\r\n" {
+            break;
+        }
+        stats.push(line);
+    }
+    let addr_line = format!(":addr tcp:{memcache_addr}\r\n");
+    assert!(stats.iter().any(|l| l.ends_with(&addr_line)), "{stats:?}");
+    assert_eq!(
+        stats.len(),
+        8,
+        "four lines for each of the two connections: {stats:?}"
+    );
+    assert_eq!(
+        admin.call(&command(&[
+            "CLIENT",
+            "KILL",
+            "ID",
+            &id_of(line).to_string()
+        ])),
+        ":1\r\n"
+    );
+    assert!(
+        closed_soon(&mut memcache),
+        "the killed memcached connection was closed"
+    );
+}

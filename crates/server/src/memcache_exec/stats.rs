@@ -9,7 +9,8 @@
 //!   class (1) standing for the whole pool, in memcached's format, so `memcached-tool` and
 //!   monitoring scripts parse them. With no items, `stats items` is just `END`, as memcached's.
 //! - `stats sizes`: `sizes_status disabled`, as memcached answers by default.
-//! - `stats conns`, `stats extstore`: `END` (no per-connection table, no extstore).
+//! - `stats conns`: every client connection, both protocols (`crate::clients`); `stats
+//!   extstore`: `END` (no extstore).
 //! - `stats reset`: `RESET`, clearing the resettable counters.
 //! - `stats detail on|off|dump`: `OK` / `OK` / `END`; anything else after `detail` is memcached's
 //!   usage error. Any other argument is `ERROR`.
@@ -41,7 +42,8 @@ pub(super) fn execute(request: Stats<'_>, ctx: &ServerContext, out: &mut Vec<u8>
             encode::write_stat(out, b"sizes_status", b"disabled");
             encode::write_end(out);
         }
-        (Some(b"conns" | b"extstore"), _) => {
+        (Some(b"conns"), _) => conns(ctx, out),
+        (Some(b"extstore"), _) => {
             encode::write_end(out);
         }
         (Some(b"reset"), _) => {
@@ -357,5 +359,30 @@ fn slabs(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     encode::write_stat_u64(out, b"active_slabs", active);
     let malloced = engine.segments_used * engine.segment_size_bytes;
     encode::write_stat_u64(out, b"total_malloced", malloced);
+    encode::write_end(out);
+}
+
+/// `stats conns`: every client connection of the server (both protocols, from the registry of
+/// `crate::clients`), memcached's lines keyed by the client's id where memcached uses its fd:
+/// `addr`, `listen_addr`, `state` (`conn_waiting`: strata does not track a connection's state)
+/// and `secs_since_last_cmd`.
+fn conns(ctx: &ServerContext, out: &mut Vec<u8>) {
+    let now_ms = ctx.clients.coarse_ms();
+    let address = |a: Option<std::net::SocketAddr>| {
+        a.map_or_else(|| "unknown".to_owned(), |a| format!("tcp:{a}"))
+    };
+    for client in ctx.clients.all() {
+        let id = client.id;
+        let lines = [
+            ("addr", address(client.peer)),
+            ("listen_addr", address(client.local)),
+            ("state", "conn_waiting".to_owned()),
+            ("secs_since_last_cmd", client.idle_secs(now_ms).to_string()),
+        ];
+        for (name, value) in lines {
+            let name = format!("{id}:{name}");
+            encode::write_stat(out, name.as_bytes(), value.as_bytes());
+        }
+    }
     encode::write_end(out);
 }

@@ -19,7 +19,8 @@ const MEMCACHED: &[(&str, &str)] = &[
     ("flush_all, version, verbosity, quit", "supported"),
     ("shutdown", "supported (`shutdown graceful` too); the pool is closed cleanly"),
     ("stats, stats settings, items, slabs, reset", "supported, with strata's figures and `strata_*` lines"),
-    ("stats sizes, conns, extstore, detail", "answered, empty (sizes: `disabled`)"),
+    ("stats conns", "every connection of both protocols, keyed by client id; `state` is always `conn_waiting`"),
+    ("stats sizes, extstore, detail", "answered, empty (sizes: `disabled`)"),
     ("lru_crawler, slabs (reassign, automove), lru, watch, cache_memlimit, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
     ("binary protocol", "refused: a binary `Not supported` response, then the connection closes"),
 ];

@@ -380,6 +380,7 @@ fn client_line(state: &State, command: &str) -> String {
         cmd: &format!("client|{command}"),
         resp,
         lib: (&text(&state.lib_name), &text(&state.lib_ver)),
+        memcache: false,
     })
 }
 
@@ -395,6 +396,8 @@ struct Line<'a> {
     cmd: &'a str,
     resp: u8,
     lib: (&'a str, &'a str),
+    /// A memcached connection: `resp=0` and a trailing `proto=memcache`.
+    memcache: bool,
 }
 
 /// Redis's client line: the fields it has, strata's where it keeps them, zeros for the buffer
@@ -406,7 +409,7 @@ fn line(line: &Line<'_>) -> String {
         "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 \
          ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
          omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
-         lib-ver={}\n",
+         lib-ver={}{}\n",
         line.id,
         address(line.addresses.0),
         address(line.addresses.1),
@@ -418,6 +421,7 @@ fn line(line: &Line<'_>) -> String {
         line.resp,
         line.lib.0,
         line.lib.1,
+        if line.memcache { " proto=memcache" } else { "" },
     )
 }
 
@@ -444,8 +448,9 @@ fn other_line(client: &Client, now_ms: u64) -> String {
         idle_secs: client.idle_secs(now_ms),
         multi: info.multi,
         cmd,
-        resp: info.resp,
+        resp: if client.memcache { 0 } else { info.resp },
         lib: (&text(&info.lib_name), &text(&info.lib_ver)),
+        memcache: client.memcache,
     })
 }
 
