@@ -45,6 +45,9 @@ pub struct Client {
     pub killed: AtomicBool,
     /// A memcached connection (`CLIENT LIST` marks it `proto=memcache`).
     pub memcache: bool,
+    /// Commands queued after MULTI (-1: no transaction open); a relaxed store per queued
+    /// command, no lock.
+    pub multi: std::sync::atomic::AtomicI64,
 }
 
 /// What a session changes rarely (names, protocol), under the client's own lock.
@@ -58,8 +61,6 @@ pub struct ClientInfo {
     pub lib_ver: Option<Vec<u8>>,
     /// 2 or 3.
     pub resp: u8,
-    /// Commands queued after MULTI (-1: no transaction open).
-    pub multi: i64,
 }
 
 /// Per worker: its waker (set once it runs) and whether a kill waits for it.
@@ -196,13 +197,13 @@ impl Client {
             slot,
             info: Mutex::new(ClientInfo {
                 resp: 2,
-                multi: -1,
                 ..ClientInfo::default()
             }),
             last_command: AtomicUsize::new(0),
             last_command_ms: AtomicU64::new(0),
             killed: AtomicBool::new(false),
             memcache: false,
+            multi: std::sync::atomic::AtomicI64::new(-1),
         }
     }
 

@@ -267,7 +267,7 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
     state.reply_skip_next = false;
     let name = args.arg(input, 0);
     if state.multi.is_some() && multi::queue(state, ctx, input, args, out) {
-        publish(state);
+        publish_multi(state);
         if state.reply_off || skip_this {
             out.truncate(reply_start);
         }
@@ -306,11 +306,22 @@ fn publish(state: &State) {
             Version::Resp2 => 2,
             Version::Resp3 => 3,
         };
-        info.multi = state
+    });
+    publish_multi(state);
+}
+
+/// Copies the number of commands queued after MULTI (-1 outside a transaction) into the
+/// client's registry entry: one relaxed store, done for each queued command.
+fn publish_multi(state: &State) {
+    if let Some(client) = &state.client {
+        let queued = state
             .multi
             .as_ref()
             .map_or(-1, |m| i64::try_from(m.queued()).unwrap_or(i64::MAX));
-    });
+        client
+            .multi
+            .store(queued, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Whether the connection may run commands: it authenticated, or no password is set.

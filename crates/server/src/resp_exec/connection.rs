@@ -446,7 +446,7 @@ fn other_line(client: &Client, now_ms: u64) -> String {
         name: &text(&info.name),
         age_secs: client.created.elapsed().as_secs(),
         idle_secs: client.idle_secs(now_ms),
-        multi: info.multi,
+        multi: client.multi.load(Ordering::Relaxed),
         cmd,
         resp: if client.memcache { 0 } else { info.resp },
         lib: (&text(&info.lib_name), &text(&info.lib_ver)),
