@@ -51,7 +51,16 @@ fn flash_scenario_measures_memcached_extstore() {
     let flash = memcached.flash.as_ref().unwrap();
     // 640 MiB of 16 B keys + 1 KiB values.
     assert_eq!(flash.sizes.keys, 640 * 1_048_576 / 1040);
-    assert_eq!(flash.fill.counts.sets_stored, flash.sizes.keys);
+    // Every SET was answered; memcached with extstore may refuse a few while its flash writes
+    // catch up (77 of 645,277 once on this VM), so nearly all stored.
+    let fill = &flash.fill.counts;
+    assert_eq!(fill.sets_stored + fill.sets_not_stored, flash.sizes.keys);
+    assert!(
+        fill.sets_stored * 1000 >= flash.sizes.keys * 999,
+        "{} of {} SETs stored",
+        fill.sets_stored,
+        flash.sizes.keys
+    );
     assert_eq!(flash.check_stride, flash.sizes.keys.div_ceil(20_000));
     assert!(flash.check.counts.is_consistent() && flash.check.counts.errors == 0);
     // extstore wrote values to its file, and counted them.
