@@ -17,11 +17,14 @@
 //! | `ranges.rs`      | APPEND STRLEN GETRANGE SETRANGE                                   |
 //! | `bits.rs`        | GETBIT SETBIT BITCOUNT BITPOS                                     |
 //! | `counters.rs`    | INCR DECR INCRBY DECRBY INCRBYFLOAT                               |
-//! | `keyspace.rs`    | DEL UNLINK EXISTS TYPE RENAME RENAMENX SCAN KEYS RANDOMKEY DBSIZE  |
-//! |                  | FLUSHDB FLUSHALL                                                  |
+//! | `keyspace.rs`    | DEL UNLINK EXISTS TOUCH TYPE RENAME RENAMENX COPY SCAN KEYS       |
+//! |                  | RANDOMKEY DBSIZE FLUSHDB FLUSHALL                                 |
 //! | `expire.rs`      | EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME  |
 //! |                  | PERSIST, and the expiry arithmetic SET and GETEX share            |
-//! | `server.rs`      | INFO CONFIG COMMAND LASTSAVE SAVE BGSAVE                          |
+//! | `server.rs`      | INFO CONFIG COMMAND MEMORY LASTSAVE SAVE BGSAVE                   |
+//! | `slowlog.rs`     | SLOWLOG                                                           |
+//! | `multi.rs`       | MULTI EXEC DISCARD WATCH UNWATCH                                  |
+//! | `compatibility.rs` | (tests) generates docs/COMPATIBILITY.md from the table          |
 //! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, HSET, ...)  |
 //! |                  | and HTTP requests (`POST`, `Host:`), which close the connection    |
 //! | `debug.rs`       | DEBUG (tests only: `--enable-debug-command`)                      |
@@ -40,7 +43,8 @@
 //!
 //! Replies and errors follow Redis 7.0.15 byte for byte where strata claims compatibility;
 //! `tests/resp_exec_redis_compat.rs` checks them against a real redis-server. Departures are
-//! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB).
+//! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB) and in
+//! docs/COMPATIBILITY.md, generated from the table.
 
 mod bits;
 pub(crate) mod commandstats;
