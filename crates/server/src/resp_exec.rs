@@ -172,6 +172,9 @@ pub(crate) struct State {
     pub watched: Vec<multi::Watched>,
     /// What other clients see of this one (`CLIENT LIST`), once attached to a connection.
     pub client: Option<std::sync::Arc<crate::clients::Client>>,
+    /// The table row of the last command run or queued in this `process` call: published to
+    /// `client` once per call (`publish_activity`), not per command.
+    pub last_row: Option<usize>,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -236,6 +239,7 @@ impl RespSession {
                 multi: None,
                 watched: Vec::new(),
                 client: None,
+                last_row: None,
             },
             batch: Vec::new(),
             discard: None,
@@ -271,7 +275,6 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
     state.reply_skip_next = false;
     let name = args.arg(input, 0);
     if state.multi.is_some() && multi::queue(state, ctx, input, args, out) {
-        publish_multi(state);
         if state.reply_off || skip_this {
             out.truncate(reply_start);
         }
@@ -314,8 +317,21 @@ fn publish(state: &State) {
     publish_multi(state);
 }
 
+/// Publishes what this `process` call did to the client's registry entry: its last command
+/// and when (by the coarse clock), and the commands queued after MULTI. Once per call: a
+/// pipeline of a hundred commands pays for it once.
+fn publish_activity(state: &mut State, ctx: &ServerContext) {
+    let Some(row) = state.last_row.take() else {
+        return;
+    };
+    if let Some(client) = &state.client {
+        client.ran(row, ctx.clients.coarse_ms());
+    }
+    publish_multi(state);
+}
+
 /// Copies the number of commands queued after MULTI (-1 outside a transaction) into the
-/// client's registry entry: one relaxed store, done for each queued command.
+/// client's registry entry: one relaxed store.
 fn publish_multi(state: &State) {
     if let Some(client) = &state.client {
         let queued = state
@@ -357,9 +373,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // quanta reads the CPU's time-stamp counter: clock_gettime cost 7% of a pipelined GET's
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
-    if let Some(client) = &state.client {
-        client.ran(row, call.ctx.clients.coarse_ms());
-    }
+    state.last_row = Some(row);
     if command.alone_when_several_keys && command.key_positions(call.len()).nth(1).is_some() {
         call.ctx.exclusive.alone(|| (command.run)(state, call, out));
     } else {
@@ -449,6 +463,7 @@ impl Session for RespSession {
         let processed = self.process_commands(input, ctx, out);
         self.state.pending.publish(&ctx.stats);
         self.state.hot.publish(&ctx.resp_commands);
+        publish_activity(&mut self.state, ctx);
         processed
     }
 

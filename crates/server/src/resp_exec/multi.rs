@@ -108,10 +108,8 @@ pub(crate) fn queue(
                 let multi = state.multi.as_mut().expect("checked above");
                 multi.bytes.extend_from_slice(input);
                 multi.ends.push(multi.bytes.len());
-                if let Some(client) = &state.client {
-                    // CLIENT LIST names a queued command as the client's last, as Redis does.
-                    client.ran(super::commandstats::row_of(c), ctx.clients.coarse_ms());
-                }
+                // CLIENT LIST names a queued command as the client's last, as Redis does.
+                state.last_row = Some(super::commandstats::row_of(c));
                 encode::simple(out, b"QUEUED");
                 return true;
             }
