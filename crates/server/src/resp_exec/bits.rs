@@ -156,7 +156,7 @@ pub(crate) fn bitcount(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
                 None => return Some(0),
             },
         };
-        Some((from..=to).map(|at| u64::from(bit_at(bytes, at))).sum())
+        Some(count_ones(bytes, from, to))
     });
     match count {
         // A missing key counts 0 before its unit is read, as in Redis.
@@ -221,7 +221,7 @@ fn bitpos_in(call: &Call<'_>, bytes: &[u8], wanted: u8) -> Result<i64, &'static 
     let Some((from, to)) = bit_range(start, end, bytes.len(), bit) else {
         return Ok(-1);
     };
-    let found = (from..=to).find(|&at| bit_at(bytes, at) == wanted);
+    let found = first_bit(bytes, from, to, wanted);
     Ok(match found {
         Some(at) => i64::try_from(at).unwrap_or(i64::MAX),
         None if wanted == 0 && !end_given => {
@@ -231,4 +231,63 @@ fn bitpos_in(call: &Call<'_>, bytes: &[u8], wanted: u8) -> Result<i64, &'static 
         }
         None => -1,
     })
+}
+
+/// Set bits among bits `from..=to` of `bytes` (within the string): whole bytes by
+/// `count_ones`, the partial first and last bytes masked.
+fn count_ones(bytes: &[u8], from: usize, to: usize) -> u64 {
+    let (first, last) = (from / 8, to / 8);
+    let head = 0xFFu8 >> (from % 8);
+    let tail = 0xFFu8 << (7 - to % 8);
+    if first == last {
+        return u64::from((bytes[first] & head & tail).count_ones());
+    }
+    let middle: u64 = bytes[first + 1..last]
+        .iter()
+        .map(|b| u64::from(b.count_ones()))
+        .sum();
+    u64::from((bytes[first] & head).count_ones())
+        + middle
+        + u64::from((bytes[last] & tail).count_ones())
+}
+
+/// The first of bits `from..=to` of `bytes` equal to `wanted`: bytes that cannot hold one
+/// (all zeros looking for a one, all ones looking for a zero) are skipped whole.
+fn first_bit(bytes: &[u8], from: usize, to: usize, wanted: u8) -> Option<usize> {
+    let skip = if wanted == 1 { 0x00 } else { 0xFF };
+    let mut at = from;
+    while at <= to {
+        if at.is_multiple_of(8) && at + 7 <= to && bytes[at / 8] == skip {
+            at += 8;
+            continue;
+        }
+        if bit_at(bytes, at) == wanted {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The byte-wise count and search agree with a bit-by-bit walk over every range of a few
+    /// patterned bytes.
+    #[test]
+    fn byte_wise_count_and_search_match_a_bit_walk() {
+        let bytes = [0x00, 0xFF, 0x5A, 0x80, 0x01, 0xFF, 0x00];
+        let bits = bytes.len() * 8;
+        for from in 0..bits {
+            for to in from..bits {
+                let walked: u64 = (from..=to).map(|at| u64::from(bit_at(&bytes, at))).sum();
+                assert_eq!(count_ones(&bytes, from, to), walked, "{from}..={to}");
+                for wanted in [0, 1] {
+                    let walked = (from..=to).find(|&at| bit_at(&bytes, at) == wanted);
+                    assert_eq!(first_bit(&bytes, from, to, wanted), walked);
+                }
+            }
+        }
+    }
 }
