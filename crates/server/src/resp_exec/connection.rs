@@ -501,25 +501,21 @@ fn client_list(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_SYNTAX);
         return;
     }
+    let listed = |id: u64| wanted_type && ids.as_ref().is_none_or(|ids| ids.contains(&id));
     let mut clients = call.ctx.clients.all();
     if !clients.iter().any(|c| c.id == state.client_id) {
         clients.clear(); // A session with no registry entry (tests): itself only.
     }
+    let now_ms = call.ctx.clients.coarse_ms();
     let mut text = String::new();
-    if clients.is_empty()
-        && wanted_type
-        && ids.as_ref().is_none_or(|i| i.contains(&state.client_id))
-    {
+    if clients.is_empty() && listed(state.client_id) {
         text.push_str(&client_line(state, "list"));
     }
-    for client in clients.iter().filter(|_| wanted_type) {
-        if ids.as_ref().is_some_and(|ids| !ids.contains(&client.id)) {
-            continue;
-        }
+    for client in clients.iter().filter(|c| listed(c.id)) {
         if client.id == state.client_id {
             text.push_str(&client_line(state, "list"));
         } else {
-            text.push_str(&other_line(client, call.ctx.clients.coarse_ms()));
+            text.push_str(&other_line(client, now_ms));
         }
     }
     encode::verbatim(out, state.version, b"txt", text.as_bytes());

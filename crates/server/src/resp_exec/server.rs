@@ -604,11 +604,12 @@ pub(crate) fn memory(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         }
         return;
     }
-    if !name_eq(sub, b"usage") || call.len() < 3 {
-        match name_eq(sub, b"usage") {
-            true => errors::wrong_args(out, b"memory|usage"),
-            false => errors::unknown_subcommand(out, b"memory", sub),
-        };
+    if !name_eq(sub, b"usage") {
+        errors::unknown_subcommand(out, b"memory", sub);
+        return;
+    }
+    if call.len() < 3 {
+        errors::wrong_args(out, b"memory|usage");
         return;
     }
     match call.len() {
