@@ -586,7 +586,9 @@ impl RespSession {
                     return Some(Processed::flash_wait(start));
                 }
             }
-            let exec_keys = if self.state.multi.is_some() && is_exec(args, command) {
+            // (Only with a flash tier: parsing the queued commands for their keys is wasted
+            // work where nothing can need reading ahead.)
+            let exec_keys = if may_wait && self.state.multi.is_some() && is_exec(args, command) {
                 multi::exec_keys(&self.state)
             } else {
                 Vec::new()
