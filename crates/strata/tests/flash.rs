@@ -1091,3 +1091,54 @@ fn damaged_flash_bytes_are_never_served() {
     server.terminate();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Transactions over items on flash: the keys a queued GET and a WATCH name are read ahead
+/// before EXEC runs (EXEC counts as a flash wait), and EXEC answers every value right; a write
+/// to a watched flash item by another client aborts it.
+#[test]
+fn transactions_read_flash_items_ahead_and_watch_them() {
+    let (dir, medium) = tier_medium("transactions");
+    let server = Server::start(&small_tier_flags(&medium, &[]));
+    let mut client = Client::connect(server.memcache);
+    write_all(&mut client);
+    // The first keys written were the first evicted to flash (the flash waits below show that
+    // EXEC found some there).
+    assert!(stat(&mut client, "strata_flash_items") > 5_000);
+    let on_flash: Vec<usize> = (0..10).collect();
+    let mut resp = Client::connect(server.resp);
+    let keys: Vec<String> = on_flash.iter().map(|i| format!("k{i}")).collect();
+    let watch: Vec<&[u8]> = [&b"WATCH"[..], keys[0].as_bytes()].to_vec();
+    assert_eq!(resp.call(&harness::resp_command(&watch)), "+OK\r\n");
+    // (WATCH waited for its key itself; what follows counts EXEC's wait.)
+    let waits_before = stat(&mut client, "strata_flash_waits");
+    let mut batch = harness::resp_command(&[b"MULTI"]);
+    for key in &keys {
+        batch.extend(harness::resp_command(&[b"GET", key.as_bytes()]));
+    }
+    batch.extend(harness::resp_command(&[b"EXEC"]));
+    resp.send(&batch);
+    assert_eq!(resp.line(), "+OK\r\n");
+    for _ in &keys {
+        assert_eq!(resp.line(), "+QUEUED\r\n");
+    }
+    assert_eq!(resp.line(), format!("*{}\r\n", keys.len()));
+    for &i in &on_flash {
+        assert_eq!(resp.bulk(), Some(value_of(i)), "key {i}");
+    }
+    assert!(
+        stat(&mut client, "strata_flash_waits") > waits_before,
+        "EXEC waited for flash"
+    );
+    // A watched flash item written meanwhile by a memcached client aborts the EXEC.
+    assert_eq!(resp.call(&harness::resp_command(&watch)), "+OK\r\n");
+    let set = format!("set {} 0 0 1\r\nx\r\n", keys[0]);
+    assert_eq!(client.call(set.as_bytes()), "STORED\r\n");
+    let mut batch = harness::resp_command(&[b"MULTI"]);
+    batch.extend(harness::resp_command(&[b"GET", keys[1].as_bytes()]));
+    batch.extend(harness::resp_command(&[b"EXEC"]));
+    resp.send(&batch);
+    assert_eq!(resp.line(), "+OK\r\n");
+    assert_eq!(resp.line(), "+QUEUED\r\n");
+    assert_eq!(resp.line(), "*-1\r\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
