@@ -52,4 +52,8 @@ pub enum WriteError {
     /// A persist failed; the engine refuses writes until it is reopened.
     #[error("persist failed, writes refused until restart: {0}")]
     Persist(PersistError),
+    /// The key holds another kind of value than the operation works on
+    /// ([`crate::Engine::modify_as`]); nothing was changed.
+    #[error("the key holds another kind of value")]
+    WrongKind,
 }

@@ -56,7 +56,7 @@ pub use error::{OpenError, WriteError};
 pub use flash::check::{check_flash_file, FlashReport};
 pub use flash::format::Superblock as FlashSuperblock;
 pub use flash::{FlashError, FlashOpened, FlashRead, FlashStats, ReadOutcome};
-pub use record::KEY_LEN_MAX;
+pub use record::{Kind, KEY_LEN_MAX};
 pub use recovery::{RecoveryPlan, RecoveryReport};
 pub use strata_pool::{Backend, PersistenceDomain};
 
@@ -82,6 +82,8 @@ pub struct ItemRef<'a> {
     pub cas: u64,
     /// Absolute expiry in Unix ms, `None` when it never expires.
     pub expires_at_ms: Option<u64>,
+    /// What the value is (a string unless a typed write stored another kind).
+    pub kind: Kind,
     /// Whether the item had been read since it was written, not counting this access
     /// (memcached's "fetched" bit, the meta flag `h`). Reads are [`Engine::get`],
     /// [`Change::Read`] and writes that keep the CAS (touch); every other write starts over.
@@ -134,6 +136,8 @@ pub struct StoreOptions {
     pub expiry: Expiry,
     /// Condition.
     pub condition: Condition,
+    /// What the value is (RENAME and COPY carry a hash as a hash).
+    pub kind: Kind,
 }
 
 impl Default for StoreOptions {
@@ -142,6 +146,7 @@ impl Default for StoreOptions {
             client_flags: 0,
             expiry: Expiry::Never,
             condition: Condition::Always,
+            kind: Kind::String,
         }
     }
 }
@@ -157,8 +162,9 @@ pub enum Change {
     Read,
     /// Delete the item.
     Delete,
-    /// Write the value the closure put in the buffer, with these flags and expiry. `keep_cas`
-    /// keeps the item's CAS: such a touch keeps the item's reads and counts as one more (like
+    /// Write the value the closure put in the buffer, with these flags and expiry, as a
+    /// string. `keep_cas` keeps the item's CAS and its kind: such a touch (the item's own
+    /// value back, with a new expiry) keeps the item's reads and counts as one more (like
     /// memcached's touch and gat); any other write gets a new CAS and starts the item's reads
     /// over.
     Write {
@@ -179,6 +185,14 @@ pub enum Change {
         expiry: Expiry,
         /// The item's CAS value.
         cas: u64,
+    },
+    /// Write the value the closure put in the buffer as a value of `kind` (a Redis type's
+    /// encoding), with no client flags and a new CAS. `Change::Write` writes strings.
+    WriteKind {
+        /// What the value is.
+        kind: Kind,
+        /// Expiry (`Keep` keeps the current one).
+        expiry: Expiry,
     },
 }
 

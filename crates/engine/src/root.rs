@@ -18,9 +18,11 @@
 /// Magic of an engine root area.
 pub const ROOT_MAGIC: [u8; 8] = *b"STRATAEN";
 /// Engine format version: 2 since records may be marked superseded (state `0xB`, see
-/// `record`). A version 1 pool has no such record and is opened as it is; the open rewrites
-/// the root as version 2, which older binaries refuse.
-pub const ROOT_VERSION: u32 = 2;
+/// `record`); 3 since a wide record's byte 1 says its kind (string, hash). A version 1 or 2
+/// pool has neither (its wide records have a zero byte 1: strings) and is opened as it is;
+/// the open rewrites the root as version 3, which older binaries refuse, so none of them ever
+/// reads a typed record as damage or as a string.
+pub const ROOT_VERSION: u32 = 3;
 /// The oldest engine format version this binary opens.
 const ROOT_VERSION_OLDEST: u32 = 1;
 /// Seqs reserved per root update.
@@ -154,7 +156,7 @@ mod tests {
     }
 
     #[test]
-    fn version_1_roots_are_read_and_newer_ones_refused() {
+    fn version_1_and_2_roots_are_read_and_newer_ones_refused() {
         let root = Root {
             shard_count: 4,
             seq_reserved: 1024,
@@ -169,7 +171,8 @@ mod tests {
         };
         assert_eq!(read(&with_version(1)), Ok(root));
         assert_eq!(read(&with_version(2)), Ok(root));
-        for version in [0, 3] {
+        assert_eq!(read(&with_version(3)), Ok(root));
+        for version in [0, 4] {
             assert_eq!(
                 read(&with_version(version)),
                 Err("unsupported engine root version")

@@ -553,6 +553,7 @@ impl Harness {
             client_flags: 1,
             expiry: Expiry::Never,
             condition,
+            kind: strata_engine::Kind::String,
         };
         let outcome = self.engine.store(&key, &value, options).unwrap();
         let expected_store = match condition {

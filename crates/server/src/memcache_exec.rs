@@ -50,7 +50,7 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
-use strata_engine::{Expiry, WriteError, PREFETCH_KEYS_MAX};
+use strata_engine::{Expiry, ItemRef, Kind, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::memcache::{
     encode, parse, Get, Limits, ParseError, Request, SetMode, Store, StoreCommand,
 };
@@ -592,6 +592,13 @@ fn ttl_secs(expires_at_ms: Option<u64>, now_ms: u64) -> i64 {
         None => -1,
         Some(at) => i64::try_from(at.saturating_sub(now_ms).div_ceil(1000)).unwrap_or(i64::MAX),
     }
+}
+
+/// memcached sees only strings: an item of another kind (a Redis hash) reads as absent, so
+/// gets miss it, `set` and `add` replace it, and `append`, `incr`, `cas`, `mg`, `ma`, `md` and
+/// `ms` in append mode find nothing to change. (`delete` and `touch` act on any kind.)
+pub(crate) fn strings_only(item: Option<ItemRef<'_>>) -> Option<ItemRef<'_>> {
+    item.filter(|item| item.kind == Kind::String)
 }
 
 /// The `SERVER_ERROR` for a write the engine refused.

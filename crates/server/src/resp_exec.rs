@@ -16,6 +16,9 @@
 //! | `strings.rs`     | GET SET GETEX GETDEL GETSET SETNX SETEX PSETEX MGET MSET MSETNX    |
 //! | `ranges.rs`      | APPEND STRLEN GETRANGE SETRANGE                                   |
 //! | `bits.rs`        | GETBIT SETBIT BITCOUNT BITPOS                                     |
+//! | `hashes.rs`      | HSET HMSET HSETNX HGET HMGET HGETALL HKEYS HVALS HLEN HSTRLEN     |
+//! |                  | HEXISTS HDEL HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN                |
+//! | `object.rs`      | OBJECT                                                            |
 //! | `counters.rs`    | INCR DECR INCRBY DECRBY INCRBYFLOAT                               |
 //! | `keyspace.rs`    | DEL UNLINK EXISTS TOUCH TYPE RENAME RENAMENX COPY SCAN KEYS       |
 //! |                  | RANDOMKEY DBSIZE FLUSHDB FLUSHALL                                 |
@@ -25,7 +28,7 @@
 //! | `slowlog.rs`     | SLOWLOG                                                           |
 //! | `multi.rs`       | MULTI EXEC DISCARD WATCH UNWATCH                                  |
 //! | `compatibility.rs` | (tests) generates docs/COMPATIBILITY.md from the table          |
-//! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, HSET, ...)  |
+//! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, SADD, ...)  |
 //! |                  | and HTTP requests (`POST`, `Host:`), which close the connection    |
 //! | `debug.rs`       | DEBUG (tests only: `--enable-debug-command`)                      |
 //!
@@ -54,8 +57,10 @@ mod connection;
 mod counters;
 mod debug;
 mod expire;
+mod hashes;
 mod keyspace;
 mod multi;
+mod object;
 mod ranges;
 mod server;
 mod slowlog;
@@ -67,7 +72,7 @@ mod types;
 
 use std::time::Instant;
 
-use strata_engine::{Change, Engine, Expiry, ItemRef, WriteError, PREFETCH_KEYS_MAX};
+use strata_engine::{Change, Engine, Expiry, ItemRef, Kind, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::resp::{
     encode, errors, parse_bulk_header, parse_command, too_long_at, Arg, Args, Limits, ParseError,
     Version, BULK_LEN_MAX_DEFAULT, INLINE_LEN_MAX_DEFAULT,
@@ -755,6 +760,32 @@ impl<'a> Call<'a> {
         &self.ctx.engine
     }
 
+    /// A string command's read-modify-write ([`Engine::modify_as`]): a key holding another
+    /// kind is left alone and answers `WriteError::WrongKind`, which [`write_error`] turns
+    /// into Redis's WRONGTYPE.
+    pub fn modify_string(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        self.engine().modify_as(key, Kind::String, f)
+    }
+
+    /// A string command's read: `f`'s answer for a string, `Ok(None)` for a missing key, and
+    /// `Err(WriteError::WrongKind)` for a key holding another kind.
+    pub fn get_string<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Result<Option<R>, WriteError> {
+        self.engine()
+            .get(key, |item| match item.kind {
+                Kind::String => Ok(f(item)),
+                _ => Err(WriteError::WrongKind),
+            })
+            .transpose()
+    }
+
     /// The largest value a write of `key` may leave: the server's value limit, exact for keys
     /// of up to 250 bytes, shortened by a longer key's extra length (key and value share one
     /// segment).
@@ -792,6 +823,7 @@ pub(crate) fn write_error(out: &mut Vec<u8>, error: &WriteError) {
         }
         WriteError::TooLarge { .. } => out.extend_from_slice(ERR_VALUE_TOO_LARGE),
         WriteError::OutOfMemory => out.extend_from_slice(errors::ERR_OOM),
+        WriteError::WrongKind => out.extend_from_slice(errors::ERR_WRONGTYPE),
         WriteError::Persist(persist) => {
             let message = format!(
                 "MISCONF strata could not persist a write to its pool and refuses writes until \

@@ -994,6 +994,162 @@ fn bits_match_redis() {
     d.finish("bits");
 }
 
+/// Hashes: every command, field order (insertion, updates in place), duplicates in one HSET,
+/// the last field's removal deleting the key, numbers and their errors, WRONGTYPE both ways
+/// (hash commands on a string, string commands on a hash), TYPE, OBJECT ENCODING, RENAME and
+/// COPY of a hash, SCAN TYPE, arity, and RESP3's map for HGETALL and pairs for HRANDFIELD.
+#[test]
+fn hashes_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&[
+        "FLUSHALL",
+        "HSET h a 1 b 2 a 3",
+        "HGETALL h",
+        "HSET h c 4 b 5",
+        "HGETALL h",
+        "HKEYS h",
+        "HVALS h",
+        "HLEN h",
+        "HGET h b",
+        "HGET h nofield",
+        "HGET nokey a",
+        "HMGET h a nofield c",
+        "HMGET nokey a b",
+        "HEXISTS h a",
+        "HEXISTS h z",
+        "HEXISTS nokey a",
+        "HSTRLEN h a",
+        "HSTRLEN h z",
+        "HSETNX h a 9",
+        "HSETNX h d 9",
+        "HSETNX newh x y",
+        "HGETALL newh",
+        "HMSET h e 5 f 6",
+        "HMSET h e",
+        "HSET h e",
+        "HSET h a 1 b",
+        "HSET h",
+        "HDEL h a z",
+        "HDEL h nofield",
+        "HDEL nokey a",
+        "HGETALL h",
+        "HINCRBY h n 5",
+        "HINCRBY h n -7",
+        "HINCRBY h n x",
+        "HINCRBY h e 1",
+        "HSET h s abc",
+        "HINCRBY h s 1",
+        "HSET h big 9223372036854775807",
+        "HINCRBY h big 1",
+        "HINCRBYFLOAT h fl 1.5",
+        "HINCRBYFLOAT h fl 0.1",
+        "HINCRBYFLOAT h fl x",
+        "HINCRBYFLOAT h s 1",
+        "HINCRBYFLOAT h n 2.5e3",
+        "HINCRBYFLOAT h fl inf",
+        "HGETALL h",
+        "TYPE h",
+        "TYPE nokey",
+        "OBJECT ENCODING h",
+        "HSET wide f 01234567890123456789012345678901234567890123456789012345678901234567890",
+        "OBJECT ENCODING wide",
+        "SET str v",
+        "SET num 12345",
+        "OBJECT ENCODING str",
+        "OBJECT ENCODING num",
+        "OBJECT ENCODING nokey",
+        "HSET str a 1",
+        "HGET str a",
+        "HGETALL str",
+        "HLEN str",
+        "HDEL str a",
+        "HINCRBY str a 1",
+        "GET h",
+        "APPEND h x",
+        "INCR h",
+        "STRLEN h",
+        "GETRANGE h 0 1",
+        "SETRANGE h 0 x",
+        "GETBIT h 0",
+        "SETBIT h 0 1",
+        "BITCOUNT h",
+        "BITPOS h 1",
+        "GETEX h EX 10",
+        "GETDEL h",
+        "SET h v GET",
+        "MGET h str",
+        "EXISTS h",
+        "EXPIRE h 100",
+        "TTL h",
+        "HSET h z 1",
+        "TTL h",
+        "PERSIST h",
+        "RENAME h h2",
+        "HGETALL h2",
+        "TYPE h",
+        "COPY h2 h3",
+        "HGETALL h3",
+        "HDEL h3 b c d e f n s big fl z",
+        "EXISTS h3",
+        "HRANDFIELD nokey",
+        "HRANDFIELD nokey 5",
+        "HRANDFIELD h2 0",
+        "HRANDFIELD h2 x",
+        "HRANDFIELD h2 1 FOO",
+        "HRANDFIELD str",
+        "HSCAN nokey 0",
+        "HSCAN h2 x",
+        "HSCAN h2 0 COUNT x",
+        "HSCAN h2 0 COUNT 0",
+        "HSCAN h2 0 FOO bar",
+        "HSCAN h2 0 MATCH b*",
+        "HSCAN h2 0 MATCH *",
+        "HSCAN str 0",
+        "SET h2 now-a-string",
+        "TYPE h2",
+        "HGET h2 b",
+    ]);
+    d.scan_all("TYPE hash");
+    d.scan_all("TYPE string");
+    d.scan_all("TYPE list");
+    // Random picks: their count and the fields they may hold.
+    d.exact(&["FLUSHALL", "HSET r a 1 b 2 c 3"]);
+    for line in [
+        "HRANDFIELD r 3",
+        "HRANDFIELD r 10",
+        "HRANDFIELD r 3 WITHVALUES",
+    ] {
+        d.unordered(line);
+    }
+    for line in [
+        "HRANDFIELD r",
+        "HRANDFIELD r 2",
+        "HRANDFIELD r -5",
+        "HRANDFIELD r -2 WITHVALUES",
+    ] {
+        let (redis, _) = d.redis.call(&request(line), 1, false);
+        let (strata, _) = d.strata.call(&request(line));
+        assert_eq!(
+            redis.len(),
+            strata.len(),
+            "{line}: same count of one-byte fields"
+        );
+    }
+    d.skip("HELLO 3");
+    d.exact(&[
+        "HGETALL r",
+        "HGETALL nokey",
+        "HMGET r a z",
+        "HGET r z",
+        "HINCRBYFLOAT r a 0.5",
+        "HSCAN r 0",
+        "HRANDFIELD nokey",
+    ]);
+    d.unordered("HRANDFIELD r 3 WITHVALUES");
+    d.finish("hashes");
+}
+
 /// MULTI EXEC DISCARD WATCH UNWATCH: queued replies, errors that abort at EXEC and those
 /// that do not, runtime errors as elements, WATCH aborts (by the client itself, by expiry, by
 /// a delete, by a TTL change), RESET, and RESP3's null for an aborted EXEC.

@@ -34,6 +34,7 @@ fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
         client_flags: found.view.meta.client_flags,
         cas: found.cas,
         expires_at_ms: found.view.meta.expires_at_ms,
+        kind: found.view.meta.kind,
         fetched: found.entry.fetched(),
     }
 }

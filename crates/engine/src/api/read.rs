@@ -126,6 +126,7 @@ impl Engine {
                     client_flags: item.meta.client_flags,
                     cas: item.cas,
                     expires_at_ms: item.meta.expires_at_ms,
+                    kind: item.meta.kind,
                     fetched: entry.fetched(),
                 });
                 drop(shard);
@@ -295,6 +296,7 @@ impl Engine {
                 expires_at_ms: item.expires_at_ms,
                 cas: None,
                 client_flags: item.client_flags,
+                kind: item.kind,
             };
             record::record_size(key.len(), item.value.len(), &meta) as u64 + index_bytes
         })

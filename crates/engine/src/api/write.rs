@@ -1,6 +1,7 @@
 //! Writes: stores, read-modify-writes, deletes, counters, appends.
 
 use super::*;
+use crate::record::Kind;
 
 /// What `apply` needs of the item a `modify` closure saw.
 #[derive(Clone, Copy)]
@@ -8,6 +9,7 @@ struct Current {
     expires_at_ms: Option<u64>,
     cas: u64,
     slot: SlotRef,
+    kind: Kind,
 }
 
 /// What a delete did.
@@ -91,10 +93,16 @@ impl Engine {
             }
             outcome = StoreOutcome::Stored(0);
             buffer.extend_from_slice(value);
-            Change::Write {
-                client_flags: options.client_flags,
-                expiry: options.expiry,
-                keep_cas: false,
+            match options.kind {
+                Kind::String => Change::Write {
+                    client_flags: options.client_flags,
+                    expiry: options.expiry,
+                    keep_cas: false,
+                },
+                kind => Change::WriteKind {
+                    kind,
+                    expiry: options.expiry,
+                },
             }
         })
         .map(|cas| match (outcome, cas) {
@@ -117,6 +125,7 @@ impl Engine {
                 client_flags,
                 expiry,
                 condition: Condition::Always,
+                kind: Kind::String,
             };
             return match self.store(key, value, options)? {
                 StoreOutcome::Stored(cas) => Ok(cas),
@@ -127,6 +136,7 @@ impl Engine {
             expires_at_ms: self.expiry_ms(expiry, None),
             cas: None,
             client_flags,
+            kind: Kind::String,
         };
         self.check_value(key, value.len(), &meta)?;
         self.maybe_flush();
@@ -176,6 +186,7 @@ impl Engine {
                 expires_at_ms: found.view.meta.expires_at_ms,
                 cas: found.cas,
                 slot: found.slot,
+                kind: found.view.meta.kind,
             });
             (f(found.as_ref().map(item), &mut buffer), current)
         }));
@@ -191,6 +202,29 @@ impl Engine {
         result
     }
 
+    /// [`Engine::modify`] for an operation on values of `kind`: when the key holds another
+    /// kind, `f` is not called, nothing changes and the answer is [`WriteError::WrongKind`]
+    /// (Redis's WRONGTYPE). `f` sees the item only when it is of `kind`.
+    pub fn modify_as(
+        &self,
+        key: &[u8],
+        kind: Kind,
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        let mut wrong = false;
+        let result = self.modify(key, |current, buffer| match current {
+            Some(item) if item.kind != kind => {
+                wrong = true;
+                Change::Keep
+            }
+            current => f(current, buffer),
+        });
+        if wrong {
+            return Err(WriteError::WrongKind);
+        }
+        result
+    }
+
     fn apply(
         &self,
         shard: &mut Shard,
@@ -200,7 +234,7 @@ impl Engine {
         current: Option<Current>,
         buffer: &[u8],
     ) -> Result<Option<u64>, WriteError> {
-        let (client_flags, expiry, cas, touch) = match change {
+        let (client_flags, expiry, cas, touch, kind) = match change {
             Change::Keep => return Ok(None),
             Change::Read => {
                 if let Some(current) = current {
@@ -214,20 +248,24 @@ impl Engine {
                 expiry,
                 keep_cas,
             } => {
-                let kept = current.filter(|_| keep_cas).map(|current| current.cas);
-                (client_flags, expiry, kept, kept.is_some())
+                let kept = current.filter(|_| keep_cas);
+                let kind = kept.map_or(Kind::String, |current| current.kind);
+                let cas = kept.map(|current| current.cas);
+                (client_flags, expiry, cas, kept.is_some(), kind)
             }
             Change::WriteWithCas {
                 client_flags,
                 expiry,
                 cas,
-            } => (client_flags, expiry, Some(cas), false),
+            } => (client_flags, expiry, Some(cas), false, Kind::String),
+            Change::WriteKind { kind, expiry } => (0, expiry, None, false, kind),
         };
         let expires_at_ms = self.expiry_ms(expiry, current.map(|c| c.expires_at_ms));
         let meta = RecordMeta {
             expires_at_ms,
             cas,
             client_flags,
+            kind,
         };
         self.check_value(key, buffer.len(), &meta)?;
         if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
@@ -283,7 +321,7 @@ impl Engine {
             let Some(item) = current else {
                 return Change::Keep;
             };
-            let Some(number) = parse_u64(item.value) else {
+            let Some(number) = parse_u64(item.value).filter(|_| item.kind == Kind::String) else {
                 result = Arith::NotNumeric;
                 return Change::Keep;
             };
@@ -308,7 +346,7 @@ impl Engine {
     }
 
     /// memcached append/prepend: adds `data` to an existing value. Returns the new CAS, or
-    /// `None` when the key is absent.
+    /// `None` when the key is absent or holds another kind than a string.
     pub fn concat(
         &self,
         key: &[u8],
@@ -316,7 +354,7 @@ impl Engine {
         prepend: bool,
     ) -> Result<Option<u64>, WriteError> {
         self.modify(key, |current, buffer| {
-            let Some(item) = current else {
+            let Some(item) = current.filter(|item| item.kind == Kind::String) else {
                 return Change::Keep;
             };
             if prepend {

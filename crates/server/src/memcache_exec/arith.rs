@@ -8,6 +8,7 @@
 //! replaces the value. strata does the same, so `get` after `decr` answers byte for byte alike.
 //! Flags and expiry are kept; the CAS changes.
 
+use crate::memcache_exec::strings_only;
 use strata_engine::{Change, Expiry, ItemRef};
 use strata_protocol::memcache::{encode, Arith, ArithCommand};
 
@@ -34,7 +35,7 @@ pub(super) fn execute(request: Arith<'_>, ctx: &ServerContext, out: &mut Vec<u8>
     let mut counted = Counted::NotFound;
     let result = ctx
         .engine
-        .modify(request.key, |current, buffer| match current {
+        .modify(request.key, |current, buffer| match strings_only(current) {
             None => Change::Keep,
             Some(item) => {
                 let (outcome, change) =

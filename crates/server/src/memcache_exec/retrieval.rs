@@ -18,6 +18,7 @@
 //! `gat` that fails after a pause ends its reply with the error line after the values already
 //! sent (before a pause the values are dropped, as before).
 
+use crate::memcache_exec::strings_only;
 use strata_engine::{Change, Expiry, ItemRef};
 use strata_protocol::memcache::{encode, Get};
 
@@ -78,8 +79,14 @@ pub(super) fn execute(
         let hit = match touch {
             None => ctx
                 .engine
-                .get(key, |item| write_hit(out, key, &item, returns_cas))
-                .is_some(),
+                .get(key, |item| {
+                    let string = strings_only(Some(item)).is_some();
+                    if string {
+                        write_hit(out, key, &item, returns_cas);
+                    }
+                    string
+                })
+                .unwrap_or(false),
             Some(expiry) => match touch_one(key, expiry, returns_cas, ctx, out) {
                 Ok(hit) => hit,
                 Err(reply) => {
@@ -130,7 +137,7 @@ fn touch_one(
 ) -> Result<bool, &'static [u8]> {
     let mut hit = false;
     ctx.engine
-        .modify(key, |current, buffer| match current {
+        .modify(key, |current, buffer| match strings_only(current) {
             None => Change::Keep,
             Some(item) => {
                 hit = true;

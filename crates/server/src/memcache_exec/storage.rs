@@ -54,6 +54,7 @@ pub(super) fn execute(
                 client_flags: store.flags,
                 expiry,
                 condition,
+                kind: strata_engine::Kind::String,
             };
             engine.store(store.key, store.data, options)
         }

@@ -35,11 +35,12 @@ pub(crate) fn getbit(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(ERR_BIT_OFFSET);
         return;
     };
-    let bit = call
-        .engine()
-        .get(call.arg(1), |item| bit_at(item.value, offset))
-        .unwrap_or(0);
-    encode::integer(out, i64::from(bit));
+    match call.get_string(call.arg(1), |item| bit_at(item.value, offset)) {
+        Ok(bit) => {
+            encode::integer(out, i64::from(bit.unwrap_or(0)));
+        }
+        Err(error) => write_error(out, &error),
+    };
 }
 
 /// `SETBIT key offset 0|1`: the bit's old value.
@@ -63,7 +64,7 @@ pub(crate) fn setbit(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let mut old = 0u8;
-    let result = call.engine().modify(key, |current, buffer| {
+    let result = call.modify_string(key, |current, buffer| {
         let bytes = current.as_ref().map_or(&[][..], |item| item.value);
         old = bit_at(bytes, offset);
         buffer.extend_from_slice(bytes);
@@ -138,7 +139,7 @@ pub(crate) fn bitcount(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             return;
         }
     };
-    let count = call.engine().get(call.arg(1), |item| {
+    let Ok(count) = call.get_string(call.arg(1), |item| {
         let bytes = item.value;
         let bit = if call.len() == 5 {
             match unit_is_bit(call.arg(4)) {
@@ -157,7 +158,10 @@ pub(crate) fn bitcount(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             },
         };
         Some(count_ones(bytes, from, to))
-    });
+    }) else {
+        out.extend_from_slice(errors::ERR_WRONGTYPE);
+        return;
+    };
     match count {
         // A missing key counts 0 before its unit is read, as in Redis.
         None => {
@@ -185,9 +189,10 @@ pub(crate) fn bitpos(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             return;
         }
     };
-    let found = call
-        .engine()
-        .get(call.arg(1), |item| bitpos_in(call, item.value, wanted));
+    let Ok(found) = call.get_string(call.arg(1), |item| bitpos_in(call, item.value, wanted)) else {
+        out.extend_from_slice(errors::ERR_WRONGTYPE);
+        return;
+    };
     match found {
         None => {
             encode::integer(out, if wanted == 1 { -1 } else { 0 });

@@ -23,13 +23,14 @@ const MEMCACHED: &[(&str, &str)] = &[
     ("stats sizes, extstore, detail", "answered, empty (sizes: `disabled`)"),
     ("lru_crawler, slabs (reassign, automove), lru, watch, cache_memlimit, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
     ("binary protocol", "refused: a binary `Not supported` response, then the connection closes"),
+    ("any command on a key holding a Redis hash", "the key reads as absent: gets miss, `set` and `add` replace it, `append`, `incr`, `cas` and the meta commands find nothing; `delete` and `touch` act on it"),
 ];
 
 /// Why strata refuses a Redis command of ACL category `category`.
 fn refusal(category: &str) -> &'static str {
     match category {
         "@list" | "@set" | "@sortedset" | "@hash" | "@stream" | "@geo" => {
-            "refused: a data type strata does not store yet (hashes are issue 31)"
+            "refused: a data type strata does not store yet"
         }
         "@bitmap" | "@hyperloglog" => "refused: not yet (operations on string values)",
         "@pubsub" => "refused: pub/sub is not there yet",
@@ -47,7 +48,7 @@ pub(crate) fn markdown() -> String {
          rewrite it); do not edit by hand. \"Supported\" means the replies match Redis 7.0.15 \
          byte for byte where the differential tests (`resp_exec_redis_compat.rs`) check them; \
          \"differs\" says how. A refused command gets Redis's `unknown command` error, or \
-         `WRONGTYPE` for a data-type command on a string key.\n\n## Redis 7.0.15\n\n",
+         `WRONGTYPE` for a data-type command on a key holding a string or a hash.\n\n## Redis 7.0.15\n\n",
     );
     let mut supported = 0;
     let mut rows = String::new();

@@ -20,7 +20,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use strata_engine::{DeleteOutcome, Expiry, StoreOptions, WriteError};
+use strata_engine::{DeleteOutcome, Expiry, Kind, StoreOptions, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_i64};
 use strata_protocol::{format_u64, U64_LEN_MAX};
 
@@ -98,8 +98,13 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let engine = call.engine();
-    let Some((value, client_flags, expires_at_ms)) = engine.get(source, |item| {
-        (item.value.to_vec(), item.client_flags, item.expires_at_ms)
+    let Some((value, client_flags, expires_at_ms, kind)) = engine.get(source, |item| {
+        (
+            item.value.to_vec(),
+            item.client_flags,
+            item.expires_at_ms,
+            item.kind,
+        )
     }) else {
         encode::integer(out, 0);
         return;
@@ -112,6 +117,7 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         } else {
             strata_engine::Condition::IfAbsent
         },
+        kind,
     };
     match engine.store(destination, &value, options) {
         Ok(strata_engine::StoreOutcome::Stored(_)) => {
@@ -124,21 +130,23 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// `TYPE key`: `+string` or `+none`.
+/// `TYPE key`: `+string`, `+hash` or `+none`.
 pub(crate) fn type_(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    let kind: &[u8] = if call.engine().contains(call.arg(1)) {
-        b"string"
-    } else {
-        b"none"
+    let kind = call.engine().peek(call.arg(1), |item| item.kind);
+    let name: &[u8] = match kind {
+        None => b"none",
+        Some(Kind::String) => b"string",
+        Some(Kind::Hash) => b"hash",
     };
-    encode::simple(out, kind);
+    encode::simple(out, name);
 }
 
-/// The value, flags and expiry of a key, copied out of the engine.
+/// The value, flags, expiry and kind of a key, copied out of the engine.
 struct Copied {
     value: Vec<u8>,
     client_flags: u32,
     expiry: Expiry,
+    kind: Kind,
 }
 
 fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
@@ -146,6 +154,7 @@ fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
         value: item.value.to_vec(),
         client_flags: item.client_flags,
         expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+        kind: item.kind,
     })
 }
 
@@ -160,6 +169,7 @@ fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, Write
     let options = StoreOptions {
         client_flags: copied.client_flags,
         expiry: copied.expiry,
+        kind: copied.kind,
         ..StoreOptions::default()
     };
     call.engine().store(target, &copied.value, options)?;
@@ -200,7 +210,7 @@ pub(crate) fn renamenx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// Parses a SCAN cursor as Redis's `strtoul` does: optional sign, decimal digits, wrapping
 /// negation; `None` (`-ERR invalid cursor`) on other bytes or overflow.
-fn parse_cursor(text: &[u8]) -> Option<u64> {
+pub(crate) fn parse_cursor(text: &[u8]) -> Option<u64> {
     let (negative, digits) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
         Some((b'+', rest)) => (false, rest),
@@ -224,14 +234,26 @@ fn parse_cursor(text: &[u8]) -> Option<u64> {
 struct ScanOptions<'a> {
     count: usize,
     pattern: Option<&'a [u8]>,
-    strings_only: bool,
+    /// TYPE: `Some(None)` for a type name no key has (lists, sets...): nothing matches.
+    kind: Option<Option<Kind>>,
+}
+
+/// The kind a SCAN TYPE name stands for (Redis's type names, any case).
+fn kind_named(name: &[u8]) -> Option<Kind> {
+    if name_eq(name, b"string") {
+        Some(Kind::String)
+    } else if name_eq(name, b"hash") {
+        Some(Kind::Hash)
+    } else {
+        None
+    }
 }
 
 fn parse_scan_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<ScanOptions<'a>> {
     let mut options = ScanOptions {
         count: SCAN_COUNT_DEFAULT,
         pattern: None,
-        strings_only: true,
+        kind: None,
     };
     let mut index = 2;
     while index < call.len() {
@@ -253,7 +275,7 @@ fn parse_scan_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<ScanOpti
             let pattern = call.arg(index + 1);
             options.pattern = (pattern != b"*").then_some(pattern);
         } else if name_eq(option, b"type") && has_value {
-            options.strings_only = name_eq(call.arg(index + 1), b"string");
+            options.kind = Some(kind_named(call.arg(index + 1)));
         } else {
             out.extend_from_slice(errors::ERR_SYNTAX);
             return None;
@@ -275,6 +297,9 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let keys_start = out.len();
     let (mut found, mut visited) = (0usize, 0usize);
     let mut next = cursor;
+    // With TYPE, matching keys wait here for their kind to be looked up after the step (not
+    // inside it, which holds the shard).
+    let mut typed: Vec<Vec<u8>> = Vec::new();
     for _ in 0..SCAN_STEPS_MAX {
         let step = call.engine().scan_step(next, options.count, &mut |key| {
             visited += 1;
@@ -282,15 +307,26 @@ pub(crate) fn scan(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
                 None => true,
                 Some(pattern) => glob_match(pattern, key, false),
             };
-            if options.strings_only
-                && matches
-                && !state.close
-                && !output_limit_passed(state, call, out)
-            {
+            if !matches || options.kind == Some(None) {
+                return;
+            }
+            if options.kind.is_some() {
+                typed.push(key.to_vec());
+            } else if !state.close && !output_limit_passed(state, call, out) {
                 encode::bulk(out, key);
                 found += 1;
             }
         });
+        for key in typed.drain(..) {
+            let kind = call.engine().peek(&key, |item| item.kind);
+            if kind.is_some()
+                && kind == options.kind.flatten()
+                && !output_limit_passed(state, call, out)
+            {
+                encode::bulk(out, &key);
+                found += 1;
+            }
+        }
         next = step.next;
         // A call that read many keys from flash ends the command (with fewer keys than COUNT,
         // as SCAN allows): the worker does not wait on the disk for a whole large COUNT.

@@ -23,7 +23,7 @@ pub(crate) fn append(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let (key, data) = (call.arg(1), call.arg(2));
     let len_max = call.value_len_max(key);
     let mut edit = Edit::Length(0);
-    let result = call.engine().modify(key, |current, buffer| {
+    let result = call.modify_string(key, |current, buffer| {
         let old = current.as_ref().map_or(&[][..], |item| item.value);
         if old.len() + data.len() > len_max {
             edit = Edit::TooLong(old.len() + data.len());
@@ -49,8 +49,12 @@ fn reply_edit(out: &mut Vec<u8>, result: Result<Edit, strata_engine::WriteError>
 
 /// `STRLEN key`: 0 for a missing key.
 pub(crate) fn strlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    let len = call.engine().get(call.arg(1), |item| item.value.len());
-    encode::integer(out, i64::try_from(len.unwrap_or(0)).unwrap_or(i64::MAX));
+    match call.get_string(call.arg(1), |item| item.value.len()) {
+        Ok(len) => {
+            encode::integer(out, i64::try_from(len.unwrap_or(0)).unwrap_or(i64::MAX));
+        }
+        Err(error) => write_error(out, &error),
+    };
 }
 
 /// The byte range `GETRANGE start end` selects from a string of `len` bytes, with Redis
@@ -78,13 +82,16 @@ pub(crate) fn getrange(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_NOT_INTEGER);
         return;
     };
-    let found = call.engine().get(call.arg(1), |item| {
+    let Ok(found) = call.get_string(call.arg(1), |item| {
         let slice = match range_of(start, end, item.value.len()) {
             Some((from, to)) => &item.value[from..to],
             None => &[][..],
         };
         encode::bulk(out, slice);
-    });
+    }) else {
+        out.extend_from_slice(errors::ERR_WRONGTYPE);
+        return;
+    };
     if found.is_none() {
         encode::bulk(out, b"");
     }
@@ -108,7 +115,7 @@ pub(crate) fn setrange(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     };
     let len_max = call.value_len_max(key);
     let mut edit = Edit::Length(0);
-    let result = call.engine().modify(key, |current, buffer| {
+    let result = call.modify_string(key, |current, buffer| {
         let old = current.as_ref().map_or(&[][..], |item| item.value);
         if data.is_empty() {
             edit = Edit::Length(old.len());

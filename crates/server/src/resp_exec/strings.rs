@@ -13,7 +13,7 @@
 //! one at a time, while no other worker runs a command (`crate::exclusive`): no writer slips in
 //! between and no reader sees part of one, as with single-threaded Redis.
 
-use strata_engine::{Change, Condition, Engine, Expiry, StoreOptions, StoreOutcome};
+use strata_engine::{Change, Condition, Engine, Expiry, Kind, StoreOptions, StoreOutcome};
 use strata_protocol::resp::{encode, errors, name_eq};
 
 use super::expire::{option_expire_at_ms, Unit};
@@ -25,7 +25,11 @@ pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let found = call
         .engine()
         .get(call.arg(1), |item| {
-            encode::bulk(out, item.value);
+            if item.kind == Kind::String {
+                encode::bulk(out, item.value);
+            } else {
+                out.extend_from_slice(errors::ERR_WRONGTYPE);
+            }
         })
         .is_some();
     if !found {
@@ -76,12 +80,16 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             break;
         }
         keys += 1;
+        // A key of another kind is nil, as in Redis.
         let found = call
             .engine()
             .get(key, |item| {
-                encode::bulk(out, item.value);
+                if item.kind == Kind::String {
+                    encode::bulk(out, item.value);
+                }
+                item.kind == Kind::String
             })
-            .is_some();
+            .unwrap_or(false);
         if found {
             hits += 1;
         } else {
@@ -232,6 +240,7 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             client_flags: 0,
             expiry,
             condition,
+            kind: strata_engine::Kind::String,
         };
         call.engine().store(key, value, store)
     };
@@ -257,7 +266,7 @@ fn set_and_get(
 ) {
     let mark = out.len();
     let value = call.arg(2);
-    let result = call.engine().modify(call.arg(1), |current, buffer| {
+    let result = call.modify_string(call.arg(1), |current, buffer| {
         match &current {
             Some(item) => encode::bulk(out, item.value),
             None => encode::null(out, state.version),
@@ -346,7 +355,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
     let mark = out.len();
     let mut found = false;
-    let result = call.engine().modify(call.arg(1), |current, buffer| {
+    let result = call.modify_string(call.arg(1), |current, buffer| {
         let Some(item) = current else {
             encode::null(out, state.version);
             return Change::Keep;
@@ -374,19 +383,17 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 pub(crate) fn getdel(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mark = out.len();
     let mut found = false;
-    let result = call
-        .engine()
-        .modify(call.arg(1), |current, _| match current {
-            Some(item) => {
-                found = true;
-                encode::bulk(out, item.value);
-                Change::Delete
-            }
-            None => {
-                encode::null(out, state.version);
-                Change::Keep
-            }
-        });
+    let result = call.modify_string(call.arg(1), |current, _| match current {
+        Some(item) => {
+            found = true;
+            encode::bulk(out, item.value);
+            Change::Delete
+        }
+        None => {
+            encode::null(out, state.version);
+            Change::Keep
+        }
+    });
     state.pending.count_gets(1, u64::from(found));
     if let Err(error) = result {
         out.truncate(mark);

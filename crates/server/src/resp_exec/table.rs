@@ -6,8 +6,8 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
-    bits, connection, counters, debug, expire, keyspace, multi, ranges, server, slowlog, strings,
-    Call, State,
+    bits, connection, counters, debug, expire, hashes, keyspace, multi, object, ranges, server,
+    slowlog, strings, Call, State,
 };
 use crate::stats::command_index;
 
@@ -770,6 +770,40 @@ pub(crate) static COMMANDS: &[Command] = &[
         bits::bitcount,
     ),
     row("bitpos", -3, READ_SLOW, ONE_KEY, "bitmap", "other", bits::bitpos),
+    row("hset", -4, WRITE, ONE_KEY, "hash", "other", hashes::hset),
+    row("hmset", -4, WRITE, ONE_KEY, "hash", "other", hashes::hmset),
+    row("hsetnx", 4, WRITE, ONE_KEY, "hash", "other", hashes::hsetnx),
+    row("hget", 3, READ, ONE_KEY, "hash", "other", hashes::hget),
+    row("hmget", -3, READ, ONE_KEY, "hash", "other", hashes::hmget),
+    row("hgetall", 2, READ_SLOW, ONE_KEY, "hash", "other", hashes::hgetall),
+    row("hkeys", 2, READ_SLOW, ONE_KEY, "hash", "other", hashes::hkeys),
+    row("hvals", 2, READ_SLOW, ONE_KEY, "hash", "other", hashes::hvals),
+    row("hlen", 2, READ, ONE_KEY, "hash", "other", hashes::hlen),
+    row("hstrlen", 3, READ, ONE_KEY, "hash", "other", hashes::hstrlen),
+    row("hexists", 3, READ, ONE_KEY, "hash", "other", hashes::hexists),
+    row("hdel", -3, DELETE, ONE_KEY, "hash", "other", hashes::hdel),
+    row("hincrby", 4, WRITE, ONE_KEY, "hash", "other", hashes::hincrby),
+    row(
+        "hincrbyfloat",
+        4,
+        WRITE,
+        ONE_KEY,
+        "hash",
+        "other",
+        hashes::hincrbyfloat,
+    ),
+    differs(
+        "the fields a count picks are drawn by strata's generator: the same distribution, other fields",
+        row("hrandfield", -2, READ_SLOW, ONE_KEY, "hash", "other", hashes::hrandfield)
+    ),
+    differs(
+        "every matching field in one reply with cursor 0, at any size (Redis pages a large hash); takes NOVALUES (Redis 7.4)",
+        row("hscan", -3, READ_SLOW, ONE_KEY, "hash", "other", hashes::hscan)
+    ),
+    differs(
+        "ENCODING names what Redis would use for the value; REFCOUNT is 1; FREQ and IDLETIME are refused",
+        row("object", -2, READ_SLOW, (2, 2, 1), "keyspace", "other", object::object)
+    ),
     differs(
         "no RDB: answers an error saying so",
         row("save", 1, ADMIN, NO_KEYS, "server", "other", server::save)

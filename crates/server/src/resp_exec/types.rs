@@ -5,8 +5,9 @@
 //! connection closes at once without a reply, as Redis closes it for `POST` and `Host:`
 //! (`strata_protocol::cross_protocol` gives both reference servers' rules).
 //!
-//! Redis data-type commands (lists, hashes, sets, sorted sets, streams, HyperLogLog, geo) on a
-//! key that exists answer `-WRONGTYPE`, which is true: the key holds a string. Every other
+//! Redis data-type commands strata does not store (lists, sets, sorted sets, streams,
+//! HyperLogLog, geo) on a key that exists answer `-WRONGTYPE`, which is true: the key holds a
+//! string or a hash. Every other
 //! unknown command, including a data-type command on a missing key (Redis would create the
 //! value, strata cannot), answers Redis 7.0's `-ERR unknown command '<name>', with args
 //! beginning with: ...`, which client libraries already report clearly.
@@ -42,23 +43,7 @@ const DATA_TYPE_COMMANDS: &[&str] = &[
     "brpop",
     "lmpop",
     "blmpop",
-    // Hashes.
-    "hset",
-    "hsetnx",
-    "hget",
-    "hmset",
-    "hmget",
-    "hdel",
-    "hlen",
-    "hstrlen",
-    "hexists",
-    "hkeys",
-    "hvals",
-    "hgetall",
-    "hincrby",
-    "hincrbyfloat",
-    "hrandfield",
-    "hscan",
+    // Hashes: field expiry (Redis 7.4) until it is built.
     // Sets.
     "sadd",
     "srem",

@@ -7,6 +7,7 @@
 //! `VA <len>` and the number with `v`; return flags `t c k O` (memcached's `ma` ignores `s` and
 //! `f`). `q` hides `HD` and `VA`, except after creating the counter, where 1.6.18 still answers.
 
+use crate::memcache_exec::strings_only;
 use strata_engine::{Change, Expiry};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::{ArithMode, MetaArith};
@@ -110,47 +111,49 @@ fn apply(
     let delta = flags.delta.unwrap_or(1);
     let new_expiry = flags.ttl.map(|ttl| expiry(ttl, || now_ms));
     let mut outcome = Outcome::NotFound;
-    let result = ctx.engine.modify(key, |current, buffer| match current {
-        None => {
-            let Some(ttl) = flags.vivify_ttl else {
-                return Change::Keep;
-            };
-            let value = flags.initial.unwrap_or(0);
-            let expiry = expiry(ttl, || now_ms);
-            encode::write_u64(buffer, value);
-            outcome = Outcome::Value {
-                value,
-                expires_at_ms: expires_at(expiry, None),
-                created: true,
-            };
-            with_new_cas(
-                Change::Write {
-                    client_flags: 0,
-                    expiry,
-                    keep_cas: false,
-                },
-                flags,
-            )
-        }
-        Some(item) if flags.compare_cas.is_some_and(|cas| cas != item.cas) => {
-            outcome = Outcome::Exists;
-            Change::Keep
-        }
-        Some(item) => {
-            let expiry = new_expiry.unwrap_or(Expiry::Keep);
-            let (counted, change) = update(&item, delta, decrement, expiry, buffer);
-            outcome = match counted {
-                Counted::Value(value) => Outcome::Value {
+    let result = ctx
+        .engine
+        .modify(key, |current, buffer| match strings_only(current) {
+            None => {
+                let Some(ttl) = flags.vivify_ttl else {
+                    return Change::Keep;
+                };
+                let value = flags.initial.unwrap_or(0);
+                let expiry = expiry(ttl, || now_ms);
+                encode::write_u64(buffer, value);
+                outcome = Outcome::Value {
                     value,
-                    expires_at_ms: expires_at(expiry, item.expires_at_ms),
-                    created: false,
-                },
-                Counted::NotFound => Outcome::NotFound,
-                Counted::NotNumeric => Outcome::NotNumeric,
-            };
-            with_new_cas(change, flags)
-        }
-    });
+                    expires_at_ms: expires_at(expiry, None),
+                    created: true,
+                };
+                with_new_cas(
+                    Change::Write {
+                        client_flags: 0,
+                        expiry,
+                        keep_cas: false,
+                    },
+                    flags,
+                )
+            }
+            Some(item) if flags.compare_cas.is_some_and(|cas| cas != item.cas) => {
+                outcome = Outcome::Exists;
+                Change::Keep
+            }
+            Some(item) => {
+                let expiry = new_expiry.unwrap_or(Expiry::Keep);
+                let (counted, change) = update(&item, delta, decrement, expiry, buffer);
+                outcome = match counted {
+                    Counted::Value(value) => Outcome::Value {
+                        value,
+                        expires_at_ms: expires_at(expiry, item.expires_at_ms),
+                        created: false,
+                    },
+                    Counted::NotFound => Outcome::NotFound,
+                    Counted::NotNumeric => Outcome::NotNumeric,
+                };
+                with_new_cas(change, flags)
+            }
+        });
     result
         .map(|cas| (outcome, cas))
         .map_err(|error| write_error_reply(&error))

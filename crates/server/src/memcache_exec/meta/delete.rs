@@ -5,6 +5,7 @@
 //! given) and, with `T<ttl>`, a new expiry: the next `mg` sees `X` and wins the recache token
 //! (`W`), later ones see `Z`. Return flags: `k` (base64 with `b`) and `O`.
 
+use crate::memcache_exec::strings_only;
 use strata_engine::{Change, Expiry};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::MetaDelete;
@@ -33,27 +34,29 @@ pub(in super::super) fn execute(
         .ttl
         .map_or(Expiry::Keep, |ttl| expiry(ttl, || now_ms(ctx)));
     let mut status = MetaStatus::Nf;
-    let result = ctx.engine.modify(key, |current, buffer| match current {
-        None => Change::Keep,
-        Some(item) if flags.compare_cas.is_some_and(|cas| cas != item.cas) => {
-            status = MetaStatus::Ex;
-            Change::Keep
-        }
-        Some(item) if invalidate => {
-            status = MetaStatus::Hd;
-            buffer.extend_from_slice(item.value);
-            let change = Change::Write {
-                client_flags: item.client_flags,
-                expiry: new_expiry,
-                keep_cas: false,
-            };
-            with_new_cas(change, &flags)
-        }
-        Some(_) => {
-            status = MetaStatus::Hd;
-            Change::Delete
-        }
-    });
+    let result = ctx
+        .engine
+        .modify(key, |current, buffer| match strings_only(current) {
+            None => Change::Keep,
+            Some(item) if flags.compare_cas.is_some_and(|cas| cas != item.cas) => {
+                status = MetaStatus::Ex;
+                Change::Keep
+            }
+            Some(item) if invalidate => {
+                status = MetaStatus::Hd;
+                buffer.extend_from_slice(item.value);
+                let change = Change::Write {
+                    client_flags: item.client_flags,
+                    expiry: new_expiry,
+                    keep_cas: false,
+                };
+                with_new_cas(change, &flags)
+            }
+            Some(_) => {
+                status = MetaStatus::Hd;
+                Change::Delete
+            }
+        });
     match result {
         Ok(Some(cas)) => lease::record(ctx, key, cas, true, false),
         Ok(None) => {}

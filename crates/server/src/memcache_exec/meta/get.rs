@@ -14,6 +14,7 @@
 //! Without `T` or `N` the read runs under the shard's read lock and the reply is written from
 //! inside the engine's closure (no copy, no allocation); with them it runs under the write lock.
 
+use crate::memcache_exec::strings_only;
 use std::cell::OnceCell;
 
 use strata_engine::{Change, Expiry, ItemRef};
@@ -40,13 +41,19 @@ pub(in super::super) fn execute(
     let now = || *clock.get_or_init(|| now_ms(ctx));
     let touch = flags.ttl.map(|ttl| expiry(ttl, now));
     if touch.is_none() && flags.vivify_ttl.is_none() {
-        let reply = |item: ItemRef<'_>| write_item(&get, key, &item, None, &now, ctx, out);
+        let reply = |item: ItemRef<'_>| {
+            let string = strings_only(Some(item)).is_some();
+            if string {
+                write_item(&get, key, &item, None, &now, ctx, out);
+            }
+            string
+        };
         let hit = if flags.has(b'u') {
             ctx.engine.peek(key, reply)
         } else {
             ctx.engine.get(key, reply)
         }
-        .is_some();
+        .unwrap_or(false);
         ctx.stats.count_gets(1, u64::from(hit));
         if !hit {
             write_miss(&get, key, out);
@@ -68,9 +75,8 @@ fn read_write(
     let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, now));
     let start = out.len();
     let mut hit = false;
-    let result = ctx
-        .engine
-        .modify(key, |current, buffer| match (current, vivify) {
+    let result = ctx.engine.modify(key, |current, buffer| {
+        match (strings_only(current), vivify) {
             (Some(item), _) => {
                 hit = true;
                 let expires_at_ms = touch.map(|expiry| expires_at(expiry, item.expires_at_ms));
@@ -97,7 +103,8 @@ fn read_write(
                 &get.flags,
             ),
             (None, None) => Change::Keep,
-        });
+        }
+    });
     ctx.stats.count_gets(1, u64::from(hit));
     match (result, vivify) {
         (Err(error), _) => {
@@ -114,6 +121,7 @@ fn read_write(
                 client_flags: 0,
                 cas,
                 expires_at_ms: expires_at(expiry, None),
+                kind: strata_engine::Kind::String,
                 fetched: false,
             };
             let won = lease::Flags {

@@ -8,6 +8,7 @@
 //! the mode's condition fails, `EX`, `NF`. Return flags: `k` (base64 with `b`), `O`, `c` (the
 //! new CAS).
 
+use crate::memcache_exec::strings_only;
 use strata_engine::{Change, Expiry, ItemRef, WriteError};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::{MetaSet, SetMode};
@@ -41,6 +42,7 @@ pub(in super::super) fn execute(
             .map(Some)
     } else {
         ctx.engine.modify(key, |current, buffer| {
+            let current = strings_only(current);
             match decide(&set, invalidate, current.as_ref()) {
                 Err(refused) => {
                     status = refused;

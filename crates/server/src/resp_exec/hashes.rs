@@ -1,0 +1,654 @@
+//! Hash commands: HSET HMSET HSETNX HGET HMGET HGETALL HKEYS HVALS HLEN HSTRLEN HEXISTS HDEL
+//! HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN (field expiry, HEXPIRE and friends: `hash_expiry.rs`).
+//!
+//! A hash is one engine record of kind `Kind::Hash` holding `strata_types::hash`'s encoding.
+//! A read borrows the record and walks the encoding; a write runs under the key's lock
+//! (`Engine::modify_as`), rebuilding the encoding into the engine's write buffer: the old
+//! fields in order (updated in place, expired ones dropped), then the new ones. A hash left
+//! with no field is deleted, as Redis deletes an empty hash. A key of another kind answers
+//! `WRONGTYPE` and is left alone.
+//!
+//! Replies are Redis 7.0.15's, byte for byte, in RESP2 and RESP3 (the differential tests), with
+//! one departure: HSCAN answers every matching field in one reply (cursor 0), for any size, as
+//! Redis does for a hash small enough for a listpack; COUNT is accepted and ignored.
+
+use strata_engine::{Change, Expiry, Kind, WriteError};
+use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_f64, parse_i64, Version};
+use strata_types::hash::{Builder, Field, Hash};
+
+use super::counters::format_human;
+use super::{write_error, Call, State};
+
+/// Reply for a stored hash whose encoding does not parse (damage the record checksum missed).
+const ERR_DAMAGED: &[u8] = b"-ERR the stored hash is damaged (strata could not decode it)\r\n";
+
+/// What reading a hash found.
+pub(crate) enum Read<R> {
+    /// The hash, through the reader's answer.
+    Found(R),
+    /// No such key, or a hash whose fields have all expired.
+    Missing,
+    /// The key holds another kind, or its hash does not decode: the reply is written.
+    Refused,
+}
+
+/// Runs `f` on the live hash at `key`. A key of another kind or a damaged hash gets its error
+/// reply in `out` ([`Read::Refused`]).
+pub(crate) fn read_hash<R>(
+    call: &Call<'_>,
+    key: &[u8],
+    out: &mut Vec<u8>,
+    f: impl FnOnce(&Hash<'_>, u64, &mut Vec<u8>) -> R,
+) -> Read<R> {
+    let now_ms = call.engine().now_ms();
+    let found = call.engine().get(key, |item| {
+        if item.kind != Kind::Hash {
+            out.extend_from_slice(errors::ERR_WRONGTYPE);
+            return Read::Refused;
+        }
+        match Hash::parse(item.value) {
+            Err(_) => {
+                out.extend_from_slice(ERR_DAMAGED);
+                Read::Refused
+            }
+            Ok(hash) if hash.is_empty(now_ms) => Read::Missing,
+            Ok(hash) => Read::Found(f(&hash, now_ms, out)),
+        }
+    });
+    found.unwrap_or(Read::Missing)
+}
+
+/// What a hash edit decides: the builder in the buffer holds the new fields when it writes.
+pub(crate) enum Edit {
+    /// Nothing changes.
+    Keep,
+    /// Write what the builder holds (or delete the key when it holds no field).
+    Write,
+}
+
+/// Rewrites the hash at `key` under its lock: `f` gets the current live hash (`None` for a
+/// missing key) and a builder writing into the engine's buffer, and says whether to write.
+/// `Err(WriteError::WrongKind)` for a key of another kind; `Ok(false)` when the hash did not
+/// decode (the damage reply is then the caller's, [`reply_damaged`]).
+pub(crate) fn edit_hash(
+    call: &Call<'_>,
+    key: &[u8],
+    f: impl FnOnce(Option<&Hash<'_>>, u64, &mut Builder<'_>) -> Edit,
+) -> Result<bool, WriteError> {
+    let now_ms = call.engine().now_ms();
+    let mut decoded = true;
+    call.engine()
+        .modify_as(key, Kind::Hash, |current, buffer| {
+            let hash = match current.as_ref().map(|item| Hash::parse(item.value)) {
+                None => None,
+                Some(Ok(hash)) => Some(hash).filter(|hash| !hash.is_empty(now_ms)),
+                Some(Err(_)) => {
+                    decoded = false;
+                    return Change::Keep;
+                }
+            };
+            let mut builder = Builder::new(buffer);
+            if let Edit::Keep = f(hash.as_ref(), now_ms, &mut builder) {
+                return Change::Keep;
+            }
+            if builder.finish() == 0 {
+                return if current.is_some() {
+                    Change::Delete
+                } else {
+                    Change::Keep
+                };
+            }
+            Change::WriteKind {
+                kind: Kind::Hash,
+                expiry: Expiry::Keep,
+            }
+        })
+        .map(|_| decoded)
+}
+
+/// Writes the reply for an [`edit_hash`] that failed: the engine's refusal, or the damage.
+pub(crate) fn reply_edit_failed(out: &mut Vec<u8>, result: &Result<bool, WriteError>) {
+    match result {
+        Err(error) => write_error(out, error),
+        Ok(false) => out.extend_from_slice(ERR_DAMAGED),
+        Ok(true) => {}
+    }
+}
+
+/// The value `pairs` (field, value, field, value...) gives `name`: the last one, as Redis
+/// applies them in turn.
+fn last_value<'p>(pairs: &[&'p [u8]], name: &[u8]) -> Option<&'p [u8]> {
+    pairs
+        .chunks_exact(2)
+        .rev()
+        .find(|pair| pair[0] == name)
+        .map(|pair| pair[1])
+}
+
+/// Whether `pairs[index]` (a field name) is the first of its name in `pairs`.
+fn first_of_its_name(pairs: &[&[u8]], index: usize) -> bool {
+    !pairs[..index]
+        .chunks_exact(2)
+        .any(|pair| pair[0] == pairs[index])
+}
+
+/// Copies `old`'s live fields with the values `pairs` set (their expiry cleared, as a write of
+/// a field clears it), then appends the fields `pairs` adds; returns how many it added.
+fn set_fields(
+    old: Option<&Hash<'_>>,
+    now_ms: u64,
+    pairs: &[&[u8]],
+    out: &mut Builder<'_>,
+) -> usize {
+    let mut existing = 0;
+    for field in old.into_iter().flat_map(|hash| hash.live(now_ms)) {
+        match last_value(pairs, field.name) {
+            Some(value) => {
+                existing += 1;
+                out.push(Field {
+                    name: field.name,
+                    value,
+                    expires_at_ms: None,
+                });
+            }
+            None => out.push(field),
+        }
+    }
+    let mut added = 0;
+    for index in (0..pairs.len()).step_by(2) {
+        let name = pairs[index];
+        let present = old.is_some_and(|hash| hash.get(name, now_ms).is_some());
+        if !present && first_of_its_name(pairs, index) {
+            out.push(Field {
+                name,
+                value: last_value(pairs, name).unwrap_or_default(),
+                expires_at_ms: None,
+            });
+            added += 1;
+        }
+    }
+    debug_assert!(existing + added <= out.len());
+    added
+}
+
+/// `HSET key field value [field value ...]`: how many fields were added.
+pub(crate) fn hset(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    hset_generic(call, out, false);
+}
+
+/// `HMSET key field value [field value ...]`: `+OK`.
+pub(crate) fn hmset(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    hset_generic(call, out, true);
+}
+
+fn hset_generic(call: &Call<'_>, out: &mut Vec<u8>, ok_reply: bool) {
+    if !call.len().is_multiple_of(2) {
+        errors::wrong_args(out, call.command.name.as_bytes());
+        return;
+    }
+    let pairs: Vec<&[u8]> = call.args_from(2).collect();
+    let mut added = 0;
+    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+        added = set_fields(old, now_ms, &pairs, builder);
+        Edit::Write
+    });
+    match result {
+        Ok(true) if ok_reply => {
+            encode::ok(out);
+        }
+        Ok(true) => {
+            encode::integer(out, i64::try_from(added).unwrap_or(i64::MAX));
+        }
+        failed => reply_edit_failed(out, &failed),
+    }
+}
+
+/// `HSETNX key field value`: 1 when set, 0 when the field exists.
+pub(crate) fn hsetnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let pairs = [call.arg(2), call.arg(3)];
+    let mut set = false;
+    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+        if old.is_some_and(|hash| hash.get(pairs[0], now_ms).is_some()) {
+            return Edit::Keep;
+        }
+        set = set_fields(old, now_ms, &pairs, builder) == 1;
+        Edit::Write
+    });
+    match result {
+        Ok(true) => {
+            encode::integer(out, i64::from(set));
+        }
+        failed => reply_edit_failed(out, &failed),
+    }
+}
+
+/// `HGET key field`.
+pub(crate) fn hget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        match hash.get(call.arg(2), now_ms) {
+            Some(field) => encode::bulk(out, field.value),
+            None => encode::null(out, state.version),
+        };
+    });
+    if let Read::Missing = found {
+        encode::null(out, state.version);
+    }
+}
+
+/// `HMGET key field [field ...]`: a value or nil per field.
+pub(crate) fn hmget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let fields = call.len() - 2;
+    let mark = out.len();
+    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        encode::array_len(out, fields);
+        for name in call.args_from(2) {
+            match hash.get(name, now_ms) {
+                Some(field) => encode::bulk(out, field.value),
+                None => encode::null(out, state.version),
+            };
+        }
+    });
+    if let Read::Missing = found {
+        out.truncate(mark);
+        encode::array_len(out, fields);
+        for _ in 0..fields {
+            encode::null(out, state.version);
+        }
+    }
+}
+
+/// Which parts of each field HGETALL, HKEYS and HVALS list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    Both,
+    Names,
+    Values,
+}
+
+fn list_fields(state: &State, call: &Call<'_>, out: &mut Vec<u8>, parts: Parts) {
+    let version = state.version;
+    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        let len = hash.len(now_ms);
+        if parts == Parts::Both {
+            encode::map_len(out, version, len);
+        } else {
+            encode::array_len(out, len);
+        }
+        for field in hash.live(now_ms) {
+            if parts != Parts::Values {
+                encode::bulk(out, field.name);
+            }
+            if parts != Parts::Names {
+                encode::bulk(out, field.value);
+            }
+        }
+    });
+    if let Read::Missing = found {
+        if parts == Parts::Both {
+            encode::map_len(out, version, 0);
+        } else {
+            encode::array_len(out, 0);
+        }
+    }
+}
+
+/// `HGETALL key`: field, value, ... (a map in RESP3).
+pub(crate) fn hgetall(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    list_fields(state, call, out, Parts::Both);
+}
+
+/// `HKEYS key`.
+pub(crate) fn hkeys(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    list_fields(state, call, out, Parts::Names);
+}
+
+/// `HVALS key`.
+pub(crate) fn hvals(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    list_fields(state, call, out, Parts::Values);
+}
+
+/// Replies with the integer `f` computes from the live hash, or 0 for a missing key.
+fn hash_integer(call: &Call<'_>, out: &mut Vec<u8>, f: impl FnOnce(&Hash<'_>, u64) -> usize) {
+    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        encode::integer(out, i64::try_from(f(hash, now_ms)).unwrap_or(i64::MAX));
+    });
+    if let Read::Missing = found {
+        encode::integer(out, 0);
+    }
+}
+
+/// `HLEN key`.
+pub(crate) fn hlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    hash_integer(call, out, |hash, now_ms| hash.len(now_ms));
+}
+
+/// `HSTRLEN key field`: the value's length, 0 for a missing field.
+pub(crate) fn hstrlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    hash_integer(call, out, |hash, now_ms| {
+        hash.get(call.arg(2), now_ms)
+            .map_or(0, |field| field.value.len())
+    });
+}
+
+/// `HEXISTS key field`: 1 or 0.
+pub(crate) fn hexists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    hash_integer(call, out, |hash, now_ms| {
+        usize::from(hash.get(call.arg(2), now_ms).is_some())
+    });
+}
+
+/// `HDEL key field [field ...]`: how many were removed; the key goes with its last field.
+pub(crate) fn hdel(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let mut removed = 0usize;
+    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+        let Some(old) = old else {
+            return Edit::Keep;
+        };
+        for field in old.live(now_ms) {
+            if call.args_from(2).any(|name| name == field.name) {
+                removed += 1;
+            } else {
+                builder.push(field);
+            }
+        }
+        if removed == 0 {
+            Edit::Keep
+        } else {
+            Edit::Write
+        }
+    });
+    match result {
+        Ok(true) => {
+            encode::integer(out, i64::try_from(removed).unwrap_or(i64::MAX));
+        }
+        failed => reply_edit_failed(out, &failed),
+    }
+}
+
+/// Why HINCRBY or HINCRBYFLOAT changed nothing.
+enum NumberRefused {
+    NotInteger,
+    NotFloat,
+    Overflow,
+    NanOrInfinity,
+}
+
+impl NumberRefused {
+    fn reply(&self) -> &'static [u8] {
+        match self {
+            NumberRefused::NotInteger => b"-ERR hash value is not an integer\r\n",
+            NumberRefused::NotFloat => b"-ERR hash value is not a float\r\n",
+            NumberRefused::Overflow => errors::ERR_OVERFLOW,
+            NumberRefused::NanOrInfinity => errors::ERR_NAN_OR_INFINITY,
+        }
+    }
+}
+
+/// Sets `name` to what `compute` makes of its current value (`None`: a missing field), keeping
+/// the field's place and expiry; the reply is the caller's.
+fn update_field(
+    call: &Call<'_>,
+    name: &[u8],
+    mut compute: impl FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<(), NumberRefused>,
+) -> Result<Result<Vec<u8>, NumberRefused>, Result<bool, WriteError>> {
+    let mut outcome = Ok(Vec::new());
+    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+        let mut new_value = Vec::new();
+        let current = old.and_then(|hash| hash.get(name, now_ms));
+        if let Err(refused) = compute(current.map(|field| field.value), &mut new_value) {
+            outcome = Err(refused);
+            return Edit::Keep;
+        }
+        for field in old.into_iter().flat_map(|hash| hash.live(now_ms)) {
+            if field.name == name {
+                builder.push(Field {
+                    value: &new_value,
+                    ..field
+                });
+            } else {
+                builder.push(field);
+            }
+        }
+        if current.is_none() {
+            builder.push(Field {
+                name,
+                value: &new_value,
+                expires_at_ms: None,
+            });
+        }
+        outcome = Ok(new_value);
+        Edit::Write
+    });
+    match result {
+        Ok(true) => Ok(outcome),
+        failed => Err(failed),
+    }
+}
+
+/// `HINCRBY key field increment`: the new value.
+pub(crate) fn hincrby(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let Some(delta) = parse_i64(call.arg(3)) else {
+        out.extend_from_slice(errors::ERR_NOT_INTEGER);
+        return;
+    };
+    let mut new = 0i64;
+    let result = update_field(call, call.arg(2), |current, value| {
+        let old = match current {
+            None => 0,
+            Some(bytes) => parse_i64(bytes).ok_or(NumberRefused::NotInteger)?,
+        };
+        new = old.checked_add(delta).ok_or(NumberRefused::Overflow)?;
+        value.extend_from_slice(new.to_string().as_bytes());
+        Ok(())
+    });
+    match result {
+        Ok(Ok(_)) => {
+            encode::integer(out, new);
+        }
+        Ok(Err(refused)) => out.extend_from_slice(refused.reply()),
+        Err(failed) => reply_edit_failed(out, &failed),
+    }
+}
+
+/// `HINCRBYFLOAT key field increment`: the new value, as INCRBYFLOAT prints it.
+pub(crate) fn hincrbyfloat(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let Some(delta) = parse_f64(call.arg(3)) else {
+        out.extend_from_slice(errors::ERR_NOT_FLOAT);
+        return;
+    };
+    if !delta.is_finite() {
+        encode::error(out, b"ERR value is NaN or Infinity");
+        return;
+    }
+    let result = update_field(call, call.arg(2), |current, value| {
+        let old = match current {
+            None => 0.0,
+            Some(bytes) => parse_f64(bytes).ok_or(NumberRefused::NotFloat)?,
+        };
+        let new = old + delta;
+        if !new.is_finite() {
+            return Err(NumberRefused::NanOrInfinity);
+        }
+        format_human(new, value);
+        Ok(())
+    });
+    match result {
+        Ok(Ok(value)) => {
+            encode::bulk(out, &value);
+        }
+        Ok(Err(refused)) => out.extend_from_slice(refused.reply()),
+        Err(failed) => reply_edit_failed(out, &failed),
+    }
+}
+
+/// The next number of the connection's xorshift generator.
+fn next_random(state: &mut State) -> u64 {
+    let mut seed = state.random_state;
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    state.random_state = seed;
+    seed
+}
+
+/// `HRANDFIELD key [count [WITHVALUES]]`: one field (or nil); with a count, that many distinct
+/// fields (all, when the hash has fewer), or with a negative count, that many with repeats.
+pub(crate) fn hrandfield(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if call.len() == 2 {
+        let pick = next_random(state);
+        let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+            let len = hash.len(now_ms) as u64;
+            let field = hash.live(now_ms).nth((pick % len) as usize);
+            encode::bulk(out, field.map_or(&[][..], |field| field.name));
+        });
+        if let Read::Missing = found {
+            encode::null(out, state.version);
+        }
+        return;
+    }
+    let Some(count) = parse_i64(call.arg(2)) else {
+        out.extend_from_slice(errors::ERR_NOT_INTEGER);
+        return;
+    };
+    let with_values = match call.len() {
+        3 => false,
+        4 if name_eq(call.arg(3), b"withvalues") => true,
+        _ => {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return;
+        }
+    };
+    if count < -(i64::MAX / 2) && with_values {
+        encode::error(out, b"ERR value is out of range");
+        return;
+    }
+    let version = state.version;
+    let found = {
+        let mut picks = |len: u64| pick_indexes(state, count, len);
+        read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+            let fields: Vec<Field<'_>> = hash.live(now_ms).collect();
+            let picked = picks(fields.len() as u64);
+            write_random_fields(out, version, &fields, &picked, with_values);
+        })
+    };
+    if let Read::Missing = found {
+        encode::array_len(out, 0);
+    }
+}
+
+/// Which of `len` fields a count picks: distinct ones in order for a positive count (all when
+/// it reaches `len`), `|count|` random ones with repeats for a negative one.
+fn pick_indexes(state: &mut State, count: i64, len: u64) -> Vec<usize> {
+    if len == 0 {
+        return Vec::new();
+    }
+    if count >= 0 {
+        let count = count.unsigned_abs();
+        if count >= len {
+            return (0..len as usize).collect();
+        }
+        // Selection sampling (Knuth's algorithm S): each field in turn with the chance that
+        // leaves exactly `count` chosen.
+        let (mut picked, mut seen) = (Vec::with_capacity(count as usize), 0u64);
+        while (picked.len() as u64) < count {
+            let left = len - seen;
+            let wanted = count - picked.len() as u64;
+            if next_random(state) % left < wanted {
+                picked.push(seen as usize);
+            }
+            seen += 1;
+        }
+        return picked;
+    }
+    (0..count.unsigned_abs())
+        .map(|_| (next_random(state) % len) as usize)
+        .collect()
+}
+
+fn write_random_fields(
+    out: &mut Vec<u8>,
+    version: Version,
+    fields: &[Field<'_>],
+    picked: &[usize],
+    with_values: bool,
+) {
+    let resp3_pairs = with_values && version == Version::Resp3;
+    let per_field = if with_values && !resp3_pairs { 2 } else { 1 };
+    encode::array_len(out, picked.len() * per_field);
+    for &index in picked {
+        let field = fields[index];
+        if resp3_pairs {
+            encode::array_len(out, 2);
+        }
+        encode::bulk(out, field.name);
+        if with_values {
+            encode::bulk(out, field.value);
+        }
+    }
+}
+
+/// `HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]`: every matching field in one
+/// reply, cursor 0 (see the module docs).
+pub(crate) fn hscan(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if super::keyspace::parse_cursor(call.arg(2)).is_none() {
+        encode::error(out, b"ERR invalid cursor");
+        return;
+    }
+    let Some((pattern, no_values)) = hscan_options(call, out) else {
+        return;
+    };
+    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        let matching =
+            |field: &Field<'_>| pattern.is_none_or(|glob| glob_match(glob, field.name, false));
+        let count = hash.live(now_ms).filter(matching).count();
+        encode::array_len(out, 2);
+        encode::bulk(out, b"0");
+        encode::array_len(out, if no_values { count } else { count * 2 });
+        for field in hash.live(now_ms).filter(matching) {
+            encode::bulk(out, field.name);
+            if !no_values {
+                encode::bulk(out, field.value);
+            }
+        }
+    });
+    if let Read::Missing = found {
+        encode::array_len(out, 2);
+        encode::bulk(out, b"0");
+        encode::array_len(out, 0);
+    }
+}
+
+/// HSCAN's MATCH pattern and NOVALUES; `None` when the options are refused (reply written).
+fn hscan_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<(Option<&'a [u8]>, bool)> {
+    let (mut pattern, mut no_values, mut index) = (None, false, 3);
+    while index < call.len() {
+        let option = call.arg(index);
+        let has_value = index + 1 < call.len();
+        if name_eq(option, b"novalues") {
+            no_values = true;
+            index += 1;
+            continue;
+        }
+        if name_eq(option, b"count") && has_value {
+            match parse_i64(call.arg(index + 1)) {
+                None => {
+                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
+                    return None;
+                }
+                Some(count) if count < 1 => {
+                    out.extend_from_slice(errors::ERR_SYNTAX);
+                    return None;
+                }
+                Some(_) => {}
+            }
+        } else if name_eq(option, b"match") && has_value {
+            let glob = call.arg(index + 1);
+            pattern = (glob != b"*").then_some(glob);
+        } else {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return None;
+        }
+        index += 2;
+    }
+    Some((pattern, no_values))
+}

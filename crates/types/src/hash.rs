@@ -1,0 +1,358 @@
+//! A Redis hash: fields with values, each field with an optional expiry (Redis 7.4's HEXPIRE).
+//!
+//! The compact encoding, version 1 (all integers little-endian):
+//!
+//! ```text
+//!  0         1                 5                 9
+//!  +---------+-----------------+-----------------+--------------------------------+
+//!  | version | count (u32)     | expiring (u32)  | count entries, in field order  |
+//!  +---------+-----------------+-----------------+--------------------------------+
+//!
+//!  entry:  | varint name_len << 1 | has_expiry | [expires_at unix ms u64] | name |
+//!          | varint value_len | value |
+//! ```
+//!
+//! `count` is the number of entries, `expiring` how many of them carry an expiry (so a hash
+//! with none answers HLEN without a walk). Varints are unsigned LEB128. Fields keep the order
+//! they were first set in (an update keeps its place), as Redis's listpack does, so small
+//! hashes list their fields in the order Redis lists them. A field is expired at and after its
+//! expiry; expired fields are invisible to every read and are dropped by the next rewrite.
+//! An encoding holds at least one entry: the last field's removal deletes the key.
+//!
+//! Names and values are opaque bytes of any length the record holds; a field name is unique
+//! within a hash.
+
+use crate::{put_varint, take_varint, Malformed};
+
+/// The first byte of this encoding.
+pub const VERSION: u8 = 1;
+/// Bytes before the first entry.
+pub const HEADER_BYTES: usize = 9;
+/// Redis's `hash-max-listpack-entries` default: OBJECT ENCODING says `listpack` up to it.
+pub const LISTPACK_ENTRIES_MAX: usize = 128;
+/// Redis's `hash-max-listpack-value` default: OBJECT ENCODING says `listpack` while every name
+/// and value is at most this long.
+pub const LISTPACK_VALUE_BYTES_MAX: usize = 64;
+
+/// One field of a hash, borrowing the encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field<'a> {
+    /// The field's name.
+    pub name: &'a [u8],
+    /// Its value.
+    pub value: &'a [u8],
+    /// When it expires, Unix ms; `None` never.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Field<'_> {
+    /// Whether it has not expired at `now_ms`.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        self.expires_at_ms.is_none_or(|at| at > now_ms)
+    }
+}
+
+/// A validated hash encoding.
+#[derive(Clone, Copy, Debug)]
+pub struct Hash<'a> {
+    entries: &'a [u8],
+    count: u32,
+    expiring: u32,
+}
+
+impl<'a> Hash<'a> {
+    /// Validates `bytes` as a hash encoding: the header, every entry within the bytes, and
+    /// nothing after the last one.
+    pub fn parse(bytes: &'a [u8]) -> Result<Hash<'a>, Malformed> {
+        if bytes.len() < HEADER_BYTES || bytes[0] != VERSION {
+            return Err(Malformed);
+        }
+        let count = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+        let expiring = u32::from_le_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
+        let entries = &bytes[HEADER_BYTES..];
+        let (mut at, mut seen, mut seen_expiring) = (0, 0u32, 0u32);
+        while at < entries.len() {
+            let field = next_entry(entries, &mut at).ok_or(Malformed)?;
+            seen = seen.checked_add(1).ok_or(Malformed)?;
+            seen_expiring += u32::from(field.expires_at_ms.is_some());
+        }
+        if seen != count || seen_expiring != expiring || count == 0 {
+            return Err(Malformed);
+        }
+        Ok(Hash {
+            entries,
+            count,
+            expiring,
+        })
+    }
+
+    /// Every stored field, expired ones included, in order.
+    pub fn stored(&self) -> Fields<'a> {
+        Fields {
+            entries: self.entries,
+            at: 0,
+        }
+    }
+
+    /// The fields live at `now_ms`, in order.
+    pub fn live(&self, now_ms: u64) -> impl Iterator<Item = Field<'a>> {
+        self.stored().filter(move |field| field.is_live(now_ms))
+    }
+
+    /// The live field named `name`.
+    pub fn get(&self, name: &[u8], now_ms: u64) -> Option<Field<'a>> {
+        self.stored()
+            .find(|field| field.name == name)
+            .filter(|field| field.is_live(now_ms))
+    }
+
+    /// How many fields are live at `now_ms`.
+    pub fn len(&self, now_ms: u64) -> usize {
+        if self.expiring == 0 {
+            self.count as usize
+        } else {
+            self.live(now_ms).count()
+        }
+    }
+
+    /// Whether no field is live at `now_ms` (the key then reads as absent).
+    pub fn is_empty(&self, now_ms: u64) -> bool {
+        self.len(now_ms) == 0
+    }
+
+    /// Entries stored, expired ones included.
+    pub fn stored_len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether any field carries an expiry.
+    pub fn has_expiring(&self) -> bool {
+        self.expiring > 0
+    }
+
+    /// The name Redis's OBJECT ENCODING gives a hash like this one: `listpack` while it has
+    /// at most [`LISTPACK_ENTRIES_MAX`] fields, none longer than [`LISTPACK_VALUE_BYTES_MAX`]
+    /// bytes (name or value), and `hashtable` past that. strata has one encoding for both.
+    pub fn redis_encoding(&self, now_ms: u64) -> &'static str {
+        let small = self.len(now_ms) <= LISTPACK_ENTRIES_MAX
+            && self.live(now_ms).all(|field| {
+                field.name.len() <= LISTPACK_VALUE_BYTES_MAX
+                    && field.value.len() <= LISTPACK_VALUE_BYTES_MAX
+            });
+        if small {
+            "listpack"
+        } else {
+            "hashtable"
+        }
+    }
+}
+
+/// The iterator of [`Hash::stored`].
+#[derive(Clone, Debug)]
+pub struct Fields<'a> {
+    entries: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Field<'a>;
+
+    fn next(&mut self) -> Option<Field<'a>> {
+        next_entry(self.entries, &mut self.at)
+    }
+}
+
+/// Decodes the entry at `*at`, moving past it; `None` at the end or when it runs past.
+fn next_entry<'a>(entries: &'a [u8], at: &mut usize) -> Option<Field<'a>> {
+    if *at >= entries.len() {
+        return None;
+    }
+    let head = take_varint(entries, at)?;
+    let expires_at_ms = if head & 1 == 1 {
+        let bytes = entries.get(*at..*at + 8)?;
+        *at += 8;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    } else {
+        None
+    };
+    let name = take(entries, at, head >> 1)?;
+    let value_len = take_varint(entries, at)?;
+    let value = take(entries, at, value_len)?;
+    Some(Field {
+        name,
+        value,
+        expires_at_ms,
+    })
+}
+
+fn take<'a>(bytes: &'a [u8], at: &mut usize, len: u64) -> Option<&'a [u8]> {
+    let len = usize::try_from(len).ok()?;
+    let slice = bytes.get(*at..at.checked_add(len)?)?;
+    *at += len;
+    Some(slice)
+}
+
+/// Writes a hash encoding into a buffer, one field at a time. The caller keeps names unique.
+#[derive(Debug)]
+pub struct Builder<'o> {
+    out: &'o mut Vec<u8>,
+    start: usize,
+    count: u32,
+    expiring: u32,
+}
+
+impl<'o> Builder<'o> {
+    /// Starts an encoding at the end of `out`.
+    pub fn new(out: &'o mut Vec<u8>) -> Builder<'o> {
+        let start = out.len();
+        out.push(VERSION);
+        out.extend_from_slice(&[0; HEADER_BYTES - 1]);
+        Builder {
+            out,
+            start,
+            count: 0,
+            expiring: 0,
+        }
+    }
+
+    /// Appends a field.
+    pub fn push(&mut self, field: Field<'_>) {
+        let has_expiry = u64::from(field.expires_at_ms.is_some());
+        put_varint(self.out, (field.name.len() as u64) << 1 | has_expiry);
+        if let Some(at) = field.expires_at_ms {
+            self.out.extend_from_slice(&at.to_le_bytes());
+        }
+        self.out.extend_from_slice(field.name);
+        put_varint(self.out, field.value.len() as u64);
+        self.out.extend_from_slice(field.value);
+        self.count += 1;
+        self.expiring += has_expiry as u32;
+    }
+
+    /// Fields pushed so far.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether no field was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Writes the header; returns the fields written. With none, the buffer is left as it was
+    /// found (an empty hash is no encoding: the key is deleted).
+    pub fn finish(self) -> usize {
+        if self.count == 0 {
+            self.out.truncate(self.start);
+            return 0;
+        }
+        let header = &mut self.out[self.start..self.start + HEADER_BYTES];
+        header[1..5].copy_from_slice(&self.count.to_le_bytes());
+        header[5..9].copy_from_slice(&self.expiring.to_le_bytes());
+        self.count as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn field<'a>(name: &'a [u8], value: &'a [u8], expires_at_ms: Option<u64>) -> Field<'a> {
+        Field {
+            name,
+            value,
+            expires_at_ms,
+        }
+    }
+
+    fn build(fields: &[Field<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut builder = Builder::new(&mut out);
+        for &f in fields {
+            builder.push(f);
+        }
+        builder.finish();
+        out
+    }
+
+    #[test]
+    fn fields_come_back_in_order_and_expired_ones_are_invisible() {
+        let long = vec![b'v'; 300];
+        let bytes = build(&[
+            field(b"a", b"1", None),
+            field(b"b", &long, Some(1_000)),
+            field(b"", b"", Some(5_000)),
+        ]);
+        let hash = Hash::parse(&bytes).expect("valid");
+        assert_eq!(hash.stored_len(), 3);
+        assert!(hash.has_expiring());
+        assert_eq!(hash.len(999), 3);
+        assert_eq!(hash.len(1_000), 2, "expired at its expiry");
+        assert_eq!(hash.get(b"b", 999).map(|f| f.value.len()), Some(300));
+        assert_eq!(hash.get(b"b", 1_000), None);
+        let names: Vec<&[u8]> = hash.live(1_000).map(|f| f.name).collect();
+        assert_eq!(names, [&b"a"[..], b""]);
+        assert_eq!(hash.redis_encoding(0), "hashtable", "a 300-byte value");
+        assert_eq!(hash.redis_encoding(1_000), "listpack");
+        assert!(!hash.is_empty(5_000) && hash.len(5_000) == 1);
+    }
+
+    #[test]
+    fn an_empty_builder_leaves_the_buffer_as_it_was() {
+        let mut out = b"prefix".to_vec();
+        assert_eq!(Builder::new(&mut out).finish(), 0);
+        assert_eq!(out, b"prefix");
+    }
+
+    #[test]
+    fn damaged_encodings_are_refused() {
+        let bytes = build(&[field(b"name", b"value", Some(7)), field(b"x", b"y", None)]);
+        assert!(Hash::parse(&bytes).is_ok());
+        assert!(Hash::parse(&bytes[..bytes.len() - 1]).is_err(), "truncated");
+        assert!(
+            Hash::parse(&[bytes.clone(), vec![0]].concat()).is_err(),
+            "trailing"
+        );
+        for (at, value) in [(0, 2), (1, 3), (5, 0), (5, 2)] {
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            assert!(Hash::parse(&bad).is_err(), "byte {at} = {value}");
+        }
+        assert!(
+            Hash::parse(&[VERSION, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
+            "no field"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_parse_or_are_refused_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut with_header = vec![VERSION, 1, 0, 0, 0, 0, 0, 0, 0];
+            with_header.extend_from_slice(&bytes);
+            for candidate in [&bytes[..], &with_header[..]] {
+                if let Ok(hash) = Hash::parse(candidate) {
+                    prop_assert_eq!(hash.stored().count(), hash.stored_len());
+                }
+            }
+        }
+
+        #[test]
+        fn built_hashes_round_trip(
+            fields in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..20),
+                 proptest::collection::vec(any::<u8>(), 0..200),
+                 proptest::option::of(any::<u64>())),
+                1..40),
+        ) {
+            let fields: Vec<Field<'_>> = fields
+                .iter()
+                .map(|(name, value, at)| field(name, value, *at))
+                .collect();
+            let bytes = build(&fields);
+            let hash = Hash::parse(&bytes).expect("what the builder writes parses");
+            let back: Vec<Field<'_>> = hash.stored().collect();
+            prop_assert_eq!(back, fields);
+        }
+    }
+}
