@@ -1854,3 +1854,76 @@ fn a_read_racing_a_promotion_of_its_key_still_hits() {
     }
     assert!(flash_stats(&engine).promoted_items >= promoted_before + 20);
 }
+
+/// Writes `value` under `key` as a value of `kind` (a typed write, as the hash commands make).
+fn set_kind(engine: &Engine, key: &[u8], value: &[u8], kind: Kind) {
+    engine
+        .modify(key, |_, buffer| {
+            buffer.extend_from_slice(value);
+            match kind {
+                Kind::String => Change::Write {
+                    client_flags: 0,
+                    expiry: Expiry::Never,
+                    keep_cas: false,
+                },
+                kind => Change::WriteKind {
+                    kind,
+                    expiry: Expiry::Never,
+                },
+            }
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_record_keeps_its_kind_on_flash_back_in_memory_and_across_a_reopen() {
+    let (_dir, config) = file_pool_config("kinds", ram_disk(64), false);
+    let engine = Engine::open(config.clone()).unwrap();
+    let kind_of = |i: usize| if i % 3 == 0 { Kind::Hash } else { Kind::String };
+    let keys: Vec<Vec<u8>> = (0..600)
+        .map(|i| format!("key-{i:05}").into_bytes())
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        set_kind(&engine, key, &value_of(i as u32), kind_of(i));
+        wait_for("the write queue to drain", || {
+            flash_stats(&engine).regions_queued == 0
+        });
+    }
+    let on_flash = keys_on_flash(&engine, &keys).len();
+    assert!(on_flash > 100, "only {on_flash} keys on flash");
+    let check = |engine: &Engine, when: &str| {
+        for (i, key) in keys.iter().enumerate() {
+            let found = engine.peek(key, |item| (item.kind, item.value.to_vec()));
+            if let Some((kind, value)) = found {
+                assert_eq!(kind, kind_of(i), "{when}: kind of key {i}");
+                assert_eq!(value, value_of(i as u32), "{when}: value of key {i}");
+            }
+        }
+    };
+    check(&engine, "memory and flash");
+    // Reads promote flash items back into memory (two reads each), kinds and all.
+    for key in keys_on_flash(&engine, &keys).into_iter().take(50) {
+        get(&engine, key);
+        get(&engine, key);
+    }
+    check(&engine, "after promotion");
+    // A touch (keep_cas) keeps the kind; a string write replaces a hash with a string.
+    let hash_key = &keys[3];
+    assert!(engine.touch(hash_key, Expiry::AtMs(u64::MAX / 2)).unwrap());
+    assert_eq!(engine.peek(hash_key, |item| item.kind), Some(Kind::Hash));
+    let engine = close_and_reopen(engine, &config);
+    check(&engine, "after a clean reopen");
+    engine
+        .set(hash_key, b"now a string", 0, Expiry::Never)
+        .unwrap();
+    assert_eq!(engine.peek(hash_key, |item| item.kind), Some(Kind::String));
+    // modify_as refuses a key of another kind and leaves it as it was.
+    assert_eq!(
+        engine.modify_as(&keys[0], Kind::String, |_, _| Change::Delete),
+        Err(WriteError::WrongKind)
+    );
+    assert_eq!(engine.peek(&keys[0], |item| item.kind), Some(Kind::Hash));
+    // memcached's string operations do not treat a hash as a string.
+    assert_eq!(engine.concat(&keys[0], b"x", false), Ok(None));
+    assert_eq!(engine.arith(&keys[0], 1, false), Ok(Arith::NotNumeric));
+}

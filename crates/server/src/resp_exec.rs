@@ -18,6 +18,8 @@
 //! | `bits.rs`        | GETBIT SETBIT BITCOUNT BITPOS                                     |
 //! | `hashes.rs`      | HSET HMSET HSETNX HGET HMGET HGETALL HKEYS HVALS HLEN HSTRLEN     |
 //! |                  | HEXISTS HDEL HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN                |
+//! | `hash_expiry.rs` | HEXPIRE HPEXPIRE HEXPIREAT HPEXPIREAT HTTL HPTTL HEXPIRETIME      |
+//! |                  | HPEXPIRETIME HPERSIST (Redis 7.4's field expiry)                  |
 //! | `object.rs`      | OBJECT                                                            |
 //! | `counters.rs`    | INCR DECR INCRBY DECRBY INCRBYFLOAT                               |
 //! | `keyspace.rs`    | DEL UNLINK EXISTS TOUCH TYPE RENAME RENAMENX COPY SCAN KEYS       |
@@ -57,6 +59,7 @@ mod connection;
 mod counters;
 mod debug;
 mod expire;
+mod hash_expiry;
 mod hashes;
 mod keyspace;
 mod multi;

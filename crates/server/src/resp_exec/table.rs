@@ -6,8 +6,8 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
-    bits, connection, counters, debug, expire, hashes, keyspace, multi, object, ranges, server,
-    slowlog, strings, Call, State,
+    bits, connection, counters, debug, expire, hash_expiry, hashes, keyspace, multi, object,
+    ranges, server, slowlog, strings, Call, State,
 };
 use crate::stats::command_index;
 
@@ -800,6 +800,15 @@ pub(crate) static COMMANDS: &[Command] = &[
         "every matching field in one reply with cursor 0, at any size (Redis pages a large hash); takes NOVALUES (Redis 7.4)",
         row("hscan", -3, READ_SLOW, ONE_KEY, "hash", "other", hashes::hscan)
     ),
+    row("hexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpire),
+    row("hpexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpexpire),
+    row("hexpireat", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpireat),
+    row("hpexpireat", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpexpireat),
+    row("httl", -5, READ, ONE_KEY, "hash", "other", hash_expiry::httl),
+    row("hpttl", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hpttl),
+    row("hexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hexpiretime),
+    row("hpexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hpexpiretime),
+    row("hpersist", -5, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpersist),
     differs(
         "ENCODING names what Redis would use for the value; REFCOUNT is 1; FREQ and IDLETIME are refused",
         row("object", -2, READ_SLOW, (2, 2, 1), "keyspace", "other", object::object)

@@ -43,7 +43,6 @@ const DATA_TYPE_COMMANDS: &[&str] = &[
     "brpop",
     "lmpop",
     "blmpop",
-    // Hashes: field expiry (Redis 7.4) until it is built.
     // Sets.
     "sadd",
     "srem",
