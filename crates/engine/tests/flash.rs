@@ -1879,7 +1879,13 @@ fn set_kind(engine: &Engine, key: &[u8], value: &[u8], kind: Kind) {
 fn a_record_keeps_its_kind_on_flash_back_in_memory_and_across_a_reopen() {
     let (_dir, config) = file_pool_config("kinds", ram_disk(64), false);
     let engine = Engine::open(config.clone()).unwrap();
-    let kind_of = |i: usize| if i % 3 == 0 { Kind::Hash } else { Kind::String };
+    let kind_of = |i: usize| {
+        if i.is_multiple_of(3) {
+            Kind::Hash
+        } else {
+            Kind::String
+        }
+    };
     let keys: Vec<Vec<u8>> = (0..600)
         .map(|i| format!("key-{i:05}").into_bytes())
         .collect();
