@@ -8,7 +8,7 @@
 
 mod harness;
 
-use harness::{run_to_exit, Client, PoolFile, Server};
+use harness::{resp_command, run_to_exit, Client, PoolFile, Server};
 
 /// Keys written: 24,000 values of 1,000 bytes (24 MB) into a 16 MiB memory tier.
 const KEYS: usize = 24_000;
@@ -1141,4 +1141,63 @@ fn transactions_read_flash_items_ahead_and_watch_them() {
     assert_eq!(resp.line(), "+QUEUED\r\n");
     assert_eq!(resp.line(), "*-1\r\n");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Hashes go to flash and come back as hashes: HGET, TYPE and HINCRBY of items evicted from
+/// memory answer from the tier (their reads wait for the read ahead like a GET's), and a
+/// string command on one still answers WRONGTYPE.
+#[test]
+fn hashes_evicted_to_flash_answer_as_hashes() {
+    let (dir, medium) = tier_medium("hashes");
+    let server = Server::start(&small_tier_flags(&medium, &[]));
+    let mut client = Client::connect(server.resp);
+    let mut batch = Vec::new();
+    for i in 0..KEYS {
+        let (key, number) = (format!("h{i}"), i.to_string());
+        let value = value_of(i);
+        batch.extend(resp_command(&[
+            b"HSET",
+            key.as_bytes(),
+            b"n",
+            number.as_bytes(),
+            b"v",
+            &value,
+        ]));
+        if batch.len() > 256 << 10 || i + 1 == KEYS {
+            let sent = batch.iter().filter(|&&b| b == b'*').count();
+            client.send(&batch);
+            batch.clear();
+            for _ in 0..sent {
+                assert_eq!(client.line(), ":2\r\n");
+            }
+        }
+    }
+    let mut memcache = Client::connect(server.memcache);
+    assert!(stat(&mut memcache, "strata_flash_items") > 5_000);
+    let mut found = 0;
+    for i in (0..KEYS).step_by(7) {
+        let key = format!("h{i}");
+        client.send(&resp_command(&[b"HGET", key.as_bytes(), b"n"]));
+        match client.bulk() {
+            Some(number) => {
+                assert_eq!(number, i.to_string().into_bytes(), "{key}");
+                found += 1;
+            }
+            None => continue,
+        }
+        assert_eq!(
+            client.call(&resp_command(&[b"TYPE", key.as_bytes()])),
+            "+hash\r\n"
+        );
+        let incremented = format!(":{}\r\n", i + 1);
+        let reply = client.call(&resp_command(&[b"HINCRBY", key.as_bytes(), b"n", b"1"]));
+        assert_eq!(reply, incremented, "{key}");
+        assert!(client
+            .call(&resp_command(&[b"GET", key.as_bytes()]))
+            .starts_with("-WRONGTYPE"));
+    }
+    assert!(found > KEYS / 7 * 9 / 10, "{found} hashes found");
+    assert!(stat(&mut memcache, "get_extstore") > 500, "reads hit flash");
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
 }
