@@ -90,6 +90,17 @@ pub struct ItemRef<'a> {
     pub fetched: bool,
 }
 
+/// What [`Engine::observe`] saw of a key: compare two to learn whether it changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The item's CAS and expiry, `None` when absent.
+    pub item: Option<(u64, Option<u64>)>,
+    /// When absent: the CAS of an expired record of the key still in memory.
+    pub expired: Option<u64>,
+    /// Removals counted for the key's hash slot.
+    pub removals: u32,
+}
+
 /// When a written item expires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {

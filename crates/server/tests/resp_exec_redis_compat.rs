@@ -1243,6 +1243,21 @@ fn transactions_match_redis() {
     d.exact(&["SET e 1 PX 30", "WATCH e"]);
     std::thread::sleep(Duration::from_millis(60));
     d.exact(&["MULTI", "SET e 2", "EXEC", "GET e"]);
+    // A key absent at WATCH and at EXEC that existed in between aborts it: created and
+    // deleted, or created with a short TTL that passed.
+    d.exact(&[
+        "WATCH ghost",
+        "SET ghost 1",
+        "DEL ghost",
+        "MULTI",
+        "SET after 1",
+        "EXEC",
+        "EXISTS after",
+        "WATCH ghost2",
+        "SET ghost2 1 PX 20",
+    ]);
+    std::thread::sleep(Duration::from_millis(60));
+    d.exact(&["MULTI", "SET after 2", "EXEC", "GET after"]);
     // RESP3: an aborted EXEC is the null, not the null array.
     let (redis, _) = d.redis.call(&request("HELLO 3"), 1, false);
     let (strata, _) = d.strata.call(&request("HELLO 3"));

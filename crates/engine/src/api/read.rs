@@ -24,6 +24,35 @@ impl Engine {
         self.read(key, false, f)
     }
 
+    /// What a WATCH of `key` compares at EXEC: the item's CAS (new with every write) and
+    /// expiry, or its absence, and how many times an entry that may be the key's left the
+    /// index. Two observations differ whenever the key was written, deleted, expired, evicted
+    /// or flushed between them, even when it was absent both times (created and removed in
+    /// between), and rarely otherwise (another key removed whose hash bits share the count).
+    /// Not an access: nothing about the item changes.
+    pub fn observe(&self, key: &[u8]) -> crate::Observed {
+        let (hash, lock) = self.shard_for(key);
+        // The count first: a removal between it and the look can only make the next
+        // observation differ, never hide a change.
+        // An expired record still in memory is seen too (apart from a live item): a key
+        // created with a short TTL after WATCH and expired by EXEC changed, though absent both
+        // times.
+        let (removals, expired) = {
+            let shard = lock.read();
+            let expired = shard
+                .lookup(&self.inner, key, hash)
+                .map(|found| (found.cas, found.view.meta.expires_at_ms));
+            (shard.removals_of(crate::index::hash24(hash)), expired)
+        };
+        let item = self.peek(key, |item| (item.cas, item.expires_at_ms));
+        let expired = expired.filter(|_| item.is_none()).map(|(cas, _)| cas);
+        crate::Observed {
+            item,
+            expired,
+            removals,
+        }
+    }
+
     #[inline]
     pub(super) fn read<R, F: FnOnce(ItemRef<'_>) -> R>(
         &self,

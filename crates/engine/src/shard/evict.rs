@@ -260,6 +260,7 @@ impl Shard {
         }
         self.order.clear();
         self.drop_flash_entries(|_| false);
+        self.count_removal_of_all();
         assert_eq!(self.index.len(), 0, "flush unindexes everything");
         Ok(freed)
     }

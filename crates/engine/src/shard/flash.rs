@@ -197,6 +197,7 @@ impl Shard {
     /// the flash suspects with those bits, which may be the key's older copies.
     pub(super) fn remove_memory_slot(&mut self, slot: SlotRef, h24: u32) {
         self.index.remove(slot);
+        self.count_removal(h24);
         self.drop_suspects(h24);
     }
 
@@ -280,7 +281,7 @@ impl Shard {
         debug_assert!(is_flash(location));
         match self.index.find(h24, |l| l == location) {
             Some((slot, _)) => {
-                self.remove_flash_slot(slot);
+                self.remove_flash_slot(slot, h24);
                 true
             }
             None => false,
@@ -298,7 +299,8 @@ impl Shard {
         self.damaged_reads.lock().push((h24, location));
     }
 
-    fn remove_flash_slot(&mut self, slot: SlotRef) {
+    fn remove_flash_slot(&mut self, slot: SlotRef, h24: u32) {
+        self.count_removal(h24);
         self.index.remove(slot);
         self.flash_items = self.flash_items.saturating_sub(1);
     }
@@ -318,6 +320,7 @@ impl Shard {
         let mut dropped = 0;
         for (slot, entry) in stale {
             if self.index.remove_if(slot, entry) {
+                self.count_removal(entry.hash24);
                 dropped += 1;
             }
         }

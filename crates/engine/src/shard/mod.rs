@@ -170,7 +170,17 @@ pub(crate) struct Shard {
     /// a flash entry with those bits may be an older copy of such a key, which its memory
     /// record (newer, though expired) had superseded; it must not come back in its place.
     expired_h24: std::collections::HashSet<u32>,
+    /// How many times an index entry whose hash bits fall in each of [`REMOVAL_SLOTS`] slots
+    /// left the index (delete, expiry, eviction, a flash copy dropped, flush): with a key's
+    /// item, what a WATCH compares (`Engine::observe`), so a key that was absent at WATCH and
+    /// absent at EXEC still aborts it when it existed in between. Wrapping; changed under the
+    /// write lock, read under the read lock.
+    removals: Box<[u32]>,
 }
+
+/// Slots of [`Shard::removals`] (4 KiB per shard): two keys share one with odds 1 in 1024,
+/// which can only abort a WATCH that need not have been aborted.
+pub(crate) const REMOVAL_SLOTS: usize = 1024;
 
 /// What the scrub's walk of one segment found.
 #[derive(Debug, Default)]
@@ -356,7 +366,26 @@ impl Shard {
             flash_suspects: flash::Suspects::default(),
             salvaged_flash: Vec::new(),
             expired_h24: std::collections::HashSet::new(),
+            removals: vec![0; REMOVAL_SLOTS].into_boxed_slice(),
         }
+    }
+
+    /// Counts an index entry with hash bits `h24` leaving the index (see [`Shard::removals`]).
+    pub(crate) fn count_removal(&mut self, h24: u32) {
+        let slot = h24 as usize % REMOVAL_SLOTS;
+        self.removals[slot] = self.removals[slot].wrapping_add(1);
+    }
+
+    /// Counts every slot once: every entry may have left (flush).
+    pub(crate) fn count_removal_of_all(&mut self) {
+        for count in self.removals.iter_mut() {
+            *count = count.wrapping_add(1);
+        }
+    }
+
+    /// The removal count of hash bits `h24`'s slot.
+    pub(crate) fn removals_of(&self, h24: u32) -> u32 {
+        self.removals[h24 as usize % REMOVAL_SLOTS]
     }
 
     /// Lists segment `id` for the book update at the end of this change (index in the pool).

@@ -93,6 +93,7 @@ impl Shard {
         if self.entry_is_the_keys(inner, slot, entry) || !self.index.remove_if(slot, entry) {
             return false;
         }
+        self.count_removal(entry.hash24);
         self.drop_suspects(entry.hash24);
         self.dropped(inner, entry.location);
         true
@@ -324,6 +325,7 @@ impl Shard {
         }
         for (slot, entry) in stray {
             if self.index.remove_if(slot, entry) {
+                self.count_removal(entry.hash24);
                 self.drop_suspects(entry.hash24);
                 self.dropped(inner, entry.location);
             }

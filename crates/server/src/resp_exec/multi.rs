@@ -9,14 +9,16 @@
 //!   command runs on any worker (`crate::exclusive`): nobody sees part of a transaction, and
 //!   nothing runs between its commands. Before that, the keys the queued commands read that
 //!   are on flash are read ahead like any command's (`resp_exec::flash_keys`).
-//! - `WATCH` notes, per key, the item's CAS and expiry (or its absence). `EXEC` compares them
+//! - `WATCH` notes, per key, what `Engine::observe` sees: the item's CAS and expiry (or its
+//!   absence) and how many entries of the key's hash slot left the index. `EXEC` compares them
 //!   again while alone: a write, delete, expiry, eviction, flush or TTL change by anyone since,
-//!   this client included, changes one, and `EXEC` answers the null array and runs nothing.
-//!   Departure from Redis: a key absent at `WATCH` that is created and deleted again before
-//!   `EXEC` looks untouched (Redis aborts); every other change aborts as in Redis.
+//!   this client included, changes one, even for a key absent both times that was created and
+//!   removed in between, and `EXEC` answers the null array and runs nothing. (The removal of
+//!   another key sharing the slot, 1 in 1024, aborts too: a retry, never a lost update.)
 //! - Crash atomicity is not yet the engine's: a `kill -9` in the middle of an `EXEC` may keep
 //!   the writes of its first commands only (issue 31's engine door brings that).
 
+use strata_engine::Observed;
 use strata_protocol::resp::{encode, errors, parse_command, Args, Limits};
 
 use super::{table, Call, State, ARGS_MAX, BULK_LEN_DISCARD_MAX};
@@ -63,11 +65,11 @@ impl Multi {
     }
 }
 
-/// A watched key and what it was when watched: `(cas, expires_at_ms)`, `None` when absent.
+/// A watched key and what the engine observed of it when watched.
 #[derive(Debug)]
 pub(crate) struct Watched {
     key: Vec<u8>,
-    seen: Option<(u64, Option<u64>)>,
+    seen: Observed,
 }
 
 /// Whether `name` (lower case) runs at once inside a transaction rather than being queued.
@@ -177,9 +179,10 @@ pub(crate) fn unwatch(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
     encode::ok(out);
 }
 
-/// What a watch compares: the item's CAS (new with every write) and expiry, or its absence.
-fn observe(ctx: &ServerContext, key: &[u8]) -> Option<(u64, Option<u64>)> {
-    ctx.engine.peek(key, |item| (item.cas, item.expires_at_ms))
+/// What a watch compares: the item's CAS (new with every write) and expiry, or its absence,
+/// and the removals counted for its hash slot (`Engine::observe`).
+fn observe(ctx: &ServerContext, key: &[u8]) -> Observed {
+    ctx.engine.observe(key)
 }
 
 /// `EXEC`.
