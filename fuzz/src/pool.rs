@@ -366,6 +366,7 @@ fn write_files(input: &PoolInput<'_>, pool_path: &Path) -> (u64, u64) {
     let sidecar_path = with_suffix(pool_path, ".sidecar");
     let index_dir = with_suffix(pool_path, ".index");
     let _ = std::fs::remove_file(&sidecar_path);
+    let _ = std::fs::remove_file(with_suffix(pool_path, ".txlog"));
     let _ = std::fs::remove_dir_all(&index_dir);
     let mut pool = if input.options & OPT_SPARSE != 0 {
         unpack_sparse(input.pool)

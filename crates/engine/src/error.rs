@@ -21,6 +21,9 @@ pub enum OpenError {
     /// Persisting during open failed.
     #[error("persist failed while opening the pool: {0}")]
     Persist(#[from] PersistError),
+    /// The transaction log beside the pool could not be read, or its interrupted group undone.
+    #[error("transaction log: {0}")]
+    Txlog(String),
 }
 
 /// Why a write was refused.

@@ -37,6 +37,7 @@ mod segment;
 mod shard;
 mod snapshot;
 mod ttl;
+mod txlog;
 
 pub use api::{
     parse_u64, DeleteOutcome, ScanStep, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX,
@@ -59,6 +60,7 @@ pub use flash::{FlashError, FlashOpened, FlashRead, FlashStats, ReadOutcome};
 pub use record::{Kind, KEY_LEN_MAX};
 pub use recovery::{RecoveryPlan, RecoveryReport};
 pub use strata_pool::{Backend, PersistenceDomain};
+pub use txlog::{Image, ImageItem};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -710,6 +712,8 @@ pub struct Engine {
     pool: Mutex<Pool>,
     recovery: RecoveryReport,
     closed: AtomicBool,
+    /// The transaction log beside a pool file (`Engine::atomically`).
+    txlog: Option<Mutex<txlog::TxLog>>,
 }
 
 impl std::fmt::Debug for Engine {

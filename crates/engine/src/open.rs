@@ -85,7 +85,35 @@ impl Engine {
             geometry,
             mode,
         })?;
-        Self::from_pool(pool, &config)
+        let mut engine = Self::from_pool(pool, &config)?;
+        if let PoolLocation::File(path) = &config.pool {
+            engine.open_txlog(path, config.durability != Durability::None)?;
+        }
+        Ok(engine)
+    }
+
+    /// Opens the pool's transaction log and undoes the group a crash interrupted, if any.
+    fn open_txlog(&mut self, pool: &std::path::Path, durable: bool) -> Result<(), OpenError> {
+        let (mut log, pending) = crate::txlog::TxLog::open(pool, durable).map_err(|error| {
+            OpenError::Txlog(format!(
+                "{}: {error}",
+                crate::txlog::path_for(pool).display()
+            ))
+        })?;
+        if let Some(images) = pending {
+            let restored = self
+                .restore_images(&images)
+                .map_err(|error| OpenError::Txlog(format!("undoing a transaction: {error}")))?;
+            log.end()
+                .map_err(|error| OpenError::Txlog(format!("ending it: {error}")))?;
+            tracing::warn!(
+                keys = restored,
+                "a transaction a crash interrupted was undone: its keys are as they were before it"
+            );
+            self.recovery.transaction_keys_restored = restored;
+        }
+        self.txlog = Some(Mutex::new(log));
+        Ok(())
     }
 
     /// Opens the engine on an already open pool (tests reopen crash images this way): the root
@@ -166,6 +194,7 @@ impl Engine {
             pool: Mutex::new(pool),
             recovery,
             closed: AtomicBool::new(false),
+            txlog: None,
         })
     }
 

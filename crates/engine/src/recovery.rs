@@ -60,6 +60,9 @@ pub struct RecoveryReport {
     pub flash_items_dropped: u64,
     /// What the flash tier's open found (`None`: no flash tier).
     pub flash: Option<crate::FlashOpened>,
+    /// Keys put back as they were before a group of writes a crash interrupted
+    /// (`Engine::atomically`, the transaction log).
+    pub transaction_keys_restored: u64,
 }
 
 /// What the way the pool was left lets recovery assume.

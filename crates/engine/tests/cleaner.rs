@@ -280,6 +280,7 @@ fn the_cleaner_checks_a_segment_adopted_unchecked_before_moving_it() {
     drop(engine);
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(format!("{}.sidecar", path.display()));
+    let _ = std::fs::remove_file(format!("{}.txlog", path.display()));
 }
 
 /// The cleaner keeps a moved record in its TTL group: after overwrites of keys with a TTL and

@@ -24,6 +24,7 @@ impl Drop for TempPool {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_file(sidecar(&self.0));
+        let _ = std::fs::remove_file(format!("{}.txlog", self.0.display()));
         let _ = std::fs::remove_dir_all(index_dir(&self.0));
     }
 }

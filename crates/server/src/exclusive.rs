@@ -107,6 +107,11 @@ impl Exclusive {
         }
     }
 
+    /// Whether this thread is running something alone now (inside [`Exclusive::alone`]).
+    pub fn is_alone(&self) -> bool {
+        ALONE.with(Cell::get)
+    }
+
     /// Runs `f` while no other worker runs a command (see the module documentation). Called
     /// from inside the gate (a command being run), or from a thread that is no worker.
     pub fn alone<R>(&self, f: impl FnOnce() -> R) -> R {

@@ -383,7 +383,11 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let started = quanta::Instant::now();
     state.last_row = Some(row);
     if command.alone_when_several_keys && command.key_positions(call.len()).nth(1).is_some() {
-        call.ctx.exclusive.alone(|| (command.run)(state, call, out));
+        let keys: Vec<&[u8]> = command
+            .key_positions(call.len())
+            .map(|position| call.arg(position))
+            .collect();
+        alone_and_atomic(call.ctx, &keys, out, |out| (command.run)(state, call, out));
     } else {
         (command.run)(state, call, out);
     }
@@ -798,6 +802,32 @@ impl<'a> Call<'a> {
             .value_len_max
             .min(self.engine().value_len_max_for_key(key.len()))
     }
+}
+
+/// Runs `f` (which appends one reply to `out`) while no other worker runs a command
+/// (`crate::exclusive`) and as one group of writes that a crash leaves all done or all undone
+/// (`Engine::atomically` over `keys`, every key it may write): EXEC, and the multi-key writes
+/// (MSET, MSETNX, DEL, RENAME, COPY...). Inside another such group (a multi-key write queued
+/// in EXEC) it just runs `f`: the outer group names its keys. When the engine refuses the
+/// group, its error replaces whatever `f` wrote.
+pub(crate) fn alone_and_atomic(
+    ctx: &ServerContext,
+    keys: &[&[u8]],
+    out: &mut Vec<u8>,
+    f: impl FnOnce(&mut Vec<u8>),
+) {
+    if ctx.exclusive.is_alone() {
+        f(out);
+        return;
+    }
+    let mark = out.len();
+    ctx.exclusive.alone(|| {
+        let engine = &ctx.engine;
+        if let Err(error) = engine.atomically(keys, || f(out)) {
+            out.truncate(mark);
+            write_error(out, &error);
+        }
+    });
 }
 
 /// The write of a command that replaces a string with one it built from it (APPEND, SETRANGE,

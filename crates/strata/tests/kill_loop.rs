@@ -18,9 +18,8 @@
 //! the clean path the same way.
 //!
 //! One Redis batch in five is a transaction (MULTI, the batch, EXEC): an answered EXEC's writes
-//! all survive, in every cell (with `sync`, EXEC's reply waits for them like any write's). An
-//! EXEC cut by the kill counts as unanswered requests: a prefix of its operations may survive
-//! (strata's EXEC is isolated but not yet crash-atomic, issue 31).
+//! all survive, in every cell (with `sync`, EXEC's reply waits for them like any write's), and
+//! an EXEC cut by the kill left all of its writes or none (the transaction log), never a part.
 //!
 //! Each client thread owns a disjoint slice of the key space, so its model of those keys is
 //! exact: every reply is checked against it during the load too (an INCR that answers a wrong
@@ -317,7 +316,9 @@ fn pick_op(i: usize, current: &Option<Vec<u8>>, versions: &mut u64, rng: &mut Rn
 /// Operations sent but not answered when the connection broke, in the order they were sent:
 /// `(local key index, value after the operation)`. A connection's requests run in order, so the
 /// server applied some prefix of them.
-type InFlight = Vec<(usize, Option<Vec<u8>>, String)>;
+/// Operations sent and not answered: key, value after, description, and whether a prefix may
+/// end after it (false inside a transaction: EXEC applies all of its operations or none).
+type InFlight = Vec<(usize, Option<Vec<u8>>, String, bool)>;
 
 /// What one client thread did in a round.
 struct ThreadRun {
@@ -463,9 +464,25 @@ fn client_thread(
                         key_name(key_of(thread, *j))
                     ));
                 }
+                if batch.transaction && n > 0 {
+                    // EXEC's reply comes after all of its writes: every one of them is done.
+                    for (j, _, after, _) in &batch.ops[n..] {
+                        states[*j].value = after.clone();
+                    }
+                    return Ok(ThreadRun {
+                        states,
+                        in_flight: Vec::new(),
+                        acked,
+                    });
+                }
+                let last = batch.ops.len() - 1;
                 let in_flight = batch.ops[n..]
                     .iter()
-                    .map(|(j, op, after, _)| (*j, after.clone(), op.clone()))
+                    .enumerate()
+                    .map(|(m, (j, op, after, _))| {
+                        let unit_end = !batch.transaction || n + m == last;
+                        (*j, after.clone(), op.clone(), unit_end)
+                    })
                     .collect();
                 return Ok(ThreadRun {
                     states,
@@ -654,7 +671,8 @@ fn consistent_prefixes(
         if prefix > 0 && in_flight[prefix - 1].0 == j {
             value = &in_flight[prefix - 1].1;
         }
-        if value == actual {
+        let may_end_here = prefix == 0 || in_flight[prefix - 1].3;
+        if value == actual && may_end_here {
             prefixes.push(prefix);
         }
     }

@@ -287,3 +287,105 @@ fn multi_key_commands_are_atomic_across_workers() {
         "a reader saw part of a multi-key write"
     );
 }
+
+/// Keys one transaction of [`an_exec_cut_by_kill_9_leaves_all_of_it_or_none`] writes.
+const EXEC_KEYS: usize = 200;
+
+/// `kill -9` while clients run transactions of [`EXEC_KEYS`] SETs back to back (so the kill
+/// nearly always lands inside an EXEC): after each restart every key holds the same round's
+/// value, never a mix (the transaction log undoes an EXEC the kill cut), and the round is at
+/// least the last one answered. Under `none` and `sync`; the log must have undone at least one
+/// EXEC over all rounds, so the test sees the case it is about.
+#[test]
+fn an_exec_cut_by_kill_9_leaves_all_of_it_or_none() {
+    let mut undone = 0;
+    for durability in ["none", "sync"] {
+        let pool = harness::PoolFile::on_tmpfs(&format!("exec-kill-{durability}"));
+        let args = [
+            "--pool",
+            pool.path(),
+            "--durability",
+            durability,
+            "--threads",
+            "2",
+        ];
+        let mut answered = 0u64;
+        for round in 0..8u64 {
+            let mut server = Server::start(&args);
+            let log = server.log();
+            undone += u64::from(log.contains("a transaction a crash interrupted was undone"));
+            let mut client = Client::connect(server.resp);
+            let values: Vec<Option<Vec<u8>>> = (0..EXEC_KEYS)
+                .map(|k| {
+                    client.send(&command(&["GET", &format!("x{k}")]));
+                    client.bulk()
+                })
+                .collect();
+            assert!(
+                values.iter().all(|v| *v == values[0]),
+                "{durability} round {round}: a transaction was left in part: {:?}",
+                values
+                    .iter()
+                    .map(|v| v.as_deref().map(String::from_utf8_lossy))
+                    .collect::<Vec<_>>()
+            );
+            let found: u64 = values[0]
+                .as_deref()
+                .map_or(0, |v| String::from_utf8_lossy(v).parse().unwrap());
+            assert!(
+                found >= answered,
+                "{durability}: answered {answered}, found {found}"
+            );
+            answered = found;
+            let stop = Arc::new(AtomicBool::new(false));
+            let last = Arc::new(AtomicU64::new(found));
+            let writer = {
+                let (stop, last) = (Arc::clone(&stop), Arc::clone(&last));
+                let addr = server.resp;
+                std::thread::spawn(move || exec_rounds(addr, &stop, &last))
+            };
+            let target = found + 5 + round % 4 * 7;
+            server.wait_until(
+                |_| last.load(Ordering::SeqCst) >= target,
+                "transactions to be answered",
+            );
+            server.signal("KILL");
+            server.wait_exit();
+            stop.store(true, Ordering::SeqCst);
+            writer.join().expect("writer");
+            answered = last.load(Ordering::SeqCst);
+        }
+    }
+    assert!(undone > 0, "no kill landed inside an EXEC in 16 rounds");
+}
+
+/// Sends `MULTI`, [`EXEC_KEYS`] SETs of the next round's number, `EXEC`, again and again,
+/// storing each answered round in `last`, until `stop` or the connection breaks.
+fn exec_rounds(addr: std::net::SocketAddr, stop: &AtomicBool, last: &AtomicU64) {
+    let Ok(stream) = std::net::TcpStream::connect(addr) else {
+        return;
+    };
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = std::io::BufReader::new(stream);
+    let mut line = String::new();
+    while !stop.load(Ordering::SeqCst) {
+        let round = last.load(Ordering::SeqCst) + 1;
+        let mut batch = command(&["MULTI"]);
+        for k in 0..EXEC_KEYS {
+            batch.extend(command(&["SET", &format!("x{k}"), &round.to_string()]));
+        }
+        batch.extend(command(&["EXEC"]));
+        if std::io::Write::write_all(&mut writer, &batch).is_err() {
+            return;
+        }
+        // +OK, a +QUEUED per SET, *N, then N +OK.
+        for _ in 0..2 * EXEC_KEYS + 2 {
+            line.clear();
+            if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 {
+                return;
+            }
+        }
+        assert_eq!(line, "+OK\r\n", "the last reply of an EXEC");
+        last.store(round, Ordering::SeqCst);
+    }
+}

@@ -5,9 +5,11 @@
 //! | `read.rs`     | get, peek, contains, prefetch, get_many; flash read planning         |
 //! | `write.rs`    | store, set, modify, delete, touch, arith, concat                     |
 //! | `keyspace.rs` | flush, expire, scan, random key, len, commit, scrub                  |
+//! | `atomic.rs`   | atomically: groups of writes a crash leaves all done or all undone   |
 //!
 //! Here: what they share (the key's shard, key and value checks, a due flush).
 
+mod atomic;
 mod keyspace;
 mod read;
 mod write;

@@ -15,8 +15,9 @@
 //!   this client included, changes one, even for a key absent both times that was created and
 //!   removed in between, and `EXEC` answers the null array and runs nothing. (The removal of
 //!   another key sharing the slot, 1 in 1024, aborts too: a retry, never a lost update.)
-//! - Crash atomicity is not yet the engine's: a `kill -9` in the middle of an `EXEC` may keep
-//!   the writes of its first commands only (issue 31's engine door brings that).
+//! - Crash atomicity: `EXEC` runs as one `Engine::atomically` group over every key its queued
+//!   write commands name, so a `kill -9` in the middle of it leaves all of it or none (the
+//!   transaction log beside the pool). FLUSHALL and FLUSHDB inside it name no key: not covered.
 
 use strata_engine::Observed;
 use strata_protocol::resp::{encode, errors, parse_command, Args, Limits};
@@ -197,7 +198,9 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let ctx = call.ctx;
-    ctx.exclusive.alone(|| {
+    let written = written_keys(&multi);
+    let keys: Vec<&[u8]> = written.iter().map(Vec::as_slice).collect();
+    super::alone_and_atomic(ctx, &keys, out, |out| {
         if watched.iter().any(|w| observe(ctx, &w.key) != w.seen) {
             encode::null_array(out, state.version);
             return;
@@ -205,6 +208,33 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         encode::array_len(out, multi.ends.len());
         run_queued(state, ctx, &multi, out);
     });
+}
+
+/// Every key the queued commands may write (each once): what the transaction log keeps the
+/// before-images of, so that a crash in the middle of `EXEC` undoes all of it. A write with no
+/// key (FLUSHALL, FLUSHDB) is not covered.
+fn written_keys(multi: &Multi) -> Vec<Vec<u8>> {
+    let limits = queued_limits();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut args = Args::with_capacity(8, 0);
+    for command in multi.commands() {
+        if parse_command(command, &limits, &mut args).is_err() {
+            continue;
+        }
+        let name = args.get(command, 0).unwrap_or_default();
+        let Some(entry) = table::lookup(name).filter(|c| c.flags.contains(&"write")) else {
+            continue;
+        };
+        for position in entry.key_positions(args.len()) {
+            if let Some(key) = args.get(command, position) {
+                if seen.insert(key.to_vec()) {
+                    keys.push(key.to_vec());
+                }
+            }
+        }
+    }
+    keys
 }
 
 /// Runs the queued commands, each reply an element of `EXEC`'s.

@@ -410,6 +410,7 @@ impl Drop for PoolFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_file(format!("{}.sidecar", self.path()));
+        let _ = std::fs::remove_file(format!("{}.txlog", self.path()));
         let _ = std::fs::remove_dir_all(format!("{}.index", self.path()));
     }
 }

@@ -1,0 +1,84 @@
+//! Groups of writes that a crash leaves all done or all undone (see `txlog`).
+
+use super::*;
+use crate::txlog::{Image, ImageItem};
+
+impl Engine {
+    /// Runs `f`, whose writes touch only `keys`, so that a crash leaves all of them or none:
+    /// the keys' before-images go to the pool's transaction log first, and are put back by
+    /// the next open if the crash comes before `f` returns and its writes are committed (under
+    /// `interval` and `sync`, this commits them, so an answered group is durable under both).
+    /// Writes to keys not in `keys` are not covered. Without a pool file (DRAM) nothing
+    /// survives a crash, and `f` simply runs.
+    ///
+    /// The caller keeps other writers of `keys` out while `f` runs (the server runs groups
+    /// alone); groups are serialised here. A failure to write the log refuses the group (`f`
+    /// does not run); a failure to end it latches writes off, as a failed persist does,
+    /// because a restart would undo what `f` did.
+    pub fn atomically<R>(&self, keys: &[&[u8]], f: impl FnOnce() -> R) -> Result<R, WriteError> {
+        let Some(log) = &self.txlog else {
+            return Ok(f());
+        };
+        let mut log = log.lock();
+        self.inner.check_writable()?;
+        let images: Vec<Image> = keys.iter().map(|key| self.image_of(key)).collect();
+        log.begin(&images)
+            .map_err(|error| log_error(log.path(), "write", &error))?;
+        let result = f();
+        self.commit()?;
+        if let Err(error) = log.end() {
+            let error = log_error(log.path(), "end", &error);
+            if let WriteError::Persist(persist) = &error {
+                let _ = self.inner.persisted(Err(persist.clone()));
+            }
+            return Err(error);
+        }
+        Ok(result)
+    }
+
+    /// The key's item as a before-image keeps it (absent when missing or expired).
+    fn image_of(&self, key: &[u8]) -> Image {
+        let item = self.peek(key, |item| ImageItem {
+            value: item.value.to_vec(),
+            kind: item.kind,
+            client_flags: item.client_flags,
+            expires_at_ms: item.expires_at_ms,
+        });
+        Image {
+            key: key.to_vec(),
+            item,
+        }
+    }
+
+    /// Puts back the before-images of a group a crash interrupted, and commits them. Returns
+    /// how many keys it restored.
+    pub(crate) fn restore_images(&self, images: &[Image]) -> Result<u64, WriteError> {
+        for image in images.iter().rev() {
+            match &image.item {
+                None => {
+                    self.delete(&image.key, None)?;
+                }
+                Some(item) => {
+                    let options = StoreOptions {
+                        client_flags: item.client_flags,
+                        expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+                        condition: Condition::Always,
+                        kind: item.kind,
+                    };
+                    self.store(&image.key, &item.value, options)?;
+                }
+            }
+        }
+        self.commit()?;
+        Ok(images.len() as u64)
+    }
+}
+
+fn log_error(path: &std::path::Path, op: &str, error: &std::io::Error) -> WriteError {
+    tracing::error!(path = %path.display(), op, %error, "the transaction log failed");
+    WriteError::Persist(strata_pool::PersistError {
+        offset: 0,
+        len_bytes: 0,
+        message: format!("transaction log {}: {op}: {error}", path.display()),
+    })
+}
