@@ -336,7 +336,6 @@ fn an_exec_cut_by_kill_9_leaves_all_of_it_or_none() {
                 found >= answered,
                 "{durability}: answered {answered}, found {found}"
             );
-            answered = found;
             let stop = Arc::new(AtomicBool::new(false));
             let last = Arc::new(AtomicU64::new(found));
             let writer = {
