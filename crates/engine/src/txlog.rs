@@ -68,6 +68,17 @@ pub(crate) struct TxLog {
     path: PathBuf,
     /// Whether marks are made durable (`fdatasync`): under `interval` and `sync`.
     durable: bool,
+    /// The log being built (its allocation kept from group to group).
+    buffer: Vec<u8>,
+    entries: u32,
+}
+
+/// An item's fields as an entry takes them, borrowed.
+pub(crate) struct ItemFields<'a> {
+    pub(crate) value: &'a [u8],
+    pub(crate) kind: Kind,
+    pub(crate) client_flags: u32,
+    pub(crate) expires_at_ms: Option<u64>,
 }
 
 /// The log's path for the pool at `pool`.
@@ -96,16 +107,34 @@ impl TxLog {
                 file,
                 path,
                 durable,
+                buffer: Vec::new(),
+                entries: 0,
             },
             pending,
         ))
     }
 
-    /// Writes `images` as the active group, durably when the log is.
-    pub(crate) fn begin(&mut self, images: &[Image]) -> io::Result<()> {
-        let bytes = encode(images);
-        self.file.set_len(0)?;
-        self.file.write_all_at(&bytes, 0)?;
+    /// Starts building a group's log (then [`TxLog::push`] each key, then [`TxLog::begin`]).
+    pub(crate) fn start(&mut self) {
+        self.buffer.clear();
+        self.buffer.resize(HEADER_BYTES, 0);
+        self.entries = 0;
+    }
+
+    /// Adds a key's before-image: its item's fields, or `None` when absent.
+    pub(crate) fn push(&mut self, key: &[u8], item: Option<ItemFields<'_>>) {
+        put_entry(&mut self.buffer, key, item);
+        self.entries += 1;
+    }
+
+    /// Writes the group's log as the active one, durably when the log is. The file is written
+    /// over, not truncated: `body_len` says where the body ends (and a truncate per group cost
+    /// as much as the rest of it on tmpfs).
+    pub(crate) fn begin(&mut self) -> io::Result<()> {
+        let body_len = self.buffer.len() - HEADER_BYTES;
+        let (header, body) = self.buffer.split_at_mut(HEADER_BYTES);
+        write_header(header, self.entries, body_len, body);
+        self.file.write_all_at(&self.buffer, 0)?;
         if self.durable {
             self.file.sync_data()?;
         }
@@ -128,35 +157,52 @@ impl TxLog {
     }
 }
 
+/// Appends one entry (see the module docs).
+fn put_entry(body: &mut Vec<u8>, key: &[u8], item: Option<ItemFields<'_>>) {
+    put_u32(body, key.len() as u32);
+    body.extend_from_slice(key);
+    let Some(item) = item else {
+        body.push(0);
+        return;
+    };
+    body.push(1);
+    body.push(item.kind.code());
+    put_u32(body, item.client_flags);
+    body.push(u8::from(item.expires_at_ms.is_some()));
+    body.extend_from_slice(&item.expires_at_ms.unwrap_or(0).to_le_bytes());
+    put_u32(body, item.value.len() as u32);
+    body.extend_from_slice(item.value);
+}
+
+/// Fills the 40-byte `header` of an active log of `entries` entries whose body is `body`.
+fn write_header(header: &mut [u8], entries: u32, body_len: usize, body: &[u8]) {
+    header[..8].copy_from_slice(&MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&STATE_ACTIVE.to_le_bytes());
+    header[16..20].copy_from_slice(&entries.to_le_bytes());
+    header[20..24].fill(0);
+    header[24..32].copy_from_slice(&(body_len as u64).to_le_bytes());
+    let crc = checksum(header, body);
+    header[32..36].copy_from_slice(&crc.to_le_bytes());
+    header[36..40].fill(0);
+}
+
+/// A whole active log of `images` (tests).
+#[cfg(test)]
 fn encode(images: &[Image]) -> Vec<u8> {
-    let mut body = Vec::new();
+    let mut out = vec![0; HEADER_BYTES];
     for image in images {
-        put_u32(&mut body, image.key.len() as u32);
-        body.extend_from_slice(&image.key);
-        let Some(item) = &image.item else {
-            body.push(0);
-            continue;
-        };
-        body.push(1);
-        body.push(item.kind.code());
-        put_u32(&mut body, item.client_flags);
-        body.push(u8::from(item.expires_at_ms.is_some()));
-        body.extend_from_slice(&item.expires_at_ms.unwrap_or(0).to_le_bytes());
-        put_u32(&mut body, item.value.len() as u32);
-        body.extend_from_slice(&item.value);
+        let item = image.item.as_ref().map(|item| ItemFields {
+            value: &item.value,
+            kind: item.kind,
+            client_flags: item.client_flags,
+            expires_at_ms: item.expires_at_ms,
+        });
+        put_entry(&mut out, &image.key, item);
     }
-    let mut out = Vec::with_capacity(HEADER_BYTES + body.len());
-    out.extend_from_slice(&MAGIC);
-    put_u32(&mut out, VERSION);
-    put_u32(&mut out, STATE_ACTIVE);
-    put_u32(&mut out, images.len() as u32);
-    put_u32(&mut out, 0);
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    let crc = checksum(&out, &body);
-    put_u32(&mut out, crc);
-    put_u32(&mut out, 0);
-    debug_assert_eq!(out.len(), HEADER_BYTES);
-    out.extend_from_slice(&body);
+    let body_len = out.len() - HEADER_BYTES;
+    let (header, body) = out.split_at_mut(HEADER_BYTES);
+    write_header(header, images.len() as u32, body_len, body);
     out
 }
 
@@ -175,7 +221,12 @@ fn checksum(header: &[u8], body: &[u8]) -> u32 {
 fn decode_active(bytes: &[u8]) -> Option<Vec<Image>> {
     let header = bytes.get(..HEADER_BYTES)?;
     let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4"));
-    if header[..8] != MAGIC || u32_at(8) != VERSION || u32_at(12) != STATE_ACTIVE {
+    if header[..8] != MAGIC
+        || u32_at(8) != VERSION
+        || u32_at(12) != STATE_ACTIVE
+        || u32_at(20) != 0
+        || u32_at(36) != 0
+    {
         return None;
     }
     let body_len = usize::try_from(u64::from_le_bytes(header[24..32].try_into().ok()?)).ok()?;
@@ -301,7 +352,22 @@ mod tests {
         let pool = dir.join("pool");
         let (mut log, pending) = TxLog::open(&pool, true).unwrap();
         assert_eq!(pending, None);
-        log.begin(&images()).unwrap();
+        // A longer log first: the next one is written over it, not truncated.
+        log.start();
+        log.push(&[b'x'; 500], None);
+        log.begin().unwrap();
+        log.end().unwrap();
+        log.start();
+        for image in images() {
+            let item = image.item.as_ref().map(|item| ItemFields {
+                value: &item.value,
+                kind: item.kind,
+                client_flags: item.client_flags,
+                expires_at_ms: item.expires_at_ms,
+            });
+            log.push(&image.key, item);
+        }
+        log.begin().unwrap();
         drop(log);
         let (mut log, pending) = TxLog::open(&pool, false).unwrap();
         assert_eq!(

@@ -1,7 +1,7 @@
 //! Groups of writes that a crash leaves all done or all undone (see `txlog`).
 
 use super::*;
-use crate::txlog::{Image, ImageItem};
+use crate::txlog::{Image, ItemFields};
 
 impl Engine {
     /// Runs `f`, whose writes touch only `keys`, so that a crash leaves all of them or none:
@@ -21,8 +21,22 @@ impl Engine {
         };
         let mut log = log.lock();
         self.inner.check_writable()?;
-        let images: Vec<Image> = keys.iter().map(|key| self.image_of(key)).collect();
-        log.begin(&images)
+        log.start();
+        for key in keys {
+            let pushed = self.peek(key, |item| {
+                let fields = ItemFields {
+                    value: item.value,
+                    kind: item.kind,
+                    client_flags: item.client_flags,
+                    expires_at_ms: item.expires_at_ms,
+                };
+                log.push(key, Some(fields));
+            });
+            if pushed.is_none() {
+                log.push(key, None);
+            }
+        }
+        log.begin()
             .map_err(|error| log_error(log.path(), "write", &error))?;
         let result = f();
         self.commit()?;
@@ -34,20 +48,6 @@ impl Engine {
             return Err(error);
         }
         Ok(result)
-    }
-
-    /// The key's item as a before-image keeps it (absent when missing or expired).
-    fn image_of(&self, key: &[u8]) -> Image {
-        let item = self.peek(key, |item| ImageItem {
-            value: item.value.to_vec(),
-            kind: item.kind,
-            client_flags: item.client_flags,
-            expires_at_ms: item.expires_at_ms,
-        });
-        Image {
-            key: key.to_vec(),
-            item,
-        }
     }
 
     /// Puts back the before-images of a group a crash interrupted, and commits them. Returns
