@@ -115,36 +115,64 @@ pub(crate) fn reply_edit_failed(out: &mut Vec<u8>, result: &Result<bool, WriteEr
     }
 }
 
-/// The value `pairs` (field, value, field, value...) gives `name`: the last one, as Redis
-/// applies them in turn.
-fn last_value<'p>(pairs: &[&'p [u8]], name: &[u8]) -> Option<&'p [u8]> {
-    pairs
-        .chunks_exact(2)
-        .rev()
-        .find(|pair| pair[0] == name)
-        .map(|pair| pair[1])
+/// Where HSET finds a field among its pairs (field, value, field, value...): the index of the
+/// pair that first names it and the value its last one gives it (Redis applies them in turn).
+/// A few pairs are searched in place; many go in a map, so a large HMSET costs no more than a
+/// pass over them.
+enum Pairs<'p> {
+    Few(&'p [&'p [u8]]),
+    Many(std::collections::HashMap<&'p [u8], (usize, &'p [u8])>),
 }
 
-/// Whether `pairs[index]` (a field name) is the first of its name in `pairs`.
-fn first_of_its_name(pairs: &[&[u8]], index: usize) -> bool {
-    !pairs[..index]
-        .chunks_exact(2)
-        .any(|pair| pair[0] == pairs[index])
+/// Pairs from which [`Pairs`] builds a map.
+const PAIRS_SEARCHED_MAX: usize = 16;
+
+impl<'p> Pairs<'p> {
+    fn new(pairs: &'p [&'p [u8]]) -> Pairs<'p> {
+        if pairs.len() / 2 <= PAIRS_SEARCHED_MAX {
+            return Pairs::Few(pairs);
+        }
+        let mut map = std::collections::HashMap::with_capacity(pairs.len() / 2);
+        for (at, pair) in pairs.chunks_exact(2).enumerate() {
+            map.entry(pair[0])
+                .and_modify(|found: &mut (usize, &[u8])| found.1 = pair[1])
+                .or_insert((at, pair[1]));
+        }
+        Pairs::Many(map)
+    }
+
+    fn find(&self, name: &[u8]) -> Option<(usize, &'p [u8])> {
+        match self {
+            Pairs::Many(map) => map.get(name).copied(),
+            Pairs::Few(pairs) => {
+                let mut found = None;
+                for (at, pair) in pairs.chunks_exact(2).enumerate() {
+                    if pair[0] == name {
+                        let first = found.map_or(at, |(first, _)| first);
+                        found = Some((first, pair[1]));
+                    }
+                }
+                found
+            }
+        }
+    }
 }
 
 /// Copies `old`'s live fields with the values `pairs` set (their expiry cleared, as a write of
-/// a field clears it), then appends the fields `pairs` adds; returns how many it added.
+/// a field clears it), then appends the fields `pairs` adds, in the order first named; returns
+/// how many it added. One walk of the hash.
 fn set_fields(
     old: Option<&Hash<'_>>,
     now_ms: u64,
     pairs: &[&[u8]],
     out: &mut Builder<'_>,
 ) -> usize {
-    let mut existing = 0;
+    let lookup = Pairs::new(pairs);
+    let mut present = vec![false; pairs.len() / 2];
     for field in old.into_iter().flat_map(|hash| hash.live(now_ms)) {
-        match last_value(pairs, field.name) {
-            Some(value) => {
-                existing += 1;
+        match lookup.find(field.name) {
+            Some((first, value)) => {
+                present[first] = true;
                 out.push(Field {
                     name: field.name,
                     value,
@@ -155,19 +183,19 @@ fn set_fields(
         }
     }
     let mut added = 0;
-    for index in (0..pairs.len()).step_by(2) {
-        let name = pairs[index];
-        let present = old.is_some_and(|hash| hash.get(name, now_ms).is_some());
-        if !present && first_of_its_name(pairs, index) {
+    for (at, pair) in pairs.chunks_exact(2).enumerate() {
+        let Some((first, value)) = lookup.find(pair[0]).filter(|_| !present[at]) else {
+            continue;
+        };
+        if first == at {
             out.push(Field {
-                name,
-                value: last_value(pairs, name).unwrap_or_default(),
+                name: pair[0],
+                value,
                 expires_at_ms: None,
             });
             added += 1;
         }
     }
-    debug_assert!(existing + added <= out.len());
     added
 }
 
