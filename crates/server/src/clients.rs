@@ -63,11 +63,13 @@ pub struct ClientInfo {
     pub resp: u8,
 }
 
-/// Per worker: its waker (set once it runs) and whether a kill waits for it.
+/// Per worker: its waker (set once it runs), whether a kill waits for it, and whether output
+/// was pushed for one of its connections (MONITOR).
 #[derive(Debug, Default)]
 struct WorkerLink {
     waker: OnceLock<Arc<mio::Waker>>,
     kills: AtomicBool,
+    pushes: AtomicBool,
 }
 
 /// See the module documentation.
@@ -137,6 +139,25 @@ impl Clients {
                 let _ = waker.wake();
             }
         }
+    }
+
+    /// Tells worker `worker` that output waits to be pushed to one of its connections
+    /// (`Session::take_pushed`), and wakes it.
+    pub fn push(&self, worker: usize) {
+        if let Some(link) = self.workers.get(worker) {
+            if !link.pushes.swap(true, Ordering::AcqRel) {
+                if let Some(waker) = link.waker.get() {
+                    let _ = waker.wake();
+                }
+            }
+        }
+    }
+
+    /// Whether pushed output waits for worker `worker`'s connections (and clears it).
+    pub fn take_pushes(&self, worker: usize) -> bool {
+        self.workers
+            .get(worker)
+            .is_some_and(|link| link.pushes.swap(false, Ordering::AcqRel))
     }
 
     /// Whether a kill waits for worker `worker` (and clears it).

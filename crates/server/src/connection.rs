@@ -152,6 +152,10 @@ enum Fill {
     Eof,
 }
 
+/// Output pushed to a connection (MONITOR's lines) that may wait unwritten in its buffer; more
+/// stays in the session's bounded backlog until the socket takes this.
+const PUSHED_PENDING_BYTES_MAX: usize = 256 << 10;
+
 /// A client connection.
 pub struct Connection {
     stream: TcpStream,
@@ -376,6 +380,11 @@ impl Connection {
     /// Reads what the socket has, processes it and writes the replies. Called on readable
     /// events, on writable events (output drained may resume reading), and for `Again`.
     pub fn pass(&mut self, pass: &mut PassContext<'_>) -> Status {
+        // A writable event may be the room pushed output waits for.
+        let pushed = self.push_pending(pass.traffic, pass.ctx);
+        if pushed != Status::Open {
+            return pushed;
+        }
         for _ in 0..READ_ROUNDS_MAX {
             if self.flash_waiting {
                 // The replies before the waiting request go out with its own, in one write
@@ -707,6 +716,24 @@ impl Connection {
     pub fn stop_reading(&mut self, reason: CloseReason) -> Status {
         self.closing = Some(self.closing.unwrap_or(reason));
         self.closing_status(reason)
+    }
+
+    /// Moves what the session pushed (MONITOR's lines) into the output and writes it, for as
+    /// long as the socket takes it: once [`PUSHED_PENDING_BYTES_MAX`] wait unwritten, the rest
+    /// stays with the session (whose backlog is bounded) until a writable event comes.
+    pub fn push_pending(&mut self, traffic: &mut Traffic, ctx: &ServerContext) -> Status {
+        loop {
+            if self.closing.is_some() || self.output_pending_bytes() >= PUSHED_PENDING_BYTES_MAX {
+                return Status::Open;
+            }
+            if !self.session.take_pushed(&mut self.write_buf) {
+                return Status::Open;
+            }
+            let status = self.flush_only(traffic, ctx);
+            if status != Status::Open {
+                return status;
+            }
+        }
     }
 
     /// Writes pending output (writable event during shutdown or for a closing connection).

@@ -313,6 +313,8 @@ pub struct ServerContext {
     pub exclusive: crate::exclusive::Exclusive,
     /// Every Redis client, for `CLIENT LIST` and `CLIENT KILL`.
     pub clients: Arc<crate::clients::Clients>,
+    /// MONITOR's connections.
+    pub monitors: crate::monitor::Monitors,
 }
 
 impl ServerContext {
@@ -328,6 +330,7 @@ impl ServerContext {
             output_budget: OutputBudget::new(settings.client_output_bytes_max, settings.threads),
             exclusive: crate::exclusive::Exclusive::new(settings.threads),
             clients: Arc::new(crate::clients::Clients::new(settings.threads)),
+            monitors: crate::monitor::Monitors::default(),
             engine,
             settings,
             health,
@@ -487,6 +490,13 @@ pub trait Session: Send {
     /// session pauses them; a Redis client holding the most output is closed, as Redis closes
     /// clients over `maxmemory-clients`.
     fn pauses_over_budget(&self) -> bool {
+        false
+    }
+
+    /// Output the server pushes to the client outside a request's reply (MONITOR's lines):
+    /// appended to `out`; returns whether there was any. Called when the worker was told
+    /// some waits (`Clients::push`).
+    fn take_pushed(&mut self, _out: &mut Vec<u8>) -> bool {
         false
     }
 

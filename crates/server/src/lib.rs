@@ -40,6 +40,7 @@ pub mod listener;
 pub mod logging;
 pub mod memcache_exec;
 pub mod metrics;
+pub mod monitor;
 pub mod notify;
 pub mod panics;
 pub mod resp_exec;

@@ -178,6 +178,8 @@ pub(crate) struct State {
     pub multi: Option<multi::Multi>,
     /// Keys under `WATCH`.
     pub watched: Vec<multi::Watched>,
+    /// MONITOR's backlog, while the connection monitors.
+    pub monitor: Option<std::sync::Arc<crate::monitor::Sink>>,
     /// What other clients see of this one (`CLIENT LIST`), once attached to a connection.
     pub client: Option<std::sync::Arc<crate::clients::Client>>,
     /// The table row of the last command run or queued in this `process` call: published to
@@ -205,6 +207,9 @@ impl Drop for RespSession {
     fn drop(&mut self) {
         if let Some(clients) = &self.clients {
             clients.remove(self.state.client_id);
+        }
+        if let Some(sink) = &self.state.monitor {
+            sink.close();
         }
     }
 }
@@ -246,6 +251,7 @@ impl RespSession {
                 hot: commandstats::HotCounts::default(),
                 multi: None,
                 watched: Vec::new(),
+                monitor: None,
                 client: None,
                 last_row: None,
             },
@@ -352,6 +358,31 @@ fn publish_multi(state: &State) {
     }
 }
 
+/// Sends the command's MONITOR line to every monitor (see `crate::monitor`); admin commands
+/// (CONFIG, SHUTDOWN, MONITOR...) are not shown, as in Redis.
+fn feed_monitors(state: &State, call: &Call<'_>) {
+    let unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let addr = state
+        .peer
+        .map_or_else(|| "?".to_owned(), |peer| peer.to_string());
+    let name = call.command.name;
+    let mut redact_from = usize::MAX;
+    let args = (0..call.len()).map(|index| {
+        let arg = call.arg(index);
+        if name == "hello" && strata_protocol::resp::name_eq(arg, b"auth") {
+            redact_from = index + 1;
+        }
+        let redacted = (name == "auth" && index > 0)
+            || (index >= redact_from && index < redact_from.saturating_add(2));
+        (redacted, arg)
+    });
+    let mut line = Vec::with_capacity(64);
+    crate::monitor::line(&mut line, unix_us, &addr, args);
+    call.ctx.monitors.feed(&line, &call.ctx.clients);
+}
+
 /// Whether the connection may run commands: it authenticated, or no password is set.
 fn authenticated(state: &State, ctx: &ServerContext) -> bool {
     state.authenticated || ctx.settings.requirepass.is_none()
@@ -390,6 +421,10 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         alone_and_atomic(call.ctx, &keys, out, |out| (command.run)(state, call, out));
     } else {
         (command.run)(state, call, out);
+    }
+    // After it ran, as Redis does: an EXEC's line follows those of the commands it ran.
+    if call.ctx.monitors.active() && !command.flags.contains(&"admin") {
+        feed_monitors(state, call);
     }
     let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     let failed = out.get(reply_start) == Some(&b'-');
@@ -461,6 +496,13 @@ impl Session for RespSession {
         self.state.client = Some(client);
         self.clients = Some(std::sync::Arc::clone(&ctx.clients));
         publish(&self.state);
+    }
+
+    fn take_pushed(&mut self, out: &mut Vec<u8>) -> bool {
+        self.state
+            .monitor
+            .as_ref()
+            .is_some_and(|sink| sink.drain_into(out))
     }
 
     fn killed(&self) -> bool {

@@ -350,6 +350,23 @@ impl Worker {
         if self.shared.ctx.clients.take_kills(self.id) {
             self.close_killed();
         }
+        if self.shared.ctx.clients.take_pushes(self.id) {
+            self.write_pushed();
+        }
+    }
+
+    /// Writes what was pushed to the worker's connections (MONITOR's lines).
+    fn write_pushed(&mut self) {
+        for slot in 0..self.slots.len() {
+            let Some(connection) = self.slots[slot].as_mut() else {
+                continue;
+            };
+            match connection.push_pending(&mut self.traffic, &self.shared.ctx) {
+                Status::Closed(reason) => self.remove(slot, reason),
+                Status::Flush => self.unflushed.push(slot),
+                Status::Open | Status::Again => {}
+            }
+        }
     }
 
     /// Closes the connections a `CLIENT KILL` marked (see `crate::clients`).

@@ -44,7 +44,21 @@ pub(crate) fn reset(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
     state.reply_skip_next = false;
     state.multi = None;
     state.watched.clear();
+    if let Some(sink) = state.monitor.take() {
+        sink.close();
+    }
     encode::simple(out, b"RESET");
+}
+
+/// `MONITOR`: from now on the connection also receives every command any Redis client runs
+/// (see `crate::monitor`); RESET or the close ends it. Again while monitoring: nothing more.
+pub(crate) fn monitor(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if state.monitor.is_none() {
+        if let Some(client) = &state.client {
+            state.monitor = Some(call.ctx.monitors.attach(std::sync::Arc::clone(client)));
+        }
+    }
+    encode::ok(out);
 }
 
 /// `SELECT index`: only database 0 exists.

@@ -810,6 +810,10 @@ pub(crate) static COMMANDS: &[Command] = &[
     row("hpexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hpexpiretime),
     row("hpersist", -5, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpersist),
     differs(
+        "lines for Redis commands only (memcached's are not shown); a monitor more than 8 MiB behind is closed",
+        row("monitor", 1, ADMIN, NO_KEYS, "server", "other", connection::monitor)
+    ),
+    differs(
         "ENCODING names what Redis would use for the value; REFCOUNT is 1; FREQ and IDLETIME are refused",
         row("object", -2, READ_SLOW, (2, 2, 1), "keyspace", "other", object::object)
     ),
