@@ -153,6 +153,15 @@ impl Clients {
         }
     }
 
+    /// Wakes every worker (CLIENT UNPAUSE: the connections a pause held run again).
+    pub fn wake_all(&self) {
+        for link in self.workers.iter() {
+            if let Some(waker) = link.waker.get() {
+                let _ = waker.wake();
+            }
+        }
+    }
+
     /// Whether pushed output waits for worker `worker`'s connections (and clears it).
     pub fn take_pushes(&self, worker: usize) -> bool {
         self.workers

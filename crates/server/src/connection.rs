@@ -129,6 +129,9 @@ pub enum Status {
     /// Replies are waiting and the pass was asked to defer writing them
     /// ([`PassContext::defer_flush`]): call [`Connection::flush_only`] before polling again.
     Flush,
+    /// A request is held by CLIENT PAUSE (`crate::pause`): run the connection again once the
+    /// pause is over.
+    Held,
     /// Drop the connection.
     Closed(CloseReason),
 }
@@ -182,6 +185,8 @@ pub struct Connection {
     /// read or written until the worker hears they are done ([`Connection::flash_staged`]); the
     /// replies before it are held, to go out with its own.
     flash_waiting: bool,
+    /// The session stopped before a request CLIENT PAUSE holds.
+    held: bool,
     /// The waiting request's keys were read ahead and it has not run yet (during shutdown the
     /// worker runs it before the connection closes: see [`Connection::run_resumed`]).
     flash_resumed: bool,
@@ -234,6 +239,7 @@ impl Connection {
             write_pos: 0,
             closing: None,
             input_waiting: false,
+            held: false,
             output_held_bytes,
             pauses_over_budget,
             budget_paused: false,
@@ -414,6 +420,13 @@ impl Connection {
             if let Err(reason) = self.process(pass) {
                 return Status::Closed(reason);
             }
+            if self.held {
+                // The replies before the held request go out now.
+                return match self.flush(pass.traffic, pass.ctx) {
+                    Err(reason) => Status::Closed(reason),
+                    Ok(()) => Status::Held,
+                };
+            }
             match fill {
                 // With input left over (processing paused at the output limit) go round again:
                 // if this flush drains the output, no writable event would come to resume it.
@@ -493,6 +506,7 @@ impl Connection {
     /// that produced much output makes the next one smaller, down to about one request.
     fn process(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
         self.input_waiting = false;
+        self.held = false;
         self.flash_resumed = false;
         // Called only once the output a budget pause waited for has drained.
         self.budget_paused = false;
@@ -587,6 +601,12 @@ impl Connection {
                 !(processed.paused || processed.flash_wait) || start < self.read_len,
                 "paused inside a request"
             );
+            if processed.held {
+                // The request stays unconsumed until the pause ends.
+                self.held = true;
+                self.input_waiting = true;
+                break;
+            }
             if processed.flash_wait {
                 // The request stays unconsumed until its keys have been read ahead.
                 self.flash_waiting = true;

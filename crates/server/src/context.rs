@@ -315,6 +315,8 @@ pub struct ServerContext {
     pub clients: Arc<crate::clients::Clients>,
     /// MONITOR's connections.
     pub monitors: crate::monitor::Monitors,
+    /// CLIENT PAUSE.
+    pub pause: crate::pause::ClientPause,
 }
 
 impl ServerContext {
@@ -331,6 +333,7 @@ impl ServerContext {
             exclusive: crate::exclusive::Exclusive::new(settings.threads),
             clients: Arc::new(crate::clients::Clients::new(settings.threads)),
             monitors: crate::monitor::Monitors::default(),
+            pause: crate::pause::ClientPause::default(),
             engine,
             settings,
             health,
@@ -408,6 +411,9 @@ pub struct Processed {
     /// than the [`OutputBudget`] and this one holds the most: close the connection without
     /// writing what it holds.
     pub over_budget: bool,
+    /// The session stopped before a request that CLIENT PAUSE holds (`crate::pause`): the
+    /// connection waits until the pause ends, then calls the session again with the rest.
+    pub held: bool,
     /// The session stopped before a request whose keys are on flash
     /// ([`Session::take_flash_keys`] names them): the connection waits while an I/O thread reads
     /// them ahead, then calls the session again with the same input.
@@ -447,6 +453,15 @@ impl Processed {
         Processed {
             consumed,
             flash_wait: true,
+            ..Processed::default()
+        }
+    }
+
+    /// `consumed` bytes handled; the request after them is held by CLIENT PAUSE.
+    pub fn held(consumed: usize) -> Self {
+        Processed {
+            consumed,
+            held: true,
             ..Processed::default()
         }
     }

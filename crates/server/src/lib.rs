@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod notify;
 pub mod panics;
+pub mod pause;
 pub mod resp_exec;
 pub mod serve;
 pub mod sessions;

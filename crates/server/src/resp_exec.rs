@@ -383,6 +383,24 @@ fn feed_monitors(state: &State, call: &Call<'_>) {
     call.ctx.monitors.feed(&line, &call.ctx.clients);
 }
 
+/// Whether CLIENT PAUSE holds this command now (see `crate::pause`): every command but CLIENT
+/// under `ALL`; under `WRITE`, a write (queued or not) or an EXEC whose queue holds one.
+fn held_by_pause(state: &State, ctx: &ServerContext, args: &Args, command: &[u8]) -> bool {
+    let name = args.get(command, 0).unwrap_or_default();
+    let Some(entry) = table::lookup(name) else {
+        return ctx.pause.holds() == Some(crate::pause::Held::All);
+    };
+    match ctx.pause.holds() {
+        None => false,
+        Some(_) if entry.name == "client" => false,
+        Some(crate::pause::Held::All) => true,
+        Some(crate::pause::Held::Writes) => {
+            entry.flags.contains(&"write")
+                || (entry.name == "exec" && state.multi.as_ref().is_some_and(multi::queues_a_write))
+        }
+    }
+}
+
 /// Whether the connection may run commands: it authenticated, or no password is set.
 fn authenticated(state: &State, ctx: &ServerContext) -> bool {
     state.authenticated || ctx.settings.requirepass.is_none()
@@ -657,6 +675,9 @@ impl RespSession {
                 let behind = behind.flat_map(|(args, &(s, e))| flash_keys(args, &input[s..e]));
                 self.flash_wait.read_ahead_too(ctx, behind);
                 return Some(Processed::flash_wait(start));
+            }
+            if ctx.pause.holds().is_some() && held_by_pause(&self.state, ctx, args, command) {
+                return Some(Processed::held(start));
             }
             execute(&mut self.state, args, command, ctx, out);
             if self.state.close {

@@ -145,6 +145,7 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
         slots: Vec::new(),
         free_slots: Vec::new(),
         again: Vec::new(),
+        held: Vec::new(),
         unflushed: Vec::new(),
         traffic: Traffic::default(),
         largest: Largest::default(),
@@ -198,6 +199,8 @@ struct Worker {
     free_slots: Vec<usize>,
     /// Connections to pass again without waiting for an event (they stopped reading early).
     again: Vec<usize>,
+    /// Connections a CLIENT PAUSE holds (see `crate::pause`).
+    held: Vec<usize>,
     /// Connections whose replies are written once this round's input is processed.
     unflushed: Vec<usize>,
     traffic: Traffic,
@@ -291,6 +294,7 @@ impl Worker {
                     Token(_) => {} // Writable with nothing to write: no work, no syscall.
                 }
             }
+            self.release_held();
             std::mem::swap(&mut again, &mut self.again);
             for slot in again.drain(..) {
                 self.on_ready(slot, now);
@@ -313,6 +317,10 @@ impl Worker {
     fn poll_timeout(&self, now: Instant) -> Option<Duration> {
         if !self.again.is_empty() {
             return Some(Duration::ZERO);
+        }
+        if !self.held.is_empty() {
+            // Wake when the pause ends (CLIENT UNPAUSE wakes the worker sooner).
+            return Some(self.shared.ctx.pause.left().unwrap_or(Duration::ZERO));
         }
         if self
             .flash_ring
@@ -355,6 +363,20 @@ impl Worker {
         }
     }
 
+    /// Keeps connection `slot` aside until CLIENT PAUSE ends (see `crate::pause`).
+    fn hold(&mut self, slot: usize) {
+        if !self.held.contains(&slot) {
+            self.held.push(slot);
+        }
+    }
+
+    /// Runs the held connections again once the pause is over.
+    fn release_held(&mut self) {
+        if !self.held.is_empty() && self.shared.ctx.pause.holds().is_none() {
+            self.again.append(&mut self.held);
+        }
+    }
+
     /// Writes what was pushed to the worker's connections (MONITOR's lines).
     fn write_pushed(&mut self) {
         for slot in 0..self.slots.len() {
@@ -364,6 +386,7 @@ impl Worker {
             match connection.push_pending(&mut self.traffic, &self.shared.ctx) {
                 Status::Closed(reason) => self.remove(slot, reason),
                 Status::Flush => self.unflushed.push(slot),
+                Status::Held => self.hold(slot),
                 Status::Open | Status::Again => {}
             }
         }
@@ -497,6 +520,7 @@ impl Worker {
             Status::Open => {}
             Status::Again => self.again.push(slot),
             Status::Flush => self.unflushed.push(slot),
+            Status::Held => self.hold(slot),
             Status::Closed(reason) => return self.remove(slot, reason),
         }
         self.track_output(slot, bytes);

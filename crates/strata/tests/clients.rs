@@ -169,3 +169,53 @@ fn memcached_connections_are_listed_and_killed_like_redis_ones() {
         "the killed memcached connection was closed"
     );
 }
+
+/// Whether `client` has a reply waiting within `ms` milliseconds (false: none came).
+fn reply_within(client: &mut Client, ms: u64) -> bool {
+    let stream = client.stream();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_millis(ms)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let ready = matches!(stream.peek(&mut byte), Ok(n) if n > 0);
+    stream.set_read_timeout(Some(harness::WAIT_MAX)).unwrap();
+    ready
+}
+
+/// CLIENT PAUSE WRITE holds writes (and what a client sent after one) on every worker while
+/// reads go on; ALL holds reads too; UNPAUSE lets them run at once, and a pause's end without
+/// one does too. Nothing is refused, nothing is lost; memcached clients are not paused.
+#[test]
+fn client_pause_holds_writes_or_everything_until_it_ends() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = Client::connect(server.resp);
+    let mut writer = Client::connect(server.resp);
+    let mut reader = Client::connect(server.resp);
+    assert_eq!(writer.call(&command(&["SET", "k", "old"])), "+OK\r\n");
+    assert_eq!(
+        admin.call(&command(&["CLIENT", "PAUSE", "30000", "WRITE"])),
+        "+OK\r\n"
+    );
+    writer.send(&command(&["SET", "k", "new"]));
+    writer.send(&command(&["GET", "k"]));
+    assert!(!reply_within(&mut writer, 300), "a write is held");
+    reader.send(&command(&["GET", "k"]));
+    assert_eq!(reader.bulk().as_deref(), Some(&b"old"[..]), "reads go on");
+    let mut memcache = Client::connect(server.memcache);
+    assert_eq!(memcache.call(b"set m 0 0 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(admin.call(&command(&["CLIENT", "UNPAUSE"])), "+OK\r\n");
+    assert_eq!(writer.line(), "+OK\r\n");
+    assert_eq!(writer.bulk().as_deref(), Some(&b"new"[..]));
+    // ALL holds reads too; its end, without UNPAUSE, lets them through.
+    assert_eq!(
+        admin.call(&command(&["CLIENT", "PAUSE", "400", "ALL"])),
+        "+OK\r\n"
+    );
+    reader.send(&command(&["GET", "k"]));
+    assert!(!reply_within(&mut reader, 150), "a read is held");
+    assert_eq!(
+        reader.bulk().as_deref(),
+        Some(&b"new"[..]),
+        "answered once it ends"
+    );
+}

@@ -306,6 +306,14 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         client_list(state, call, out);
     } else if name_eq(sub, b"kill") && len >= 3 {
         client_kill(state, call, out);
+    } else if name_eq(sub, b"pause") && (arity(3) || arity(4)) {
+        client_pause(call, out);
+    } else if name_eq(sub, b"pause") && len > 4 {
+        errors::subcommand_syntax(out, b"client", sub);
+    } else if name_eq(sub, b"unpause") && arity(2) {
+        call.ctx.pause.unpause();
+        call.ctx.clients.wake_all();
+        encode::ok(out);
     } else {
         client_wrong(sub, out);
     }
@@ -316,10 +324,32 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 fn client_wrong(sub: &[u8], out: &mut Vec<u8>) {
     const KNOWN: &[&str] = &[
         "id", "getname", "setname", "info", "list", "setinfo", "no-evict", "reply", "kill",
+        "pause", "unpause",
     ];
     match KNOWN.iter().find(|name| name_eq(sub, name.as_bytes())) {
         Some(name) => errors::wrong_args(out, format!("client|{name}").as_bytes()),
         None => errors::unknown_subcommand(out, b"client", sub),
+    };
+}
+
+/// `CLIENT PAUSE timeout [WRITE|ALL]` (see `crate::pause`).
+fn client_pause(call: &Call<'_>, out: &mut Vec<u8>) {
+    let held = match call.len() {
+        3 => crate::pause::Held::All,
+        _ if name_eq(call.arg(3), b"all") => crate::pause::Held::All,
+        _ if name_eq(call.arg(3), b"write") => crate::pause::Held::Writes,
+        _ => {
+            encode::error(out, b"ERR CLIENT PAUSE mode must be WRITE or ALL");
+            return;
+        }
+    };
+    match parse_i64(call.arg(2)) {
+        None => encode::error(out, b"ERR timeout is not an integer or out of range"),
+        Some(ms) if ms < 0 => encode::error(out, b"ERR timeout is negative"),
+        Some(ms) => {
+            call.ctx.pause.pause(ms.unsigned_abs(), held);
+            encode::ok(out)
+        }
     };
 }
 

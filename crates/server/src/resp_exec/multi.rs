@@ -210,6 +210,17 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     });
 }
 
+/// Whether a queued command writes (CLIENT PAUSE WRITE holds such an EXEC).
+pub(crate) fn queues_a_write(multi: &Multi) -> bool {
+    let limits = queued_limits();
+    let mut args = Args::with_capacity(8, 0);
+    multi.commands().any(|command| {
+        parse_command(command, &limits, &mut args).is_ok()
+            && table::lookup(args.get(command, 0).unwrap_or_default())
+                .is_some_and(|c| c.flags.contains(&"write"))
+    })
+}
+
 /// Every key the queued commands may write (each once): what the transaction log keeps the
 /// before-images of, so that a crash in the middle of `EXEC` undoes all of it. A write with no
 /// key (FLUSHALL, FLUSHDB) is not covered.

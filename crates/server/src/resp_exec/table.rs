@@ -605,7 +605,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         connection::reset,
     )),
     changes_client(differs(
-        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; LIST and KILL include memcached connections (marked proto=memcache); NO-EVICT is accepted and does nothing; no PAUSE, UNPAUSE, TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
+        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; LIST and KILL include memcached connections (marked proto=memcache); NO-EVICT is accepted and does nothing; PAUSE (WRITE or ALL; CLIENT commands are never held, so UNPAUSE gets through; memcached clients are not paused) and UNPAUSE; no TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
         row(
         "client",
         -2,
