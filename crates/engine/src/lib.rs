@@ -40,7 +40,7 @@ mod ttl;
 mod txlog;
 
 pub use api::{
-    parse_u64, DeleteOutcome, ScanStep, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX,
+    parse_u64, DeleteOutcome, ExpirySample, ScanStep, PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX,
     SCAN_BUCKETS_PER_FLASH_STEP, SCAN_BUCKETS_PER_STEP, SCAN_FLASH_READS_PER_CALL_MAX,
 };
 pub use check::{check_pool_file, PoolReport};

@@ -6,6 +6,23 @@ use super::*;
 pub const SCAN_BUCKETS_PER_STEP: usize = 64;
 /// Most index buckets one `scan` call visits, however sparse the cache.
 pub const SCAN_BUCKETS_PER_CALL_MAX: usize = 64 * 1024;
+/// What [`Engine::sample_expiry`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpirySample {
+    /// Items in memory (all of them, sampled or not).
+    pub memory_items: u64,
+    /// Memory entries read, expired ones included.
+    pub walked: u64,
+    /// Unexpired items read.
+    pub sampled: u64,
+    /// Of those, the ones with an expiry.
+    pub with_expiry: u64,
+    /// Their milliseconds left, added up.
+    pub ttl_ms_sum: u64,
+    /// Every memory item was read: `with_expiry` is a count, not a sample.
+    pub exact: bool,
+}
+
 /// Where an [`Engine::scan_step`] call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanStep {
@@ -208,6 +225,59 @@ impl Engine {
             }
         }
         read
+    }
+
+    /// How many items carry an expiry, and their average time left, from the items in memory:
+    /// every one of them when they number at most `items_max`, else about `items_max` of them
+    /// in runs of index buckets from a position `seed` picks in each shard (INFO keyspace's
+    /// `expires` and `avg_ttl`). Items on flash are not read (their expiry is in their
+    /// record, on the medium). Takes each shard's read lock for one run.
+    pub fn sample_expiry(&self, items_max: usize, seed: u64) -> ExpirySample {
+        let now_ms = self.inner.now_ms();
+        let shards = self.inner.shards.len().max(1);
+        let per_shard = items_max.div_ceil(shards).max(1);
+        let mut sample = ExpirySample::default();
+        for (index, lock) in self.inner.shards.iter().enumerate() {
+            let shard = lock.0.read();
+            let memory_items = (shard.index.len() as u64).saturating_sub(shard.flash_items());
+            sample.memory_items += memory_items;
+            let whole = memory_items as usize <= per_shard;
+            let start = if whole {
+                0
+            } else {
+                (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32 ^ (index as u32) << 20
+            };
+            let mut cursor = Some(start);
+            let mut wrapped = whole;
+            let mut seen = 0usize;
+            while seen < per_shard {
+                let Some(at) = cursor.or_else(|| (!wrapped).then_some(0)) else {
+                    break;
+                };
+                wrapped |= cursor.is_none();
+                cursor = shard.index.scan_slots(at, 64, |_, entry| {
+                    if crate::index::is_flash(entry.location) {
+                        return;
+                    }
+                    let Some((view, _)) = shard.record_at(&self.inner, entry.location) else {
+                        return;
+                    };
+                    match view.meta.expires_at_ms {
+                        Some(at) if at <= now_ms => {}
+                        Some(at) => {
+                            sample.sampled += 1;
+                            sample.with_expiry += 1;
+                            sample.ttl_ms_sum += at - now_ms;
+                        }
+                        None => sample.sampled += 1,
+                    }
+                    seen += 1;
+                });
+            }
+            sample.walked += seen as u64;
+        }
+        sample.exact = sample.walked >= sample.memory_items;
+        sample
     }
 
     /// A key chosen at random (roughly uniformly among shards and buckets, memory and flash

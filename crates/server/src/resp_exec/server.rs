@@ -132,12 +132,36 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
         "keyspace" => {
             text.header("Keyspace");
             if engine.items > 0 {
-                let db = format!("keys={},expires=0,avg_ttl=0", engine.items);
+                let (expires, avg_ttl) = expires_and_avg_ttl(ctx, engine.items);
+                let db = format!("keys={},expires={expires},avg_ttl={avg_ttl}", engine.items);
                 text.field("db0", db);
             }
         }
         _ => write_strata(text, ctx, engine),
     }
+}
+
+/// Items INFO keyspace reads at most to count the keys with an expiry (a few milliseconds):
+/// past that, `expires` is estimated from that many, spread over every shard.
+const EXPIRES_SAMPLE_ITEMS_MAX: usize = 20_000;
+
+/// `INFO keyspace`'s `expires` and `avg_ttl` (ms), from the items in memory
+/// (`Engine::sample_expiry`): exact up to [`EXPIRES_SAMPLE_ITEMS_MAX`] items in memory, an
+/// estimate scaled to `items` past that or when some are on flash; `avg_ttl` is an estimate in
+/// Redis too.
+fn expires_and_avg_ttl(ctx: &ServerContext, items: u64) -> (u64, u64) {
+    let seed = ctx.engine.now_ms();
+    let sample = ctx.engine.sample_expiry(EXPIRES_SAMPLE_ITEMS_MAX, seed);
+    if sample.sampled == 0 || sample.with_expiry == 0 {
+        return (0, 0);
+    }
+    let avg_ttl = sample.ttl_ms_sum / sample.with_expiry;
+    if sample.exact && sample.memory_items == items {
+        return (sample.with_expiry, avg_ttl);
+    }
+    let share = sample.with_expiry as f64 / sample.sampled as f64;
+    let expires = (share * items as f64).round() as u64;
+    (expires.min(items), avg_ttl)
 }
 
 fn write_memory(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) {

@@ -638,7 +638,7 @@ pub(crate) static COMMANDS: &[Command] = &[
     )
     ),
     differs(
-        "Redis's sections with strata's figures, plus a Strata section",
+        "Redis's sections with strata's figures, plus a Strata section; keyspace's expires is exact up to 20,000 items in memory and estimated from 20,000 past that or with items on flash",
         row(
         "info",
         -1,

@@ -462,9 +462,21 @@ fn info_config_and_command() {
     ] {
         assert!(info.contains(needle), "{needle:?} missing from {info}");
     }
+    // Keys with an expiry are counted (every one, in a keyspace this small), with their
+    // average time left in ms.
+    for i in 0..4 {
+        run(&mut session, &ctx, &format!("SET t{i} v EX 100"));
+    }
+    run(&mut session, &ctx, "SET gone v PX 1");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let keyspace = String::from_utf8(run(&mut session, &ctx, "INFO keyspace")).unwrap();
+    let db0 = keyspace.lines().find(|l| l.starts_with("db0:")).unwrap();
+    assert!(db0.contains(",expires=4,avg_ttl="), "{db0}");
+    let avg_ttl: u64 = db0.rsplit('=').next().unwrap().parse().unwrap();
+    assert!((90_000..=100_000).contains(&avg_ttl), "{db0}");
     let stats_only = String::from_utf8(run(&mut session, &ctx, "INFO STATS")).unwrap();
     assert!(
-        stats_only.contains("total_commands_processed:4\r\n"),
+        stats_only.contains("total_commands_processed:10\r\n"),
         "{stats_only}"
     );
     assert!(!stats_only.contains("# Server"));

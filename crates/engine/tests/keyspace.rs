@@ -1,0 +1,40 @@
+//! Keyspace figures: `Engine::sample_expiry`, what INFO keyspace's `expires` and `avg_ttl`
+//! come from, exact on a small keyspace and close on a large one.
+
+use strata_engine::*;
+
+#[test]
+fn the_expiry_sample_counts_exactly_when_small_and_estimates_when_large() {
+    let clock = std::sync::Arc::new(ManualClock::new(1_000_000));
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 64 << 20,
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    for i in 0..40_000u64 {
+        let expiry = match i % 4 {
+            0 => Expiry::AtMs(1_000_000 + 60_000),
+            1 => Expiry::AtMs(1_000_000 + 1), // Expires below: never counted.
+            _ => Expiry::Never,
+        };
+        engine
+            .set(format!("key:{i}").as_bytes(), b"value", 0, expiry)
+            .unwrap();
+    }
+    clock.advance_ms(10);
+    let all = engine.sample_expiry(1_000_000, 7);
+    assert!(all.exact, "{all:?}");
+    assert_eq!(all.walked, 40_000);
+    assert_eq!((all.sampled, all.with_expiry), (30_000, 10_000));
+    assert_eq!(all.ttl_ms_sum / all.with_expiry, 60_000 - 10);
+    let some = engine.sample_expiry(4_000, 7);
+    assert!(!some.exact, "{some:?}");
+    assert!((3_000..=6_000).contains(&some.walked), "{some:?}");
+    let share = some.with_expiry as f64 / some.sampled as f64;
+    assert!(
+        (0.28..0.39).contains(&share),
+        "a third carry a TTL: {share} ({some:?})"
+    );
+    assert_eq!(some.ttl_ms_sum / some.with_expiry, 60_000 - 10);
+}
