@@ -317,6 +317,8 @@ pub struct ServerContext {
     pub monitors: crate::monitor::Monitors,
     /// CLIENT PAUSE.
     pub pause: crate::pause::ClientPause,
+    /// LATENCY's monitor (off until `latency-monitor-threshold` is set).
+    pub latency: crate::latency::LatencyMonitor,
 }
 
 impl ServerContext {
@@ -334,6 +336,7 @@ impl ServerContext {
             clients: Arc::new(crate::clients::Clients::new(settings.threads)),
             monitors: crate::monitor::Monitors::default(),
             pause: crate::pause::ClientPause::default(),
+            latency: crate::latency::LatencyMonitor::new(0),
             engine,
             settings,
             health,

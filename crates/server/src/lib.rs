@@ -36,6 +36,7 @@ pub mod context;
 pub mod exclusive;
 pub mod flash_io;
 pub mod health;
+pub mod latency;
 pub mod listener;
 pub mod logging;
 pub mod memcache_exec;

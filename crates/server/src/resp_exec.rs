@@ -28,6 +28,7 @@
 //! |                  | PERSIST, and the expiry arithmetic SET and GETEX share            |
 //! | `server.rs`      | INFO CONFIG COMMAND MEMORY LASTSAVE SAVE BGSAVE                   |
 //! | `slowlog.rs`     | SLOWLOG                                                           |
+//! | `latency.rs`     | LATENCY                                                           |
 //! | `multi.rs`       | MULTI EXEC DISCARD WATCH UNWATCH                                  |
 //! | `compatibility.rs` | (tests) generates docs/COMPATIBILITY.md from the table          |
 //! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, SADD, ...)  |
@@ -62,6 +63,7 @@ mod expire;
 mod hash_expiry;
 mod hashes;
 mod keyspace;
+mod latency;
 mod multi;
 mod object;
 mod ranges;
@@ -445,6 +447,10 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         feed_monitors(state, call);
     }
     let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    if call.ctx.latency.threshold_ms() > 0 {
+        let fast = command.flags.contains(&"fast");
+        call.ctx.latency.command(fast, elapsed_us);
+    }
     let failed = out.get(reply_start) == Some(&b'-');
     if failed {
         call.ctx.resp_commands.count_error(&out[reply_start..]);

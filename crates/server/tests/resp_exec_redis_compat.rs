@@ -1452,6 +1452,18 @@ fn slowlog_matches_redis() {
         "SLOWLOG LEN",
         "SLOWLOG RESET",
         "SLOWLOG LEN",
+        "LATENCY LATEST",
+        "LATENCY LATEST extra",
+        "LATENCY HISTORY command",
+        "LATENCY HISTORY",
+        "LATENCY RESET",
+        "LATENCY RESET command fast-command",
+        "LATENCY NOPE",
+        "CONFIG GET latency-monitor-threshold",
+        "CONFIG SET latency-monitor-threshold x",
+        "CONFIG SET latency-monitor-threshold -1",
+        "CONFIG SET latency-monitor-threshold 0",
+        "LATENCY LATEST",
     ] {
         let (want, got) = both(&mut redis, &mut strata, line);
         let compare = |bytes: &[u8]| {

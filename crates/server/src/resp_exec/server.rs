@@ -385,6 +385,10 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
             ctx.slowlog.slower_than_us().to_string(),
         ),
         ("slowlog-max-len", ctx.slowlog.max_len().to_string()),
+        (
+            "latency-monitor-threshold",
+            ctx.latency.threshold_ms().to_string(),
+        ),
         ("io-threads", settings.threads.to_string()),
         (
             "enable-debug-command",
@@ -457,6 +461,7 @@ fn config_get(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
 enum LiveSetting {
     SlowerThanUs(i64),
     MaxLen(usize),
+    LatencyThresholdMs(u64),
 }
 
 /// The live setting `name` set to `value`, `None` for a setting fixed at start, or the error
@@ -471,6 +476,11 @@ fn live_setting(name: &str, value: &[u8]) -> Option<Result<LiveSetting, String>>
     Some(match name {
         "slowlog-log-slower-than" => match parsed {
             Some(us) => Ok(LiveSetting::SlowerThanUs(us)),
+            None => bad("argument couldn't be parsed into an integer"),
+        },
+        "latency-monitor-threshold" => match parsed.map(u64::try_from) {
+            Some(Ok(ms)) => Ok(LiveSetting::LatencyThresholdMs(ms)),
+            Some(Err(_)) => bad("argument must be between 0 and 9223372036854775807 inclusive"),
             None => bad("argument couldn't be parsed into an integer"),
         },
         "slowlog-max-len" => match parsed.map(usize::try_from) {
@@ -523,6 +533,7 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
         match setting {
             LiveSetting::SlowerThanUs(us) => call.ctx.slowlog.set_slower_than_us(us),
             LiveSetting::MaxLen(len) => call.ctx.slowlog.set_max_len(len),
+            LiveSetting::LatencyThresholdMs(ms) => call.ctx.latency.set_threshold_ms(ms),
         }
     }
     encode::ok(out);

@@ -6,8 +6,8 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
-    bits, connection, counters, debug, expire, hash_expiry, hashes, keyspace, multi, object,
-    ranges, server, slowlog, strings, Call, State,
+    bits, connection, counters, debug, expire, hash_expiry, hashes, keyspace, latency, multi,
+    object, ranges, server, slowlog, strings, Call, State,
 };
 use crate::stats::command_index;
 
@@ -809,6 +809,10 @@ pub(crate) static COMMANDS: &[Command] = &[
     row("hexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hexpiretime),
     row("hpexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hpexpiretime),
     row("hpersist", -5, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpersist),
+    differs(
+        "events command and fast-command only; GRAPH and HISTOGRAM refused; DOCTOR's report is strata's own",
+        row("latency", -2, ADMIN, NO_KEYS, "server", "other", latency::latency)
+    ),
     differs(
         "lines for Redis commands only (memcached's are not shown); a monitor more than 8 MiB behind is closed",
         row("monitor", 1, ADMIN, NO_KEYS, "server", "other", connection::monitor)

@@ -753,3 +753,34 @@ fn past_the_protocol_limit_or_in_a_broken_stream_the_connection_closes() {
         assert!(last.close);
     }
 }
+
+#[test]
+fn latency_monitor_keeps_spikes_past_its_threshold() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let mut mset = String::from("MSET");
+    for i in 0..20_000 {
+        mset.push_str(&format!(" key:{i} v"));
+    }
+    run(&mut session, &ctx, &mset);
+    run(&mut session, &ctx, "KEYS *");
+    assert_eq!(
+        run(&mut session, &ctx, "LATENCY LATEST"),
+        b"*0\r\n",
+        "off at 0"
+    );
+    run(&mut session, &ctx, "CONFIG SET latency-monitor-threshold 1");
+    // KEYS over 20,000 keys takes more than a millisecond, in a debug build by far.
+    run(&mut session, &ctx, "KEYS *");
+    let latest = String::from_utf8(run(&mut session, &ctx, "LATENCY LATEST")).unwrap();
+    assert!(
+        latest.starts_with("*1\r\n*4\r\n$7\r\ncommand\r\n:"),
+        "{latest}"
+    );
+    let history = String::from_utf8(run(&mut session, &ctx, "LATENCY HISTORY command")).unwrap();
+    assert!(history.starts_with("*1\r\n*2\r\n:"), "{history}");
+    let doctor = String::from_utf8(run(&mut session, &ctx, "LATENCY DOCTOR")).unwrap();
+    assert!(doctor.contains("- command: 1 spikes kept"), "{doctor}");
+    assert_eq!(run(&mut session, &ctx, "LATENCY RESET"), b":1\r\n");
+    assert_eq!(run(&mut session, &ctx, "LATENCY LATEST"), b"*0\r\n");
+}
