@@ -57,6 +57,9 @@ pub struct Settings {
     pub debug_command_enabled: bool,
     /// How much output memory all connections together may hold ([`OutputBudget`]).
     pub client_output_bytes_max: usize,
+    /// Tests only (`STRATA_TEST_EXEC_STALL_MS`): EXEC sleeps this long halfway through its
+    /// commands, after logging that it does, so a crash test can `kill -9` it there.
+    pub exec_stall_for_tests_ms: u64,
 }
 
 impl Default for Settings {
@@ -80,6 +83,7 @@ impl Default for Settings {
             output: OutputLimits::new(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT),
             debug_command_enabled: false,
             client_output_bytes_max: OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
+            exec_stall_for_tests_ms: 0,
         }
     }
 }

@@ -101,7 +101,12 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
     );
 
     let engine = open_engine(config)?;
-    let settings = config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));
+    let mut settings =
+        config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));
+    settings.exec_stall_for_tests_ms = std::env::var(EXEC_STALL_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(0);
     let mut ctx = ServerContext::new(Arc::clone(&engine), settings);
     if engine.has_flash() {
         ctx.flash_io = Some(
@@ -248,6 +253,9 @@ fn spawn_scrub(engine: Arc<Engine>) -> std::io::Result<()> {
 /// Environment variable for crash tests: sleep this many milliseconds after each recovery step,
 /// so a test can `kill -9` the server while it is recovering (crates/strata/tests/kill_loop.rs).
 pub const RECOVERY_STALL_ENV: &str = "STRATA_TEST_RECOVERY_STALL_MS";
+/// Tests only: EXEC sleeps this many milliseconds halfway through its commands, after logging
+/// "stalling inside EXEC for a test", so a crash test can `kill -9` it there.
+pub const EXEC_STALL_ENV: &str = "STRATA_TEST_EXEC_STALL_MS";
 /// Tests only: every read of the flash medium takes this many milliseconds longer, as on a
 /// very slow device, so a test can see that a worker serves other connections meanwhile.
 pub const FLASH_READ_DELAY_ENV: &str = "STRATA_TEST_FLASH_READ_DELAY_MS";

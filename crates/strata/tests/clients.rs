@@ -208,7 +208,7 @@ fn client_pause_holds_writes_or_everything_until_it_ends() {
     assert_eq!(writer.bulk().as_deref(), Some(&b"new"[..]));
     // ALL holds reads too; its end, without UNPAUSE, lets them through.
     assert_eq!(
-        admin.call(&command(&["CLIENT", "PAUSE", "400", "ALL"])),
+        admin.call(&command(&["CLIENT", "PAUSE", "2000", "ALL"])),
         "+OK\r\n"
     );
     reader.send(&command(&["GET", "k"]));

@@ -252,7 +252,13 @@ fn written_keys(multi: &Multi) -> Vec<Vec<u8>> {
 fn run_queued(state: &mut State, ctx: &ServerContext, multi: &Multi, out: &mut Vec<u8>) {
     let limits = queued_limits();
     let mut args = Args::with_capacity(8, 0);
-    for command in multi.commands() {
+    let halfway = multi.ends.len() / 2;
+    for (index, command) in multi.commands().enumerate() {
+        let stall_ms = ctx.settings.exec_stall_for_tests_ms;
+        if stall_ms > 0 && index == halfway {
+            tracing::warn!(stall_ms, "stalling inside EXEC for a test");
+            std::thread::sleep(std::time::Duration::from_millis(stall_ms));
+        }
         let parsed = parse_command(command, &limits, &mut args);
         debug_assert_eq!(parsed.ok(), Some(command.len()), "queued whole");
         // Each reply is one element, whatever CLIENT REPLY says meanwhile.
