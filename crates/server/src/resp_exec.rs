@@ -26,9 +26,10 @@
 //! |                  | RANDOMKEY DBSIZE FLUSHDB FLUSHALL                                 |
 //! | `expire.rs`      | EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME  |
 //! |                  | PERSIST, and the expiry arithmetic SET and GETEX share            |
-//! | `server.rs`      | INFO CONFIG COMMAND MEMORY LASTSAVE SAVE BGSAVE                   |
+//! | `server.rs`      | INFO CONFIG COMMAND LASTSAVE SAVE BGSAVE                          |
 //! | `slowlog.rs`     | SLOWLOG                                                           |
 //! | `latency.rs`     | LATENCY                                                           |
+//! | `memory.rs`      | MEMORY                                                            |
 //! | `multi.rs`       | MULTI EXEC DISCARD WATCH UNWATCH                                  |
 //! | `compatibility.rs` | (tests) generates docs/COMPATIBILITY.md from the table          |
 //! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, SADD, ...)  |
@@ -64,6 +65,7 @@ mod hash_expiry;
 mod hashes;
 mod keyspace;
 mod latency;
+mod memory;
 mod multi;
 mod object;
 mod ranges;

@@ -911,7 +911,50 @@ fn copy_touch_and_memory_match_redis() {
         redis.starts_with(b":") && strata.starts_with(b":"),
         "{strata:?}"
     );
+    // MEMORY STATS: Redis 7.0's fields, in its order, of its types (the figures are strata's),
+    // in RESP2 and RESP3; its errors and DOCTOR's arity.
+    for version in ["HELLO 2", "HELLO 3"] {
+        d.skip(version);
+        let (redis, _) = d.redis.call(&request("MEMORY STATS"), 1, false);
+        let (strata, _) = d.strata.call(&request("MEMORY STATS"));
+        assert_eq!(stats_shape(&strata), stats_shape(&redis), "{version}");
+    }
+    d.exact(&["MEMORY STATS extra", "MEMORY DOCTOR extra", "MEMORY NOPE"]);
+    let (strata, _) = d.strata.call(&request("MEMORY DOCTOR"));
+    assert!(
+        strata.starts_with(b"=") || strata.starts_with(b"$"),
+        "{strata:?}"
+    );
     d.finish("copy, touch, memory");
+}
+
+/// A MEMORY STATS reply's field names and value kinds (`int`, `text`, `double`, `map`).
+fn stats_shape(bytes: &[u8]) -> Vec<(String, &'static str)> {
+    let kind = |reply: &Reply| match reply {
+        Reply::Integer(_) => "int",
+        Reply::Bulk(_) => "text-or-double",
+        Reply::Double(_) => "text-or-double",
+        Reply::Map(_) | Reply::Array(_) => "map",
+        _ => "other",
+    };
+    let pairs: Vec<(Reply, Reply)> = match parse_reply(bytes) {
+        Ok((Reply::Map(pairs), _)) => pairs,
+        Ok((Reply::Array(items), _)) => items
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect(),
+        other => panic!("MEMORY STATS: {other:?}"),
+    };
+    pairs
+        .iter()
+        .map(|(name, value)| {
+            let name = match name {
+                Reply::Bulk(name) => String::from_utf8_lossy(name).into_owned(),
+                other => format!("{other:?}"),
+            };
+            (name, kind(value))
+        })
+        .collect()
 }
 
 /// GETBIT SETBIT BITCOUNT BITPOS: offsets and their limits, growth, ranges in bytes and bits,

@@ -6,8 +6,8 @@
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
-    bits, connection, counters, debug, expire, hash_expiry, hashes, keyspace, latency, multi,
-    object, ranges, server, slowlog, strings, Call, State,
+    bits, connection, counters, debug, expire, hash_expiry, hashes, keyspace, latency, memory,
+    multi, object, ranges, server, slowlog, strings, Call, State,
 };
 use crate::stats::command_index;
 
@@ -755,8 +755,8 @@ pub(crate) static COMMANDS: &[Command] = &[
     ))),
     row("touch", -2, READ, ALL_KEYS, "keyspace", "other", keyspace::exists),
     differs(
-        "USAGE counts strata's record and index slot (an item on flash: the slot alone); HELP; no STATS, DOCTOR, MALLOC-STATS, PURGE",
-        row("memory", -2, READ_SLOW, NO_KEYS, "server", "other", server::memory),
+        "USAGE counts strata's record and index slot (an item on flash: the slot alone); STATS has Redis's fields with strata's figures (no peak kept: the current one); DOCTOR is strata's own report; no MALLOC-STATS, PURGE",
+        row("memory", -2, READ_SLOW, NO_KEYS, "server", "other", memory::memory),
     ),
     row("getbit", 3, READ, ONE_KEY, "bitmap", "other", bits::getbit),
     row("setbit", 4, WRITE, ONE_KEY, "bitmap", "other", bits::setbit),
