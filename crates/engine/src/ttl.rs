@@ -36,9 +36,42 @@ pub fn bucket_for(ttl_ms: Option<u64>) -> usize {
     bucket as usize
 }
 
+/// The TTL bucket a record of `bucket` goes to, given the buckets that have a segment taking
+/// records now (`taking`) and how many may (`cap`): its own when it has one or there is room
+/// for one more; at the cap, the one with the nearest longer TTL, else the longest. Records
+/// keep their exact expiry, so any is correct; the choice only affects how soon a whole segment
+/// expires. The rule of writes (`Shard::write_bucket`, open segments) and of the cleaner
+/// (its cleaner segments).
+pub fn bucket_within_cap(
+    taking: impl Iterator<Item = usize> + Clone,
+    bucket: usize,
+    cap: usize,
+) -> usize {
+    if taking.clone().any(|b| b == bucket) || taking.clone().count() < cap {
+        return bucket;
+    }
+    taking
+        .clone()
+        .filter(|&b| b >= bucket)
+        .min()
+        .or_else(|| taking.max())
+        .unwrap_or(bucket)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn past_the_cap_a_record_goes_to_the_nearest_longer_ttl_else_the_longest() {
+        let taking = [3usize, 10, 50];
+        let within = |bucket, cap| bucket_within_cap(taking.iter().copied(), bucket, cap);
+        assert_eq!(within(10, 3), 10, "its own");
+        assert_eq!(within(7, 4), 7, "room for one more");
+        assert_eq!(within(7, 3), 10, "the nearest longer");
+        assert_eq!(within(60, 3), 50, "else the longest");
+        assert_eq!(bucket_within_cap(std::iter::empty(), 9, 0), 9);
+    }
 
     #[test]
     fn tiers_match_segcache_boundaries() {

@@ -515,20 +515,12 @@ impl Packing {
 }
 
 /// The TTL bucket whose cleaner segment takes the records of a victim of `bucket`, given the
-/// buckets that have one (`heads`): its own when it has one or fewer than `heads_max` buckets
-/// do; at the cap, the one with the nearest longer TTL (else the longest). Records keep their
-/// exact expiry, so any is correct, as for writes (`Shard::write_bucket`); the choice only
-/// affects how soon a whole segment expires.
+/// buckets that have one (`heads`), at most `heads_max`: writes' rule
+/// (`ttl::bucket_within_cap`).
 fn clean_target(heads: impl Iterator<Item = u16> + Clone, bucket: u16, heads_max: usize) -> u16 {
-    if heads.clone().any(|b| b == bucket) || heads.clone().count() < heads_max {
-        return bucket;
-    }
-    heads
-        .clone()
-        .filter(|&b| b >= bucket)
-        .min()
-        .or_else(|| heads.max())
-        .unwrap_or(bucket)
+    let heads = heads.map(usize::from);
+    let target = crate::ttl::bucket_within_cap(heads, usize::from(bucket), heads_max);
+    u16::try_from(target).expect("TTL buckets fit in u16")
 }
 
 /// Calls `f` with each valid record of a segment, at its offset, in log order: as it is in a

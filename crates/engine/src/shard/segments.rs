@@ -66,15 +66,11 @@ impl Shard {
         let is_open = self.chains[bucket]
             .back()
             .is_some_and(|&id| !self.owned(id).sealed);
-        if is_open || self.open_buckets.len() < inner.open_segments_per_shard_max {
+        if is_open {
             return bucket;
         }
-        let open = || self.open_buckets.iter().map(|&b| usize::from(b));
-        open()
-            .filter(|&b| b >= bucket)
-            .min()
-            .or_else(|| open().max())
-            .unwrap_or(bucket)
+        let open = self.open_buckets.iter().map(|&b| usize::from(b));
+        ttl::bucket_within_cap(open, bucket, inner.open_segments_per_shard_max)
     }
 
     /// The open segment with the greatest seq.
