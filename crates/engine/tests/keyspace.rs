@@ -38,3 +38,31 @@ fn the_expiry_sample_counts_exactly_when_small_and_estimates_when_large() {
     );
     assert_eq!(some.ttl_ms_sum / some.with_expiry, 60_000 - 10);
 }
+
+#[test]
+fn memory_usage_is_the_record_and_the_index_slot() {
+    let clock = std::sync::Arc::new(ManualClock::new(1_000_000));
+    let engine = Engine::open(EngineConfig {
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    engine.set(b"k", &[7u8; 32], 0, Expiry::Never).unwrap();
+    engine
+        .set(b"t", &[7u8; 32], 0, Expiry::AtMs(1_000_010))
+        .unwrap();
+    let plain = engine.memory_usage(b"k").unwrap();
+    let with_ttl = engine.memory_usage(b"t").unwrap();
+    // 8-byte header + key + value, padded to 8; the expiry field adds 8; the slot the same.
+    assert_eq!(with_ttl, plain + 8);
+    assert!(plain >= 48 && plain < 48 + 64, "{plain}");
+    assert_eq!(engine.memory_usage(b"absent"), None);
+    clock.advance_ms(10);
+    assert_eq!(engine.memory_usage(b"t"), None, "expired");
+    let (hits, misses) = (engine.stats().hits, engine.stats().misses);
+    assert_eq!(
+        (hits, misses),
+        (0, 0),
+        "no hit or miss counted for memory items"
+    );
+}

@@ -310,25 +310,31 @@ impl Engine {
         }
     }
 
-    /// What `key`'s item costs in memory, in bytes, without counting a hit or a miss: its
-    /// record (key, value and the fields it carries; the explicit CAS a record the cleaner
-    /// moved carries, 8 bytes, is left out) plus its index slot's share; for an item on flash, the index slot alone (its record
-    /// is on the medium). `None` when absent.
+    /// What `key`'s item costs in memory, in bytes: its record (key, value and the fields it
+    /// carries; the explicit CAS a record the cleaner moved carries, 8 bytes, is left out) plus
+    /// its index slot's share, found in one look that counts no hit or miss; for an item on
+    /// flash, the index slot alone (its record is on the medium, read, and counted, to know the
+    /// key is there). `None` when absent.
     pub fn memory_usage(&self, key: &[u8]) -> Option<u64> {
-        let on_flash = self.flash_read_needed(key);
         let index_bytes = crate::index::INDEX_BYTES_PER_ITEM;
-        self.peek(key, |item| {
-            if on_flash {
-                return index_bytes;
+        let (hash, lock) = self.shard_for(key);
+        {
+            // One look under the read lock for an item in memory (nearly every one).
+            let shard = lock.read();
+            if let Some(found) = shard.lookup_unexpired(&self.inner, key, hash) {
+                let meta = RecordMeta {
+                    cas: None,
+                    ..found.view.meta
+                };
+                let record = record::record_size(key.len(), found.view.value.len(), &meta);
+                return Some(record as u64 + index_bytes);
             }
-            let meta = RecordMeta {
-                expires_at_ms: item.expires_at_ms,
-                cas: None,
-                client_flags: item.client_flags,
-                kind: item.kind,
-            };
-            record::record_size(key.len(), item.value.len(), &meta) as u64 + index_bytes
-        })
+            if shard.flash_candidates(&self.inner, hash).is_empty() {
+                return None;
+            }
+        }
+        // On flash, perhaps (only its record can tell): its index slot is what memory holds.
+        self.peek(key, |_| index_bytes)
     }
 
     /// Whether `key` is present (and unexpired), without counting a hit or a miss.
