@@ -55,7 +55,7 @@ fn memory_usage_is_the_record_and_the_index_slot() {
     let with_ttl = engine.memory_usage(b"t").unwrap();
     // 8-byte header + key + value, padded to 8; the expiry field adds 8; the slot the same.
     assert_eq!(with_ttl, plain + 8);
-    assert!(plain >= 48 && plain < 48 + 64, "{plain}");
+    assert!((48..48 + 64).contains(&plain), "{plain}");
     assert_eq!(engine.memory_usage(b"absent"), None);
     clock.advance_ms(10);
     assert_eq!(engine.memory_usage(b"t"), None, "expired");
