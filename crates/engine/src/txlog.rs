@@ -155,6 +155,11 @@ impl TxLog {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The before-images of the group being run (the one [`TxLog::begin`] wrote).
+    pub(crate) fn running_images(&self) -> Option<Vec<Image>> {
+        decode_active(&self.buffer)
+    }
 }
 
 /// Appends one entry (see the module docs).

@@ -67,22 +67,37 @@ fn set_hash(engine: &Engine, key: &[u8], bytes: &[u8]) {
         .unwrap();
 }
 
+/// Copies the pool at `from` and what lives beside it (its transaction log and index
+/// directory) to `to`: the image a `kill -9` at this moment leaves (a file pool's stores are
+/// in the page cache, which the copy reads).
+fn crash_copy(from: &std::path::Path, to: &std::path::Path) {
+    let with = |path: &std::path::Path, suffix: &str| format!("{}{suffix}", path.display());
+    std::fs::copy(from, to).unwrap();
+    let _ = std::fs::copy(with(from, ".txlog"), with(to, ".txlog"));
+    let index = std::path::PathBuf::from(with(from, ".index"));
+    if index.is_dir() {
+        let target = std::path::PathBuf::from(with(to, ".index"));
+        std::fs::create_dir_all(&target).unwrap();
+        for entry in std::fs::read_dir(&index).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), target.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
 /// The group a crash interrupts: overwrites `a` (which had a TTL), creates `b`, deletes `c`,
-/// writes the hash `h` and some other key it did not name, then panics.
-fn interrupted_group(engine: &Engine) {
+/// writes the hash `h`, and then the crash: the pool is copied to `crashed` as it is now.
+fn interrupted_group(engine: &Engine, pool: &std::path::Path, crashed: &std::path::Path) {
     let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"h"];
-    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        engine
-            .atomically(&keys, || {
-                engine.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
-                engine.set(b"b", b"new-b", 0, Expiry::Never).unwrap();
-                engine.delete(b"c", None).unwrap();
-                set_hash(engine, b"h", b"new-hash");
-                panic!("the crash comes here");
-            })
-            .unwrap();
-    }));
-    assert!(crashed.is_err());
+    engine
+        .atomically(&keys, || {
+            engine.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+            engine.set(b"b", b"new-b", 0, Expiry::Never).unwrap();
+            engine.delete(b"c", None).unwrap();
+            set_hash(engine, b"h", b"new-hash");
+            crash_copy(pool, crashed);
+        })
+        .unwrap();
 }
 
 #[test]
@@ -90,21 +105,21 @@ fn a_crash_inside_a_group_undoes_every_write_of_it() {
     let far = 4_000_000_000_000;
     for durability in [Durability::None, Durability::Sync] {
         for placement in [IndexPlacement::Dram, IndexPlacement::Pool] {
-            let pool = temp_pool(&format!("undo-{durability:?}-{placement:?}"));
-            let config = config(&pool.0, durability, placement);
+            let original = temp_pool(&format!("undo-{durability:?}-{placement:?}"));
+            let pool = temp_pool(&format!("undo-{durability:?}-{placement:?}-crashed"));
             {
                 let engine = Engine::open(EngineConfig {
                     fresh: true,
-                    ..config.clone()
+                    ..config(&original.0, durability, placement)
                 })
                 .unwrap();
                 engine.set(b"a", b"old-a", 7, Expiry::AtMs(far)).unwrap();
                 engine.set(b"c", b"old-c", 0, Expiry::Never).unwrap();
                 set_hash(&engine, b"h", b"old-hash");
                 engine.commit().unwrap();
-                interrupted_group(&engine);
-                // Dropped unclosed: the crash.
+                interrupted_group(&engine, &original.0, &pool.0);
             }
+            let config = config(&pool.0, durability, placement);
             let engine = Engine::open(config.clone()).unwrap();
             let label = format!("{durability:?} {placement:?}");
             assert_eq!(
@@ -173,17 +188,18 @@ fn a_crash_inside_a_group_undoes_every_write_of_it() {
 
 #[test]
 fn a_log_torn_before_the_group_began_undoes_nothing() {
+    let original = temp_pool("torn-original");
     let pool = temp_pool("torn");
-    let config = config(&pool.0, Durability::None, IndexPlacement::Dram);
     {
         let engine = Engine::open(EngineConfig {
             fresh: true,
-            ..config.clone()
+            ..config(&original.0, Durability::None, IndexPlacement::Dram)
         })
         .unwrap();
         engine.set(b"a", b"kept", 0, Expiry::Never).unwrap();
-        interrupted_group(&engine);
+        interrupted_group(&engine, &original.0, &pool.0);
     }
+    let config = config(&pool.0, Durability::None, IndexPlacement::Dram);
     // The log cut short, as a crash in the middle of writing it leaves it.
     let log = format!("{}.txlog", pool.0.display());
     let bytes = std::fs::read(&log).unwrap();
@@ -193,6 +209,39 @@ fn a_log_torn_before_the_group_began_undoes_nothing() {
     // No undo: the group's writes that reached the pool stay (the real log is never torn
     // after the group's first write; this only shows a torn log is not trusted).
     assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"new-a".to_vec()));
+}
+
+#[test]
+fn a_panic_inside_a_group_undoes_its_writes_at_once() {
+    let pool = temp_pool("panic");
+    let config = config(&pool.0, Durability::None, IndexPlacement::Dram);
+    let engine = Engine::open(EngineConfig {
+        fresh: true,
+        ..config.clone()
+    })
+    .unwrap();
+    engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
+    let keys: [&[u8]; 2] = [b"a", b"b"];
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine
+            .atomically(&keys, || {
+                engine.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+                engine.set(b"b", b"new-b", 0, Expiry::Never).unwrap();
+                panic!("a bug in the middle of a transaction");
+            })
+            .unwrap();
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"old-a".to_vec()));
+    assert_eq!(value(&engine, b"b"), None);
+    drop(engine);
+    let engine = Engine::open(config).unwrap();
+    assert_eq!(
+        engine.recovery_report().transaction_keys_restored,
+        0,
+        "undone already"
+    );
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"old-a".to_vec()));
 }
 
 #[test]

@@ -433,3 +433,28 @@ fn exec_rounds(addr: std::net::SocketAddr, stop: &AtomicBool, last: &AtomicU64) 
         last.store(round, Ordering::SeqCst);
     }
 }
+
+/// A panic in the middle of an EXEC (DEBUG PANIC queued after two writes, with
+/// `--enable-debug-command`) closes the client's connection and undoes the EXEC's writes at
+/// once: the server goes on serving with none of them.
+#[test]
+fn a_panic_inside_an_exec_undoes_its_writes() {
+    let pool = harness::PoolFile::on_tmpfs("exec-panic");
+    let server = Server::start(&["--pool", pool.path(), "--enable-debug-command"]);
+    let mut client = Client::connect(server.resp);
+    assert_eq!(client.call(&command(&["SET", "a", "old"])), "+OK\r\n");
+    let mut batch = command(&["MULTI"]);
+    batch.extend(command(&["SET", "a", "new"]));
+    batch.extend(command(&["SET", "b", "new"]));
+    batch.extend(command(&["DEBUG", "PANIC"]));
+    batch.extend(command(&["EXEC"]));
+    client.send(&batch);
+    assert!(
+        client.bytes_until_closed().is_some(),
+        "the connection closes"
+    );
+    let mut other = Client::connect(server.resp);
+    other.send(&command(&["GET", "a"]));
+    assert_eq!(other.bulk().as_deref(), Some(&b"old"[..]));
+    assert_eq!(other.call(&command(&["EXISTS", "b"])), ":0\r\n");
+}

@@ -14,9 +14,11 @@ impl Engine {
     /// The caller keeps other writers of `keys` out while `f` runs (the server runs groups
     /// alone); groups are serialised here. A failure to write the log refuses the group (`f`
     /// does not run); a failure to end it latches writes off, as a failed persist does,
-    /// because a restart would undo what `f` did.
+    /// because a restart would undo what `f` did. A panic in `f` undoes its writes before it
+    /// goes on unwinding, as a crash would at the next open. With no keys there is nothing to
+    /// undo, and no log is written.
     pub fn atomically<R>(&self, keys: &[&[u8]], f: impl FnOnce() -> R) -> Result<R, WriteError> {
-        let Some(log) = &self.txlog else {
+        let Some(log) = self.txlog.as_ref().filter(|_| !keys.is_empty()) else {
             return Ok(f());
         };
         let mut log = log.lock();
@@ -38,7 +40,17 @@ impl Engine {
         }
         log.begin()
             .map_err(|error| log_error(log.path(), "write", &error))?;
-        let result = f();
+        let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(result) => result,
+            Err(panic) => {
+                if let Some(images) = log.running_images() {
+                    if self.restore_images(&images).is_ok() {
+                        let _ = log.end();
+                    }
+                }
+                std::panic::resume_unwind(panic);
+            }
+        };
         self.commit()?;
         if let Err(error) = log.end() {
             let error = log_error(log.path(), "end", &error);
