@@ -901,6 +901,16 @@ pub(crate) fn alone_and_atomic(
     });
 }
 
+/// A `HELP` reply as Redis's `addReplyHelp` lays it out: the lines, then `HELP` and its line.
+pub(crate) fn write_help(out: &mut Vec<u8>, lines: &[&[u8]]) {
+    encode::array_len(out, lines.len() + 2);
+    for line in lines {
+        encode::simple(out, line);
+    }
+    encode::simple(out, b"HELP");
+    encode::simple(out, b"    Prints this help.");
+}
+
 /// The write of a command that replaces a string with one it built from it (APPEND, SETRANGE,
 /// INCR and friends): an existing key keeps its client flags and expiry, as in Redis; a key the
 /// command creates has neither.

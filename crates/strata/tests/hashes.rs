@@ -13,7 +13,6 @@ mod harness;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -30,21 +29,11 @@ fn command(args: &[&str]) -> Vec<u8> {
 #[test]
 fn redis_py_hashes_work() {
     let server = Server::start(&["--threads", "2"]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/redis_py_hashes.py"
+    harness::run_python(
+        "redis_py_hashes.py",
+        server.resp.port(),
+        "all hashes checks passed",
     );
-    let output = Command::new("/usr/bin/python3")
-        .args([script, &server.resp.port().to_string()])
-        .output()
-        .expect("/usr/bin/python3 (scripts/test.sh installs python3-redis)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "redis-py script failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("all hashes checks passed"), "{stdout}");
 }
 
 /// memcached sees only strings: a hash reads as absent (get misses, append and incr find

@@ -9,7 +9,6 @@
 
 mod harness;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -196,23 +195,10 @@ fn watch_retry_loops_lose_no_update() {
 #[test]
 fn redis_py_pipelines_and_watch_loops_work() {
     let server = Server::start(&SERVER_FLAGS);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/redis_py_transactions.py"
-    );
-    let output = Command::new("/usr/bin/python3")
-        .args([script, &server.resp.port().to_string()])
-        .output()
-        .expect("/usr/bin/python3 (scripts/test.sh installs python3-redis)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "redis-py script failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        stdout.contains("all transactions checks passed"),
-        "{stdout}"
+    harness::run_python(
+        "redis_py_transactions.py",
+        server.resp.port(),
+        "all transactions checks passed",
     );
 }
 

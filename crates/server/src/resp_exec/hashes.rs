@@ -658,17 +658,7 @@ fn hscan_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<(Option<&'a [
             continue;
         }
         if name_eq(option, b"count") && has_value {
-            match parse_i64(call.arg(index + 1)) {
-                None => {
-                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
-                    return None;
-                }
-                Some(count) if count < 1 => {
-                    out.extend_from_slice(errors::ERR_SYNTAX);
-                    return None;
-                }
-                Some(_) => {}
-            }
+            super::keyspace::scan_count(call.arg(index + 1), out)?;
         } else if name_eq(option, b"match") && has_value {
             let glob = call.arg(index + 1);
             pattern = (glob != b"*").then_some(glob);

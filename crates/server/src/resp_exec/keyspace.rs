@@ -210,6 +210,21 @@ pub(crate) fn renamenx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// Parses a SCAN cursor as Redis's `strtoul` does: optional sign, decimal digits, wrapping
 /// negation; `None` (`-ERR invalid cursor`) on other bytes or overflow.
+/// A SCAN-family COUNT: a positive integer, else Redis's reply for it (`None`, reply written).
+pub(crate) fn scan_count(text: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    match parse_i64(text) {
+        None => {
+            out.extend_from_slice(errors::ERR_NOT_INTEGER);
+            None
+        }
+        Some(count) if count < 1 => {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            None
+        }
+        Some(count) => Some(usize::try_from(count).unwrap_or(usize::MAX)),
+    }
+}
+
 pub(crate) fn parse_cursor(text: &[u8]) -> Option<u64> {
     let (negative, digits) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -260,17 +275,7 @@ fn parse_scan_options<'a>(call: &Call<'a>, out: &mut Vec<u8>) -> Option<ScanOpti
         let option = call.arg(index);
         let has_value = index + 1 < call.len();
         if name_eq(option, b"count") && has_value {
-            match parse_i64(call.arg(index + 1)) {
-                None => {
-                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
-                    return None;
-                }
-                Some(count) if count < 1 => {
-                    out.extend_from_slice(errors::ERR_SYNTAX);
-                    return None;
-                }
-                Some(count) => options.count = usize::try_from(count).unwrap_or(usize::MAX),
-            }
+            options.count = scan_count(call.arg(index + 1), out)?;
         } else if name_eq(option, b"match") && has_value {
             let pattern = call.arg(index + 1);
             options.pattern = (pattern != b"*").then_some(pattern);

@@ -105,7 +105,7 @@ fn doctor(call: &Call<'_>) -> String {
 }
 
 fn help(out: &mut Vec<u8>) {
-    let lines: [&[u8]; 11] = [
+    let lines: [&[u8]; 10] = [
         b"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"DOCTOR",
         b"    Return a human readable latency analysis report.",
@@ -116,11 +116,6 @@ fn help(out: &mut Vec<u8>) {
         b"RESET [<event> ...]",
         b"    Reset latency data of one or more <event> classes.",
         b"    (default: reset all data for all event classes)",
-        b"HELP",
     ];
-    encode::array_len(out, lines.len() + 1);
-    for line in lines {
-        encode::simple(out, line);
-    }
-    encode::simple(out, b"    Prints this help.");
+    super::write_help(out, &lines);
 }

@@ -37,7 +37,7 @@ pub(crate) fn memory(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 }
 
 fn help(out: &mut Vec<u8>) {
-    let lines: [&[u8]; 9] = [
+    let lines: [&[u8]; 8] = [
         b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"DOCTOR",
         b"    Return memory problems reports.",
@@ -46,13 +46,8 @@ fn help(out: &mut Vec<u8>) {
         b"USAGE <key> [SAMPLES <count>]",
         b"    Return memory in bytes used by <key> and its value (strata: its record and",
         b"    index slot; for an item on flash, the slot alone).",
-        b"HELP",
     ];
-    encode::array_len(out, lines.len() + 1);
-    for line in lines {
-        encode::simple(out, line);
-    }
-    encode::simple(out, b"    Prints this help.");
+    super::write_help(out, &lines);
 }
 
 /// `MEMORY USAGE key [SAMPLES n]`, or the null reply for a missing key.

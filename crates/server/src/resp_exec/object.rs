@@ -46,19 +46,15 @@ pub(crate) fn object(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 }
 
 fn help(out: &mut Vec<u8>) {
-    let lines: [&[u8]; 7] = [
+    let lines: [&[u8]; 6] = [
         b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"ENCODING <key>",
         b"    Return the kind of internal representation used in order to store the value",
         b"    associated with a <key> (strata: the name Redis would use).",
         b"REFCOUNT <key>",
         b"    Return the number of references of the value associated with the specified <key> (1).",
-        b"HELP",
     ];
-    encode::array_len(out, lines.len());
-    for line in lines {
-        encode::simple(out, line);
-    }
+    super::write_help(out, &lines);
 }
 
 /// The name OBJECT ENCODING gives the item (Redis's names, by Redis's rules).

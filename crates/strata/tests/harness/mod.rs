@@ -374,6 +374,24 @@ pub fn resp_command(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// Runs `tests/python/<script>` with Debian's python3 (scripts/test.sh installs python3-redis)
+/// against the Redis port `port`; asserts it succeeded and printed `done`; returns its output.
+pub fn run_python(script: &str, port: u16, done: &str) -> String {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("/usr/bin/python3")
+        .args([&path, &port.to_string()])
+        .output()
+        .expect("/usr/bin/python3 (scripts/test.sh installs python3-redis)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{script} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains(done), "{stdout}");
+    stdout
+}
+
 /// A pool file for a test, removed on drop with what the server keeps beside it
 /// (`<pool>.sidecar`, `<pool>.index/`).
 pub struct PoolFile(PathBuf);
