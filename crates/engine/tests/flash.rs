@@ -1913,10 +1913,21 @@ fn a_record_keeps_its_kind_on_flash_back_in_memory_and_across_a_reopen() {
         get(&engine, key);
     }
     check(&engine, "after promotion");
-    // A touch (keep_cas) keeps the kind; a string write replaces a hash with a string.
+    // A touch (keep_cas: its own value back, a new expiry) keeps the kind; memcached's touch
+    // leaves a hash alone; a string write replaces a hash with a string.
     let hash_key = &keys[3];
-    assert!(engine.touch(hash_key, Expiry::AtMs(u64::MAX / 2)).unwrap());
+    engine
+        .modify(hash_key, |item, buffer| {
+            buffer.extend_from_slice(item.expect("present").value);
+            Change::Write {
+                client_flags: 0,
+                expiry: Expiry::AtMs(u64::MAX / 2),
+                keep_cas: true,
+            }
+        })
+        .unwrap();
     assert_eq!(engine.peek(hash_key, |item| item.kind), Some(Kind::Hash));
+    assert!(!engine.touch(hash_key, Expiry::Never).unwrap());
     let engine = close_and_reopen(engine, &config);
     check(&engine, "after a clean reopen");
     engine

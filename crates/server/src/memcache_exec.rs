@@ -595,8 +595,8 @@ fn ttl_secs(expires_at_ms: Option<u64>, now_ms: u64) -> i64 {
 }
 
 /// memcached sees only strings: an item of another kind (a Redis hash) reads as absent, so
-/// gets miss it, `set` and `add` replace it, and `append`, `incr`, `cas`, `mg`, `ma`, `md` and
-/// `ms` in append mode find nothing to change. (`delete` and `touch` act on any kind.)
+/// gets miss it, `set` and `add` replace it, and `append`, `incr`, `cas`, `touch`, `mg`, `ma`,
+/// `md` and `ms` in append mode find nothing to change. (`delete` acts on any kind.)
 pub(crate) fn strings_only(item: Option<ItemRef<'_>>) -> Option<ItemRef<'_>> {
     item.filter(|item| item.kind == Kind::String)
 }

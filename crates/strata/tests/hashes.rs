@@ -48,6 +48,7 @@ fn memcached_sees_a_hash_as_absent_and_may_replace_it() {
     assert_eq!(memcache.call(b"mg h v\r\n"), "EN\r\n");
     assert_eq!(memcache.call(b"append h 0 0 1\r\nx\r\n"), "NOT_STORED\r\n");
     assert_eq!(memcache.call(b"incr h 1\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(memcache.call(b"touch h 100\r\n"), "NOT_FOUND\r\n");
     assert_eq!(memcache.call(b"add h 0 0 1\r\nx\r\n"), "NOT_STORED\r\n");
     assert_eq!(redis.call(&command(&["HGET", "h", "f"])), "$1\r\n");
     assert_eq!(redis.line(), "v\r\n");

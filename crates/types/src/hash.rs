@@ -3,17 +3,21 @@
 //! The compact encoding, version 1 (all integers little-endian):
 //!
 //! ```text
-//!  0         1                 5                 9
-//!  +---------+-----------------+-----------------+--------------------------------+
-//!  | version | count (u32)     | expiring (u32)  | count entries, in field order  |
-//!  +---------+-----------------+-----------------+--------------------------------+
+//!  0         1                 5                 9                      17
+//!  +---------+-----------------+-----------------+----------------------+----------------+
+//!  | version | count (u32)     | expiring (u32)  | key_expiry (u64)     | count entries, |
+//!  |         |                 |                 | Unix ms, 0: none     | in field order |
+//!  +---------+-----------------+-----------------+----------------------+----------------+
 //!
 //!  entry:  | varint name_len << 1 | has_expiry | [expires_at unix ms u64] | name |
 //!          | varint value_len | value |
 //! ```
 //!
 //! `count` is the number of entries, `expiring` how many of them carry an expiry (so a hash
-//! with none answers HLEN without a walk). Varints are unsigned LEB128. Fields keep the order
+//! with none answers HLEN without a walk). `key_expiry` is the key's own TTL, as EXPIRE set it
+//! (what TTL reports): the record's expiry is the earlier of it and, when every field has an
+//! expiry, the latest of those ([`Hash::record_expiry`]), so the key goes with its last
+//! field, as in Redis. Varints are unsigned LEB128. Fields keep the order
 //! they were first set in (an update keeps its place), as Redis's listpack does, so small
 //! hashes list their fields in the order Redis lists them. A field is expired at and after its
 //! expiry; expired fields are invisible to every read and are dropped by the next rewrite.
@@ -27,7 +31,7 @@ use crate::{put_varint, take_varint, Malformed};
 /// The first byte of this encoding.
 pub const VERSION: u8 = 1;
 /// Bytes before the first entry.
-pub const HEADER_BYTES: usize = 9;
+pub const HEADER_BYTES: usize = 17;
 /// Redis's `hash-max-listpack-entries` default: OBJECT ENCODING says `listpack` up to it.
 pub const LISTPACK_ENTRIES_MAX: usize = 128;
 /// Redis's `hash-max-listpack-value` default: OBJECT ENCODING says `listpack` while every name
@@ -58,6 +62,21 @@ pub struct Hash<'a> {
     entries: &'a [u8],
     count: u32,
     expiring: u32,
+    key_expiry_ms: Option<u64>,
+}
+
+/// The record's expiry for a hash whose key expires at `key_expiry_ms` and whose fields, if
+/// every one of them expires, are gone at `fields_gone_ms`: the earlier.
+pub fn record_expiry(key_expiry_ms: Option<u64>, fields_gone_ms: Option<u64>) -> Option<u64> {
+    match (key_expiry_ms, fields_gone_ms) {
+        (Some(key), Some(fields)) => Some(key.min(fields)),
+        (key, fields) => key.or(fields),
+    }
+}
+
+/// Sets the key's own expiry in an encoding (bytes 9..17; see the module docs).
+pub fn set_key_expiry(bytes: &mut [u8], key_expiry_ms: Option<u64>) {
+    bytes[9..17].copy_from_slice(&key_expiry_ms.unwrap_or(0).to_le_bytes());
 }
 
 impl<'a> Hash<'a> {
@@ -69,6 +88,7 @@ impl<'a> Hash<'a> {
         }
         let count = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
         let expiring = u32::from_le_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
+        let key_expiry = u64::from_le_bytes(bytes[9..17].try_into().map_err(|_| Malformed)?);
         let entries = &bytes[HEADER_BYTES..];
         let (mut at, mut seen, mut seen_expiring) = (0, 0u32, 0u32);
         while at < entries.len() {
@@ -83,6 +103,7 @@ impl<'a> Hash<'a> {
             entries,
             count,
             expiring,
+            key_expiry_ms: (key_expiry != 0).then_some(key_expiry),
         })
     }
 
@@ -128,6 +149,19 @@ impl<'a> Hash<'a> {
     /// Whether any field carries an expiry.
     pub fn has_expiring(&self) -> bool {
         self.expiring > 0
+    }
+
+    /// The key's own expiry (EXPIRE's; what TTL reports), Unix ms.
+    pub fn key_expiry_ms(&self) -> Option<u64> {
+        self.key_expiry_ms
+    }
+
+    /// When the last field goes, if every field has an expiry.
+    pub fn fields_gone_ms(&self) -> Option<u64> {
+        if self.expiring != self.count {
+            return None;
+        }
+        self.stored().filter_map(|field| field.expires_at_ms).max()
     }
 
     /// The name Redis's OBJECT ENCODING gives a hash like this one: `listpack` while it has
@@ -199,6 +233,7 @@ pub struct Builder<'o> {
     start: usize,
     count: u32,
     expiring: u32,
+    latest_expiry_ms: u64,
 }
 
 impl<'o> Builder<'o> {
@@ -212,6 +247,7 @@ impl<'o> Builder<'o> {
             start,
             count: 0,
             expiring: 0,
+            latest_expiry_ms: 0,
         }
     }
 
@@ -227,6 +263,7 @@ impl<'o> Builder<'o> {
         self.out.extend_from_slice(field.value);
         self.count += 1;
         self.expiring += has_expiry as u32;
+        self.latest_expiry_ms = self.latest_expiry_ms.max(field.expires_at_ms.unwrap_or(0));
     }
 
     /// Fields pushed so far.
@@ -239,9 +276,14 @@ impl<'o> Builder<'o> {
         self.count == 0
     }
 
-    /// Writes the header; returns the fields written. With none, the buffer is left as it was
-    /// found (an empty hash is no encoding: the key is deleted).
-    pub fn finish(self) -> usize {
+    /// When the last field pushed goes, if every one has an expiry.
+    pub fn fields_gone_ms(&self) -> Option<u64> {
+        (self.count > 0 && self.expiring == self.count).then_some(self.latest_expiry_ms)
+    }
+
+    /// Writes the header, with the key's own expiry; returns the fields written. With none,
+    /// the buffer is left as it was found (an empty hash is no encoding: the key is deleted).
+    pub fn finish(self, key_expiry_ms: Option<u64>) -> usize {
         if self.count == 0 {
             self.out.truncate(self.start);
             return 0;
@@ -249,6 +291,7 @@ impl<'o> Builder<'o> {
         let header = &mut self.out[self.start..self.start + HEADER_BYTES];
         header[1..5].copy_from_slice(&self.count.to_le_bytes());
         header[5..9].copy_from_slice(&self.expiring.to_le_bytes());
+        set_key_expiry(header, key_expiry_ms);
         self.count as usize
     }
 }
@@ -272,7 +315,7 @@ mod tests {
         for &f in fields {
             builder.push(f);
         }
-        builder.finish();
+        builder.finish(None);
         out
     }
 
@@ -296,12 +339,36 @@ mod tests {
         assert_eq!(hash.redis_encoding(0), "hashtable", "a 300-byte value");
         assert_eq!(hash.redis_encoding(1_000), "listpack");
         assert!(!hash.is_empty(5_000) && hash.len(5_000) == 1);
+        assert_eq!(hash.fields_gone_ms(), None, "field a never expires");
+        assert_eq!(hash.key_expiry_ms(), None);
+    }
+
+    #[test]
+    fn the_key_goes_with_its_last_field_or_its_own_ttl_whichever_comes_first() {
+        let mut out = Vec::new();
+        let mut builder = Builder::new(&mut out);
+        builder.push(field(b"a", b"1", Some(5_000)));
+        builder.push(field(b"b", b"2", Some(9_000)));
+        assert_eq!(builder.fields_gone_ms(), Some(9_000));
+        builder.finish(Some(20_000));
+        let hash = Hash::parse(&out).unwrap();
+        assert_eq!(
+            (hash.key_expiry_ms(), hash.fields_gone_ms()),
+            (Some(20_000), Some(9_000))
+        );
+        assert_eq!(record_expiry(Some(20_000), Some(9_000)), Some(9_000));
+        assert_eq!(record_expiry(Some(3_000), Some(9_000)), Some(3_000));
+        assert_eq!(record_expiry(None, Some(9_000)), Some(9_000));
+        assert_eq!(record_expiry(Some(3_000), None), Some(3_000));
+        assert_eq!(record_expiry(None, None), None);
+        set_key_expiry(&mut out, None);
+        assert_eq!(Hash::parse(&out).unwrap().key_expiry_ms(), None);
     }
 
     #[test]
     fn an_empty_builder_leaves_the_buffer_as_it_was() {
         let mut out = b"prefix".to_vec();
-        assert_eq!(Builder::new(&mut out).finish(), 0);
+        assert_eq!(Builder::new(&mut out).finish(None), 0);
         assert_eq!(out, b"prefix");
     }
 
@@ -328,7 +395,7 @@ mod tests {
     proptest! {
         #[test]
         fn any_bytes_parse_or_are_refused_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let mut with_header = vec![VERSION, 1, 0, 0, 0, 0, 0, 0, 0];
+            let mut with_header = vec![VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
             with_header.extend_from_slice(&bytes);
             for candidate in [&bytes[..], &with_header[..]] {
                 if let Ok(hash) = Hash::parse(candidate) {

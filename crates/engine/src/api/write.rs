@@ -295,11 +295,14 @@ impl Engine {
         Ok(outcome)
     }
 
-    /// Sets a new expiry on `key`, keeping its value, flags and CAS. Returns whether it exists.
+    /// Sets a new expiry on a string `key`, keeping its value, flags and CAS (memcached's
+    /// touch and gat). Returns whether it exists; a key holding another kind reads as absent
+    /// (its expiry is the server's to set: a hash keeps the key's own in its encoding).
     pub fn touch(&self, key: &[u8], expiry: Expiry) -> Result<bool, WriteError> {
         let mut found = false;
         self.modify(key, |current, buffer| match current {
             None => Change::Keep,
+            Some(item) if item.kind != Kind::String => Change::Keep,
             Some(item) => {
                 found = true;
                 buffer.extend_from_slice(item.value);

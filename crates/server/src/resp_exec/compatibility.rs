@@ -23,7 +23,7 @@ const MEMCACHED: &[(&str, &str)] = &[
     ("stats sizes, extstore, detail", "answered, empty (sizes: `disabled`)"),
     ("lru_crawler, slabs (reassign, automove), lru, watch, cache_memlimit, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
     ("binary protocol", "refused: a binary `Not supported` response, then the connection closes"),
-    ("any command on a key holding a Redis hash", "the key reads as absent: gets miss, `set` and `add` replace it, `append`, `incr`, `cas` and the meta commands find nothing; `delete` and `touch` act on it"),
+    ("any command on a key holding a Redis hash", "the key reads as absent: gets miss, `set` and `add` replace it, `append`, `incr`, `cas`, `touch` and the meta commands find nothing; `delete` acts on it"),
 ];
 
 /// Commands newer than Redis 7.0.15 that strata runs, with the release that added them (their

@@ -6,8 +6,9 @@
 //! Arithmetic follows Redis 7.0's `expireGenericCommand` and `getExpireMillisecondsOrReply`,
 //! including where each overflow is reported as `invalid expire time`.
 
-use strata_engine::{Change, Expiry};
+use strata_engine::{Change, Expiry, ItemRef, Kind};
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
+use strata_types::hash::{record_expiry, set_key_expiry, Hash};
 
 use super::{write_error, Call, State};
 
@@ -108,6 +109,37 @@ impl Conditions {
     }
 }
 
+/// The key's own expiry, as TTL reports it: the record's for a string; for a hash, the one its
+/// encoding keeps (its record may expire earlier, with its last field: see `hashes.rs`).
+fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
+    match item.kind {
+        Kind::Hash => Hash::parse(item.value)
+            .ok()
+            .and_then(|hash| hash.key_expiry_ms()),
+        Kind::String => item.expires_at_ms,
+    }
+}
+
+/// `item` written back with the key's own expiry set to `key_expiry` (a touch: same value,
+/// same CAS): a string's record expiry; a hash's, in its encoding, with the record expiring at
+/// the earlier of it and the last field's.
+fn with_key_expiry(item: &ItemRef<'_>, key_expiry: Option<u64>, buffer: &mut Vec<u8>) -> Change {
+    buffer.extend_from_slice(item.value);
+    let record = match (item.kind, Hash::parse(item.value)) {
+        (Kind::Hash, Ok(hash)) => {
+            let fields_gone = hash.fields_gone_ms();
+            set_key_expiry(buffer, key_expiry);
+            record_expiry(key_expiry, fields_gone)
+        }
+        _ => key_expiry,
+    };
+    Change::Write {
+        client_flags: item.client_flags,
+        expiry: record.map_or(Expiry::Never, Expiry::AtMs),
+        keep_cas: true,
+    }
+}
+
 /// The four EXPIRE commands: `unit` of the argument, `relative` to now or absolute.
 fn expire_generic(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit, relative: bool) {
     let Some(conditions) = Conditions::parse(call, out) else {
@@ -141,19 +173,14 @@ fn expire_generic(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit, relative: bool
         let Some(item) = current else {
             return Change::Keep;
         };
-        if !conditions.allow(item.expires_at_ms, when) {
+        if !conditions.allow(key_expiry(&item), when) {
             return Change::Keep;
         }
         changed = true;
         if when <= 0 {
             return Change::Delete;
         }
-        buffer.extend_from_slice(item.value);
-        Change::Write {
-            client_flags: item.client_flags,
-            expiry: Expiry::AtMs(when.unsigned_abs()),
-            keep_cas: true,
-        }
+        with_key_expiry(&item, Some(when.unsigned_abs()), buffer)
     });
     match result {
         Ok(_) => encode::integer(out, i64::from(changed)),
@@ -200,7 +227,7 @@ enum TtlForm {
 /// -2 for a missing key, -1 for no expiry, else the time in `form`, as Redis's
 /// `ttlGenericCommand` (remaining time never below zero, seconds rounded to nearest).
 fn ttl_generic(call: &Call<'_>, out: &mut Vec<u8>, form: TtlForm) {
-    let expires_at_ms = call.engine().get(call.arg(1), |item| item.expires_at_ms);
+    let expires_at_ms = call.engine().get(call.arg(1), |item| key_expiry(&item));
     let reply = match expires_at_ms {
         None => -2,
         Some(None) => -1,
@@ -246,14 +273,9 @@ pub(crate) fn persist(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let result = call
         .engine()
         .modify(call.arg(1), |current, buffer| match current {
-            Some(item) if item.expires_at_ms.is_some() => {
+            Some(item) if key_expiry(&item).is_some() => {
                 changed = true;
-                buffer.extend_from_slice(item.value);
-                Change::Write {
-                    client_flags: item.client_flags,
-                    expiry: Expiry::Never,
-                    keep_cas: true,
-                }
+                with_key_expiry(&item, None, buffer)
             }
             _ => Change::Keep,
         });

@@ -9,9 +9,9 @@
 //! removed; HTTL and friends: `-1` no expiry, else the time). A field named twice is answered
 //! twice, the second time after the first took effect.
 //!
-//! Departure: the key itself stays (EXISTS, TYPE, DBSIZE and SCAN count it) until a write of
-//! the hash or the key's own expiry removes it, where Redis deletes it as its last field
-//! expires.
+//! The key goes with its last field, as in Redis: a write that leaves every field with an
+//! expiry makes the record expire with the last of them (or at the key's own TTL, kept in the
+//! encoding, if that comes first: `hashes.rs`).
 
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 use strata_types::hash::{Field, Hash};

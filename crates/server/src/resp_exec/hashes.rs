@@ -5,8 +5,10 @@
 //! A read borrows the record and walks the encoding; a write runs under the key's lock
 //! (`Engine::modify_as`), rebuilding the encoding into the engine's write buffer: the old
 //! fields in order (updated in place, expired ones dropped), then the new ones. A hash left
-//! with no field is deleted, as Redis deletes an empty hash. A key of another kind answers
-//! `WRONGTYPE` and is left alone.
+//! with no field is deleted, as Redis deletes an empty hash. The key's own TTL lives in the
+//! encoding's header (EXPIRE sets it, TTL reads it: `expire.rs`); the record expires at the
+//! earlier of it and, when every field has an expiry, the last field's, so the key goes with
+//! its last field as in Redis. A key of another kind answers `WRONGTYPE` and is left alone.
 //!
 //! Replies are Redis 7.0.15's, byte for byte, in RESP2 and RESP3 (the differential tests), with
 //! one departure: HSCAN answers every matching field in one reply (cursor 0), for any size, as
@@ -14,7 +16,7 @@
 
 use strata_engine::{Change, Expiry, Kind, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_f64, parse_i64, Version};
-use strata_types::hash::{Builder, Field, Hash};
+use strata_types::hash::{record_expiry, Builder, Field, Hash};
 
 use super::counters::format_human;
 use super::{write_error, Call, State};
@@ -87,20 +89,25 @@ pub(crate) fn edit_hash(
                     return Change::Keep;
                 }
             };
+            // A hash whose fields had all expired is gone: what is built now is a new key.
+            let key_expiry = hash.as_ref().and_then(Hash::key_expiry_ms);
             let mut builder = Builder::new(buffer);
             if let Edit::Keep = f(hash.as_ref(), now_ms, &mut builder) {
                 return Change::Keep;
             }
-            if builder.finish() == 0 {
+            let fields_gone = builder.fields_gone_ms();
+            if builder.finish(key_expiry) == 0 {
                 return if current.is_some() {
                     Change::Delete
                 } else {
                     Change::Keep
                 };
             }
+            // The key goes with its last field, or at its own TTL if that comes first.
+            let expiry = record_expiry(key_expiry, fields_gone);
             Change::WriteKind {
                 kind: Kind::Hash,
-                expiry: Expiry::Keep,
+                expiry: expiry.map_or(Expiry::Never, Expiry::AtMs),
             }
         })
         .map(|_| decoded)

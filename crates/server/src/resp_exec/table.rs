@@ -800,22 +800,10 @@ pub(crate) static COMMANDS: &[Command] = &[
         "every matching field in one reply with cursor 0, at any size (Redis pages a large hash); takes NOVALUES (Redis 7.4)",
         row("hscan", -3, READ_SLOW, ONE_KEY, "hash", "other", hashes::hscan)
     ),
-    differs(
-        "a hash whose fields have all expired stays a key (EXISTS, TYPE, DBSIZE, SCAN see it) until it is written or its own TTL passes; Redis deletes it as its last field expires",
-        row("hexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpire)
-    ),
-    differs(
-        "a hash whose fields have all expired stays a key (EXISTS, TYPE, DBSIZE, SCAN see it) until it is written or its own TTL passes; Redis deletes it as its last field expires",
-        row("hpexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpexpire)
-    ),
-    differs(
-        "a hash whose fields have all expired stays a key (EXISTS, TYPE, DBSIZE, SCAN see it) until it is written or its own TTL passes; Redis deletes it as its last field expires",
-        row("hexpireat", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpireat)
-    ),
-    differs(
-        "a hash whose fields have all expired stays a key (EXISTS, TYPE, DBSIZE, SCAN see it) until it is written or its own TTL passes; Redis deletes it as its last field expires",
-        row("hpexpireat", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpexpireat)
-    ),
+    row("hexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpire),
+    row("hpexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpexpire),
+    row("hexpireat", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpireat),
+    row("hpexpireat", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpexpireat),
     row("httl", -5, READ, ONE_KEY, "hash", "other", hash_expiry::httl),
     row("hpttl", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hpttl),
     row("hexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hexpiretime),

@@ -81,6 +81,36 @@ try:
 except redis.exceptions.ResponseError as error:
     assert "numfields" in str(error), error
 
+# The key goes with its last field, as in Redis; its own TTL is kept apart from the fields'.
+def wait_gone(key):
+    deadline = time.monotonic() + 10
+    while r.exists(key):
+        assert time.monotonic() < deadline, f"{key} outlived its last field"
+        time.sleep(0.01)
+    assert r.type(key) == b"none" and r.ttl(key) == -2
+
+r.hset("gone", mapping={"a": 1, "b": 2})
+assert r.execute_command("HPEXPIRE", "gone", 50, "FIELDS", 2, "a", "b") == [1, 1]
+assert r.ttl("gone") == -1, "the key has no TTL of its own"
+assert r.persist("gone") is False, "nothing to persist"
+wait_gone("gone")
+r.hset("later", "a", 1)
+assert r.expire("later", 1000)
+assert r.execute_command("HPEXPIRE", "later", 50, "FIELDS", 1, "a") == [1]
+assert 990 <= r.ttl("later") <= 1000, r.ttl("later")
+wait_gone("later")
+r.hset("sooner", mapping={"a": 1, "b": 2})
+assert r.execute_command("HEXPIRE", "sooner", 1000, "FIELDS", 2, "a", "b") == [1, 1]
+assert r.pexpire("sooner", 50)
+wait_gone("sooner")
+r.hset("kept", "a", 1)
+assert r.execute_command("HPEXPIRE", "kept", 50, "FIELDS", 1, "a") == [1]
+r.hset("kept", "b", 2)
+time.sleep(0.2)
+assert r.hgetall("kept") == {b"b": b"2"} and r.ttl("kept") == -1, "a field without expiry keeps it"
+assert r.execute_command("HPEXPIRE", "kept", 50, "FIELDS", 1, "b") == [1]
+wait_gone("kept")
+
 # Concurrent HINCRBY on one field from eight threads: no increment is lost.
 r.delete("counter")
 def add(times):
