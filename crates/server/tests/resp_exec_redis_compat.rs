@@ -1165,6 +1165,17 @@ fn hashes_match_redis() {
         "SET h2 now-a-string",
         "TYPE h2",
         "HGET h2 b",
+        "HSET kh a 1",
+        "EXPIRE kh 100",
+        "SET kh v KEEPTTL",
+        "TTL kh",
+        "TYPE kh",
+        "HSET kh2 a 1",
+        "SET kh2 v NX KEEPTTL",
+        "SET kh2 v XX KEEPTTL",
+        "TTL kh2",
+        "SET nokey v XX KEEPTTL",
+        "EXISTS nokey",
     ]);
     d.scan_all("TYPE hash");
     d.scan_all("TYPE string");

@@ -111,7 +111,7 @@ impl Conditions {
 
 /// The key's own expiry, as TTL reports it: the record's for a string; for a hash, the one its
 /// encoding keeps (its record may expire earlier, with its last field: see `hashes.rs`).
-fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
+pub(crate) fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
     match item.kind {
         Kind::Hash => Hash::parse(item.value)
             .ok()

@@ -235,6 +235,8 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         call.engine()
             .set(key, value, 0, expiry)
             .map(StoreOutcome::Stored)
+    } else if expiry == Expiry::Keep {
+        set_keeping_ttl(call, key, value, condition)
     } else {
         let store = StoreOptions {
             client_flags: 0,
@@ -253,6 +255,39 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         }
         Err(error) => write_error(out, &error),
     }
+}
+
+/// `SET ... KEEPTTL`: the key's own TTL carries over, which for a hash is the one its encoding
+/// keeps (its record may expire sooner, with its last field: `expire::key_expiry`).
+fn set_keeping_ttl(
+    call: &Call<'_>,
+    key: &[u8],
+    value: &[u8],
+    condition: Condition,
+) -> Result<StoreOutcome, strata_engine::WriteError> {
+    let mut outcome = StoreOutcome::NotStored;
+    let cas = call.engine().modify(key, |current, buffer| {
+        let allowed = match condition {
+            Condition::IfAbsent => current.is_none(),
+            Condition::IfPresent => current.is_some(),
+            _ => true,
+        };
+        if !allowed {
+            return Change::Keep;
+        }
+        outcome = StoreOutcome::Stored(0);
+        buffer.extend_from_slice(value);
+        let kept = current.as_ref().and_then(super::expire::key_expiry);
+        Change::Write {
+            client_flags: 0,
+            expiry: kept.map_or(Expiry::Never, Expiry::AtMs),
+            keep_cas: false,
+        }
+    })?;
+    Ok(match (outcome, cas) {
+        (StoreOutcome::Stored(_), cas) => StoreOutcome::Stored(cas.unwrap_or(0)),
+        (other, _) => other,
+    })
 }
 
 /// `SET ... GET`: replies with the old value (or null) whether or not the condition let the

@@ -111,6 +111,14 @@ assert r.hgetall("kept") == {b"b": b"2"} and r.ttl("kept") == -1, "a field witho
 assert r.execute_command("HPEXPIRE", "kept", 50, "FIELDS", 1, "b") == [1]
 wait_gone("kept")
 
+# SET KEEPTTL over a hash keeps the key's own TTL, not its last field's.
+r.hset("kt", "a", 1)
+assert r.expire("kt", 1000)
+assert r.execute_command("HPEXPIRE", "kt", 50, "FIELDS", 1, "a") == [1]
+assert r.set("kt", "v", keepttl=True)
+time.sleep(0.2)
+assert r.get("kt") == b"v" and 990 <= r.ttl("kt") <= 1000, r.ttl("kt")
+
 # Concurrent HINCRBY on one field from eight threads: no increment is lost.
 r.delete("counter")
 def add(times):
