@@ -64,7 +64,8 @@ pub struct ImageItem {
 /// `<pool>.txlog`, open.
 #[derive(Debug)]
 pub(crate) struct TxLog {
-    file: File,
+    /// `None` until the first group: a pool that never runs one has no log file.
+    file: Option<File>,
     path: PathBuf,
     /// Whether marks are made durable (`fdatasync`): under `interval` and `sync`.
     durable: bool,
@@ -89,18 +90,23 @@ pub(crate) fn path_for(pool: &Path) -> PathBuf {
 }
 
 impl TxLog {
-    /// Opens (or creates) the log of the pool at `pool`; returns it with the before-images of
-    /// a group a crash interrupted, when the log holds one.
+    /// Opens the log of the pool at `pool` if it has one (it is created by the first group);
+    /// returns it with the before-images of a group a crash interrupted, when it holds one.
     pub(crate) fn open(pool: &Path, durable: bool) -> io::Result<(TxLog, Option<Vec<Image>>)> {
         let path = path_for(pool);
-        let file = std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+            .open(&path)
+        {
+            Ok(file) => Some(file),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error),
+        };
         let mut bytes = Vec::new();
-        io::Read::read_to_end(&mut &file, &mut bytes)?;
+        if let Some(file) = &file {
+            io::Read::read_to_end(&mut &*file, &mut bytes)?;
+        }
         let pending = decode_active(&bytes);
         Ok((
             TxLog {
@@ -134,19 +140,42 @@ impl TxLog {
         let body_len = self.buffer.len() - HEADER_BYTES;
         let (header, body) = self.buffer.split_at_mut(HEADER_BYTES);
         write_header(header, self.entries, body_len, body);
-        self.file.write_all_at(&self.buffer, 0)?;
+        self.file()?;
+        let file = self.file.as_ref().expect("opened above");
+        file.write_all_at(&self.buffer, 0)?;
         if self.durable {
-            self.file.sync_data()?;
+            file.sync_data()?;
         }
         Ok(())
     }
 
+    /// The log file, created (and, when durable, its directory entry made durable) the first
+    /// time a group needs it.
+    fn file(&mut self) -> io::Result<&File> {
+        if self.file.is_none() {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)?;
+            if self.durable {
+                if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    File::open(dir)?.sync_all()?;
+                }
+            }
+            self.file = Some(file);
+        }
+        Ok(self.file.as_ref().expect("opened above"))
+    }
+
     /// Marks the active group done, durably when the log is.
     pub(crate) fn end(&mut self) -> io::Result<()> {
-        self.file
-            .write_all_at(&STATE_DONE.to_le_bytes(), STATE_OFFSET)?;
-        if self.durable {
-            self.file.sync_data()?;
+        let durable = self.durable;
+        let file = self.file()?;
+        file.write_all_at(&STATE_DONE.to_le_bytes(), STATE_OFFSET)?;
+        if durable {
+            file.sync_data()?;
         }
         Ok(())
     }
@@ -357,6 +386,7 @@ mod tests {
         let pool = dir.join("pool");
         let (mut log, pending) = TxLog::open(&pool, true).unwrap();
         assert_eq!(pending, None);
+        assert!(!path_for(&pool).exists(), "no file until a group runs");
         // A longer log first: the next one is written over it, not truncated.
         log.start();
         log.push(&[b'x'; 500], None);
