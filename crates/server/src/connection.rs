@@ -161,8 +161,10 @@ const PUSHED_PENDING_BYTES_MAX: usize = 256 << 10;
 
 /// A client connection.
 pub struct Connection {
-    stream: TcpStream,
+    /// Declared (so dropped) before the socket: the session leaves the clients' registry
+    /// (`CLIENT LIST`) before the peer can see the connection closed.
     session: Box<dyn Session>,
+    stream: TcpStream,
     read_buf: Vec<u8>,
     read_len: usize,
     write_buf: Vec<u8>,
