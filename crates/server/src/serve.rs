@@ -333,6 +333,9 @@ fn log_ready(
     kernel_polled: u64,
     addrs: [Option<SocketAddr>; 3],
 ) {
+    // The flash tier's lines (and warnings) come first: whoever waits for "strata ready" has
+    // them too.
+    log_flash_tier(config, engine, kernel_polled);
     let show = |addr: Option<SocketAddr>| addr.map_or_else(|| "off".to_string(), |a| a.to_string());
     let domain = engine.persistence_domain();
     tracing::info!(
@@ -350,6 +353,10 @@ fn log_ready(
         connections_max = config.connections_max,
         "strata ready"
     );
+}
+
+/// The flash tier's start-up line, and the warnings of a tier that will not survive a restart.
+fn log_flash_tier(config: &ServerConfig, engine: &Engine, kernel_polled: u64) {
     if let (Some(settings), Some(flash)) = (&config.flash, engine.stats().flash) {
         tracing::info!(
             path = %settings.path.display(),
