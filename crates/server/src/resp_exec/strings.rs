@@ -257,6 +257,15 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// Whether SET's NX or XX lets a write happen to a key that is `present` (or not).
+fn presence_allows(condition: Condition, present: bool) -> bool {
+    match condition {
+        Condition::IfAbsent => !present,
+        Condition::IfPresent => present,
+        _ => true,
+    }
+}
+
 /// `SET ... KEEPTTL`: the key's own TTL carries over, which for a hash is the one its encoding
 /// keeps (its record may expire sooner, with its last field: `expire::key_expiry`).
 fn set_keeping_ttl(
@@ -267,12 +276,7 @@ fn set_keeping_ttl(
 ) -> Result<StoreOutcome, strata_engine::WriteError> {
     let mut outcome = StoreOutcome::NotStored;
     let cas = call.engine().modify(key, |current, buffer| {
-        let allowed = match condition {
-            Condition::IfAbsent => current.is_none(),
-            Condition::IfPresent => current.is_some(),
-            _ => true,
-        };
-        if !allowed {
+        if !presence_allows(condition, current.is_some()) {
             return Change::Keep;
         }
         outcome = StoreOutcome::Stored(0);
@@ -306,12 +310,7 @@ fn set_and_get(
             Some(item) => encode::bulk(out, item.value),
             None => encode::null(out, state.version),
         };
-        let allowed = match condition {
-            Condition::IfAbsent => current.is_none(),
-            Condition::IfPresent => current.is_some(),
-            _ => true,
-        };
-        if !allowed {
+        if !presence_allows(condition, current.is_some()) {
             return Change::Keep;
         }
         buffer.extend_from_slice(value);
