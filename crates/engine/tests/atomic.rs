@@ -255,3 +255,35 @@ fn without_a_pool_file_a_group_just_runs() {
     assert!(answer > 0);
     assert_eq!(value(&engine, b"k").map(|v| v.0), Some(b"v".to_vec()));
 }
+
+/// A log that cannot be written (a full disk, or here a directory in its place) refuses the
+/// group before any of its writes: the caller gets the error, nothing changed, and the engine
+/// still takes other writes.
+#[test]
+fn a_log_that_cannot_be_written_refuses_the_group_and_changes_nothing() {
+    let pool = temp_pool("unwritable");
+    let config = config(&pool.0, Durability::None, IndexPlacement::Dram);
+    let engine = Engine::open(EngineConfig {
+        fresh: true,
+        ..config
+    })
+    .unwrap();
+    engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
+    let log = format!("{}.txlog", pool.0.display());
+    std::fs::create_dir_all(&log).unwrap();
+    let mut ran = false;
+    let refused = engine.atomically(&[b"a"], || {
+        ran = true;
+        engine.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+    });
+    assert!(
+        matches!(refused, Err(WriteError::Persist(_))),
+        "{refused:?}"
+    );
+    assert!(!ran, "the group never ran");
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"old-a".to_vec()));
+    engine
+        .set(b"b", b"still-writable", 0, Expiry::Never)
+        .unwrap();
+    std::fs::remove_dir_all(&log).unwrap();
+}
