@@ -389,16 +389,15 @@ fn feed_monitors(state: &State, call: &Call<'_>) {
 
 /// Whether CLIENT PAUSE holds this command now (see `crate::pause`): every command but CLIENT
 /// under `ALL`; under `WRITE`, a write (queued or not) or an EXEC whose queue holds one.
-fn held_by_pause(state: &State, ctx: &ServerContext, args: &Args, command: &[u8]) -> bool {
+fn held_by_pause(held: crate::pause::Held, state: &State, args: &Args, command: &[u8]) -> bool {
     let name = args.get(command, 0).unwrap_or_default();
     let Some(entry) = table::lookup(name) else {
-        return ctx.pause.holds() == Some(crate::pause::Held::All);
+        return held == crate::pause::Held::All;
     };
-    match ctx.pause.holds() {
-        None => false,
-        Some(_) if entry.name == "client" => false,
-        Some(crate::pause::Held::All) => true,
-        Some(crate::pause::Held::Writes) => {
+    match held {
+        _ if entry.name == "client" => false,
+        crate::pause::Held::All => true,
+        crate::pause::Held::Writes => {
             entry.flags.contains(&"write")
                 || (entry.name == "exec" && state.multi.as_ref().is_some_and(multi::queues_a_write))
         }
@@ -684,7 +683,8 @@ impl RespSession {
                 self.flash_wait.read_ahead_too(ctx, behind);
                 return Some(Processed::flash_wait(start));
             }
-            if ctx.pause.holds().is_some() && held_by_pause(&self.state, ctx, args, command) {
+            let held = ctx.pause.holds();
+            if held.is_some_and(|held| held_by_pause(held, &self.state, args, command)) {
                 return Some(Processed::held(start));
             }
             execute(&mut self.state, args, command, ctx, out);
