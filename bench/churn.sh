@@ -66,7 +66,7 @@ PY
   else
     local keys ev
     keys=$(redis-cli -p "$2" dbsize)
-    ev=$(redis-cli -p "$2" info stats | awk -F: '/^evicted_keys/ { print $2 }' | tr -d '\r')
+    ev=$(redis-cli -p "$2" info stats | awk -F: '/^evicted_keys:/ { print $2 }' | tr -d '\r')
     printf "keys=%d evictions=%d" "$keys" "$ev"
   fi
 }
