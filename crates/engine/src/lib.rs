@@ -12,7 +12,8 @@
 //! Goals: a few bytes of overhead per item (an 8-byte record header and ~8.5 bytes of index),
 //! no global lock on the read or write path, an index that grows online, whole-segment expiry
 //! and eviction, and records that a restart can validate (checksums) and order (segment seq).
-//! Non-goals: data types other than byte strings; knowing any wire protocol.
+//! Non-goals: knowing any wire protocol, or how a typed value is encoded: a record carries its
+//! kind (`Kind`: string, hash), the server and `strata-types` read and write the bytes.
 //!
 //! Concurrency: the keyspace is split into shards, each behind a reader-writer lock holding
 //! its own index, TTL chains and segments. Reads of one shard run in parallel and never wait
