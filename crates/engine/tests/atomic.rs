@@ -287,3 +287,151 @@ fn a_log_that_cannot_be_written_refuses_the_group_and_changes_nothing() {
         .unwrap();
     std::fs::remove_dir_all(&log).unwrap();
 }
+
+/// The same group as [`interrupted_group`], run as a transaction holding its keys' shards.
+fn interrupted_transaction(engine: &Engine, pool: &std::path::Path, crashed: &std::path::Path) {
+    let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"h"];
+    let txn = engine.transaction(&keys, &keys).unwrap();
+    txn.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+    txn.set(b"b", b"new-b", 0, Expiry::Never).unwrap();
+    txn.delete(b"c", None).unwrap();
+    txn.modify(b"h", |_, buffer| {
+        buffer.extend_from_slice(b"new-hash");
+        Change::WriteKind {
+            kind: Kind::Hash,
+            expiry: Expiry::Never,
+        }
+    })
+    .unwrap();
+    crash_copy(pool, crashed);
+    txn.finish().unwrap();
+}
+
+#[test]
+fn a_crash_inside_a_transaction_undoes_every_write_of_it() {
+    let far = 4_000_000_000_000;
+    for durability in [Durability::None, Durability::Sync] {
+        for placement in [IndexPlacement::Dram, IndexPlacement::Pool] {
+            let original = temp_pool(&format!("txn-{durability:?}-{placement:?}"));
+            let pool = temp_pool(&format!("txn-{durability:?}-{placement:?}-crashed"));
+            {
+                let engine = Engine::open(EngineConfig {
+                    fresh: true,
+                    ..config(&original.0, durability, placement)
+                })
+                .unwrap();
+                engine.set(b"a", b"old-a", 7, Expiry::AtMs(far)).unwrap();
+                engine.set(b"c", b"old-c", 0, Expiry::Never).unwrap();
+                set_hash(&engine, b"h", b"old-hash");
+                engine.commit().unwrap();
+                interrupted_transaction(&engine, &original.0, &pool.0);
+                // The original ended its transaction: every write of it is there.
+                assert_eq!(value(&engine, b"b").map(|v| v.0), Some(b"new-b".to_vec()));
+                assert_eq!(value(&engine, b"c"), None);
+            }
+            let label = format!("{durability:?} {placement:?}");
+            let engine = Engine::open(config(&pool.0, durability, placement)).unwrap();
+            assert_eq!(
+                engine.recovery_report().transaction_keys_restored,
+                4,
+                "{label}"
+            );
+            assert_eq!(
+                value(&engine, b"a"),
+                Some((b"old-a".to_vec(), Kind::String, Some(far))),
+                "{label}"
+            );
+            assert_eq!(value(&engine, b"b"), None, "{label}");
+            assert_eq!(
+                value(&engine, b"c"),
+                Some((b"old-c".to_vec(), Kind::String, None)),
+                "{label}"
+            );
+            assert_eq!(
+                value(&engine, b"h"),
+                Some((b"old-hash".to_vec(), Kind::Hash, None)),
+                "{label}"
+            );
+            engine.check_integrity().unwrap();
+            // And the original, reopened after its clean end, has nothing to undo.
+            drop(engine);
+            let engine = Engine::open(config(&original.0, durability, placement)).unwrap();
+            assert_eq!(
+                engine.recovery_report().transaction_keys_restored,
+                0,
+                "{label}"
+            );
+            assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"new-a".to_vec()));
+        }
+    }
+}
+
+/// A panic between a transaction's writes (a bug in a command, or `DEBUG PANIC` queued in an
+/// EXEC) puts the before-images back at once and releases the shards: the engine serves on.
+#[test]
+fn a_panic_inside_a_transaction_undoes_its_writes_and_releases_its_keys() {
+    let pool = temp_pool("txn-panic");
+    let config = config(&pool.0, Durability::None, IndexPlacement::Pool);
+    let engine = Engine::open(EngineConfig {
+        fresh: true,
+        ..config.clone()
+    })
+    .unwrap();
+    engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
+    let keys: [&[u8]; 2] = [b"a", b"b"];
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let txn = engine.transaction(&keys, &keys).unwrap();
+        txn.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+        txn.set(b"b", b"new-b", 0, Expiry::Never).unwrap();
+        panic!("a bug in the middle of a transaction");
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"old-a".to_vec()));
+    assert_eq!(value(&engine, b"b"), None);
+    engine.set(b"b", b"after", 0, Expiry::Never).unwrap();
+    drop(engine);
+    let engine = Engine::open(config).unwrap();
+    assert_eq!(engine.recovery_report().transaction_keys_restored, 0);
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"old-a".to_vec()));
+    assert_eq!(value(&engine, b"b").map(|v| v.0), Some(b"after".to_vec()));
+    engine.check_integrity().unwrap();
+}
+
+/// A transaction's thread using the engine's single-key operations would wait for a shard it
+/// holds: it panics instead, naming the mistake, and the transaction still ends cleanly.
+#[test]
+fn a_single_key_operation_inside_a_transaction_panics_instead_of_deadlocking() {
+    let engine = Engine::open(EngineConfig::default()).unwrap();
+    engine.set(b"a", b"1", 0, Expiry::Never).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let txn = engine.transaction(&[b"a"], &[]).unwrap();
+        txn.set(b"a", b"2", 0, Expiry::Never).unwrap();
+        engine.get(b"a", |_| ());
+    }));
+    let message = panicked.unwrap_err();
+    let message = message
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| message.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(message.contains("inside an open transaction"), "{message}");
+    // Without a log there is nothing to undo: the write stays, and the key is free again.
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"2".to_vec()));
+}
+
+/// A key the transaction did not name is refused (a caller's bug), never read unlocked.
+#[test]
+#[should_panic(expected = "a key the transaction did not name")]
+fn a_transaction_refuses_a_key_it_did_not_name() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 64 << 20,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    // Keys until one lands in another shard than "a".
+    let txn = engine.transaction(&[b"a"], &[]).unwrap();
+    for i in 0..1000 {
+        let key = format!("other-{i}");
+        txn.get(key.as_bytes(), |_| ());
+    }
+}

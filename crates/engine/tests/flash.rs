@@ -1944,3 +1944,59 @@ fn a_record_keeps_its_kind_on_flash_back_in_memory_and_across_a_reopen() {
     assert_eq!(engine.concat(&keys[0], b"x", false), Ok(None));
     assert_eq!(engine.arith(&keys[0], 1, false), Ok(Arith::NotNumeric));
 }
+
+/// A transaction over keys only flash holds: its reads see their values (read ahead first,
+/// as a server's plan does, so without I/O under the locks), its read-modify-write brings the
+/// key back to memory and changes it, its delete removes the flash copy, and `read_together`
+/// sees them all at once.
+#[test]
+fn a_transaction_reads_changes_and_deletes_keys_only_flash_holds() {
+    let engine = Engine::open(config(ram_disk(64), false)).unwrap();
+    let keys = fill(&engine, 600);
+    let on_flash = keys_on_flash(&engine, &keys);
+    assert!(on_flash.len() > 300, "most keys on flash");
+    let (read, changed, deleted) = (on_flash[0], on_flash[1], on_flash[2]);
+    let index = |key: &[u8]| keys.iter().position(|k| k == key).unwrap() as u32;
+    engine.stage_flash(&[read, changed, deleted]);
+    let staged_before = flash_stats(&engine).staged_reads;
+    let txn = engine
+        .transaction(&[read, changed, deleted], &[changed, deleted])
+        .unwrap();
+    assert_eq!(
+        txn.get(read, |item| item.value.to_vec()),
+        Some(value_of(index(read)))
+    );
+    txn.modify(changed, |current, buffer| {
+        buffer.extend_from_slice(current.expect("seen on flash").value);
+        buffer.extend_from_slice(b"+txn");
+        Change::Write {
+            client_flags: 0,
+            expiry: Expiry::Never,
+            keep_cas: false,
+        }
+    })
+    .unwrap();
+    assert_eq!(txn.delete(deleted, None).unwrap(), DeleteOutcome::Deleted);
+    txn.finish().unwrap();
+    assert!(
+        flash_stats(&engine).staged_reads >= staged_before + 3,
+        "the transaction used the records read ahead"
+    );
+    let mut expected = value_of(index(changed));
+    expected.extend_from_slice(b"+txn");
+    assert!(!engine.flash_read_needed(changed), "back in memory");
+    assert_eq!(peek(&engine, changed), Some(expected.clone()));
+    assert_eq!(peek(&engine, deleted), None);
+    let together = engine.read_together(&[read, changed, deleted]);
+    assert_eq!(
+        together.peek(read, |item| item.value.to_vec()),
+        Some(value_of(index(read)))
+    );
+    assert_eq!(
+        together.peek(changed, |item| item.value.to_vec()),
+        Some(expected)
+    );
+    assert!(!together.contains(deleted));
+    drop(together);
+    engine.check_integrity().unwrap();
+}

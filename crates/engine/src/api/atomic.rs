@@ -86,7 +86,7 @@ impl Engine {
     }
 }
 
-fn log_error(path: &std::path::Path, op: &str, error: &std::io::Error) -> WriteError {
+pub(super) fn log_error(path: &std::path::Path, op: &str, error: &std::io::Error) -> WriteError {
     tracing::error!(path = %path.display(), op, %error, "the transaction log failed");
     WriteError::Persist(strata_pool::PersistError {
         offset: 0,

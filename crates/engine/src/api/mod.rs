@@ -6,17 +6,25 @@
 //! | `write.rs`    | store, set, modify, delete, touch, arith, concat                     |
 //! | `keyspace.rs` | flush, expire, scan, random key, len, commit, scrub                  |
 //! | `atomic.rs`   | atomically: groups of writes a crash leaves all done or all undone   |
+//! | `door.rs`     | the typed single-key operations, through the engine or a transaction |
+//! | `txn.rs`      | transactions: several keys' shards locked together, in one order     |
 //!
 //! Here: what they share (the key's shard, key and value checks, a due flush).
 
 mod atomic;
+mod door;
 mod keyspace;
 mod read;
+mod txn;
 mod write;
 
+pub use door::Door;
 pub use keyspace::*;
 pub use read::*;
+pub use txn::Txn;
 pub use write::*;
+
+pub(crate) use txn::assert_no_transaction;
 
 use std::sync::atomic::Ordering;
 

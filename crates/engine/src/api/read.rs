@@ -322,12 +322,7 @@ impl Engine {
             // One look under the read lock for an item in memory (nearly every one).
             let shard = lock.read();
             if let Some(found) = shard.lookup_unexpired(&self.inner, key, hash) {
-                let meta = RecordMeta {
-                    cas: None,
-                    ..found.view.meta
-                };
-                let record = record::record_size(key.len(), found.view.value.len(), &meta);
-                return Some(record as u64 + index_bytes);
+                return Some(memory_of(key, &found));
             }
             if shard.flash_candidates(&self.inner, hash).is_empty() {
                 return None;
@@ -359,4 +354,16 @@ impl Engine {
             )
         })
     }
+}
+
+/// What an item in memory costs: its record (key, value and the fields it carries; the
+/// explicit CAS a record the cleaner moved carries, 8 bytes, is left out) plus its index
+/// slot's share.
+pub(super) fn memory_of(key: &[u8], found: &Found<'_>) -> u64 {
+    let meta = RecordMeta {
+        cas: None,
+        ..found.view.meta
+    };
+    let record = record::record_size(key.len(), found.view.value.len(), &meta);
+    record as u64 + crate::index::INDEX_BYTES_PER_ITEM
 }

@@ -69,47 +69,14 @@ impl Engine {
         lock.write()
     }
 
-    /// Stores `value` under `key` subject to `options.condition`.
+    /// Stores `value` under `key` subject to `options.condition` ([`Door::store`]).
     pub fn store(
         &self,
         key: &[u8],
         value: &[u8],
         options: StoreOptions,
     ) -> Result<StoreOutcome, WriteError> {
-        let condition = options.condition;
-        let mut outcome = StoreOutcome::NotStored;
-        self.modify(key, |current, buffer| {
-            let decision = match (condition, &current) {
-                (Condition::IfAbsent, Some(_)) | (Condition::IfPresent, None) => {
-                    Err(StoreOutcome::NotStored)
-                }
-                (Condition::IfCas(_), None) => Err(StoreOutcome::NotFound),
-                (Condition::IfCas(cas), Some(item)) if item.cas != cas => Err(StoreOutcome::Exists),
-                _ => Ok(()),
-            };
-            if let Err(refused) = decision {
-                outcome = refused;
-                return Change::Keep;
-            }
-            outcome = StoreOutcome::Stored(0);
-            buffer.extend_from_slice(value);
-            match options.kind {
-                Kind::String => Change::Write {
-                    client_flags: options.client_flags,
-                    expiry: options.expiry,
-                    keep_cas: false,
-                },
-                kind => Change::WriteKind {
-                    kind,
-                    expiry: options.expiry,
-                },
-            }
-        })
-        .map(|cas| match (outcome, cas) {
-            (StoreOutcome::Stored(_), Some(cas)) => StoreOutcome::Stored(cas),
-            (StoreOutcome::Stored(_), None) => StoreOutcome::Stored(0),
-            (other, _) => other,
-        })
+        Door::store(self, key, value, options)
     }
 
     /// Plain set: the fast path of `store` with no condition (no read-modify-write copy).
@@ -174,6 +141,26 @@ impl Engine {
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let mut shard = self.lock_for_change(key, hash, lock);
+        match self.modify_in(&mut shard, key, hash, f) {
+            Ok(result) => result,
+            Err(panic) => {
+                // Released as it was before it goes on unwinding (see `ShardWrite`'s drop).
+                drop(shard);
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+
+    /// [`Engine::modify`] in a shard already held for the change (memory holds the key's
+    /// item if it has one). `Err` carries a panic of `f`, before which nothing changed: the
+    /// caller ends the change and goes on unwinding.
+    pub(super) fn modify_in(
+        &self,
+        shard: &mut Shard,
+        key: &[u8],
+        hash: u64,
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> std::thread::Result<Result<Option<u64>, WriteError>> {
         let inner: &Inner = &self.inner;
         let mut buffer = std::mem::take(&mut shard.scratch);
         buffer.clear();
@@ -190,39 +177,20 @@ impl Engine {
             });
             (f(found.as_ref().map(item), &mut buffer), current)
         }));
-        let (change, current) = match decided {
-            Ok(decided) => decided,
-            Err(panic) => {
-                drop(shard);
-                std::panic::resume_unwind(panic);
-            }
-        };
-        let result = self.apply(&mut shard, key, hash, change, current, &buffer);
+        let (change, current) = decided?;
+        let result = self.apply(shard, key, hash, change, current, &buffer);
         shard.scratch = buffer;
-        result
+        Ok(result)
     }
 
-    /// [`Engine::modify`] for an operation on values of `kind`: when the key holds another
-    /// kind, `f` is not called, nothing changes and the answer is [`WriteError::WrongKind`]
-    /// (Redis's WRONGTYPE). `f` sees the item only when it is of `kind`.
+    /// [`Engine::modify`] for an operation on values of `kind` ([`Door::modify_as`]).
     pub fn modify_as(
         &self,
         key: &[u8],
         kind: Kind,
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
-        let mut wrong = false;
-        let result = self.modify(key, |current, buffer| match current {
-            Some(item) if item.kind != kind => {
-                wrong = true;
-                Change::Keep
-            }
-            current => f(current, buffer),
-        });
-        if wrong {
-            return Err(WriteError::WrongKind);
-        }
-        result
+        Door::modify_as(self, key, kind, f)
     }
 
     fn apply(
@@ -277,22 +245,9 @@ impl Engine {
             .map(Some)
     }
 
-    /// Deletes `key`; with `cas`, only if the item's CAS matches. Returns whether it was
-    /// deleted (`Err(StoreOutcome::Exists)` semantics are folded into `DeleteOutcome`).
+    /// Deletes `key`; with `cas`, only if the item's CAS matches ([`Door::delete`]).
     pub fn delete(&self, key: &[u8], cas: Option<u64>) -> Result<DeleteOutcome, WriteError> {
-        let mut outcome = DeleteOutcome::NotFound;
-        self.modify(key, |current, _| match (current, cas) {
-            (None, _) => Change::Keep,
-            (Some(item), Some(cas)) if item.cas != cas => {
-                outcome = DeleteOutcome::Exists;
-                Change::Keep
-            }
-            (Some(_), _) => {
-                outcome = DeleteOutcome::Deleted;
-                Change::Delete
-            }
-        })?;
-        Ok(outcome)
+        Door::delete(self, key, cas)
     }
 
     /// Sets a new expiry on a string `key`, keeping its value, flags and CAS (memcached's

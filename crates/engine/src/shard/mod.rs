@@ -227,12 +227,26 @@ impl ShardLock {
 
     /// Shared access (lookups, stats).
     pub(crate) fn read(&self) -> parking_lot::RwLockReadGuard<'_, Shard> {
+        crate::api::assert_no_transaction();
         self.0.read()
     }
 
     /// Exclusive access, waiting for it.
     pub(crate) fn write(&self) -> ShardWrite<'_> {
+        crate::api::assert_no_transaction();
         ShardWrite::begin(self.0.write())
+    }
+
+    /// Shared access for a transaction, which takes its shards in index order (and so never
+    /// waits in a cycle); it begins no change.
+    pub(crate) fn read_for_transaction(&self) -> parking_lot::RwLockReadGuard<'_, Shard> {
+        self.0.read()
+    }
+
+    /// Exclusive access for a transaction (see [`ShardLock::read_for_transaction`]): each of
+    /// its changes begins and ends on its own ([`ShardChange`]).
+    pub(crate) fn write_for_transaction(&self) -> parking_lot::RwLockWriteGuard<'_, Shard> {
+        self.0.write()
     }
 
     /// Exclusive access that changes neither the index nor a segment's bookkeeping, so does not
@@ -240,6 +254,7 @@ impl ShardLock {
     /// as it is between changes, and for a commit, which only makes written bytes durable and
     /// turns superseded records dead (both already counted dead: see `kill_record`).
     pub(crate) fn hold(&self) -> parking_lot::RwLockWriteGuard<'_, Shard> {
+        crate::api::assert_no_transaction();
         self.0.write()
     }
 
@@ -278,20 +293,72 @@ impl std::ops::DerefMut for ShardWrite<'_> {
 
 impl Drop for ShardWrite<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            // A panic in the middle of a change: the shard's index, bookkeeping and pool bytes
-            // may disagree, and no caller can tell. Serving on would risk wrong values, so the
-            // process ends here, before the lock is released, as a `kill -9` would: the control
-            // line still says "changing", and the next open rebuilds the shard from its records.
-            eprintln!(
-                "strata-engine: a panic unwound through a change to shard {}; aborting so that \
-                 a restart recovers the pool",
-                self.0.id
-            );
-            std::process::abort();
-        }
-        self.0.record_change();
+        end_change(&mut self.0);
     }
+}
+
+/// One change to a shard a transaction holds: like a [`ShardWrite`], it marks the shard as
+/// changing when it begins and records the change when it ends, but the lock stays held (the
+/// transaction releases it). Between its changes a held shard is consistent, so a panic
+/// there unwinds normally; one inside a change aborts, as with a `ShardWrite`.
+/// (A change made while a panic unwinds, as a transaction's undo is, ends normally.)
+pub(crate) struct ShardChange<'g> {
+    shard: &'g mut Shard,
+    /// The thread was already unwinding when the change began.
+    began_unwinding: bool,
+}
+
+impl<'g> ShardChange<'g> {
+    pub(crate) fn begin(shard: &'g mut Shard) -> Self {
+        if let Some(anchor) = &shard.anchor {
+            anchor.begin();
+        }
+        ShardChange {
+            shard,
+            began_unwinding: std::thread::panicking(),
+        }
+    }
+}
+
+impl std::ops::Deref for ShardChange<'_> {
+    type Target = Shard;
+
+    fn deref(&self) -> &Shard {
+        self.shard
+    }
+}
+
+impl std::ops::DerefMut for ShardChange<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        self.shard
+    }
+}
+
+impl Drop for ShardChange<'_> {
+    fn drop(&mut self) {
+        if self.began_unwinding {
+            self.shard.record_change();
+        } else {
+            end_change(self.shard);
+        }
+    }
+}
+
+/// Ends a change to `shard` (see [`ShardWrite`]).
+fn end_change(shard: &mut Shard) {
+    if std::thread::panicking() {
+        // A panic in the middle of a change: the shard's index, bookkeeping and pool bytes
+        // may disagree, and no caller can tell. Serving on would risk wrong values, so the
+        // process ends here, before the lock is released, as a `kill -9` would: the control
+        // line still says "changing", and the next open rebuilds the shard from its records.
+        eprintln!(
+            "strata-engine: a panic unwound through a change to shard {}; aborting so that \
+             a restart recovers the pool",
+            shard.id
+        );
+        std::process::abort();
+    }
+    shard.record_change();
 }
 
 /// A record found by a lookup.

@@ -1,0 +1,216 @@
+//! The door: what a command does with its keys, the same whether it takes them one at a time
+//! ([`Engine`], each operation locking its key's shard) or holds them together ([`Txn`], its
+//! keys' shards locked in one order for as long as it runs).
+//!
+//! A type implements the few operations that depend on how its shards are held; the rest
+//! (conditional stores, typed changes, deletes, hits and misses) are written once, here.
+
+use super::*;
+use crate::record::Kind;
+use crate::{DeleteOutcome, Observed, Txn};
+
+/// Typed reads and changes of single keys (see the module docs).
+pub trait Door {
+    /// Reads `key`, calling `f` with the item (copy what you need). `bump`: the read counts as
+    /// an access (see [`Engine::get`] and [`Engine::peek`]).
+    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R>;
+
+    /// The general read-modify-write (see [`Engine::modify`]).
+    fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError>;
+
+    /// An unconditional string write (see [`Engine::set`]); returns the new CAS.
+    fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError>;
+
+    /// Whether `key` is present and unexpired, counting no hit or miss.
+    fn contains(&self, key: &[u8]) -> bool;
+
+    /// What a WATCH of `key` compares (see [`Engine::observe`]).
+    fn observe(&self, key: &[u8]) -> Observed;
+
+    /// What `key`'s item costs in memory (see [`Engine::memory_usage`]).
+    fn memory_usage(&self, key: &[u8]) -> Option<u64>;
+
+    /// Reads `key` as an access (see [`Engine::get`]).
+    fn get<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read(key, true, f)
+    }
+
+    /// Reads `key` without counting an access (see [`Engine::peek`]).
+    fn peek<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read(key, false, f)
+    }
+
+    /// Stores `value` under `key` subject to `options.condition`.
+    fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        options: StoreOptions,
+    ) -> Result<StoreOutcome, WriteError> {
+        let condition = options.condition;
+        let mut outcome = StoreOutcome::NotStored;
+        self.modify(key, |current, buffer| {
+            let decision = match (condition, &current) {
+                (Condition::IfAbsent, Some(_)) | (Condition::IfPresent, None) => {
+                    Err(StoreOutcome::NotStored)
+                }
+                (Condition::IfCas(_), None) => Err(StoreOutcome::NotFound),
+                (Condition::IfCas(cas), Some(item)) if item.cas != cas => Err(StoreOutcome::Exists),
+                _ => Ok(()),
+            };
+            if let Err(refused) = decision {
+                outcome = refused;
+                return Change::Keep;
+            }
+            outcome = StoreOutcome::Stored(0);
+            buffer.extend_from_slice(value);
+            match options.kind {
+                Kind::String => Change::Write {
+                    client_flags: options.client_flags,
+                    expiry: options.expiry,
+                    keep_cas: false,
+                },
+                kind => Change::WriteKind {
+                    kind,
+                    expiry: options.expiry,
+                },
+            }
+        })
+        .map(|cas| match (outcome, cas) {
+            (StoreOutcome::Stored(_), Some(cas)) => StoreOutcome::Stored(cas),
+            (StoreOutcome::Stored(_), None) => StoreOutcome::Stored(0),
+            (other, _) => other,
+        })
+    }
+
+    /// [`Door::modify`] for an operation on values of `kind`: when the key holds another
+    /// kind, `f` is not called, nothing changes and the answer is [`WriteError::WrongKind`]
+    /// (Redis's WRONGTYPE). `f` sees the item only when it is of `kind`.
+    fn modify_as(
+        &self,
+        key: &[u8],
+        kind: Kind,
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        let mut wrong = false;
+        let result = self.modify(key, |current, buffer| match current {
+            Some(item) if item.kind != kind => {
+                wrong = true;
+                Change::Keep
+            }
+            current => f(current, buffer),
+        });
+        if wrong {
+            return Err(WriteError::WrongKind);
+        }
+        result
+    }
+
+    /// Deletes `key`; with `cas`, only if the item's CAS matches.
+    fn delete(&self, key: &[u8], cas: Option<u64>) -> Result<DeleteOutcome, WriteError> {
+        let mut outcome = DeleteOutcome::NotFound;
+        self.modify(key, |current, _| match (current, cas) {
+            (None, _) => Change::Keep,
+            (Some(item), Some(cas)) if item.cas != cas => {
+                outcome = DeleteOutcome::Exists;
+                Change::Keep
+            }
+            (Some(_), _) => {
+                outcome = DeleteOutcome::Deleted;
+                Change::Delete
+            }
+        })?;
+        Ok(outcome)
+    }
+}
+
+impl Door for Engine {
+    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        Engine::read(self, key, bump, f)
+    }
+
+    fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        Engine::modify(self, key, f)
+    }
+
+    fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        Engine::set(self, key, value, client_flags, expiry)
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        Engine::contains(self, key)
+    }
+
+    fn observe(&self, key: &[u8]) -> Observed {
+        Engine::observe(self, key)
+    }
+
+    fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        Engine::memory_usage(self, key)
+    }
+}
+
+impl Door for Txn<'_> {
+    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        Txn::read(self, key, bump, f)
+    }
+
+    fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        Txn::modify(self, key, f)
+    }
+
+    fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        let options = StoreOptions {
+            client_flags,
+            expiry,
+            condition: Condition::Always,
+            kind: Kind::String,
+        };
+        match Door::store(self, key, value, options)? {
+            StoreOutcome::Stored(cas) => Ok(cas),
+            _ => unreachable!("an unconditional store stores"),
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        Txn::contains(self, key)
+    }
+
+    fn observe(&self, key: &[u8]) -> Observed {
+        Txn::observe(self, key)
+    }
+
+    fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        Txn::memory_usage(self, key)
+    }
+}

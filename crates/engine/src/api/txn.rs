@@ -1,0 +1,433 @@
+//! Transactions: the keys of one command (or of a whole `EXEC`) held together.
+//!
+//! [`Engine::transaction`] locks the shards of every key the caller names, in shard order (the
+//! one global order every holder of several shards follows, so no two transactions ever wait
+//! for each other in a cycle), and hands back a [`Txn`] whose typed reads and changes
+//! ([`Door`]) act on those keys only: nothing else runs on them until it ends, and whatever
+//! it changed becomes visible at once when it does. Keys it logs get their before-images in
+//! the transaction log first (see `txlog`), and its end commits its shards' writes before the
+//! log says done, all while the shards are still held: a crash leaves all of its writes or
+//! none, and no other writer's change to its keys can come between its writes and that
+//! promise (a restore would undo it).
+//!
+//! A transaction's own thread must not use the engine's single-key operations while it is
+//! open (they would wait for a shard it holds): they assert that it does not.
+
+use std::cell::{Cell, RefCell};
+
+use parking_lot::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+
+use super::*;
+use crate::shard::ShardChange;
+use crate::txlog::{Image, ItemFields, TxLog};
+use crate::{Door, Observed};
+
+thread_local! {
+    /// Whether this thread holds an open transaction.
+    static IN_TRANSACTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Panics when this thread holds an open transaction: it is about to wait for a shard lock,
+/// which could be one the transaction holds (a deadlock, turned into a panic that names it).
+#[inline]
+pub(crate) fn assert_no_transaction() {
+    assert!(
+        !IN_TRANSACTION.with(Cell::get),
+        "a single-key engine operation inside an open transaction (use the Txn)"
+    );
+}
+
+/// A shard a transaction holds.
+enum Held<'e> {
+    Read(RwLockReadGuard<'e, Shard>),
+    Write(RwLockWriteGuard<'e, Shard>),
+}
+
+impl Held<'_> {
+    fn shard(&self) -> &Shard {
+        match self {
+            Held::Read(shard) => shard,
+            Held::Write(shard) => shard,
+        }
+    }
+
+    fn shard_mut(&mut self) -> &mut Shard {
+        match self {
+            Held::Write(shard) => shard,
+            Held::Read(_) => panic!("a change inside a read-only transaction"),
+        }
+    }
+}
+
+/// Several keys held together (see the module docs). Not `Send`: it holds lock guards.
+pub struct Txn<'e> {
+    engine: &'e Engine,
+    /// The held shards, by shard index, ascending (the order they were locked in).
+    shards: RefCell<Vec<(usize, Held<'e>)>>,
+    /// The transaction log, held for the transaction's life when it logs before-images.
+    log: Option<MutexGuard<'e, TxLog>>,
+    /// The log holds this transaction's before-images and has not been ended.
+    logged: bool,
+}
+
+impl Engine {
+    /// Locks the shards of `keys` for writing, in shard order, and returns the transaction
+    /// that reads and changes them (see the module docs). The before-images of `logged` (the
+    /// keys it may write; they are locked too) go to the transaction log first, where the pool
+    /// has one, so that a crash before [`Txn::finish`] returns undoes every write to them. A
+    /// failure to write the log refuses the transaction (nothing has changed).
+    pub fn transaction(&self, keys: &[&[u8]], logged: &[&[u8]]) -> Result<Txn<'_>, WriteError> {
+        assert_no_transaction();
+        self.maybe_flush();
+        let log = match (&self.txlog, logged.is_empty()) {
+            (Some(log), false) => Some(log.lock()),
+            _ => None,
+        };
+        self.inner.check_writable()?;
+        let all = keys.iter().chain(logged);
+        let shards = self.lock_shards(all, |lock| Held::Write(lock.write_for_transaction()));
+        let mut txn = Txn::open(self, shards, log);
+        if let Some(mut log) = txn.log.take() {
+            log.start();
+            for key in logged {
+                let pushed = txn.read(key, false, |item| {
+                    let fields = ItemFields {
+                        value: item.value,
+                        kind: item.kind,
+                        client_flags: item.client_flags,
+                        expires_at_ms: item.expires_at_ms,
+                    };
+                    log.push(key, Some(fields));
+                });
+                if pushed.is_none() {
+                    log.push(key, None);
+                }
+            }
+            log.begin()
+                .map_err(|error| super::atomic::log_error(log.path(), "write", &error))?;
+            txn.log = Some(log);
+            txn.logged = true;
+        }
+        Ok(txn)
+    }
+
+    /// Locks the shards of `keys` for reading, in shard order: a read of several keys (MGET)
+    /// that sees all or none of any transaction. Its reads do not promote flash items.
+    pub fn read_together(&self, keys: &[&[u8]]) -> Txn<'_> {
+        assert_no_transaction();
+        self.maybe_flush();
+        let shards = self.lock_shards(keys.iter(), |lock| Held::Read(lock.read_for_transaction()));
+        Txn::open(self, shards, None)
+    }
+
+    /// The shards of `keys`, each locked once with `lock`, in ascending shard order.
+    fn lock_shards<'e, 'k>(
+        &'e self,
+        keys: impl Iterator<Item = &'k &'k [u8]>,
+        lock: impl Fn(&'e ShardLock) -> Held<'e>,
+    ) -> Vec<(usize, Held<'e>)> {
+        let mut indexes: Vec<usize> = keys
+            .map(|key| self.inner.shard_of(self.inner.hash(key)))
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+            .into_iter()
+            .map(|index| (index, lock(&self.inner.shards[index].0)))
+            .collect()
+    }
+}
+
+impl<'e> Txn<'e> {
+    fn open(
+        engine: &'e Engine,
+        shards: Vec<(usize, Held<'e>)>,
+        log: Option<MutexGuard<'e, TxLog>>,
+    ) -> Txn<'e> {
+        debug_assert!(shards.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        IN_TRANSACTION.with(|open| open.set(true));
+        Txn {
+            engine,
+            shards: RefCell::new(shards),
+            log,
+            logged: false,
+        }
+    }
+
+    /// Ends the transaction: with logged keys, commits the held shards' writes and marks the
+    /// log done (a failure to do either is returned, and the next open undoes the writes),
+    /// then releases the shards.
+    pub fn finish(mut self) -> Result<(), WriteError> {
+        self.end(false)
+    }
+
+    /// The key's hash and where its shard is among the held ones; panics for a key the
+    /// transaction did not name (an invariant of every caller).
+    fn position(&self, shards: &[(usize, Held<'e>)], key: &[u8]) -> (u64, usize) {
+        let inner = &self.engine.inner;
+        let hash = inner.hash(key);
+        let index = inner.shard_of(hash);
+        let position = shards
+            .binary_search_by_key(&index, |&(held, _)| held)
+            .expect("a key the transaction did not name");
+        (hash, position)
+    }
+
+    /// Reads `key` (see [`Engine::read`]); a key found only on flash is read from there (a
+    /// record read ahead by the plan is used without I/O) and stays there.
+    pub fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        let inner: &Inner = &self.engine.inner;
+        let shards = self.shards.borrow();
+        let (hash, position) = self.position(&shards, key);
+        let shard = shards[position].1.shard();
+        if let Some(found) = shard.lookup_unexpired(inner, key, hash) {
+            if bump {
+                shard.index.bump_freq(found.slot);
+            }
+            shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+            return Some(f(item(&found)));
+        }
+        let found = if shard.lookup(inner, key, hash).is_none() {
+            read_from_flash(inner, shard, key, hash, bump, f)
+        } else {
+            None
+        };
+        if found.is_none() {
+            shard.counters.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// The general read-modify-write (see [`Engine::modify`]) of a key the transaction holds.
+    pub fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        check_key(key)?;
+        let engine = self.engine;
+        let mut shards = self.shards.borrow_mut();
+        let (hash, position) = self.position(&shards, key);
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        promote_held(&engine.inner, &mut shard, key, hash);
+        match engine.modify_in(&mut shard, key, hash, f) {
+            Ok(result) => result,
+            Err(panic) => {
+                drop(shard);
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+
+    /// Whether `key` is present and unexpired, counting no hit or miss.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let inner: &Inner = &self.engine.inner;
+        let shards = self.shards.borrow();
+        let (hash, position) = self.position(&shards, key);
+        let shard = shards[position].1.shard();
+        match shard.lookup(inner, key, hash) {
+            Some(found) => found
+                .view
+                .meta
+                .expires_at_ms
+                .is_none_or(|at| at > inner.now_ms()),
+            None => {
+                let now_ms = inner.now_ms();
+                let candidates = shard.flash_candidates(inner, hash);
+                candidates.as_slice().iter().any(|&location| {
+                    matches!(
+                        tiering::read_record(inner, key, location, now_ms, |_| ()),
+                        tiering::FlashRead::Item(())
+                    )
+                })
+            }
+        }
+    }
+
+    /// What a WATCH of `key` compares (see [`Engine::observe`]).
+    pub fn observe(&self, key: &[u8]) -> Observed {
+        let inner: &Inner = &self.engine.inner;
+        let (removals, expired) = {
+            let shards = self.shards.borrow();
+            let (hash, position) = self.position(&shards, key);
+            let shard = shards[position].1.shard();
+            let expired = shard
+                .lookup(inner, key, hash)
+                .map(|found| (found.cas, found.view.meta.expires_at_ms));
+            (shard.removals_of(crate::index::hash24(hash)), expired)
+        };
+        let item = self.read(key, false, |item| (item.cas, item.expires_at_ms));
+        let expired = expired.filter(|_| item.is_none()).map(|(cas, _)| cas);
+        Observed {
+            item,
+            expired,
+            removals,
+        }
+    }
+
+    /// What `key`'s item costs in memory (see [`Engine::memory_usage`]).
+    pub fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        let inner: &Inner = &self.engine.inner;
+        {
+            let shards = self.shards.borrow();
+            let (hash, position) = self.position(&shards, key);
+            let shard = shards[position].1.shard();
+            if let Some(found) = shard.lookup_unexpired(inner, key, hash) {
+                return Some(memory_of(key, &found));
+            }
+            if shard.flash_candidates(inner, hash).is_empty() {
+                return None;
+            }
+        }
+        self.read(key, false, |_| crate::index::INDEX_BYTES_PER_ITEM)
+    }
+
+    /// Ends the transaction (see [`Txn::finish`]); on a panic, first puts the logged keys'
+    /// before-images back, as a crash would at the next open.
+    fn end(&mut self, panicking: bool) -> Result<(), WriteError> {
+        if !std::mem::take(&mut self.logged) {
+            return Ok(());
+        }
+        let inner: &Inner = &self.engine.inner;
+        if panicking {
+            let images = self.log.as_ref().and_then(|log| log.running_images());
+            if let Some(images) = images {
+                if self.restore(&images).is_err() {
+                    return Ok(()); // The log stays running: the next open restores them.
+                }
+            }
+        }
+        commit_held(inner, &mut self.shards.borrow_mut())?;
+        let log = self
+            .log
+            .as_mut()
+            .expect("a logged transaction holds the log");
+        if let Err(error) = log.end() {
+            let error = super::atomic::log_error(log.path(), "end", &error);
+            if let WriteError::Persist(persist) = &error {
+                let _ = inner.persisted(Err(persist.clone()));
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Puts `images` back, last first.
+    fn restore(&self, images: &[Image]) -> Result<(), WriteError> {
+        for image in images.iter().rev() {
+            match &image.item {
+                None => {
+                    Door::delete(self, &image.key, None)?;
+                }
+                Some(item) => {
+                    let options = StoreOptions {
+                        client_flags: item.client_flags,
+                        expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+                        condition: Condition::Always,
+                        kind: item.kind,
+                    };
+                    Door::store(self, &image.key, &item.value, options)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // Not finished (an early return, or a panic unwinding): end it here.
+        let _ = self.end(std::thread::panicking());
+        IN_TRANSACTION.with(|open| open.set(false));
+    }
+}
+
+/// The read of a key memory does not hold at all, in a shard held (so no entry moves while it
+/// is read): each flash candidate until one is the key.
+fn read_from_flash<R>(
+    inner: &Inner,
+    shard: &Shard,
+    key: &[u8],
+    hash: u64,
+    bump: bool,
+    f: impl FnOnce(ItemRef<'_>) -> R,
+) -> Option<R> {
+    let flash = inner.flash.as_ref()?;
+    let candidates = shard.flash_candidates(inner, hash);
+    let h24 = crate::index::hash24(hash);
+    let now_ms = inner.now_ms();
+    let mut f = Some(f);
+    for &location in candidates.as_slice() {
+        let read = tiering::read_record(inner, key, location, now_ms, |item| {
+            let (slot, entry) = shard.index.find(h24, |l| l == location)?;
+            if bump {
+                shard.index.bump_freq(slot);
+            }
+            flash.counters.hits.fetch_add(1, Ordering::Relaxed);
+            let f = f.take().expect("called once");
+            Some(f(ItemRef {
+                key,
+                value: item.value,
+                client_flags: item.meta.client_flags,
+                cas: item.cas,
+                expires_at_ms: item.meta.expires_at_ms,
+                kind: item.meta.kind,
+                fetched: entry.fetched(),
+            }))
+        });
+        match read {
+            tiering::FlashRead::Item(found) => return found,
+            tiering::FlashRead::Expired => break,
+            tiering::FlashRead::NotIt => {}
+            tiering::FlashRead::Damaged => shard.queue_flash_damage(h24, location),
+        }
+    }
+    flash.counters.misses.fetch_add(1, Ordering::Relaxed);
+    None
+}
+
+/// Before a change of a key memory does not hold: moves its flash record (if a candidate is
+/// it) into memory, in a shard held for the change. A failed promotion leaves the key on
+/// flash and the change sees it as absent, as [`Engine::modify`] does after its tries.
+fn promote_held(inner: &Inner, shard: &mut Shard, key: &[u8], hash: u64) {
+    if inner.flash.is_none() || shard.lookup(inner, key, hash).is_some() {
+        return;
+    }
+    let candidates = shard.flash_candidates(inner, hash);
+    let h24 = crate::index::hash24(hash);
+    let now_ms = inner.now_ms();
+    for &location in candidates.as_slice() {
+        let read = tiering::read_record(inner, key, location, now_ms, |item| {
+            shard.promote(inner, key, hash, location, &item)
+        });
+        match read {
+            tiering::FlashRead::Item(_) | tiering::FlashRead::Expired => return,
+            tiering::FlashRead::NotIt => {}
+            tiering::FlashRead::Damaged => shard.queue_flash_damage(h24, location),
+        }
+    }
+}
+
+/// Makes the held shards' writes durable, as [`Inner::commit`] does for every shard, without
+/// taking any other lock: a commit holds the shards, and these already are.
+fn commit_held(inner: &Inner, shards: &mut [(usize, Held<'_>)]) -> Result<(), WriteError> {
+    if !inner.track_dirty {
+        return inner.check_writable();
+    }
+    let mut held: Vec<&mut Shard> = shards.iter_mut().map(|(_, h)| h.shard_mut()).collect();
+    if let Some(whole_pool) = inner.whole_pool.as_ref() {
+        held.iter_mut()
+            .for_each(|shard| shard.forget_dirty_ranges());
+        inner.persisted(whole_pool.persist_all())?;
+        for shard in &mut held {
+            shard.write_pending_marks(inner);
+            shard.marks_written();
+        }
+        return inner.check_writable();
+    }
+    for shard in &mut held {
+        shard.persist_dirty(inner)?;
+        shard.marks_written();
+    }
+    inner.check_writable()
+}
