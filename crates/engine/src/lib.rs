@@ -41,7 +41,7 @@ mod ttl;
 mod txlog;
 
 pub use api::{
-    parse_u64, DeleteOutcome, Door, ExpirySample, ScanStep, Txn, PREFETCH_KEYS_MAX,
+    parse_u64, DeleteOutcome, Door, DynDoor, ExpirySample, ScanStep, Txn, PREFETCH_KEYS_MAX,
     SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_FLASH_STEP, SCAN_BUCKETS_PER_STEP,
     SCAN_FLASH_READS_PER_CALL_MAX,
 };

@@ -63,6 +63,7 @@ mod debug;
 mod expire;
 mod hash_expiry;
 mod hashes;
+mod held;
 mod keyspace;
 mod latency;
 mod memory;
@@ -79,7 +80,7 @@ mod types;
 
 use std::time::Instant;
 
-use strata_engine::{Change, Engine, Expiry, ItemRef, Kind, WriteError, PREFETCH_KEYS_MAX};
+use strata_engine::{Change, Door, Engine, Expiry, ItemRef, Kind, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::resp::{
     encode, errors, parse_bulk_header, parse_command, too_long_at, Arg, Args, Limits, ParseError,
     Version, BULK_LEN_MAX_DEFAULT, INLINE_LEN_MAX_DEFAULT,
@@ -87,6 +88,7 @@ use strata_protocol::resp::{
 
 use crate::context::{Processed, ServerContext, Session};
 use crate::stats::PendingCounts;
+use held::Keys;
 
 /// The Redis version strata reports (`HELLO`, `INFO`): the release its replies are checked
 /// against, so clients enable exactly the features strata answers like Redis does.
@@ -286,7 +288,13 @@ impl RespSession {
 }
 
 /// Runs the command `args` (parsed from `input`) and appends its reply.
-fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) {
+fn execute(
+    state: &mut State,
+    args: &Args,
+    input: &[u8],
+    (ctx, keys): (&ServerContext, Keys<'_>),
+    out: &mut Vec<u8>,
+) {
     debug_assert!(!args.is_empty());
     let reply_start = out.len();
     let skip_this = state.reply_skip_next;
@@ -305,6 +313,7 @@ fn execute(state: &mut State, args: &Args, input: &[u8], ctx: &ServerContext, ou
                 input,
                 args,
                 command,
+                keys,
             };
             run(state, &call, out);
         }
@@ -434,12 +443,18 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
     state.last_row = Some(row);
-    if command.alone_when_several_keys && command.key_positions(call.len()).nth(1).is_some() {
+    let inside = call.keys.held() || call.ctx.exclusive.is_alone();
+    if !inside && command.key_positions(call.len()).nth(1).is_some() {
+        // Several keys: held together for the whole command (`held`). Inside a transaction,
+        // or an EXEC running alone, the EXEC holds them already.
         let keys: Vec<&[u8]> = command
             .key_positions(call.len())
             .map(|position| call.arg(position))
             .collect();
-        alone_and_atomic(call.ctx, &keys, out, |out| (command.run)(state, call, out));
+        let writes = command.flags.contains(&"write");
+        held::run_held(call, &keys, writes, out, |call, out| {
+            (command.run)(state, call, out);
+        });
     } else {
         (command.run)(state, call, out);
     }
@@ -687,7 +702,13 @@ impl RespSession {
             if held.is_some_and(|held| held_by_pause(held, &self.state, args, command)) {
                 return Some(Processed::held(start));
             }
-            execute(&mut self.state, args, command, ctx, out);
+            execute(
+                &mut self.state,
+                args,
+                command,
+                (ctx, Keys::One(&ctx.engine)),
+                out,
+            );
             if self.state.close {
                 let over_budget = std::mem::take(&mut self.state.over_budget);
                 return Some(Processed {
@@ -812,6 +833,8 @@ pub(crate) struct Call<'a> {
     args: &'a Args,
     /// The table entry.
     pub command: &'static table::Command,
+    /// How it reaches its keys: one at a time, or held together (`held`).
+    keys: Keys<'a>,
 }
 
 impl<'a> Call<'a> {
@@ -833,9 +856,25 @@ impl<'a> Call<'a> {
             .map(move |&arg| args.resolve(input, arg))
     }
 
-    /// The store.
+    /// The store, for what is not one key's (counters, the clock, the whole keyspace).
     pub fn engine(&self) -> &'a Engine {
         &self.ctx.engine
+    }
+
+    /// The command's keys: typed reads and changes of any of them (`held::Keys`).
+    pub fn keys(&self) -> Keys<'a> {
+        self.keys
+    }
+
+    /// This call with its keys reached through `keys` (held together by a transaction).
+    pub fn with_keys<'b>(&'b self, keys: Keys<'b>) -> Call<'b> {
+        Call {
+            ctx: self.ctx,
+            input: self.input,
+            args: self.args,
+            command: self.command,
+            keys,
+        }
     }
 
     /// A string command's read-modify-write ([`Engine::modify_as`]): a key holding another
@@ -846,7 +885,7 @@ impl<'a> Call<'a> {
         key: &[u8],
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
-        self.engine().modify_as(key, Kind::String, f)
+        self.keys().modify_as(key, Kind::String, f)
     }
 
     /// A string command's read: `f`'s answer for a string, `Ok(None)` for a missing key, and
@@ -856,7 +895,7 @@ impl<'a> Call<'a> {
         key: &[u8],
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Result<Option<R>, WriteError> {
-        self.engine()
+        self.keys()
             .get(key, |item| match item.kind {
                 Kind::String => Ok(f(item)),
                 _ => Err(WriteError::WrongKind),

@@ -444,3 +444,51 @@ fn a_panic_inside_an_exec_undoes_its_writes() {
     assert_eq!(other.bulk().as_deref(), Some(&b"old"[..]));
     assert_eq!(other.call(&command(&["EXISTS", "b"])), ":0\r\n");
 }
+
+/// An EXEC that queues a command acting on the whole keyspace (DBSIZE, FLUSHALL) runs alone,
+/// as one group of the transaction log, with the multi-key writes inside it run as they are
+/// (they must not take the log or their keys again: the test would hang); one that queues
+/// only keyed commands holds its keys, multi-key commands inside it included.
+#[test]
+fn an_exec_with_keyspace_commands_runs_alone_and_one_with_keys_holds_them() {
+    let pool = harness::PoolFile::on_tmpfs("exec-alone");
+    let server = Server::start(&["--pool", pool.path(), "--threads", "2"]);
+    let mut client = Client::connect(server.resp);
+    let mut batch = command(&["MULTI"]);
+    batch.extend(command(&["MSET", "a", "1", "b", "2"]));
+    batch.extend(command(&["DBSIZE"]));
+    batch.extend(command(&["DEL", "a", "b"]));
+    batch.extend(command(&["FLUSHALL"]));
+    batch.extend(command(&["MSET", "c", "3", "d", "4"]));
+    batch.extend(command(&["MGET", "c", "d"]));
+    batch.extend(command(&["EXEC"]));
+    client.send(&batch);
+    read_queued(&mut client, 6);
+    assert_eq!(client.line(), "+OK\r\n");
+    assert_eq!(client.line(), ":2\r\n");
+    assert_eq!(client.line(), ":2\r\n");
+    assert_eq!(client.line(), "+OK\r\n");
+    assert_eq!(client.line(), "+OK\r\n");
+    assert_eq!(client.line(), "*2\r\n");
+    assert_eq!(read_bulk_text(&mut client).as_deref(), Some("3"));
+    assert_eq!(read_bulk_text(&mut client).as_deref(), Some("4"));
+    // Keyed only: MSET, RENAME, COPY, MGET and a single-key write, held together.
+    let mut batch = command(&["MULTI"]);
+    batch.extend(command(&["MSET", "x", "1", "y", "2"]));
+    batch.extend(command(&["RENAME", "x", "z"]));
+    batch.extend(command(&["COPY", "z", "w"]));
+    batch.extend(command(&["INCR", "w"]));
+    batch.extend(command(&["MGET", "x", "y", "z", "w"]));
+    batch.extend(command(&["EXEC"]));
+    client.send(&batch);
+    read_queued(&mut client, 5);
+    for reply in ["+OK\r\n", "+OK\r\n", ":1\r\n", ":2\r\n", "*4\r\n"] {
+        assert_eq!(client.line(), reply);
+    }
+    assert_eq!(read_bulk_text(&mut client), None);
+    for value in ["2", "1", "2"] {
+        assert_eq!(read_bulk_text(&mut client).as_deref(), Some(value));
+    }
+    let mut other = Client::connect(server.resp);
+    assert_eq!(other.call(&command(&["DBSIZE"])), ":5\r\n");
+}

@@ -190,16 +190,7 @@ impl Door for Txn<'_> {
         client_flags: u32,
         expiry: Expiry,
     ) -> Result<u64, WriteError> {
-        let options = StoreOptions {
-            client_flags,
-            expiry,
-            condition: Condition::Always,
-            kind: Kind::String,
-        };
-        match Door::store(self, key, value, options)? {
-            StoreOutcome::Stored(cas) => Ok(cas),
-            _ => unreachable!("an unconditional store stores"),
-        }
+        Txn::set(self, key, value, client_flags, expiry)
     }
 
     fn contains(&self, key: &[u8]) -> bool {
@@ -212,5 +203,118 @@ impl Door for Txn<'_> {
 
     fn memory_usage(&self, key: &[u8]) -> Option<u64> {
         Txn::memory_usage(self, key)
+    }
+}
+
+/// [`Door`] as a trait object, its closures taken as `&mut dyn FnMut`: for a caller that
+/// lends a transaction for less time than it borrows the engine (a [`Txn`] holds lock guards,
+/// so its lifetime cannot shrink to the lend's; a `&dyn DynDoor` can).
+pub trait DynDoor {
+    /// [`Door::read`]: `f` is called at most once; returns whether it was.
+    fn read_dyn(&self, key: &[u8], bump: bool, f: &mut dyn FnMut(ItemRef<'_>)) -> bool;
+
+    /// [`Door::modify`]: `f` is called at most once.
+    fn modify_dyn(
+        &self,
+        key: &[u8],
+        f: &mut dyn FnMut(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError>;
+
+    /// [`Door::set`].
+    fn set_dyn(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError>;
+
+    /// [`Door::contains`].
+    fn contains_dyn(&self, key: &[u8]) -> bool;
+
+    /// [`Door::observe`].
+    fn observe_dyn(&self, key: &[u8]) -> Observed;
+
+    /// [`Door::memory_usage`].
+    fn memory_usage_dyn(&self, key: &[u8]) -> Option<u64>;
+}
+
+impl<T: Door> DynDoor for T {
+    fn read_dyn(&self, key: &[u8], bump: bool, f: &mut dyn FnMut(ItemRef<'_>)) -> bool {
+        self.read(key, bump, f).is_some()
+    }
+
+    fn modify_dyn(
+        &self,
+        key: &[u8],
+        f: &mut dyn FnMut(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        self.modify(key, f)
+    }
+
+    fn set_dyn(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        self.set(key, value, client_flags, expiry)
+    }
+
+    fn contains_dyn(&self, key: &[u8]) -> bool {
+        self.contains(key)
+    }
+
+    fn observe_dyn(&self, key: &[u8]) -> Observed {
+        self.observe(key)
+    }
+
+    fn memory_usage_dyn(&self, key: &[u8]) -> Option<u64> {
+        self.memory_usage(key)
+    }
+}
+
+impl Door for dyn DynDoor + '_ {
+    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        let (mut f, mut answer) = (Some(f), None);
+        self.read_dyn(key, bump, &mut |item| {
+            answer = f.take().map(|f| f(item));
+        });
+        answer
+    }
+
+    fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        let mut f = Some(f);
+        self.modify_dyn(key, &mut |current, buffer| {
+            let f = f.take().expect("a change decides once");
+            f(current, buffer)
+        })
+    }
+
+    fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        self.set_dyn(key, value, client_flags, expiry)
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        self.contains_dyn(key)
+    }
+
+    fn observe(&self, key: &[u8]) -> Observed {
+        self.observe_dyn(key)
+    }
+
+    fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        self.memory_usage_dyn(key)
     }
 }

@@ -219,6 +219,25 @@ impl<'e> Txn<'e> {
         }
     }
 
+    /// A plain set (see [`Engine::set`]): what the key held, in memory or on flash, is
+    /// replaced without being read.
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        let engine = self.engine;
+        let Some(meta) = engine.set_meta(key, value, client_flags, expiry)? else {
+            return super::write::unconditional_store(self, key, value, client_flags, expiry);
+        };
+        let mut shards = self.shards.borrow_mut();
+        let (hash, position) = self.position(&shards, key);
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        engine.set_in(&mut shard, key, hash, value, meta)
+    }
+
     /// Whether `key` is present and unexpired, counting no hit or miss.
     pub fn contains(&self, key: &[u8]) -> bool {
         let inner: &Inner = &self.engine.inner;

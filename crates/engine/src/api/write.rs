@@ -87,17 +87,26 @@ impl Engine {
         client_flags: u32,
         expiry: Expiry,
     ) -> Result<u64, WriteError> {
+        let Some(meta) = self.set_meta(key, value, client_flags, expiry)? else {
+            return unconditional_store(self, key, value, client_flags, expiry);
+        };
+        self.maybe_flush();
+        let (hash, lock) = self.shard_for(key);
+        let mut shard = lock.write();
+        self.set_in(&mut shard, key, hash, value, meta)
+    }
+
+    /// The record fields of a plain set, its key and value checked; `None` for one that keeps
+    /// the item's expiry (a read-modify-write: see [`unconditional_store`]).
+    pub(super) fn set_meta(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<Option<RecordMeta>, WriteError> {
         if expiry == Expiry::Keep {
-            let options = StoreOptions {
-                client_flags,
-                expiry,
-                condition: Condition::Always,
-                kind: Kind::String,
-            };
-            return match self.store(key, value, options)? {
-                StoreOutcome::Stored(cas) => Ok(cas),
-                _ => unreachable!("an unconditional store stores"),
-            };
+            return Ok(None);
         }
         let meta = RecordMeta {
             expires_at_ms: self.expiry_ms(expiry, None),
@@ -106,9 +115,19 @@ impl Engine {
             kind: Kind::String,
         };
         self.check_value(key, value.len(), &meta)?;
-        self.maybe_flush();
-        let (hash, lock) = self.shard_for(key);
-        let mut shard = lock.write();
+        Ok(Some(meta))
+    }
+
+    /// A plain set in a shard held for it: whatever the key held (in memory or on flash) is
+    /// replaced without being read.
+    pub(super) fn set_in(
+        &self,
+        shard: &mut Shard,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        meta: RecordMeta,
+    ) -> Result<u64, WriteError> {
         if meta
             .expires_at_ms
             .is_some_and(|at| at <= self.inner.now_ms())
@@ -328,6 +347,26 @@ impl Engine {
                 keep_cas: false,
             }
         })
+    }
+}
+
+/// A set through `door` that keeps the item's expiry: an unconditional store.
+pub(super) fn unconditional_store(
+    door: &impl Door,
+    key: &[u8],
+    value: &[u8],
+    client_flags: u32,
+    expiry: Expiry,
+) -> Result<u64, WriteError> {
+    let options = StoreOptions {
+        client_flags,
+        expiry,
+        condition: Condition::Always,
+        kind: Kind::String,
+    };
+    match door.store(key, value, options)? {
+        StoreOutcome::Stored(cas) => Ok(cas),
+        _ => unreachable!("an unconditional store stores"),
     }
 }
 

@@ -6,7 +6,7 @@
 //! Arithmetic follows Redis 7.0's `expireGenericCommand` and `getExpireMillisecondsOrReply`,
 //! including where each overflow is reported as `invalid expire time`.
 
-use strata_engine::{Change, Expiry, ItemRef, Kind};
+use strata_engine::{Change, Door, Expiry, ItemRef, Kind};
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 use strata_types::hash::{record_expiry, set_key_expiry, Hash};
 
@@ -169,7 +169,7 @@ fn expire_generic(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit, relative: bool
         return;
     };
     let mut changed = false;
-    let result = call.engine().modify(call.arg(1), |current, buffer| {
+    let result = call.keys().modify(call.arg(1), |current, buffer| {
         let Some(item) = current else {
             return Change::Keep;
         };
@@ -227,7 +227,7 @@ enum TtlForm {
 /// -2 for a missing key, -1 for no expiry, else the time in `form`, as Redis's
 /// `ttlGenericCommand` (remaining time never below zero, seconds rounded to nearest).
 fn ttl_generic(call: &Call<'_>, out: &mut Vec<u8>, form: TtlForm) {
-    let expires_at_ms = call.engine().get(call.arg(1), |item| key_expiry(&item));
+    let expires_at_ms = call.keys().get(call.arg(1), |item| key_expiry(&item));
     let reply = match expires_at_ms {
         None => -2,
         Some(None) => -1,
@@ -271,7 +271,7 @@ pub(crate) fn pexpiretime(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 pub(crate) fn persist(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mut changed = false;
     let result = call
-        .engine()
+        .keys()
         .modify(call.arg(1), |current, buffer| match current {
             Some(item) if key_expiry(&item).is_some() => {
                 changed = true;

@@ -14,7 +14,7 @@
 //! one departure: HSCAN answers every matching field in one reply (cursor 0), for any size, as
 //! Redis does for a hash small enough for a listpack; COUNT is accepted and ignored.
 
-use strata_engine::{Change, Expiry, Kind, WriteError};
+use strata_engine::{Change, Door, Expiry, Kind, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_f64, parse_i64, Version};
 use strata_types::hash::{record_expiry, Builder, Field, Hash};
 
@@ -43,7 +43,7 @@ pub(crate) fn read_hash<R>(
     f: impl FnOnce(&Hash<'_>, u64, &mut Vec<u8>) -> R,
 ) -> Read<R> {
     let now_ms = call.engine().now_ms();
-    let found = call.engine().get(key, |item| {
+    let found = call.keys().get(key, |item| {
         if item.kind != Kind::Hash {
             out.extend_from_slice(errors::ERR_WRONGTYPE);
             return Read::Refused;
@@ -79,7 +79,7 @@ pub(crate) fn edit_hash(
 ) -> Result<bool, WriteError> {
     let now_ms = call.engine().now_ms();
     let mut decoded = true;
-    call.engine()
+    call.keys()
         .modify_as(key, Kind::Hash, |current, buffer| {
             let hash = match current.as_ref().map(|item| Hash::parse(item.value)) {
                 None => None,

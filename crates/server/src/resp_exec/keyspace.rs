@@ -14,13 +14,13 @@
 //! items on flash, KEYS walks on the flash walk thread instead of the worker (`keys_walk`).
 //!
 //! RENAME and RENAMENX copy the value to the new key and then delete the old one, and DEL and
-//! UNLINK of several keys delete one at a time: each runs while no other worker runs a command
-//! (the table's `alone_when_several_keys`, `crate::exclusive`), so no client sees both keys of
-//! a RENAME, or part of a DEL.
+//! UNLINK of several keys delete one at a time: each holds all its keys together while it runs
+//! (`held`: their shards locked in one order), so no client sees both keys of a RENAME, or part
+//! of a DEL.
 
 use std::sync::{Arc, Mutex};
 
-use strata_engine::{DeleteOutcome, Expiry, Kind, StoreOptions, WriteError};
+use strata_engine::{DeleteOutcome, Door, Expiry, Kind, StoreOptions, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_i64};
 use strata_protocol::{format_u64, U64_LEN_MAX};
 
@@ -42,7 +42,7 @@ const SCAN_STEPS_MAX: usize = 1024;
 pub(crate) fn del(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mut deleted = 0;
     for key in call.args_from(1) {
-        match call.engine().delete(key, None) {
+        match call.keys().delete(key, None) {
             Ok(DeleteOutcome::Deleted) => deleted += 1,
             Ok(_) => {}
             Err(error) => {
@@ -58,7 +58,7 @@ pub(crate) fn del(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 pub(crate) fn exists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let count = call
         .args_from(1)
-        .filter(|key| call.engine().contains(key))
+        .filter(|key| call.keys().contains(key))
         .count();
     encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
 }
@@ -97,8 +97,8 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         encode::error(out, b"ERR source and destination objects are the same");
         return;
     }
-    let engine = call.engine();
-    let Some((value, client_flags, expires_at_ms, kind)) = engine.get(source, |item| {
+    let keys = call.keys();
+    let Some((value, client_flags, expires_at_ms, kind)) = keys.get(source, |item| {
         (
             item.value.to_vec(),
             item.client_flags,
@@ -119,7 +119,7 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         },
         kind,
     };
-    match engine.store(destination, &value, options) {
+    match keys.store(destination, &value, options) {
         Ok(strata_engine::StoreOutcome::Stored(_)) => {
             encode::integer(out, 1);
         }
@@ -132,7 +132,7 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// `TYPE key`: `+string`, `+hash` or `+none`.
 pub(crate) fn type_(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    let kind = call.engine().peek(call.arg(1), |item| item.kind);
+    let kind = call.keys().peek(call.arg(1), |item| item.kind);
     let name: &[u8] = match kind {
         None => b"none",
         Some(Kind::String) => b"string",
@@ -150,7 +150,7 @@ struct Copied {
 }
 
 fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
-    call.engine().get(key, |item| Copied {
+    call.keys().get(key, |item| Copied {
         value: item.value.to_vec(),
         client_flags: item.client_flags,
         expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
@@ -172,8 +172,8 @@ fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, Write
         kind: copied.kind,
         ..StoreOptions::default()
     };
-    call.engine().store(target, &copied.value, options)?;
-    call.engine().delete(source, None)?;
+    call.keys().store(target, &copied.value, options)?;
+    call.keys().delete(source, None)?;
     Ok(true)
 }
 
@@ -191,11 +191,11 @@ pub(crate) fn rename(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// `RENAMENX key newkey`: 1 when renamed, 0 when `newkey` exists.
 pub(crate) fn renamenx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let (source, target) = (call.arg(1), call.arg(2));
-    if !call.engine().contains(source) {
+    if !call.keys().contains(source) {
         out.extend_from_slice(errors::ERR_NO_SUCH_KEY);
         return;
     }
-    if call.engine().contains(target) {
+    if call.keys().contains(target) {
         encode::integer(out, 0);
         return;
     }

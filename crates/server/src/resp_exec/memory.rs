@@ -9,6 +9,7 @@
 //! cluster links, the expires table) are 0; strata keeps no peak, so the peak is the current
 //! figure. DOCTOR reports on those same figures.
 
+use strata_engine::Door;
 use strata_engine::EngineStats;
 use strata_protocol::resp::{encode, errors, name_eq, Version};
 
@@ -69,7 +70,7 @@ fn usage(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
             return;
         }
     }
-    match call.engine().memory_usage(call.arg(2)) {
+    match call.keys().memory_usage(call.arg(2)) {
         Some(bytes) => encode::integer(out, i64::try_from(bytes).unwrap_or(i64::MAX)),
         None => encode::null(out, state.version),
     };

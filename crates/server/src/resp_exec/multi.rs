@@ -22,7 +22,9 @@
 use strata_engine::Observed;
 use strata_protocol::resp::{encode, errors, parse_command, Args, Limits};
 
-use super::{table, Call, State, ARGS_MAX, BULK_LEN_DISCARD_MAX};
+use strata_engine::Door;
+
+use super::{held, table, Call, State, ARGS_MAX, BULK_LEN_DISCARD_MAX};
 use crate::context::ServerContext;
 
 /// Most bytes of commands one transaction queues: past it a command is refused and the
@@ -165,7 +167,7 @@ pub(crate) fn watch(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         if state.watched.iter().any(|w| w.key == key) {
             continue;
         }
-        let seen = observe(call.ctx, key);
+        let seen = call.keys().observe(key);
         state.watched.push(Watched {
             key: key.to_vec(),
             seen,
@@ -180,12 +182,6 @@ pub(crate) fn unwatch(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
     encode::ok(out);
 }
 
-/// What a watch compares: the item's CAS (new with every write) and expiry, or its absence,
-/// and the removals counted for its hash slot (`Engine::observe`).
-fn observe(ctx: &ServerContext, key: &[u8]) -> Observed {
-    ctx.engine.observe(key)
-}
-
 /// `EXEC`.
 pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let Some(multi) = state.multi.take() else {
@@ -197,17 +193,76 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(ERR_EXECABORT);
         return;
     }
-    let ctx = call.ctx;
-    let written = written_keys(&multi);
-    let keys: Vec<&[u8]> = written.iter().map(Vec::as_slice).collect();
-    super::alone_and_atomic(ctx, &keys, out, |out| {
-        if watched.iter().any(|w| observe(ctx, &w.key) != w.seen) {
+    let plan = plan(&multi, &watched);
+    let run = |state: &mut State, call: &Call<'_>, out: &mut Vec<u8>| {
+        let keys = call.keys();
+        if watched.iter().any(|w| keys.observe(&w.key) != w.seen) {
             encode::null_array(out, state.version);
             return;
         }
         encode::array_len(out, multi.ends.len());
-        run_queued(state, ctx, &multi, out);
-    });
+        run_queued(state, call, &multi, out);
+    };
+    if plan.on_its_keys {
+        let keys: Vec<&[u8]> = plan.keys.iter().map(Vec::as_slice).collect();
+        // Logged whole: a key a queued command only reads costs a look and a few bytes.
+        held::run_held(call, &keys, plan.writes, out, |call, out| {
+            run(state, call, out)
+        });
+    } else {
+        let written: Vec<&[u8]> = plan.written.iter().map(Vec::as_slice).collect();
+        super::alone_and_atomic(call.ctx, &written, out, |out| run(state, call, out));
+    }
+}
+
+/// What `EXEC` holds while it runs (see `held`).
+struct Plan {
+    /// Every key a queued command names, and the watched ones (each once).
+    keys: Vec<Vec<u8>>,
+    /// The keys the queued write commands name (each once).
+    written: Vec<Vec<u8>>,
+    /// A queued command writes.
+    writes: bool,
+    /// Every queued command acts on its keys only: `EXEC` holds them, not the whole server.
+    on_its_keys: bool,
+}
+
+/// The keys `EXEC` holds, and how (see [`Plan`]).
+fn plan(multi: &Multi, watched: &[Watched]) -> Plan {
+    let limits = queued_limits();
+    let mut plan = Plan {
+        keys: watched.iter().map(|w| w.key.clone()).collect(),
+        written: Vec::new(),
+        writes: false,
+        on_its_keys: true,
+    };
+    let mut seen: std::collections::HashSet<Vec<u8>> = plan.keys.iter().cloned().collect();
+    let mut seen_written = std::collections::HashSet::new();
+    let mut args = Args::with_capacity(8, 0);
+    for command in multi.commands() {
+        if parse_command(command, &limits, &mut args).is_err() {
+            continue;
+        }
+        let name = args.get(command, 0).unwrap_or_default();
+        let Some(entry) = table::lookup(name) else {
+            continue;
+        };
+        plan.on_its_keys &= held::runs_on_its_keys(entry);
+        let writes = entry.flags.contains(&"write");
+        plan.writes |= writes;
+        for position in entry.key_positions(args.len()) {
+            let Some(key) = args.get(command, position) else {
+                continue;
+            };
+            if writes && seen_written.insert(key.to_vec()) {
+                plan.written.push(key.to_vec());
+            }
+            if seen.insert(key.to_vec()) {
+                plan.keys.push(key.to_vec());
+            }
+        }
+    }
+    plan
 }
 
 /// Whether a queued command writes (CLIENT PAUSE WRITE holds such an EXEC).
@@ -221,35 +276,9 @@ pub(crate) fn queues_a_write(multi: &Multi) -> bool {
     })
 }
 
-/// Every key the queued commands may write (each once): what the transaction log keeps the
-/// before-images of, so that a crash in the middle of `EXEC` undoes all of it. A write with no
-/// key (FLUSHALL, FLUSHDB) is not covered.
-fn written_keys(multi: &Multi) -> Vec<Vec<u8>> {
-    let limits = queued_limits();
-    let mut keys: Vec<Vec<u8>> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut args = Args::with_capacity(8, 0);
-    for command in multi.commands() {
-        if parse_command(command, &limits, &mut args).is_err() {
-            continue;
-        }
-        let name = args.get(command, 0).unwrap_or_default();
-        let Some(entry) = table::lookup(name).filter(|c| c.flags.contains(&"write")) else {
-            continue;
-        };
-        for position in entry.key_positions(args.len()) {
-            if let Some(key) = args.get(command, position) {
-                if seen.insert(key.to_vec()) {
-                    keys.push(key.to_vec());
-                }
-            }
-        }
-    }
-    keys
-}
-
 /// Runs the queued commands, each reply an element of `EXEC`'s.
-fn run_queued(state: &mut State, ctx: &ServerContext, multi: &Multi, out: &mut Vec<u8>) {
+fn run_queued(state: &mut State, call: &Call<'_>, multi: &Multi, out: &mut Vec<u8>) {
+    let ctx = call.ctx;
     let limits = queued_limits();
     let mut args = Args::with_capacity(8, 0);
     let halfway = multi.ends.len() / 2;
@@ -264,7 +293,7 @@ fn run_queued(state: &mut State, ctx: &ServerContext, multi: &Multi, out: &mut V
         // Each reply is one element, whatever CLIENT REPLY says meanwhile.
         let reply_off = std::mem::take(&mut state.reply_off);
         state.reply_skip_next = false;
-        super::execute(state, &args, command, ctx, out);
+        super::execute(state, &args, command, (ctx, call.keys()), out);
         state.reply_off |= reply_off;
     }
 }

@@ -6,7 +6,7 @@
 //! REFCOUNT is always 1 (nothing is shared). FREQ and IDLETIME are refused: strata keeps a
 //! 2-bit access count per index slot, not Redis's LFU counter or LRU clock.
 
-use strata_engine::{ItemRef, Kind};
+use strata_engine::{Door, ItemRef, Kind};
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 use strata_types::hash::Hash;
 
@@ -27,7 +27,7 @@ pub(crate) fn object(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let now_ms = call.engine().now_ms();
-    let found = call.engine().peek(call.arg(2), |item| {
+    let found = call.keys().peek(call.arg(2), |item| {
         if name_eq(sub, b"encoding") {
             encode::bulk(out, encoding(&item, now_ms));
         } else if name_eq(sub, b"refcount") {

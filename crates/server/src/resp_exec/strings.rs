@@ -13,7 +13,7 @@
 //! one at a time, while no other worker runs a command (`crate::exclusive`): no writer slips in
 //! between and no reader sees part of one, as with single-threaded Redis.
 
-use strata_engine::{Change, Condition, Engine, Expiry, Kind, StoreOptions, StoreOutcome};
+use strata_engine::{Change, Condition, Door, Engine, Expiry, Kind, StoreOptions, StoreOutcome};
 use strata_protocol::resp::{encode, errors, name_eq};
 
 use super::expire::{option_expire_at_ms, Unit};
@@ -23,7 +23,7 @@ use crate::context::output_held_bytes;
 /// `GET key`.
 pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let found = call
-        .engine()
+        .keys()
         .get(call.arg(1), |item| {
             if item.kind == Kind::String {
                 encode::bulk(out, item.value);
@@ -82,7 +82,7 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         keys += 1;
         // A key of another kind is nil, as in Redis.
         let found = call
-            .engine()
+            .keys()
             .get(key, |item| {
                 if item.kind == Kind::String {
                     encode::bulk(out, item.value);
@@ -232,7 +232,7 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let result = if condition == Condition::Always && expiry != Expiry::Keep {
-        call.engine()
+        call.keys()
             .set(key, value, 0, expiry)
             .map(StoreOutcome::Stored)
     } else if expiry == Expiry::Keep {
@@ -244,7 +244,7 @@ pub(crate) fn set(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             condition,
             kind: strata_engine::Kind::String,
         };
-        call.engine().store(key, value, store)
+        call.keys().store(key, value, store)
     };
     match result {
         Ok(StoreOutcome::Stored(_)) => {
@@ -275,7 +275,7 @@ fn set_keeping_ttl(
     condition: Condition,
 ) -> Result<StoreOutcome, strata_engine::WriteError> {
     let mut outcome = StoreOutcome::NotStored;
-    let cas = call.engine().modify(key, |current, buffer| {
+    let cas = call.keys().modify(key, |current, buffer| {
         if !presence_allows(condition, current.is_some()) {
             return Change::Keep;
         }
@@ -336,7 +336,7 @@ pub(crate) fn setnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         condition: Condition::IfAbsent,
         ..StoreOptions::default()
     };
-    match call.engine().store(key, value, options) {
+    match call.keys().store(key, value, options) {
         Ok(outcome) => encode::integer(out, i64::from(matches!(outcome, StoreOutcome::Stored(_)))),
         Err(error) => {
             write_error(out, &error);
@@ -356,7 +356,7 @@ fn set_with_expire(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit) {
     if !value_fits(call, key, value, out) {
         return;
     }
-    match call.engine().set(key, value, 0, Expiry::AtMs(at_ms)) {
+    match call.keys().set(key, value, 0, Expiry::AtMs(at_ms)) {
         Ok(_) => {
             encode::ok(out);
         }
@@ -454,7 +454,7 @@ pub(crate) fn mset(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
     for pair in 0..(call.len() - 1) / 2 {
         let (key, value) = (call.arg(1 + 2 * pair), call.arg(2 + 2 * pair));
-        if let Err(error) = call.engine().set(key, value, 0, Expiry::Never) {
+        if let Err(error) = call.keys().set(key, value, 0, Expiry::Never) {
             write_error(out, &error);
             return;
         }
@@ -480,13 +480,13 @@ pub(crate) fn msetnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let pairs = (call.len() - 1) / 2;
-    if (0..pairs).any(|pair| call.engine().contains(call.arg(1 + 2 * pair))) {
+    if (0..pairs).any(|pair| call.keys().contains(call.arg(1 + 2 * pair))) {
         encode::integer(out, 0);
         return;
     }
     for pair in 0..pairs {
         let (key, value) = (call.arg(1 + 2 * pair), call.arg(2 + 2 * pair));
-        if let Err(error) = call.engine().set(key, value, 0, Expiry::Never) {
+        if let Err(error) = call.keys().set(key, value, 0, Expiry::Never) {
             write_error(out, &error);
             return;
         }

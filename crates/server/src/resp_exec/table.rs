@@ -31,9 +31,6 @@ pub(crate) struct Command {
     pub stat: usize,
     /// The handler.
     pub run: Handler,
-    /// It writes several keys at once when it names more than one: it then runs while no
-    /// other worker runs a command (`crate::exclusive`), so nobody sees part of it.
-    pub alone_when_several_keys: bool,
     /// Whether it reads its keys' existing items, which may be on flash: a command that does
     /// waits, unconsumed, while they are read ahead (`resp_exec::flash_keys`).
     pub reads: Reads,
@@ -140,7 +137,6 @@ const fn row(
         group,
         stat: command_index(stat_name),
         run,
-        alone_when_several_keys: false,
         reads: Reads::Keys,
         before_auth: false,
         changes_client: false,
@@ -188,14 +184,6 @@ const fn differs(how: &'static str, command: Command) -> Command {
     }
 }
 
-/// `command`, run alone when it names several keys (see `Command::alone_when_several_keys`).
-const fn alone_when_several_keys(command: Command) -> Command {
-    Command {
-        alone_when_several_keys: true,
-        ..command
-    }
-}
-
 /// Every command strata executes, hottest first.
 pub(crate) static COMMANDS: &[Command] = &[
     row("get", 2, READ, ONE_KEY, "string", "get", strings::get),
@@ -212,7 +200,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "sees all or none of a transaction or MSET; may see the second of two single-key writes another worker runs back to back without the first",
         row("mget", -2, READ, ALL_KEYS, "string", "get", strings::mget)
     ),
-    blind_write(alone_when_several_keys(row(
+    blind_write(row(
         "mset",
         -3,
         WRITE_SLOW,
@@ -220,7 +208,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "set",
         strings::mset,
-    ))),
+    )),
     row(
         "ping",
         -1,
@@ -262,7 +250,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         counters::incrbyfloat,
     )
     ),
-    alone_when_several_keys(row(
+    row(
         "del",
         -2,
         WRITE_SLOW,
@@ -270,8 +258,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "delete",
         keyspace::del,
-    )),
-    alone_when_several_keys(row(
+    ),
+    row(
         "unlink",
         -2,
         DELETE,
@@ -279,7 +267,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "delete",
         keyspace::del,
-    )),
+    ),
     row(
         "exists",
         -2,
@@ -400,7 +388,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "set",
         strings::getset,
     ),
-    alone_when_several_keys(row(
+    row(
         "msetnx",
         -3,
         WRITE_SLOW,
@@ -408,7 +396,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "string",
         "add",
         strings::msetnx,
-    )),
+    ),
     row(
         "append",
         3,
@@ -466,7 +454,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         keyspace::type_,
     )
     ),
-    alone_when_several_keys(row(
+    row(
         "rename",
         3,
         WRITE_SLOW,
@@ -474,8 +462,8 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::rename,
-    )),
-    alone_when_several_keys(row(
+    ),
+    row(
         "renamenx",
         3,
         WRITE,
@@ -483,7 +471,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::renamenx,
-    )),
+    ),
     differs(
         "cursors are strata's (shard and bucket); TYPE keeps keys only for string",
         row(
@@ -742,7 +730,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         multi::unwatch,
     ),
-    alone_when_several_keys(differs(
+    differs(
         "one database: DB other than 0 is out of range (Redis copies into that database)",
         row(
         "copy",
@@ -752,7 +740,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "keyspace",
         "other",
         keyspace::copy,
-    ))),
+    )),
     row("touch", -2, READ, ALL_KEYS, "keyspace", "other", keyspace::exists),
     differs(
         "USAGE counts strata's record and index slot (an item on flash: the slot alone); STATS has Redis's fields with strata's figures (no peak kept: the current one); DOCTOR is strata's own report; no MALLOC-STATS, PURGE",
@@ -963,13 +951,14 @@ mod tests {
         assert_eq!(lookup(b"gEt").map(|c| c.name), Some("get"));
         assert_eq!(lookup(b"SeT").map(|c| c.name), Some("set"));
         assert_eq!(lookup(b"DEL").map(|c| c.name), Some("del"));
-        let alone: Vec<&str> = COMMANDS
+        // The writes that name several keys, held together in one transaction (`held`).
+        let several: Vec<&str> = COMMANDS
             .iter()
-            .filter(|c| c.alone_when_several_keys)
+            .filter(|c| c.flags.contains(&"write") && c.key_positions(5).nth(1).is_some())
             .map(|c| c.name)
             .collect();
         assert_eq!(
-            alone,
+            several,
             ["mset", "del", "unlink", "msetnx", "rename", "renamenx", "copy"]
         );
         assert!(lookup(b"ge\x00").is_none());

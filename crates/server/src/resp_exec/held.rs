@@ -1,0 +1,126 @@
+//! How a command holds its keys (the engine's door, `strata_engine::Door`).
+//!
+//! A command with one key takes it as it goes: each engine operation locks the key's shard
+//! for its own length ([`Keys::One`]). A command with several keys (MSET, DEL k1 k2, RENAME,
+//! MGET, EXISTS k1 k2, WATCH k1 k2) and a whole `EXEC` hold all of theirs together
+//! ([`Keys::Held`]): the engine locks their shards in shard order (`Engine::transaction`, or
+//! `Engine::read_together` for a command that only reads), the command runs, and whatever it
+//! changed becomes visible at once when it ends; nobody sees part of it, nothing runs between
+//! its commands on its keys, and the other keys' commands run on meanwhile, on every worker.
+//! A transaction that writes logs its keys' before-images first (`Engine::transaction`), so a
+//! crash leaves all of it or none.
+//!
+//! Only an `EXEC` queuing a command that acts on the whole keyspace (FLUSHALL, SCAN, KEYS,
+//! DBSIZE, RANDOMKEY, INFO...) still runs alone, while every other worker waits
+//! (`crate::exclusive`, [`super::alone_and_atomic`]).
+
+use strata_engine::{Change, Door, DynDoor, Engine, Expiry, ItemRef, Observed, WriteError};
+
+use super::{table, write_error, Call};
+
+/// How a command reaches its keys (see the module docs).
+#[derive(Clone, Copy)]
+pub(crate) enum Keys<'a> {
+    /// One operation at a time, each locking its key's shard.
+    One(&'a Engine),
+    /// Held together by a transaction for the whole command (or `EXEC`).
+    Held(&'a dyn DynDoor),
+}
+
+impl Keys<'_> {
+    /// Whether the keys are held by a transaction (a command run inside one runs as it is).
+    pub(crate) fn held(&self) -> bool {
+        matches!(self, Keys::Held(_))
+    }
+}
+
+impl Door for Keys<'_> {
+    fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        match *self {
+            Keys::One(engine) => Door::read(engine, key, bump, f),
+            Keys::Held(txn) => Door::read(txn, key, bump, f),
+        }
+    }
+
+    fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        match *self {
+            Keys::One(engine) => Door::modify(engine, key, f),
+            Keys::Held(txn) => Door::modify(txn, key, f),
+        }
+    }
+
+    fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        client_flags: u32,
+        expiry: Expiry,
+    ) -> Result<u64, WriteError> {
+        match *self {
+            Keys::One(engine) => engine.set(key, value, client_flags, expiry),
+            Keys::Held(txn) => txn.set_dyn(key, value, client_flags, expiry),
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        match *self {
+            Keys::One(engine) => engine.contains(key),
+            Keys::Held(txn) => txn.contains_dyn(key),
+        }
+    }
+
+    fn observe(&self, key: &[u8]) -> Observed {
+        match *self {
+            Keys::One(engine) => engine.observe(key),
+            Keys::Held(txn) => txn.observe_dyn(key),
+        }
+    }
+
+    fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        match *self {
+            Keys::One(engine) => engine.memory_usage(key),
+            Keys::Held(txn) => txn.memory_usage_dyn(key),
+        }
+    }
+}
+
+/// Runs `run` (which appends one reply to `out`) with `keys` held together: a transaction
+/// over them when `writes` (logging the before-images of every one of them), else a read of
+/// them together. When the engine refuses the transaction, or fails to end it, its error
+/// replaces whatever `run` wrote.
+pub(crate) fn run_held(
+    call: &Call<'_>,
+    keys: &[&[u8]],
+    writes: bool,
+    out: &mut Vec<u8>,
+    run: impl FnOnce(&Call<'_>, &mut Vec<u8>),
+) {
+    let engine = &call.ctx.engine;
+    let mark = out.len();
+    if !writes {
+        let together = engine.read_together(keys);
+        run(&call.with_keys(Keys::Held(&together)), out);
+        return;
+    }
+    let txn = match engine.transaction(keys, keys) {
+        Ok(txn) => txn,
+        Err(error) => return write_error(out, &error),
+    };
+    run(&call.with_keys(Keys::Held(&txn)), out);
+    if let Err(error) = txn.finish() {
+        out.truncate(mark);
+        write_error(out, &error);
+    }
+}
+
+/// Whether a command queued in `EXEC` may run while the transaction holds only its keys: it
+/// names its keys (by its key spec), or touches no key at all (the connection's commands).
+/// Any other (FLUSHALL, SCAN, KEYS, DBSIZE, RANDOMKEY, INFO, DEBUG...) acts on the whole
+/// keyspace, and its `EXEC` runs alone.
+pub(crate) fn runs_on_its_keys(command: &table::Command) -> bool {
+    command.keys != (0, 0, 0) || matches!(command.group, "connection" | "transaction")
+}
