@@ -5,24 +5,27 @@
 //!   gets its error and marks the transaction, which `EXEC` then refuses (`-EXECABORT`).
 //!   `MULTI` and `WATCH` inside one are refused without marking it, as in Redis.
 //! - `EXEC` runs the queued commands in order, each parsed again and run as if sent alone (its
-//!   errors are its own elements of the reply; the others still run), while no other client's
-//!   command runs on any worker (`crate::exclusive`): nobody sees part of a transaction, and
-//!   nothing runs between its commands. Before that, the keys the queued commands read that
+//!   errors are its own elements of the reply; the others still run), inside one transaction
+//!   over every key they name and the watched ones (`held`: their shards locked in one order):
+//!   nobody sees part of it, nothing runs between its commands on its keys, and other keys'
+//!   commands run on meanwhile. An `EXEC` queuing a command that acts on the whole keyspace
+//!   (FLUSHALL, SCAN, DBSIZE...) runs alone instead, while no other client's command runs on
+//!   any worker (`crate::exclusive`). Before either, the keys the queued commands read that
 //!   are on flash are read ahead like any command's (`resp_exec::flash_keys`).
 //! - `WATCH` notes, per key, what `Engine::observe` sees: the item's CAS and expiry (or its
 //!   absence) and how many entries of the key's hash slot left the index. `EXEC` compares them
-//!   again while alone: a write, delete, expiry, eviction, flush or TTL change by anyone since,
-//!   this client included, changes one, even for a key absent both times that was created and
-//!   removed in between, and `EXEC` answers the null array and runs nothing. (The removal of
-//!   another key sharing the slot, 1 in 1024, aborts too: a retry, never a lost update.)
-//! - Crash atomicity: `EXEC` runs as one `Engine::atomically` group over every key its queued
-//!   write commands name, so a `kill -9` in the middle of it leaves all of it or none (the
-//!   transaction log beside the pool). FLUSHALL and FLUSHDB inside it name no key: not covered.
+//!   again inside its transaction: a write, delete, expiry, eviction, flush or TTL change by
+//!   anyone since, this client included, changes one, even for a key absent both times that
+//!   was created and removed in between, and `EXEC` answers the null array and runs nothing.
+//!   (The removal of another key sharing the slot, 1 in 1024, aborts too: a retry, never a
+//!   lost update.)
+//! - Crash atomicity: the transaction logs the before-images of every key it holds (alone:
+//!   every key its write commands name), so a `kill -9` in the middle of it leaves all of it
+//!   or none (the transaction log beside the pool). FLUSHALL and FLUSHDB inside it name no
+//!   key: not covered.
 
-use strata_engine::Observed;
+use strata_engine::{Door, Observed};
 use strata_protocol::resp::{encode, errors, parse_command, Args, Limits};
-
-use strata_engine::Door;
 
 use super::{held, table, Call, State, ARGS_MAX, BULK_LEN_DISCARD_MAX};
 use crate::context::ServerContext;
