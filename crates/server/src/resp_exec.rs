@@ -327,6 +327,26 @@ fn execute(
     }
 }
 
+/// Runs a command `EXEC` queued, parsed and looked up when it was queued (`command`).
+fn execute_known(
+    state: &mut State,
+    args: &Args,
+    input: &[u8],
+    command: &'static table::Command,
+    (ctx, keys): (&ServerContext, Keys<'_>),
+    out: &mut Vec<u8>,
+) {
+    debug_assert!(state.multi.is_none(), "EXEC took its transaction");
+    let call = Call {
+        ctx,
+        input,
+        args,
+        command,
+        keys,
+    };
+    run(state, &call, out);
+}
+
 /// Copies what other clients see of this one (`CLIENT LIST`) into its registry entry.
 fn publish(state: &State) {
     let Some(client) = &state.client else {
@@ -443,8 +463,11 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
     state.last_row = Some(row);
-    let inside = call.keys.held() || call.ctx.exclusive.is_alone();
-    if !inside && command.key_positions(call.len()).nth(1).is_some() {
+    let several = command.may_name_several_keys()
+        && command.key_positions(call.len()).nth(1).is_some()
+        && !call.keys.held()
+        && !call.ctx.exclusive.is_alone();
+    if several {
         // Several keys: held together for the whole command (`held`). Inside a transaction,
         // or an EXEC running alone, the EXEC holds them already.
         let keys: Vec<&[u8]> = command
@@ -639,7 +662,9 @@ impl RespSession {
                     None => break None,
                 }
             };
-            if keys_len > 1 {
+            // Inside MULTI the batch's GETs and SETs are only queued (EXEC ends a batch): their
+            // keys are not read now.
+            if keys_len > 1 && self.state.multi.is_none() {
                 ctx.engine.prefetch(&keys[..keys_len]);
             }
             if let Some(closing) = self.run_batch(input, &ranges[..count], ctx, out) {

@@ -106,7 +106,7 @@ pub(crate) fn run_held(
         run(&call.with_keys(Keys::Held(&together)), out);
         return;
     }
-    let txn = match engine.transaction(keys, keys) {
+    let txn = match engine.transaction(&[], keys) {
         Ok(txn) => txn,
         Err(error) => return write_error(out, &error),
     };

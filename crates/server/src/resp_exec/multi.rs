@@ -25,9 +25,9 @@
 //!   key: not covered.
 
 use strata_engine::{Door, Observed};
-use strata_protocol::resp::{encode, errors, parse_command, Args, Limits};
+use strata_protocol::resp::{encode, errors, Args};
 
-use super::{held, table, Call, State, ARGS_MAX, BULK_LEN_DISCARD_MAX};
+use super::{held, table, Call, State};
 use crate::context::ServerContext;
 
 /// Most bytes of commands one transaction queues: past it a command is refused and the
@@ -49,25 +49,37 @@ const ERR_WATCH_FULL: &[u8] =
 /// A transaction being queued.
 #[derive(Debug, Default)]
 pub(crate) struct Multi {
-    /// The queued commands' bytes, back to back; `ends` says where each ends.
+    /// The queued commands' bytes, back to back; each [`Queued`] says where one ends.
     bytes: Vec<u8>,
-    ends: Vec<usize>,
+    queued: Vec<Queued>,
     /// A command failed to queue: `EXEC` refuses the transaction.
     dirty: bool,
+}
+
+/// A queued command, parsed and looked up once, when it was queued: `EXEC` neither parses
+/// nor looks it up again.
+#[derive(Debug)]
+struct Queued {
+    /// Where its bytes end in `Multi::bytes`.
+    end: usize,
+    /// Its arguments, as positions into its own bytes.
+    args: Args,
+    /// Its table row.
+    entry: &'static table::Command,
 }
 
 impl Multi {
     /// Commands queued so far.
     pub(crate) fn queued(&self) -> usize {
-        self.ends.len()
+        self.queued.len()
     }
 
-    /// The queued commands' bytes, in order.
-    fn commands(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+    /// The queued commands in order: each one's bytes, arguments and table row.
+    fn commands(&self) -> impl Iterator<Item = (&[u8], &Args, &'static table::Command)> {
+        let starts = std::iter::once(0).chain(self.queued.iter().map(|q| q.end));
         starts
-            .zip(self.ends.iter())
-            .map(|(start, &end)| &self.bytes[start..end])
+            .zip(self.queued.iter())
+            .map(|(start, queued)| (&self.bytes[start..queued.end], &queued.args, queued.entry))
     }
 }
 
@@ -115,7 +127,11 @@ pub(crate) fn queue(
             } else {
                 let multi = state.multi.as_mut().expect("checked above");
                 multi.bytes.extend_from_slice(input);
-                multi.ends.push(multi.bytes.len());
+                multi.queued.push(Queued {
+                    end: multi.bytes.len(),
+                    args: args.clone(),
+                    entry: c,
+                });
                 // CLIENT LIST names a queued command as the client's last, as Redis does.
                 state.last_row = Some(super::commandstats::row_of(c));
                 encode::simple(out, b"QUEUED");
@@ -203,53 +219,40 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::null_array(out, state.version);
             return;
         }
-        encode::array_len(out, multi.ends.len());
+        encode::array_len(out, multi.queued());
         run_queued(state, call, &multi, out);
     };
     if plan.on_its_keys {
-        let keys: Vec<&[u8]> = plan.keys.iter().map(Vec::as_slice).collect();
         // Logged whole: a key a queued command only reads costs a look and a few bytes.
-        held::run_held(call, &keys, plan.writes, out, |call, out| {
-            run(state, call, out)
+        held::run_held(call, &plan.keys, plan.writes, out, |call, out| {
+            run(state, call, out);
         });
     } else {
-        let written: Vec<&[u8]> = plan.written.iter().map(Vec::as_slice).collect();
-        super::alone_and_atomic(call.ctx, &written, out, |out| run(state, call, out));
+        super::alone_and_atomic(call.ctx, &plan.written, out, |out| run(state, call, out));
     }
 }
 
 /// What `EXEC` holds while it runs (see `held`).
-struct Plan {
+struct Plan<'m> {
     /// Every key a queued command names, and the watched ones (each once).
-    keys: Vec<Vec<u8>>,
+    keys: Vec<&'m [u8]>,
     /// The keys the queued write commands name (each once).
-    written: Vec<Vec<u8>>,
+    written: Vec<&'m [u8]>,
     /// A queued command writes.
     writes: bool,
     /// Every queued command acts on its keys only: `EXEC` holds them, not the whole server.
     on_its_keys: bool,
 }
 
-/// The keys `EXEC` holds, and how (see [`Plan`]).
-fn plan(multi: &Multi, watched: &[Watched]) -> Plan {
-    let limits = queued_limits();
+/// The keys `EXEC` holds, and how (see [`Plan`]), from the commands as they were queued.
+fn plan<'m>(multi: &'m Multi, watched: &'m [Watched]) -> Plan<'m> {
     let mut plan = Plan {
-        keys: watched.iter().map(|w| w.key.clone()).collect(),
+        keys: watched.iter().map(|w| &w.key[..]).collect(),
         written: Vec::new(),
         writes: false,
         on_its_keys: true,
     };
-    let mut seen: std::collections::HashSet<Vec<u8>> = plan.keys.iter().cloned().collect();
-    let mut seen_written = std::collections::HashSet::new();
-    let mut args = Args::with_capacity(8, 0);
-    for command in multi.commands() {
-        if parse_command(command, &limits, &mut args).is_err() {
-            continue;
-        }
-        let name = args.get(command, 0).unwrap_or_default();
-        let Some(entry) = table::lookup(name) else {
-            continue;
-        };
+    for (command, args, entry) in multi.commands() {
         plan.on_its_keys &= held::runs_on_its_keys(entry);
         let writes = entry.flags.contains(&"write");
         plan.writes |= writes;
@@ -257,46 +260,40 @@ fn plan(multi: &Multi, watched: &[Watched]) -> Plan {
             let Some(key) = args.get(command, position) else {
                 continue;
             };
-            if writes && seen_written.insert(key.to_vec()) {
-                plan.written.push(key.to_vec());
-            }
-            if seen.insert(key.to_vec()) {
-                plan.keys.push(key.to_vec());
+            plan.keys.push(key);
+            if writes {
+                plan.written.push(key);
             }
         }
+    }
+    for keys in [&mut plan.keys, &mut plan.written] {
+        keys.sort_unstable();
+        keys.dedup();
     }
     plan
 }
 
 /// Whether a queued command writes (CLIENT PAUSE WRITE holds such an EXEC).
 pub(crate) fn queues_a_write(multi: &Multi) -> bool {
-    let limits = queued_limits();
-    let mut args = Args::with_capacity(8, 0);
-    multi.commands().any(|command| {
-        parse_command(command, &limits, &mut args).is_ok()
-            && table::lookup(args.get(command, 0).unwrap_or_default())
-                .is_some_and(|c| c.flags.contains(&"write"))
-    })
+    multi
+        .commands()
+        .any(|(_, _, entry)| entry.flags.contains(&"write"))
 }
 
 /// Runs the queued commands, each reply an element of `EXEC`'s.
 fn run_queued(state: &mut State, call: &Call<'_>, multi: &Multi, out: &mut Vec<u8>) {
     let ctx = call.ctx;
-    let limits = queued_limits();
-    let mut args = Args::with_capacity(8, 0);
-    let halfway = multi.ends.len() / 2;
-    for (index, command) in multi.commands().enumerate() {
+    let halfway = multi.queued() / 2;
+    for (index, (command, args, entry)) in multi.commands().enumerate() {
         let stall_ms = ctx.settings.exec_stall_for_tests_ms;
         if stall_ms > 0 && index == halfway {
             tracing::warn!(stall_ms, "stalling inside EXEC for a test");
             std::thread::sleep(std::time::Duration::from_millis(stall_ms));
         }
-        let parsed = parse_command(command, &limits, &mut args);
-        debug_assert_eq!(parsed.ok(), Some(command.len()), "queued whole");
         // Each reply is one element, whatever CLIENT REPLY says meanwhile.
         let reply_off = std::mem::take(&mut state.reply_off);
         state.reply_skip_next = false;
-        super::execute(state, &args, command, (ctx, call.keys()), out);
+        super::execute_known(state, args, command, entry, (ctx, call.keys()), out);
         state.reply_off |= reply_off;
     }
 }
@@ -307,24 +304,9 @@ pub(crate) fn exec_keys(state: &State) -> Vec<Vec<u8>> {
     let Some(multi) = state.multi.as_ref() else {
         return Vec::new();
     };
-    let limits = queued_limits();
     let mut keys: Vec<Vec<u8>> = state.watched.iter().map(|w| w.key.clone()).collect();
-    let mut args = Args::with_capacity(8, 0);
-    for command in multi.commands() {
-        if parse_command(command, &limits, &mut args).is_ok() {
-            keys.extend(super::flash_keys(&args, command).map(<[u8]>::to_vec));
-        }
+    for (command, args, _) in multi.commands() {
+        keys.extend(super::flash_keys(args, command).map(<[u8]>::to_vec));
     }
     keys
-}
-
-/// Parse limits for queued commands: any that was queued passed the connection's limits then.
-fn queued_limits() -> Limits {
-    Limits {
-        args_max: ARGS_MAX,
-        bulk_len_max: BULK_LEN_DISCARD_MAX,
-        bulk_len_discard_max: BULK_LEN_DISCARD_MAX,
-        inline_len_max: QUEUED_BYTES_MAX,
-        auth_pending: false,
-    }
 }

@@ -89,6 +89,13 @@ impl Command {
             .map(|position| position.unsigned_abs() as usize)
     }
 
+    /// Whether a call may name more than one key (by the key spec: a last key past the first,
+    /// or counted from the end).
+    pub fn may_name_several_keys(&self) -> bool {
+        let (first, last, _) = self.keys;
+        first > 0 && (last < 0 || last > first)
+    }
+
     /// Commands a client may send before authenticating, as in Redis (`CMD_NO_AUTH`).
     pub fn allowed_before_auth(&self) -> bool {
         self.before_auth
