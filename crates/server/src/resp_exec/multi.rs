@@ -52,6 +52,10 @@ pub(crate) struct Multi {
     /// The queued commands' bytes, back to back; each [`Queued`] says where one ends.
     bytes: Vec<u8>,
     queued: Vec<Queued>,
+    /// What the queued commands take in memory, their bytes and parsed arguments (bounded by
+    /// [`QUEUED_BYTES_MAX`]: a client queuing millions of tiny commands holds their arguments
+    /// too).
+    memory_bytes: usize,
     /// A command failed to queue: `EXEC` refuses the transaction.
     dirty: bool,
 }
@@ -66,6 +70,15 @@ struct Queued {
     args: Args,
     /// Its table row.
     entry: &'static table::Command,
+}
+
+impl Queued {
+    /// What queuing `input`, parsed as `args`, takes in memory.
+    fn memory_bytes(input: &[u8], args: &Args) -> usize {
+        input.len()
+            + std::mem::size_of::<Queued>()
+            + args.len() * std::mem::size_of::<strata_protocol::resp::Arg>()
+    }
 }
 
 impl Multi {
@@ -107,7 +120,7 @@ pub(crate) fn queue(
     args: &Args,
     out: &mut Vec<u8>,
 ) -> bool {
-    let Some(queued_bytes) = state.multi.as_ref().map(|m| m.bytes.len()) else {
+    let Some(queued_bytes) = state.multi.as_ref().map(|m| m.memory_bytes) else {
         return false;
     };
     let command = table::lookup(args.arg(input, 0));
@@ -122,11 +135,12 @@ pub(crate) fn queue(
                 errors::wrong_args(out, c.name.as_bytes());
             } else if !super::authenticated(state, ctx) && !c.allowed_before_auth() {
                 out.extend_from_slice(errors::ERR_NOAUTH);
-            } else if queued_bytes + input.len() > QUEUED_BYTES_MAX {
+            } else if queued_bytes + Queued::memory_bytes(input, args) > QUEUED_BYTES_MAX {
                 out.extend_from_slice(ERR_QUEUE_FULL);
             } else {
                 let multi = state.multi.as_mut().expect("checked above");
                 multi.bytes.extend_from_slice(input);
+                multi.memory_bytes += Queued::memory_bytes(input, args);
                 multi.queued.push(Queued {
                     end: multi.bytes.len(),
                     args: args.clone(),

@@ -785,3 +785,48 @@ fn latency_monitor_keeps_spikes_past_its_threshold() {
     assert_eq!(run(&mut session, &ctx, "LATENCY RESET"), b":1\r\n");
     assert_eq!(run(&mut session, &ctx, "LATENCY LATEST"), b"*0\r\n");
 }
+
+/// A transaction's queue is bounded by what it holds in memory, parsed arguments included: a
+/// client queuing millions of tiny commands is refused long before their arguments alone
+/// outgrow the bound (each PING's bytes are 14 of the more than 60 it holds).
+#[test]
+fn a_transaction_of_tiny_commands_is_bounded_by_what_it_holds() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(ctx.next_client_id());
+    assert_eq!(run(&mut session, &ctx, "MULTI"), b"+OK\r\n");
+    let ping = command(&["PING"]);
+    let chunk: Vec<u8> = ping.repeat(100_000);
+    let mut queued = 0usize;
+    let mut out = Vec::new();
+    let refused = loop {
+        out.clear();
+        let processed = session.process(&chunk, &ctx, &mut out);
+        assert_eq!(processed.consumed, chunk.len());
+        let replies = out.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+        let mut refused = false;
+        for reply in replies {
+            if reply.starts_with(b"+QUEUED") {
+                queued += 1;
+            } else {
+                assert!(
+                    reply.starts_with(b"-ERR strata's transaction limit"),
+                    "{reply:?}"
+                );
+                refused = true;
+            }
+        }
+        if refused {
+            break queued;
+        }
+    };
+    let bytes_only = super::multi::QUEUED_BYTES_MAX / ping.len();
+    assert!(refused < bytes_only / 3, "{refused} queued of {bytes_only}");
+    assert!(
+        refused > 1_000_000,
+        "{refused}: a real transaction still fits"
+    );
+    assert_eq!(
+        run(&mut session, &ctx, "EXEC"),
+        b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+}
