@@ -253,13 +253,14 @@ impl Connection {
         }
     }
 
-    /// The keys a request that just began waiting for flash reads ([`Processed::flash_wait`])
-    /// needs read ahead; `None` when no request began waiting since the last call.
-    pub fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+    /// Where on the flash medium the records a request that just began waiting for flash reads
+    /// ([`Processed::flash_wait`]) are; `None` when no request began waiting since the last
+    /// call.
+    pub fn take_flash_locations(&mut self) -> Option<Vec<u64>> {
         if !self.flash_waiting {
             return None;
         }
-        self.session.take_flash_keys()
+        self.session.take_flash_locations()
     }
 
     /// The walk a request that just began waiting for flash waits for, if it waits for one

@@ -422,8 +422,8 @@ pub struct Processed {
     /// connection waits until the pause ends, then calls the session again with the rest.
     pub held: bool,
     /// The session stopped before a request whose keys are on flash
-    /// ([`Session::take_flash_keys`] names them): the connection waits while an I/O thread reads
-    /// them ahead, then calls the session again with the same input.
+    /// ([`Session::take_flash_locations`] says where): the connection waits while their
+    /// records are read ahead, then calls the session again with the same input.
     pub flash_wait: bool,
 }
 
@@ -522,8 +522,9 @@ pub trait Session: Send {
         false
     }
 
-    /// After a call that returned [`Processed::flash_wait`]: the keys to read ahead.
-    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
+    /// After a call that returned [`Processed::flash_wait`]: where on the flash medium the
+    /// records to read ahead are (`Engine::flash_reads_needed`).
+    fn take_flash_locations(&mut self) -> Option<Vec<u64>> {
         None
     }
 

@@ -6,13 +6,13 @@
 //! worker whose ring could not be set up) I/O threads do them ([`FlashIo`]).
 //!
 //! ```text
-//!  worker: session sees a GET of a key on flash (Engine::flash_read_needed)
+//!  worker: session sees a GET of a key on flash (Engine::flash_reads_needed: where)
 //!          └─ the request stays unconsumed, the connection parks
 //!             ├─▶ RingReads::start: reads queued on the ring; RingReads::submit at the end
 //!             │   of the loop round: one io_uring submission for all of the round's reads
 //!             │   ─▶ eventfd ─▶ RingReads::complete
-//!             └─▶ FlashIo::submit(job) ─▶ strata-flash-io-N: Engine::stage_flash(keys) for a
-//!                 batch of queued keys (blocking) ─▶ Done to the worker's queue, and its waker
+//!             └─▶ FlashIo::submit(job) ─▶ strata-flash-io-N: Engine::stage_flash_at for a
+//!                 batch of queued reads (blocking) ─▶ Done to the worker's queue, and its waker
 //!  worker: the connection unparks and runs the request again; its flash reads find the
 //!          records read ahead (no I/O), and replies leave in request order.
 //!
@@ -37,7 +37,7 @@ use strata_engine::Engine;
 /// 8 batching threads 31K, 4 35K, 2 39–47K, 1 42–47K.)
 pub const FLASH_IO_THREADS_DEFAULT: usize = 2;
 
-/// Most keys one I/O thread reads in one batch.
+/// Most records one I/O thread reads in one batch.
 const BATCH_KEYS_MAX: usize = 64;
 
 /// Most keys one wait reads ahead for the requests pipelined behind the waiting one (the
@@ -62,10 +62,10 @@ pub struct ReplyTo {
     pub waker: Arc<Waker>,
 }
 
-/// Keys to read ahead for a parked connection.
+/// Reads ahead for a parked connection.
 pub struct Job {
-    /// The keys its request reads.
-    pub keys: Vec<Vec<u8>>,
+    /// Where its request's records are on the flash medium (`Engine::flash_reads_needed`).
+    pub locations: Vec<u64>,
     /// Who to tell.
     pub done: Done,
     /// Where to tell it.
@@ -91,10 +91,10 @@ pub struct FlashIo {
     walks: Mutex<Sender<WalkJob>>,
 }
 
-/// One key of a job, for one I/O thread: the job's keys are read in parallel, and the thread
-/// that reads the last one tells the worker.
+/// One read of a job, for one I/O thread: the job's reads are made in parallel, and the
+/// thread that makes the last one tells the worker.
 struct Part {
-    key: Vec<u8>,
+    location: u64,
     left: Arc<std::sync::atomic::AtomicUsize>,
     done: Done,
     reply: ReplyTo,
@@ -139,19 +139,19 @@ impl FlashIo {
         walks.send(WalkJob { walk, done, reply }).is_ok()
     }
 
-    /// Queues a read-ahead, one part per key. Returns false if the I/O threads are gone (the
-    /// caller then runs the request at once, reading flash itself).
+    /// Queues a read-ahead, one part per location. Returns false if the I/O threads are gone
+    /// (the caller then runs the request at once, reading flash itself).
     pub fn submit(&self, job: Job) -> bool {
         let Ok(sender) = self.sender.lock() else {
             return false;
         };
-        if job.keys.is_empty() {
+        if job.locations.is_empty() {
             return false;
         }
-        let left = Arc::new(std::sync::atomic::AtomicUsize::new(job.keys.len()));
-        for key in job.keys {
+        let left = Arc::new(std::sync::atomic::AtomicUsize::new(job.locations.len()));
+        for location in job.locations {
             let part = Part {
-                key,
+                location,
                 left: Arc::clone(&left),
                 done: job.done,
                 reply: job.reply.clone(),
@@ -185,8 +185,8 @@ fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
             }
             batch
         };
-        let keys: Vec<&[u8]> = batch.iter().map(|part| &part.key[..]).collect();
-        engine.stage_flash(&keys);
+        let locations: Vec<u64> = batch.iter().map(|part| part.location).collect();
+        engine.stage_flash_at(&locations);
         for part in batch {
             let last = part.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1;
             // A worker that is gone (shutdown) no longer listens: nothing to tell.
@@ -202,7 +202,7 @@ fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
 /// than the read. The ring's eventfd is polled with the worker's sockets.
 ///
 /// ```text
-///  worker: a connection parks ─▶ RingReads::start: Engine::plan_flash_reads(keys), one
+///  worker: a connection parks ─▶ RingReads::start: Engine::plan_flash_reads_at, one
 ///          submission for all ─▶ … eventfd readable … ─▶ RingReads::complete:
 ///          Engine::finish_flash_read each (staged; a longer record is read again) ─▶ the
 ///          connection's Done once its last read finished
@@ -214,7 +214,7 @@ pub struct RingReads {
     jobs: Vec<Option<(Done, usize)>>,
     free_jobs: Vec<usize>,
     /// Jobs waiting for room on the ring, in arrival order.
-    queued: std::collections::VecDeque<(Vec<Vec<u8>>, Done)>,
+    queued: std::collections::VecDeque<(Vec<u64>, Done)>,
     completed: Vec<strata_pool::ReadDone<RingRead>>,
     /// Reads queued on the ring since the last submission ([`RingReads::submit`]).
     unsubmitted: bool,
@@ -284,24 +284,24 @@ impl RingReads {
         self.ring.eventfd()
     }
 
-    /// Puts the reads of `keys` in flight for the connection `done` names, or queues them
-    /// until the ring has room (a deeper device queue only lengthens the tail).
-    pub fn start(&mut self, engine: &Engine, keys: Vec<Vec<u8>>, done: Done) -> Started {
-        if !self.queued.is_empty() || !self.has_room(keys.len()) {
-            self.queued.push_back((keys, done));
+    /// Puts the reads at `locations` in flight for the connection `done` names, or queues
+    /// them until the ring has room (a deeper device queue only lengthens the tail).
+    pub fn start(&mut self, engine: &Engine, locations: Vec<u64>, done: Done) -> Started {
+        if !self.queued.is_empty() || !self.has_room(locations.len()) {
+            self.queued.push_back((locations, done));
             return Started::Reading;
         }
-        self.start_now(engine, &keys, done)
+        self.start_now(engine, &locations, done)
     }
 
-    /// Whether reads for `keys` fit (most keys have one flash candidate; a few spare entries
-    /// cover those with more). A ring with nothing in flight takes any job.
-    fn has_room(&self, keys: usize) -> bool {
-        self.ring.in_flight() == 0 || self.ring.in_flight() + keys + 4 <= self.ring.capacity()
+    /// Whether `reads` more reads fit (a few spare entries cover records read again, longer).
+    /// A ring with nothing in flight takes any job.
+    fn has_room(&self, reads: usize) -> bool {
+        self.ring.in_flight() == 0 || self.ring.in_flight() + reads + 4 <= self.ring.capacity()
     }
 
-    fn start_now(&mut self, engine: &Engine, keys: &[Vec<u8>], done: Done) -> Started {
-        let reads = engine.plan_flash_reads(keys);
+    fn start_now(&mut self, engine: &Engine, locations: &[u64], done: Done) -> Started {
+        let reads = engine.plan_flash_reads_at(locations);
         if reads.is_empty() {
             return Started::NothingToRead;
         }
@@ -385,21 +385,22 @@ impl RingReads {
         while self
             .queued
             .front()
-            .is_some_and(|(keys, _)| self.has_room(keys.len()))
+            .is_some_and(|(locations, _)| self.has_room(locations.len()))
         {
-            let (keys, done) = self.queued.pop_front().expect("front checked");
-            if self.start_now(engine, &keys, done) == Started::NothingToRead {
+            let (locations, done) = self.queued.pop_front().expect("front checked");
+            if self.start_now(engine, &locations, done) == Started::NothingToRead {
                 finished.push(done);
             }
         }
     }
 }
 
-/// A session's side of waiting for flash: the keys its waiting request needs read ahead, and
-/// whether they were (then the request runs without checking again, so it always moves on).
+/// A session's side of waiting for flash: where the records its waiting request needs are on
+/// the medium, and whether they were read ahead (then the request runs without checking again,
+/// so it always moves on).
 #[derive(Debug, Default)]
 pub struct FlashWait {
-    keys: Option<Vec<Vec<u8>>>,
+    locations: Option<Vec<u64>>,
     walk: Option<WalkSlot>,
     staged: bool,
 }
@@ -415,8 +416,10 @@ impl std::fmt::Debug for WalkSlot {
 
 impl FlashWait {
     /// Whether the requests reading `keys` must wait for flash reads ahead: some key is on
-    /// flash and not read ahead, and the session did not just wait. Then the keys to read are
-    /// kept for [`FlashWait::take_keys`]. Without I/O threads, never.
+    /// flash and not read ahead, and the session did not just wait. Then where to read is kept
+    /// for [`FlashWait::take_locations`] (found in the same look: `Engine::flash_reads_needed`,
+    /// one walk of each key's buckets, and the worker plans the reads from it without looking
+    /// the keys up again). Without I/O threads, never.
     ///
     /// After a wait, the next call with keys runs without waiting, whatever its keys now need:
     /// that is the request that waited (it stayed first in the input), so every wait moves the
@@ -434,42 +437,45 @@ impl FlashWait {
         if keys.peek().is_none() || std::mem::take(&mut self.staged) {
             return false;
         }
-        let needed: Vec<Vec<u8>> = keys
-            .filter(|key| ctx.engine.flash_read_needed(key))
-            .map(<[u8]>::to_vec)
-            .collect();
-        if needed.is_empty() {
+        let mut locations = Vec::new();
+        for key in keys {
+            ctx.engine.flash_reads_needed(key, &mut locations);
+        }
+        if locations.is_empty() {
             return false;
         }
-        self.keys = Some(needed);
+        locations.sort_unstable();
+        locations.dedup();
+        self.locations = Some(locations);
         true
     }
 
-    /// After [`FlashWait::must_wait`] said wait: reads `keys` ahead too, those on flash and
-    /// not read ahead yet. A server adds the keys of the requests pipelined behind the waiting
-    /// one, so that a pipeline of reads waits once, its reads in parallel, instead of once per
-    /// request, one after another.
+    /// After [`FlashWait::must_wait`] said wait: reads ahead for `keys` too, those on flash
+    /// and not read ahead yet, up to [`READ_AHEAD_KEYS_MAX`] reads in all. A server adds the
+    /// keys of the requests pipelined behind the waiting one, so that a pipeline of reads
+    /// waits once, its reads in parallel, instead of once per request, one after another.
     pub fn read_ahead_too<'k>(
         &mut self,
         ctx: &crate::context::ServerContext,
         keys: impl IntoIterator<Item = &'k [u8]>,
     ) {
-        let Some(waiting) = self.keys.as_mut() else {
+        let Some(waiting) = self.locations.as_mut() else {
             return;
         };
         for key in keys {
             if waiting.len() >= READ_AHEAD_KEYS_MAX {
-                return;
+                break;
             }
-            if !waiting.iter().any(|k| k == key) && ctx.engine.flash_read_needed(key) {
-                waiting.push(key.to_vec());
-            }
+            ctx.engine.flash_reads_needed(key, waiting);
         }
+        // A key pipelined twice is read once.
+        waiting.sort_unstable();
+        waiting.dedup();
     }
 
-    /// The keys of the request that began waiting.
-    pub fn take_keys(&mut self) -> Option<Vec<Vec<u8>>> {
-        self.keys.take()
+    /// Where the request that began waiting needs its records read.
+    pub fn take_locations(&mut self) -> Option<Vec<u64>> {
+        self.locations.take()
     }
 
     /// The request waits for `walk` instead of reads of its keys ([`Walk`]).

@@ -253,8 +253,8 @@ impl Session for MemcacheSession {
         true
     }
 
-    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
-        self.flash_wait.take_keys()
+    fn take_flash_locations(&mut self) -> Option<Vec<u64>> {
+        self.flash_wait.take_locations()
     }
 
     fn flash_keys_staged(&mut self) {

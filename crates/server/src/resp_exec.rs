@@ -588,8 +588,8 @@ impl Session for RespSession {
         self.state.hang_up
     }
 
-    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
-        self.flash_wait.take_keys()
+    fn take_flash_locations(&mut self) -> Option<Vec<u64>> {
+        self.flash_wait.take_locations()
     }
 
     fn take_flash_walk(&mut self) -> Option<crate::flash_io::Walk> {

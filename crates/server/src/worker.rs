@@ -741,12 +741,14 @@ fn start_flash_wait(
     connection: &mut Connection,
     done: flash_io::Done,
 ) -> Option<bool> {
-    if let Some(keys) = connection.take_flash_keys() {
+    if let Some(locations) = connection.take_flash_locations() {
         Some(match ring {
-            Some(ring) => ring.start(&shared.ctx.engine, keys, done) == flash_io::Started::Reading,
+            Some(ring) => {
+                ring.start(&shared.ctx.engine, locations, done) == flash_io::Started::Reading
+            }
             None => {
                 let job = flash_io::Job {
-                    keys,
+                    locations,
                     done,
                     reply: reply.clone(),
                 };

@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use crate::flash::{tiering, FlashRead, ReadFor, ReadOutcome};
 use crate::index::SlotRef;
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
-use crate::shard::{FlashCandidates, Found, Shard, ShardLock, ShardWrite};
+use crate::shard::{FlashCandidates, Found, Lookup, Shard, ShardLock, ShardWrite};
 use crate::{
     Arith, Change, Condition, Engine, Expiry, Inner, ItemRef, StoreOptions, StoreOutcome,
     WriteError,

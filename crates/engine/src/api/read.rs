@@ -87,33 +87,33 @@ impl Engine {
     ) -> Result<Option<R>, F> {
         let (hash, lock) = self.shard_for(key);
         let shard = lock.read();
-        match shard.lookup_unexpired(&self.inner, key, hash) {
-            Some(found) => {
-                // `found.entry` was loaded before this bump, so `item` reports the item as it
-                // was before this access, like memcached's delayed bump.
-                if bump {
-                    shard.index.bump_freq(found.slot);
-                }
-                shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-                Ok(Some(f(item(&found))))
+        let found = match shard.lookup_or_flash(&self.inner, key, hash) {
+            Lookup::Memory(found) => Some(found).filter(|found| {
+                found
+                    .view
+                    .meta
+                    .expires_at_ms
+                    .is_none_or(|at| at > self.inner.now_ms())
+            }),
+            // A memory record of the key, even expired, is newer than any flash copy: only a
+            // key memory does not hold at all is looked for on flash.
+            Lookup::Flash(candidates) if on_flash && !candidates.is_empty() => {
+                drop(shard);
+                return self.read_flash(key, hash, lock, &candidates, bump, f);
             }
-            None => {
-                // A memory record of the key, even expired, is newer than any flash copy:
-                // only a key memory does not hold at all is looked for on flash.
-                if on_flash
-                    && self.inner.flash.is_some()
-                    && shard.lookup(&self.inner, key, hash).is_none()
-                {
-                    let candidates = shard.flash_candidates(&self.inner, hash);
-                    if !candidates.is_empty() {
-                        drop(shard);
-                        return self.read_flash(key, hash, lock, &candidates, bump, f);
-                    }
-                }
-                shard.counters.misses.fetch_add(1, Ordering::Relaxed);
-                Ok(None)
-            }
+            Lookup::Flash(_) => None,
+        };
+        let Some(found) = found else {
+            shard.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        // `found.entry` was loaded before this bump, so `item` reports the item as it was
+        // before this access, like memcached's delayed bump.
+        if bump {
+            shard.index.bump_freq(found.slot);
         }
+        shard.counters.hits.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(f(item(&found))))
     }
 
     /// The read of a key found only among the flash tier's entries: each candidate's record
@@ -185,21 +185,46 @@ impl Engine {
     /// server asks this before running a request, and has an I/O thread stage the key while
     /// the request waits instead of blocking its worker. Always false without a flash tier.
     pub fn flash_read_needed(&self, key: &[u8]) -> bool {
+        self.flash_reads_needed(key, &mut Vec::new())
+    }
+
+    /// [`Engine::flash_read_needed`], adding the flash locations (in the medium's units) a
+    /// read of `key` would read and that are not read ahead to `locations`, in one walk of
+    /// the key's buckets: what [`Engine::plan_flash_reads_at`] and
+    /// [`Engine::stage_flash_at`] take, so a server plans a waiting request's reads without
+    /// looking its keys up again.
+    pub fn flash_reads_needed(&self, key: &[u8], locations: &mut Vec<u64>) -> bool {
         let Some(flash) = self.inner.flash.as_ref() else {
             return false;
         };
         let (hash, lock) = self.shard_for(key);
-        let shard = lock.read();
-        // Candidates first: with no flash entry sharing the key's bits (most keys), no lookup.
-        let candidates = shard.flash_candidates(&self.inner, hash);
-        if candidates.is_empty() || shard.lookup(&self.inner, key, hash).is_some() {
+        let Lookup::Flash(candidates) = lock.read().lookup_or_flash(&self.inner, key, hash) else {
             return false;
+        };
+        let before = locations.len();
+        locations.extend(
+            candidates
+                .as_slice()
+                .iter()
+                .map(|&location| crate::index::flash_units(location))
+                .filter(|&units| !flash.is_staged(units)),
+        );
+        locations.len() > before
+    }
+
+    /// [`Engine::stage_flash`] of locations [`Engine::flash_reads_needed`] gave.
+    pub fn stage_flash_at(&self, locations: &[u64]) {
+        if let Some(flash) = self.inner.flash.as_ref() {
+            flash.stage_many(locations);
         }
-        drop(shard);
-        candidates
-            .as_slice()
-            .iter()
-            .any(|&location| !flash.is_staged(crate::index::flash_units(location)))
+    }
+
+    /// [`Engine::plan_flash_reads`] of locations [`Engine::flash_reads_needed`] gave.
+    pub fn plan_flash_reads_at(&self, locations: &[u64]) -> Vec<FlashRead> {
+        match self.inner.flash.as_ref() {
+            Some(flash) => flash.plan_reads(locations),
+            None => Vec::new(),
+        }
     }
 
     /// Reads ahead, from the flash medium, the records reads of `keys` would read there, all in
@@ -245,11 +270,10 @@ impl Engine {
         for key in keys {
             let key = key.as_ref();
             let (hash, lock) = self.shard_for(key);
-            let shard = lock.read();
-            if shard.lookup(&self.inner, key, hash).is_some() {
+            let Lookup::Flash(candidates) = lock.read().lookup_or_flash(&self.inner, key, hash)
+            else {
                 continue;
-            }
-            let candidates = shard.flash_candidates(&self.inner, hash);
+            };
             locations.extend(
                 candidates
                     .as_slice()

@@ -24,7 +24,7 @@ use crate::record::{RecordMeta, RecordView};
 use crate::segment::OwnedSegment;
 use crate::Inner;
 
-use super::Shard;
+use super::{Found, Shard};
 
 /// A flash entry that may hold an older copy of a key written to memory since: its hash bits
 /// and location (tier bit set).
@@ -120,7 +120,51 @@ impl FlashCandidates {
     }
 }
 
+/// Where a key is, found in one walk of its index buckets.
+pub(crate) enum Lookup<'s> {
+    /// Memory holds its record (expired or not: an expired one still shadows any flash copy).
+    Memory(Found<'s>),
+    /// Memory does not: the flash entries that may hold it (none without a flash tier).
+    Flash(FlashCandidates),
+}
+
 impl Shard {
+    /// The key's record in memory, else its flash candidates ([`Shard::flash_candidates`]),
+    /// in one walk of its buckets (a read of a key memory does not hold walked them three
+    /// times: memory unexpired, memory at all, flash).
+    pub(crate) fn lookup_or_flash(&self, inner: &Inner, key: &[u8], hash: u64) -> Lookup<'_> {
+        let flash = inner.flash.as_ref().filter(|_| self.flash_items > 0);
+        let Some(flash) = flash else {
+            return self
+                .lookup(inner, key, hash)
+                .map_or(Lookup::Flash(FlashCandidates::default()), Lookup::Memory);
+        };
+        let h24 = index::hash24(hash);
+        let mut candidates = FlashCandidates::default();
+        let mut hit = None;
+        let found = self.index.find(h24, |location| {
+            if !is_flash(location) {
+                return self.is_key_at(inner, key, h24, location, &mut hit);
+            }
+            if candidates.len < FLASH_CANDIDATES_MAX
+                && flash.may_hold(index::flash_units(location), hash)
+            {
+                candidates.locations[candidates.len] = location;
+                candidates.len += 1;
+            }
+            false
+        });
+        match (found, hit) {
+            (Some((slot, entry)), Some((view, cas))) => Lookup::Memory(Found {
+                slot,
+                entry,
+                view,
+                cas,
+            }),
+            _ => Lookup::Flash(candidates),
+        }
+    }
+
     /// The flash entries of the key with `hash`: the places a key missing from memory may be
     /// (entries with its 24 hash bits whose region's key filter does not rule the key out).
     pub(crate) fn flash_candidates(&self, inner: &Inner, hash: u64) -> FlashCandidates {

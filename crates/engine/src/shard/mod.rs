@@ -37,7 +37,7 @@ mod segments;
 mod write;
 
 pub(crate) use clean::CleanOutcome;
-pub(crate) use flash::FlashCandidates;
+pub(crate) use flash::{FlashCandidates, Lookup};
 
 /// Dead marks closer than this share one persist call.
 const MARK_RUN_GAP_BYTES: usize = 4096;
@@ -554,16 +554,7 @@ impl Shard {
             if index::is_flash(location) {
                 return false; // The flash tier's: read outside the lock (`flash::tiering`).
             }
-            let Some(record) = self.record_at(inner, location) else {
-                // Damaged: not this key's record; dropped from the index at the next repair.
-                self.damaged_reads.lock().push((h24, location));
-                return false;
-            };
-            let is_key = record.0.key == key;
-            if is_key {
-                hit = Some(record);
-            }
-            is_key
+            self.is_key_at(inner, key, h24, location, &mut hit)
         })?;
         let (view, cas) = hit?;
         Some(Found {
@@ -572,6 +563,28 @@ impl Shard {
             view,
             cas,
         })
+    }
+
+    /// Whether the memory record at `location` (an entry with hash bits `h24`) is `key`'s; if
+    /// so, `hit` gets it.
+    pub(super) fn is_key_at<'s>(
+        &'s self,
+        inner: &Inner,
+        key: &[u8],
+        h24: u32,
+        location: u64,
+        hit: &mut Option<(RecordView<'s>, u64)>,
+    ) -> bool {
+        let Some(record) = self.record_at(inner, location) else {
+            // Damaged: not this key's record; dropped from the index at the next repair.
+            self.damaged_reads.lock().push((h24, location));
+            return false;
+        };
+        let is_key = record.0.key == key;
+        if is_key {
+            *hit = Some(record);
+        }
+        is_key
     }
 
     /// Starts loading the record of the first slot whose stored hash matches (no key compare:

@@ -560,8 +560,8 @@ impl Session for WaitingSession {
         Processed::open(consumed)
     }
 
-    fn take_flash_keys(&mut self) -> Option<Vec<Vec<u8>>> {
-        Some(vec![b"k".to_vec()])
+    fn take_flash_locations(&mut self) -> Option<Vec<u64>> {
+        Some(vec![1])
     }
 
     fn flash_keys_staged(&mut self) {
@@ -581,7 +581,7 @@ fn replies_before_a_flash_wait_are_written_with_the_waiting_requests() {
     let mut waiting = false;
     for _ in 0..1000 {
         f.pass();
-        waiting = f.connection.take_flash_keys().is_some();
+        waiting = f.connection.take_flash_locations().is_some();
         if waiting {
             break;
         }
@@ -617,7 +617,7 @@ fn a_client_gone_quiet_while_its_request_waits_gets_every_reply_then_the_close()
             !matches!(f.pass(), Status::Closed(_)),
             "closed while waiting"
         );
-        waiting = f.connection.take_flash_keys().is_some();
+        waiting = f.connection.take_flash_locations().is_some();
         if waiting {
             break;
         }
