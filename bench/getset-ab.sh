@@ -30,7 +30,7 @@ load() {
 
 for round in $(seq "$rounds"); do
   for build in "$build_a" "$build_b"; do
-    for pipeline in 1 16; do
+    for pipeline in ${DEPTHS:-1 16}; do
       start "$build"
       load --ratio=1:0 --key-pattern=P:P --requests=allkeys >/dev/null
       before=$(cpu_ticks $pid)
