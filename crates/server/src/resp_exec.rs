@@ -902,28 +902,40 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// A string command's read-modify-write ([`Engine::modify_as`]): a key holding another
-    /// kind is left alone and answers `WriteError::WrongKind`, which [`write_error`] turns
-    /// into Redis's WRONGTYPE.
-    pub fn modify_string(
+    /// The data type this command's keys must hold (the table's `Command::kind`); panics for
+    /// a command that takes keys of any type (a handler's bug, found by any test of it).
+    pub fn kind(&self) -> Kind {
+        self.command
+            .kind
+            .expect("typed access by a command the table gives a data type")
+    }
+
+    /// A typed command's read-modify-write (`Door::modify_as` with [`Call::kind`]): a key
+    /// holding another type is left alone and answers `WriteError::WrongKind`, which
+    /// [`write_error`] turns into Redis's WRONGTYPE.
+    pub fn modify_typed(
         &self,
         key: &[u8],
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
-        self.keys().modify_as(key, Kind::String, f)
+        self.keys().modify_as(key, self.kind(), f)
     }
 
-    /// A string command's read: `f`'s answer for a string, `Ok(None)` for a missing key, and
-    /// `Err(WriteError::WrongKind)` for a key holding another kind.
-    pub fn get_string<R>(
+    /// A typed command's read: `f`'s answer for a key of [`Call::kind`], `Ok(None)` for a
+    /// missing key, and `Err(WriteError::WrongKind)` for a key holding another type.
+    pub fn get_typed<R>(
         &self,
         key: &[u8],
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Result<Option<R>, WriteError> {
+        let kind = self.kind();
         self.keys()
-            .get(key, |item| match item.kind {
-                Kind::String => Ok(f(item)),
-                _ => Err(WriteError::WrongKind),
+            .get(key, |item| {
+                if item.kind == kind {
+                    Ok(f(item))
+                } else {
+                    Err(WriteError::WrongKind)
+                }
             })
             .transpose()
     }

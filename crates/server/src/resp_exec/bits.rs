@@ -35,7 +35,7 @@ pub(crate) fn getbit(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(ERR_BIT_OFFSET);
         return;
     };
-    match call.get_string(call.arg(1), |item| bit_at(item.value, offset)) {
+    match call.get_typed(call.arg(1), |item| bit_at(item.value, offset)) {
         Ok(bit) => {
             encode::integer(out, i64::from(bit.unwrap_or(0)));
         }
@@ -64,7 +64,7 @@ pub(crate) fn setbit(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let mut old = 0u8;
-    let result = call.modify_string(key, |current, buffer| {
+    let result = call.modify_typed(key, |current, buffer| {
         let bytes = current.as_ref().map_or(&[][..], |item| item.value);
         old = bit_at(bytes, offset);
         buffer.extend_from_slice(bytes);
@@ -139,7 +139,7 @@ pub(crate) fn bitcount(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             return;
         }
     };
-    let Ok(count) = call.get_string(call.arg(1), |item| {
+    let Ok(count) = call.get_typed(call.arg(1), |item| {
         let bytes = item.value;
         let bit = if call.len() == 5 {
             match unit_is_bit(call.arg(4)) {
@@ -189,7 +189,7 @@ pub(crate) fn bitpos(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             return;
         }
     };
-    let Ok(found) = call.get_string(call.arg(1), |item| bitpos_in(call, item.value, wanted)) else {
+    let Ok(found) = call.get_typed(call.arg(1), |item| bitpos_in(call, item.value, wanted)) else {
         out.extend_from_slice(errors::ERR_WRONGTYPE);
         return;
     };

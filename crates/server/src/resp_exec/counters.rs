@@ -44,7 +44,7 @@ impl Refused {
 /// Adds `delta` to the integer at the call's key and replies with the result.
 fn incr_by(call: &Call<'_>, out: &mut Vec<u8>, delta: i64) {
     let mut outcome = Err(Refused::NotInteger);
-    let result = call.modify_string(call.arg(1), |current, buffer| {
+    let result = call.modify_typed(call.arg(1), |current, buffer| {
         let Some(old) = current
             .as_ref()
             .map_or(Some(0), |item| parse_i64(item.value))
@@ -106,7 +106,7 @@ pub(crate) fn incrbyfloat(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     };
     let mark = out.len();
     let mut outcome = Err(Refused::NotFloat);
-    let result = call.modify_string(call.arg(1), |current, buffer| {
+    let result = call.modify_typed(call.arg(1), |current, buffer| {
         let Some(old) = current
             .as_ref()
             .map_or(Some(0.0), |item| parse_f64(item.value))

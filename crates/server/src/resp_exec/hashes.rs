@@ -43,8 +43,10 @@ pub(crate) fn read_hash<R>(
     f: impl FnOnce(&Hash<'_>, u64, &mut Vec<u8>) -> R,
 ) -> Read<R> {
     let now_ms = call.engine().now_ms();
+    let kind = call.kind();
+    debug_assert_eq!(kind, Kind::Hash, "a hash command, by the table");
     let found = call.keys().get(key, |item| {
-        if item.kind != Kind::Hash {
+        if item.kind != kind {
             out.extend_from_slice(errors::ERR_WRONGTYPE);
             return Read::Refused;
         }
@@ -79,38 +81,38 @@ pub(crate) fn edit_hash(
 ) -> Result<bool, WriteError> {
     let now_ms = call.engine().now_ms();
     let mut decoded = true;
-    call.keys()
-        .modify_as(key, Kind::Hash, |current, buffer| {
-            let hash = match current.as_ref().map(|item| Hash::parse(item.value)) {
-                None => None,
-                Some(Ok(hash)) => Some(hash).filter(|hash| !hash.is_empty(now_ms)),
-                Some(Err(_)) => {
-                    decoded = false;
-                    return Change::Keep;
-                }
-            };
-            // A hash whose fields had all expired is gone: what is built now is a new key.
-            let key_expiry = hash.as_ref().and_then(Hash::key_expiry_ms);
-            let mut builder = Builder::new(buffer);
-            if let Edit::Keep = f(hash.as_ref(), now_ms, &mut builder) {
+    debug_assert_eq!(call.kind(), Kind::Hash, "a hash command, by the table");
+    call.modify_typed(key, |current, buffer| {
+        let hash = match current.as_ref().map(|item| Hash::parse(item.value)) {
+            None => None,
+            Some(Ok(hash)) => Some(hash).filter(|hash| !hash.is_empty(now_ms)),
+            Some(Err(_)) => {
+                decoded = false;
                 return Change::Keep;
             }
-            let fields_gone = builder.fields_gone_ms();
-            if builder.finish(key_expiry) == 0 {
-                return if current.is_some() {
-                    Change::Delete
-                } else {
-                    Change::Keep
-                };
-            }
-            // The key goes with its last field, or at its own TTL if that comes first.
-            let expiry = record_expiry(key_expiry, fields_gone);
-            Change::WriteKind {
-                kind: Kind::Hash,
-                expiry: expiry.map_or(Expiry::Never, Expiry::AtMs),
-            }
-        })
-        .map(|_| decoded)
+        };
+        // A hash whose fields had all expired is gone: what is built now is a new key.
+        let key_expiry = hash.as_ref().and_then(Hash::key_expiry_ms);
+        let mut builder = Builder::new(buffer);
+        if let Edit::Keep = f(hash.as_ref(), now_ms, &mut builder) {
+            return Change::Keep;
+        }
+        let fields_gone = builder.fields_gone_ms();
+        if builder.finish(key_expiry) == 0 {
+            return if current.is_some() {
+                Change::Delete
+            } else {
+                Change::Keep
+            };
+        }
+        // The key goes with its last field, or at its own TTL if that comes first.
+        let expiry = record_expiry(key_expiry, fields_gone);
+        Change::WriteKind {
+            kind: Kind::Hash,
+            expiry: expiry.map_or(Expiry::Never, Expiry::AtMs),
+        }
+    })
+    .map(|_| decoded)
 }
 
 /// Writes the reply for an [`edit_hash`] that failed: the engine's refusal, or the damage.

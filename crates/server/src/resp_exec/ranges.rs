@@ -23,7 +23,7 @@ pub(crate) fn append(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let (key, data) = (call.arg(1), call.arg(2));
     let len_max = call.value_len_max(key);
     let mut edit = Edit::Length(0);
-    let result = call.modify_string(key, |current, buffer| {
+    let result = call.modify_typed(key, |current, buffer| {
         let old = current.as_ref().map_or(&[][..], |item| item.value);
         if old.len() + data.len() > len_max {
             edit = Edit::TooLong(old.len() + data.len());
@@ -49,7 +49,7 @@ fn reply_edit(out: &mut Vec<u8>, result: Result<Edit, strata_engine::WriteError>
 
 /// `STRLEN key`: 0 for a missing key.
 pub(crate) fn strlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    match call.get_string(call.arg(1), |item| item.value.len()) {
+    match call.get_typed(call.arg(1), |item| item.value.len()) {
         Ok(len) => {
             encode::integer(out, i64::try_from(len.unwrap_or(0)).unwrap_or(i64::MAX));
         }
@@ -82,7 +82,7 @@ pub(crate) fn getrange(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(errors::ERR_NOT_INTEGER);
         return;
     };
-    let Ok(found) = call.get_string(call.arg(1), |item| {
+    let Ok(found) = call.get_typed(call.arg(1), |item| {
         let slice = match range_of(start, end, item.value.len()) {
             Some((from, to)) => &item.value[from..to],
             None => &[][..],
@@ -115,7 +115,7 @@ pub(crate) fn setrange(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     };
     let len_max = call.value_len_max(key);
     let mut edit = Edit::Length(0);
-    let result = call.modify_string(key, |current, buffer| {
+    let result = call.modify_typed(key, |current, buffer| {
         let old = current.as_ref().map_or(&[][..], |item| item.value);
         if data.is_empty() {
             edit = Edit::Length(old.len());

@@ -305,7 +305,7 @@ fn set_and_get(
 ) {
     let mark = out.len();
     let value = call.arg(2);
-    let result = call.modify_string(call.arg(1), |current, buffer| {
+    let result = call.modify_typed(call.arg(1), |current, buffer| {
         match &current {
             Some(item) => encode::bulk(out, item.value),
             None => encode::null(out, state.version),
@@ -389,7 +389,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
     let mark = out.len();
     let mut found = false;
-    let result = call.modify_string(call.arg(1), |current, buffer| {
+    let result = call.modify_typed(call.arg(1), |current, buffer| {
         let Some(item) = current else {
             encode::null(out, state.version);
             return Change::Keep;
@@ -417,7 +417,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 pub(crate) fn getdel(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mark = out.len();
     let mut found = false;
-    let result = call.modify_string(call.arg(1), |current, _| match current {
+    let result = call.modify_typed(call.arg(1), |current, _| match current {
         Some(item) => {
             found = true;
             encode::bulk(out, item.value);

@@ -3,6 +3,7 @@
 //! `GET` and `SET` are recognised with one word comparison each ([`hot`]); any other name is
 //! lowered into a stack buffer and looked up in the table. Nothing is allocated.
 
+use strata_engine::Kind;
 use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{
@@ -27,6 +28,12 @@ pub(crate) struct Command {
     pub keys: (i32, i32, i32),
     /// ACL category group (`string`, `keyspace`, `connection`, `server`).
     pub group: &'static str,
+    /// The data type its keys must hold (WRONGTYPE otherwise), by its group: `String` for the
+    /// string and bitmap commands, `Hash` for the hash ones; `None` for a command that takes a
+    /// key of any type (DEL, TYPE, EXPIRE...) or none. What `Call::get_typed`,
+    /// `Call::modify_typed` and the hash helpers check a key against: a new data type's
+    /// commands name it here, not in their handlers.
+    pub kind: Option<Kind>,
     /// Slot in `ServerStats::commands`.
     pub stat: usize,
     /// The handler.
@@ -142,6 +149,7 @@ const fn row(
         flags,
         keys,
         group,
+        kind: kind_of_group(group),
         stat: command_index(stat_name),
         run,
         reads: Reads::Keys,
@@ -149,6 +157,33 @@ const fn row(
         changes_client: false,
         differs: "",
     }
+}
+
+/// The data type the commands of ACL group `group` work on (see `Command::kind`).
+const fn kind_of_group(group: &str) -> Option<Kind> {
+    if str_eq(group, "string") || str_eq(group, "bitmap") {
+        Some(Kind::String)
+    } else if str_eq(group, "hash") {
+        Some(Kind::Hash)
+    } else {
+        None
+    }
+}
+
+/// `a == b`, in a `const fn`.
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// `command`, which replaces its keys' values whatever they were (`Reads::Nothing`).
@@ -970,6 +1005,25 @@ mod tests {
         );
         assert!(lookup(b"ge\x00").is_none());
         assert_eq!((COMMANDS[0].name, COMMANDS[1].name), ("get", "set"));
+    }
+
+    /// Each command's data type follows its group, and every group of one data type is typed.
+    #[test]
+    fn commands_name_the_data_type_they_work_on() {
+        for c in COMMANDS {
+            let expected = match c.group {
+                "string" | "bitmap" => Some(Kind::String),
+                "hash" => Some(Kind::Hash),
+                _ => None,
+            };
+            assert_eq!(c.kind, expected, "{}", c.name);
+        }
+        assert_eq!(lookup(b"hset").and_then(|c| c.kind), Some(Kind::Hash));
+        assert_eq!(lookup(b"hpexpire").and_then(|c| c.kind), Some(Kind::Hash));
+        assert_eq!(lookup(b"incr").and_then(|c| c.kind), Some(Kind::String));
+        assert_eq!(lookup(b"setbit").and_then(|c| c.kind), Some(Kind::String));
+        assert_eq!(lookup(b"del").and_then(|c| c.kind), None);
+        assert_eq!(lookup(b"type").and_then(|c| c.kind), None);
     }
 
     #[test]
