@@ -323,6 +323,10 @@ pub struct ServerContext {
     pub pause: crate::pause::ClientPause,
     /// LATENCY's monitor (off until `latency-monitor-threshold` is set).
     pub latency: crate::latency::LatencyMonitor,
+    /// INFO keyspace's last sampled (not exact) expiry figures and when they were taken (engine
+    /// clock, ms): kept for a second, so a monitor asking for INFO every second (redis-cli
+    /// `--stat`) samples once a second, not once per client.
+    pub(crate) expiry_sample: parking_lot::Mutex<Option<(u64, strata_engine::ExpirySample)>>,
 }
 
 impl ServerContext {
@@ -341,6 +345,7 @@ impl ServerContext {
             monitors: crate::monitor::Monitors::default(),
             pause: crate::pause::ClientPause::default(),
             latency: crate::latency::LatencyMonitor::new(0),
+            expiry_sample: parking_lot::Mutex::new(None),
             engine,
             settings,
             health,

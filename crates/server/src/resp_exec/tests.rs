@@ -830,3 +830,38 @@ fn a_transaction_of_tiny_commands_is_bounded_by_what_it_holds() {
         b"-EXECABORT Transaction discarded because of previous errors.\r\n"
     );
 }
+
+/// Past 20,000 items in memory, INFO keyspace's `expires` is sampled, and the sample is kept
+/// for a second (redis-cli `--stat` asks every second, per client): a second INFO at once
+/// reports the same share, one a second later samples again.
+#[test]
+fn info_keyspace_keeps_a_sampled_expiry_count_for_a_second() {
+    let clock = Arc::new(strata_engine::ManualClock::new(1_700_000_000_000));
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 64 << 20,
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    })
+    .expect("a DRAM engine opens");
+    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let mut session = RespSession::new(1);
+    for i in 0..30_000 {
+        let ttl = if i % 2 == 0 { " EX 1000" } else { "" };
+        run(&mut session, &ctx, &format!("SET k{i} v{ttl}"));
+    }
+    let expires = |session: &mut RespSession| -> u64 {
+        let keyspace = String::from_utf8(run(session, &ctx, "INFO keyspace")).unwrap();
+        let db0 = keyspace.lines().find(|l| l.starts_with("db0:")).unwrap();
+        let field = db0.split(',').find(|f| f.starts_with("expires=")).unwrap();
+        field["expires=".len()..].parse().unwrap()
+    };
+    let first = expires(&mut session);
+    assert!((12_000..=18_000).contains(&first), "about half: {first}");
+    for i in (1..30_000).step_by(2) {
+        run(&mut session, &ctx, &format!("EXPIRE k{i} 1000"));
+    }
+    assert_eq!(expires(&mut session), first, "the sample is kept");
+    clock.advance_ms(1_001);
+    let later = expires(&mut session);
+    assert!(later > 27_000, "sampled again: {later}");
+}
