@@ -32,25 +32,14 @@ impl Engine {
     /// Not an access: nothing about the item changes.
     pub fn observe(&self, key: &[u8]) -> crate::Observed {
         let (hash, lock) = self.shard_for(key);
-        // The count first: a removal between it and the look can only make the next
-        // observation differ, never hide a change.
-        // An expired record still in memory is seen too (apart from a live item): a key
-        // created with a short TTL after WATCH and expired by EXEC changed, though absent both
-        // times.
-        let (removals, expired) = {
-            let shard = lock.read();
-            let expired = shard
-                .lookup(&self.inner, key, hash)
-                .map(|found| (found.cas, found.view.meta.expires_at_ms));
-            (shard.removals_of(crate::index::hash24(hash)), expired)
-        };
-        let item = self.peek(key, |item| (item.cas, item.expires_at_ms));
-        let expired = expired.filter(|_| item.is_none()).map(|(cas, _)| cas);
-        crate::Observed {
-            item,
-            expired,
+        let seen = observe_in(&self.inner, &lock.read(), key, hash);
+        seen.unwrap_or_else(|removals| crate::Observed {
+            // Only its flash record can tell (read with no lock held: a change meanwhile
+            // changes the next observation, or the removal count).
+            item: self.peek(key, |item| (item.cas, item.expires_at_ms)),
+            expired: None,
             removals,
-        }
+        })
     }
 
     #[inline]
@@ -390,4 +379,35 @@ pub(super) fn memory_of(key: &[u8], found: &Found<'_>) -> u64 {
     };
     let record = record::record_size(key.len(), found.view.value.len(), &meta);
     record as u64 + crate::index::INDEX_BYTES_PER_ITEM
+}
+
+/// What a WATCH of `key` sees in its shard, held (see [`Engine::observe`]): the count of
+/// removals and the look in one hold. An expired record still in memory is seen too (apart
+/// from a live item): a key created with a short TTL after WATCH and expired by EXEC changed,
+/// though absent both times. `Err(removals)` when memory does not hold the key and a flash
+/// record may: the caller reads it.
+pub(super) fn observe_in(
+    inner: &Inner,
+    shard: &Shard,
+    key: &[u8],
+    hash: u64,
+) -> Result<crate::Observed, u32> {
+    let removals = shard.removals_of(crate::index::hash24(hash));
+    let (item, expired) = match shard.lookup_or_flash(inner, key, hash) {
+        Lookup::Memory(found) => {
+            let expires_at_ms = found.view.meta.expires_at_ms;
+            if expires_at_ms.is_some_and(|at| at <= inner.now_ms()) {
+                (None, Some(found.cas))
+            } else {
+                (Some((found.cas, expires_at_ms)), None)
+            }
+        }
+        Lookup::Flash(candidates) if !candidates.is_empty() => return Err(removals),
+        Lookup::Flash(_) => (None, None),
+    };
+    Ok(crate::Observed {
+        item,
+        expired,
+        removals,
+    })
 }

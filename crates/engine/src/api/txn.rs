@@ -265,23 +265,16 @@ impl<'e> Txn<'e> {
 
     /// What a WATCH of `key` compares (see [`Engine::observe`]).
     pub fn observe(&self, key: &[u8]) -> Observed {
-        let inner: &Inner = &self.engine.inner;
-        let (removals, expired) = {
+        let seen = {
             let shards = self.shards.borrow();
             let (hash, position) = self.position(&shards, key);
-            let shard = shards[position].1.shard();
-            let expired = shard
-                .lookup(inner, key, hash)
-                .map(|found| (found.cas, found.view.meta.expires_at_ms));
-            (shard.removals_of(crate::index::hash24(hash)), expired)
+            super::read::observe_in(&self.engine.inner, shards[position].1.shard(), key, hash)
         };
-        let item = self.read(key, false, |item| (item.cas, item.expires_at_ms));
-        let expired = expired.filter(|_| item.is_none()).map(|(cas, _)| cas);
-        Observed {
-            item,
-            expired,
+        seen.unwrap_or_else(|removals| Observed {
+            item: self.read(key, false, |item| (item.cas, item.expires_at_ms)),
+            expired: None,
             removals,
-        }
+        })
     }
 
     /// What `key`'s item costs in memory (see [`Engine::memory_usage`]).
