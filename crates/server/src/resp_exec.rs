@@ -155,6 +155,9 @@ pub(crate) struct State {
     pub created: Instant,
     /// `CLIENT REPLY OFF`: replies are dropped until `CLIENT REPLY ON`.
     pub reply_off: bool,
+    /// `CLIENT NO-TOUCH ON`: this client's reads do not count as accesses (the index slot's
+    /// read count and fetched bit, which merge eviction and memcached's `h` read), TOUCH aside.
+    pub no_touch: bool,
     /// `CLIENT REPLY SKIP`: the next command's reply is dropped.
     pub reply_skip_next: bool,
     /// Close once the current reply is written (QUIT, SHUTDOWN).
@@ -244,6 +247,7 @@ impl RespSession {
                 lib_ver: None,
                 created: Instant::now(),
                 reply_off: false,
+                no_touch: false,
                 reply_skip_next: false,
                 close: false,
                 hang_up: false,
@@ -727,13 +731,8 @@ impl RespSession {
             if held.is_some_and(|held| held_by_pause(held, &self.state, args, command)) {
                 return Some(Processed::held(start));
             }
-            execute(
-                &mut self.state,
-                args,
-                command,
-                (ctx, Keys::One(&ctx.engine)),
-                out,
-            );
+            let keys = Keys::one(&ctx.engine, !self.state.no_touch);
+            execute(&mut self.state, args, command, (ctx, keys), out);
             if self.state.close {
                 let over_budget = std::mem::take(&mut self.state.over_budget);
                 return Some(Processed {

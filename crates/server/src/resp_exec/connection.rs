@@ -300,6 +300,10 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         client_setinfo(state, call, out);
     } else if name_eq(sub, b"no-evict") && arity(3) {
         on_off(call.arg(2), out);
+    } else if name_eq(sub, b"no-touch") && arity(3) {
+        if let Some(on) = on_off(call.arg(2), out) {
+            state.no_touch = on;
+        }
     } else if name_eq(sub, b"reply") && arity(3) {
         client_reply(state, call.arg(2), out);
     } else if name_eq(sub, b"list") {
@@ -323,8 +327,8 @@ pub(crate) fn client(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// unknown subcommand.
 fn client_wrong(sub: &[u8], out: &mut Vec<u8>) {
     const KNOWN: &[&str] = &[
-        "id", "getname", "setname", "info", "list", "setinfo", "no-evict", "reply", "kill",
-        "pause", "unpause",
+        "id", "getname", "setname", "info", "list", "setinfo", "no-evict", "no-touch", "reply",
+        "kill", "pause", "unpause",
     ];
     match KNOWN.iter().find(|name| name_eq(sub, name.as_bytes())) {
         Some(name) => errors::wrong_args(out, format!("client|{name}").as_bytes()),
@@ -353,12 +357,18 @@ fn client_pause(call: &Call<'_>, out: &mut Vec<u8>) {
     };
 }
 
-fn on_off(value: &[u8], out: &mut Vec<u8>) {
-    if name_eq(value, b"on") || name_eq(value, b"off") {
-        encode::ok(out);
+/// `ON` or `OFF` (answered `+OK`), else a syntax error and `None`.
+fn on_off(value: &[u8], out: &mut Vec<u8>) -> Option<bool> {
+    let on = if name_eq(value, b"on") {
+        true
+    } else if name_eq(value, b"off") {
+        false
     } else {
         out.extend_from_slice(errors::ERR_SYNTAX);
-    }
+        return None;
+    };
+    encode::ok(out);
+    Some(on)
 }
 
 fn client_reply(state: &mut State, mode: &[u8], out: &mut Vec<u8>) {

@@ -1,9 +1,9 @@
 //! How a command holds its keys (the engine's door, `strata_engine::Door`).
 //!
 //! A command with one key takes it as it goes: each engine operation locks the key's shard
-//! for its own length ([`Keys::One`]). A command with several keys (MSET, DEL k1 k2, RENAME,
+//! for its own length (`Keys::one`). A command with several keys (MSET, DEL k1 k2, RENAME,
 //! MGET, EXISTS k1 k2, WATCH k1 k2) and a whole `EXEC` hold all of theirs together
-//! ([`Keys::Held`]): the engine locks their shards in shard order (`Engine::transaction`, or
+//! (`Keys::held_by`): the engine locks their shards in shard order (`Engine::transaction`, or
 //! `Engine::read_together` for a command that only reads), the command runs, and whatever it
 //! changed becomes visible at once when it ends; nobody sees part of it, nothing runs between
 //! its commands on its keys, and the other keys' commands run on meanwhile, on every worker.
@@ -18,27 +18,60 @@ use strata_engine::{Change, Door, DynDoor, Engine, Expiry, ItemRef, Observed, Wr
 
 use super::{table, write_error, Call};
 
-/// How a command reaches its keys (see the module docs).
+/// How a command reaches its keys (see the module docs), and whether its reads count as
+/// accesses (`CLIENT NO-TOUCH` turns that off for a client's commands, TOUCH aside).
 #[derive(Clone, Copy)]
-pub(crate) enum Keys<'a> {
+pub(crate) struct Keys<'a> {
+    reach: Reach<'a>,
+    touch: bool,
+}
+
+/// Where a command's key operations go.
+#[derive(Clone, Copy)]
+enum Reach<'a> {
     /// One operation at a time, each locking its key's shard.
     One(&'a Engine),
     /// Held together by a transaction for the whole command (or `EXEC`).
     Held(&'a dyn DynDoor),
 }
 
-impl Keys<'_> {
+impl<'a> Keys<'a> {
+    /// Keys reached one at a time; reads are accesses when `touch`.
+    pub(crate) fn one(engine: &'a Engine, touch: bool) -> Keys<'a> {
+        Keys {
+            reach: Reach::One(engine),
+            touch,
+        }
+    }
+
+    /// The same keys, held by `txn`.
+    pub(crate) fn held_by<'b>(&self, txn: &'b dyn DynDoor) -> Keys<'b> {
+        Keys {
+            reach: Reach::Held(txn),
+            touch: self.touch,
+        }
+    }
+
     /// Whether the keys are held by a transaction (a command run inside one runs as it is).
     pub(crate) fn held(&self) -> bool {
-        matches!(self, Keys::Held(_))
+        matches!(self.reach, Reach::Held(_))
+    }
+
+    /// These keys with reads that count as accesses whatever the client asked (TOUCH).
+    pub(crate) fn touching(self) -> Keys<'a> {
+        Keys {
+            touch: true,
+            ..self
+        }
     }
 }
 
 impl Door for Keys<'_> {
     fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
-        match *self {
-            Keys::One(engine) => Door::read(engine, key, bump, f),
-            Keys::Held(txn) => Door::read(txn, key, bump, f),
+        let bump = bump && self.touch;
+        match self.reach {
+            Reach::One(engine) => Door::read(engine, key, bump, f),
+            Reach::Held(txn) => Door::read(txn, key, bump, f),
         }
     }
 
@@ -47,9 +80,9 @@ impl Door for Keys<'_> {
         key: &[u8],
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
-        match *self {
-            Keys::One(engine) => Door::modify(engine, key, f),
-            Keys::Held(txn) => Door::modify(txn, key, f),
+        match self.reach {
+            Reach::One(engine) => Door::modify(engine, key, f),
+            Reach::Held(txn) => Door::modify(txn, key, f),
         }
     }
 
@@ -60,30 +93,30 @@ impl Door for Keys<'_> {
         client_flags: u32,
         expiry: Expiry,
     ) -> Result<u64, WriteError> {
-        match *self {
-            Keys::One(engine) => engine.set(key, value, client_flags, expiry),
-            Keys::Held(txn) => txn.set_dyn(key, value, client_flags, expiry),
+        match self.reach {
+            Reach::One(engine) => engine.set(key, value, client_flags, expiry),
+            Reach::Held(txn) => txn.set_dyn(key, value, client_flags, expiry),
         }
     }
 
     fn contains(&self, key: &[u8]) -> bool {
-        match *self {
-            Keys::One(engine) => engine.contains(key),
-            Keys::Held(txn) => txn.contains_dyn(key),
+        match self.reach {
+            Reach::One(engine) => engine.contains(key),
+            Reach::Held(txn) => txn.contains_dyn(key),
         }
     }
 
     fn observe(&self, key: &[u8]) -> Observed {
-        match *self {
-            Keys::One(engine) => engine.observe(key),
-            Keys::Held(txn) => txn.observe_dyn(key),
+        match self.reach {
+            Reach::One(engine) => engine.observe(key),
+            Reach::Held(txn) => txn.observe_dyn(key),
         }
     }
 
     fn memory_usage(&self, key: &[u8]) -> Option<u64> {
-        match *self {
-            Keys::One(engine) => engine.memory_usage(key),
-            Keys::Held(txn) => txn.memory_usage_dyn(key),
+        match self.reach {
+            Reach::One(engine) => engine.memory_usage(key),
+            Reach::Held(txn) => txn.memory_usage_dyn(key),
         }
     }
 }
@@ -103,14 +136,14 @@ pub(crate) fn run_held(
     let mark = out.len();
     if !writes {
         let together = engine.read_together(keys);
-        run(&call.with_keys(Keys::Held(&together)), out);
+        run(&call.with_keys(call.keys().held_by(&together)), out);
         return;
     }
     let txn = match engine.transaction(&[], keys) {
         Ok(txn) => txn,
         Err(error) => return write_error(out, &error),
     };
-    run(&call.with_keys(Keys::Held(&txn)), out);
+    run(&call.with_keys(call.keys().held_by(&txn)), out);
     if let Err(error) = txn.finish() {
         out.truncate(mark);
         write_error(out, &error);

@@ -63,6 +63,17 @@ pub(crate) fn exists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
 }
 
+/// `TOUCH key [key ...]`: how many of the keys exist; each existing one is read as an access
+/// (EXISTS's count without its `NOTOUCH`), even for a client with `CLIENT NO-TOUCH ON`.
+pub(crate) fn touch(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let keys = call.keys().touching();
+    let count = call
+        .args_from(1)
+        .filter(|key| keys.get(key, |_| ()).is_some())
+        .count();
+    encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
+}
+
 /// `COPY source destination [DB 0] [REPLACE]`: 1 when the destination now holds a copy of
 /// the source's value, client flags and expiry; 0 when the source is missing or the
 /// destination exists without REPLACE. One database: `DB` other than 0 is out of range.

@@ -635,7 +635,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         connection::reset,
     )),
     changes_client(differs(
-        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; LIST and KILL include memcached connections (marked proto=memcache); NO-EVICT is accepted and does nothing; PAUSE (WRITE or ALL; CLIENT commands are never held, so UNPAUSE gets through; memcached clients are not paused) and UNPAUSE; no TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
+        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; LIST and KILL include memcached connections (marked proto=memcache); NO-EVICT is accepted and does nothing; NO-TOUCH (Redis 7.2: reads do not count as accesses, TOUCH aside; LIST does not show its T flag); PAUSE (WRITE or ALL; CLIENT commands are never held, so UNPAUSE gets through; memcached clients are not paused) and UNPAUSE; no TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
         row(
         "client",
         -2,
@@ -783,7 +783,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         "other",
         keyspace::copy,
     )),
-    row("touch", -2, READ, ALL_KEYS, "keyspace", "other", keyspace::exists),
+    row("touch", -2, READ, ALL_KEYS, "keyspace", "other", keyspace::touch),
     differs(
         "USAGE counts strata's record and index slot (an item on flash: the slot alone); STATS has Redis's fields with strata's figures (no peak kept: the current one); DOCTOR is strata's own report; no MALLOC-STATS, PURGE",
         row("memory", -2, READ_SLOW, NO_KEYS, "server", "other", memory::memory),

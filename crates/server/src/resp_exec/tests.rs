@@ -865,3 +865,34 @@ fn info_keyspace_keeps_a_sampled_expiry_count_for_a_second() {
     let later = expires(&mut session);
     assert!(later > 27_000, "sampled again: {later}");
 }
+
+/// `CLIENT NO-TOUCH ON` (Redis 7.2): the client's reads leave the items as unread (the index
+/// slot's fetched bit and read count, which eviction keeps hot items by), TOUCH aside; OFF
+/// restores it; anything else is a syntax error.
+#[test]
+fn client_no_touch_reads_without_counting_an_access() {
+    let ctx = context(Settings::default());
+    let fetched = |key: &[u8]| ctx.engine.peek(key, |item| item.fetched);
+    check(
+        &ctx,
+        &[
+            ("SET a 1", "+OK\r\n"),
+            ("SET b 2", "+OK\r\n"),
+            ("SET c 3", "+OK\r\n"),
+            ("CLIENT NO-TOUCH maybe", "-ERR syntax error\r\n"),
+            (
+                "CLIENT NO-TOUCH",
+                "-ERR wrong number of arguments for 'client|no-touch' command\r\n",
+            ),
+            ("CLIENT NO-TOUCH ON", "+OK\r\n"),
+            ("GET a", "$1\r\n1\r\n"),
+            ("MGET a b", "*2\r\n$1\r\n1\r\n$1\r\n2\r\n"),
+            ("TOUCH b nope", ":1\r\n"),
+            ("CLIENT NO-TOUCH OFF", "+OK\r\n"),
+            ("GET c", "$1\r\n3\r\n"),
+        ],
+    );
+    assert_eq!(fetched(b"a"), Some(false), "read under NO-TOUCH");
+    assert_eq!(fetched(b"b"), Some(true), "touched by TOUCH");
+    assert_eq!(fetched(b"c"), Some(true), "read after NO-TOUCH OFF");
+}
