@@ -284,8 +284,10 @@ pub struct EngineStats {
     pub index_buckets: u64,
     /// Overflow index buckets.
     pub index_overflow_buckets: u64,
-    /// The memory budget.
+    /// The memory budget (the pool's segments).
     pub memory_bytes: u64,
+    /// The operator's cap on it (`Engine::set_memory_limit`), `memory_bytes` without one.
+    pub memory_limit_bytes: u64,
     /// Shards.
     pub shards: u64,
     /// Damaged records found (by recovery, the scrub or an eviction walk; never served), per
@@ -317,6 +319,9 @@ struct FreePool {
     limit: usize,
     retired: Vec<Segment>,
     index_bytes: usize,
+    /// The operator's cap on segments in service (`Engine::set_memory_limit`, Redis's
+    /// `CONFIG SET maxmemory`); `usize::MAX` for none.
+    cap: usize,
 }
 
 impl FreePool {
@@ -324,11 +329,32 @@ impl FreePool {
     /// count in "all of them": they are the ones already given up to the index, so a growth
     /// charges only what it adds (counting them out charged every earlier growth again, and
     /// a growing index squeezed the memory tier down to one segment).
+    ///
+    /// Under an operator's cap the limit is lower still; free segments past it are retired at
+    /// once (their memory given back), and when the limit rises again, retired
+    /// segments beyond the index's share come back to the free list. Segments in use past the
+    /// limit are evicted by the writes that follow (`Inner::obtain_segment`'s over-limit path).
     fn set_limit(&mut self, segment_size_bytes: usize) {
         let total = self.list.len() + self.in_use + self.retired.len();
         self.limit = total
             .saturating_sub(self.index_bytes.div_ceil(segment_size_bytes))
+            .min(self.cap)
             .max(1);
+        let listed = self.in_use + self.list.len();
+        if self.limit > listed {
+            let back = (self.limit - listed).min(self.retired.len());
+            let at = self.retired.len() - back;
+            self.list.extend(self.retired.drain(at..));
+        }
+        // (Without a cap the free list never passes the limit by more than the index's share,
+        // which writes retire as they evict; under one, its memory goes back at once.)
+        while self.cap != usize::MAX && self.in_use + self.list.len() > self.limit {
+            let Some(mut segment) = self.list.pop() else {
+                break;
+            };
+            segment.release_memory();
+            self.retired.push(segment);
+        }
     }
 
     /// Segments a write may not take while the cleaner can make room instead: the cleaner's

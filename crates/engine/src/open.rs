@@ -385,6 +385,8 @@ impl Engine {
         stats.segments_total = (free.list.len() + free.in_use + free.retired.len()) as u64;
         stats.segment_size_bytes = self.inner.segment_size_bytes as u64;
         stats.memory_bytes = stats.segments_total * stats.segment_size_bytes;
+        stats.memory_limit_bytes =
+            (free.cap as u64).min(stats.segments_total) * stats.segment_size_bytes;
         stats.shards = self.inner.shards.len() as u64;
         stats
     }
@@ -736,6 +738,7 @@ fn new_inner(parts: InnerParts<'_>) -> Inner {
             limit: 0,
             retired: Vec::new(),
             index_bytes,
+            cap: usize::MAX,
         }),
         seq: Mutex::new(SeqState {
             next: seq_reserved,

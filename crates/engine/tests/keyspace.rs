@@ -66,3 +66,60 @@ fn memory_usage_is_the_record_and_the_index_slot() {
         "no hit or miss counted for memory items"
     );
 }
+
+/// A memory limit set while running (Redis's `CONFIG SET maxmemory`): free segments past it
+/// give their memory back at once, the writes that follow evict until the segments in use fit,
+/// and lifting it lets the tier fill the whole pool again. Limits outside the pool are refused.
+#[test]
+fn a_memory_limit_set_while_running_shrinks_and_grows_the_tier() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        shard_count: 4,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let value = [7u8; 1000];
+    let write = |from: u32, to: u32| {
+        for i in from..to {
+            engine
+                .set(format!("key-{i}").as_bytes(), &value, 0, Expiry::Never)
+                .unwrap();
+        }
+    };
+    write(0, 4_000);
+    let before = engine.stats();
+    assert_eq!(before.evicted_items, 0);
+    assert_eq!(before.memory_limit_bytes, 8 << 20);
+    assert!(
+        engine.set_memory_limit(Some(1 << 30)).is_err(),
+        "past the pool"
+    );
+    assert!(
+        engine.set_memory_limit(Some(0)).is_err(),
+        "below what the shards need"
+    );
+    assert_eq!(engine.set_memory_limit(Some(2 << 20)), Ok(2 << 20));
+    let capped = engine.stats();
+    assert_eq!(capped.memory_limit_bytes, 2 << 20);
+    assert!(
+        capped.segments_retired > before.segments_retired,
+        "free memory given back"
+    );
+    write(4_000, 6_000);
+    let shrunk = engine.stats();
+    assert!(shrunk.segments_used <= 32, "{shrunk:?}");
+    assert!(shrunk.evicted_items > 0);
+    assert!(
+        shrunk.items < 2_100,
+        "about what 2 MiB holds: {}",
+        shrunk.items
+    );
+    assert_eq!(engine.set_memory_limit(None), Ok(8 << 20));
+    write(6_000, 12_000);
+    let grown = engine.stats();
+    assert_eq!(grown.memory_limit_bytes, 8 << 20);
+    assert!(grown.segments_used > 64, "{grown:?}");
+    assert!(grown.items > 5_000, "the whole pool again: {}", grown.items);
+    engine.check_integrity().unwrap();
+}

@@ -107,6 +107,36 @@ impl Engine {
         self.inner.failure.lock().clone()
     }
 
+    /// Caps the memory tier at `bytes` while running (Redis's `CONFIG SET maxmemory`; `None`:
+    /// the whole pool again), rounded down to whole segments: free segments past the cap give
+    /// their memory back at once, and the writes that follow evict (or, under
+    /// `EvictionPolicy::None`, are refused) until the segments in use fit. The pool itself
+    /// does not grow: a cap above it, or below what the shards need to take writes (two
+    /// segments each, and the cleaner's two), is refused with the bounds. Not kept across a
+    /// restart. Returns the cap in bytes.
+    pub fn set_memory_limit(&self, bytes: Option<u64>) -> Result<u64, String> {
+        let segment_bytes = self.inner.segment_size_bytes as u64;
+        let mut free = self.inner.free.lock();
+        let total = (free.list.len() + free.in_use + free.retired.len()) as u64;
+        let min = (self.inner.shards.len() as u64 * 2 + 2).min(total);
+        let segments = bytes.map_or(total, |bytes| bytes / segment_bytes);
+        if segments > total || segments < min {
+            return Err(format!(
+                "strata's memory limit must be between {} and {} bytes (the pool's size; a \
+                 larger one needs a restart with a larger --memory)",
+                min * segment_bytes,
+                total * segment_bytes
+            ));
+        }
+        free.cap = if segments == total {
+            usize::MAX
+        } else {
+            usize::try_from(segments).unwrap_or(usize::MAX)
+        };
+        free.set_limit(self.inner.segment_size_bytes);
+        Ok(segments * segment_bytes)
+    }
+
     /// The engine clock's current Unix time in milliseconds (expiry is measured against it).
     pub fn now_ms(&self) -> u64 {
         self.inner.now_ms()

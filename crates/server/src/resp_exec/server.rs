@@ -193,8 +193,8 @@ fn write_memory(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
         format!("{:.2}", resident as f64 / used.max(1) as f64),
     );
     text.field("mem_dead_bytes", engine.dead_bytes);
-    text.field("maxmemory", engine.memory_bytes);
-    text.field("maxmemory_human", human_bytes(engine.memory_bytes));
+    text.field("maxmemory", engine.memory_limit_bytes);
+    text.field("maxmemory_human", human_bytes(engine.memory_limit_bytes));
     text.field("maxmemory_policy", policy_name(ctx));
     // Output buffers only (what `--client-output-memory` bounds), not Redis's whole clients.
     text.field("mem_clients_normal", ctx.output_budget.held_bytes());
@@ -376,7 +376,10 @@ what survives a restart",
 fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
     let settings = &ctx.settings;
     vec![
-        ("maxmemory", ctx.engine.stats().memory_bytes.to_string()),
+        (
+            "maxmemory",
+            ctx.engine.stats().memory_limit_bytes.to_string(),
+        ),
         ("maxmemory-policy", policy_name(ctx).to_string()),
         (
             "requirepass",
@@ -475,11 +478,17 @@ enum LiveSetting {
     SlowerThanUs(i64),
     MaxLen(usize),
     LatencyThresholdMs(u64),
+    /// `maxmemory`: the memory tier's cap in bytes (`None`: the whole pool).
+    MaxMemory(Option<u64>),
 }
 
 /// The live setting `name` set to `value`, `None` for a setting fixed at start, or the error
 /// for a value it cannot take.
-fn live_setting(name: &str, value: &[u8]) -> Option<Result<LiveSetting, String>> {
+fn live_setting(
+    name: &str,
+    value: &[u8],
+    engine: &EngineStats,
+) -> Option<Result<LiveSetting, String>> {
     let parsed = strata_protocol::resp::parse_i64(value);
     let bad = |why: &str| {
         Err(format!(
@@ -501,12 +510,39 @@ fn live_setting(name: &str, value: &[u8]) -> Option<Result<LiveSetting, String>>
             Some(Err(_)) => bad("argument must be between 0 and 9223372036854775807 inclusive"),
             None => bad("argument couldn't be parsed into an integer"),
         },
+        "maxmemory" => {
+            let bytes = std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.parse::<strata_pool::ByteSize>().ok());
+            let (min, max) = memory_limit_bounds(engine);
+            match bytes {
+                None => bad("argument must be a memory value"),
+                Some(bytes) if bytes.0 == 0 || bytes.0 >= max => Ok(LiveSetting::MaxMemory(None)),
+                Some(bytes) if bytes.0 < min => bad(&format!(
+                    "strata needs at least {min} bytes (two segments per shard and the \
+                     cleaner's two)"
+                )),
+                Some(bytes) => Ok(LiveSetting::MaxMemory(Some(bytes.0))),
+            }
+        }
         _ => return None,
     })
 }
 
+/// The memory limits `CONFIG SET maxmemory` takes (bytes): at least two segments per shard and
+/// the cleaner's two, at most the pool (a larger value, and 0, mean the whole pool: it does not
+/// grow while running).
+fn memory_limit_bounds(engine: &EngineStats) -> (u64, u64) {
+    let segments_min = (engine.shards * 2 + 2).min(engine.segments_total);
+    (
+        segments_min * engine.segment_size_bytes,
+        engine.memory_bytes,
+    )
+}
+
 fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
     let values = config_values(call.ctx);
+    let engine = call.ctx.engine.stats();
     let mut live = Vec::new();
     for pair in 0..(call.len() - 2) / 2 {
         let (name, value) = (call.arg(2 + 2 * pair), call.arg(3 + 2 * pair));
@@ -521,7 +557,7 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
             encode::error(out, &message);
             return;
         };
-        match live_setting(known, value) {
+        match live_setting(known, value, &engine) {
             Some(Ok(setting)) => {
                 live.push(setting);
                 continue;
@@ -547,6 +583,14 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
             LiveSetting::SlowerThanUs(us) => call.ctx.slowlog.set_slower_than_us(us),
             LiveSetting::MaxLen(len) => call.ctx.slowlog.set_max_len(len),
             LiveSetting::LatencyThresholdMs(ms) => call.ctx.latency.set_threshold_ms(ms),
+            LiveSetting::MaxMemory(bytes) => {
+                if let Err(message) = call.ctx.engine.set_memory_limit(bytes) {
+                    // Checked above against the same bounds: only a bug gets here.
+                    encode::error(out, format!("ERR {message}").as_bytes());
+                    return;
+                }
+                tracing::info!(bytes = ?bytes, "maxmemory changed by CONFIG SET");
+            }
         }
     }
     encode::ok(out);

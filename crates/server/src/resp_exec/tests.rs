@@ -896,3 +896,40 @@ fn client_no_touch_reads_without_counting_an_access() {
     assert_eq!(fetched(b"b"), Some(true), "touched by TOUCH");
     assert_eq!(fetched(b"c"), Some(true), "read after NO-TOUCH OFF");
 }
+
+/// `CONFIG SET maxmemory` changes the memory tier's cap while running (whole segments, at most
+/// the pool, 0 for the whole pool), CONFIG GET and INFO report it, and a value that is not a
+/// memory value or is below what the shards need is refused with Redis's wording, changing
+/// nothing.
+#[test]
+fn config_set_maxmemory_caps_the_memory_tier_while_running() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let maxmemory = |session: &mut RespSession| -> u64 {
+        let reply = String::from_utf8(run(session, &ctx, "CONFIG GET maxmemory")).unwrap();
+        reply.lines().nth(4).unwrap().parse().unwrap()
+    };
+    let pool = maxmemory(&mut session);
+    assert_eq!(pool, ctx.engine.stats().memory_bytes);
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG SET maxmemory lots"),
+        b"-ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value\r\n"
+    );
+    let refused = run(&mut session, &ctx, "CONFIG SET maxmemory 1mb");
+    assert!(refused.starts_with(b"-ERR CONFIG SET failed (possibly related to argument 'maxmemory') - strata needs at least"));
+    assert_eq!(maxmemory(&mut session), pool, "unchanged");
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG SET maxmemory 32mb"),
+        b"+OK\r\n"
+    );
+    let capped = maxmemory(&mut session);
+    assert!((30_000_000..=32 << 20).contains(&capped), "{capped}");
+    assert_eq!(ctx.engine.stats().memory_limit_bytes, capped);
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO memory")).unwrap();
+    assert!(info.contains(&format!("maxmemory:{capped}\r\n")), "{info}");
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG SET maxmemory 0"),
+        b"+OK\r\n"
+    );
+    assert_eq!(maxmemory(&mut session), pool);
+}
