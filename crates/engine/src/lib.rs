@@ -409,7 +409,9 @@ pub(crate) struct Inner {
     commit_lock: Mutex<()>,
     pub(crate) dram: bool,
     clock: Arc<dyn Clock>,
-    policy: EvictionPolicy,
+    /// The eviction policy (`EvictionPolicy` as `u8`, `policy_code`), changed while running by
+    /// `Engine::set_eviction_policy`.
+    policy: std::sync::atomic::AtomicU8,
     free: Mutex<FreePool>,
     seq: Mutex<SeqState>,
     failed: AtomicBool,
@@ -496,6 +498,11 @@ impl Inner {
     }
 
     /// Persists every dirty range of every shard (group commit / interval flush).
+    /// The eviction policy now.
+    pub(crate) fn policy(&self) -> EvictionPolicy {
+        policy_of_code(self.policy.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn commit(&self) -> Result<(), WriteError> {
         if !self.track_dirty {
             return self.check_writable();
@@ -579,7 +586,7 @@ impl Inner {
             if !over_limit {
                 match self.clean_for(shard)? {
                     CleanOutcome::Gained(_) => continue,
-                    CleanOutcome::NoDestination if self.policy == EvictionPolicy::None => {
+                    CleanOutcome::NoDestination if self.policy() == EvictionPolicy::None => {
                         // Another shard's pass holds the reserve for now.
                         std::thread::yield_now();
                         continue;
@@ -597,7 +604,7 @@ impl Inner {
                 // Live data fills the segments: in a cache, a segment of the reserve holds
                 // data better than it waits for a pass that cannot gain. A store keeps the
                 // reserve (its stated headroom), so the cleaner can always run.
-                let taken = if self.policy == EvictionPolicy::None {
+                let taken = if self.policy() == EvictionPolicy::None {
                     None
                 } else {
                     self.free.lock().take(0)
@@ -606,7 +613,7 @@ impl Inner {
                     return self.prepare(segment);
                 }
             }
-            if self.policy == EvictionPolicy::None {
+            if self.policy() == EvictionPolicy::None {
                 return Err(WriteError::OutOfMemory);
             }
             let Some(victim) = self.evict_for_room(shard, keep_hot && !over_limit, attempt)? else {
@@ -652,7 +659,7 @@ impl Inner {
         keep_hot: bool,
         attempt: usize,
     ) -> Result<Option<Segment>, WriteError> {
-        if let Some(victim) = shard.evict_one(self, self.policy, keep_hot)? {
+        if let Some(victim) = shard.evict_one(self, self.policy(), keep_hot)? {
             return Ok(Some(victim));
         }
         if let Some(victim) = self.evict_elsewhere(shard.id)? {
@@ -754,3 +761,22 @@ impl std::fmt::Debug for Engine {
 
 mod api;
 mod open;
+
+/// An eviction policy as `Inner::policy` stores it.
+pub(crate) fn policy_code(policy: EvictionPolicy) -> u8 {
+    match policy {
+        EvictionPolicy::None => 0,
+        EvictionPolicy::Fifo => 1,
+        EvictionPolicy::Random => 2,
+        EvictionPolicy::Merge => 3,
+    }
+}
+
+fn policy_of_code(code: u8) -> EvictionPolicy {
+    match code {
+        0 => EvictionPolicy::None,
+        1 => EvictionPolicy::Fifo,
+        2 => EvictionPolicy::Random,
+        _ => EvictionPolicy::Merge,
+    }
+}

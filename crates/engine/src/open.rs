@@ -730,7 +730,7 @@ fn new_inner(parts: InnerParts<'_>) -> Inner {
         whole_pool: (pool.backend() == Backend::SharedFile).then(|| pool.persister()),
         dram: pool.backend() == Backend::Dram,
         clock: config.clock.clone(),
-        policy: config.eviction,
+        policy: std::sync::atomic::AtomicU8::new(crate::policy_code(config.eviction)),
         free: Mutex::new(FreePool {
             list: Vec::new(),
             in_use: 0,

@@ -123,3 +123,46 @@ fn a_memory_limit_set_while_running_shrinks_and_grows_the_tier() {
     assert!(grown.items > 5_000, "the whole pool again: {}", grown.items);
     engine.check_integrity().unwrap();
 }
+
+/// The eviction policy changed while running takes effect at the next write that needs room:
+/// `None` refuses it, `Merge` again evicts.
+#[test]
+fn an_eviction_policy_set_while_running_decides_the_next_write() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 4 << 20,
+        segment_size_bytes: 64 << 10,
+        shard_count: 2,
+        eviction: EvictionPolicy::None,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let value = [7u8; 1000];
+    let mut refused_at = None;
+    for i in 0..10_000u32 {
+        match engine.set(format!("key-{i}").as_bytes(), &value, 0, Expiry::Never) {
+            Ok(_) => {}
+            Err(WriteError::OutOfMemory) => {
+                refused_at = Some(i);
+                break;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    let refused_at = refused_at.expect("a full store refuses under None");
+    engine.set_eviction_policy(EvictionPolicy::Merge);
+    assert_eq!(engine.eviction_policy(), EvictionPolicy::Merge);
+    for i in refused_at..refused_at + 2_000 {
+        engine
+            .set(format!("key-{i}").as_bytes(), &value, 0, Expiry::Never)
+            .unwrap();
+    }
+    assert!(engine.stats().evicted_items > 0);
+    engine.set_eviction_policy(EvictionPolicy::None);
+    let refused = (0..2_000u32).any(|i| {
+        matches!(
+            engine.set(format!("new-{i}").as_bytes(), &value, 0, Expiry::Never),
+            Err(WriteError::OutOfMemory)
+        )
+    });
+    assert!(refused, "None again refuses");
+}

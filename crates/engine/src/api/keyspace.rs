@@ -137,6 +137,19 @@ impl Engine {
         Ok(segments * segment_bytes)
     }
 
+    /// Changes the eviction policy while running (Redis's `CONFIG SET maxmemory-policy`): the
+    /// next segment a write needs is found by it. Not kept across a restart.
+    pub fn set_eviction_policy(&self, policy: crate::EvictionPolicy) {
+        self.inner
+            .policy
+            .store(crate::policy_code(policy), Ordering::Relaxed);
+    }
+
+    /// The eviction policy now.
+    pub fn eviction_policy(&self) -> crate::EvictionPolicy {
+        self.inner.policy()
+    }
+
     /// The engine clock's current Unix time in milliseconds (expiry is measured against it).
     pub fn now_ms(&self) -> u64 {
         self.inner.now_ms()

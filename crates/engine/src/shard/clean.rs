@@ -61,7 +61,7 @@ pub(crate) const FLASH_MOVED_SEGMENTS_PER_GAINED_MAX: usize = 1;
 /// The most segments' worth of live records a pass may move per segment it gains: none for a
 /// store (it cleans at any cost before it refuses a write).
 fn moved_per_gained_max(inner: &Inner) -> Option<usize> {
-    if inner.policy == EvictionPolicy::None {
+    if inner.policy() == EvictionPolicy::None {
         None
     } else if inner.flash.is_some() {
         Some(FLASH_MOVED_SEGMENTS_PER_GAINED_MAX)

@@ -131,7 +131,7 @@ fn general(ctx: &ServerContext, out: &mut Vec<u8>) {
     stat(out, "auth_errors", load(&stats.auth_errors));
     stat(out, "bytes_read", load(&stats.bytes_read));
     stat(out, "bytes_written", load(&stats.bytes_written));
-    stat(out, "limit_maxbytes", engine.memory_bytes);
+    stat(out, "limit_maxbytes", engine.memory_limit_bytes);
     let accepting = !ctx.shutdown.load(Ordering::Relaxed);
     stat(out, "accepting_conns", u64::from(accepting));
     stat(out, "threads", ctx.settings.threads as u64);
@@ -193,7 +193,8 @@ fn engine_lines(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     let domain = ctx.engine.persistence_domain().summary();
     encode::write_stat(out, b"strata_pool_backend", backend.as_bytes());
     encode::write_stat(out, b"strata_persistence_domain", domain.as_bytes());
-    encode::write_stat(out, b"strata_eviction", ctx.settings.eviction.as_bytes());
+    let eviction = ctx.engine.eviction_policy().name();
+    encode::write_stat(out, b"strata_eviction", eviction.as_bytes());
     encode::write_stat(
         out,
         b"strata_durability",
@@ -274,17 +275,14 @@ fn settings(ctx: &ServerContext, out: &mut Vec<u8>) {
         encode::write_stat(out, name.as_bytes(), value.as_bytes());
     };
     let yes_no = |on: bool| if on { "yes" } else { "no" };
-    encode::write_stat_u64(out, b"maxbytes", engine.memory_bytes);
+    encode::write_stat_u64(out, b"maxbytes", engine.memory_limit_bytes);
     encode::write_stat_u64(out, b"maxconns", settings.connections_max as u64);
     encode::write_stat_u64(out, b"tcpport", settings.memcache_port.map_or(0, u64::from));
     encode::write_stat_u64(out, b"udpport", 0);
     encode::write_stat_u64(out, b"verbosity", 0);
     encode::write_stat_u64(out, b"oldest", 0);
-    let evictions = if settings.eviction == "none" {
-        "off"
-    } else {
-        "on"
-    };
+    let eviction = ctx.engine.eviction_policy().name();
+    let evictions = if eviction == "none" { "off" } else { "on" };
     text(out, "evictions", evictions);
     text(out, "shutdown_command", "no");
     encode::write_stat_u64(out, b"num_threads", settings.threads as u64);
@@ -305,7 +303,7 @@ fn settings(ctx: &ServerContext, out: &mut Vec<u8>) {
     text(out, "flush_enabled", yes_no(settings.flush_enabled));
     let key_len_max = settings.memcache_key_len_max as u64;
     encode::write_stat_u64(out, b"strata_key_len_max", key_len_max);
-    text(out, "strata_eviction", settings.eviction);
+    text(out, "strata_eviction", eviction);
     text(out, "strata_durability", &settings.durability);
     text(
         out,

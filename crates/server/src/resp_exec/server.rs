@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use strata_engine::EngineStats;
+use strata_engine::{EngineStats, EvictionPolicy};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, Version};
 
 use super::table::{Command, COMMANDS};
@@ -250,7 +250,7 @@ fn write_strata(text: &mut InfoText, ctx: &ServerContext, engine: &EngineStats) 
         "recovery_shards_from_index_files",
         recovery.shards_from_index_files,
     );
-    text.field("eviction_policy", ctx.settings.eviction);
+    text.field("eviction_policy", ctx.engine.eviction_policy().name());
     write_strata_segments(text, engine, recovery.records_torn);
     write_strata_tiers(text, ctx, engine);
 }
@@ -348,9 +348,28 @@ fn human_bytes(bytes: u64) -> String {
 /// The eviction policy as CONFIG and INFO report it: Redis's `noeviction` when strata evicts
 /// nothing, else strata's own policy name (`merge`, `fifo`, `random`).
 fn policy_name(ctx: &ServerContext) -> &'static str {
-    match ctx.settings.eviction {
+    match ctx.engine.eviction_policy().name() {
         "none" => "noeviction",
         other => other,
+    }
+}
+
+/// The eviction policy `CONFIG SET maxmemory-policy` names: strata's own (`merge`, `fifo`,
+/// `random`, `none`) or Redis's closest (`noeviction`, `allkeys-random`; `allkeys-lru` and
+/// `allkeys-lfu` are `merge`, which keeps the items read since they were written). strata
+/// evicts whole segments of any key: the `volatile-*` policies are refused.
+fn policy_named(name: &str) -> Result<EvictionPolicy, &'static str> {
+    match name.to_ascii_lowercase().as_str() {
+        "noeviction" => Ok(EvictionPolicy::None),
+        "allkeys-random" => Ok(EvictionPolicy::Random),
+        "allkeys-lru" | "allkeys-lfu" => Ok(EvictionPolicy::Merge),
+        "volatile-lru" | "volatile-lfu" | "volatile-random" | "volatile-ttl" => {
+            Err("strata evicts any key (allkeys-lru, allkeys-lfu, allkeys-random, or its own merge, fifo, random), never only keys with a TTL")
+        }
+        other => EvictionPolicy::parse(other).ok_or(
+            "argument(s) must be one of the following: volatile-lru, volatile-lfu, \
+             volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction",
+        ),
     }
 }
 
@@ -480,6 +499,8 @@ enum LiveSetting {
     LatencyThresholdMs(u64),
     /// `maxmemory`: the memory tier's cap in bytes (`None`: the whole pool).
     MaxMemory(Option<u64>),
+    /// `maxmemory-policy`.
+    Policy(EvictionPolicy),
 }
 
 /// The live setting `name` set to `value`, `None` for a setting fixed at start, or the error
@@ -525,6 +546,11 @@ fn live_setting(
                 Some(bytes) => Ok(LiveSetting::MaxMemory(Some(bytes.0))),
             }
         }
+        "maxmemory-policy" => match std::str::from_utf8(value).map(policy_named) {
+            Ok(Ok(policy)) => Ok(LiveSetting::Policy(policy)),
+            Ok(Err(why)) => bad(why),
+            Err(_) => bad("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction"),
+        },
         _ => return None,
     })
 }
@@ -590,6 +616,13 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
                     return;
                 }
                 tracing::info!(bytes = ?bytes, "maxmemory changed by CONFIG SET");
+            }
+            LiveSetting::Policy(policy) => {
+                call.ctx.engine.set_eviction_policy(policy);
+                tracing::info!(
+                    policy = policy.name(),
+                    "eviction policy changed by CONFIG SET"
+                );
             }
         }
     }

@@ -933,3 +933,57 @@ fn config_set_maxmemory_caps_the_memory_tier_while_running() {
     );
     assert_eq!(maxmemory(&mut session), pool);
 }
+
+/// `CONFIG SET maxmemory-policy` changes the eviction policy while running: strata's names and
+/// Redis's closest (`allkeys-lru` is strata's merge), `volatile-*` refused (strata evicts any
+/// key), anything else refused with Redis's list; CONFIG GET and INFO report it.
+#[test]
+fn config_set_maxmemory_policy_changes_eviction_while_running() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let policy = |session: &mut RespSession| -> String {
+        let reply = String::from_utf8(run(session, &ctx, "CONFIG GET maxmemory-policy")).unwrap();
+        reply.lines().nth(4).unwrap().to_string()
+    };
+    assert_eq!(policy(&mut session), "merge");
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG SET maxmemory-policy noeviction"),
+        b"+OK\r\n"
+    );
+    assert_eq!(policy(&mut session), "noeviction");
+    assert_eq!(
+        ctx.engine.eviction_policy(),
+        strata_engine::EvictionPolicy::None
+    );
+    assert_eq!(
+        run(
+            &mut session,
+            &ctx,
+            "CONFIG SET maxmemory-policy allkeys-random"
+        ),
+        b"+OK\r\n"
+    );
+    assert_eq!(policy(&mut session), "random");
+    assert_eq!(
+        run(
+            &mut session,
+            &ctx,
+            "CONFIG SET maxmemory-policy ALLKEYS-LRU"
+        ),
+        b"+OK\r\n"
+    );
+    assert_eq!(policy(&mut session), "merge");
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO memory")).unwrap();
+    assert!(info.contains("maxmemory_policy:merge\r\n"), "{info}");
+    let volatile = run(
+        &mut session,
+        &ctx,
+        "CONFIG SET maxmemory-policy volatile-ttl",
+    );
+    assert!(volatile.starts_with(b"-ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - strata evicts any key"));
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG SET maxmemory-policy sometimes"),
+        &b"-ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction\r\n"[..]
+    );
+    assert_eq!(policy(&mut session), "merge", "unchanged");
+}
