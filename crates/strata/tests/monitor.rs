@@ -39,16 +39,39 @@ impl Redis {
                 .expect("redis-server (scripts/test.sh installs it)");
             let mut redis = Redis(child, port);
             let deadline = Instant::now() + Duration::from_secs(10);
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let stream = loop {
+                if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+                    break stream;
+                }
                 assert!(Instant::now() < deadline, "redis-server did not start");
                 std::thread::sleep(Duration::from_millis(20));
-            }
-            if matches!(redis.0.try_wait(), Ok(None)) {
+            };
+            // The port was free when picked, not reserved: another test's server may have
+            // taken it first (ours then exits). Only a server reporting our child's pid is ours.
+            if serves_as(&stream, redis.0.id()) && matches!(redis.0.try_wait(), Ok(None)) {
                 return redis;
             }
         }
         panic!("redis-server did not start on a free port");
     }
+}
+
+/// Whether the Redis server behind `stream` is the process `pid` (`INFO server`'s
+/// `process_id`).
+fn serves_as(stream: &TcpStream, pid: u32) -> bool {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if (&*stream).write_all(&command(&["INFO", "server"])).is_err() {
+        return false;
+    }
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|read| read > 0) {
+        if let Some(id) = line.trim_end().strip_prefix("process_id:") {
+            return id == pid.to_string();
+        }
+        line.clear();
+    }
+    false
 }
 
 impl Drop for Redis {
