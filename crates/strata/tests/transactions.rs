@@ -492,3 +492,77 @@ fn an_exec_with_keyspace_commands_runs_alone_and_one_with_keys_holds_them() {
     let mut other = Client::connect(server.resp);
     assert_eq!(other.call(&command(&["DBSIZE"])), ":5\r\n");
 }
+
+/// While an EXEC holds its keys (made to stall 3 s halfway, `STRATA_TEST_EXEC_STALL_MS`), the
+/// other worker goes on serving: of two clients connected then (the acceptor hands connections
+/// to the workers in turn, so one is on the other worker), one gets its PING answered long
+/// before the EXEC's reply (before the door, every worker waited for the EXEC, and no answer
+/// came before it). (A command on another key answers too, unless its key shares a shard with
+/// the EXEC's, which the test cannot choose from outside.) A read of the EXEC's key, sent
+/// meanwhile, waits for it and sees all of it.
+#[test]
+fn an_exec_holding_its_keys_leaves_the_other_worker_serving() {
+    use std::io::Read as _;
+    let mut server = Server::launch(
+        &[],
+        &["--threads", "2"],
+        &[("STRATA_TEST_EXEC_STALL_MS", "3000")],
+    );
+    server.await_ready();
+    let mut writer = Client::connect(server.resp);
+    let mut batch = command(&["MULTI"]);
+    batch.extend(command(&["SET", "held", "1"]));
+    batch.extend(command(&["SET", "held", "2"]));
+    batch.extend(command(&["EXEC"]));
+    writer.send(&batch);
+    server.wait_until(
+        |s| s.log().contains("stalling inside EXEC for a test"),
+        "the EXEC to stall halfway",
+    );
+    let stalled_at = std::time::Instant::now();
+    let (answers, answered) = std::sync::mpsc::channel();
+    let pings: Vec<_> = (0..2)
+        .map(|i| {
+            let (addr, answers) = (server.resp, answers.clone());
+            std::thread::spawn(move || {
+                let mut client = Client::connect(addr);
+                client.send(&command(&["PING", &format!("from-{i}")]));
+                assert_eq!(client.bulk(), Some(format!("from-{i}").into_bytes()));
+                let _ = answers.send(std::time::Instant::now());
+            })
+        })
+        .collect();
+    // The client on the other worker answers first; the one on the stalled worker waits.
+    let first_answer = answered.recv().unwrap();
+    // Sent now, a read of the EXEC's key waits for the EXEC's end (a worker waiting for a key a
+    // transaction holds waits with all its connections: transactions are meant to be short).
+    let reader = {
+        let addr = server.resp;
+        std::thread::spawn(move || {
+            let mut client = Client::connect(addr);
+            client.send(&command(&["GET", "held"]));
+            client.bulk()
+        })
+    };
+    read_queued(&mut writer, 2);
+    assert_eq!(writer.line(), "+OK\r\n");
+    assert_eq!(writer.line(), "+OK\r\n");
+    let exec_done = std::time::Instant::now();
+    for ping in pings {
+        ping.join().unwrap();
+    }
+    assert_eq!(reader.join().unwrap().as_deref(), Some(&b"2"[..]));
+    // The stall is 3 s: an answer from the other worker comes within milliseconds of it.
+    assert!(
+        exec_done.duration_since(first_answer) > std::time::Duration::from_secs(1),
+        "answered {:?} after the stall began, the EXEC {:?}",
+        first_answer.duration_since(stalled_at),
+        exec_done.duration_since(stalled_at)
+    );
+    let mut rest = Vec::new();
+    let _ = writer
+        .stream()
+        .set_read_timeout(Some(std::time::Duration::from_millis(10)));
+    let _ = writer.stream().read_to_end(&mut rest);
+    assert!(rest.is_empty(), "nothing more for the writer");
+}
