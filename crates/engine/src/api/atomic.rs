@@ -1,7 +1,8 @@
 //! Groups of writes that a crash leaves all done or all undone (see `txlog`).
 
 use super::*;
-use crate::txlog::{Image, ItemFields};
+use crate::txlog::{Image, ItemFields, TxLog};
+use crate::Door;
 
 impl Engine {
     /// Runs `f`, whose writes touch only `keys`, so that a crash leaves all of them or none:
@@ -23,23 +24,7 @@ impl Engine {
         };
         let mut log = log.lock();
         self.inner.check_writable()?;
-        log.start();
-        for key in keys {
-            let pushed = self.peek(key, |item| {
-                let fields = ItemFields {
-                    value: item.value,
-                    kind: item.kind,
-                    client_flags: item.client_flags,
-                    expires_at_ms: item.expires_at_ms,
-                };
-                log.push(key, Some(fields));
-            });
-            if pushed.is_none() {
-                log.push(key, None);
-            }
-        }
-        log.begin()
-            .map_err(|error| log_error(log.path(), "write", &error))?;
+        write_before_images(&mut log, self, keys)?;
         let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
             Ok(result) => result,
             Err(panic) => {
@@ -84,6 +69,31 @@ impl Engine {
         self.commit()?;
         Ok(images.len() as u64)
     }
+}
+
+/// Writes the before-images of `keys`, as `door` reads them, as the log's running group.
+pub(super) fn write_before_images(
+    log: &mut TxLog,
+    door: &impl Door,
+    keys: &[&[u8]],
+) -> Result<(), WriteError> {
+    log.start();
+    for key in keys {
+        let pushed = door.peek(key, |item| {
+            let fields = ItemFields {
+                value: item.value,
+                kind: item.kind,
+                client_flags: item.client_flags,
+                expires_at_ms: item.expires_at_ms,
+            };
+            log.push(key, Some(fields));
+        });
+        if pushed.is_none() {
+            log.push(key, None);
+        }
+    }
+    log.begin()
+        .map_err(|error| log_error(log.path(), "write", &error))
 }
 
 pub(super) fn log_error(path: &std::path::Path, op: &str, error: &std::io::Error) -> WriteError {

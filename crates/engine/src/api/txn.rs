@@ -19,7 +19,7 @@ use parking_lot::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
 
 use super::*;
 use crate::shard::ShardChange;
-use crate::txlog::{Image, ItemFields, TxLog};
+use crate::txlog::{Image, TxLog};
 use crate::{Door, Observed};
 
 thread_local! {
@@ -88,23 +88,7 @@ impl Engine {
         let shards = self.lock_shards(all, |lock| Held::Write(lock.write_for_transaction()));
         let mut txn = Txn::open(self, shards, log);
         if let Some(mut log) = txn.log.take() {
-            log.start();
-            for key in logged {
-                let pushed = txn.read(key, false, |item| {
-                    let fields = ItemFields {
-                        value: item.value,
-                        kind: item.kind,
-                        client_flags: item.client_flags,
-                        expires_at_ms: item.expires_at_ms,
-                    };
-                    log.push(key, Some(fields));
-                });
-                if pushed.is_none() {
-                    log.push(key, None);
-                }
-            }
-            log.begin()
-                .map_err(|error| super::atomic::log_error(log.path(), "write", &error))?;
+            super::atomic::write_before_images(&mut log, &txn, logged)?;
             txn.log = Some(log);
             txn.logged = true;
         }
