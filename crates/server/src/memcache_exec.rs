@@ -184,6 +184,7 @@ impl MemcacheSession {
             Request::FlushAll(flush) => admin::flush_all(flush, ctx, out),
             Request::Version => admin::version(ctx, out),
             Request::Verbosity(verbosity) => admin::verbosity(verbosity, ctx, out),
+            Request::CacheMemlimit(limit) => admin::cache_memlimit(limit, ctx, out),
             Request::Quit => return true,
             Request::Stats(request) => stats::execute(request, ctx, out),
             Request::Shutdown(mode) => admin::shutdown(mode, ctx, out),

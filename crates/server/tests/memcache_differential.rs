@@ -221,6 +221,9 @@ fn memcache_delete_touch_arith() {
 fn memcache_admin_and_errors() {
     Pair::new().check(&[
         b"verbosity 1\r\nverbosity 1 noreply\r\nverbosity\r\n",
+        b"cache_memlimit 4\r\ncache_memlimit lots\r\ncache_memlimit 2000000000\r\n",
+        b"cache_memlimit\r\ncache_memlimit 64 noreply\r\ncache_memlimit lots noreply\r\n",
+        b"cache_memlimit 1 2 3\r\ncache_memlimit 64 extra\r\ncache_memlimit 64\r\n",
         b"flush_all\r\nflush_all noreply\r\nflush_all 0\r\nflush_all -1\r\n",
         b"set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\n",
         b"shutdown\r\nshutdown graceful\r\nshutdown now\r\n",

@@ -75,6 +75,11 @@ fn encode_admin_or_meta(out: &mut Vec<u8>, request: &Request<'_>) {
             write_u64(out, u64::from(verbosity.level));
             finish_line(out, verbosity.noreply);
         }
+        Request::CacheMemlimit(limit) => {
+            out.extend_from_slice(b"cache_memlimit ");
+            write_u64(out, u64::from(limit.megabytes));
+            finish_line(out, limit.noreply);
+        }
         Request::Version => out.extend_from_slice(b"version\r\n"),
         Request::Quit => out.extend_from_slice(b"quit\r\n"),
         Request::Stats(stats) => {

@@ -1,4 +1,5 @@
-//! `touch`, `flush_all`, `verbosity`, `stats`, `shutdown` (and, in `mod.rs`, `version`, `quit`).
+//! `touch`, `flush_all`, `verbosity`, `cache_memlimit`, `stats`, `shutdown` (and, in `mod.rs`,
+//! `version`, `quit`).
 //!
 //! As memcached 1.6.18 answers:
 //! - `touch <key> <exptime> [noreply]`: a bad key is `CLIENT_ERROR bad command line format`, a
@@ -46,6 +47,15 @@ pub struct FlushAll {
 pub struct Verbosity {
     /// The level, modulo 2^32 as memcached reads it.
     pub level: u32,
+    /// Whether to suppress the reply.
+    pub noreply: bool,
+}
+
+/// A `cache_memlimit` request (memcached's runtime memory limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheMemlimit {
+    /// The limit in megabytes (MiB), read as memcached reads a 32-bit number.
+    pub megabytes: u32,
     /// Whether to suppress the reply.
     pub noreply: bool,
 }
@@ -111,6 +121,20 @@ pub(crate) fn parse_verbosity(line: Line<'_>) -> Result<Parsed<'_>, ParseError> 
     line.parsed(request)
 }
 
+/// `cache_memlimit <megabytes> [noreply]`: a value that is not a number is `ERROR`, as in
+/// memcached (and silent with `noreply`).
+pub(crate) fn parse_cache_memlimit(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
+    let (args, count) = split_args::<2>(line.args);
+    if !(1..=2).contains(&count) {
+        return Err(line.refuse(ERROR, false));
+    }
+    let noreply = noreply_last(&args, count);
+    let Some(megabytes) = parse_client_flags(args[0]) else {
+        return Err(line.refuse(ERROR, noreply));
+    };
+    line.parsed(Request::CacheMemlimit(CacheMemlimit { megabytes, noreply }))
+}
+
 pub(crate) fn parse_stats(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
     line.parsed(Request::Stats(Stats { args: line.args }))
 }
@@ -160,6 +184,20 @@ mod tests {
             (b"verbosity 1\r\n", verbosity(1, false)),
             (b"verbosity 1 2\r\n", verbosity(1, false)),
             (b"verbosity 1 noreply\r\n", verbosity(1, true)),
+            (
+                b"cache_memlimit 64\r\n",
+                Request::CacheMemlimit(CacheMemlimit {
+                    megabytes: 64,
+                    noreply: false,
+                }),
+            ),
+            (
+                b"cache_memlimit 64 noreply\r\n",
+                Request::CacheMemlimit(CacheMemlimit {
+                    megabytes: 64,
+                    noreply: true,
+                }),
+            ),
             (b"version\r\n", Request::Version),
             (b"version x\r\n", Request::Version),
             (b"quit\r\n", Request::Quit),
@@ -207,6 +245,9 @@ mod tests {
             (b"flush_all 0 noreply x\r\n", ERROR),
             (b"verbosity\r\n", ERROR),
             (b"verbosity 1 2 3\r\n", ERROR),
+            (b"cache_memlimit\r\n", ERROR),
+            (b"cache_memlimit lots\r\n", ERROR),
+            (b"cache_memlimit 1 2 3\r\n", ERROR),
             (b"verbosity x\r\n", CLIENT_ERROR_BAD_FORMAT),
             (b"verbosity noreply\r\n", b""),
         ];

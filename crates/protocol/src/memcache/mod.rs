@@ -90,7 +90,7 @@ pub use meta::{
     ArithMode, MetaArith, MetaCommand, MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode,
     META_TOKENS_MAX, OPAQUE_TOKEN_LEN_MAX,
 };
-pub use misc::{FlushAll, ShutdownMode, Stats, Touch, Verbosity};
+pub use misc::{CacheMemlimit, FlushAll, ShutdownMode, Stats, Touch, Verbosity};
 pub use retrieval::{Get, GetCommand, Keys};
 pub use storage::{Store, StoreCommand, TooLarge};
 pub use token::{key_is_valid, Tokens};
@@ -120,6 +120,8 @@ pub enum Request<'a> {
     Version,
     /// `verbosity <level> [noreply]`.
     Verbosity(Verbosity),
+    /// `cache_memlimit <megabytes> [noreply]`.
+    CacheMemlimit(CacheMemlimit),
     /// `quit`: close the connection without a reply; arguments are ignored.
     Quit,
     /// `stats [args...]`.
@@ -323,6 +325,7 @@ fn dispatch<'a>(command: &[u8], line: Line<'a>, limits: &Limits) -> Result<Parse
         b"flush_all" => misc::parse_flush_all(line),
         b"version" => line.parsed(Request::Version),
         b"verbosity" => misc::parse_verbosity(line),
+        b"cache_memlimit" => misc::parse_cache_memlimit(line),
         b"quit" => line.parsed(Request::Quit),
         b"stats" => misc::parse_stats(line),
         b"shutdown" => misc::parse_shutdown(line),

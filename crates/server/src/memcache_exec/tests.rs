@@ -585,3 +585,32 @@ fn a_long_pipeline_runs_in_order_across_batches() {
         }
     );
 }
+
+/// `cache_memlimit` sets the memory tier's limit (what `stats settings`' `maxbytes` then
+/// reports); one below what the shards need fails as memcached's out-of-bounds adjustment, one
+/// at or past the pool means the whole pool.
+#[test]
+fn cache_memlimit_sets_the_memory_tier_limit() {
+    let ctx = context();
+    let pool = ctx.engine.stats().memory_bytes;
+    check_table(
+        &ctx,
+        &[
+            (b"cache_memlimit 32\r\n", "OK\r\n"),
+            (
+                b"cache_memlimit 8\r\n",
+                "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n",
+            ),
+        ],
+    );
+    let capped = ctx.engine.stats().memory_limit_bytes;
+    assert!(capped <= 32 << 20 && capped > 30 << 20, "{capped}");
+    let mut session = MemcacheSession::new();
+    let (settings, _) = feed(&ctx, &mut session, b"stats settings\r\n");
+    assert!(
+        settings.contains(&format!("STAT maxbytes {capped}\r\n")),
+        "{settings}"
+    );
+    check_table(&ctx, &[(b"cache_memlimit 100000\r\n", "OK\r\n")]);
+    assert_eq!(ctx.engine.stats().memory_limit_bytes, pool);
+}

@@ -17,11 +17,12 @@ const MEMCACHED: &[(&str, &str)] = &[
     ("incr, decr, touch, delete", "supported"),
     ("mg, ms, md, ma, mn, me (meta)", "supported; `mg l` (last access) is refused as memcached refuses a flag it lacks: strata keeps no access time"),
     ("flush_all, version, verbosity, quit", "supported"),
+    ("cache_memlimit", "supported: the memory tier's limit while running, as Redis's `CONFIG SET maxmemory`; the pool does not grow, so a limit at or past it means the whole pool, and one under what the shards need (two segments each, and the cleaner's two) is `MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust`"),
     ("shutdown", "supported (`shutdown graceful` too); the pool is closed cleanly"),
     ("stats, stats settings, items, slabs, reset", "supported, with strata's figures and `strata_*` lines"),
     ("stats conns", "every connection of both protocols, keyed by client id; `state` is always `conn_waiting`"),
     ("stats sizes, extstore, detail", "answered, empty (sizes: `disabled`)"),
-    ("lru_crawler, slabs (reassign, automove), lru, watch, cache_memlimit, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
+    ("lru_crawler, slabs (reassign, automove), lru, watch, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
     ("binary protocol", "refused: a binary `Not supported` response, then the connection closes"),
     ("any command on a key holding a Redis hash", "the key reads as absent: gets miss, `set` and `add` replace it, `append`, `incr`, `cas`, `touch` and the meta commands find nothing; `delete` acts on it"),
 ];
