@@ -49,6 +49,20 @@ fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
     }
 }
 
+/// The item a flash record read for `key` holds, as reads hand it over (`fetched`: its index
+/// slot's).
+fn flash_item<'a>(key: &'a [u8], item: &tiering::FlashItem<'a>, fetched: bool) -> ItemRef<'a> {
+    ItemRef {
+        key,
+        value: item.value,
+        client_flags: item.meta.client_flags,
+        cas: item.cas,
+        expires_at_ms: item.meta.expires_at_ms,
+        kind: item.meta.kind,
+        fetched,
+    }
+}
+
 fn check_key(key: &[u8]) -> Result<(), WriteError> {
     if key.is_empty() {
         return Err(WriteError::KeyEmpty);

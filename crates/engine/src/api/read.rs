@@ -138,15 +138,7 @@ impl Engine {
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
                 flash.counters.hits.fetch_add(1, Ordering::Relaxed);
                 let f = f.take().expect("called once");
-                let result = f(ItemRef {
-                    key,
-                    value: item.value,
-                    client_flags: item.meta.client_flags,
-                    cas: item.cas,
-                    expires_at_ms: item.meta.expires_at_ms,
-                    kind: item.meta.kind,
-                    fetched: entry.fetched(),
-                });
+                let result = f(flash_item(key, &item, entry.fetched()));
                 drop(shard);
                 if bump && entry.freq() + 1 >= tiering::PROMOTE_AFTER_READS {
                     // Best effort: a failed promotion leaves the item on flash.

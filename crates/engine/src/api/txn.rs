@@ -359,17 +359,10 @@ fn read_from_flash<R>(
             if bump {
                 shard.index.bump_freq(slot);
             }
+            shard.counters.hits.fetch_add(1, Ordering::Relaxed);
             flash.counters.hits.fetch_add(1, Ordering::Relaxed);
             let f = f.take().expect("called once");
-            Some(f(ItemRef {
-                key,
-                value: item.value,
-                client_flags: item.meta.client_flags,
-                cas: item.cas,
-                expires_at_ms: item.meta.expires_at_ms,
-                kind: item.meta.kind,
-                fetched: entry.fetched(),
-            }))
+            Some(f(flash_item(key, &item, entry.fetched())))
         });
         match read {
             tiering::FlashRead::Item(found) => return found,
