@@ -70,11 +70,24 @@ impl RedisServer {
                 std::thread::sleep(Duration::from_millis(20));
             }
             std::thread::sleep(Duration::from_millis(50));
-            if matches!(server.child.try_wait(), Ok(None)) {
+            // Ours only if it says so: a server that answers with another pid is the other
+            // test's, which took the port first (ours then exits).
+            if matches!(server.child.try_wait(), Ok(None)) && server.is_ours() {
                 return server;
             }
         }
         panic!("redis-server could not bind a port five times")
+    }
+
+    /// Whether the server on our port is our child (`INFO server`'s `process_id`).
+    fn is_ours(&self) -> bool {
+        let mut client = self.connect();
+        let request = b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+        let Ok((reply, _)) = client.try_call(request, 1, false) else {
+            return false;
+        };
+        let wanted = format!("process_id:{}\r\n", self.child.id());
+        String::from_utf8_lossy(&reply).contains(&wanted)
     }
 
     fn connect(&self) -> RedisClient {
