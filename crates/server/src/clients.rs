@@ -61,6 +61,8 @@ pub struct ClientInfo {
     pub lib_ver: Option<Vec<u8>>,
     /// 2 or 3.
     pub resp: u8,
+    /// `CLIENT NO-TOUCH ON` (flag `T`).
+    pub no_touch: bool,
 }
 
 /// Per worker: its waker (set once it runs), whether a kill waits for it, and whether output

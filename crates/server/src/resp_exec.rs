@@ -364,6 +364,7 @@ fn publish(state: &State) {
             Version::Resp2 => 2,
             Version::Resp3 => 3,
         };
+        info.no_touch = state.no_touch;
     });
     publish_multi(state);
 }

@@ -35,13 +35,15 @@ pub(crate) fn quit(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
     state.close = true;
 }
 
-/// `RESET`: back to RESP2, no name, unauthenticated when a password is set.
+/// `RESET`: back to RESP2, no name, replies on, reads touching again, unauthenticated when a
+/// password is set.
 pub(crate) fn reset(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
     state.version = Version::Resp2;
     state.name = None;
     state.authenticated = false;
     state.reply_off = false;
     state.reply_skip_next = false;
+    state.no_touch = false;
     state.multi = None;
     state.watched.clear();
     if let Some(sink) = state.monitor.take() {
@@ -435,6 +437,7 @@ fn client_line(state: &State, command: &str) -> String {
         resp,
         lib: (&text(&state.lib_name), &text(&state.lib_ver)),
         memcache: false,
+        no_touch: state.no_touch,
     })
 }
 
@@ -452,13 +455,21 @@ struct Line<'a> {
     lib: (&'a str, &'a str),
     /// A memcached connection: `resp=0` and a trailing `proto=memcache`.
     memcache: bool,
+    /// `CLIENT NO-TOUCH ON`.
+    no_touch: bool,
 }
 
 /// Redis's client line: the fields it has, strata's where it keeps them, zeros for the buffer
 /// figures strata does not keep per client; `fd` is -1 (strata's sockets are the worker's).
 fn line(line: &Line<'_>) -> String {
     let address = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
-    let flags = if line.multi >= 0 { "x" } else { "N" };
+    // In Redis 7.2's order: `x` (in MULTI) before `T` (no-touch); `N` for none.
+    let flags = match (line.multi >= 0, line.no_touch) {
+        (false, false) => "N",
+        (true, false) => "x",
+        (false, true) => "T",
+        (true, true) => "xT",
+    };
     format!(
         "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 \
          ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
@@ -505,6 +516,7 @@ fn other_line(client: &Client, now_ms: u64) -> String {
         resp: if client.memcache { 0 } else { info.resp },
         lib: (&text(&info.lib_name), &text(&info.lib_ver)),
         memcache: client.memcache,
+        no_touch: info.no_touch,
     })
 }
 

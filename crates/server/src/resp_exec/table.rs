@@ -635,7 +635,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         connection::reset,
     )),
     changes_client(differs(
-        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; LIST and KILL include memcached connections (marked proto=memcache); NO-EVICT is accepted and does nothing; NO-TOUCH (Redis 7.2: reads do not count as accesses, TOUCH aside; LIST does not show its T flag); PAUSE (WRITE or ALL; CLIENT commands are never held, so UNPAUSE gets through; memcached clients are not paused) and UNPAUSE; no TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
+        "ID, GETNAME, SETNAME, INFO, LIST (TYPE, ID), KILL (addr, ID, ADDR, LADDR, TYPE, USER, SKIPME), SETINFO, REPLY; LIST and KILL include memcached connections (marked proto=memcache); NO-EVICT is accepted and does nothing; NO-TOUCH (Redis 7.2: reads do not count as accesses, TOUCH aside; flag T, cleared by RESET); PAUSE (WRITE or ALL; CLIENT commands are never held, so UNPAUSE gets through; memcached clients are not paused) and UNPAUSE; no TRACKING; LIST shows 0 for buffer sizes and -1 for fd",
         row(
         "client",
         -2,

@@ -892,6 +892,19 @@ fn client_no_touch_reads_without_counting_an_access() {
             ("GET c", "$1\r\n3\r\n"),
         ],
     );
+    let mut session = RespSession::new(ctx.next_client_id());
+    let flags = |session: &mut RespSession| -> String {
+        let info = String::from_utf8(run(session, &ctx, "CLIENT INFO")).unwrap();
+        let flags = info.split(' ').find(|f| f.starts_with("flags=")).unwrap();
+        flags.to_string()
+    };
+    assert_eq!(flags(&mut session), "flags=N");
+    run(&mut session, &ctx, "CLIENT NO-TOUCH ON");
+    assert_eq!(flags(&mut session), "flags=T");
+    run(&mut session, &ctx, "MULTI");
+    run(&mut session, &ctx, "EXEC");
+    run(&mut session, &ctx, "RESET");
+    assert_eq!(flags(&mut session), "flags=N", "RESET clears it");
     assert_eq!(fetched(b"a"), Some(false), "read under NO-TOUCH");
     assert_eq!(fetched(b"b"), Some(true), "touched by TOUCH");
     assert_eq!(fetched(b"c"), Some(true), "read after NO-TOUCH OFF");
