@@ -311,16 +311,7 @@ fn execute(
         return;
     }
     match table::lookup(name) {
-        Some(command) => {
-            let call = Call {
-                ctx,
-                input,
-                args,
-                command,
-                keys,
-            };
-            run(state, &call, out);
-        }
+        Some(command) => run_known(state, args, input, command, (ctx, keys), out),
         None => {
             types::unknown(state, ctx, input, args, out);
             ctx.resp_commands.count_error(&out[reply_start..]);
@@ -331,8 +322,9 @@ fn execute(
     }
 }
 
-/// Runs a command `EXEC` queued, parsed and looked up when it was queued (`command`).
-fn execute_known(
+/// Runs `command`, already parsed (`args`) and looked up: a command sent now, or one `EXEC`
+/// queued.
+fn run_known(
     state: &mut State,
     args: &Args,
     input: &[u8],
@@ -340,7 +332,6 @@ fn execute_known(
     (ctx, keys): (&ServerContext, Keys<'_>),
     out: &mut Vec<u8>,
 ) {
-    debug_assert!(state.multi.is_none(), "EXEC took its transaction");
     let call = Call {
         ctx,
         input,

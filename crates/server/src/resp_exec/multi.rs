@@ -307,7 +307,8 @@ fn run_queued(state: &mut State, call: &Call<'_>, multi: &Multi, out: &mut Vec<u
         // Each reply is one element, whatever CLIENT REPLY says meanwhile.
         let reply_off = std::mem::take(&mut state.reply_off);
         state.reply_skip_next = false;
-        super::execute_known(state, args, command, entry, (ctx, call.keys()), out);
+        debug_assert!(state.multi.is_none(), "EXEC took its transaction");
+        super::run_known(state, args, command, entry, (ctx, call.keys()), out);
         state.reply_off |= reply_off;
     }
 }
