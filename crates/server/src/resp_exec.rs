@@ -31,6 +31,8 @@
 //! | `latency.rs`     | LATENCY                                                           |
 //! | `memory.rs`      | MEMORY                                                            |
 //! | `multi.rs`       | MULTI EXEC DISCARD WATCH UNWATCH                                  |
+//! | `call.rs`        | (shared) `Call`, typed key access, write errors, HELP layout      |
+//! | `held.rs`        | (shared) how a command reaches its keys: one at a time, or held   |
 //! | `compatibility.rs` | (tests) generates docs/COMPATIBILITY.md from the table          |
 //! | `types.rs`       | Redis data-type commands strata does not store (LPUSH, SADD, ...)  |
 //! |                  | and HTTP requests (`POST`, `Host:`), which close the connection    |
@@ -50,10 +52,11 @@
 //!
 //! Replies and errors follow Redis 7.0.15 byte for byte where strata claims compatibility;
 //! `tests/resp_exec_redis_compat.rs` checks them against a real redis-server. Departures are
-//! listed where they happen (one database, strings only, f64 for INCRBYFLOAT, no RDB) and in
+//! listed where they happen (one database, strings and hashes only, f64 for INCRBYFLOAT, no RDB) and in
 //! docs/COMPATIBILITY.md, generated from the table.
 
 mod bits;
+mod call;
 pub(crate) mod commandstats;
 #[cfg(test)]
 mod compatibility;
@@ -80,15 +83,17 @@ mod types;
 
 use std::time::Instant;
 
-use strata_engine::{Change, Door, Engine, Expiry, ItemRef, Kind, WriteError, PREFETCH_KEYS_MAX};
+use strata_engine::PREFETCH_KEYS_MAX;
 use strata_protocol::resp::{
-    encode, errors, parse_bulk_header, parse_command, too_long_at, Arg, Args, Limits, ParseError,
-    Version, BULK_LEN_MAX_DEFAULT, INLINE_LEN_MAX_DEFAULT,
+    errors, parse_bulk_header, parse_command, too_long_at, Arg, Args, Limits, ParseError, Version,
+    BULK_LEN_MAX_DEFAULT, INLINE_LEN_MAX_DEFAULT,
 };
 
 use crate::context::{Processed, ServerContext, Session};
 use crate::stats::PendingCounts;
 use held::Keys;
+
+pub(crate) use call::{alone_and_atomic, rewrite, write_error, write_help, Call};
 
 /// The Redis version strata reports (`HELLO`, `INFO`): the release its replies are checked
 /// against, so clients enable exactly the features strata answers like Redis does.
@@ -838,183 +843,4 @@ fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {
         return None;
     };
     table::hot(&input[start..start + len]).map(|_| &input[key..key + key_len])
-}
-
-/// One command being executed: its arguments (positions into `input`), the server context and
-/// the table entry it matched.
-pub(crate) struct Call<'a> {
-    /// Engine, settings and counters.
-    pub ctx: &'a ServerContext,
-    input: &'a [u8],
-    args: &'a Args,
-    /// The table entry.
-    pub command: &'static table::Command,
-    /// How it reaches its keys: one at a time, or held together (`held`).
-    keys: Keys<'a>,
-}
-
-impl<'a> Call<'a> {
-    /// Arguments, command name included.
-    pub fn len(&self) -> usize {
-        self.args.len()
-    }
-
-    /// Argument `index` (0 is the command name). The caller has checked the arity.
-    pub fn arg(&self, index: usize) -> &'a [u8] {
-        self.args.arg(self.input, index)
-    }
-
-    /// Arguments from `start` on.
-    pub fn args_from(&self, start: usize) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
-        let (input, args) = (self.input, self.args);
-        args.as_slice()[start.min(args.len())..]
-            .iter()
-            .map(move |&arg| args.resolve(input, arg))
-    }
-
-    /// The store, for what is not one key's (counters, the clock, the whole keyspace).
-    pub fn engine(&self) -> &'a Engine {
-        &self.ctx.engine
-    }
-
-    /// The command's keys: typed reads and changes of any of them (`held::Keys`).
-    pub fn keys(&self) -> Keys<'a> {
-        self.keys
-    }
-
-    /// This call with its keys reached through `keys` (held together by a transaction).
-    pub fn with_keys<'b>(&'b self, keys: Keys<'b>) -> Call<'b> {
-        Call {
-            ctx: self.ctx,
-            input: self.input,
-            args: self.args,
-            command: self.command,
-            keys,
-        }
-    }
-
-    /// The data type this command's keys must hold (the table's `Command::kind`); panics for
-    /// a command that takes keys of any type (a handler's bug, found by any test of it).
-    pub fn kind(&self) -> Kind {
-        self.command
-            .kind
-            .expect("typed access by a command the table gives a data type")
-    }
-
-    /// A typed command's read-modify-write (`Door::modify_as` with [`Call::kind`]): a key
-    /// holding another type is left alone and answers `WriteError::WrongKind`, which
-    /// [`write_error`] turns into Redis's WRONGTYPE.
-    pub fn modify_typed(
-        &self,
-        key: &[u8],
-        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
-    ) -> Result<Option<u64>, WriteError> {
-        self.keys().modify_as(key, self.kind(), f)
-    }
-
-    /// A typed command's read: `f`'s answer for a key of [`Call::kind`], `Ok(None)` for a
-    /// missing key, and `Err(WriteError::WrongKind)` for a key holding another type.
-    pub fn get_typed<R>(
-        &self,
-        key: &[u8],
-        f: impl FnOnce(ItemRef<'_>) -> R,
-    ) -> Result<Option<R>, WriteError> {
-        let kind = self.kind();
-        self.keys()
-            .get(key, |item| {
-                if item.kind == kind {
-                    Ok(f(item))
-                } else {
-                    Err(WriteError::WrongKind)
-                }
-            })
-            .transpose()
-    }
-
-    /// The largest value a write of `key` may leave: the server's value limit, exact for keys
-    /// of up to 250 bytes, shortened by a longer key's extra length (key and value share one
-    /// segment).
-    pub fn value_len_max(&self, key: &[u8]) -> usize {
-        self.ctx
-            .settings
-            .value_len_max
-            .min(self.engine().value_len_max_for_key(key.len()))
-    }
-}
-
-/// Runs `f` (which appends one reply to `out`) while no other worker runs a command
-/// (`crate::exclusive`) and as one group of writes that a crash leaves all done or all undone
-/// (`Engine::atomically` over `keys`, every key it may write): EXEC, and the multi-key writes
-/// (MSET, MSETNX, DEL, RENAME, COPY...). Inside another such group (a multi-key write queued
-/// in EXEC) it just runs `f`: the outer group names its keys. When the engine refuses the
-/// group, its error replaces whatever `f` wrote.
-pub(crate) fn alone_and_atomic(
-    ctx: &ServerContext,
-    keys: &[&[u8]],
-    out: &mut Vec<u8>,
-    f: impl FnOnce(&mut Vec<u8>),
-) {
-    if ctx.exclusive.is_alone() {
-        f(out);
-        return;
-    }
-    let mark = out.len();
-    ctx.exclusive.alone(|| {
-        let engine = &ctx.engine;
-        if let Err(error) = engine.atomically(keys, || f(out)) {
-            out.truncate(mark);
-            write_error(out, &error);
-        }
-    });
-}
-
-/// A `HELP` reply as Redis's `addReplyHelp` lays it out: the lines, then `HELP` and its line.
-pub(crate) fn write_help(out: &mut Vec<u8>, lines: &[&[u8]]) {
-    encode::array_len(out, lines.len() + 2);
-    for line in lines {
-        encode::simple(out, line);
-    }
-    encode::simple(out, b"HELP");
-    encode::simple(out, b"    Prints this help.");
-}
-
-/// The write of a command that replaces a string with one it built from it (APPEND, SETRANGE,
-/// INCR and friends): an existing key keeps its client flags and expiry, as in Redis; a key the
-/// command creates has neither.
-pub(crate) fn rewrite(current: Option<&ItemRef<'_>>) -> Change {
-    let (client_flags, expiry) =
-        current.map_or((0, Expiry::Never), |item| (item.client_flags, Expiry::Keep));
-    Change::Write {
-        client_flags,
-        expiry,
-        keep_cas: false,
-    }
-}
-
-/// Replies to a refused engine write. Empty keys, over-long keys and values, a full cache and a
-/// failed persist each get a message saying what happened.
-pub(crate) fn write_error(out: &mut Vec<u8>, error: &WriteError) {
-    match error {
-        WriteError::KeyEmpty => {
-            encode::error(out, b"ERR empty keys are not supported by strata");
-        }
-        WriteError::KeyTooLong { max, .. } => {
-            let message = format!("ERR key is longer than strata's limit of {max} bytes");
-            encode::error(out, message.as_bytes());
-        }
-        WriteError::TooLarge { .. } => out.extend_from_slice(ERR_VALUE_TOO_LARGE),
-        WriteError::OutOfMemory => out.extend_from_slice(errors::ERR_OOM),
-        WriteError::WrongKind => out.extend_from_slice(errors::ERR_WRONGTYPE),
-        WriteError::Persist(persist) => {
-            let message = format!(
-                "MISCONF strata could not persist a write to its pool and refuses writes until \
-                 it is restarted: {persist}"
-            );
-            encode::error(out, message.as_bytes());
-        }
-        other => {
-            let message = format!("ERR {other}");
-            encode::error(out, message.as_bytes());
-        }
-    }
 }
