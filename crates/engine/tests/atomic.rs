@@ -435,3 +435,33 @@ fn a_transaction_refuses_a_key_it_did_not_name() {
         txn.get(key.as_bytes(), |_| ());
     }
 }
+
+/// The same for a transaction: a log that cannot be written refuses it before it hands over
+/// its keys, nothing changed, its shards are released and the engine still takes writes.
+#[test]
+fn a_log_that_cannot_be_written_refuses_the_transaction_and_releases_its_keys() {
+    let pool = temp_pool("txn-unwritable");
+    let config = config(&pool.0, Durability::Sync, IndexPlacement::Pool);
+    let engine = Engine::open(EngineConfig {
+        fresh: true,
+        ..config
+    })
+    .unwrap();
+    engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
+    let log = format!("{}.txlog", pool.0.display());
+    std::fs::create_dir_all(&log).unwrap();
+    let refused = engine.transaction(&[b"a"], &[b"a", b"b"]);
+    assert!(
+        matches!(refused, Err(WriteError::Persist(_))),
+        "{:?}",
+        refused.as_ref().err()
+    );
+    drop(refused);
+    assert_eq!(value(&engine, b"a").map(|v| v.0), Some(b"old-a".to_vec()));
+    engine.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+    engine
+        .set(b"b", b"still-writable", 0, Expiry::Never)
+        .unwrap();
+    std::fs::remove_dir_all(&log).unwrap();
+    engine.check_integrity().unwrap();
+}
