@@ -92,6 +92,10 @@ pub struct ItemRef<'a> {
     /// (memcached's "fetched" bit, the meta flag `h`). Reads are [`Engine::get`],
     /// [`Change::Read`] and writes that keep the CAS (touch); every other write starts over.
     pub fetched: bool,
+    /// Reads since the item was written or merge eviction last carried it forward, not
+    /// counting this access, saturating at 6 (the index slot's 3-bit count, which merge
+    /// eviction keeps hot items by; OBJECT FREQ answers it).
+    pub reads: u8,
 }
 
 /// What [`Engine::observe`] saw of a key: compare two to learn whether it changed.

@@ -249,3 +249,76 @@ fn redis_cli_bigkeys_and_memkeys_report_the_keys() {
     let values: u64 = (1..=50u64).map(|i| i * 10).sum();
     assert!(bytes >= values, "{line}");
 }
+
+/// OBJECT FREQ counts a key's reads since it was written (a write starts over), IDLETIME gets
+/// Redis's reply under an LFU policy (strata keeps reads, not times), and `redis-cli --hotkeys`,
+/// which reads OBJECT FREQ per key, names the most read key.
+#[test]
+fn object_freq_counts_reads_and_redis_cli_finds_hot_keys() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    for i in 0..20usize {
+        let key = format!("key:{i}");
+        assert_eq!(client.call(&command(&["SET", &key, "v"])), "+OK\r\n");
+    }
+    assert_eq!(
+        client.call(&command(&["OBJECT", "FREQ", "key:7"])),
+        ":0\r\n"
+    );
+    let mut get = |key: &str| {
+        assert_eq!(client.call(&command(&["GET", key])), "$1\r\n");
+        assert_eq!(client.line(), "v\r\n");
+    };
+    for _ in 0..4 {
+        get("key:7");
+    }
+    get("key:3");
+    assert_eq!(
+        client.call(&command(&["OBJECT", "FREQ", "key:7"])),
+        ":4\r\n"
+    );
+    assert_eq!(
+        client.call(&command(&["OBJECT", "FREQ", "key:7"])),
+        ":4\r\n",
+        "OBJECT reads without counting"
+    );
+    for _ in 0..10 {
+        assert_eq!(client.call(&command(&["GET", "key:7"])), "$1\r\n");
+        assert_eq!(client.line(), "v\r\n");
+    }
+    assert_eq!(
+        client.call(&command(&["OBJECT", "FREQ", "key:7"])),
+        ":6\r\n",
+        "the count saturates"
+    );
+    assert_eq!(
+        client.call(&command(&["OBJECT", "FREQ", "nokey"])),
+        "$-1\r\n"
+    );
+    assert_eq!(
+        client.call(&command(&["OBJECT", "IDLETIME", "key:7"])),
+        "-ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that \
+         when switching between policies at runtime LRU and LFU data will take some time to \
+         adjust.\r\n"
+    );
+    let output = std::process::Command::new("redis-cli")
+        .args(["-p", &server.resp.port().to_string(), "--hotkeys"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run redis-cli ({e}): install redis-tools"));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "redis-cli --hotkeys failed: {text}"
+    );
+    let first = text
+        .lines()
+        .find(|l| l.starts_with("hot key found with counter"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(first.contains("key:7") && first.contains(": 6"), "{text}");
+    assert_eq!(client.call(&command(&["SET", "key:7", "w"])), "+OK\r\n");
+    assert_eq!(
+        client.call(&command(&["OBJECT", "FREQ", "key:7"])),
+        ":0\r\n",
+        "a write starts the count over"
+    );
+}

@@ -29,7 +29,7 @@ pub(crate) use txn::assert_no_transaction;
 use std::sync::atomic::Ordering;
 
 use crate::flash::{tiering, FlashRead, ReadFor, ReadOutcome};
-use crate::index::SlotRef;
+use crate::index::{Entry, SlotRef};
 use crate::record::{self, RecordMeta, KEY_LEN_MAX};
 use crate::shard::{FlashCandidates, Found, Lookup, Shard, ShardLock, ShardWrite};
 use crate::{
@@ -46,12 +46,13 @@ fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
         expires_at_ms: found.view.meta.expires_at_ms,
         kind: found.view.meta.kind,
         fetched: found.entry.fetched(),
+        reads: found.entry.freq(),
     }
 }
 
-/// The item a flash record read for `key` holds, as reads hand it over (`fetched`: its index
-/// slot's).
-fn flash_item<'a>(key: &'a [u8], item: &tiering::FlashItem<'a>, fetched: bool) -> ItemRef<'a> {
+/// The item a flash record read for `key` holds, as reads hand it over (`entry`: its index
+/// slot, whose reads it reports).
+fn flash_item<'a>(key: &'a [u8], item: &tiering::FlashItem<'a>, entry: Entry) -> ItemRef<'a> {
     ItemRef {
         key,
         value: item.value,
@@ -59,7 +60,8 @@ fn flash_item<'a>(key: &'a [u8], item: &tiering::FlashItem<'a>, fetched: bool) -
         cas: item.cas,
         expires_at_ms: item.meta.expires_at_ms,
         kind: item.meta.kind,
-        fetched,
+        fetched: entry.fetched(),
+        reads: entry.freq(),
     }
 }
 

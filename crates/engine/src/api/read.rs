@@ -138,7 +138,7 @@ impl Engine {
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
                 flash.counters.hits.fetch_add(1, Ordering::Relaxed);
                 let f = f.take().expect("called once");
-                let result = f(flash_item(key, &item, entry.fetched()));
+                let result = f(flash_item(key, &item, entry));
                 drop(shard);
                 if bump && entry.freq() + 1 >= tiering::PROMOTE_AFTER_READS {
                     // Best effort: a failed promotion leaves the item on flash.

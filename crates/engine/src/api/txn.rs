@@ -362,7 +362,7 @@ fn read_from_flash<R>(
             shard.counters.hits.fetch_add(1, Ordering::Relaxed);
             flash.counters.hits.fetch_add(1, Ordering::Relaxed);
             let f = f.take().expect("called once");
-            Some(f(flash_item(key, &item, entry.fetched())))
+            Some(f(flash_item(key, &item, entry)))
         });
         match read {
             tiering::FlashRead::Item(found) => return found,

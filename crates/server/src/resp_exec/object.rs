@@ -3,14 +3,22 @@
 //! ENCODING answers the name Redis 7.0 would give the same value (strata has one encoding per
 //! kind: strings are bytes, hashes `strata_types::hash`'s compact form): `int`, `embstr` or
 //! `raw` for a string, `listpack` or `hashtable` for a hash, by Redis's default thresholds.
-//! REFCOUNT is always 1 (nothing is shared). FREQ and IDLETIME are refused: strata keeps a
-//! 2-bit access count per index slot, not Redis's LFU counter or LRU clock.
+//! REFCOUNT is always 1 (nothing is shared). FREQ answers the index slot's read count: reads
+//! since the item was written or merge eviction last carried it forward, 0..=6 (Redis's LFU
+//! counter is a logarithmic 0..=255 that starts at 5; both say which keys are hot, so
+//! `redis-cli --hotkeys` works). Like Redis under an LFU policy, strata keeps no access time:
+//! IDLETIME gets the error Redis gives then, whatever the policy.
 
 use strata_engine::{Door, ItemRef, Kind};
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 use strata_types::hash::Hash;
 
 use super::{Call, State};
+
+/// Redis's reply to OBJECT IDLETIME under an LFU policy: strata keeps reads, not times.
+const IDLE_TIME_NOT_TRACKED: &[u8] = b"ERR An LFU maxmemory policy is selected, idle time not \
+    tracked. Please note that when switching between policies at runtime LRU and LFU data will \
+    take some time to adjust.";
 
 /// `OBJECT <subcommand> [key]`.
 pub(crate) fn object(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
@@ -32,12 +40,10 @@ pub(crate) fn object(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::bulk(out, encoding(&item, now_ms));
         } else if name_eq(sub, b"refcount") {
             encode::integer(out, 1);
+        } else if name_eq(sub, b"freq") {
+            encode::integer(out, i64::from(item.reads));
         } else {
-            encode::error(
-                out,
-                b"ERR strata does not keep a per-key access frequency or idle time \
-                  (OBJECT FREQ and IDLETIME are not supported)",
-            );
+            encode::error(out, IDLE_TIME_NOT_TRACKED);
         }
     });
     if found.is_none() {
@@ -46,11 +52,15 @@ pub(crate) fn object(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 }
 
 fn help(out: &mut Vec<u8>) {
-    let lines: [&[u8]; 6] = [
+    let lines: [&[u8]; 10] = [
         b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"ENCODING <key>",
         b"    Return the kind of internal representation used in order to store the value",
         b"    associated with a <key> (strata: the name Redis would use).",
+        b"FREQ <key>",
+        b"    Return the access frequency of the <key> (strata: reads since it was written, 0-6).",
+        b"IDLETIME <key>",
+        b"    Not tracked: strata keeps reads, not access times (Redis's reply under LFU).",
         b"REFCOUNT <key>",
         b"    Return the number of references of the value associated with the specified <key> (1).",
     ];

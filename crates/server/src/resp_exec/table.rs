@@ -848,7 +848,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         row("monitor", 1, ADMIN, NO_KEYS, "server", "other", connection::monitor)
     ),
     differs(
-        "ENCODING names what Redis would use for the value; REFCOUNT is 1; FREQ and IDLETIME are refused",
+        "ENCODING names what Redis would use for the value; REFCOUNT is 1; FREQ counts reads since the write, 0-6 (not an LFU counter); IDLETIME is refused as under an LFU policy",
         row("object", -2, READ_SLOW, (2, 2, 1), "keyspace", "other", object::object)
     ),
     differs(

@@ -123,6 +123,7 @@ fn read_write(
                 expires_at_ms: expires_at(expiry, None),
                 kind: strata_engine::Kind::String,
                 fetched: false,
+                reads: 0,
             };
             let won = lease::Flags {
                 won: true,
