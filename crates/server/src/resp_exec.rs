@@ -69,6 +69,7 @@ mod hashes;
 mod held;
 mod keyspace;
 mod latency;
+pub(crate) mod latency_tracking;
 mod memory;
 mod multi;
 mod object;
@@ -486,7 +487,8 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if call.ctx.monitors.active() && !command.flags.contains(&"admin") {
         feed_monitors(state, call);
     }
-    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let elapsed_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let elapsed_us = elapsed_ns / 1000;
     if call.ctx.latency.threshold_ms() > 0 {
         let fast = command.flags.contains(&"fast");
         call.ctx.latency.command(fast, elapsed_us);
@@ -495,12 +497,14 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if failed {
         call.ctx.resp_commands.count_error(&out[reply_start..]);
     }
+    let stats = &call.ctx.resp_commands;
     if row < 2 {
-        state.hot.count(row, elapsed_us, failed);
+        state.hot.count(row, elapsed_ns, failed, stats);
     } else {
-        call.ctx
-            .resp_commands
-            .add(row, 1, elapsed_us, u64::from(failed));
+        stats.add(row, 1, elapsed_us, u64::from(failed));
+        if stats.latency.enabled() {
+            stats.latency.record(row, &[elapsed_ns]);
+        }
     }
     log_if_slow(state, call, elapsed_us);
     if command.changes_client {

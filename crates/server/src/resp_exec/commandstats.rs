@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::latency_tracking::{HotLatencies, LatencyTracking};
 use super::table::{Command, COMMANDS};
 
 /// Most distinct error codes `errorstats` tracks (Redis's `ERROR_STATS_NUMBER`); past it, new
@@ -32,6 +33,8 @@ struct RowStats {
 pub struct CommandStats {
     rows: Box<[RowStats]>,
     errors: Mutex<BTreeMap<Vec<u8>, u64>>,
+    /// `INFO latencystats` and `LATENCY HISTOGRAM`.
+    pub(crate) latency: LatencyTracking,
 }
 
 impl Default for CommandStats {
@@ -39,6 +42,7 @@ impl Default for CommandStats {
         CommandStats {
             rows: COMMANDS.iter().map(|_| RowStats::default()).collect(),
             errors: Mutex::new(BTreeMap::new()),
+            latency: LatencyTracking::default(),
         }
     }
 }
@@ -93,6 +97,7 @@ impl CommandStats {
             }
         }
         self.errors.lock().clear();
+        self.latency.reset();
     }
 
     /// The `cmdstat_*` lines of the commands with any count, in table order.
@@ -136,16 +141,21 @@ impl CommandStats {
 pub(crate) struct HotCounts {
     /// Per row: calls, microseconds, failed calls.
     rows: [(u64, u64, u64); 2],
+    /// Their run times, for the latency histograms.
+    latencies: HotLatencies,
 }
 
 impl HotCounts {
-    /// Counts a call of hot row `row` (0: GET, 1: SET).
+    /// Counts a call of hot row `row` (0: GET, 1: SET) that ran `ns` nanoseconds.
     #[inline]
-    pub(crate) fn count(&mut self, row: usize, usec: u64, failed: bool) {
+    pub(crate) fn count(&mut self, row: usize, ns: u64, failed: bool, stats: &CommandStats) {
         let entry = &mut self.rows[row];
         entry.0 += 1;
-        entry.1 += usec;
+        entry.1 += ns / 1000;
         entry.2 += u64::from(failed);
+        if stats.latency.enabled() {
+            self.latencies.count(row, ns, &stats.latency);
+        }
     }
 
     /// Adds the counts to `stats` and clears them.
@@ -156,6 +166,7 @@ impl HotCounts {
                 stats.add(row, calls, usec, failed);
             }
         }
+        self.latencies.publish(&stats.latency);
     }
 }
 
@@ -170,8 +181,8 @@ mod tests {
         let incr = super::super::table::lookup(b"INCR").unwrap();
         assert_eq!(row_of(get), 0, "GET is the table's first row");
         let mut hot = HotCounts::default();
-        hot.count(row_of(get), 5, false);
-        hot.count(row_of(get), 7, false);
+        hot.count(row_of(get), 5_000, false, &stats);
+        hot.count(row_of(get), 7_000, false, &stats);
         hot.publish(&stats);
         stats.add(row_of(incr), 1, 3, 1);
         stats.reject(row_of(incr));

@@ -1,5 +1,6 @@
 //! `LATENCY LATEST|HISTORY|RESET|DOCTOR|HELP` over the latency monitor (`crate::latency`),
-//! with Redis 7.0's replies. GRAPH and HISTOGRAM are refused with a message saying so.
+//! and `LATENCY HISTOGRAM` over the per-command histograms (`latency_tracking`), with Redis
+//! 7.0's replies. GRAPH is refused with a message saying so.
 
 use strata_protocol::resp::{encode, errors, name_eq};
 
@@ -69,12 +70,39 @@ pub(crate) fn latency(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         encode::verbatim(out, state.version, b"txt", doctor(call).as_bytes());
     } else if name == "help" {
         help(out);
+    } else if name == "histogram" {
+        histogram(state, call, out);
     } else {
         encode::error(
             out,
-            b"ERR strata does not draw latency graphs or histograms: use LATENCY HISTORY, \
-              INFO commandstats or /metrics",
+            b"ERR strata does not draw latency graphs: use LATENCY HISTORY, LATENCY HISTOGRAM, \
+              INFO latencystats or /metrics",
         );
+    }
+}
+
+/// `LATENCY HISTOGRAM [command ...]`: per command that ran (those named, unknown names
+/// skipped), `calls` and `histogram_usec`, the cumulative calls per power-of-two bucket.
+fn histogram(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let named: Vec<&'static super::table::Command> =
+        call.args_from(2).filter_map(super::table::lookup).collect();
+    if call.len() > 2 && named.is_empty() {
+        encode::map_len(out, state.version, 0);
+        return;
+    }
+    let reports = call.ctx.resp_commands.latency.cumulative(&named);
+    encode::map_len(out, state.version, reports.len());
+    for report in reports {
+        encode::bulk(out, report.name.as_bytes());
+        encode::map_len(out, state.version, 2);
+        encode::bulk(out, b"calls");
+        encode::integer(out, i64::try_from(report.calls).unwrap_or(i64::MAX));
+        encode::bulk(out, b"histogram_usec");
+        encode::map_len(out, state.version, report.buckets.len());
+        for (bound_us, calls) in report.buckets {
+            encode::integer(out, i64::try_from(bound_us).unwrap_or(i64::MAX));
+            encode::integer(out, i64::try_from(calls).unwrap_or(i64::MAX));
+        }
     }
 }
 
@@ -105,10 +133,13 @@ fn doctor(call: &Call<'_>) -> String {
 }
 
 fn help(out: &mut Vec<u8>) {
-    let lines: [&[u8]; 10] = [
+    let lines: [&[u8]; 13] = [
         b"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         b"DOCTOR",
         b"    Return a human readable latency analysis report.",
+        b"HISTOGRAM [<command> ...]",
+        b"    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+        b"    If no commands are specified then all histograms are replied.",
         b"HISTORY <event>",
         b"    Return time-latency samples for the <event> class.",
         b"LATEST",

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use strata_engine::{EngineStats, EvictionPolicy};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, Version};
 
+use super::latency_tracking::{format_percentile, parse_percentiles};
 use super::table::{Command, COMMANDS};
 use super::{Call, State, REDIS_VERSION_COMPATIBLE};
 use crate::context::ServerContext;
@@ -27,6 +28,7 @@ const SECTIONS: &[(&str, bool)] = &[
     ("replication", true),
     ("commandstats", false),
     ("errorstats", true),
+    ("latencystats", false),
     ("keyspace", true),
     ("strata", true),
 ];
@@ -128,6 +130,10 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
         "errorstats" => {
             text.header("Errorstats");
             ctx.resp_commands.write_errorstats(&mut text.0);
+        }
+        "latencystats" => {
+            text.header("Latencystats");
+            ctx.resp_commands.latency.write_latencystats(&mut text.0);
         }
         "keyspace" => {
             text.header("Keyspace");
@@ -391,6 +397,15 @@ what survives a restart",
     );
 }
 
+/// A boolean setting's value, as Redis writes it.
+fn yes_no(on: bool) -> &'static str {
+    if on {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
 /// The settings CONFIG GET reports, with their current values.
 fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
     let settings = &ctx.settings;
@@ -424,15 +439,24 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
             "latency-monitor-threshold",
             ctx.latency.threshold_ms().to_string(),
         ),
+        (
+            "latency-tracking",
+            yes_no(ctx.resp_commands.latency.enabled()).to_string(),
+        ),
+        (
+            "latency-tracking-info-percentiles",
+            ctx.resp_commands
+                .latency
+                .percentiles()
+                .into_iter()
+                .map(format_percentile)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
         ("io-threads", settings.threads.to_string()),
         (
             "enable-debug-command",
-            if settings.debug_command_enabled {
-                "yes"
-            } else {
-                "no"
-            }
-            .to_string(),
+            yes_no(settings.debug_command_enabled).to_string(),
         ),
         // Only the hard limit of normal clients applies: strata has no replicas or pub/sub,
         // and past its soft limit it stops reading from the client instead of timing it out.
@@ -501,6 +525,10 @@ enum LiveSetting {
     MaxMemory(Option<u64>),
     /// `maxmemory-policy`.
     Policy(EvictionPolicy),
+    /// `latency-tracking`.
+    LatencyTracking(bool),
+    /// `latency-tracking-info-percentiles`.
+    LatencyPercentiles(Vec<f64>),
 }
 
 /// The live setting `name` set to `value`, `None` for a setting fixed at start, or the error
@@ -550,6 +578,15 @@ fn live_setting(
             Ok(Ok(policy)) => Ok(LiveSetting::Policy(policy)),
             Ok(Err(why)) => bad(why),
             Err(_) => bad("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction"),
+        },
+        "latency-tracking" => match value.to_ascii_lowercase().as_slice() {
+            b"yes" => Ok(LiveSetting::LatencyTracking(true)),
+            b"no" => Ok(LiveSetting::LatencyTracking(false)),
+            _ => bad("argument must be 'yes' or 'no'"),
+        },
+        "latency-tracking-info-percentiles" => match parse_percentiles(value) {
+            Ok(percentiles) => Ok(LiveSetting::LatencyPercentiles(percentiles)),
+            Err(why) => bad(why),
         },
         _ => return None,
     })
@@ -616,6 +653,10 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
                     return;
                 }
                 tracing::info!(bytes = ?bytes, "maxmemory changed by CONFIG SET");
+            }
+            LiveSetting::LatencyTracking(on) => call.ctx.resp_commands.latency.set_enabled(on),
+            LiveSetting::LatencyPercentiles(percentiles) => {
+                call.ctx.resp_commands.latency.set_percentiles(percentiles);
             }
             LiveSetting::Policy(policy) => {
                 call.ctx.engine.set_eviction_policy(policy);

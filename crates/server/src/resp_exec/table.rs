@@ -668,7 +668,7 @@ pub(crate) static COMMANDS: &[Command] = &[
     )
     ),
     differs(
-        "Redis's sections with strata's figures, plus a Strata section; keyspace's expires is exact up to 20,000 items in memory and estimated from 20,000 past that or with items on flash",
+        "Redis's sections with strata's figures, plus a Strata section; commandstats and latencystats per command, not per subcommand; keyspace's expires is exact up to 20,000 items in memory and estimated from 20,000 past that or with items on flash",
         row(
         "info",
         -1,
@@ -680,7 +680,7 @@ pub(crate) static COMMANDS: &[Command] = &[
     )
     ),
     differs(
-        "the settings strata knows; CONFIG SET changes the slowlog settings, latency-monitor-threshold, maxmemory (down to two segments per shard, up to the pool: it does not grow while running) and maxmemory-policy (strata's merge, fifo, random, none, or Redis's noeviction, allkeys-random, allkeys-lru and allkeys-lfu as merge; volatile-* refused) live, others only to their current value; no REWRITE",
+        "the settings strata knows; CONFIG SET changes the slowlog settings, latency-monitor-threshold, latency-tracking and its percentiles, maxmemory (down to two segments per shard, up to the pool: it does not grow while running) and maxmemory-policy (strata's merge, fifo, random, none, or Redis's noeviction, allkeys-random, allkeys-lru and allkeys-lfu as merge; volatile-* refused) live, others only to their current value; no REWRITE",
         row(
         "config",
         -2,
@@ -840,7 +840,7 @@ pub(crate) static COMMANDS: &[Command] = &[
     row("hpexpiretime", -5, READ, ONE_KEY, "hash", "other", hash_expiry::hpexpiretime),
     row("hpersist", -5, DELETE, ONE_KEY, "hash", "other", hash_expiry::hpersist),
     differs(
-        "events command and fast-command only; GRAPH and HISTOGRAM refused; DOCTOR's report is strata's own",
+        "events command and fast-command only; GRAPH refused; HISTOGRAM per command, not per subcommand (config, not config|get), run times in ns rather than whole µs; DOCTOR's report is strata's own",
         row("latency", -2, ADMIN, NO_KEYS, "server", "other", latency::latency)
     ),
     differs(

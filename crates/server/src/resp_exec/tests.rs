@@ -30,6 +30,14 @@ fn run(session: &mut RespSession, ctx: &ServerContext, line: &str) -> Vec<u8> {
     out
 }
 
+/// Runs one command given as its arguments (which may hold spaces).
+fn run_args(session: &mut RespSession, ctx: &ServerContext, args: &[&str]) -> Vec<u8> {
+    let input = command(args);
+    let mut out = Vec::new();
+    session.process(&input, ctx, &mut out);
+    out
+}
+
 /// Checks a table of (command, exact reply) in order on one session.
 fn check(ctx: &ServerContext, table: &[(&str, &str)]) {
     let mut session = RespSession::new(ctx.next_client_id());
@@ -999,4 +1007,92 @@ fn config_set_maxmemory_policy_changes_eviction_while_running() {
         &b"-ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction\r\n"[..]
     );
     assert_eq!(policy(&mut session), "merge", "unchanged");
+}
+
+/// Every command's run time goes to its histogram (GET and SET by batch, at the batch's end):
+/// `INFO latencystats` (not in INFO's default sections) reports the configured percentiles of
+/// each command that ran, `LATENCY HISTOGRAM` their calls, and CONFIG SET turns tracking off
+/// and changes the percentiles with Redis's checks.
+#[test]
+fn latency_tracking_reports_each_command_that_ran() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "SET k v");
+    run(&mut session, &ctx, "GET k");
+    run(&mut session, &ctx, "GET k");
+    run(&mut session, &ctx, "INCR n");
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO latencystats")).unwrap();
+    for name in ["get", "set", "incr"] {
+        let prefix = format!("latency_percentiles_usec_{name}:p50=");
+        let line = info.lines().find(|l| l.starts_with(&prefix));
+        let line = line.unwrap_or_else(|| panic!("{name}: {info}"));
+        assert!(line.contains(",p99=") && line.contains(",p99.9="), "{line}");
+    }
+    let default = String::from_utf8(run(&mut session, &ctx, "INFO")).unwrap();
+    assert!(!default.contains("Latencystats"), "not a default section");
+    let all = String::from_utf8(run(&mut session, &ctx, "INFO all")).unwrap();
+    assert!(all.contains("latency_percentiles_usec_get:"));
+    let histogram =
+        String::from_utf8(run(&mut session, &ctx, "LATENCY HISTOGRAM get nosuch")).unwrap();
+    assert!(
+        histogram.starts_with(
+            "*2\r\n$3\r\nget\r\n*4\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n*"
+        ),
+        "{histogram}"
+    );
+    assert_eq!(
+        run(&mut session, &ctx, "LATENCY HISTOGRAM nosuch"),
+        b"*0\r\n"
+    );
+}
+
+/// CONFIG SET changes the percentiles INFO latencystats reports and turns tracking off, with
+/// Redis's checks; CONFIG RESETSTAT empties the histograms.
+#[test]
+fn latency_tracking_is_configured_as_redis() {
+    const PERCENTILES: &str = "latency-tracking-info-percentiles";
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "GET k");
+    assert_eq!(
+        run_args(
+            &mut session,
+            &ctx,
+            &["CONFIG", "SET", PERCENTILES, "50 101"]
+        ),
+        b"-ERR CONFIG SET failed (possibly related to argument \
+          'latency-tracking-info-percentiles') - latency-tracking-info-percentiles parameters \
+          should sit between [0.0,100.0]\r\n"
+    );
+    run_args(
+        &mut session,
+        &ctx,
+        &["CONFIG", "SET", PERCENTILES, "50.0 99.90"],
+    );
+    assert_eq!(
+        run(
+            &mut session,
+            &ctx,
+            "CONFIG GET latency-tracking-info-percentiles"
+        ),
+        b"*2\r\n$33\r\nlatency-tracking-info-percentiles\r\n$7\r\n50 99.9\r\n"
+    );
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO latencystats")).unwrap();
+    assert!(info.contains("latency_percentiles_usec_get:p50="), "{info}");
+    assert!(!info.contains(",p99="), "{info}");
+    run(&mut session, &ctx, "CONFIG SET latency-tracking no");
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO latencystats")).unwrap();
+    assert_eq!(
+        info.lines().filter(|l| l.contains(':')).count(),
+        0,
+        "{info}"
+    );
+    assert_eq!(
+        run(&mut session, &ctx, "CONFIG SET latency-tracking maybe"),
+        b"-ERR CONFIG SET failed (possibly related to argument 'latency-tracking') - argument \
+          must be 'yes' or 'no'\r\n"
+    );
+    run(&mut session, &ctx, "CONFIG SET latency-tracking yes");
+    run(&mut session, &ctx, "CONFIG RESETSTAT");
+    assert_eq!(run(&mut session, &ctx, "LATENCY HISTOGRAM get"), b"*0\r\n");
 }
