@@ -292,6 +292,24 @@ pub struct ServeOptions {
     /// Entries SLOWLOG keeps, newest first (Redis's slowlog-max-len) [default: 128].
     #[arg(long, value_name = "N")]
     pub slowlog_max_len: Option<usize>,
+    /// Cap on the memory tier within --memory: past it the tier evicts (or refuses writes under
+    /// --eviction none) though the pool has room; at least two segments per shard and the
+    /// cleaner's two (Redis's maxmemory; CONFIG SET changes it) [default: all of --memory].
+    #[arg(long, value_name = "SIZE", value_parser = strata_pool::size::parse_budget)]
+    pub maxmemory: Option<ByteSize>,
+    /// Record commands that run at least this many milliseconds as latency events for LATENCY
+    /// LATEST and HISTORY; 0 records none (Redis's latency-monitor-threshold; CONFIG SET
+    /// changes it) [default: 0].
+    #[arg(long, value_name = "MS")]
+    pub latency_monitor_threshold: Option<u64>,
+    /// Keep a run-time histogram per command for INFO latencystats and LATENCY HISTOGRAM:
+    /// yes or no (Redis's latency-tracking; CONFIG SET changes it) [default: yes].
+    #[arg(long, value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new())]
+    pub latency_tracking: Option<bool>,
+    /// Percentiles INFO latencystats reports, separated by single spaces (Redis's
+    /// latency-tracking-info-percentiles; CONFIG SET changes it) [default: "50 99 99.9"].
+    #[arg(long, value_name = "LIST")]
+    pub latency_tracking_info_percentiles: Option<String>,
     /// Output a client may leave unread: past it the client is closed (Redis's
     /// client-output-buffer-limit hard limit); past a quarter its input waits [default: 256MiB].
     #[arg(long, value_name = "SIZE")]
@@ -328,6 +346,20 @@ pub struct ServeOptions {
     #[serde(default)]
     pub enable_debug_command: bool,
 }
+
+/// What the latency monitor and the per-command histograms start with (CONFIG SET changes
+/// them while running).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatencySettings {
+    /// `latency-monitor-threshold`, milliseconds (0: off).
+    pub monitor_threshold_ms: u64,
+    /// `latency-tracking`.
+    pub tracking: bool,
+    /// `latency-tracking-info-percentiles`, `None` for Redis's default.
+    pub percentiles: Option<Vec<f64>>,
+}
+
+impl Eq for LatencySettings {}
 
 /// A configuration that failed validation: the message names the option and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -373,6 +405,12 @@ pub struct ServerConfig {
     pub slowlog_slower_than_us: i64,
     /// `slowlog-max-len`.
     pub slowlog_max_len: usize,
+    /// `maxmemory`: the memory tier's cap, `None` for the whole pool.
+    pub memory_limit_bytes: Option<u64>,
+    /// The live settings of the latency monitor and histograms.
+    pub latency: LatencySettings,
+    /// The `--config` file, which CONFIG REWRITE rewrites.
+    pub config_file: Option<PathBuf>,
     /// Output a connection's buffer may hold before the connection is closed.
     pub output_buffered_bytes_hard: usize,
     /// Output buffer memory all connections together may hold.
@@ -441,6 +479,14 @@ impl ServeOptions {
                 .slowlog_log_slower_than
                 .or(file.slowlog_log_slower_than),
             slowlog_max_len: self.slowlog_max_len.or(file.slowlog_max_len),
+            maxmemory: self.maxmemory.or(file.maxmemory),
+            latency_monitor_threshold: self
+                .latency_monitor_threshold
+                .or(file.latency_monitor_threshold),
+            latency_tracking: self.latency_tracking.or(file.latency_tracking),
+            latency_tracking_info_percentiles: self
+                .latency_tracking_info_percentiles
+                .or(file.latency_tracking_info_percentiles),
             output_buffer_limit: self.output_buffer_limit.or(file.output_buffer_limit),
             client_output_memory: self.client_output_memory.or(file.client_output_memory),
             requirepass: self.requirepass.or(file.requirepass),
@@ -456,13 +502,7 @@ impl ServeOptions {
     }
 
     fn validate(self) -> Result<ServerConfig, ConfigError> {
-        let listen = |given: Option<Listen>, default: &str| {
-            given.map_or_else(|| default.parse::<Listen>().map(|l| l.0), |l| Ok(l.0))
-        };
-        let memcache_listen =
-            listen(self.memcache_listen, MEMCACHE_LISTEN_DEFAULT).map_err(ConfigError)?;
-        let resp_listen = listen(self.resp_listen, RESP_LISTEN_DEFAULT).map_err(ConfigError)?;
-        let admin_listen = listen(self.admin_listen, ADMIN_LISTEN_DEFAULT).map_err(ConfigError)?;
+        let [memcache_listen, resp_listen, admin_listen] = self.listeners()?;
         let memcache_auth = self
             .memcache_auth_file
             .as_deref()
@@ -479,6 +519,7 @@ impl ServeOptions {
                 .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
         );
         let flash = self.flash_settings()?;
+        let latency = self.latency_settings()?;
         // A file pool with a flash tier keeps its index beside the pool unless told otherwise:
         // flash items are named only by the index, so an index rebuilt from the pool's records
         // after a crash would start the flash tier empty.
@@ -516,6 +557,9 @@ impl ServeOptions {
             slowlog_max_len: self
                 .slowlog_max_len
                 .unwrap_or(crate::slowlog::MAX_LEN_DEFAULT),
+            memory_limit_bytes: self.maxmemory.map(|size| size.0),
+            latency,
+            config_file: self.config,
             output_buffered_bytes_hard,
             // All clients together may hold what one client may: the default bounds the total
             // where it bounded each client, so one client alone meets the same limit as before.
@@ -536,6 +580,38 @@ impl ServeOptions {
 }
 
 impl ServeOptions {
+    /// The memcached, RESP and admin listeners: given, or their defaults.
+    fn listeners(&self) -> Result<[Option<SocketAddr>; 3], ConfigError> {
+        let listen = |given: Option<Listen>, default: &str| {
+            given
+                .map_or_else(|| default.parse::<Listen>().map(|l| l.0), |l| Ok(l.0))
+                .map_err(ConfigError)
+        };
+        Ok([
+            listen(self.memcache_listen, MEMCACHE_LISTEN_DEFAULT)?,
+            listen(self.resp_listen, RESP_LISTEN_DEFAULT)?,
+            listen(self.admin_listen, ADMIN_LISTEN_DEFAULT)?,
+        ])
+    }
+
+    /// The latency monitor's and histograms' settings.
+    fn latency_settings(&self) -> Result<LatencySettings, ConfigError> {
+        let percentiles = self
+            .latency_tracking_info_percentiles
+            .as_deref()
+            .map(|text| {
+                crate::resp_exec::parse_percentiles(text.as_bytes()).map_err(|why| {
+                    ConfigError(format!("--latency-tracking-info-percentiles: {why}"))
+                })
+            })
+            .transpose()?;
+        Ok(LatencySettings {
+            monitor_threshold_ms: self.latency_monitor_threshold.unwrap_or(0),
+            tracking: self.latency_tracking.unwrap_or(true),
+            percentiles,
+        })
+    }
+
     /// The flash tier's settings: none without `--flash`; the other flash options need it.
     fn flash_settings(&self) -> Result<Option<FlashSettings>, ConfigError> {
         let Some(path) = self.flash.clone() else {
@@ -773,6 +849,8 @@ impl ServerConfig {
             output: OutputLimits::new(self.output_buffered_bytes_hard),
             debug_command_enabled: self.debug_command_enabled,
             client_output_bytes_max: self.client_output_bytes_max,
+            latency: self.latency.clone(),
+            config_file: self.config_file.clone(),
             ..Settings::default()
         }
     }
@@ -782,6 +860,8 @@ impl ServerConfig {
         self.value_len_max + REQUEST_OVERHEAD_BYTES_MAX
     }
 }
+
+pub mod rewrite;
 
 #[cfg(test)]
 mod tests;

@@ -57,6 +57,10 @@ pub struct Settings {
     pub debug_command_enabled: bool,
     /// How much output memory all connections together may hold ([`OutputBudget`]).
     pub client_output_bytes_max: usize,
+    /// The latency monitor's and histograms' settings at start.
+    pub latency: crate::config::LatencySettings,
+    /// The `--config` file, which CONFIG REWRITE rewrites (`None`: started without one).
+    pub config_file: Option<std::path::PathBuf>,
     /// Tests only (`STRATA_TEST_EXEC_STALL_MS`): EXEC sleeps this long halfway through its
     /// commands, after logging that it does, so a crash test can `kill -9` it there.
     pub exec_stall_for_tests_ms: u64,
@@ -84,6 +88,11 @@ impl Default for Settings {
             debug_command_enabled: false,
             client_output_bytes_max: OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
             exec_stall_for_tests_ms: 0,
+            latency: crate::config::LatencySettings {
+                tracking: true,
+                ..Default::default()
+            },
+            config_file: None,
         }
     }
 }
@@ -333,8 +342,13 @@ impl ServerContext {
     /// A context for `engine` with `settings`.
     pub fn new(engine: Arc<Engine>, settings: Settings) -> Self {
         let health = Health::new(settings.threads);
+        let resp_commands = crate::resp_exec::commandstats::CommandStats::default();
+        resp_commands.latency.set_enabled(settings.latency.tracking);
+        if let Some(percentiles) = settings.latency.percentiles.clone() {
+            resp_commands.latency.set_percentiles(percentiles);
+        }
         ServerContext {
-            resp_commands: crate::resp_exec::commandstats::CommandStats::default(),
+            resp_commands,
             slowlog: crate::slowlog::SlowLog::new(
                 settings.slowlog_slower_than_us,
                 settings.slowlog_max_len,
@@ -344,7 +358,7 @@ impl ServerContext {
             clients: Arc::new(crate::clients::Clients::new(settings.threads)),
             monitors: crate::monitor::Monitors::default(),
             pause: crate::pause::ClientPause::default(),
-            latency: crate::latency::LatencyMonitor::new(0),
+            latency: crate::latency::LatencyMonitor::new(settings.latency.monitor_threshold_ms),
             expiry_sample: parking_lot::Mutex::new(None),
             engine,
             settings,

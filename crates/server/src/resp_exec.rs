@@ -95,6 +95,7 @@ use crate::stats::PendingCounts;
 use held::Keys;
 
 pub(crate) use call::{alone_and_atomic, rewrite, write_error, write_help, Call};
+pub(crate) use latency_tracking::{format_percentile, parse_percentiles, PERCENTILES_DEFAULT};
 
 /// The Redis version strata reports (`HELLO`, `INFO`): the release its replies are checked
 /// against, so clients enable exactly the features strata answers like Redis does.

@@ -46,6 +46,9 @@ pub enum ServeError {
     /// A thread, poller or signal handler could not be set up.
     #[error("cannot start the server: {0}")]
     Start(#[from] std::io::Error),
+    /// `--maxmemory` is outside what the pool allows.
+    #[error("--maxmemory: {0}")]
+    MaxMemory(String),
     /// Closing the pool failed: the next start recovers it as after a crash.
     #[error("closing the pool failed ({0}); the next start will recover it as after a crash")]
     Close(strata_pool::PoolError),
@@ -86,6 +89,20 @@ fn bind(config: &ServerConfig) -> Result<Bound, ServeError> {
     })
 }
 
+/// Caps the memory tier at `--maxmemory` (a cap at or past the pool's size is the whole pool,
+/// as CONFIG SET takes it).
+fn apply_memory_limit(engine: &Engine, bytes: Option<u64>) -> Result<(), ServeError> {
+    let Some(bytes) = bytes else {
+        return Ok(());
+    };
+    let limit = (bytes < engine.stats().memory_bytes).then_some(bytes);
+    let capped = engine
+        .set_memory_limit(limit)
+        .map_err(ServeError::MaxMemory)?;
+    tracing::info!(bytes = capped, "memory tier capped by --maxmemory");
+    Ok(())
+}
+
 /// Runs the server until SIGTERM, SIGINT or a client's SHUTDOWN, then drains and closes.
 pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError> {
     let bound = bind(config)?;
@@ -101,6 +118,7 @@ pub fn serve(config: &ServerConfig, sessions: Sessions) -> Result<(), ServeError
     );
 
     let engine = open_engine(config)?;
+    apply_memory_limit(&engine, config.memory_limit_bytes)?;
     let mut settings =
         config.settings(memcache_addr.map(|a| a.port()), resp_addr.map(|a| a.port()));
     settings.exec_stall_for_tests_ms = std::env::var(EXEC_STALL_ENV)

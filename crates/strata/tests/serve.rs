@@ -569,3 +569,75 @@ fn the_value_limit_is_exactly_max_value_size_on_both_protocols() {
         }
     }
 }
+
+/// CONFIG REWRITE writes what CONFIG SET changed into the `--config` file (its comments and
+/// other keys kept), and a server started again from that file runs with it: slowlog,
+/// latency tracking, maxmemory and the eviction policy. Without a file it is Redis's error.
+#[test]
+fn config_rewrite_keeps_live_settings_across_a_restart() {
+    let path = std::env::temp_dir().join(format!("strata-rewrite-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "# operator's notes\nmemory = \"64MiB\"\nslowlog-max-len = 10\n",
+    )
+    .unwrap();
+    let file = path.to_str().unwrap();
+    let mut server = Server::start(&["--config", file, "--memory", "64MiB"]);
+    let mut client = Client::connect(server.resp);
+    let mut call = |args: &[&str]| {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        client.call(&resp_command(&args))
+    };
+    for (name, value) in [
+        ("slowlog-max-len", "20"),
+        ("latency-tracking", "no"),
+        ("latency-tracking-info-percentiles", "50 99.9"),
+        ("maxmemory", "32mb"),
+        ("maxmemory-policy", "allkeys-random"),
+        ("latency-monitor-threshold", "5"),
+    ] {
+        assert_eq!(call(&["CONFIG", "SET", name, value]), "+OK\r\n", "{name}");
+    }
+    assert_eq!(call(&["CONFIG", "GET", "maxmemory"]), "*2\r\n");
+    let _ = client.bulk();
+    let capped = String::from_utf8(client.bulk().unwrap()).unwrap();
+    let capped_bytes: u64 = capped.parse().unwrap();
+    assert!(
+        capped_bytes > 30 << 20 && capped_bytes <= 32 << 20,
+        "{capped}"
+    );
+    let mut call = |args: &[&str]| {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        client.call(&resp_command(&args))
+    };
+    assert_eq!(call(&["CONFIG", "REWRITE"]), "+OK\r\n");
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        written.starts_with("# operator's notes\nmemory = \"64MiB\"\nslowlog-max-len = 20\n"),
+        "{written}"
+    );
+    assert_eq!(call(&["SHUTDOWN", "NOSAVE"]), "", "closed without a reply");
+    server.wait_exit();
+    let again = Server::start(&["--config", file, "--memory", "64MiB"]);
+    let mut client = Client::connect(again.resp);
+    for (name, value) in [
+        ("slowlog-max-len", "20"),
+        ("latency-tracking", "no"),
+        ("latency-tracking-info-percentiles", "50 99.9"),
+        ("maxmemory", capped.as_str()),
+        ("maxmemory-policy", "random"),
+        ("latency-monitor-threshold", "5"),
+    ] {
+        let args: [&[u8]; 3] = [b"CONFIG", b"GET", name.as_bytes()];
+        assert_eq!(client.call(&resp_command(&args)), "*2\r\n", "{name}");
+        assert_eq!(client.bulk(), Some(name.as_bytes().to_vec()));
+        assert_eq!(client.bulk(), Some(value.as_bytes().to_vec()), "{name}");
+    }
+    let _ = std::fs::remove_file(&path);
+    let plain = Server::start(&[]);
+    let mut client = Client::connect(plain.resp);
+    assert_eq!(
+        client.call(&resp_command(&[b"CONFIG", b"REWRITE"])),
+        "-ERR The server is running without a config file\r\n"
+    );
+}

@@ -268,7 +268,14 @@ fn the_shipped_example_config_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/strata.toml");
     let config = parse(&["--config", path]).expect("config/strata.toml is valid");
     assert_eq!(
-        config,
+        config.config_file.as_deref(),
+        Some(std::path::Path::new(path))
+    );
+    assert_eq!(
+        ServerConfig {
+            config_file: None,
+            ..config
+        },
         parse(&[]).expect("defaults"),
         "the example only shows defaults"
     );

@@ -26,7 +26,7 @@ const LATENCY_NS_MAX: u64 = 1_000_000_000;
 /// Significant digits (Redis's).
 const SIGNIFICANT_DIGITS: u8 = 2;
 /// Redis's default `latency-tracking-info-percentiles`.
-const PERCENTILES_DEFAULT: [f64; 3] = [50.0, 99.0, 99.9];
+pub(crate) const PERCENTILES_DEFAULT: [f64; 3] = [50.0, 99.0, 99.9];
 /// The first bucket of `LATENCY HISTOGRAM`, nanoseconds; each next one is twice as wide.
 const HISTOGRAM_BUCKET_NS_FIRST: u64 = 1024;
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use strata_engine::{EngineStats, EvictionPolicy};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, Version};
 
-use super::latency_tracking::{format_percentile, parse_percentiles};
+use super::latency_tracking::parse_percentiles;
 use super::table::{Command, COMMANDS};
 use super::{Call, State, REDIS_VERSION_COMPATIBLE};
 use crate::context::ServerContext;
@@ -445,13 +445,7 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ),
         (
             "latency-tracking-info-percentiles",
-            ctx.resp_commands
-                .latency
-                .percentiles()
-                .into_iter()
-                .map(format_percentile)
-                .collect::<Vec<_>>()
-                .join(" "),
+            crate::config::rewrite::percentiles_text(ctx.resp_commands.latency.percentiles()),
         ),
         ("io-threads", settings.threads.to_string()),
         (
@@ -487,6 +481,12 @@ pub(crate) fn config(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         } else {
             config_set(call, out);
         }
+    } else if name_eq(sub, b"rewrite") {
+        if call.len() == 2 {
+            config_rewrite(call.ctx, out);
+        } else {
+            errors::wrong_args(out, b"config|rewrite");
+        }
     } else if name_eq(sub, b"resetstat") {
         if call.len() == 2 {
             call.ctx.stats.reset();
@@ -513,6 +513,37 @@ fn config_get(state: &State, call: &Call<'_>, out: &mut Vec<u8>) {
     for (name, value) in matched {
         encode::bulk(out, name.as_bytes());
         encode::bulk(out, value.as_bytes());
+    }
+}
+
+/// `CONFIG REWRITE`: the settings CONFIG SET changes, written to the `--config` file.
+fn config_rewrite(ctx: &ServerContext, out: &mut Vec<u8>) {
+    let Some(path) = ctx.settings.config_file.as_deref() else {
+        encode::error(out, b"ERR The server is running without a config file");
+        return;
+    };
+    let engine = ctx.engine.stats();
+    let live = crate::config::rewrite::LiveSettings {
+        slowlog_slower_than_us: ctx.slowlog.slower_than_us(),
+        slowlog_max_len: ctx.slowlog.max_len(),
+        latency_monitor_threshold_ms: ctx.latency.threshold_ms(),
+        latency_tracking: ctx.resp_commands.latency.enabled(),
+        latency_percentiles: crate::config::rewrite::percentiles_text(
+            ctx.resp_commands.latency.percentiles(),
+        ),
+        memory_limit_bytes: (engine.memory_limit_bytes < memory_limit_bounds(&engine).1)
+            .then_some(engine.memory_limit_bytes),
+        eviction: ctx.engine.eviction_policy().name(),
+    };
+    match crate::config::rewrite::rewrite(path, &live) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "CONFIG REWRITE wrote the config file");
+            encode::ok(out);
+        }
+        Err(why) => {
+            tracing::warn!(path = %path.display(), %why, "CONFIG REWRITE failed");
+            encode::error(out, format!("ERR Rewriting config file: {why}").as_bytes());
+        }
     }
 }
 

@@ -1,0 +1,293 @@
+//! `CONFIG REWRITE`: the settings CONFIG SET changes while running, written back to the
+//! `--config` file so the next start keeps them.
+//!
+//! As Redis's, the rewrite is the smallest change that makes the file say what the server runs
+//! with: a setting whose running value is what the file already gives (its line, or the
+//! default when it has none) is left as it is; one that differs gets its line (replaced in
+//! place, or added at the end); a `maxmemory` lifted back to the whole pool loses its line.
+//! Comments, order and every other key stay as they were (`toml_edit`). Only the settings
+//! CONFIG SET changes are written: flags given at start are the command line's, which the next
+//! start repeats (Redis writes those too; strata leaves them to the command line or the unit
+//! file).
+//!
+//! The file is replaced whole and atomically: the new text goes to a temporary file beside it
+//! with the old one's permissions, is synced, and renamed over it (the directory synced after),
+//! so a crash leaves the old file or the new one, never half of either.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use toml_edit::{value, DocumentMut};
+
+use super::{eviction, ServeOptions};
+use crate::size::ByteSize;
+
+/// The running values of the settings CONFIG SET changes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveSettings {
+    /// `slowlog-log-slower-than`, microseconds.
+    pub slowlog_slower_than_us: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: usize,
+    /// `latency-monitor-threshold`, milliseconds.
+    pub latency_monitor_threshold_ms: u64,
+    /// `latency-tracking`.
+    pub latency_tracking: bool,
+    /// `latency-tracking-info-percentiles`, as CONFIG GET writes them.
+    pub latency_percentiles: String,
+    /// `maxmemory`, `None` for the whole pool.
+    pub memory_limit_bytes: Option<u64>,
+    /// The eviction policy's strata name (`--eviction`).
+    pub eviction: &'static str,
+}
+
+/// One setting: its file key, what the file gives now (its line or the default), and its
+/// running value as a file value (`None`: no line, as for the default whole-pool maxmemory).
+struct Line {
+    key: &'static str,
+    same: bool,
+    running: Option<toml_edit::Value>,
+}
+
+/// Rewrites `path` to hold `live`. The error says what failed (Redis's reply prefixes it with
+/// "Rewriting config file: ").
+pub fn rewrite(path: &Path, live: &LiveSettings) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
+    let file: ServeOptions = toml::from_str(&text)
+        .map_err(|error| format!("{} no longer parses: {}", path.display(), error.message()))?;
+    let mut document: DocumentMut = text
+        .parse()
+        .map_err(|error: toml_edit::TomlError| error.to_string())?;
+    for line in lines(&file, live) {
+        if line.same {
+            continue;
+        }
+        match line.running {
+            Some(running) => set_keeping_comment(&mut document, line.key, running),
+            None => {
+                document.remove(line.key);
+            }
+        }
+    }
+    replace(path, document.to_string().as_bytes()).map_err(|error| error.to_string())
+}
+
+/// Sets `key` to `running`: in place (with the comment after it) when the file has it, as a
+/// new line at the end when not.
+fn set_keeping_comment(document: &mut DocumentMut, key: &str, mut running: toml_edit::Value) {
+    if let Some(old) = document.get_mut(key).and_then(|item| item.as_value_mut()) {
+        *running.decor_mut() = old.decor().clone();
+        *old = running;
+        return;
+    }
+    document[key] = value(running);
+}
+
+fn lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
+    let defaults = LiveSettings::default();
+    let percentiles_in_file = file
+        .latency_tracking_info_percentiles
+        .as_deref()
+        .map(|text| {
+            crate::resp_exec::parse_percentiles(text.as_bytes())
+                .map(percentiles_text)
+                .unwrap_or_default()
+        });
+    let memory_limit_in_file = file.maxmemory.map(|size| size.0);
+    let eviction_in_file = file.eviction.map(|arg| eviction(arg).name());
+    vec![
+        Line {
+            key: "slowlog-log-slower-than",
+            same: file
+                .slowlog_log_slower_than
+                .unwrap_or(defaults.slowlog_slower_than_us)
+                == live.slowlog_slower_than_us,
+            running: Some(live.slowlog_slower_than_us.into()),
+        },
+        Line {
+            key: "slowlog-max-len",
+            same: file.slowlog_max_len.unwrap_or(defaults.slowlog_max_len) == live.slowlog_max_len,
+            running: Some(
+                i64::try_from(live.slowlog_max_len)
+                    .unwrap_or(i64::MAX)
+                    .into(),
+            ),
+        },
+        Line {
+            key: "latency-monitor-threshold",
+            same: file
+                .latency_monitor_threshold
+                .unwrap_or(defaults.latency_monitor_threshold_ms)
+                == live.latency_monitor_threshold_ms,
+            running: Some(
+                i64::try_from(live.latency_monitor_threshold_ms)
+                    .unwrap_or(i64::MAX)
+                    .into(),
+            ),
+        },
+        Line {
+            key: "latency-tracking",
+            same: file.latency_tracking.unwrap_or(defaults.latency_tracking)
+                == live.latency_tracking,
+            running: Some(live.latency_tracking.into()),
+        },
+        Line {
+            key: "latency-tracking-info-percentiles",
+            same: percentiles_in_file.unwrap_or(defaults.latency_percentiles)
+                == live.latency_percentiles,
+            running: Some(live.latency_percentiles.as_str().into()),
+        },
+        Line {
+            key: "maxmemory",
+            same: memory_limit_in_file == live.memory_limit_bytes,
+            running: live
+                .memory_limit_bytes
+                .map(|bytes| ByteSize(bytes).to_string().replace(' ', "").into()),
+        },
+        Line {
+            key: "eviction",
+            same: eviction_in_file.unwrap_or(defaults.eviction) == live.eviction,
+            running: Some(live.eviction.into()),
+        },
+    ]
+}
+
+/// Percentiles as CONFIG GET and the file write them: `50 99 99.9`.
+pub fn percentiles_text(percentiles: Vec<f64>) -> String {
+    percentiles
+        .into_iter()
+        .map(crate::resp_exec::format_percentile)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Default for LiveSettings {
+    /// What a server started without these options runs with.
+    fn default() -> Self {
+        LiveSettings {
+            slowlog_slower_than_us: crate::slowlog::SLOWER_THAN_US_DEFAULT,
+            slowlog_max_len: crate::slowlog::MAX_LEN_DEFAULT,
+            latency_monitor_threshold_ms: 0,
+            latency_tracking: true,
+            latency_percentiles: percentiles_text(crate::resp_exec::PERCENTILES_DEFAULT.to_vec()),
+            memory_limit_bytes: None,
+            eviction: strata_engine::EvictionPolicy::Merge.name(),
+        }
+    }
+}
+
+/// Replaces `path` with `contents` atomically (see the module's notes).
+fn replace(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the config path names no file"))?;
+    let mut temporary_name = std::ffi::OsString::from(".");
+    temporary_name.push(name);
+    temporary_name.push(".rewrite");
+    let temporary = path.with_file_name(temporary_name);
+    let permissions = std::fs::metadata(path)?.permissions();
+    let written = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(contents)?;
+        file.set_permissions(permissions)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+        return written;
+    }
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(directory)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own, removed when dropped.
+    struct Dir(std::path::PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn write(text: &str) -> (Dir, std::path::PathBuf) {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("strata-rewrite-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("strata.toml");
+        std::fs::write(&path, text).unwrap();
+        (Dir(dir), path)
+    }
+
+    #[test]
+    fn unchanged_settings_leave_the_file_as_it_was() {
+        let text = "# the cache\nmemory = \"64MiB\"  # budget\nslowlog-max-len = 10\n";
+        let (_dir, path) = write(text);
+        let live = LiveSettings {
+            slowlog_max_len: 10,
+            ..LiveSettings::default()
+        };
+        rewrite(&path, &live).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+
+    #[test]
+    fn changed_settings_are_replaced_in_place_or_added_and_comments_kept() {
+        let text = "# the cache\nmemory = \"64MiB\"  # budget\nslowlog-max-len = 10 # short\n\
+                    maxmemory = \"32MiB\"\neviction = \"merge\"\n";
+        let (_dir, path) = write(text);
+        let live = LiveSettings {
+            slowlog_max_len: 20,
+            latency_tracking: false,
+            latency_percentiles: "50 99.9".into(),
+            memory_limit_bytes: None,
+            eviction: "random",
+            ..LiveSettings::default()
+        };
+        rewrite(&path, &live).unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(written.starts_with("# the cache\nmemory = \"64MiB\"  # budget\n"));
+        assert!(
+            written.contains("slowlog-max-len = 20 # short\n"),
+            "{written}"
+        );
+        assert!(written.contains("eviction = \"random\"\n"), "{written}");
+        assert!(!written.contains("maxmemory"), "the whole pool: {written}");
+        assert!(written.contains("latency-tracking = false\n"), "{written}");
+        assert!(written.contains("latency-tracking-info-percentiles = \"50 99.9\"\n"));
+        assert!(
+            !written.contains("slowlog-log-slower-than"),
+            "at its default"
+        );
+        let options: ServeOptions = toml::from_str(&written).unwrap();
+        assert_eq!(options.slowlog_max_len, Some(20));
+        assert_eq!(options.latency_tracking, Some(false));
+        let live = LiveSettings {
+            memory_limit_bytes: Some(48 << 20),
+            ..live
+        };
+        rewrite(&path, &live).unwrap();
+        let options: ServeOptions =
+            toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(options.maxmemory, Some(ByteSize(48 << 20)));
+        let leftovers = std::fs::read_dir(path.parent().unwrap()).unwrap().count();
+        assert_eq!(leftovers, 1, "no temporary file left");
+    }
+
+    #[test]
+    fn a_file_that_no_longer_parses_is_left_alone() {
+        let text = "memory = \"64MiB\"\nno-such-option = 1\n";
+        let (_dir, path) = write(text);
+        let error = rewrite(&path, &LiveSettings::default()).unwrap_err();
+        assert!(error.contains("no longer parses"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+}
