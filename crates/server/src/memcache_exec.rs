@@ -41,6 +41,7 @@
 mod admin;
 mod arith;
 pub mod auth;
+mod dump;
 mod keys;
 pub(crate) mod lease;
 mod meta;
@@ -52,7 +53,7 @@ mod tests;
 
 use strata_engine::{Expiry, ItemRef, Kind, WriteError, PREFETCH_KEYS_MAX};
 use strata_protocol::memcache::{
-    encode, parse, Get, Limits, ParseError, Request, SetMode, Store, StoreCommand,
+    encode, parse, Get, Limits, LruCrawler, ParseError, Request, SetMode, Store, StoreCommand,
 };
 
 use crate::context::{Processed, ServerContext, Session};
@@ -94,6 +95,9 @@ pub struct MemcacheSession {
     /// A multiget stopped at the output soft limit: it stays, unconsumed, at the front of the
     /// input and resumes from its next key in the next call (`retrieval.rs`).
     get_paused: Option<retrieval::Paused>,
+    /// An `lru_crawler metadump` that paused: where it resumes (`dump.rs`), the request
+    /// staying unconsumed at the front of the input as a paused multiget does.
+    metadump_cursor: Option<u64>,
     /// The input was an HTTP request: close without writing what is buffered.
     hang_up: bool,
     /// `Some` until the client has authenticated, when the server has an auth file
@@ -124,6 +128,7 @@ impl MemcacheSession {
             key_scratch: [0; KEY_LEN_MAX],
             pending: PendingCounts::default(),
             get_paused: None,
+            metadump_cursor: None,
             hang_up: false,
             gate: None,
             output_stop_len: 0,
@@ -185,6 +190,7 @@ impl MemcacheSession {
             Request::Version => admin::version(ctx, out),
             Request::Verbosity(verbosity) => admin::verbosity(verbosity, ctx, out),
             Request::CacheMemlimit(limit) => admin::cache_memlimit(limit, ctx, out),
+            Request::LruCrawler(_) => unreachable!("a dump runs in process_requests: it pauses"),
             Request::Quit => return true,
             Request::Stats(request) => stats::execute(request, ctx, out),
             Request::Shutdown(mode) => admin::shutdown(mode, ctx, out),
@@ -322,9 +328,18 @@ impl MemcacheSession {
                 if ctx.flash_io.is_some() && self.flash_wait.must_wait(ctx, flash_key(&request)) {
                     return Processed::flash_wait(consumed);
                 }
-                consumed = parsed_to;
-                if self.execute(request, ctx, out) {
-                    return Processed::closing(consumed);
+                if let Request::LruCrawler(LruCrawler::Metadump { class_one }) = request {
+                    let (cursor, stop_len) = (&mut self.metadump_cursor, self.output_stop_len);
+                    if dump::metadump(cursor, class_one, ctx, out, stop_len) {
+                        // Resumed, parsed again, once the connection has written the output.
+                        return Processed::paused(consumed);
+                    }
+                    consumed = parsed_to;
+                } else {
+                    consumed = parsed_to;
+                    if self.execute(request, ctx, out) {
+                        return Processed::closing(consumed);
+                    }
                 }
             }
             debug_assert_eq!(consumed, parsed_to);

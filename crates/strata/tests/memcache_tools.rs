@@ -7,14 +7,17 @@
 //!   `memcrm`, `memcstat`, `memcflush`, `memcslap`) as the real client library: a store, fetch,
 //!   touch, delete and stats round trip, and a short load.
 //!
-//! `memcdump` is not exercised: it needs memcached's `lru_crawler metadump` or
-//! `stats cachedump`, which strata answers with `ERROR` (see the session's documentation).
+//! - `memcdump` (libmemcached's key dump, over `stats cachedump`) and memcached's own
+//!   `memcached-tool dump` (over `lru_crawler metadump`, from the memcached package) list every
+//!   key stored.
+//!
 //! Python's pymemcache is not used because `./scripts/test.sh` does not install it.
 //!
 //! The tools come from Debian's `libmemcached-tools`; `./scripts/test.sh` installs it.
 
 mod harness;
 
+use std::io::{Read, Write};
 use std::process::{Command, Output};
 
 use harness::Server;
@@ -97,4 +100,44 @@ fn libmemcached_client_round_trip() {
     ok(tool("memcslap", &load), "memcslap");
     ok(tool("memcflush", &[&servers]), "memcflush");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `memcdump` and `memcached-tool dump` list every key (memcached-tool's dump is `add`
+/// commands that load the items elsewhere: key, flags, expiry and value).
+#[test]
+fn memcdump_and_memcached_tool_dump_every_key() {
+    let server = Server::start(&[]);
+    let port = server.memcache.port().to_string();
+    let servers = format!("--servers=127.0.0.1:{port}");
+    for i in 0..50 {
+        let key = format!("dump:{i}");
+        let mut client = std::net::TcpStream::connect(server.memcache).unwrap();
+        write!(client, "set {key} {i} 0 1\r\nv\r\n").unwrap();
+        let mut reply = [0u8; 8];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"STORED\r\n");
+    }
+    let output = tool("memcdump", &[&servers]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let mut keys: Vec<String> = text(&output.stdout).lines().map(str::to_owned).collect();
+    keys.sort();
+    let mut want: Vec<String> = (0..50).map(|i| format!("dump:{i}")).collect();
+    want.sort();
+    assert_eq!(keys, want);
+    let output = Command::new("perl")
+        .args([
+            "/usr/share/memcached/scripts/memcached-tool",
+            &format!("127.0.0.1:{port}"),
+            "dump",
+        ])
+        .output()
+        .expect("perl and memcached's memcached-tool (the memcached package)");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let dump = text(&output.stdout);
+    for i in 0..50 {
+        assert!(
+            dump.contains(&format!("add dump:{i} {i} 0 1\r\nv\r\n")),
+            "{i}: {dump}"
+        );
+    }
 }

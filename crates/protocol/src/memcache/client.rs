@@ -5,7 +5,7 @@
 //! legacy `delete <key> 0` hold time never written. Parsing the output yields an equal request.
 
 use super::encode::{write_i64, write_u64};
-use super::{MetaFlags, Request, ShutdownMode, Tokens};
+use super::{LruCrawler, MetaFlags, Request, ShutdownMode, Tokens};
 
 /// Appends `request` as a client would send it; returns the bytes written.
 ///
@@ -79,6 +79,14 @@ fn encode_admin_or_meta(out: &mut Vec<u8>, request: &Request<'_>) {
             out.extend_from_slice(b"cache_memlimit ");
             write_u64(out, u64::from(limit.megabytes));
             finish_line(out, limit.noreply);
+        }
+        Request::LruCrawler(LruCrawler::Metadump { class_one }) => {
+            // Class 2 holds nothing on strata: a dump of no class it uses.
+            out.extend_from_slice(if *class_one {
+                b"lru_crawler metadump all\r\n"
+            } else {
+                b"lru_crawler metadump 2\r\n"
+            });
         }
         Request::Version => out.extend_from_slice(b"version\r\n"),
         Request::Quit => out.extend_from_slice(b"quit\r\n"),

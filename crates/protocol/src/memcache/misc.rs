@@ -60,6 +60,55 @@ pub struct CacheMemlimit {
     pub noreply: bool,
 }
 
+/// An `lru_crawler` request: strata answers `metadump` only (it has no crawler to tune; the
+/// others stay `ERROR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LruCrawler {
+    /// `lru_crawler metadump <all|hash|classes>`: every item's metadata, or none when the
+    /// classes named do not include 1 (strata's one class, as `stats slabs` reports it).
+    Metadump {
+        /// Whether the dump covers class 1.
+        class_one: bool,
+    },
+}
+
+/// memcached's answer to a class list it cannot read.
+pub const BADCLASS: &[u8] = b"BADCLASS invalid class id\r\n";
+/// Largest slab class id plus one (memcached's `MAX_NUMBER_OF_SLAB_CLASSES`).
+const SLAB_CLASSES_MAX: u32 = 64;
+
+/// `lru_crawler metadump <all|hash|ids>`: ids are comma-separated slab classes 1..=63 (empty
+/// ones between commas skipped, as memcached's tokenizer does); anything else there is
+/// `BADCLASS`, and any other subcommand or argument count `ERROR`.
+pub(crate) fn parse_lru_crawler(line: Line<'_>) -> Result<Parsed<'_>, ParseError> {
+    let (args, count) = split_args::<3>(line.args);
+    if count != 2 || args[0] != b"metadump" {
+        return Err(line.refuse(ERROR, false));
+    }
+    let spec = args[1];
+    let class_one = if spec == b"all" || spec == b"hash" {
+        true
+    } else {
+        let mut class_one = false;
+        let mut any = false;
+        for id in spec.split(|&b| b == b',').filter(|id| !id.is_empty()) {
+            let id = std::str::from_utf8(id)
+                .ok()
+                .and_then(|id| id.parse::<u32>().ok());
+            match id {
+                Some(id) if (1..SLAB_CLASSES_MAX).contains(&id) => class_one |= id == 1,
+                _ => return Err(line.refuse(BADCLASS, false)),
+            }
+            any = true;
+        }
+        if !any {
+            return Err(line.refuse(BADCLASS, false));
+        }
+        class_one
+    };
+    line.parsed(Request::LruCrawler(LruCrawler::Metadump { class_one }))
+}
+
 /// A `stats` request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stats<'a> {
@@ -231,6 +280,26 @@ mod tests {
     }
 
     #[test]
+    fn lru_crawler_metadump_classes() {
+        let cases: &[(&[u8], bool)] = &[
+            (b"lru_crawler metadump all\r\n", true),
+            (b"lru_crawler metadump hash\r\n", true),
+            (b"lru_crawler metadump 1\r\n", true),
+            (b"lru_crawler metadump 3,1\r\n", true),
+            (b"lru_crawler metadump 1,\r\n", true),
+            (b"lru_crawler metadump 2\r\n", false),
+            (b"lru_crawler metadump 63\r\n", false),
+        ];
+        for &(input, class_one) in cases {
+            assert_eq!(request(input), metadump(class_one), "{input:?}");
+        }
+    }
+
+    fn metadump(class_one: bool) -> Request<'static> {
+        Request::LruCrawler(LruCrawler::Metadump { class_one })
+    }
+
+    #[test]
     fn rejected() {
         let mut long = b"touch ".to_vec();
         long.extend_from_slice(&[b'k'; 251]);
@@ -250,6 +319,16 @@ mod tests {
             (b"cache_memlimit 1 2 3\r\n", ERROR),
             (b"verbosity x\r\n", CLIENT_ERROR_BAD_FORMAT),
             (b"verbosity noreply\r\n", b""),
+            (b"lru_crawler\r\n", ERROR),
+            (b"lru_crawler metadump\r\n", ERROR),
+            (b"lru_crawler metadump all extra\r\n", ERROR),
+            (b"lru_crawler crawl all\r\n", ERROR),
+            (b"lru_crawler mgdump all\r\n", ERROR),
+            (b"lru_crawler metadump ALL\r\n", BADCLASS),
+            (b"lru_crawler metadump 0\r\n", BADCLASS),
+            (b"lru_crawler metadump 64\r\n", BADCLASS),
+            (b"lru_crawler metadump abc\r\n", BADCLASS),
+            (b"lru_crawler metadump ,\r\n", BADCLASS),
         ];
         assert_refused(cases);
     }

@@ -90,7 +90,9 @@ pub use meta::{
     ArithMode, MetaArith, MetaCommand, MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode,
     META_TOKENS_MAX, OPAQUE_TOKEN_LEN_MAX,
 };
-pub use misc::{CacheMemlimit, FlushAll, ShutdownMode, Stats, Touch, Verbosity};
+pub use misc::{
+    CacheMemlimit, FlushAll, LruCrawler, ShutdownMode, Stats, Touch, Verbosity, BADCLASS,
+};
 pub use retrieval::{Get, GetCommand, Keys};
 pub use storage::{Store, StoreCommand, TooLarge};
 pub use token::{key_is_valid, Tokens};
@@ -122,6 +124,8 @@ pub enum Request<'a> {
     Verbosity(Verbosity),
     /// `cache_memlimit <megabytes> [noreply]`.
     CacheMemlimit(CacheMemlimit),
+    /// `lru_crawler metadump <all|hash|classes>`.
+    LruCrawler(LruCrawler),
     /// `quit`: close the connection without a reply; arguments are ignored.
     Quit,
     /// `stats [args...]`.
@@ -326,6 +330,7 @@ fn dispatch<'a>(command: &[u8], line: Line<'a>, limits: &Limits) -> Result<Parse
         b"version" => line.parsed(Request::Version),
         b"verbosity" => misc::parse_verbosity(line),
         b"cache_memlimit" => misc::parse_cache_memlimit(line),
+        b"lru_crawler" => misc::parse_lru_crawler(line),
         b"quit" => line.parsed(Request::Quit),
         b"stats" => misc::parse_stats(line),
         b"shutdown" => misc::parse_shutdown(line),

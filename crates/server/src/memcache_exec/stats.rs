@@ -12,6 +12,7 @@
 //! - `stats conns`: every client connection, both protocols (`crate::clients`); `stats
 //!   extstore`: `END` (no extstore).
 //! - `stats reset`: `RESET`, clearing the resettable counters.
+//! - `stats cachedump <class> <limit>`: the items of class 1 (`dump.rs`).
 //! - `stats detail on|off|dump`: `OK` / `OK` / `END`; anything else after `detail` is memcached's
 //!   usage error. Any other argument is `ERROR`.
 //!
@@ -55,6 +56,11 @@ pub(super) fn execute(request: Stats<'_>, ctx: &ServerContext, out: &mut Vec<u8>
             encode::write_end(out);
         }
         (Some(b"detail"), _) => out.extend_from_slice(CLIENT_ERROR_DETAIL_USAGE),
+        (Some(b"cachedump"), _) => {
+            let mut args = request.args;
+            args.next();
+            super::dump::cachedump(&mut args, ctx, out);
+        }
         (Some(_), _) => out.extend_from_slice(encode::ERROR),
     }
 }

@@ -614,3 +614,50 @@ fn cache_memlimit_sets_the_memory_tier_limit() {
     check_table(&ctx, &[(b"cache_memlimit 100000\r\n", "OK\r\n")]);
     assert_eq!(ctx.engine.stats().memory_limit_bytes, pool);
 }
+
+/// A metadump of more items than one call dumps pauses, unconsumed, and resumes from its
+/// cursor when the request is fed again (as the connection does once the output is written):
+/// every item is listed exactly once, then `END`, and the request after it runs.
+#[test]
+fn a_long_metadump_pauses_and_resumes_listing_every_item_once() {
+    let ctx = context();
+    let mut session = MemcacheSession::new();
+    let items = 10_000;
+    let mut stores = Vec::new();
+    for i in 0..items {
+        stores.extend_from_slice(format!("set key:{i} 0 0 1 noreply\r\nx\r\n").as_bytes());
+    }
+    let (_, processed) = feed(&ctx, &mut session, &stores);
+    assert_eq!(processed.consumed, stores.len());
+    let input = b"lru_crawler metadump all\r\nversion\r\n";
+    let mut text = String::new();
+    let mut calls = 0;
+    loop {
+        let (out, processed) = feed(&ctx, &mut session, input);
+        text.push_str(&out);
+        calls += 1;
+        if !processed.paused {
+            assert_eq!(processed.consumed, input.len());
+            break;
+        }
+        assert_eq!(processed.consumed, 0, "the paused dump stays unconsumed");
+        let bound = 2 * super::dump::KEYS_PER_CALL_MAX;
+        assert!(out.lines().count() <= bound, "bounded per call");
+    }
+    assert!(calls > 1, "paused at least once");
+    let (dump, after) = text.split_once("END\r\n").expect("END");
+    assert!(after.starts_with("VERSION "), "{after}");
+    let mut keys: Vec<&str> = dump
+        .lines()
+        .map(|line| {
+            assert!(line.contains(" cls=1 size="), "{line}");
+            line.split(' ').next().unwrap()
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), items, "each item once");
+    assert!(dump
+        .lines()
+        .all(|l| l.contains(" exp=-1 la=0 cas=") && l.contains(" fetch=no ")));
+}

@@ -22,7 +22,9 @@ const MEMCACHED: &[(&str, &str)] = &[
     ("stats, stats settings, items, slabs, reset", "supported, with strata's figures and `strata_*` lines"),
     ("stats conns", "every connection of both protocols, keyed by client id; `state` is always `conn_waiting`"),
     ("stats sizes, extstore, detail", "answered, empty (sizes: `disabled`)"),
-    ("lru_crawler, slabs (reassign, automove), lru, watch, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
+    ("lru_crawler metadump", "supported (`all`, `hash` or class ids; strata has one class, 1): every item, paused at the output limit and resumed; `la` is 0 (strata keeps no access time); a dump pipelined behind other commands runs (memcached refuses it)"),
+    ("stats cachedump", "supported: class 1 lists every item (memcached lists only its cold LRU's), up to the limit and 2 MiB, as memcached"),
+    ("lru_crawler (other subcommands), slabs (reassign, automove), lru, watch, extstore (commands), debugtime, misbehave", "refused (`ERROR`)"),
     ("binary protocol", "refused: a binary `Not supported` response, then the connection closes"),
     ("any command on a key holding a Redis hash", "the key reads as absent: gets miss, `set` and `add` replace it, `append`, `incr`, `cas`, `touch` and the meta commands find nothing; `delete` acts on it"),
 ];
