@@ -115,9 +115,15 @@ pub(crate) fn edit_hash(
     .map(|_| decoded)
 }
 
+/// The reply to a write that would take a hash past `--max-value-size`: strata keeps a hash in
+/// one record (Redis has no such limit; chunked hashes are the plan in docs/ARCHITECTURE.md).
+const ERR_HASH_TOO_LARGE: &[u8] = b"-ERR hash exceeds maximum allowed size (max-value-size): \
+    strata keeps a hash in one record of at most --max-value-size\r\n";
+
 /// Writes the reply for an [`edit_hash`] that failed: the engine's refusal, or the damage.
 pub(crate) fn reply_edit_failed(out: &mut Vec<u8>, result: &Result<bool, WriteError>) {
     match result {
+        Err(WriteError::TooLarge { .. }) => out.extend_from_slice(ERR_HASH_TOO_LARGE),
         Err(error) => write_error(out, error),
         Ok(false) => out.extend_from_slice(ERR_DAMAGED),
         Ok(true) => {}

@@ -1096,3 +1096,23 @@ fn latency_tracking_is_configured_as_redis() {
     run(&mut session, &ctx, "CONFIG RESETSTAT");
     assert_eq!(run(&mut session, &ctx, "LATENCY HISTOGRAM get"), b"*0\r\n");
 }
+
+/// A write that would take a hash past the largest value gets an error that says it is the
+/// hash (one record) that is too large, and the hash keeps what it had.
+#[test]
+fn a_hash_past_the_largest_value_is_refused_and_kept() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let big = "v".repeat(600 * 1024);
+    assert_eq!(
+        run_args(&mut session, &ctx, &["HSET", "h", "a", &big]),
+        b":1\r\n"
+    );
+    assert_eq!(
+        run_args(&mut session, &ctx, &["HSET", "h", "b", &big]),
+        b"-ERR hash exceeds maximum allowed size (max-value-size): strata keeps a hash in one \
+          record of at most --max-value-size\r\n"
+    );
+    assert_eq!(run(&mut session, &ctx, "HLEN h"), b":1\r\n");
+    assert_eq!(run(&mut session, &ctx, "HEXISTS h b"), b":0\r\n");
+}
