@@ -751,8 +751,8 @@ pub struct Engine {
     pool: Mutex<Pool>,
     recovery: RecoveryReport,
     closed: AtomicBool,
-    /// The transaction log beside a pool file (`Engine::atomically`).
-    txlog: Option<Mutex<txlog::TxLog>>,
+    /// The transaction logs beside a pool file (`Engine::transaction`, `Engine::atomically`).
+    txlog: Option<txlog::TxLogs>,
 }
 
 impl std::fmt::Debug for Engine {

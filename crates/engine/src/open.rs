@@ -87,32 +87,43 @@ impl Engine {
         })?;
         let mut engine = Self::from_pool(pool, &config)?;
         if let PoolLocation::File(path) = &config.pool {
-            engine.open_txlog(path, config.durability != Durability::None)?;
+            let durable = config.durability != Durability::None;
+            engine.open_txlog(path, durable, config.fresh)?;
         }
         Ok(engine)
     }
 
-    /// Opens the pool's transaction log and undoes the group a crash interrupted, if any.
-    fn open_txlog(&mut self, pool: &std::path::Path, durable: bool) -> Result<(), OpenError> {
-        let (mut log, pending) = crate::txlog::TxLog::open(pool, durable).map_err(|error| {
-            OpenError::Txlog(format!(
-                "{}: {error}",
-                crate::txlog::path_for(pool).display()
-            ))
-        })?;
-        if let Some(images) = pending {
-            let restored = self
-                .restore_images(&images)
-                .map_err(|error| OpenError::Txlog(format!("undoing a transaction: {error}")))?;
-            log.end()
+    /// Opens the pool's transaction logs and undoes each group a crash interrupted (none when
+    /// the pool was made `fresh`: their keys are gone with it).
+    fn open_txlog(
+        &mut self,
+        pool: &std::path::Path,
+        durable: bool,
+        fresh: bool,
+    ) -> Result<(), OpenError> {
+        let failed = |error: std::io::Error| {
+            let path = crate::txlog::path_for(pool);
+            OpenError::Txlog(format!("{}: {error}", path.display()))
+        };
+        let (logs, pending) = crate::txlog::TxLogs::open(pool, durable, fresh).map_err(failed)?;
+        if !pending.is_empty() {
+            let mut restored = 0;
+            for images in &pending {
+                restored += self
+                    .restore_images(images)
+                    .map_err(|error| OpenError::Txlog(format!("undoing a transaction: {error}")))?;
+            }
+            logs.end_all()
                 .map_err(|error| OpenError::Txlog(format!("ending it: {error}")))?;
             tracing::warn!(
                 keys = restored,
-                "a transaction a crash interrupted was undone: its keys are as they were before it"
+                transactions = pending.len(),
+                "transactions a crash interrupted were undone: their keys are as they were \
+                 before them"
             );
             self.recovery.transaction_keys_restored = restored;
         }
-        self.txlog = Some(Mutex::new(log));
+        self.txlog = Some(logs);
         Ok(())
     }
 

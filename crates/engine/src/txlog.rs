@@ -24,6 +24,12 @@
 //! All integers little-endian. `state` is 1 (active) or 2 (done); the checksum covers every
 //! byte from 0 to 36 except `state`, then the body, so marking the log done rewrites 4 bytes
 //! and keeps it valid.
+//!
+//! A pool has one log per transaction running at once ([`TxLogs`]): `<pool>.txlog`, then
+//! `<pool>.txlog.1`, `<pool>.txlog.2`, ..., made as more transactions run together, so logged
+//! transactions on different shards write and sync their logs in parallel rather than one
+//! after another. Transactions running together hold disjoint shards, so the active logs a
+//! crash leaves name disjoint keys, and the open restores each.
 
 use std::fs::File;
 use std::io;
@@ -84,16 +90,152 @@ pub(crate) struct ItemFields<'a> {
 
 /// The log's path for the pool at `pool`.
 pub(crate) fn path_for(pool: &Path) -> PathBuf {
+    path_for_lane(pool, 0)
+}
+
+/// Where log `lane` of the pool at `pool` is: `<pool>.txlog`, then `<pool>.txlog.<lane>`.
+fn path_for_lane(pool: &Path, lane: usize) -> PathBuf {
     let mut name = pool.as_os_str().to_owned();
     name.push(".txlog");
+    if lane > 0 {
+        name.push(format!(".{lane}"));
+    }
     PathBuf::from(name)
 }
 
+/// Most logs a pool keeps, so most logged transactions running at once (the rest wait for a
+/// log to come back).
+pub(crate) const LANES_MAX: usize = 64;
+
+/// A pool's transaction logs (see the module docs): the free ones, and how many exist.
+#[derive(Debug)]
+pub(crate) struct TxLogs {
+    lanes: parking_lot::Mutex<Lanes>,
+    returned: parking_lot::Condvar,
+    pool: PathBuf,
+    durable: bool,
+}
+
+#[derive(Debug)]
+struct Lanes {
+    free: Vec<TxLog>,
+    made: usize,
+}
+
+/// A log a transaction holds for its life, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Lane<'a> {
+    logs: &'a TxLogs,
+    log: Option<TxLog>,
+}
+
+impl std::ops::Deref for Lane<'_> {
+    type Target = TxLog;
+
+    fn deref(&self) -> &TxLog {
+        self.log.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Lane<'_> {
+    fn deref_mut(&mut self) -> &mut TxLog {
+        self.log.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        if let Some(log) = self.log.take() {
+            self.logs.lanes.lock().free.push(log);
+            self.logs.returned.notify_one();
+        }
+    }
+}
+
+impl TxLogs {
+    /// Opens every log of the pool at `pool` (`<pool>.txlog` and the numbered ones after it,
+    /// up to the first missing); returns them with the before-images of each group a crash
+    /// interrupted. `fresh`: the pool was made empty, so what the logs hold is history, not
+    /// something to undo (each is ended, unread).
+    pub(crate) fn open(
+        pool: &Path,
+        durable: bool,
+        fresh: bool,
+    ) -> io::Result<(TxLogs, Vec<Vec<Image>>)> {
+        let mut free = Vec::new();
+        let mut pending = Vec::new();
+        for lane in 0..LANES_MAX {
+            let path = path_for_lane(pool, lane);
+            if lane > 0 && !path.exists() {
+                break;
+            }
+            let (mut log, images) = TxLog::open(path, durable)?;
+            match images {
+                Some(_) if fresh => log.end()?,
+                Some(images) => pending.push(images),
+                None => {}
+            }
+            free.push(log);
+        }
+        free.reverse();
+        let made = free.len();
+        let logs = TxLogs {
+            lanes: parking_lot::Mutex::new(Lanes { free, made }),
+            returned: parking_lot::Condvar::new(),
+            pool: pool.to_path_buf(),
+            durable,
+        };
+        Ok((logs, pending))
+    }
+
+    /// A log for one transaction: a free one, a new one past them (its file made by its first
+    /// group), or, with [`LANES_MAX`] in use, the first to come back.
+    pub(crate) fn take(&self) -> Lane<'_> {
+        let mut lanes = self.lanes.lock();
+        loop {
+            if let Some(log) = lanes.free.pop() {
+                return Lane {
+                    logs: self,
+                    log: Some(log),
+                };
+            }
+            if lanes.made < LANES_MAX {
+                let path = path_for_lane(&self.pool, lanes.made);
+                lanes.made += 1;
+                return Lane {
+                    logs: self,
+                    log: Some(TxLog::new(path, None, self.durable)),
+                };
+            }
+            self.returned.wait(&mut lanes);
+        }
+    }
+
+    /// Ends every log after an open restored what they held.
+    pub(crate) fn end_all(&self) -> io::Result<()> {
+        for log in &mut self.lanes.lock().free {
+            if log.file.is_some() {
+                log.end()?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl TxLog {
-    /// Opens the log of the pool at `pool` if it has one (it is created by the first group);
-    /// returns it with the before-images of a group a crash interrupted, when it holds one.
-    pub(crate) fn open(pool: &Path, durable: bool) -> io::Result<(TxLog, Option<Vec<Image>>)> {
-        let path = path_for(pool);
+    fn new(path: PathBuf, file: Option<File>, durable: bool) -> TxLog {
+        TxLog {
+            file,
+            path,
+            durable,
+            buffer: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Opens the log at `path` if there is one (it is created by its first group); returns it
+    /// with the before-images of a group a crash interrupted, when it holds one.
+    fn open(path: PathBuf, durable: bool) -> io::Result<(TxLog, Option<Vec<Image>>)> {
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -108,16 +250,7 @@ impl TxLog {
             io::Read::read_to_end(&mut &*file, &mut bytes)?;
         }
         let pending = decode_active(&bytes);
-        Ok((
-            TxLog {
-                file,
-                path,
-                durable,
-                buffer: Vec::new(),
-                entries: 0,
-            },
-            pending,
-        ))
+        Ok((TxLog::new(path, file, durable), pending))
     }
 
     /// Starts building a group's log (then [`TxLog::push`] each key, then [`TxLog::begin`]).
@@ -384,7 +517,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("strata-txlog-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let pool = dir.join("pool");
-        let (mut log, pending) = TxLog::open(&pool, true).unwrap();
+        let (mut log, pending) = TxLog::open(path_for(&pool), true).unwrap();
         assert_eq!(pending, None);
         assert!(!path_for(&pool).exists(), "no file until a group runs");
         // A longer log first: the next one is written over it, not truncated.
@@ -404,15 +537,55 @@ mod tests {
         }
         log.begin().unwrap();
         drop(log);
-        let (mut log, pending) = TxLog::open(&pool, false).unwrap();
+        let (mut log, pending) = TxLog::open(path_for(&pool), false).unwrap();
         assert_eq!(
             pending,
             Some(images()),
             "a crash before end leaves it active"
         );
         log.end().unwrap();
-        assert_eq!(TxLog::open(&pool, false).unwrap().1, None);
+        assert_eq!(TxLog::open(path_for(&pool), false).unwrap().1, None);
         assert_eq!(log.path(), path_for(&pool));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Two transactions at once take two logs (the second a new file), each kept active by
+    /// a crash is found by the next open, and a fresh pool ends them unread.
+    #[test]
+    fn logs_are_lanes_taken_given_back_and_all_reopened() {
+        let dir = std::env::temp_dir().join(format!("strata-txlanes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pool = dir.join("pool");
+        let (logs, pending) = TxLogs::open(&pool, false, false).unwrap();
+        assert!(pending.is_empty());
+        let write = |lane: &mut Lane<'_>, key: &[u8]| {
+            lane.start();
+            lane.push(key, None);
+            lane.begin().unwrap();
+        };
+        let mut first = logs.take();
+        let mut second = logs.take();
+        write(&mut first, b"a");
+        write(&mut second, b"b");
+        assert_eq!(first.path(), path_for(&pool));
+        assert_eq!(second.path(), path_for_lane(&pool, 1));
+        drop((first, second));
+        let again = logs.take();
+        assert!(again.path() == path_for(&pool) || again.path() == path_for_lane(&pool, 1));
+        drop(again);
+        let (_, pending) = TxLogs::open(&pool, false, false).unwrap();
+        let mut keys: Vec<Vec<u8>> = pending.iter().flatten().map(|i| i.key.clone()).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [b"a".to_vec(), b"b".to_vec()],
+            "both active logs found"
+        );
+        let (logs, pending) = TxLogs::open(&pool, false, true).unwrap();
+        assert!(pending.is_empty(), "a fresh pool undoes nothing");
+        drop(logs);
+        let (_, pending) = TxLogs::open(&pool, false, false).unwrap();
+        assert!(pending.is_empty(), "and the logs were ended");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -17,6 +17,9 @@ impl Drop for TempPool {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_file(format!("{path}.sidecar"));
         let _ = std::fs::remove_file(format!("{path}.txlog"));
+        for lane in 1..4 {
+            let _ = std::fs::remove_file(format!("{path}.txlog.{lane}"));
+        }
         let _ = std::fs::remove_dir_all(format!("{path}.index"));
     }
 }
@@ -74,6 +77,12 @@ fn crash_copy(from: &std::path::Path, to: &std::path::Path) {
     let with = |path: &std::path::Path, suffix: &str| format!("{}{suffix}", path.display());
     std::fs::copy(from, to).unwrap();
     let _ = std::fs::copy(with(from, ".txlog"), with(to, ".txlog"));
+    for lane in 1.. {
+        let log = format!(".txlog.{lane}");
+        if std::fs::copy(with(from, &log), with(to, &log)).is_err() {
+            break;
+        }
+    }
     let index = std::path::PathBuf::from(with(from, ".index"));
     if index.is_dir() {
         let target = std::path::PathBuf::from(with(to, ".index"));
@@ -464,4 +473,96 @@ fn a_log_that_cannot_be_written_refuses_the_transaction_and_releases_its_keys() 
         .unwrap();
     std::fs::remove_dir_all(&log).unwrap();
     engine.check_integrity().unwrap();
+}
+
+/// Logged transactions on different shards run together: each takes a log of its own, so one
+/// that holds its keys (here, across a whole other transaction) does not keep another from
+/// writing its log. A crash while both are open undoes both; a pool opened `fresh` over those
+/// logs undoes neither (its keys are gone with it).
+#[test]
+fn logged_transactions_on_different_shards_run_together_and_a_crash_undoes_both() {
+    let original = temp_pool("txn-lanes");
+    let crashed = temp_pool("txn-lanes-crashed");
+    let config = config(&original.0, Durability::Sync, IndexPlacement::Dram);
+    let engine = Engine::open(EngineConfig {
+        fresh: true,
+        ..config.clone()
+    })
+    .unwrap();
+    let a = b"a".to_vec();
+    let b = (0..)
+        .map(|i| format!("b{i}").into_bytes())
+        .find(|key| engine.shard_index(key) != engine.shard_index(&a))
+        .unwrap();
+    engine.set(&a, b"old-a", 0, Expiry::Never).unwrap();
+    engine.set(&b, b"old-b", 0, Expiry::Never).unwrap();
+    engine.commit().unwrap();
+    let first = engine.transaction(&[&a], &[&a]).unwrap();
+    first.set(&a, b"new-a", 0, Expiry::Never).unwrap();
+    let (wrote, written) = std::sync::mpsc::channel();
+    let (go, going) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let (engine, b) = (&engine, &b);
+        scope.spawn(move || {
+            let second = engine.transaction(&[b], &[b]).unwrap();
+            second.set(b, b"new-b", 0, Expiry::Never).unwrap();
+            wrote.send(()).unwrap();
+            going.recv().unwrap();
+            second.finish().unwrap();
+        });
+        // Not a timing threshold: a minute means the second transaction waits for the first.
+        written
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the second transaction waited for the first one's log");
+        crash_copy(&original.0, &crashed.0);
+        go.send(()).unwrap();
+    });
+    first.finish().unwrap();
+    drop(engine);
+    let crashed_config = config.clone();
+    let reopened = Engine::open(EngineConfig {
+        pool: PoolLocation::File(crashed.0.clone()),
+        ..crashed_config.clone()
+    })
+    .unwrap();
+    assert_eq!(reopened.recovery_report().transaction_keys_restored, 2);
+    assert_eq!(value(&reopened, &a).map(|v| v.0), Some(b"old-a".to_vec()));
+    assert_eq!(value(&reopened, &b).map(|v| v.0), Some(b"old-b".to_vec()));
+    drop(reopened);
+    let original = Engine::open(config).unwrap();
+    assert_eq!(original.recovery_report().transaction_keys_restored, 0);
+    assert_eq!(value(&original, &b).map(|v| v.0), Some(b"new-b".to_vec()));
+    drop(original);
+}
+
+/// A pool opened `fresh` ends the logs a crash left active without undoing them: the keys they
+/// name went with the pool's contents.
+#[test]
+fn a_fresh_pool_undoes_no_transaction_of_the_old_one() {
+    let original = temp_pool("txn-fresh");
+    let crashed = temp_pool("txn-fresh-crashed");
+    let config = config(&original.0, Durability::None, IndexPlacement::Dram);
+    let engine = Engine::open(EngineConfig {
+        fresh: true,
+        ..config.clone()
+    })
+    .unwrap();
+    engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
+    let txn = engine.transaction(&[b"a"], &[b"a"]).unwrap();
+    txn.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
+    crash_copy(&original.0, &crashed.0);
+    txn.finish().unwrap();
+    drop(engine);
+    let fresh = Engine::open(EngineConfig {
+        pool: PoolLocation::File(crashed.0.clone()),
+        fresh: true,
+        ..config
+    })
+    .unwrap();
+    assert_eq!(fresh.recovery_report().transaction_keys_restored, 0);
+    assert_eq!(
+        value(&fresh, b"a"),
+        None,
+        "the old transaction's key stays gone"
+    );
 }

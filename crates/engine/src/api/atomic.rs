@@ -13,16 +13,16 @@ impl Engine {
     /// survives a crash, and `f` simply runs.
     ///
     /// The caller keeps other writers of `keys` out while `f` runs (the server runs groups
-    /// alone); groups are serialised here. A failure to write the log refuses the group (`f`
+    /// alone); each group takes a log of its own (`txlog::TxLogs`). A failure to write the log refuses the group (`f`
     /// does not run); a failure to end it latches writes off, as a failed persist does,
     /// because a restart would undo what `f` did. A panic in `f` undoes its writes before it
     /// goes on unwinding, as a crash would at the next open. With no keys there is nothing to
     /// undo, and no log is written.
     pub fn atomically<R>(&self, keys: &[&[u8]], f: impl FnOnce() -> R) -> Result<R, WriteError> {
-        let Some(log) = self.txlog.as_ref().filter(|_| !keys.is_empty()) else {
+        let Some(logs) = self.txlog.as_ref().filter(|_| !keys.is_empty()) else {
             return Ok(f());
         };
-        let mut log = log.lock();
+        let mut log = logs.take();
         self.inner.check_writable()?;
         write_before_images(&mut log, self, keys)?;
         let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {

@@ -150,6 +150,12 @@ impl Engine {
         self.inner.policy()
     }
 
+    /// The shard `key` lives in (0..shard count): keys of different shards never wait for
+    /// each other's locks, which tests and diagnostics choose keys by.
+    pub fn shard_index(&self, key: &[u8]) -> usize {
+        self.inner.shard_of(self.inner.hash(key))
+    }
+
     /// The engine clock's current Unix time in milliseconds (expiry is measured against it).
     pub fn now_ms(&self) -> u64 {
         self.inner.now_ms()

@@ -15,11 +15,11 @@
 
 use std::cell::{Cell, RefCell};
 
-use parking_lot::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
 use super::*;
 use crate::shard::ShardChange;
-use crate::txlog::{Image, TxLog};
+use crate::txlog::{Image, Lane};
 use crate::{Door, Observed};
 
 thread_local! {
@@ -65,7 +65,7 @@ pub struct Txn<'e> {
     /// The held shards, by shard index, ascending (the order they were locked in).
     shards: RefCell<Vec<(usize, Held<'e>)>>,
     /// The transaction log, held for the transaction's life when it logs before-images.
-    log: Option<MutexGuard<'e, TxLog>>,
+    log: Option<Lane<'e>>,
     /// The log holds this transaction's before-images and has not been ended.
     logged: bool,
 }
@@ -80,7 +80,7 @@ impl Engine {
         assert_no_transaction();
         self.maybe_flush();
         let log = match (&self.txlog, logged.is_empty()) {
-            (Some(log), false) => Some(log.lock()),
+            (Some(logs), false) => Some(logs.take()),
             _ => None,
         };
         self.inner.check_writable()?;
@@ -123,11 +123,7 @@ impl Engine {
 }
 
 impl<'e> Txn<'e> {
-    fn open(
-        engine: &'e Engine,
-        shards: Vec<(usize, Held<'e>)>,
-        log: Option<MutexGuard<'e, TxLog>>,
-    ) -> Txn<'e> {
+    fn open(engine: &'e Engine, shards: Vec<(usize, Held<'e>)>, log: Option<Lane<'e>>) -> Txn<'e> {
         debug_assert!(shards.windows(2).all(|pair| pair[0].0 < pair[1].0));
         IN_TRANSACTION.with(|open| open.set(true));
         Txn {

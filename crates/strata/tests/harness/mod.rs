@@ -392,6 +392,10 @@ pub fn run_python(script: &str, port: u16, done: &str) -> String {
     stdout
 }
 
+/// Most transaction logs a test server's pool gets beside `<pool>.txlog` (one per logged
+/// transaction running at once; a test runs a few workers).
+pub const WORKER_THREADS_MAX_IN_TESTS: usize = 8;
+
 /// A pool file for a test, removed on drop with what the server keeps beside it
 /// (`<pool>.sidecar`, `<pool>.index/`).
 pub struct PoolFile(PathBuf);
@@ -429,6 +433,9 @@ impl Drop for PoolFile {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_file(format!("{}.sidecar", self.path()));
         let _ = std::fs::remove_file(format!("{}.txlog", self.path()));
+        for lane in 1..=WORKER_THREADS_MAX_IN_TESTS {
+            let _ = std::fs::remove_file(format!("{}.txlog.{lane}", self.path()));
+        }
         let _ = std::fs::remove_dir_all(format!("{}.index", self.path()));
     }
 }
