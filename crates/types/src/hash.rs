@@ -115,6 +115,22 @@ impl<'a> Hash<'a> {
         }
     }
 
+    /// Every stored field with where its entry lies in [`Hash::entries`], in order: a rewrite
+    /// copies runs of entries it keeps as they are ([`Builder::push_encoded`]).
+    pub fn stored_spans(&self) -> impl Iterator<Item = (Field<'a>, std::ops::Range<usize>)> {
+        let mut fields = self.stored();
+        std::iter::from_fn(move || {
+            let start = fields.at;
+            let field = fields.next()?;
+            Some((field, start..fields.at))
+        })
+    }
+
+    /// The encoded entries (after the header).
+    pub fn entries(&self) -> &'a [u8] {
+        self.entries
+    }
+
     /// The fields live at `now_ms`, in order.
     pub fn live(&self, now_ms: u64) -> impl Iterator<Item = Field<'a>> {
         self.stored().filter(move |field| field.is_live(now_ms))
@@ -266,6 +282,23 @@ impl<'o> Builder<'o> {
         self.latest_expiry_ms = self.latest_expiry_ms.max(field.expires_at_ms.unwrap_or(0));
     }
 
+    /// Appends entries already encoded, as they are: `encoded` is a run of whole entries of
+    /// another encoding ([`Hash::stored_spans`]), holding `fields` fields of which `expiring`
+    /// carry an expiry, the latest at `latest_expiry_ms` (0 when none).
+    pub fn push_encoded(
+        &mut self,
+        encoded: &[u8],
+        fields: u32,
+        expiring: u32,
+        latest_expiry_ms: u64,
+    ) {
+        debug_assert!(expiring <= fields && (fields > 0 || encoded.is_empty()));
+        self.out.extend_from_slice(encoded);
+        self.count += fields;
+        self.expiring += expiring;
+        self.latest_expiry_ms = self.latest_expiry_ms.max(latest_expiry_ms);
+    }
+
     /// Fields pushed so far.
     pub fn len(&self) -> usize {
         self.count as usize
@@ -363,6 +396,37 @@ mod tests {
         assert_eq!(record_expiry(None, None), None);
         set_key_expiry(&mut out, None);
         assert_eq!(Hash::parse(&out).unwrap().key_expiry_ms(), None);
+    }
+
+    /// Runs of entries copied as they are and fields pushed one by one make the same encoding
+    /// as pushing every field.
+    #[test]
+    fn encoded_runs_copy_as_pushed_fields_would() {
+        let fields = [
+            field(b"a", b"1", None),
+            field(b"b", b"22", Some(7_000)),
+            field(b"c", b"333", None),
+            field(b"d", b"4", Some(9_000)),
+        ];
+        let bytes = build(&fields);
+        let hash = Hash::parse(&bytes).unwrap();
+        let spans: Vec<_> = hash.stored_spans().collect();
+        assert_eq!(spans.len(), 4);
+        assert_eq!(spans[0].1.start, 0);
+        assert_eq!(spans[3].1.end, hash.entries().len());
+        let mut out = Vec::new();
+        let mut builder = Builder::new(&mut out);
+        builder.push_encoded(
+            &hash.entries()[spans[0].1.start..spans[1].1.end],
+            2,
+            1,
+            7_000,
+        );
+        builder.push(spans[2].0);
+        builder.push_encoded(&hash.entries()[spans[3].1.clone()], 1, 1, 9_000);
+        assert_eq!(builder.fields_gone_ms(), None);
+        builder.finish(None);
+        assert_eq!(out, bytes);
     }
 
     #[test]

@@ -175,7 +175,8 @@ impl<'p> Pairs<'p> {
 
 /// Copies `old`'s live fields with the values `pairs` set (their expiry cleared, as a write of
 /// a field clears it), then appends the fields `pairs` adds, in the order first named; returns
-/// how many it added. One walk of the hash.
+/// how many it added. One walk of the hash; the entries it keeps as they are go over in runs,
+/// a copy of bytes each, not field by field.
 fn set_fields(
     old: Option<&Hash<'_>>,
     now_ms: u64,
@@ -184,9 +185,16 @@ fn set_fields(
 ) -> usize {
     let lookup = Pairs::new(pairs);
     let mut present = vec![false; pairs.len() / 2];
-    for field in old.into_iter().flat_map(|hash| hash.live(now_ms)) {
-        match lookup.find(field.name) {
-            Some((first, value)) => {
+    if let Some(hash) = old {
+        let mut run = Run::default();
+        for (field, span) in hash.stored_spans() {
+            let set = lookup.find(field.name);
+            if set.is_none() && field.is_live(now_ms) {
+                run.extend(hash, &field, span, out);
+                continue;
+            }
+            run.flush(hash, out);
+            if let Some((first, value)) = set.filter(|_| field.is_live(now_ms)) {
                 present[first] = true;
                 out.push(Field {
                     name: field.name,
@@ -194,8 +202,8 @@ fn set_fields(
                     expires_at_ms: None,
                 });
             }
-            None => out.push(field),
         }
+        run.flush(hash, out);
     }
     let mut added = 0;
     for (at, pair) in pairs.chunks_exact(2).enumerate() {
@@ -212,6 +220,49 @@ fn set_fields(
         }
     }
     added
+}
+
+/// Entries of a hash kept as they are, next to each other in its encoding: copied in one go.
+#[derive(Default)]
+struct Run {
+    span: std::ops::Range<usize>,
+    fields: u32,
+    expiring: u32,
+    latest_expiry_ms: u64,
+}
+
+impl Run {
+    /// Adds the entry at `span` (`field`), copying the run so far first when it does not
+    /// continue it.
+    fn extend(
+        &mut self,
+        hash: &Hash<'_>,
+        field: &Field<'_>,
+        span: std::ops::Range<usize>,
+        out: &mut Builder<'_>,
+    ) {
+        if self.fields > 0 && self.span.end != span.start {
+            self.flush(hash, out);
+        }
+        if self.fields == 0 {
+            self.span = span.start..span.start;
+        }
+        self.span.end = span.end;
+        self.fields += 1;
+        if let Some(at) = field.expires_at_ms {
+            self.expiring += 1;
+            self.latest_expiry_ms = self.latest_expiry_ms.max(at);
+        }
+    }
+
+    /// Copies the run into `out` and starts over.
+    fn flush(&mut self, hash: &Hash<'_>, out: &mut Builder<'_>) {
+        if self.fields > 0 {
+            let run = std::mem::take(self);
+            let encoded = &hash.entries()[run.span];
+            out.push_encoded(encoded, run.fields, run.expiring, run.latest_expiry_ms);
+        }
+    }
 }
 
 /// `HSET key field value [field value ...]`: how many fields were added.
