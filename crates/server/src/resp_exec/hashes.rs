@@ -186,24 +186,13 @@ fn set_fields(
     let lookup = Pairs::new(pairs);
     let mut present = vec![false; pairs.len() / 2];
     if let Some(hash) = old {
-        let mut run = Run::default();
-        for (field, span) in hash.stored_spans() {
-            let set = lookup.find(field.name);
-            if set.is_none() && field.is_live(now_ms) {
-                run.extend(hash, &field, span, out);
-                continue;
-            }
-            run.flush(hash, out);
-            if let Some((first, value)) = set.filter(|_| field.is_live(now_ms)) {
+        rewrite_live(hash, now_ms, out, |field| match lookup.find(field.name) {
+            Some((first, value)) => {
                 present[first] = true;
-                out.push(Field {
-                    name: field.name,
-                    value,
-                    expires_at_ms: None,
-                });
+                Rewrite::Set(value)
             }
-        }
-        run.flush(hash, out);
+            None => Rewrite::Keep,
+        });
     }
     let mut added = 0;
     for (at, pair) in pairs.chunks_exact(2).enumerate() {
@@ -220,6 +209,54 @@ fn set_fields(
         }
     }
     added
+}
+
+/// What a rewrite does with one live field of the old hash.
+enum Rewrite<'v> {
+    /// It stays as it is (copied with its neighbours, as bytes).
+    Keep,
+    /// It goes.
+    Drop,
+    /// It stays in its place with this value, its expiry kept (HINCRBY).
+    Value(&'v [u8]),
+    /// It stays in its place with this value and no expiry (HSET: a write clears it).
+    Set(&'v [u8]),
+}
+
+/// Writes `hash`'s live fields into `out` as `decide` says, in order; expired fields are
+/// dropped. The fields kept as they are go over in runs, one byte copy each.
+fn rewrite_live<'v>(
+    hash: &Hash<'_>,
+    now_ms: u64,
+    out: &mut Builder<'_>,
+    mut decide: impl FnMut(&Field<'_>) -> Rewrite<'v>,
+) {
+    let mut run = Run::default();
+    for (field, span) in hash.stored_spans() {
+        let action = if field.is_live(now_ms) {
+            decide(&field)
+        } else {
+            Rewrite::Drop
+        };
+        match action {
+            Rewrite::Keep => run.extend(hash, &field, span, out),
+            Rewrite::Drop => run.flush(hash, out),
+            Rewrite::Value(value) => {
+                run.flush(hash, out);
+                out.push(Field { value, ..field });
+            }
+            Rewrite::Set(value) => {
+                run.flush(hash, out);
+                let expires_at_ms = None;
+                out.push(Field {
+                    value,
+                    expires_at_ms,
+                    ..field
+                });
+            }
+        }
+    }
+    run.flush(hash, out);
 }
 
 /// Entries of a hash kept as they are, next to each other in its encoding: copied in one go.
@@ -438,13 +475,14 @@ pub(crate) fn hdel(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         let Some(old) = old else {
             return Edit::Keep;
         };
-        for field in old.live(now_ms) {
+        rewrite_live(old, now_ms, builder, |field| {
             if call.args_from(2).any(|name| name == field.name) {
                 removed += 1;
+                Rewrite::Drop
             } else {
-                builder.push(field);
+                Rewrite::Keep
             }
-        }
+        });
         if removed == 0 {
             Edit::Keep
         } else {
@@ -493,15 +531,14 @@ fn update_field(
             outcome = Err(refused);
             return Edit::Keep;
         }
-        for field in old.into_iter().flat_map(|hash| hash.live(now_ms)) {
-            if field.name == name {
-                builder.push(Field {
-                    value: &new_value,
-                    ..field
-                });
-            } else {
-                builder.push(field);
-            }
+        if let Some(hash) = old {
+            rewrite_live(hash, now_ms, builder, |field| {
+                if field.name == name {
+                    Rewrite::Value(&new_value)
+                } else {
+                    Rewrite::Keep
+                }
+            });
         }
         if current.is_none() {
             builder.push(Field {
