@@ -281,7 +281,8 @@ pub struct ServeOptions {
     /// Largest value a client may store [default: 1MiB].
     #[arg(long, value_name = "SIZE")]
     pub max_value_size: Option<ByteSize>,
-    /// Close client connections idle this many seconds; 0 never [default: 0].
+    /// Close client connections idle this many seconds; 0 never (Redis's timeout; CONFIG SET
+    /// changes it) [default: 0].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
     /// Log commands that run at least this many microseconds in SLOWLOG; 0 logs every command,
@@ -311,12 +312,13 @@ pub struct ServeOptions {
     #[arg(long, value_name = "LIST")]
     pub latency_tracking_info_percentiles: Option<String>,
     /// Output a client may leave unread: past it the client is closed (Redis's
-    /// client-output-buffer-limit hard limit); past a quarter its input waits [default: 256MiB].
+    /// client-output-buffer-limit hard limit); past a quarter its input waits; 0: no limit
+    /// (CONFIG SET client-output-buffer-limit changes it) [default: 256MiB].
     #[arg(long, value_name = "SIZE")]
     pub output_buffer_limit: Option<ByteSize>,
     /// Output buffer memory all clients together may hold: past it the Redis client holding
-    /// the most is closed and memcached multigets pause (Redis's maxmemory-clients)
-    /// [default: --output-buffer-limit].
+    /// the most is closed and memcached multigets pause (Redis's maxmemory-clients); 0: no
+    /// limit (CONFIG SET maxmemory-clients changes it) [default: --output-buffer-limit].
     #[arg(long, value_name = "SIZE")]
     pub client_output_memory: Option<ByteSize>,
     /// Password Redis clients must send with AUTH.
@@ -511,9 +513,11 @@ impl ServeOptions {
             .map_err(|error| ConfigError(format!("--memcache-auth-file: {error}")))?
             .map(Arc::new);
         let bytes = |size: ByteSize| usize::try_from(size.0).unwrap_or(usize::MAX);
+        // An output limit of 0 is none, as in Redis (the other limit still bounds).
+        let limit = |size: ByteSize| if size.0 == 0 { usize::MAX } else { bytes(size) };
         let output_buffered_bytes_hard = self
             .output_buffer_limit
-            .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, bytes);
+            .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, limit);
         let value_len_max = bytes(
             self.max_value_size
                 .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
@@ -565,7 +569,7 @@ impl ServeOptions {
             // where it bounded each client, so one client alone meets the same limit as before.
             client_output_bytes_max: self
                 .client_output_memory
-                .map_or(output_buffered_bytes_hard, bytes),
+                .map_or(output_buffered_bytes_hard, limit),
             requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
             memcache_auth,
             allow_unauthenticated_memcache: self.allow_unauthenticated_memcache,

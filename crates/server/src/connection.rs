@@ -27,7 +27,7 @@
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mio::net::TcpStream;
 
@@ -66,23 +66,20 @@ const _: () = assert!(
     PROCESS_OUTPUT_BYTES_TARGET < OUTPUT_BUFFERED_BYTES_HARD_DEFAULT / OutputLimits::SOFT_DIVISOR
 );
 
-/// Per-connection limits, fixed at startup.
+/// Per-connection limits fixed at startup. (The idle timeout and the output limits change
+/// while running: `ServerContext::live`, which the sessions check too.)
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Largest read buffer: a request that does not fit closes the connection. (The output
-    /// limits are `Settings::output`, which the sessions check too.)
+    /// Largest read buffer: a request that does not fit closes the connection.
     pub read_buffer_bytes_max: usize,
-    /// Close after this long without input (`None`: never).
-    pub idle_timeout: Option<Duration>,
 }
 
 impl Limits {
     /// Limits for requests of at most `read_buffer_bytes_max` bytes.
-    pub fn new(read_buffer_bytes_max: usize, idle_timeout_secs: u64) -> Self {
+    pub fn new(read_buffer_bytes_max: usize) -> Self {
         assert!(read_buffer_bytes_max >= BUFFER_BYTES_INITIAL);
         Limits {
             read_buffer_bytes_max,
-            idle_timeout: (idle_timeout_secs > 0).then(|| Duration::from_secs(idle_timeout_secs)),
         }
     }
 }
@@ -409,7 +406,7 @@ impl Connection {
             if let Some(reason) = self.closing {
                 return self.closing_status(reason);
             }
-            if self.reading_paused(&pass.ctx.settings.output) {
+            if self.reading_paused(&pass.ctx.live.output()) {
                 return Status::Open;
             }
             let fill = if self.input_waiting {
@@ -540,7 +537,7 @@ impl Connection {
             self.read_buf.truncate(BUFFER_BYTES_INITIAL);
             self.read_buf.shrink_to_fit();
         }
-        let output = &pass.ctx.settings.output;
+        let output = &pass.ctx.live.output();
         if output.past_hard(&self.write_buf) {
             tracing::warn!(
                 peer = ?self.peer_addr(),
@@ -570,7 +567,7 @@ impl Connection {
     fn process_chunks(&mut self, pass: &mut PassContext<'_>) -> (usize, bool) {
         let mut start = 0;
         let mut chunk = PROCESS_CHUNK_BYTES_INITIAL;
-        let output = pass.ctx.settings.output;
+        let output = pass.ctx.live.output();
         // `pass` calls this only while the output is under the soft limit; from then on the
         // check after each session call stops the loop.
         debug_assert!(!self.reading_paused(&output));

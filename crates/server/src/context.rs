@@ -147,6 +147,61 @@ impl OutputLimits {
     }
 }
 
+/// The connection limits CONFIG SET changes while running: the idle timeout (`timeout`) and
+/// the output limits (`client-output-buffer-limit`'s normal hard limit, and its soft quarter).
+/// Read per pass and per reply as two relaxed loads; `Settings` keeps the values at start.
+#[derive(Debug)]
+pub struct LiveLimits {
+    idle_timeout_secs: AtomicU64,
+    output_bytes_soft: AtomicUsize,
+    output_bytes_hard: AtomicUsize,
+}
+
+impl LiveLimits {
+    /// The limits `settings` start with.
+    pub fn new(settings: &Settings) -> Self {
+        LiveLimits {
+            idle_timeout_secs: AtomicU64::new(settings.idle_timeout_secs),
+            output_bytes_soft: AtomicUsize::new(settings.output.buffered_bytes_soft),
+            output_bytes_hard: AtomicUsize::new(settings.output.buffered_bytes_hard),
+        }
+    }
+
+    /// Seconds without input after which a connection is closed (0: never).
+    pub fn idle_timeout_secs(&self) -> u64 {
+        self.idle_timeout_secs.load(Ordering::Relaxed)
+    }
+
+    /// [`LiveLimits::idle_timeout_secs`] as a duration, `None` for never.
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        let secs = self.idle_timeout_secs();
+        (secs > 0).then(|| std::time::Duration::from_secs(secs))
+    }
+
+    /// Sets the idle timeout (`CONFIG SET timeout`).
+    pub fn set_idle_timeout_secs(&self, secs: u64) {
+        self.idle_timeout_secs.store(secs, Ordering::Relaxed);
+    }
+
+    /// The output limits now (a pass may see the soft limit of a change and the hard one of
+    /// the one before: both are valid limits, and the next pass sees the pair).
+    pub fn output(&self) -> OutputLimits {
+        OutputLimits {
+            buffered_bytes_soft: self.output_bytes_soft.load(Ordering::Relaxed),
+            buffered_bytes_hard: self.output_bytes_hard.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sets the hard output limit, and the soft one to its quarter ([`OutputLimits::new`]).
+    pub fn set_output_bytes_hard(&self, bytes: usize) {
+        let limits = OutputLimits::new(bytes);
+        self.output_bytes_soft
+            .store(limits.buffered_bytes_soft, Ordering::Relaxed);
+        self.output_bytes_hard
+            .store(limits.buffered_bytes_hard, Ordering::Relaxed);
+    }
+}
+
 /// Capacity of the output buffer every connection starts with. The budget does not count it:
 /// it is a fixed cost of `max-connections`, and a connection whose replies stay this small
 /// never reallocates its buffer, so it never touches the budget's shared counters.
@@ -179,8 +234,9 @@ pub fn output_held_bytes(capacity: usize) -> usize {
 /// Growth still in flight on other workers is not yet published, so the total can pass the
 /// budget by about one buffer doubling per worker building a reply at that moment.
 pub struct OutputBudget {
-    /// Most bytes all connections' output buffers may hold together.
-    limit_bytes: usize,
+    /// Most bytes all connections' output buffers may hold together (CONFIG SET
+    /// maxmemory-clients changes it).
+    limit_bytes: AtomicUsize,
     /// What they hold, as published.
     held_bytes: AtomicUsize,
     /// One entry per worker.
@@ -205,7 +261,7 @@ impl OutputBudget {
     pub fn new(limit_bytes: usize, workers: usize) -> Self {
         assert!(workers > 0, "a server has at least one worker");
         OutputBudget {
-            limit_bytes,
+            limit_bytes: AtomicUsize::new(limit_bytes),
             held_bytes: AtomicUsize::new(0),
             workers: (0..workers).map(|_| WorkerOutput::default()).collect(),
         }
@@ -213,7 +269,13 @@ impl OutputBudget {
 
     /// Most bytes all output buffers may hold together.
     pub fn limit_bytes(&self) -> usize {
-        self.limit_bytes
+        self.limit_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Sets the limit (`CONFIG SET maxmemory-clients`): connections past it are closed, and
+    /// multigets paused, as they next check it.
+    pub fn set_limit_bytes(&self, limit_bytes: usize) {
+        self.limit_bytes.store(limit_bytes, Ordering::Relaxed);
     }
 
     /// What all output buffers hold, as published.
@@ -233,7 +295,7 @@ impl OutputBudget {
 
     /// Whether the published total plus `unpublished` bytes passes the budget.
     pub fn over(&self, unpublished: usize) -> bool {
-        self.held_bytes().saturating_add(unpublished) > self.limit_bytes
+        self.held_bytes().saturating_add(unpublished) > self.limit_bytes()
     }
 
     /// For a session building a reply into `out`: whether the buffer grew during this call
@@ -302,6 +364,8 @@ pub struct ServerContext {
     pub stats: ServerStats,
     /// The output memory of all connections together.
     pub output_budget: OutputBudget,
+    /// The idle timeout and output limits now (CONFIG SET changes them).
+    pub live: LiveLimits,
     /// When the server started.
     pub started: Instant,
     /// Set when the server is shutting down (SHUTDOWN, SIGTERM).
@@ -354,6 +418,7 @@ impl ServerContext {
                 settings.slowlog_max_len,
             ),
             output_budget: OutputBudget::new(settings.client_output_bytes_max, settings.threads),
+            live: LiveLimits::new(&settings),
             exclusive: crate::exclusive::Exclusive::new(settings.threads),
             clients: Arc::new(crate::clients::Clients::new(settings.threads)),
             monitors: crate::monitor::Monitors::default(),

@@ -218,7 +218,7 @@ fn spawn_workers(
     sessions: Sessions,
     acceptor_waker: &Arc<Waker>,
 ) -> Result<Vec<worker::WorkerHandle>, ServeError> {
-    let limits = Limits::new(config.read_buffer_bytes_max(), config.idle_timeout_secs);
+    let limits = Limits::new(config.read_buffer_bytes_max());
     Ok((0..config.threads)
         .map(|id| {
             let shared = WorkerShared {

@@ -332,8 +332,9 @@ impl Worker {
         }
         let idle = self
             .shared
-            .limits
-            .idle_timeout
+            .ctx
+            .live
+            .idle_timeout()
             .map(|_| self.next_idle_sweep.saturating_duration_since(now));
         let drain = self
             .drain_deadline
@@ -666,7 +667,7 @@ impl Worker {
     }
 
     fn sweep_idle(&mut self, now: Instant) {
-        let Some(timeout) = self.shared.limits.idle_timeout else {
+        let Some(timeout) = self.shared.ctx.live.idle_timeout() else {
             return;
         };
         if now < self.next_idle_sweep {

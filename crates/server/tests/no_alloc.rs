@@ -81,7 +81,7 @@ fn a_warm_connection_allocates_nothing_per_request() {
         Arc::new(Engine::open(config).expect("engine")),
         Settings::default(),
     );
-    let limits = Limits::new(1 << 20, 0);
+    let limits = Limits::new(1 << 20);
     let latency = LatencyHistogram::default();
     let mut traffic = Traffic::default();
     let stream = mio::net::TcpStream::from_std(server);

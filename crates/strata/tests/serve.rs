@@ -641,3 +641,45 @@ fn config_rewrite_keeps_live_settings_across_a_restart() {
         "-ERR The server is running without a config file\r\n"
     );
 }
+
+/// CONFIG SET changes the idle timeout and the output limit of a running server: a client
+/// that stays idle is closed once `timeout` is set (whichever worker holds it, asleep or
+/// not), and an MGET past a lowered `client-output-buffer-limit` closes its connection.
+#[test]
+fn config_set_timeout_and_output_limit_apply_to_running_clients() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = Client::connect(server.resp);
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(Client::connect(server.resp));
+    }
+    for i in 0..8 {
+        let key = format!("v{i}");
+        let set = resp_command(&[b"SET", key.as_bytes(), &vec![b'x'; 1 << 20]]);
+        assert_eq!(admin.call(&set), "+OK\r\n");
+    }
+    let limit = resp_command(&[
+        b"CONFIG",
+        b"SET",
+        b"client-output-buffer-limit",
+        b"normal 4mb 0 0",
+    ]);
+    assert_eq!(admin.call(&limit), "+OK\r\n");
+    let mut offender = Client::connect(server.resp);
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    let keys: Vec<String> = (0..8).map(|i| format!("v{i}")).collect();
+    args.extend(keys.iter().map(String::as_bytes));
+    offender.send(&resp_command(&args));
+    assert_eq!(
+        offender
+            .bytes_until_closed()
+            .expect("the connection closed"),
+        0,
+        "8 MiB of reply past a 4 MiB limit: closed, nothing sent"
+    );
+    let timeout = resp_command(&[b"CONFIG", b"SET", b"timeout", b"1"]);
+    assert_eq!(admin.call(&timeout), "+OK\r\n");
+    for mut client in idle {
+        assert!(client.closed_by_server(), "an idle client is closed");
+    }
+}

@@ -39,6 +39,13 @@ pub struct LiveSettings {
     pub memory_limit_bytes: Option<u64>,
     /// The eviction policy's strata name (`--eviction`).
     pub eviction: &'static str,
+    /// `timeout` (`--idle-timeout`), seconds.
+    pub idle_timeout_secs: u64,
+    /// `client-output-buffer-limit`'s hard limit (`--output-buffer-limit`), `usize::MAX` for
+    /// none.
+    pub output_bytes_hard: usize,
+    /// `maxmemory-clients` (`--client-output-memory`), `usize::MAX` for none.
+    pub client_output_bytes: usize,
 }
 
 /// One setting: its file key, what the file gives now (its line or the default), and its
@@ -83,7 +90,15 @@ fn set_keeping_comment(document: &mut DocumentMut, key: &str, mut running: toml_
     document[key] = value(running);
 }
 
+/// Every setting's line: those of the logs and monitors, then those of memory and clients.
 fn lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
+    let mut lines = monitor_lines(file, live);
+    lines.extend(memory_lines(file, live));
+    lines
+}
+
+/// The slowlog's and the latency monitor's and histograms' lines.
+fn monitor_lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
     let defaults = LiveSettings::default();
     let percentiles_in_file = file
         .latency_tracking_info_percentiles
@@ -93,8 +108,6 @@ fn lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
                 .map(percentiles_text)
                 .unwrap_or_default()
         });
-    let memory_limit_in_file = file.maxmemory.map(|size| size.0);
-    let eviction_in_file = file.eviction.map(|arg| eviction(arg).name());
     vec![
         Line {
             key: "slowlog-log-slower-than",
@@ -137,6 +150,18 @@ fn lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
                 == live.latency_percentiles,
             running: Some(live.latency_percentiles.as_str().into()),
         },
+    ]
+}
+
+/// The memory tier's, the eviction policy's and the clients' lines.
+fn memory_lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
+    let defaults = LiveSettings::default();
+    let memory_limit_in_file = file.maxmemory.map(|size| size.0);
+    let eviction_in_file = file.eviction.map(|arg| eviction(arg).name());
+    let output_hard_in_file = file
+        .output_buffer_limit
+        .map_or(defaults.output_bytes_hard, output_limit);
+    vec![
         Line {
             key: "maxmemory",
             same: memory_limit_in_file == live.memory_limit_bytes,
@@ -149,7 +174,46 @@ fn lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
             same: eviction_in_file.unwrap_or(defaults.eviction) == live.eviction,
             running: Some(live.eviction.into()),
         },
+        Line {
+            key: "idle-timeout",
+            same: file.idle_timeout.unwrap_or(defaults.idle_timeout_secs) == live.idle_timeout_secs,
+            running: Some(
+                i64::try_from(live.idle_timeout_secs)
+                    .unwrap_or(i64::MAX)
+                    .into(),
+            ),
+        },
+        Line {
+            key: "output-buffer-limit",
+            same: output_hard_in_file == live.output_bytes_hard,
+            running: Some(size_value(live.output_bytes_hard)),
+        },
+        Line {
+            key: "client-output-memory",
+            // Without a line it follows output-buffer-limit, as the rewrite leaves that one.
+            same: file
+                .client_output_memory
+                .map_or(live.output_bytes_hard, output_limit)
+                == live.client_output_bytes,
+            running: Some(size_value(live.client_output_bytes)),
+        },
     ]
+}
+
+/// An output limit as the file gives it: 0 is none.
+fn output_limit(size: ByteSize) -> usize {
+    match size.0 {
+        0 => usize::MAX,
+        bytes => usize::try_from(bytes).unwrap_or(usize::MAX),
+    }
+}
+
+/// A size as the file takes it: `"64MiB"`, or 0 for none.
+fn size_value(bytes: usize) -> toml_edit::Value {
+    if bytes == usize::MAX {
+        return 0.into();
+    }
+    ByteSize(bytes as u64).to_string().replace(' ', "").into()
 }
 
 /// Percentiles as CONFIG GET and the file write them: `50 99 99.9`.
@@ -172,6 +236,9 @@ impl Default for LiveSettings {
             latency_percentiles: percentiles_text(crate::resp_exec::PERCENTILES_DEFAULT.to_vec()),
             memory_limit_bytes: None,
             eviction: strata_engine::EvictionPolicy::Merge.name(),
+            idle_timeout_secs: 0,
+            output_bytes_hard: crate::context::OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
+            client_output_bytes: crate::context::OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
         }
     }
 }
@@ -272,12 +339,23 @@ mod tests {
         assert_eq!(options.latency_tracking, Some(false));
         let live = LiveSettings {
             memory_limit_bytes: Some(48 << 20),
+            output_bytes_hard: usize::MAX,
+            idle_timeout_secs: 30,
             ..live
         };
         rewrite(&path, &live).unwrap();
         let options: ServeOptions =
             toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(options.maxmemory, Some(ByteSize(48 << 20)));
+        assert_eq!(options.output_buffer_limit, Some(ByteSize(0)), "none");
+        assert_eq!(options.idle_timeout, Some(30));
+        assert_eq!(
+            options.client_output_memory,
+            Some(ByteSize(
+                crate::context::OUTPUT_BUFFERED_BYTES_HARD_DEFAULT as u64
+            )),
+            "its default followed the output limit: written so it stays"
+        );
         let leftovers = std::fs::read_dir(path.parent().unwrap()).unwrap().count();
         assert_eq!(leftovers, 1, "no temporary file left");
     }

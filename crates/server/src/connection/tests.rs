@@ -102,7 +102,7 @@ fn fixture_settings(
     let engine = Arc::new(Engine::open(config).expect("engine"));
     Fixture {
         ctx: ServerContext::new(engine, settings),
-        limits: Limits::new(64 << 10, 0),
+        limits: Limits::new(64 << 10),
         latency: LatencyHistogram::default(),
         traffic: Traffic::default(),
         connection: Connection::new(TcpStream::from_std(server), session, Instant::now()),

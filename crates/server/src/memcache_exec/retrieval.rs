@@ -108,7 +108,7 @@ pub(super) fn execute(
 /// it published to the output budget). Below the soft limit only a buffer that grew during the
 /// call can pass the budget, and it grew only if its length passed that capacity.
 pub(super) fn stop_len(ctx: &ServerContext, out: &Vec<u8>) -> usize {
-    ctx.settings.output.buffered_bytes_soft.min(out.capacity())
+    ctx.live.output().buffered_bytes_soft.min(out.capacity())
 }
 
 /// Past [`stop_len`]: whether the multiget must pause, because `out` is past the soft limit or
@@ -118,7 +118,7 @@ pub(super) fn stop_len(ctx: &ServerContext, out: &Vec<u8>) -> usize {
 #[cold]
 #[inline(never)]
 fn output_stop(ctx: &ServerContext, out: &Vec<u8>, stop_len: usize) -> bool {
-    ctx.settings.output.past_soft(out) || ctx.output_budget.passed_by(out, stop_len)
+    ctx.live.output().past_soft(out) || ctx.output_budget.passed_by(out, stop_len)
 }
 
 /// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
@@ -268,7 +268,7 @@ mod tests {
             client_output_bytes_max: SOFT,
             ..Settings::default()
         });
-        assert!(ctx.settings.output.buffered_bytes_soft > 1 << 20);
+        assert!(ctx.live.output().buffered_bytes_soft > 1 << 20);
         let keys: Vec<u8> = (0..40).map(|i| i % 5).collect();
         let line: Vec<String> = keys.iter().map(|i| format!("k{i}")).collect();
         let input = format!("get {}\r\n", line.join(" "));

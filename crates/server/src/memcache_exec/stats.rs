@@ -305,7 +305,7 @@ fn settings(ctx: &ServerContext, out: &mut Vec<u8>) {
         auth_file.as_deref().unwrap_or("no"),
     );
     encode::write_stat_u64(out, b"item_size_max", settings.value_len_max as u64);
-    encode::write_stat_u64(out, b"idle_timeout", settings.idle_timeout_secs);
+    encode::write_stat_u64(out, b"idle_timeout", ctx.live.idle_timeout_secs());
     text(out, "flush_enabled", yes_no(settings.flush_enabled));
     let key_len_max = settings.memcache_key_len_max as u64;
     encode::write_stat_u64(out, b"strata_key_len_max", key_len_max);

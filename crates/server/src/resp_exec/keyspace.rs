@@ -408,7 +408,7 @@ pub(crate) fn keys_walk(
         return None;
     }
     let pattern = args.get(command, 1)?.to_vec();
-    let limit_bytes = ctx.settings.output.buffered_bytes_hard;
+    let limit_bytes = ctx.live.output().buffered_bytes_hard;
     let slot = Arc::new(KeysWalk::default());
     state.keys_walk = Some(Arc::clone(&slot));
     Some(Box::new(move |engine: &strata_engine::Engine| {
@@ -656,7 +656,7 @@ mod limit_tests {
                     ..Processed::default()
                 }
             );
-            assert!(ctx.settings.output.past_hard(&out));
+            assert!(ctx.live.output().past_hard(&out));
             assert!(out.len() <= HARD + VALUE_BYTES, "{} bytes", out.len());
             assert!(ctx.engine.get(b"after", |_| ()).is_none());
             assert_eq!(ctx.engine.len(), 5_001, "the keys are all still there");

@@ -397,6 +397,15 @@ what survives a restart",
     );
 }
 
+/// A limit as CONFIG GET shows it: 0 for none, as Redis writes it.
+fn unlimited_as_zero(bytes: usize) -> usize {
+    if bytes == usize::MAX {
+        0
+    } else {
+        bytes
+    }
+}
+
 /// A boolean setting's value, as Redis writes it.
 fn yes_no(on: bool) -> &'static str {
     if on {
@@ -427,9 +436,9 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
         ("maxclients", settings.connections_max.to_string()),
         (
             "maxmemory-clients",
-            settings.client_output_bytes_max.to_string(),
+            unlimited_as_zero(ctx.output_budget.limit_bytes()).to_string(),
         ),
-        ("timeout", settings.idle_timeout_secs.to_string()),
+        ("timeout", ctx.live.idle_timeout_secs().to_string()),
         (
             "slowlog-log-slower-than",
             ctx.slowlog.slower_than_us().to_string(),
@@ -458,7 +467,7 @@ fn config_values(ctx: &ServerContext) -> Vec<(&'static str, String)> {
             "client-output-buffer-limit",
             format!(
                 "normal {} 0 0 slave 0 0 0 pubsub 0 0 0",
-                settings.output.buffered_bytes_hard
+                unlimited_as_zero(ctx.live.output().buffered_bytes_hard)
             ),
         ),
     ]
@@ -534,6 +543,9 @@ fn config_rewrite(ctx: &ServerContext, out: &mut Vec<u8>) {
         memory_limit_bytes: (engine.memory_limit_bytes < memory_limit_bounds(&engine).1)
             .then_some(engine.memory_limit_bytes),
         eviction: ctx.engine.eviction_policy().name(),
+        idle_timeout_secs: ctx.live.idle_timeout_secs(),
+        output_bytes_hard: ctx.live.output().buffered_bytes_hard,
+        client_output_bytes: ctx.output_budget.limit_bytes(),
     };
     match crate::config::rewrite::rewrite(path, &live) {
         Ok(()) => {
@@ -560,6 +572,12 @@ enum LiveSetting {
     LatencyTracking(bool),
     /// `latency-tracking-info-percentiles`.
     LatencyPercentiles(Vec<f64>),
+    /// `timeout`, seconds (0: never).
+    IdleTimeoutSecs(u64),
+    /// `client-output-buffer-limit`'s normal hard limit, bytes.
+    OutputBytesHard(usize),
+    /// `maxmemory-clients`, bytes.
+    ClientOutputBytes(usize),
 }
 
 /// The live setting `name` set to `value`, `None` for a setting fixed at start, or the error
@@ -568,6 +586,7 @@ fn live_setting(
     name: &str,
     value: &[u8],
     engine: &EngineStats,
+    value_len_max: usize,
 ) -> Option<Result<LiveSetting, String>> {
     let parsed = strata_protocol::resp::parse_i64(value);
     let bad = |why: &str| {
@@ -610,6 +629,19 @@ fn live_setting(
             Ok(Err(why)) => bad(why),
             Err(_) => bad("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction"),
         },
+        "timeout" => match parsed.map(u64::try_from) {
+            Some(Ok(secs)) if secs <= i32::MAX as u64 => Ok(LiveSetting::IdleTimeoutSecs(secs)),
+            Some(_) => bad("argument must be between 0 and 2147483647 inclusive"),
+            None => bad("argument couldn't be parsed into an integer"),
+        },
+        "client-output-buffer-limit" => output_buffer_limit(value, value_len_max).map_or_else(
+            |why| bad(&why),
+            |bytes| Ok(LiveSetting::OutputBytesHard(bytes)),
+        ),
+        "maxmemory-clients" => match output_bytes(value, value_len_max) {
+            Ok(bytes) => Ok(LiveSetting::ClientOutputBytes(bytes)),
+            Err(why) => bad(&why),
+        },
         "latency-tracking" => match value.to_ascii_lowercase().as_slice() {
             b"yes" => Ok(LiveSetting::LatencyTracking(true)),
             b"no" => Ok(LiveSetting::LatencyTracking(false)),
@@ -621,6 +653,68 @@ fn live_setting(
         },
         _ => return None,
     })
+}
+
+/// An output limit in bytes as CONFIG SET takes it: a memory value, 0 for none (as in Redis;
+/// the other limit still bounds), else at least four of the largest values (what
+/// `--output-buffer-limit` and `--client-output-memory` accept at start).
+fn output_bytes(value: &[u8], value_len_max: usize) -> Result<usize, String> {
+    let bytes = std::str::from_utf8(value)
+        .ok()
+        .and_then(|text| text.parse::<strata_pool::ByteSize>().ok())
+        .ok_or_else(|| "argument must be a memory value".to_owned())?;
+    let bytes = usize::try_from(bytes.0).unwrap_or(usize::MAX);
+    let min = value_len_max * crate::config::OUTPUT_BUFFER_LIMIT_VALUES_MIN;
+    match bytes {
+        0 => Ok(usize::MAX),
+        bytes if bytes < min => Err(format!(
+            "strata needs at least {min} bytes ({} times --max-value-size): a smaller limit \
+             would close clients for one large reply",
+            crate::config::OUTPUT_BUFFER_LIMIT_VALUES_MIN
+        )),
+        bytes => Ok(bytes),
+    }
+}
+
+/// `client-output-buffer-limit <class> <hard> <soft> <seconds> ...`: the `normal` class's hard
+/// limit (strata's soft limit is a quarter of it, and has no time: `soft` and `seconds` must
+/// be 0); `replica`/`slave` and `pubsub`, classes strata has no clients of, must say 0 0 0.
+fn output_buffer_limit(value: &[u8], value_len_max: usize) -> Result<usize, String> {
+    let text = std::str::from_utf8(value).map_err(|_| "Wrong number of arguments".to_owned())?;
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.is_empty() || !words.len().is_multiple_of(4) {
+        return Err("Wrong number of arguments in buffer limit configuration.".to_owned());
+    }
+    let mut hard = None;
+    for class in words.chunks_exact(4) {
+        let zero = |word: &str| {
+            word.parse::<strata_pool::ByteSize>()
+                .is_ok_and(|b| b.0 == 0)
+        };
+        match class[0].to_ascii_lowercase().as_str() {
+            "normal" if zero(class[2]) && zero(class[3]) => {
+                hard = Some(output_bytes(class[1].as_bytes(), value_len_max)?);
+            }
+            "normal" => {
+                return Err(
+                    "strata's soft limit is a quarter of the hard one, with no time: give \
+                            normal <hard> 0 0"
+                        .to_owned(),
+                )
+            }
+            "replica" | "slave" | "pubsub" if class[1..].iter().all(|w| zero(w)) => {}
+            "replica" | "slave" | "pubsub" => {
+                return Err(format!(
+                    "strata has no {} clients: their limits stay 0 0 0",
+                    class[0]
+                ))
+            }
+            _ => {
+                return Err("Invalid client class specified in buffer limit configuration.".into())
+            }
+        }
+    }
+    hard.ok_or_else(|| "strata limits the normal class only: give normal <hard> 0 0".to_owned())
 }
 
 /// The memory limits `CONFIG SET maxmemory` takes (bytes): at least two segments per shard and
@@ -651,7 +745,7 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
             encode::error(out, &message);
             return;
         };
-        match live_setting(known, value, &engine) {
+        match live_setting(known, value, &engine, call.ctx.settings.value_len_max) {
             Some(Ok(setting)) => {
                 live.push(setting);
                 continue;
@@ -686,6 +780,13 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
                 tracing::info!(bytes = ?bytes, "maxmemory changed by CONFIG SET");
             }
             LiveSetting::LatencyTracking(on) => call.ctx.resp_commands.latency.set_enabled(on),
+            LiveSetting::IdleTimeoutSecs(secs) => {
+                call.ctx.live.set_idle_timeout_secs(secs);
+                // A worker asleep with no timeout learns of it now, not at its next event.
+                call.ctx.clients.wake_all();
+            }
+            LiveSetting::OutputBytesHard(bytes) => call.ctx.live.set_output_bytes_hard(bytes),
+            LiveSetting::ClientOutputBytes(bytes) => call.ctx.output_budget.set_limit_bytes(bytes),
             LiveSetting::LatencyPercentiles(percentiles) => {
                 call.ctx.resp_commands.latency.set_percentiles(percentiles);
             }

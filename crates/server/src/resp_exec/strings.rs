@@ -53,7 +53,7 @@ pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// Departure: under `CLIENT REPLY OFF|SKIP` the reply is dropped after the handler returns, so
 /// the connection closes as for QUIT, without counting an output limit disconnection.
 pub(crate) fn output_limit_passed(state: &mut State, call: &Call<'_>, out: &Vec<u8>) -> bool {
-    let passed = call.ctx.settings.output.past_hard(out);
+    let passed = call.ctx.live.output().past_hard(out);
     state.close |= passed;
     if passed {
         return true;
@@ -587,7 +587,7 @@ pub(crate) mod tests {
             }
         );
         assert!(
-            ctx.settings.output.past_hard(&out),
+            ctx.live.output().past_hard(&out),
             "left over the limit: {}",
             out.len()
         );

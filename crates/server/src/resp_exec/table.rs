@@ -680,7 +680,7 @@ pub(crate) static COMMANDS: &[Command] = &[
     )
     ),
     differs(
-        "the settings strata knows; CONFIG SET changes the slowlog settings, latency-monitor-threshold, latency-tracking and its percentiles, maxmemory (down to two segments per shard, up to the pool: it does not grow while running) and maxmemory-policy (strata's merge, fifo, random, none, or Redis's noeviction, allkeys-random, allkeys-lru and allkeys-lfu as merge; volatile-* refused) live, others only to their current value; REWRITE writes the live settings to the --config file (not the start-up flags)",
+        "the settings strata knows; CONFIG SET changes the slowlog settings, latency-monitor-threshold, latency-tracking and its percentiles, timeout, client-output-buffer-limit (the normal class's hard limit: the soft one is a quarter of it; other classes stay 0 0 0), maxmemory-clients, maxmemory (down to two segments per shard, up to the pool: it does not grow while running) and maxmemory-policy (strata's merge, fifo, random, none, or Redis's noeviction, allkeys-random, allkeys-lru and allkeys-lfu as merge; volatile-* refused) live, others only to their current value; REWRITE writes the live settings to the --config file (not the start-up flags)",
         row(
         "config",
         -2,

@@ -1171,3 +1171,78 @@ fn hash_rewrites_keep_places_and_expiries_and_drop_expired_fields() {
         "the expired field b went with the HDEL's rewrite"
     );
 }
+
+/// CONFIG SET changes the idle timeout and the output limits while running, 0 meaning none
+/// as in Redis; a limit under four of the largest values, a soft limit or time for the normal
+/// class, or a limit for a class strata has no clients of, is refused with why.
+#[test]
+fn config_set_changes_the_timeout_and_output_limits_live() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let mut set = |args: &[&str]| {
+        let mut all = vec!["CONFIG", "SET"];
+        all.extend_from_slice(args);
+        String::from_utf8(run_args(&mut session, &ctx, &all)).unwrap()
+    };
+    assert_eq!(set(&["timeout", "300"]), "+OK\r\n");
+    assert_eq!(
+        set(&["client-output-buffer-limit", "normal 8mb 0 0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(set(&["maxmemory-clients", "32mb"]), "+OK\r\n");
+    let refused = [
+        (
+            vec!["timeout", "-1"],
+            "argument must be between 0 and 2147483647 inclusive",
+        ),
+        (
+            vec!["client-output-buffer-limit", "normal 1mb 0 0"],
+            "at least 4194304 bytes",
+        ),
+        (
+            vec!["client-output-buffer-limit", "normal 8mb 2mb 60"],
+            "a quarter of the hard",
+        ),
+        (
+            vec!["client-output-buffer-limit", "pubsub 32mb 8mb 60"],
+            "no pubsub clients",
+        ),
+        (
+            vec!["client-output-buffer-limit", "normal 8mb 0"],
+            "Wrong number of arguments",
+        ),
+        (
+            vec!["client-output-buffer-limit", "robots 1 0 0"],
+            "Invalid client class",
+        ),
+        (vec!["maxmemory-clients", "10%"], "must be a memory value"),
+    ];
+    for (args, why) in refused {
+        let reply = set(&args);
+        assert!(
+            reply.starts_with("-ERR CONFIG SET failed"),
+            "{args:?}: {reply}"
+        );
+        assert!(reply.contains(why), "{args:?}: {reply}");
+    }
+    assert_eq!(ctx.live.idle_timeout_secs(), 300);
+    assert_eq!(ctx.live.output().buffered_bytes_hard, 8 << 20);
+    assert_eq!(ctx.live.output().buffered_bytes_soft, 2 << 20);
+    assert_eq!(ctx.output_budget.limit_bytes(), 32 << 20);
+    assert_eq!(
+        set(&["client-output-buffer-limit", "normal 0 0 0 replica 0 0 0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(set(&["maxmemory-clients", "0"]), "+OK\r\n");
+    let get = run(&mut session, &ctx, "CONFIG GET *o*t*");
+    let get = String::from_utf8(get).unwrap();
+    assert!(get.contains("$7\r\ntimeout\r\n$3\r\n300\r\n"), "{get}");
+    assert!(
+        get.contains("$17\r\nmaxmemory-clients\r\n$1\r\n0\r\n"),
+        "{get}"
+    );
+    assert!(
+        get.contains("normal 0 0 0 slave 0 0 0 pubsub 0 0 0"),
+        "{get}"
+    );
+}
