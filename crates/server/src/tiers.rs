@@ -301,6 +301,12 @@ fn flash_counters_more(flash: &FlashStats) -> Vec<Field> {
             "Flash reads served from a record an I/O thread read ahead while the request waited.",
             flash.staged_reads,
         ),
+        field(
+            "staged_dropped",
+            Counter,
+            "Records read ahead that the full staging area dropped, oldest first, before a read took them.",
+            flash.staged_dropped,
+        ),
         field("reads", Counter, "Reads of the medium.", flash.reads),
         field(
             "read_bytes",

@@ -217,6 +217,8 @@ pub(crate) struct FlashCounters {
     pub(crate) read_latency_us_sum: AtomicU64,
     /// Reads served from a record an I/O thread had read ahead (no I/O on the worker).
     pub(crate) staged_reads: AtomicU64,
+    /// Records read ahead and dropped, oldest first, to keep the staging area in its bounds.
+    pub(crate) staged_dropped: AtomicU64,
     /// Reads of the medium (among `reads`) the flash thread made to settle suspects.
     pub(crate) settle_reads: AtomicU64,
     /// Bytes reclaim read (directories; whole regions where a directory failed).
@@ -290,7 +292,49 @@ struct StagedRecord {
 #[derive(Debug, Default)]
 struct Staged {
     records: HashMap<u64, StagedRecord>,
+    /// Locations in the order they were staged (some since taken: skipped when met).
+    order: std::collections::VecDeque<u64>,
     bytes: usize,
+}
+
+impl Staged {
+    /// Keeps `record` for the read of `location` that will ask for it, dropping the oldest
+    /// records first while the area is past [`STAGED_RECORDS_MAX`] or [`STAGED_BYTES_MAX`]
+    /// (records no read came for: their requests went away, or read them some other way);
+    /// returns how many it dropped.
+    fn insert(&mut self, location: u64, record: StagedRecord) -> u64 {
+        let mut dropped = 0;
+        while self.records.len() >= STAGED_RECORDS_MAX
+            || self.bytes + record.bytes.len() > STAGED_BYTES_MAX
+        {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(old) = self.records.remove(&oldest) {
+                self.bytes -= old.bytes.len();
+                dropped += 1;
+            }
+        }
+        self.bytes += record.bytes.len();
+        match self.records.insert(location, record) {
+            Some(old) => self.bytes -= old.bytes.len(),
+            None => self.order.push_back(location),
+        }
+        if self.order.len() > 2 * STAGED_RECORDS_MAX {
+            // Mostly locations taken since: keep the order of those still here.
+            let records = &self.records;
+            self.order.retain(|location| records.contains_key(location));
+        }
+        debug_assert!(self.records.len() <= self.order.len());
+        dropped
+    }
+
+    /// Takes the record staged for `location`.
+    fn take(&mut self, location: u64) -> Option<StagedRecord> {
+        let record = self.records.remove(&location)?;
+        self.bytes -= record.bytes.len();
+        Some(record)
+    }
 }
 
 /// Where a record's first read goes (`FlashTier::plan_read`).
@@ -354,8 +398,8 @@ enum Checked {
     Longer(usize),
 }
 
-/// Most records, and most bytes, held read ahead. Past either, all are dropped (records no
-/// read came for accumulate otherwise): a read that wanted one reads the medium itself.
+/// Most records, and most bytes, held read ahead. Past either, the oldest are dropped (records
+/// no read came for accumulate otherwise): a read that wanted one reads the medium itself.
 const STAGED_RECORDS_MAX: usize = 4096;
 const STAGED_BYTES_MAX: usize = 64 << 20;
 
@@ -461,6 +505,9 @@ pub struct FlashStats {
     pub read_latency_us_sum: u64,
     /// Reads served from a record an I/O thread had read ahead while its request waited.
     pub staged_reads: u64,
+    /// Records read ahead that no read took before the staging area, full, dropped them
+    /// (oldest first): their requests read the medium on the worker, or went away.
+    pub staged_dropped: u64,
     /// Medium reads (among `reads`) made to settle suspects, not for a request: which key a
     /// flash entry beside a newer write holds. Reads for requests are `reads` minus these.
     pub settle_reads: u64,
@@ -543,6 +590,7 @@ impl FlashTier {
             read_latency_us: std::array::from_fn(|i| load(&c.read_latency_us[i])),
             read_latency_us_sum: load(&c.read_latency_us_sum),
             staged_reads: load(&c.staged_reads),
+            staged_dropped: load(&c.staged_dropped),
             settle_reads: load(&c.settle_reads),
             reclaim_read_bytes: load(&c.reclaim_read_bytes),
             reclaim_full_reads: load(&c.reclaim_full_reads),

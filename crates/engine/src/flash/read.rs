@@ -160,17 +160,16 @@ impl FlashTier {
             seq: read.seq,
             bytes: bytes[range].to_vec(),
         };
-        let mut staged = self.staged.lock().expect("staged lock");
-        if staged.records.len() >= STAGED_RECORDS_MAX
-            || staged.bytes + record.bytes.len() > STAGED_BYTES_MAX
-        {
+        let dropped = self
+            .staged
+            .lock()
+            .expect("staged lock")
+            .insert(read.location, record);
+        if dropped > 0 {
             // Reads that wanted them read the medium themselves.
-            staged.records.clear();
-            staged.bytes = 0;
-        }
-        staged.bytes += record.bytes.len();
-        if let Some(old) = staged.records.insert(read.location, record) {
-            staged.bytes -= old.bytes.len();
+            self.counters
+                .staged_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
         }
         ReadOutcome::Staged
     }
@@ -202,12 +201,7 @@ impl FlashTier {
         seq: u64,
         out: &mut AlignedBuf,
     ) -> Option<std::ops::Range<usize>> {
-        let staged = {
-            let mut all = self.staged.lock().expect("staged lock");
-            let record = all.records.remove(&location)?;
-            all.bytes -= record.bytes.len();
-            record
-        };
+        let staged = self.staged.lock().expect("staged lock").take(location)?;
         if staged.seq != seq {
             return None;
         }
