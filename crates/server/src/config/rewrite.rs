@@ -59,6 +59,8 @@ struct Line {
 /// Rewrites `path` to hold `live`. The error says what failed (Redis's reply prefixes it with
 /// "Rewriting config file: ").
 pub fn rewrite(path: &Path, live: &LiveSettings) -> Result<(), String> {
+    // A link to the file is followed: the file it names is replaced, the link kept.
+    let path = &std::fs::canonicalize(path).map_err(|error| error.to_string())?;
     let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
     let file: ServeOptions = toml::from_str(&text)
         .map_err(|error| format!("{} no longer parses: {}", path.display(), error.message()))?;
@@ -358,6 +360,24 @@ mod tests {
         );
         let leftovers = std::fs::read_dir(path.parent().unwrap()).unwrap().count();
         assert_eq!(leftovers, 1, "no temporary file left");
+    }
+
+    /// A config file reached through a symbolic link: the file is rewritten, the link stays.
+    #[test]
+    fn a_linked_file_is_rewritten_through_its_link() {
+        let (_dir, path) = write("slowlog-max-len = 10\n");
+        let link = path.with_file_name("link.toml");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let live = LiveSettings {
+            slowlog_max_len: 30,
+            ..LiveSettings::default()
+        };
+        rewrite(&link, &live).unwrap();
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "slowlog-max-len = 30\n"
+        );
     }
 
     #[test]
