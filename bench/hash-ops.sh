@@ -15,17 +15,8 @@ valkey=${2:?valkey-server binary}
 seconds=${3:-5}; rounds=${4:-2}
 strata=${STRATA:-target/release/strata}
 port=23996
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-start() {
-  case $1 in
-    strata) taskset -c 0 $strata serve --threads 1 --memory 1GiB --log-level warn \
-      --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off >/dev/null 2>&1 & ;;
-    valkey) taskset -c 0 $valkey --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
-    redis) taskset -c 0 redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
-  esac
-  pid=$!
-  for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return; sleep 0.05; done
-}
+source bench/lib.sh
+start() { start_resp "$1" 1GiB; }
 fill() {
   /usr/bin/python3 - $port <<'PY'
 import redis, sys

@@ -18,18 +18,9 @@ valkey=${2:?valkey-server binary}
 seconds=${3:-5}; rounds=${4:-2}; field=${5:-field1}
 strata=${STRATA:-target/release/strata}
 port=23992
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+source bench/lib.sh
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-start() {
-  case $1 in
-    strata) taskset -c 0 $strata serve --threads 1 --memory 1GiB --log-level warn \
-      --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off >/dev/null 2>&1 & ;;
-    valkey) taskset -c 0 $valkey --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
-    redis) taskset -c 0 redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
-  esac
-  pid=$!
-  for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return; sleep 0.05; done
-}
+start() { start_resp "$1" 1GiB; }
 for round in $(seq $rounds); do
   for server in ${SERVERS:-strata valkey redis}; do
     for pipeline in 1 16; do

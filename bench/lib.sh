@@ -9,3 +9,20 @@ wait_port() {
   echo "server on port $1 did not start" >&2
   return 1
 }
+
+# cpu_ticks PID: the process's user + system CPU time so far, in clock ticks (100 a second).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# start_resp SERVER MEMORY: starts strata (one worker, MEMORY), valkey or redis (no snapshots)
+# on CPU 0 listening on $port, sets $pid, and waits until it answers PING. Reads $strata and
+# $valkey, the binaries.
+start_resp() {
+  case $1 in
+    strata) taskset -c 0 "$strata" serve --threads 1 --memory "$2" --log-level warn \
+      --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off >/dev/null 2>&1 & ;;
+    valkey) taskset -c 0 "$valkey" --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
+    redis) taskset -c 0 redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
+  esac
+  pid=$!
+  for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return; sleep 0.05; done
+}

@@ -53,11 +53,8 @@ pub(super) fn metadump(
         return false;
     }
     loop {
-        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(KEYS_PER_STEP);
-        next = ctx
-            .engine
-            .scan_step(next, KEYS_PER_STEP, &mut |key| keys.push(key.to_vec()))
-            .next;
+        let keys;
+        (keys, next) = scan_keys(ctx, next);
         for key in &keys {
             write_line(ctx, key, out);
         }
@@ -72,6 +69,16 @@ pub(super) fn metadump(
     }
     out.extend_from_slice(b"END\r\n");
     false
+}
+
+/// The keys of one scan step from `cursor`, and the cursor to go on from (0: done).
+fn scan_keys(ctx: &ServerContext, cursor: u64) -> (Vec<Vec<u8>>, u64) {
+    let mut keys = Vec::with_capacity(KEYS_PER_STEP);
+    let next = ctx
+        .engine
+        .scan_step(cursor, KEYS_PER_STEP, &mut |key| keys.push(key.to_vec()))
+        .next;
+    (keys, next)
 }
 
 /// Most bytes a `stats cachedump` reply holds (memcached's).
@@ -104,11 +111,8 @@ pub(super) fn cachedump(args: &mut Tokens<'_>, ctx: &ServerContext, out: &mut Ve
     let mut cursor = 0;
     let full = |out: &Vec<u8>, listed| listed >= limit || out.len() - start >= CACHEDUMP_BYTES_MAX;
     while class == 1 && !full(out, listed) {
-        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(KEYS_PER_STEP);
-        cursor = ctx
-            .engine
-            .scan_step(cursor, KEYS_PER_STEP, &mut |key| keys.push(key.to_vec()))
-            .next;
+        let keys;
+        (keys, cursor) = scan_keys(ctx, cursor);
         for key in &keys {
             if full(out, listed) {
                 break;
