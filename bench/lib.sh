@@ -14,8 +14,8 @@ wait_port() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # start_resp SERVER MEMORY: starts strata (one worker, MEMORY), valkey or redis (no snapshots)
-# on CPU 0 listening on $port, sets $pid, and waits until it answers PING. Reads $strata and
-# $valkey, the binaries.
+# on CPU 0 listening on $port, sets $pid, and waits until it answers PING (fails after 5 s).
+# Reads $strata and $valkey, the binaries.
 start_resp() {
   case $1 in
     strata) taskset -c 0 "$strata" serve --threads 1 --memory "$2" --log-level warn \
@@ -24,5 +24,6 @@ start_resp() {
     redis) taskset -c 0 redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
   esac
   pid=$!
-  for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return; sleep 0.05; done
+  for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  return 1
 }

@@ -17,19 +17,8 @@ seconds=${3:-6}
 rounds=${4:-3}
 strata=${STRATA:-target/release/strata}
 port=23990
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
-start() {
-  case $1 in
-    strata) taskset -c 0 "$strata" serve --threads 1 --memory 256MiB --log-level warn \
-      --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off >/dev/null 2>&1 & ;;
-    valkey) taskset -c 0 "$valkey" --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
-    redis) taskset -c 0 redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
-  esac
-  pid=$!
-  for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return; sleep 0.05; done
-  echo "$1 did not start" >&2; exit 1
-}
+source bench/lib.sh
+start() { start_resp "$1" 256MiB || { echo "$1 did not start" >&2; exit 1; }; }
 
 commands=(--command="MULTI")
 for _ in 1 2 3 4 5; do commands+=(--command="SET __key__ __data__"); done
