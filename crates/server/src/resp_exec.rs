@@ -713,13 +713,16 @@ impl RespSession {
             }
             // (Only with a flash tier: parsing the queued commands for their keys is wasted
             // work where nothing can need reading ahead.)
-            let exec_keys = if may_wait && self.state.multi.is_some() && is_exec(args, command) {
-                multi::exec_keys(&self.state)
-            } else {
-                Vec::new()
+            let must_wait = may_wait && {
+                let exec_keys = if self.state.multi.is_some() && is_exec(args, command) {
+                    multi::exec_keys(&self.state)
+                } else {
+                    Vec::new()
+                };
+                let keys = flash_keys(args, command).chain(exec_keys.iter().map(|k| &k[..]));
+                self.flash_wait.must_wait(ctx, keys)
             };
-            let keys = flash_keys(args, command).chain(exec_keys.iter().map(|k| &k[..]));
-            if may_wait && self.flash_wait.must_wait(ctx, keys) {
+            if must_wait {
                 // The command waits, unconsumed, while I/O threads read its keys ahead (in
                 // parallel) with those of the commands pipelined behind it; the commands
                 // before it have run.
