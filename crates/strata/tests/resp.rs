@@ -322,3 +322,64 @@ fn object_freq_counts_reads_and_redis_cli_finds_hot_keys() {
         "a write starts the count over"
     );
 }
+
+/// Reads `lines` lines of what `redis-cli ARGS` prints (unbuffered through `stdbuf`), then
+/// stops it: for its modes that run until interrupted.
+fn redis_cli_lines(port: u16, args: &[&str], lines: usize) -> Vec<String> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("stdbuf")
+        .args(["-o0", "redis-cli", "-p", &port.to_string()])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run stdbuf redis-cli ({e}): install redis-tools"));
+    let stdout = child.stdout.take().expect("piped");
+    let read: Vec<String> = std::io::BufReader::new(stdout)
+        .lines()
+        .take(lines)
+        .map(|line| line.expect("text"))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        read.len(),
+        lines,
+        "redis-cli {args:?} stopped early: {read:?}"
+    );
+    read
+}
+
+/// `redis-cli --stat` reads INFO every interval and prints keys, clients and requests that
+/// move as they should; `--latency-history` measures PING round trips.
+#[test]
+fn redis_cli_stat_and_latency_work() {
+    let server = Server::start(&[]);
+    let mut client = Client::connect(server.resp);
+    for i in 0..20usize {
+        let key = format!("key:{i}");
+        assert_eq!(client.call(&command(&["SET", &key, "v"])), "+OK\r\n");
+    }
+    let port = server.resp.port();
+    let stat = redis_cli_lines(port, &["--stat", "-i", "0.2"], 4);
+    assert!(
+        stat[0].contains("data") && stat[1].starts_with("keys"),
+        "{stat:?}"
+    );
+    let row = |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_owned).collect() };
+    let (first, second) = (row(&stat[2]), row(&stat[3]));
+    assert_eq!(first[0], "20", "keys: {stat:?}");
+    assert!(first[2].parse::<u64>().unwrap() >= 2, "clients: {stat:?}");
+    let requests = |r: &[String]| r[4].parse::<u64>().unwrap();
+    assert!(
+        requests(&second) > requests(&first),
+        "requests move: {stat:?}"
+    );
+    let latency = redis_cli_lines(port, &["--latency-history", "-i", "1"], 1);
+    let fields: Vec<f64> = latency[0]
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or_else(|_| panic!("{latency:?}")))
+        .collect();
+    assert_eq!(fields.len(), 4, "min max avg samples: {latency:?}");
+    assert!(fields[3] >= 1.0 && fields[0] <= fields[1], "{latency:?}");
+}
