@@ -26,7 +26,8 @@
 //! and keeps it valid.
 //!
 //! A pool has one log per transaction running at once ([`TxLogs`]): `<pool>.txlog`, then
-//! `<pool>.txlog.1`, `<pool>.txlog.2`, ..., made as more transactions run together, so logged
+//! `<pool>.txlog.1`, `<pool>.txlog.2`, ..., each file made by the first group that uses its
+//! lane (later lanes are used only while earlier ones are held), so logged
 //! transactions on different shards write and sync their logs in parallel rather than one
 //! after another. Transactions running together hold disjoint shards, so the active logs a
 //! crash leaves name disjoint keys, and the open restores each.
@@ -107,19 +108,11 @@ fn path_for_lane(pool: &Path, lane: usize) -> PathBuf {
 /// log to come back).
 pub(crate) const LANES_MAX: usize = 64;
 
-/// A pool's transaction logs (see the module docs): the free ones, and how many exist.
+/// A pool's transaction logs (see the module docs): the ones no transaction holds.
 #[derive(Debug)]
 pub(crate) struct TxLogs {
-    lanes: parking_lot::Mutex<Lanes>,
+    free: parking_lot::Mutex<Vec<TxLog>>,
     returned: parking_lot::Condvar,
-    pool: PathBuf,
-    durable: bool,
-}
-
-#[derive(Debug)]
-struct Lanes {
-    free: Vec<TxLog>,
-    made: usize,
 }
 
 /// A log a transaction holds for its life, given back when dropped.
@@ -146,30 +139,28 @@ impl std::ops::DerefMut for Lane<'_> {
 impl Drop for Lane<'_> {
     fn drop(&mut self) {
         if let Some(log) = self.log.take() {
-            self.logs.lanes.lock().free.push(log);
+            self.logs.free.lock().push(log);
             self.logs.returned.notify_one();
         }
     }
 }
 
 impl TxLogs {
-    /// Opens every log of the pool at `pool` (`<pool>.txlog` and the numbered ones after it,
-    /// up to the first missing); returns them with the before-images of each group a crash
-    /// interrupted. `fresh`: the pool was made empty, so what the logs hold is history, not
-    /// something to undo (each is ended, unread).
+    /// Opens every log of the pool at `pool` (`<pool>.txlog` and `<pool>.txlog.1` to
+    /// `.txlog.63`, those that exist: a file is made by its lane's first group, so any of them
+    /// may be missing, a later one present, after a crash); returns them with the
+    /// before-images of each group a crash interrupted. `fresh`: the pool was made empty, so
+    /// what the logs hold is history, not something to undo (each is ended, unread).
     pub(crate) fn open(
         pool: &Path,
         durable: bool,
         fresh: bool,
     ) -> io::Result<(TxLogs, Vec<Vec<Image>>)> {
-        let mut free = Vec::new();
+        let mut free = Vec::with_capacity(LANES_MAX);
         let mut pending = Vec::new();
-        for lane in 0..LANES_MAX {
-            let path = path_for_lane(pool, lane);
-            if lane > 0 && !path.exists() {
-                break;
-            }
-            let (mut log, images) = TxLog::open(path, durable)?;
+        // Last lane first: transactions take from the end, so `<pool>.txlog` is used first.
+        for lane in (0..LANES_MAX).rev() {
+            let (mut log, images) = TxLog::open(path_for_lane(pool, lane), durable)?;
             match images {
                 Some(_) if fresh => log.end()?,
                 Some(images) => pending.push(images),
@@ -177,43 +168,31 @@ impl TxLogs {
             }
             free.push(log);
         }
-        free.reverse();
-        let made = free.len();
         let logs = TxLogs {
-            lanes: parking_lot::Mutex::new(Lanes { free, made }),
+            free: parking_lot::Mutex::new(free),
             returned: parking_lot::Condvar::new(),
-            pool: pool.to_path_buf(),
-            durable,
         };
         Ok((logs, pending))
     }
 
-    /// A log for one transaction: a free one, a new one past them (its file made by its first
-    /// group), or, with [`LANES_MAX`] in use, the first to come back.
+    /// A log for one transaction: a free one, or, with all [`LANES_MAX`] in use, the first to
+    /// come back.
     pub(crate) fn take(&self) -> Lane<'_> {
-        let mut lanes = self.lanes.lock();
+        let mut free = self.free.lock();
         loop {
-            if let Some(log) = lanes.free.pop() {
+            if let Some(log) = free.pop() {
                 return Lane {
                     logs: self,
                     log: Some(log),
                 };
             }
-            if lanes.made < LANES_MAX {
-                let path = path_for_lane(&self.pool, lanes.made);
-                lanes.made += 1;
-                return Lane {
-                    logs: self,
-                    log: Some(TxLog::new(path, None, self.durable)),
-                };
-            }
-            self.returned.wait(&mut lanes);
+            self.returned.wait(&mut free);
         }
     }
 
     /// Ends every log after an open restored what they held.
     pub(crate) fn end_all(&self) -> io::Result<()> {
-        for log in &mut self.lanes.lock().free {
+        for log in self.free.lock().iter_mut() {
             if log.file.is_some() {
                 log.end()?;
             }
@@ -546,6 +525,27 @@ mod tests {
         log.end().unwrap();
         assert_eq!(TxLog::open(path_for(&pool), false).unwrap().1, None);
         assert_eq!(log.path(), path_for(&pool));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A crash can leave a later lane's log without an earlier lane's file (a lane's file is
+    /// made by its first group, and the third transaction may begin before the second): the
+    /// open finds it all the same.
+    #[test]
+    fn an_active_log_past_a_missing_lane_is_found() {
+        let dir = std::env::temp_dir().join(format!("strata-txgap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pool = dir.join("pool");
+        let (logs, _) = TxLogs::open(&pool, false, false).unwrap();
+        let (first, second, mut third) = (logs.take(), logs.take(), logs.take());
+        third.start();
+        third.push(b"c", None);
+        third.begin().unwrap();
+        assert!(!path_for_lane(&pool, 1).exists() && path_for_lane(&pool, 2).exists());
+        drop((first, second, third));
+        let (_, pending) = TxLogs::open(&pool, false, false).unwrap();
+        assert_eq!(pending.len(), 1, "the third lane's group is undone");
+        assert_eq!(pending[0][0].key, b"c");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
