@@ -89,15 +89,22 @@ fn bind(config: &ServerConfig) -> Result<Bound, ServeError> {
     })
 }
 
-/// Caps the memory tier at `--maxmemory` (a cap at or past the pool's size is the whole pool,
-/// as CONFIG SET takes it).
+/// Caps the memory tier at `--maxmemory`, as CONFIG SET maxmemory takes it
+/// (`Engine::memory_cap_for`: 0, or the pool's size or more, is the whole pool).
 fn apply_memory_limit(engine: &Engine, bytes: Option<u64>) -> Result<(), ServeError> {
     let Some(bytes) = bytes else {
         return Ok(());
     };
-    let limit = (bytes < engine.stats().memory_bytes).then_some(bytes);
+    let (min, max) = engine.memory_limit_bounds();
+    let refused = |_| {
+        ServeError::MaxMemory(format!(
+            "the memory tier's cap must be at least {min} bytes (two segments per shard and the \
+             cleaner's two), or 0 or {max} or more for the whole pool"
+        ))
+    };
+    let cap = engine.memory_cap_for(bytes).map_err(refused)?;
     let capped = engine
-        .set_memory_limit(limit)
+        .set_memory_limit(cap)
         .map_err(ServeError::MaxMemory)?;
     tracing::info!(bytes = capped, "memory tier capped by --maxmemory");
     Ok(())

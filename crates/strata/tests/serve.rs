@@ -132,6 +132,19 @@ fn invalid_flags_exit_2_with_a_message() {
             "did you mean 64MiB?",
         ),
         (&["serve", "--eviction", "lru"], "--eviction"),
+        (&["serve", "--maxmemory", "lots"], "--maxmemory"),
+        (
+            &["serve", "--latency-tracking", "maybe"],
+            "--latency-tracking",
+        ),
+        (
+            &["serve", "--latency-tracking-info-percentiles", "50 101"],
+            "should sit between [0.0,100.0]",
+        ),
+        (
+            &["serve", "--latency-tracking-info-percentiles", "50  99"],
+            "Invalid latency-tracking-info-percentiles",
+        ),
         (&["serve", "--no-such-flag"], "--no-such-flag"),
         (
             &["serve", "--config", "/nonexistent/strata.toml"],
@@ -682,4 +695,35 @@ fn config_set_timeout_and_output_limit_apply_to_running_clients() {
     for mut client in idle {
         assert!(client.closed_by_server(), "an idle client is closed");
     }
+}
+
+/// A `--maxmemory` under what the shards need stops the start with the bounds, after the pool
+/// is open (the bounds are the pool's); 0 means the whole pool, as CONFIG SET maxmemory 0
+/// (a bare 0 is refused as a flag, as any bare number under 1 MiB is: `0MiB`).
+#[test]
+fn maxmemory_under_the_least_cap_fails_the_start_and_0_is_the_whole_pool() {
+    let args = [
+        "--resp-listen",
+        "off",
+        "--admin-listen",
+        "off",
+        "--memory",
+        "64MiB",
+    ];
+    let (status, stderr) = run_to_exit(&[&["serve", "--maxmemory", "1MiB"][..], &args].concat());
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--maxmemory") && stderr.contains("must be at least"),
+        "{stderr}"
+    );
+    let server = Server::start(&["--maxmemory", "0MiB", "--memory", "64MiB"]);
+    let mut client = Client::connect(server.resp);
+    let get = resp_command(&[b"CONFIG", b"GET", b"maxmemory"]);
+    assert_eq!(client.call(&get), "*2\r\n");
+    let _ = client.bulk();
+    let whole: u64 = String::from_utf8(client.bulk().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(whole > 60 << 20, "the whole pool: {whole}");
 }

@@ -117,8 +117,7 @@ impl Engine {
     pub fn set_memory_limit(&self, bytes: Option<u64>) -> Result<u64, String> {
         let segment_bytes = self.inner.segment_size_bytes as u64;
         let mut free = self.inner.free.lock();
-        let total = (free.list.len() + free.in_use + free.retired.len()) as u64;
-        let min = (self.inner.shards.len() as u64 * 2 + 2).min(total);
+        let (min, total) = self.memory_limit_segments(&free);
         let segments = bytes.map_or(total, |bytes| bytes / segment_bytes);
         if segments > total || segments < min {
             return Err(format!(
@@ -135,6 +134,37 @@ impl Engine {
         };
         free.set_limit(self.inner.segment_size_bytes);
         Ok(segments * segment_bytes)
+    }
+
+    /// The fewest and the most segments the memory tier may be capped at: two per shard and
+    /// the cleaner's two (or the pool, if smaller), and the pool.
+    fn memory_limit_segments(&self, free: &crate::FreePool) -> (u64, u64) {
+        let total = (free.list.len() + free.in_use + free.retired.len()) as u64;
+        ((self.inner.shards.len() as u64 * 2 + 2).min(total), total)
+    }
+
+    /// The caps [`Engine::set_memory_limit`] takes, in bytes: at least the first (two segments
+    /// per shard and the cleaner's two), at most the second (the pool).
+    pub fn memory_limit_bounds(&self) -> (u64, u64) {
+        let segment_bytes = self.inner.segment_size_bytes as u64;
+        let (min, total) = self.memory_limit_segments(&self.inner.free.lock());
+        (min * segment_bytes, total * segment_bytes)
+    }
+
+    /// The cap an operator's `bytes` sets, as Redis's `maxmemory` and memcached's
+    /// `cache_memlimit` mean them: 0, or the pool's size or more, is none (the whole pool);
+    /// anything else is rounded down to whole segments, and under the least cap
+    /// ([`Engine::memory_limit_bounds`]) is refused with it. Sets nothing: hand the answer to
+    /// [`Engine::set_memory_limit`].
+    pub fn memory_cap_for(&self, bytes: u64) -> Result<Option<u64>, u64> {
+        let (min, max) = self.memory_limit_bounds();
+        let segment_bytes = self.inner.segment_size_bytes as u64;
+        match bytes {
+            0 => Ok(None),
+            bytes if bytes >= max => Ok(None),
+            bytes if bytes < min => Err(min),
+            bytes => Ok(Some(bytes / segment_bytes * segment_bytes)),
+        }
     }
 
     /// Changes the eviction policy while running (Redis's `CONFIG SET maxmemory-policy`): the

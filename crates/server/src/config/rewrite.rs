@@ -56,9 +56,15 @@ struct Line {
     running: Option<toml_edit::Value>,
 }
 
-/// Rewrites `path` to hold `live`. The error says what failed (Redis's reply prefixes it with
-/// "Rewriting config file: ").
-pub fn rewrite(path: &Path, live: &LiveSettings) -> Result<(), String> {
+/// Rewrites `path` to hold `live`; `memory_cap_for` says what cap a `maxmemory` of the file
+/// sets (`Engine::memory_cap_for`: rounded to whole segments, `None` for the whole pool), so a
+/// line that sets the running cap is left as it is. The error says what failed (Redis's reply
+/// prefixes it with "Rewriting config file: ").
+pub fn rewrite(
+    path: &Path,
+    live: &LiveSettings,
+    memory_cap_for: impl Fn(u64) -> Option<u64>,
+) -> Result<(), String> {
     // A link to the file is followed: the file it names is replaced, the link kept.
     let path = &std::fs::canonicalize(path).map_err(|error| error.to_string())?;
     let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
@@ -67,7 +73,7 @@ pub fn rewrite(path: &Path, live: &LiveSettings) -> Result<(), String> {
     let mut document: DocumentMut = text
         .parse()
         .map_err(|error: toml_edit::TomlError| error.to_string())?;
-    for line in lines(&file, live) {
+    for line in lines(&file, live, &memory_cap_for) {
         if line.same {
             continue;
         }
@@ -93,9 +99,13 @@ fn set_keeping_comment(document: &mut DocumentMut, key: &str, mut running: toml_
 }
 
 /// Every setting's line: those of the logs and monitors, then those of memory and clients.
-fn lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
+fn lines(
+    file: &ServeOptions,
+    live: &LiveSettings,
+    memory_cap_for: &dyn Fn(u64) -> Option<u64>,
+) -> Vec<Line> {
     let mut lines = monitor_lines(file, live);
-    lines.extend(memory_lines(file, live));
+    lines.extend(memory_lines(file, live, memory_cap_for));
     lines
 }
 
@@ -156,9 +166,13 @@ fn monitor_lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
 }
 
 /// The memory tier's, the eviction policy's and the clients' lines.
-fn memory_lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
+fn memory_lines(
+    file: &ServeOptions,
+    live: &LiveSettings,
+    memory_cap_for: &dyn Fn(u64) -> Option<u64>,
+) -> Vec<Line> {
     let defaults = LiveSettings::default();
-    let memory_limit_in_file = file.maxmemory.map(|size| size.0);
+    let memory_limit_in_file = file.maxmemory.and_then(|size| memory_cap_for(size.0));
     let eviction_in_file = file.eviction.map(|arg| eviction(arg).name());
     let output_hard_in_file = file
         .output_buffer_limit
@@ -304,7 +318,7 @@ mod tests {
             slowlog_max_len: 10,
             ..LiveSettings::default()
         };
-        rewrite(&path, &live).unwrap();
+        rewrite(&path, &live, Some).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
@@ -321,7 +335,7 @@ mod tests {
             eviction: "random",
             ..LiveSettings::default()
         };
-        rewrite(&path, &live).unwrap();
+        rewrite(&path, &live, Some).unwrap();
         let written = std::fs::read_to_string(&path).unwrap();
         assert!(written.starts_with("# the cache\nmemory = \"64MiB\"  # budget\n"));
         assert!(
@@ -345,7 +359,7 @@ mod tests {
             idle_timeout_secs: 30,
             ..live
         };
-        rewrite(&path, &live).unwrap();
+        rewrite(&path, &live, Some).unwrap();
         let options: ServeOptions =
             toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(options.maxmemory, Some(ByteSize(48 << 20)));
@@ -362,6 +376,22 @@ mod tests {
         assert_eq!(leftovers, 1, "no temporary file left");
     }
 
+    /// A `maxmemory` line that sets the running cap once rounded to whole segments is the
+    /// running cap: left as written.
+    #[test]
+    fn a_maxmemory_line_setting_the_running_cap_is_left_as_written() {
+        let text = "maxmemory = \"64MiB\"\n";
+        let (_dir, path) = write(text);
+        let rounded = (64 << 20) / (1028 << 10) * (1028 << 10);
+        let live = LiveSettings {
+            memory_limit_bytes: Some(rounded),
+            ..LiveSettings::default()
+        };
+        let round = |bytes: u64| Some(bytes / (1028 << 10) * (1028 << 10));
+        rewrite(&path, &live, round).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+
     /// A config file reached through a symbolic link: the file is rewritten, the link stays.
     #[test]
     fn a_linked_file_is_rewritten_through_its_link() {
@@ -372,7 +402,7 @@ mod tests {
             slowlog_max_len: 30,
             ..LiveSettings::default()
         };
-        rewrite(&link, &live).unwrap();
+        rewrite(&link, &live, Some).unwrap();
         assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
@@ -380,11 +410,36 @@ mod tests {
         );
     }
 
+    /// A rewrite that cannot write its temporary file (a full disk; here a directory in its
+    /// place) leaves the file as it was and says why; one that finds a stale temporary file
+    /// (a crash mid-rewrite) writes over it.
+    #[test]
+    fn a_failed_write_leaves_the_file_and_a_stale_temporary_is_replaced() {
+        let text = "slowlog-max-len = 10\n";
+        let (_dir, path) = write(text);
+        let temporary = path.with_file_name(".strata.toml.rewrite");
+        std::fs::create_dir(&temporary).unwrap();
+        let live = LiveSettings {
+            slowlog_max_len: 40,
+            ..LiveSettings::default()
+        };
+        assert!(rewrite(&path, &live, Some).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        std::fs::remove_dir(&temporary).unwrap();
+        std::fs::write(&temporary, "half a file from a crash").unwrap();
+        rewrite(&path, &live, Some).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "slowlog-max-len = 40\n"
+        );
+        assert!(!temporary.exists(), "renamed over the file");
+    }
+
     #[test]
     fn a_file_that_no_longer_parses_is_left_alone() {
         let text = "memory = \"64MiB\"\nno-such-option = 1\n";
         let (_dir, path) = write(text);
-        let error = rewrite(&path, &LiveSettings::default()).unwrap_err();
+        let error = rewrite(&path, &LiveSettings::default(), Some).unwrap_err();
         assert!(error.contains("no longer parses"), "{error}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }

@@ -62,16 +62,13 @@ pub(super) fn cache_memlimit(limit: CacheMemlimit, ctx: &ServerContext, out: &mu
         b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
     } else {
         let bytes = u64::from(limit.megabytes) << 20;
-        let pool_bytes = ctx.engine.stats().memory_bytes;
-        match ctx
-            .engine
-            .set_memory_limit((bytes < pool_bytes).then_some(bytes))
-        {
-            Ok(applied) => {
+        let cap = ctx.engine.memory_cap_for(bytes);
+        match cap.map(|cap| ctx.engine.set_memory_limit(cap)) {
+            Ok(Ok(applied)) => {
                 tracing::info!(bytes = applied, "memory limit changed by cache_memlimit");
                 encode::OK
             }
-            Err(_) => b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n",
+            Ok(Err(_)) | Err(_) => b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n",
         }
     };
     reply(out, answer, limit.noreply);

@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use strata_engine::{EngineStats, EvictionPolicy};
+use strata_engine::{Engine, EngineStats, EvictionPolicy};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, Version};
 
 use super::latency_tracking::parse_percentiles;
@@ -531,7 +531,7 @@ fn config_rewrite(ctx: &ServerContext, out: &mut Vec<u8>) {
         encode::error(out, b"ERR The server is running without a config file");
         return;
     };
-    let engine = ctx.engine.stats();
+    let memory_limit_bytes = ctx.engine.stats().memory_limit_bytes;
     let live = crate::config::rewrite::LiveSettings {
         slowlog_slower_than_us: ctx.slowlog.slower_than_us(),
         slowlog_max_len: ctx.slowlog.max_len(),
@@ -540,14 +540,15 @@ fn config_rewrite(ctx: &ServerContext, out: &mut Vec<u8>) {
         latency_percentiles: crate::config::rewrite::percentiles_text(
             ctx.resp_commands.latency.percentiles(),
         ),
-        memory_limit_bytes: (engine.memory_limit_bytes < memory_limit_bounds(&engine).1)
-            .then_some(engine.memory_limit_bytes),
+        memory_limit_bytes: ctx.engine.memory_cap_for(memory_limit_bytes).ok().flatten(),
         eviction: ctx.engine.eviction_policy().name(),
         idle_timeout_secs: ctx.live.idle_timeout_secs(),
         output_bytes_hard: ctx.live.output().buffered_bytes_hard,
         client_output_bytes: ctx.output_budget.limit_bytes(),
     };
-    match crate::config::rewrite::rewrite(path, &live) {
+    // A file's maxmemory is compared with the cap it would set (rounded to whole segments).
+    let cap_for = |bytes| ctx.engine.memory_cap_for(bytes).ok().flatten();
+    match crate::config::rewrite::rewrite(path, &live, cap_for) {
         Ok(()) => {
             tracing::info!(path = %path.display(), "CONFIG REWRITE wrote the config file");
             encode::ok(out);
@@ -585,7 +586,7 @@ enum LiveSetting {
 fn live_setting(
     name: &str,
     value: &[u8],
-    engine: &EngineStats,
+    engine: &Engine,
     value_len_max: usize,
 ) -> Option<Result<LiveSetting, String>> {
     let parsed = strata_protocol::resp::parse_i64(value);
@@ -613,15 +614,13 @@ fn live_setting(
             let bytes = std::str::from_utf8(value)
                 .ok()
                 .and_then(|text| text.parse::<strata_pool::ByteSize>().ok());
-            let (min, max) = memory_limit_bounds(engine);
-            match bytes {
+            match bytes.map(|bytes| engine.memory_cap_for(bytes.0)) {
                 None => bad("argument must be a memory value"),
-                Some(bytes) if bytes.0 == 0 || bytes.0 >= max => Ok(LiveSetting::MaxMemory(None)),
-                Some(bytes) if bytes.0 < min => bad(&format!(
+                Some(Ok(cap)) => Ok(LiveSetting::MaxMemory(cap)),
+                Some(Err(min)) => bad(&format!(
                     "strata needs at least {min} bytes (two segments per shard and the \
                      cleaner's two)"
                 )),
-                Some(bytes) => Ok(LiveSetting::MaxMemory(Some(bytes.0))),
             }
         }
         "maxmemory-policy" => match std::str::from_utf8(value).map(policy_named) {
@@ -717,20 +716,8 @@ fn output_buffer_limit(value: &[u8], value_len_max: usize) -> Result<usize, Stri
     hard.ok_or_else(|| "strata limits the normal class only: give normal <hard> 0 0".to_owned())
 }
 
-/// The memory limits `CONFIG SET maxmemory` takes (bytes): at least two segments per shard and
-/// the cleaner's two, at most the pool (a larger value, and 0, mean the whole pool: it does not
-/// grow while running).
-fn memory_limit_bounds(engine: &EngineStats) -> (u64, u64) {
-    let segments_min = (engine.shards * 2 + 2).min(engine.segments_total);
-    (
-        segments_min * engine.segment_size_bytes,
-        engine.memory_bytes,
-    )
-}
-
 fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
     let values = config_values(call.ctx);
-    let engine = call.ctx.engine.stats();
     let mut live = Vec::new();
     for pair in 0..(call.len() - 2) / 2 {
         let (name, value) = (call.arg(2 + 2 * pair), call.arg(3 + 2 * pair));
@@ -745,7 +732,12 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
             encode::error(out, &message);
             return;
         };
-        match live_setting(known, value, &engine, call.ctx.settings.value_len_max) {
+        match live_setting(
+            known,
+            value,
+            &call.ctx.engine,
+            call.ctx.settings.value_len_max,
+        ) {
             Some(Ok(setting)) => {
                 live.push(setting);
                 continue;
@@ -767,39 +759,45 @@ fn config_set(call: &Call<'_>, out: &mut Vec<u8>) {
     }
     // All or nothing, as Redis: applied once every pair is valid.
     for setting in live {
-        match setting {
-            LiveSetting::SlowerThanUs(us) => call.ctx.slowlog.set_slower_than_us(us),
-            LiveSetting::MaxLen(len) => call.ctx.slowlog.set_max_len(len),
-            LiveSetting::LatencyThresholdMs(ms) => call.ctx.latency.set_threshold_ms(ms),
-            LiveSetting::MaxMemory(bytes) => {
-                if let Err(message) = call.ctx.engine.set_memory_limit(bytes) {
-                    // Checked above against the same bounds: only a bug gets here.
-                    encode::error(out, format!("ERR {message}").as_bytes());
-                    return;
-                }
-                tracing::info!(bytes = ?bytes, "maxmemory changed by CONFIG SET");
-            }
-            LiveSetting::LatencyTracking(on) => call.ctx.resp_commands.latency.set_enabled(on),
-            LiveSetting::IdleTimeoutSecs(secs) => {
-                call.ctx.live.set_idle_timeout_secs(secs);
-                // A worker asleep with no timeout learns of it now, not at its next event.
-                call.ctx.clients.wake_all();
-            }
-            LiveSetting::OutputBytesHard(bytes) => call.ctx.live.set_output_bytes_hard(bytes),
-            LiveSetting::ClientOutputBytes(bytes) => call.ctx.output_budget.set_limit_bytes(bytes),
-            LiveSetting::LatencyPercentiles(percentiles) => {
-                call.ctx.resp_commands.latency.set_percentiles(percentiles);
-            }
-            LiveSetting::Policy(policy) => {
-                call.ctx.engine.set_eviction_policy(policy);
-                tracing::info!(
-                    policy = policy.name(),
-                    "eviction policy changed by CONFIG SET"
-                );
-            }
+        if let Err(message) = apply(call.ctx, setting) {
+            // Checked above against the same bounds: only a bug gets here.
+            encode::error(out, format!("ERR {message}").as_bytes());
+            return;
         }
     }
     encode::ok(out);
+}
+
+/// Puts a checked live setting in force.
+fn apply(ctx: &ServerContext, setting: LiveSetting) -> Result<(), String> {
+    match setting {
+        LiveSetting::SlowerThanUs(us) => ctx.slowlog.set_slower_than_us(us),
+        LiveSetting::MaxLen(len) => ctx.slowlog.set_max_len(len),
+        LiveSetting::LatencyThresholdMs(ms) => ctx.latency.set_threshold_ms(ms),
+        LiveSetting::MaxMemory(bytes) => {
+            ctx.engine.set_memory_limit(bytes)?;
+            tracing::info!(bytes = ?bytes, "maxmemory changed by CONFIG SET");
+        }
+        LiveSetting::LatencyTracking(on) => ctx.resp_commands.latency.set_enabled(on),
+        LiveSetting::IdleTimeoutSecs(secs) => {
+            ctx.live.set_idle_timeout_secs(secs);
+            // A worker asleep with no timeout learns of it now, not at its next event.
+            ctx.clients.wake_all();
+        }
+        LiveSetting::OutputBytesHard(bytes) => ctx.live.set_output_bytes_hard(bytes),
+        LiveSetting::ClientOutputBytes(bytes) => ctx.output_budget.set_limit_bytes(bytes),
+        LiveSetting::LatencyPercentiles(percentiles) => {
+            ctx.resp_commands.latency.set_percentiles(percentiles);
+        }
+        LiveSetting::Policy(policy) => {
+            ctx.engine.set_eviction_policy(policy);
+            tracing::info!(
+                policy = policy.name(),
+                "eviction policy changed by CONFIG SET"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `COMMAND [COUNT | INFO name ... | DOCS [name ...] | LIST]`.
