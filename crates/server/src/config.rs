@@ -848,7 +848,6 @@ impl ServerConfig {
             slowlog_max_len: self.slowlog_max_len,
             memcache_port,
             resp_port,
-            eviction: self.eviction.name(),
             durability: self.durability.name(),
             output: OutputLimits::new(self.output_buffered_bytes_hard),
             debug_command_enabled: self.debug_command_enabled,

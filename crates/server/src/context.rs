@@ -47,8 +47,6 @@ pub struct Settings {
     pub memcache_port: Option<u16>,
     /// TCP port of the RESP listener, if any.
     pub resp_port: Option<u16>,
-    /// Eviction policy name.
-    pub eviction: &'static str,
     /// Durability name (`none`, `interval=MS`, `sync`).
     pub durability: String,
     /// How much output a connection may buffer.
@@ -82,7 +80,6 @@ impl Default for Settings {
             flush_enabled: true,
             memcache_port: None,
             resp_port: None,
-            eviction: "merge",
             durability: "none".to_string(),
             output: OutputLimits::new(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT),
             debug_command_enabled: false,

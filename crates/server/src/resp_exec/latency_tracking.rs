@@ -179,10 +179,9 @@ pub(crate) struct HistogramReport {
     pub buckets: Vec<(u64, u64)>,
 }
 
-/// A percentile as Redis names it: `50`, `99.9` (no trailing zeros).
+/// A percentile as Redis names it: `50`, `99.9` (Rust's shortest form has no trailing zeros).
 pub(crate) fn format_percentile(percentile: f64) -> String {
-    let text = format!("{percentile}");
-    text.strip_suffix(".0").map_or(text.clone(), str::to_owned)
+    format!("{percentile}")
 }
 
 /// Parses `latency-tracking-info-percentiles`: numbers 0..=100 separated by single spaces,
