@@ -96,6 +96,27 @@ pub struct ItemRef<'a> {
     /// counting this access, saturating at 6 (the index slot's 3-bit count, which merge
     /// eviction keeps hot items by; OBJECT FREQ answers it).
     pub reads: u8,
+    /// Whether the read found it on the flash tier (memory holds only its index slot).
+    pub on_flash: bool,
+}
+
+impl ItemRef<'_> {
+    /// What the item costs in memory (MEMORY USAGE's figure): its record (key, value and the
+    /// fields it carries; the explicit CAS a record the cleaner moved carries, 8 bytes, is left
+    /// out) plus its index slot's share; on flash, the slot alone.
+    pub fn memory_bytes(&self) -> u64 {
+        if self.on_flash {
+            return index::INDEX_BYTES_PER_ITEM;
+        }
+        let meta = record::RecordMeta {
+            expires_at_ms: self.expires_at_ms,
+            cas: None,
+            client_flags: self.client_flags,
+            kind: self.kind,
+        };
+        record::record_size(self.key.len(), self.value.len(), &meta) as u64
+            + index::INDEX_BYTES_PER_ITEM
+    }
 }
 
 /// What [`Engine::observe`] saw of a key: compare two to learn whether it changed.

@@ -47,6 +47,7 @@ fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
         kind: found.view.meta.kind,
         fetched: found.entry.fetched(),
         reads: found.entry.freq(),
+        on_flash: false,
     }
 }
 
@@ -62,6 +63,7 @@ fn flash_item<'a>(key: &'a [u8], item: &tiering::FlashItem<'a>, entry: Entry) ->
         kind: item.meta.kind,
         fetched: entry.fetched(),
         reads: entry.freq(),
+        on_flash: true,
     }
 }
 

@@ -321,20 +321,19 @@ impl Engine {
     /// flash, the index slot alone (its record is on the medium, read, and counted, to know the
     /// key is there). `None` when absent.
     pub fn memory_usage(&self, key: &[u8]) -> Option<u64> {
-        let index_bytes = crate::index::INDEX_BYTES_PER_ITEM;
         let (hash, lock) = self.shard_for(key);
         {
             // One look under the read lock for an item in memory (nearly every one).
             let shard = lock.read();
             if let Some(found) = shard.lookup_unexpired(&self.inner, key, hash) {
-                return Some(memory_of(key, &found));
+                return Some(memory_of(&found));
             }
             if shard.flash_candidates(&self.inner, hash).is_empty() {
                 return None;
             }
         }
         // On flash, perhaps (only its record can tell): its index slot is what memory holds.
-        self.peek(key, |_| index_bytes)
+        self.peek(key, |item| item.memory_bytes())
     }
 
     /// Whether `key` is present (and unexpired), without counting a hit or a miss.
@@ -361,16 +360,9 @@ impl Engine {
     }
 }
 
-/// What an item in memory costs: its record (key, value and the fields it carries; the
-/// explicit CAS a record the cleaner moved carries, 8 bytes, is left out) plus its index
-/// slot's share.
-pub(super) fn memory_of(key: &[u8], found: &Found<'_>) -> u64 {
-    let meta = RecordMeta {
-        cas: None,
-        ..found.view.meta
-    };
-    let record = record::record_size(key.len(), found.view.value.len(), &meta);
-    record as u64 + crate::index::INDEX_BYTES_PER_ITEM
+/// What an item in memory costs ([`ItemRef::memory_bytes`]).
+pub(super) fn memory_of(found: &Found<'_>) -> u64 {
+    item(found).memory_bytes()
 }
 
 /// What a WATCH of `key` sees in its shard, held (see [`Engine::observe`]): the count of

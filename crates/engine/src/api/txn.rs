@@ -265,13 +265,13 @@ impl<'e> Txn<'e> {
             let (hash, position) = self.position(&shards, key);
             let shard = shards[position].1.shard();
             if let Some(found) = shard.lookup_unexpired(inner, key, hash) {
-                return Some(memory_of(key, &found));
+                return Some(memory_of(&found));
             }
             if shard.flash_candidates(inner, hash).is_empty() {
                 return None;
             }
         }
-        self.read(key, false, |_| crate::index::INDEX_BYTES_PER_ITEM)
+        self.read(key, false, |item| item.memory_bytes())
     }
 
     /// Ends the transaction (see [`Txn::finish`]); on a panic, first puts the logged keys'

@@ -124,6 +124,7 @@ fn read_write(
                 kind: strata_engine::Kind::String,
                 fetched: false,
                 reads: 0,
+                on_flash: false,
             };
             let won = lease::Flags {
                 won: true,
