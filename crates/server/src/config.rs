@@ -513,11 +513,8 @@ impl ServeOptions {
             .map_err(|error| ConfigError(format!("--memcache-auth-file: {error}")))?
             .map(Arc::new);
         let bytes = |size: ByteSize| usize::try_from(size.0).unwrap_or(usize::MAX);
-        // An output limit of 0 is none, as in Redis (the other limit still bounds).
-        let limit = |size: ByteSize| if size.0 == 0 { usize::MAX } else { bytes(size) };
-        let output_buffered_bytes_hard = self
-            .output_buffer_limit
-            .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, limit);
+        let (output_buffered_bytes_hard, client_output_bytes_max) = self.output_limits();
+        let eviction = self.eviction_policy();
         let value_len_max = bytes(
             self.max_value_size
                 .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
@@ -549,7 +546,7 @@ impl ServeOptions {
                 || strata_engine::segment_size_bytes_for(value_len_max),
                 |s| s.0,
             ),
-            eviction: eviction(self.eviction.unwrap_or(EvictionArg::Merge)),
+            eviction,
             durability: self.durability.map_or(Durability::None, |d| d.0),
             index_placement,
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
@@ -565,11 +562,7 @@ impl ServeOptions {
             latency,
             config_file: self.config,
             output_buffered_bytes_hard,
-            // All clients together may hold what one client may: the default bounds the total
-            // where it bounded each client, so one client alone meets the same limit as before.
-            client_output_bytes_max: self
-                .client_output_memory
-                .map_or(output_buffered_bytes_hard, limit),
+            client_output_bytes_max,
             requirepass: self.requirepass.filter(|pass| !pass.is_empty()),
             memcache_auth,
             allow_unauthenticated_memcache: self.allow_unauthenticated_memcache,
@@ -584,6 +577,26 @@ impl ServeOptions {
 }
 
 impl ServeOptions {
+    /// The output limits, bytes: one client's (`--output-buffer-limit`) and all clients'
+    /// together (`--client-output-memory`); 0 is none, as in Redis (the other still bounds).
+    pub(crate) fn output_limits(&self) -> (usize, usize) {
+        let limit = |size: ByteSize| match size.0 {
+            0 => usize::MAX,
+            bytes => usize::try_from(bytes).unwrap_or(usize::MAX),
+        };
+        let hard = self
+            .output_buffer_limit
+            .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, limit);
+        // All clients together may hold what one client may: the default bounds the total
+        // where it bounded each client, so one client alone meets the same limit as before.
+        (hard, self.client_output_memory.map_or(hard, limit))
+    }
+
+    /// The eviction policy given, or merge.
+    pub(crate) fn eviction_policy(&self) -> EvictionPolicy {
+        eviction(self.eviction.unwrap_or(EvictionArg::Merge))
+    }
+
     /// The memcached, RESP and admin listeners: given, or their defaults.
     fn listeners(&self) -> Result<[Option<SocketAddr>; 3], ConfigError> {
         let listen = |given: Option<Listen>, default: &str| {
@@ -599,7 +612,7 @@ impl ServeOptions {
     }
 
     /// The latency monitor's and histograms' settings.
-    fn latency_settings(&self) -> Result<LatencySettings, ConfigError> {
+    pub(crate) fn latency_settings(&self) -> Result<LatencySettings, ConfigError> {
         let percentiles = self
             .latency_tracking_info_percentiles
             .as_deref()

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use toml_edit::{value, DocumentMut};
 
-use super::{eviction, ServeOptions};
+use super::ServeOptions;
 use crate::size::ByteSize;
 
 /// The running values of the settings CONFIG SET changes.
@@ -48,8 +48,9 @@ pub struct LiveSettings {
     pub client_output_bytes: usize,
 }
 
-/// One setting: its file key, what the file gives now (its line or the default), and its
-/// running value as a file value (`None`: no line, as for the default whole-pool maxmemory).
+/// One setting: its file key, whether the file already gives the running value (its line or
+/// the default), and the running value as a file value (`None`: no line, as for the default
+/// whole-pool maxmemory).
 struct Line {
     key: &'static str,
     same: bool,
@@ -68,12 +69,26 @@ pub fn rewrite(
     // A link to the file is followed: the file it names is replaced, the link kept.
     let path = &std::fs::canonicalize(path).map_err(|error| error.to_string())?;
     let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
-    let file: ServeOptions = toml::from_str(&text)
-        .map_err(|error| format!("{} no longer parses: {}", path.display(), error.message()))?;
+    let no_longer_parses = |why: &str| format!("{} no longer parses: {why}", path.display());
+    let file: ServeOptions =
+        toml::from_str(&text).map_err(|error| no_longer_parses(error.message()))?;
+    let mut in_file =
+        LiveSettings::of(&file, &memory_cap_for).map_err(|why| no_longer_parses(&why))?;
+    // Without a line client-output-memory follows output-buffer-limit, as the rewrite leaves
+    // that one: what it gives is what the file gives once that line says the running limit.
+    let hard_line = match live.output_bytes_hard {
+        usize::MAX => 0,
+        bytes => bytes as u64,
+    };
+    let rewritten = ServeOptions {
+        output_buffer_limit: Some(ByteSize(hard_line)),
+        ..file.clone()
+    };
+    in_file.client_output_bytes = rewritten.output_limits().1;
     let mut document: DocumentMut = text
         .parse()
         .map_err(|error: toml_edit::TomlError| error.to_string())?;
-    for line in lines(&file, live, &memory_cap_for) {
+    for line in lines(&in_file, live) {
         if line.same {
             continue;
         }
@@ -98,130 +113,94 @@ fn set_keeping_comment(document: &mut DocumentMut, key: &str, mut running: toml_
     document[key] = value(running);
 }
 
-/// Every setting's line: those of the logs and monitors, then those of memory and clients.
-fn lines(
-    file: &ServeOptions,
-    live: &LiveSettings,
-    memory_cap_for: &dyn Fn(u64) -> Option<u64>,
-) -> Vec<Line> {
-    let mut lines = monitor_lines(file, live);
-    lines.extend(memory_lines(file, live, memory_cap_for));
-    lines
-}
-
-/// The slowlog's and the latency monitor's and histograms' lines.
-fn monitor_lines(file: &ServeOptions, live: &LiveSettings) -> Vec<Line> {
-    let defaults = LiveSettings::default();
-    let percentiles_in_file = file
-        .latency_tracking_info_percentiles
-        .as_deref()
-        .map(|text| {
-            crate::resp_exec::parse_percentiles(text.as_bytes())
-                .map(percentiles_text)
-                .unwrap_or_default()
-        });
-    vec![
-        Line {
-            key: "slowlog-log-slower-than",
-            same: file
+impl LiveSettings {
+    /// What a server started from `file` alone runs with: its lines, or the defaults, read by
+    /// the same functions the start-up reads them with (`memory_cap_for` as in [`rewrite`]).
+    pub fn of(
+        file: &ServeOptions,
+        memory_cap_for: &dyn Fn(u64) -> Option<u64>,
+    ) -> Result<LiveSettings, String> {
+        let latency = file.latency_settings().map_err(|error| error.0)?;
+        let percentiles = latency
+            .percentiles
+            .unwrap_or_else(|| crate::resp_exec::PERCENTILES_DEFAULT.to_vec());
+        let (output_bytes_hard, client_output_bytes) = file.output_limits();
+        Ok(LiveSettings {
+            slowlog_slower_than_us: file
                 .slowlog_log_slower_than
-                .unwrap_or(defaults.slowlog_slower_than_us)
-                == live.slowlog_slower_than_us,
-            running: Some(live.slowlog_slower_than_us.into()),
-        },
-        Line {
-            key: "slowlog-max-len",
-            same: file.slowlog_max_len.unwrap_or(defaults.slowlog_max_len) == live.slowlog_max_len,
-            running: Some(
-                i64::try_from(live.slowlog_max_len)
-                    .unwrap_or(i64::MAX)
-                    .into(),
-            ),
-        },
-        Line {
-            key: "latency-monitor-threshold",
-            same: file
-                .latency_monitor_threshold
-                .unwrap_or(defaults.latency_monitor_threshold_ms)
-                == live.latency_monitor_threshold_ms,
-            running: Some(
-                i64::try_from(live.latency_monitor_threshold_ms)
-                    .unwrap_or(i64::MAX)
-                    .into(),
-            ),
-        },
-        Line {
-            key: "latency-tracking",
-            same: file.latency_tracking.unwrap_or(defaults.latency_tracking)
-                == live.latency_tracking,
-            running: Some(live.latency_tracking.into()),
-        },
-        Line {
-            key: "latency-tracking-info-percentiles",
-            same: percentiles_in_file.unwrap_or(defaults.latency_percentiles)
-                == live.latency_percentiles,
-            running: Some(live.latency_percentiles.as_str().into()),
-        },
-    ]
-}
-
-/// The memory tier's, the eviction policy's and the clients' lines.
-fn memory_lines(
-    file: &ServeOptions,
-    live: &LiveSettings,
-    memory_cap_for: &dyn Fn(u64) -> Option<u64>,
-) -> Vec<Line> {
-    let defaults = LiveSettings::default();
-    let memory_limit_in_file = file.maxmemory.and_then(|size| memory_cap_for(size.0));
-    let eviction_in_file = file.eviction.map(|arg| eviction(arg).name());
-    let output_hard_in_file = file
-        .output_buffer_limit
-        .map_or(defaults.output_bytes_hard, output_limit);
-    vec![
-        Line {
-            key: "maxmemory",
-            same: memory_limit_in_file == live.memory_limit_bytes,
-            running: live
-                .memory_limit_bytes
-                .map(|bytes| ByteSize(bytes).to_string().replace(' ', "").into()),
-        },
-        Line {
-            key: "eviction",
-            same: eviction_in_file.unwrap_or(defaults.eviction) == live.eviction,
-            running: Some(live.eviction.into()),
-        },
-        Line {
-            key: "idle-timeout",
-            same: file.idle_timeout.unwrap_or(defaults.idle_timeout_secs) == live.idle_timeout_secs,
-            running: Some(
-                i64::try_from(live.idle_timeout_secs)
-                    .unwrap_or(i64::MAX)
-                    .into(),
-            ),
-        },
-        Line {
-            key: "output-buffer-limit",
-            same: output_hard_in_file == live.output_bytes_hard,
-            running: Some(size_value(live.output_bytes_hard)),
-        },
-        Line {
-            key: "client-output-memory",
-            // Without a line it follows output-buffer-limit, as the rewrite leaves that one.
-            same: file
-                .client_output_memory
-                .map_or(live.output_bytes_hard, output_limit)
-                == live.client_output_bytes,
-            running: Some(size_value(live.client_output_bytes)),
-        },
-    ]
-}
-
-/// An output limit as the file gives it: 0 is none.
-fn output_limit(size: ByteSize) -> usize {
-    match size.0 {
-        0 => usize::MAX,
-        bytes => usize::try_from(bytes).unwrap_or(usize::MAX),
+                .unwrap_or(crate::slowlog::SLOWER_THAN_US_DEFAULT),
+            slowlog_max_len: file
+                .slowlog_max_len
+                .unwrap_or(crate::slowlog::MAX_LEN_DEFAULT),
+            latency_monitor_threshold_ms: latency.monitor_threshold_ms,
+            latency_tracking: latency.tracking,
+            latency_percentiles: percentiles_text(percentiles),
+            memory_limit_bytes: file.maxmemory.and_then(|size| memory_cap_for(size.0)),
+            eviction: file.eviction_policy().name(),
+            idle_timeout_secs: file.idle_timeout.unwrap_or(0),
+            output_bytes_hard,
+            client_output_bytes,
+        })
     }
+}
+
+/// Every setting's line: whether the file gives the running value, and that value.
+fn lines(in_file: &LiveSettings, live: &LiveSettings) -> Vec<Line> {
+    let number = |n: u64| toml_edit::Value::from(i64::try_from(n).unwrap_or(i64::MAX));
+    let line = |key, same, running| Line { key, same, running };
+    vec![
+        line(
+            "slowlog-log-slower-than",
+            in_file.slowlog_slower_than_us == live.slowlog_slower_than_us,
+            Some(live.slowlog_slower_than_us.into()),
+        ),
+        line(
+            "slowlog-max-len",
+            in_file.slowlog_max_len == live.slowlog_max_len,
+            Some(number(live.slowlog_max_len as u64)),
+        ),
+        line(
+            "latency-monitor-threshold",
+            in_file.latency_monitor_threshold_ms == live.latency_monitor_threshold_ms,
+            Some(number(live.latency_monitor_threshold_ms)),
+        ),
+        line(
+            "latency-tracking",
+            in_file.latency_tracking == live.latency_tracking,
+            Some(live.latency_tracking.into()),
+        ),
+        line(
+            "latency-tracking-info-percentiles",
+            in_file.latency_percentiles == live.latency_percentiles,
+            Some(live.latency_percentiles.as_str().into()),
+        ),
+        line(
+            "maxmemory",
+            in_file.memory_limit_bytes == live.memory_limit_bytes,
+            live.memory_limit_bytes
+                .map(|bytes| size_value(bytes as usize)),
+        ),
+        line(
+            "eviction",
+            in_file.eviction == live.eviction,
+            Some(live.eviction.into()),
+        ),
+        line(
+            "idle-timeout",
+            in_file.idle_timeout_secs == live.idle_timeout_secs,
+            Some(number(live.idle_timeout_secs)),
+        ),
+        line(
+            "output-buffer-limit",
+            in_file.output_bytes_hard == live.output_bytes_hard,
+            Some(size_value(live.output_bytes_hard)),
+        ),
+        line(
+            "client-output-memory",
+            in_file.client_output_bytes == live.client_output_bytes,
+            Some(size_value(live.client_output_bytes)),
+        ),
+    ]
 }
 
 /// A size as the file takes it: `"64MiB"`, or 0 for none.
@@ -244,18 +223,7 @@ pub fn percentiles_text(percentiles: Vec<f64>) -> String {
 impl Default for LiveSettings {
     /// What a server started without these options runs with.
     fn default() -> Self {
-        LiveSettings {
-            slowlog_slower_than_us: crate::slowlog::SLOWER_THAN_US_DEFAULT,
-            slowlog_max_len: crate::slowlog::MAX_LEN_DEFAULT,
-            latency_monitor_threshold_ms: 0,
-            latency_tracking: true,
-            latency_percentiles: percentiles_text(crate::resp_exec::PERCENTILES_DEFAULT.to_vec()),
-            memory_limit_bytes: None,
-            eviction: strata_engine::EvictionPolicy::Merge.name(),
-            idle_timeout_secs: 0,
-            output_bytes_hard: crate::context::OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
-            client_output_bytes: crate::context::OUTPUT_BUFFERED_BYTES_HARD_DEFAULT,
-        }
+        LiveSettings::of(&ServeOptions::default(), &Some).expect("the defaults are valid")
     }
 }
 
