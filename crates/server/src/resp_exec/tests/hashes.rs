@@ -1,0 +1,82 @@
+//! Hashes on a session: the limit of one record, and what the rewrites keep.
+
+use std::sync::Arc;
+
+use strata_engine::{Engine, EngineConfig};
+
+use super::*;
+
+/// A write that would take a hash past the largest value gets an error that says it is the
+/// hash (one record) that is too large, and the hash keeps what it had.
+#[test]
+fn a_hash_past_the_largest_value_is_refused_and_kept() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let big = "v".repeat(600 * 1024);
+    assert_eq!(
+        run_args(&mut session, &ctx, &["HSET", "h", "a", &big]),
+        b":1\r\n"
+    );
+    assert_eq!(
+        run_args(&mut session, &ctx, &["HSET", "h", "b", &big]),
+        b"-ERR hash exceeds maximum allowed size (max-value-size): strata keeps a hash in one \
+          record of at most --max-value-size\r\n"
+    );
+    assert_eq!(run(&mut session, &ctx, "HLEN h"), b":1\r\n");
+    assert_eq!(run(&mut session, &ctx, "HEXISTS h b"), b":0\r\n");
+}
+
+/// The writes that copy a hash's kept entries as bytes keep what each field should: HINCRBY
+/// keeps the field's place and expiry, HSET keeps its place and clears its expiry, HDEL keeps
+/// the others' expiries, and a field expired meanwhile is gone from what is written.
+#[test]
+fn hash_rewrites_keep_places_and_expiries_and_drop_expired_fields() {
+    let now_ms = 1_700_000_000_000u64;
+    let clock = Arc::new(strata_engine::ManualClock::new(now_ms));
+    let engine = Engine::open(EngineConfig {
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    })
+    .expect("a DRAM engine opens");
+    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "HSET h a 1 b 2 c 3 d 4 e 5");
+    let (soon, later) = (now_ms + 5_000, now_ms + 60_000);
+    run(
+        &mut session,
+        &ctx,
+        &format!("HPEXPIREAT h {soon} FIELDS 1 b"),
+    );
+    run(
+        &mut session,
+        &ctx,
+        &format!("HPEXPIREAT h {later} FIELDS 2 c e"),
+    );
+    assert_eq!(run(&mut session, &ctx, "HINCRBY h c 10"), b":13\r\n");
+    assert_eq!(run(&mut session, &ctx, "HSET h e 50"), b":0\r\n");
+    let times = run(&mut session, &ctx, "HPEXPIRETIME h FIELDS 5 a b c d e");
+    let want = format!("*5\r\n:-1\r\n:{soon}\r\n:{later}\r\n:-1\r\n:-1\r\n");
+    assert_eq!(String::from_utf8(times).unwrap(), want);
+    clock.advance_ms(6_000);
+    assert_eq!(run(&mut session, &ctx, "HDEL h d"), b":1\r\n");
+    assert_eq!(
+        run(&mut session, &ctx, "HGETALL h"),
+        b"*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nc\r\n$2\r\n13\r\n$1\r\ne\r\n$2\r\n50\r\n"
+    );
+    assert_eq!(
+        run(&mut session, &ctx, "HPEXPIRETIME h FIELDS 1 c"),
+        format!("*1\r\n:{later}\r\n").into_bytes()
+    );
+    let stored = ctx
+        .engine
+        .peek(b"h", |item| {
+            strata_types::hash::Hash::parse(item.value)
+                .unwrap()
+                .stored_len()
+        })
+        .unwrap();
+    assert_eq!(
+        stored, 3,
+        "the expired field b went with the HDEL's rewrite"
+    );
+}
