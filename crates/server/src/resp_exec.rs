@@ -11,7 +11,7 @@
 //!
 //! | file             | commands                                                          |
 //! |------------------|-------------------------------------------------------------------|
-//! | `table.rs`       | the command table: names, arities, flags, stats slots, handlers   |
+//! | `table.rs`       | the command table: `Command`, its lookup (rows: `table/commands.rs`) |
 //! | `connection.rs`  | PING ECHO HELLO AUTH SELECT QUIT RESET CLIENT TIME SHUTDOWN       |
 //! | `strings.rs`     | GET SET GETEX GETDEL GETSET SETNX SETEX PSETEX MGET MSET MSETNX    |
 //! | `ranges.rs`      | APPEND STRLEN GETRANGE SETRANGE                                   |
