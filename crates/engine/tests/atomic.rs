@@ -52,6 +52,15 @@ fn config(
     }
 }
 
+/// The engine `config` opens on an empty pool.
+fn open_fresh(config: EngineConfig) -> Engine {
+    Engine::open(EngineConfig {
+        fresh: true,
+        ..config
+    })
+    .unwrap()
+}
+
 fn value(engine: &Engine, key: &[u8]) -> Option<(Vec<u8>, Kind, Option<u64>)> {
     engine.get(key, |item| {
         (item.value.to_vec(), item.kind, item.expires_at_ms)
@@ -117,11 +126,7 @@ fn a_crash_inside_a_group_undoes_every_write_of_it() {
             let original = temp_pool(&format!("undo-{durability:?}-{placement:?}"));
             let pool = temp_pool(&format!("undo-{durability:?}-{placement:?}-crashed"));
             {
-                let engine = Engine::open(EngineConfig {
-                    fresh: true,
-                    ..config(&original.0, durability, placement)
-                })
-                .unwrap();
+                let engine = open_fresh(config(&original.0, durability, placement));
                 engine.set(b"a", b"old-a", 7, Expiry::AtMs(far)).unwrap();
                 engine.set(b"c", b"old-c", 0, Expiry::Never).unwrap();
                 set_hash(&engine, b"h", b"old-hash");
@@ -200,11 +205,7 @@ fn a_log_torn_before_the_group_began_undoes_nothing() {
     let original = temp_pool("torn-original");
     let pool = temp_pool("torn");
     {
-        let engine = Engine::open(EngineConfig {
-            fresh: true,
-            ..config(&original.0, Durability::None, IndexPlacement::Dram)
-        })
-        .unwrap();
+        let engine = open_fresh(config(&original.0, Durability::None, IndexPlacement::Dram));
         engine.set(b"a", b"kept", 0, Expiry::Never).unwrap();
         interrupted_group(&engine, &original.0, &pool.0);
     }
@@ -224,11 +225,7 @@ fn a_log_torn_before_the_group_began_undoes_nothing() {
 fn a_panic_inside_a_group_undoes_its_writes_at_once() {
     let pool = temp_pool("panic");
     let config = config(&pool.0, Durability::None, IndexPlacement::Dram);
-    let engine = Engine::open(EngineConfig {
-        fresh: true,
-        ..config.clone()
-    })
-    .unwrap();
+    let engine = open_fresh(config.clone());
     engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
     let keys: [&[u8]; 2] = [b"a", b"b"];
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -272,11 +269,7 @@ fn without_a_pool_file_a_group_just_runs() {
 fn a_log_that_cannot_be_written_refuses_the_group_and_changes_nothing() {
     let pool = temp_pool("unwritable");
     let config = config(&pool.0, Durability::None, IndexPlacement::Dram);
-    let engine = Engine::open(EngineConfig {
-        fresh: true,
-        ..config
-    })
-    .unwrap();
+    let engine = open_fresh(config);
     engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
     let log = format!("{}.txlog", pool.0.display());
     std::fs::create_dir_all(&log).unwrap();
@@ -324,11 +317,7 @@ fn a_crash_inside_a_transaction_undoes_every_write_of_it() {
             let original = temp_pool(&format!("txn-{durability:?}-{placement:?}"));
             let pool = temp_pool(&format!("txn-{durability:?}-{placement:?}-crashed"));
             {
-                let engine = Engine::open(EngineConfig {
-                    fresh: true,
-                    ..config(&original.0, durability, placement)
-                })
-                .unwrap();
+                let engine = open_fresh(config(&original.0, durability, placement));
                 engine.set(b"a", b"old-a", 7, Expiry::AtMs(far)).unwrap();
                 engine.set(b"c", b"old-c", 0, Expiry::Never).unwrap();
                 set_hash(&engine, b"h", b"old-hash");
@@ -381,11 +370,7 @@ fn a_crash_inside_a_transaction_undoes_every_write_of_it() {
 fn a_panic_inside_a_transaction_undoes_its_writes_and_releases_its_keys() {
     let pool = temp_pool("txn-panic");
     let config = config(&pool.0, Durability::None, IndexPlacement::Pool);
-    let engine = Engine::open(EngineConfig {
-        fresh: true,
-        ..config.clone()
-    })
-    .unwrap();
+    let engine = open_fresh(config.clone());
     engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
     let keys: [&[u8]; 2] = [b"a", b"b"];
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -451,11 +436,7 @@ fn a_transaction_refuses_a_key_it_did_not_name() {
 fn a_log_that_cannot_be_written_refuses_the_transaction_and_releases_its_keys() {
     let pool = temp_pool("txn-unwritable");
     let config = config(&pool.0, Durability::Sync, IndexPlacement::Pool);
-    let engine = Engine::open(EngineConfig {
-        fresh: true,
-        ..config
-    })
-    .unwrap();
+    let engine = open_fresh(config);
     engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
     let log = format!("{}.txlog", pool.0.display());
     std::fs::create_dir_all(&log).unwrap();
@@ -484,11 +465,7 @@ fn logged_transactions_on_different_shards_run_together_and_a_crash_undoes_both(
     let original = temp_pool("txn-lanes");
     let crashed = temp_pool("txn-lanes-crashed");
     let config = config(&original.0, Durability::Sync, IndexPlacement::Dram);
-    let engine = Engine::open(EngineConfig {
-        fresh: true,
-        ..config.clone()
-    })
-    .unwrap();
+    let engine = open_fresh(config.clone());
     let a = b"a".to_vec();
     let b = (0..)
         .map(|i| format!("b{i}").into_bytes())
@@ -542,11 +519,7 @@ fn a_fresh_pool_undoes_no_transaction_of_the_old_one() {
     let original = temp_pool("txn-fresh");
     let crashed = temp_pool("txn-fresh-crashed");
     let config = config(&original.0, Durability::None, IndexPlacement::Dram);
-    let engine = Engine::open(EngineConfig {
-        fresh: true,
-        ..config.clone()
-    })
-    .unwrap();
+    let engine = open_fresh(config.clone());
     engine.set(b"a", b"old-a", 0, Expiry::Never).unwrap();
     let txn = engine.transaction(&[b"a"], &[b"a"]).unwrap();
     txn.set(b"a", b"new-a", 0, Expiry::Never).unwrap();
