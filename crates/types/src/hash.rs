@@ -485,5 +485,54 @@ mod tests {
             let back: Vec<Field<'_>> = hash.stored().collect();
             prop_assert_eq!(back, fields);
         }
+
+        /// Any subset of a hash's entries, copied in runs of neighbours (as a rewrite keeps
+        /// them), makes the encoding that pushing those fields one by one makes.
+        #[test]
+        fn kept_runs_copy_as_pushing_the_kept_fields(
+            fields in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..12),
+                 proptest::collection::vec(any::<u8>(), 0..60),
+                 proptest::option::of(1..u64::MAX),
+                 any::<bool>()),
+                1..30),
+        ) {
+            let all: Vec<Field<'_>> = fields
+                .iter()
+                .map(|(name, value, at, _)| field(name, value, *at))
+                .collect();
+            let bytes = build(&all);
+            let hash = Hash::parse(&bytes).expect("what the builder writes parses");
+            let kept: Vec<Field<'_>> = all
+                .iter()
+                .zip(&fields)
+                .filter(|(_, f)| f.3)
+                .map(|(field, _)| *field)
+                .collect();
+            let mut by_runs = Vec::new();
+            let mut builder = Builder::new(&mut by_runs);
+            let mut run: Option<(std::ops::Range<usize>, u32, u32, u64)> = None;
+            for ((field, span), keep) in hash.stored_spans().zip(fields.iter().map(|f| f.3)) {
+                let continues = run.as_ref().is_some_and(|r| r.0.end == span.start);
+                if !keep || !continues {
+                    if let Some((span, n, expiring, latest)) = run.take() {
+                        builder.push_encoded(&hash.entries()[span], n, expiring, latest);
+                    }
+                }
+                if keep {
+                    let r = run.get_or_insert((span.start..span.start, 0, 0, 0));
+                    r.0.end = span.end;
+                    r.1 += 1;
+                    r.2 += u32::from(field.expires_at_ms.is_some());
+                    r.3 = r.3.max(field.expires_at_ms.unwrap_or(0));
+                }
+            }
+            if let Some((span, n, expiring, latest)) = run.take() {
+                builder.push_encoded(&hash.entries()[span], n, expiring, latest);
+            }
+            builder.finish(None);
+            let by_fields = if kept.is_empty() { Vec::new() } else { build(&kept) };
+            prop_assert_eq!(by_runs, by_fields);
+        }
     }
 }
