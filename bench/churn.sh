@@ -16,7 +16,8 @@
 # printed: GET hit ratio of the mixed phase, its ops/s, keys held and evictions at the end, the
 # server's RSS, and for strata the cleaner's write amplification and longest pass.
 # Default cells: the issue's table and the grid around it (1 KiB and 100 B values; 50-150%).
-# STRATA=PATH runs another strata binary (an older build, for an A/B); PEERS=0 runs strata only.
+# STRATA=PATH runs another strata binary (an older build, for an A/B); PEERS=0 runs strata only;
+# CONNECTIONS=N opens N connections instead of 20.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 memtier=${1:?memtier_benchmark binary}
@@ -38,7 +39,7 @@ source bench/lib.sh
 
 # memtier PROTOCOL PORT KEYS VALUE ARGS...: memtier's Totals/Gets lines.
 run_memtier() {
-  taskset -c 1 "$memtier" -s 127.0.0.1 -p "$2" -P "$1" -t 1 -c 20 --pipeline=4 -d "$4" \
+  taskset -c 1 "$memtier" -s 127.0.0.1 -p "$2" -P "$1" -t 1 -c "${CONNECTIONS:-20}" --pipeline=4 -d "$4" \
     --key-minimum=1 --key-maximum="$3" --hide-histogram "${@:5}" 2>/dev/null
 }
 
