@@ -515,6 +515,7 @@ impl ServeOptions {
         let bytes = |size: ByteSize| usize::try_from(size.0).unwrap_or(usize::MAX);
         let (output_buffered_bytes_hard, client_output_bytes_max) = self.output_limits();
         let eviction = self.eviction_policy();
+        let (slowlog_slower_than_us, slowlog_max_len) = self.slowlog();
         let value_len_max = bytes(
             self.max_value_size
                 .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
@@ -552,12 +553,8 @@ impl ServeOptions {
             connections_max: self.max_connections.unwrap_or(CONNECTIONS_MAX_DEFAULT),
             value_len_max,
             idle_timeout_secs: self.idle_timeout.unwrap_or(0),
-            slowlog_slower_than_us: self
-                .slowlog_log_slower_than
-                .unwrap_or(crate::slowlog::SLOWER_THAN_US_DEFAULT),
-            slowlog_max_len: self
-                .slowlog_max_len
-                .unwrap_or(crate::slowlog::MAX_LEN_DEFAULT),
+            slowlog_slower_than_us,
+            slowlog_max_len,
             memory_limit_bytes: self.maxmemory.map(|size| size.0),
             latency,
             config_file: self.config,
@@ -590,6 +587,16 @@ impl ServeOptions {
         // All clients together may hold what one client may: the default bounds the total
         // where it bounded each client, so one client alone meets the same limit as before.
         (hard, self.client_output_memory.map_or(hard, limit))
+    }
+
+    /// SLOWLOG's threshold (µs) and length, given or Redis's defaults.
+    pub(crate) fn slowlog(&self) -> (i64, usize) {
+        (
+            self.slowlog_log_slower_than
+                .unwrap_or(crate::slowlog::SLOWER_THAN_US_DEFAULT),
+            self.slowlog_max_len
+                .unwrap_or(crate::slowlog::MAX_LEN_DEFAULT),
+        )
     }
 
     /// The eviction policy given, or merge.

@@ -125,13 +125,10 @@ impl LiveSettings {
             .percentiles
             .unwrap_or_else(|| crate::resp_exec::PERCENTILES_DEFAULT.to_vec());
         let (output_bytes_hard, client_output_bytes) = file.output_limits();
+        let (slowlog_slower_than_us, slowlog_max_len) = file.slowlog();
         Ok(LiveSettings {
-            slowlog_slower_than_us: file
-                .slowlog_log_slower_than
-                .unwrap_or(crate::slowlog::SLOWER_THAN_US_DEFAULT),
-            slowlog_max_len: file
-                .slowlog_max_len
-                .unwrap_or(crate::slowlog::MAX_LEN_DEFAULT),
+            slowlog_slower_than_us,
+            slowlog_max_len,
             latency_monitor_threshold_ms: latency.monitor_threshold_ms,
             latency_tracking: latency.tracking,
             latency_percentiles: percentiles_text(percentiles),
