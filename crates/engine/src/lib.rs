@@ -58,6 +58,7 @@ pub use config::{
 pub use error::{OpenError, WriteError};
 pub use flash::check::{check_flash_file, FlashReport};
 pub use flash::format::Superblock as FlashSuperblock;
+pub use flash::read_ahead::ReadAhead;
 pub use flash::{FlashError, FlashOpened, FlashRead, FlashStats, ReadOutcome};
 pub use record::{Kind, KEY_LEN_MAX};
 pub use recovery::{RecoveryPlan, RecoveryReport};

@@ -1298,28 +1298,45 @@ fn small_items_on_flash_keep_the_index_within_the_memory_budget() {
     engine.check_integrity().unwrap();
 }
 
-/// A server has an I/O thread read a key's flash record ahead (`stage_flash`) while the request
-/// waits; the read that follows then does no I/O, and a write in between still wins.
+/// A server has an I/O thread read a key's flash record ahead (`read_flash_ahead`) while the
+/// request waits; the read that follows, with the records lent, then does no I/O, and a write
+/// in between still wins. Records lent to one run are not another's.
 #[test]
 fn a_record_read_ahead_serves_the_next_read_without_io() {
     let engine = Engine::open(config(ram_disk(64), false)).unwrap();
     let keys = fill(&engine, 600);
     let key = &keys[5];
     assert!(engine.flash_read_needed(key), "on flash, not read ahead");
-    engine.stage_flash(&[key]);
-    assert!(!engine.flash_read_needed(key), "read ahead");
+    let mut records = ReadAhead::default();
+    engine.read_flash_ahead(&[key], &mut records);
+    assert_eq!(records.len(), 1);
+    assert!(
+        engine.flash_read_needed(key),
+        "not lent: read ahead for someone else"
+    );
     let reads = flash_stats(&engine).reads;
-    assert_eq!(peek(&engine, key), Some(value_of(5)));
+    engine.with_read_ahead(&mut records, || {
+        assert!(!engine.flash_read_needed(key), "lent");
+        assert_eq!(peek(&engine, key), Some(value_of(5)));
+        assert!(engine.flash_read_needed(key), "taken by that read");
+    });
+    assert!(records.is_empty());
     let flash = flash_stats(&engine);
     assert_eq!(flash.reads, reads, "no medium read: {flash:?}");
     assert_eq!(flash.staged_reads, 1);
-    assert!(engine.flash_read_needed(key), "taken by that read");
-    // Read ahead, then written: the new value is served, never the staged one.
+    // Read ahead, then written: the new value is served, never the one read ahead, which is
+    // left over and counted when discarded.
     let key = &keys[6];
-    engine.stage_flash(&[key]);
+    engine.read_flash_ahead(&[key], &mut records);
     engine.set(key, b"newer", 0, Expiry::Never).unwrap();
-    assert!(!engine.flash_read_needed(key), "memory holds it");
-    assert_eq!(peek(&engine, key).as_deref(), Some(&b"newer"[..]));
+    engine.with_read_ahead(&mut records, || {
+        assert!(!engine.flash_read_needed(key), "memory holds it");
+        assert_eq!(peek(&engine, key).as_deref(), Some(&b"newer"[..]));
+    });
+    assert_eq!(records.len(), 1, "the record nobody took");
+    engine.discard_read_ahead(&mut records);
+    assert!(records.is_empty());
+    assert_eq!(flash_stats(&engine).staged_dropped, 1);
     assert!(
         !engine.flash_read_needed(&keys[599]),
         "the newest key is in memory"
@@ -1344,19 +1361,24 @@ fn a_batch_read_ahead_on_a_direct_file_serves_each_key_its_own_value() {
     let mut batch: Vec<&[u8]> = on_flash.iter().map(|&i| &keys[i][..]).collect();
     batch.push(&keys[in_memory]);
     let reads = flash_stats(&engine).reads;
-    engine.stage_flash(&batch);
+    let mut records = ReadAhead::default();
+    engine.read_flash_ahead(&batch, &mut records);
     let staged = flash_stats(&engine);
     assert_eq!(
         staged.reads - reads,
         on_flash.len() as u64,
         "one read per key on flash: {staged:?}"
     );
-    for &i in &on_flash {
-        assert!(!engine.flash_read_needed(&keys[i]), "key {i} read ahead");
-    }
-    for &i in &on_flash {
-        assert_eq!(peek(&engine, &keys[i]), Some(value_of(i as u32)), "key {i}");
-    }
+    assert_eq!(records.len(), on_flash.len());
+    engine.with_read_ahead(&mut records, || {
+        for &i in &on_flash {
+            assert!(!engine.flash_read_needed(&keys[i]), "key {i} read ahead");
+        }
+        for &i in &on_flash {
+            assert_eq!(peek(&engine, &keys[i]), Some(value_of(i as u32)), "key {i}");
+        }
+    });
+    assert!(records.is_empty(), "every record taken");
     let served = flash_stats(&engine);
     assert_eq!(
         served.reads, staged.reads,
@@ -1422,6 +1444,7 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
     );
     let mut ring = strata_pool::ReadRing::new(64, file).unwrap();
     let (mut staged, mut again) = (0, 0);
+    let mut records = ReadAhead::default();
     let mut done = Vec::new();
     while !reads.is_empty() || ring.in_flight() > 0 {
         while ring.in_flight() < ring.capacity() {
@@ -1432,7 +1455,7 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
         ring.submit().unwrap();
         ring.complete(&mut done);
         for (mut read, result) in done.drain(..) {
-            match engine.finish_flash_read(&mut read, result.as_deref().ok()) {
+            match engine.finish_flash_read(&mut read, result.as_deref().ok(), &mut records) {
                 ReadOutcome::Staged => staged += 1,
                 ReadOutcome::ReadMore => {
                     again += 1;
@@ -1444,20 +1467,23 @@ fn reads_a_server_does_on_its_own_ring_stage_short_and_long_records() {
         std::thread::yield_now();
     }
     assert_eq!(staged, planned);
+    assert_eq!(records.len(), planned);
     assert!(again >= 20, "{again} long records read again");
-    let still_needed = on_flash
-        .iter()
-        .filter(|&&i| engine.flash_read_needed(&keys[i]))
-        .count();
-    assert_eq!(
-        still_needed,
-        on_flash.len() - planned,
-        "the rest are in buffers"
-    );
     let reads_before = flash_stats(&engine).reads;
-    for &i in &on_flash {
-        assert_eq!(peek(&engine, &keys[i]), Some(value(i)), "key {i}");
-    }
+    engine.with_read_ahead(&mut records, || {
+        let still_needed = on_flash
+            .iter()
+            .filter(|&&i| engine.flash_read_needed(&keys[i]))
+            .count();
+        assert_eq!(
+            still_needed,
+            on_flash.len() - planned,
+            "the rest are in buffers"
+        );
+        for &i in &on_flash {
+            assert_eq!(peek(&engine, &keys[i]), Some(value(i)), "key {i}");
+        }
+    });
     assert_eq!(
         flash_stats(&engine).reads,
         reads_before,
@@ -1487,8 +1513,10 @@ fn first_reads_of_small_records_are_about_their_size() {
     );
     // Each planned read, done, stages its record without a second read.
     let before = flash_stats(&engine).reads;
-    engine.stage_flash(&on_flash);
+    let mut records = ReadAhead::default();
+    engine.read_flash_ahead(&on_flash, &mut records);
     assert_eq!(flash_stats(&engine).reads - before, reads.len() as u64);
+    assert_eq!(records.len(), reads.len());
 }
 
 /// SCAN over a cache whose keys are mostly on flash returns every key, and a call reads at
@@ -1574,17 +1602,20 @@ fn first_reads_of_4_kib_records_hold_the_whole_record() {
     let reads = engine.plan_flash_reads(&on_flash);
     assert!(reads.len() > 100, "{} reads planned", reads.len());
     let before = flash_stats(&engine).reads;
-    engine.stage_flash(&on_flash);
+    let mut records = ReadAhead::default();
+    engine.read_flash_ahead(&on_flash, &mut records);
     assert_eq!(
         flash_stats(&engine).reads - before,
         reads.len() as u64,
         "no record needed a second read"
     );
-    for (i, key) in (0u32..).zip(&keys) {
-        if on_flash.contains(&&key[..]) {
-            assert_eq!(peek(&engine, key), Some(value(i)), "key {i}");
+    engine.with_read_ahead(&mut records, || {
+        for (i, key) in (0u32..).zip(&keys) {
+            if on_flash.contains(&&key[..]) {
+                assert_eq!(peek(&engine, key), Some(value(i)), "key {i}");
+            }
         }
-    }
+    });
 }
 
 /// A read planned, then its region reclaimed and written again before the read is done (a
@@ -1614,18 +1645,21 @@ fn a_read_planned_before_its_region_is_reused_never_serves_a_wrong_value() {
     }
     assert!(flash_stats(&engine).reclaimed_regions > reclaimed_before + 64);
     let mut staged = 0;
+    let mut records = ReadAhead::default();
     for read in &mut reads {
         let mut buf = strata_pool::AlignedBuf::zeroed(read.len_bytes(), 4096);
         medium.read_at(read.offset(), &mut buf).unwrap();
-        if engine.finish_flash_read(read, Some(&buf)) == ReadOutcome::Staged {
+        if engine.finish_flash_read(read, Some(&buf), &mut records) == ReadOutcome::Staged {
             staged += 1;
         }
     }
-    for &i in &on_flash {
-        if let Some(got) = peek(&engine, &keys[i]) {
-            assert_eq!(got, value_of(i as u32), "key {i}");
+    engine.with_read_ahead(&mut records, || {
+        for &i in &on_flash {
+            if let Some(got) = peek(&engine, &keys[i]) {
+                assert_eq!(got, value_of(i as u32), "key {i}");
+            }
         }
-    }
+    });
     eprintln!(
         "{staged} of {} stale reads staged; none served",
         reads.len()
@@ -1746,13 +1780,13 @@ fn a_clean_close_leaves_no_suspects_to_list_again() {
     engine.check_integrity().unwrap();
 }
 
-/// Records read ahead are bounded (4,096 records or 64 MiB, `STAGED_RECORDS_MAX`): reading
-/// ahead past the bound drops what was read ahead before, whose keys are then read from the
-/// medium. Every value read stays right, and no more reads are served from read-aheads than
-/// the bound holds.
+/// Records read ahead belong to the request they were read for: 5,000 requests' reads ahead
+/// (more than the tier-wide staging area of before held: it dropped the early ones, whose
+/// requests then read the medium on the worker) each serve their own request without I/O and
+/// with its own value; a region reclaimed meanwhile makes a miss, never a wrong value.
 #[test]
-fn read_aheads_past_their_bound_are_dropped_and_reads_stay_right() {
-    const STAGED_RECORDS_MAX: u64 = 4096;
+fn read_aheads_belong_to_their_request_however_many_wait() {
+    const STAGED_RECORDS_MAX_BEFORE: u64 = 4096;
     let engine = Engine::open(config(ram_disk(512), false)).unwrap();
     let key = |i: u32| format!("s{i:05}").into_bytes();
     let value = |i: u32| {
@@ -1773,39 +1807,42 @@ fn read_aheads_past_their_bound_are_dropped_and_reads_stay_right() {
         .take(5_000)
         .collect();
     assert!(
-        on_flash.len() as u64 > STAGED_RECORDS_MAX,
+        on_flash.len() as u64 > STAGED_RECORDS_MAX_BEFORE,
         "{} keys on flash: {:?}",
         on_flash.len(),
         flash_stats(&engine)
     );
-    for &i in &on_flash {
-        engine.stage_flash(&[key(i)]);
-    }
-    let staged_before = flash_stats(&engine).staged_reads;
-    let reads_before = flash_stats(&engine).reads;
+    let mut waiting: Vec<ReadAhead> = on_flash
+        .iter()
+        .map(|&i| {
+            let mut records = ReadAhead::default();
+            engine.read_flash_ahead(&[key(i)], &mut records);
+            records
+        })
+        .collect();
+    let before = flash_stats(&engine);
     let mut found = 0;
-    for &i in &on_flash {
-        // A region reclaimed meanwhile (the flash thread keeps its item bound) makes a miss,
-        // never a wrong value.
-        if let Some(got) = peek(&engine, &key(i)) {
-            assert_eq!(got, value(i), "key {i}");
-            found += 1;
-        }
+    for (&i, records) in on_flash.iter().zip(&mut waiting) {
+        engine.with_read_ahead(records, || {
+            // A region reclaimed meanwhile (the flash thread keeps its item bound) makes a
+            // miss, never a wrong value.
+            if let Some(got) = peek(&engine, &key(i)) {
+                assert_eq!(got, value(i), "key {i}");
+                found += 1;
+            }
+        });
     }
     let flash = flash_stats(&engine);
-    let from_read_ahead = flash.staged_reads - staged_before;
     assert!(found > on_flash.len() / 2, "{found} found: {flash:?}");
-    assert!(
-        from_read_ahead > 0,
-        "the last read-aheads served: {flash:?}"
+    assert_eq!(
+        flash.staged_reads - before.staged_reads,
+        found as u64,
+        "every hit served from its own records: {flash:?}"
     );
-    assert!(
-        from_read_ahead <= STAGED_RECORDS_MAX,
-        "{from_read_ahead} reads served from read-aheads: {flash:?}"
-    );
-    assert!(
-        flash.reads > reads_before,
-        "the dropped read-aheads' keys were read from the medium: {flash:?}"
+    assert_eq!(
+        flash.reads - flash.settle_reads,
+        before.reads - before.settle_reads,
+        "no request read the medium: {flash:?}"
     );
     engine.check_integrity().unwrap();
 }
@@ -1957,27 +1994,31 @@ fn a_transaction_reads_changes_and_deletes_keys_only_flash_holds() {
     assert!(on_flash.len() > 300, "most keys on flash");
     let (read, changed, deleted) = (on_flash[0], on_flash[1], on_flash[2]);
     let index = |key: &[u8]| keys.iter().position(|k| k == key).unwrap() as u32;
-    engine.stage_flash(&[read, changed, deleted]);
+    let mut records = ReadAhead::default();
+    engine.read_flash_ahead(&[read, changed, deleted], &mut records);
     let staged_before = flash_stats(&engine).staged_reads;
-    let txn = engine
-        .transaction(&[read, changed, deleted], &[changed, deleted])
+    engine.with_read_ahead(&mut records, || {
+        let txn = engine
+            .transaction(&[read, changed, deleted], &[changed, deleted])
+            .unwrap();
+        assert_eq!(
+            txn.get(read, |item| item.value.to_vec()),
+            Some(value_of(index(read)))
+        );
+        txn.modify(changed, |current, buffer| {
+            buffer.extend_from_slice(current.expect("seen on flash").value);
+            buffer.extend_from_slice(b"+txn");
+            Change::Write {
+                client_flags: 0,
+                expiry: Expiry::Never,
+                keep_cas: false,
+            }
+        })
         .unwrap();
-    assert_eq!(
-        txn.get(read, |item| item.value.to_vec()),
-        Some(value_of(index(read)))
-    );
-    txn.modify(changed, |current, buffer| {
-        buffer.extend_from_slice(current.expect("seen on flash").value);
-        buffer.extend_from_slice(b"+txn");
-        Change::Write {
-            client_flags: 0,
-            expiry: Expiry::Never,
-            keep_cas: false,
-        }
-    })
-    .unwrap();
-    assert_eq!(txn.delete(deleted, None).unwrap(), DeleteOutcome::Deleted);
-    txn.finish().unwrap();
+        assert_eq!(txn.delete(deleted, None).unwrap(), DeleteOutcome::Deleted);
+        txn.finish().unwrap();
+    });
+    assert!(records.is_empty(), "the transaction took every record");
     assert!(
         flash_stats(&engine).staged_reads >= staged_before + 3,
         "the transaction used the records read ahead"

@@ -30,6 +30,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use mio::net::TcpStream;
+use strata_engine::{Engine, ReadAhead};
 
 use crate::context::{
     output_held_bytes, OutputBudget, OutputLimits, Processed, ServerContext, Session,
@@ -156,6 +157,11 @@ enum Fill {
 /// stays in the session's bounded backlog until the socket takes this.
 const PUSHED_PENDING_BYTES_MAX: usize = 256 << 10;
 
+/// Most records read ahead a connection keeps from earlier waits when another wait's records
+/// arrive (requests pipelined behind one that waited again, not run yet): twice what one wait
+/// reads ahead for the requests behind it.
+pub const READ_AHEAD_KEPT_MAX: usize = 2 * crate::flash_io::READ_AHEAD_KEYS_MAX;
+
 /// A client connection.
 pub struct Connection {
     /// Declared (so dropped) before the socket: the session leaves the clients' registry
@@ -189,6 +195,9 @@ pub struct Connection {
     /// The waiting request's keys were read ahead and it has not run yet (during shutdown the
     /// worker runs it before the connection closes: see [`Connection::run_resumed`]).
     flash_resumed: bool,
+    /// The records read ahead for this connection's requests, lent to their reads while its
+    /// input is processed ([`Connection::process`]).
+    read_ahead: ReadAhead,
     /// Unique for the server's life: tells a finished read-ahead which connection it is for.
     pub id: u64,
     /// Last time input arrived.
@@ -244,6 +253,7 @@ impl Connection {
             budget_paused: false,
             flash_waiting: false,
             flash_resumed: false,
+            read_ahead: ReadAhead::default(),
             id: NEXT_CONNECTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             uncommitted_from: None,
             last_active: now,
@@ -280,13 +290,19 @@ impl Connection {
         self.session.killed()
     }
 
-    /// The waiting request's keys were read ahead: it runs on the next pass.
-    pub fn flash_staged(&mut self) {
-        if self.flash_waiting {
-            self.flash_waiting = false;
-            self.flash_resumed = true;
-            self.session.flash_keys_staged();
+    /// The waiting request's keys were read ahead, into `records`: it runs on the next pass,
+    /// with them lent to its reads. Records kept from an earlier wait stay (bounded by
+    /// [`READ_AHEAD_KEPT_MAX`]) for the requests pipelined behind it.
+    pub fn flash_staged(&mut self, engine: &Engine, mut records: ReadAhead) {
+        if !self.flash_waiting {
+            engine.discard_read_ahead(&mut records);
+            return;
         }
+        self.flash_waiting = false;
+        self.flash_resumed = true;
+        self.session.flash_keys_staged();
+        let mut dropped = self.read_ahead.absorb(records, READ_AHEAD_KEPT_MAX);
+        engine.discard_read_ahead(&mut dropped);
     }
 
     /// During shutdown, which reads no more input: runs a request whose flash reads finished,
@@ -504,7 +520,29 @@ impl Connection {
     /// checked, so a pipeline of requests with large replies stops at the soft limit with the
     /// rest of its input left for later, instead of building its whole output at once. A chunk
     /// that produced much output makes the next one smaller, down to about one request.
+    ///
+    /// The records read ahead for the requests are lent to their flash reads meanwhile; what
+    /// they did not take is kept while a request still waits for its turn (a new wait, or
+    /// input left at the output limit), else dropped.
     fn process(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
+        if self.read_ahead.is_empty() {
+            return self.process_input(pass);
+        }
+        let ctx = pass.ctx;
+        let mut records = std::mem::take(&mut self.read_ahead);
+        let result = ctx
+            .engine
+            .with_read_ahead(&mut records, || self.process_input(pass));
+        if result.is_ok() && (self.flash_waiting || self.input_waiting) {
+            self.read_ahead = records;
+        } else {
+            ctx.engine.discard_read_ahead(&mut records);
+        }
+        result
+    }
+
+    /// [`Connection::process`] without the records read ahead.
+    fn process_input(&mut self, pass: &mut PassContext<'_>) -> Result<(), CloseReason> {
         self.input_waiting = false;
         self.held = false;
         self.flash_resumed = false;

@@ -11,10 +11,12 @@
 //!             ├─▶ RingReads::start: reads queued on the ring; RingReads::submit at the end
 //!             │   of the loop round: one io_uring submission for all of the round's reads
 //!             │   ─▶ eventfd ─▶ RingReads::complete
-//!             └─▶ FlashIo::submit(job) ─▶ strata-flash-io-N: Engine::stage_flash_at for a
-//!                 batch of queued reads (blocking) ─▶ Done to the worker's queue, and its waker
-//!  worker: the connection unparks and runs the request again; its flash reads find the
-//!          records read ahead (no I/O), and replies leave in request order.
+//!             └─▶ FlashIo::submit(job) ─▶ strata-flash-io-N: Engine::read_flash_ahead_at
+//!                 for a batch of queued reads (blocking) ─▶ Finished to the worker's queue,
+//!                 and its waker
+//!  worker: the connection unparks with its records (a ReadAhead of its own: nothing is kept
+//!          in the tier for it) and runs the request again with them lent to its reads
+//!          (Engine::with_read_ahead): no I/O, no lock; replies leave in request order.
 //!
 //!  A request that would read flash at length (KEYS: every flash key) hands a [`Walk`] over
 //!  instead: the walk thread runs it and tells the worker the same way.
@@ -22,14 +24,15 @@
 //!
 //! A record read ahead is used only if the index still points at it and its region is still
 //! the generation it was read from (the engine checks), so a write, delete or reclaim that
-//! happens while the request waits wins. The request then runs with whatever a read finds;
+//! happens while the request waits wins. Records are the connection's: another connection
+//! reading the same key reads its own (none takes another's and sends it to the medium). The request then runs with whatever a read finds;
 //! if a key went back to flash meanwhile, that read blocks (rare), it is never wrong.
 
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use mio::Waker;
-use strata_engine::Engine;
+use strata_engine::{Engine, ReadAhead};
 
 /// I/O threads started with a flash tier. Each reads a batch of keys at a time, all in flight
 /// at once (io_uring); while one waits for its batch, the other gathers the next. (Measured on
@@ -44,7 +47,7 @@ const BATCH_KEYS_MAX: usize = 64;
 /// waiting request's own keys are all read, however many).
 pub const READ_AHEAD_KEYS_MAX: usize = 64;
 
-/// A finished read-ahead, for the worker that parked the connection.
+/// Which parked connection a read-ahead is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Done {
     /// The connection's slot in its worker.
@@ -53,11 +56,31 @@ pub struct Done {
     pub connection_id: u64,
 }
 
+/// A finished read-ahead, for the worker that parked the connection: who, and the records
+/// read for it (none for a walk, which leaves its result with the request).
+#[derive(Debug)]
+pub struct Finished {
+    /// The connection.
+    pub done: Done,
+    /// Its records, to lend to its requests' reads.
+    pub records: ReadAhead,
+}
+
+impl Finished {
+    /// `done` with no records.
+    pub fn nothing_read(done: Done) -> Finished {
+        Finished {
+            done,
+            records: ReadAhead::default(),
+        }
+    }
+}
+
 /// Where a worker takes its finished read-aheads.
 #[derive(Clone)]
 pub struct ReplyTo {
     /// The worker's queue.
-    pub sender: Sender<Done>,
+    pub sender: Sender<Finished>,
     /// Wakes the worker's poll.
     pub waker: Arc<Waker>,
 }
@@ -91,11 +114,19 @@ pub struct FlashIo {
     walks: Mutex<Sender<WalkJob>>,
 }
 
-/// One read of a job, for one I/O thread: the job's reads are made in parallel, and the
-/// thread that makes the last one tells the worker.
+/// One read of a job, for one I/O thread: the job's reads are made in parallel, each adds its
+/// record to the job's, and the thread that makes the last one tells the worker.
 struct Part {
     location: u64,
-    left: Arc<std::sync::atomic::AtomicUsize>,
+    job: Arc<PartsOf>,
+}
+
+/// What the parts of one job share.
+struct PartsOf {
+    /// Parts not finished yet.
+    left: std::sync::atomic::AtomicUsize,
+    /// The records read so far.
+    records: Mutex<ReadAhead>,
     done: Done,
     reply: ReplyTo,
 }
@@ -119,7 +150,12 @@ impl FlashIo {
             .spawn(move || {
                 for job in walk_queue {
                     (job.walk)(&engine);
-                    if job.reply.sender.send(job.done).is_ok() {
+                    if job
+                        .reply
+                        .sender
+                        .send(Finished::nothing_read(job.done))
+                        .is_ok()
+                    {
                         let _ = job.reply.waker.wake();
                     }
                 }
@@ -148,13 +184,16 @@ impl FlashIo {
         if job.locations.is_empty() {
             return false;
         }
-        let left = Arc::new(std::sync::atomic::AtomicUsize::new(job.locations.len()));
+        let shared = Arc::new(PartsOf {
+            left: std::sync::atomic::AtomicUsize::new(job.locations.len()),
+            records: Mutex::new(ReadAhead::default()),
+            done: job.done,
+            reply: job.reply,
+        });
         for location in job.locations {
             let part = Part {
                 location,
-                left: Arc::clone(&left),
-                done: job.done,
-                reply: job.reply.clone(),
+                job: Arc::clone(&shared),
             };
             if sender.send(part).is_err() {
                 return false;
@@ -186,12 +225,31 @@ fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
             batch
         };
         let locations: Vec<u64> = batch.iter().map(|part| part.location).collect();
-        engine.stage_flash_at(&locations);
-        for part in batch {
-            let last = part.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1;
+        let mut read = ReadAhead::default();
+        engine.read_flash_ahead_at(&locations, &mut read);
+        for (at, part) in batch.iter().enumerate() {
+            let job = &part.job;
+            {
+                let mut records = job.records.lock().unwrap_or_else(|e| e.into_inner());
+                // Requests of two connections may wait for one record: each gets it.
+                if batch[at + 1..].iter().any(|p| p.location == part.location) {
+                    read.copy_to(part.location, &mut records);
+                } else {
+                    read.move_to(part.location, &mut records);
+                }
+            }
+            if job.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) != 1 {
+                continue;
+            }
+            let records =
+                std::mem::take(&mut *job.records.lock().unwrap_or_else(|e| e.into_inner()));
+            let finished = Finished {
+                done: job.done,
+                records,
+            };
             // A worker that is gone (shutdown) no longer listens: nothing to tell.
-            if last && part.reply.sender.send(part.done).is_ok() {
-                let _ = part.reply.waker.wake();
+            if job.reply.sender.send(finished).is_ok() {
+                let _ = job.reply.waker.wake();
             }
         }
     }
@@ -204,14 +262,14 @@ fn serve(engine: &Engine, receiver: &Mutex<Receiver<Part>>) {
 /// ```text
 ///  worker: a connection parks ─▶ RingReads::start: Engine::plan_flash_reads_at, one
 ///          submission for all ─▶ … eventfd readable … ─▶ RingReads::complete:
-///          Engine::finish_flash_read each (staged; a longer record is read again) ─▶ the
-///          connection's Done once its last read finished
+///          Engine::finish_flash_read each, into its job's records (a longer record is read
+///          again) ─▶ the connection's Finished, with them, once its last read finished
 /// ```
 pub struct RingReads {
     /// Each read in flight carries the job it belongs to.
     ring: strata_pool::ReadRing<RingRead>,
-    /// By job: who waits, and for how many reads.
-    jobs: Vec<Option<(Done, usize)>>,
+    /// By job: who waits, for how many reads, and the records read so far.
+    jobs: Vec<Option<(Done, usize, ReadAhead)>>,
     free_jobs: Vec<usize>,
     /// Jobs waiting for room on the ring, in arrival order.
     queued: std::collections::VecDeque<(Vec<u64>, Done)>,
@@ -319,7 +377,7 @@ impl RingReads {
             self.free_jobs.push(job);
             return Started::NothingToRead; // Read on the worker: never seen, never wrong.
         }
-        self.jobs[job] = Some((done, queued));
+        self.jobs[job] = Some((done, queued, ReadAhead::default()));
         self.unsubmitted = true;
         Started::Reading
     }
@@ -357,12 +415,16 @@ impl RingReads {
     }
 
     /// Finishes the reads that completed; appends the jobs whose last read finished.
-    pub fn complete(&mut self, engine: &Engine, finished: &mut Vec<Done>) {
+    pub fn complete(&mut self, engine: &Engine, finished: &mut Vec<Finished>) {
         let mut completed = std::mem::take(&mut self.completed);
         self.ring.complete(&mut completed);
         let mut requeued = false;
         for ((mut read, job), result) in completed.drain(..) {
-            let outcome = engine.finish_flash_read(&mut read, result.as_deref().ok());
+            let Some((_, _, records)) = self.jobs.get_mut(job).and_then(Option::as_mut) else {
+                debug_assert!(false, "a read of no job");
+                continue;
+            };
+            let outcome = engine.finish_flash_read(&mut read, result.as_deref().ok(), records);
             if let Ok(buf) = result {
                 self.ring.recycle(buf);
             }
@@ -370,13 +432,13 @@ impl RingReads {
                 requeued = true;
                 continue;
             }
-            let Some((done, left)) = self.jobs.get_mut(job).and_then(Option::as_mut) else {
+            let Some((_, left, _)) = self.jobs.get_mut(job).and_then(Option::as_mut) else {
                 continue;
             };
             *left -= 1;
             if *left == 0 {
-                finished.push(*done);
-                self.jobs[job] = None;
+                let (done, _, records) = self.jobs[job].take().expect("the job just seen");
+                finished.push(Finished { done, records });
                 self.free_jobs.push(job);
             }
         }
@@ -389,7 +451,7 @@ impl RingReads {
         {
             let (locations, done) = self.queued.pop_front().expect("front checked");
             if self.start_now(engine, &locations, done) == Started::NothingToRead {
-                finished.push(done);
+                finished.push(Finished::nothing_read(done));
             }
         }
     }

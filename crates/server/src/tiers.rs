@@ -298,13 +298,13 @@ fn flash_counters_more(flash: &FlashStats) -> Vec<Field> {
         field(
             "staged_reads",
             Counter,
-            "Flash reads served from a record an I/O thread read ahead while the request waited.",
+            "Flash reads served from a record read ahead for the request while it waited.",
             flash.staged_reads,
         ),
         field(
             "staged_dropped",
             Counter,
-            "Records read ahead that the full staging area dropped, oldest first, before a read took them.",
+            "Records read ahead that no read took (the key was written meanwhile, or the connection went away).",
             flash.staged_dropped,
         ),
         field("reads", Counter, "Reads of the medium.", flash.reads),

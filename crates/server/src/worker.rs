@@ -187,12 +187,12 @@ struct Worker {
     incoming: Receiver<Incoming>,
     /// Where this worker's flash read-aheads report back ([`crate::flash_io`]).
     flash_reply: flash_io::ReplyTo,
-    flash_done: Receiver<flash_io::Done>,
+    flash_done: Receiver<flash_io::Finished>,
     /// The worker's own flash reads, where the medium is read through io_uring (else the I/O
     /// threads do them).
     flash_ring: Option<flash_io::RingReads>,
     /// Scratch: jobs whose ring reads finished.
-    flash_finished: Vec<flash_io::Done>,
+    flash_finished: Vec<flash_io::Finished>,
     shared: WorkerShared,
     /// Connections by token; `None` slots are listed in `free_slots`.
     slots: Vec<Option<Connection>>,
@@ -350,8 +350,8 @@ impl Worker {
         while let Ok(incoming) = self.incoming.try_recv() {
             self.add(incoming, now);
         }
-        while let Ok(done) = self.flash_done.try_recv() {
-            self.flash_read_ahead(done);
+        while let Ok(finished) = self.flash_done.try_recv() {
+            self.flash_read_ahead(finished);
         }
         if self.drain_deadline.is_none() && self.shared.ctx.shutdown.load(Ordering::Acquire) {
             self.start_drain(now);
@@ -415,20 +415,22 @@ impl Worker {
         self.flash_finished = finished;
     }
 
-    /// A connection's flash reads ahead finished: it runs its request again.
-    fn flash_read_ahead(&mut self, done: flash_io::Done) {
+    /// A connection's flash reads ahead finished: it runs its request again, with its records.
+    fn flash_read_ahead(&mut self, finished: flash_io::Finished) {
+        let flash_io::Finished { done, mut records } = finished;
         let slot = done.slot;
         let stats = &self.shared.ctx.stats;
         // The slot may be empty or hold a newer connection: this one closed while it waited,
-        // and its reads ahead are left to the staging area's bound.
+        // and its records are dropped, counted as read ahead and never taken.
         match self.slots.get_mut(slot).and_then(Option::as_mut) {
             Some(connection) if connection.id == done.connection_id => {
                 stats.flash_waits_done.fetch_add(1, Ordering::Relaxed);
-                connection.flash_staged();
+                connection.flash_staged(&self.shared.ctx.engine, records);
                 self.again.push(slot);
             }
             _ => {
                 stats.flash_waits_abandoned.fetch_add(1, Ordering::Relaxed);
+                self.shared.ctx.engine.discard_read_ahead(&mut records);
             }
         }
     }
@@ -512,7 +514,7 @@ impl Worker {
                     .stats
                     .flash_waits_done
                     .fetch_add(1, Ordering::Relaxed);
-                connection.flash_staged();
+                connection.flash_staged(&shared.ctx.engine, strata_engine::ReadAhead::default());
                 self.again.push(slot);
             }
         }

@@ -283,26 +283,29 @@ impl Engine {
             return 0;
         };
         let read = flash.len();
+        let mut records = crate::flash::read_ahead::ReadAhead::default();
         if read > 0 {
             let on_medium: Vec<u64> = flash
                 .iter()
                 .map(|&location| crate::index::flash_units(location))
                 .collect();
-            tier.stage_many(&on_medium);
+            tier.stage_many(&on_medium, &mut records);
         }
-        for location in flash.drain(..) {
-            let Some(key) =
-                tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
-            else {
-                continue;
-            };
-            // An older copy of a key memory holds (see `shard::flash`) is not a second key.
-            let hash = self.inner.hash(&key);
-            let shard = self.inner.shards[shard_index].0.read();
-            if shard.lookup(&self.inner, &key, hash).is_none() {
-                visit(&key);
+        self.with_read_ahead(&mut records, || {
+            for location in flash.drain(..) {
+                let Some(key) =
+                    tiering::read_key(&self.inner, location, Some(now_ms), ReadFor::Request)
+                else {
+                    continue;
+                };
+                // An older copy of a key memory holds (see `shard::flash`) is not a second key.
+                let hash = self.inner.hash(&key);
+                let shard = self.inner.shards[shard_index].0.read();
+                if shard.lookup(&self.inner, &key, hash).is_none() {
+                    visit(&key);
+                }
             }
-        }
+        });
         read
     }
 

@@ -1,6 +1,7 @@
 //! Reads: memory first, then flash (read with no lock held, checked again under it).
 
 use super::*;
+use crate::flash::read_ahead::{self, ReadAhead};
 
 /// Most keys one `prefetch` call looks at.
 pub const PREFETCH_KEYS_MAX: usize = 32;
@@ -162,9 +163,10 @@ impl Engine {
     }
 
     /// Whether a read of `key` now would read the flash medium: memory does not hold it, and a
-    /// flash entry with its hash bits has no record read ahead ([`Engine::stage_flash`]). A
-    /// server asks this before running a request, and has an I/O thread stage the key while
-    /// the request waits instead of blocking its worker. Always false without a flash tier.
+    /// flash entry with its hash bits has no record read ahead lent to this thread's reads
+    /// ([`Engine::with_read_ahead`]). A server asks this before running a request, and has the
+    /// key read ahead while the request waits instead of blocking its worker. Always false
+    /// without a flash tier.
     pub fn flash_read_needed(&self, key: &[u8]) -> bool {
         self.flash_reads_needed(key, &mut Vec::new())
     }
@@ -172,12 +174,12 @@ impl Engine {
     /// [`Engine::flash_read_needed`], adding the flash locations (in the medium's units) a
     /// read of `key` would read and that are not read ahead to `locations`, in one walk of
     /// the key's buckets: what [`Engine::plan_flash_reads_at`] and
-    /// [`Engine::stage_flash_at`] take, so a server plans a waiting request's reads without
-    /// looking its keys up again.
+    /// [`Engine::read_flash_ahead_at`] take, so a server plans a waiting request's reads
+    /// without looking its keys up again.
     pub fn flash_reads_needed(&self, key: &[u8], locations: &mut Vec<u64>) -> bool {
-        let Some(flash) = self.inner.flash.as_ref() else {
+        if self.inner.flash.is_none() {
             return false;
-        };
+        }
         let (hash, lock) = self.shard_for(key);
         let Lookup::Flash(candidates) = lock.read().lookup_or_flash(&self.inner, key, hash) else {
             return false;
@@ -188,15 +190,15 @@ impl Engine {
                 .as_slice()
                 .iter()
                 .map(|&location| crate::index::flash_units(location))
-                .filter(|&units| !flash.is_staged(units)),
+                .filter(|&units| !read_ahead::is_lent(units)),
         );
         locations.len() > before
     }
 
-    /// [`Engine::stage_flash`] of locations [`Engine::flash_reads_needed`] gave.
-    pub fn stage_flash_at(&self, locations: &[u64]) {
+    /// [`Engine::read_flash_ahead`] of locations [`Engine::flash_reads_needed`] gave.
+    pub fn read_flash_ahead_at(&self, locations: &[u64], into: &mut ReadAhead) {
         if let Some(flash) = self.inner.flash.as_ref() {
-            flash.stage_many(locations);
+            flash.stage_many(locations, into);
         }
     }
 
@@ -209,11 +211,12 @@ impl Engine {
     }
 
     /// Reads ahead, from the flash medium, the records reads of `keys` would read there, all in
-    /// flight at once, and keeps them for those reads (blocking I/O: for an I/O thread, not a
-    /// worker). Keys memory holds are skipped; a no-op without a flash tier.
-    pub fn stage_flash<K: AsRef<[u8]>>(&self, keys: &[K]) {
+    /// flight at once, into `into`, for the reads [`Engine::with_read_ahead`] lends them to
+    /// (blocking I/O: for an I/O thread, not a worker). Keys memory holds are skipped; a no-op
+    /// without a flash tier.
+    pub fn read_flash_ahead<K: AsRef<[u8]>>(&self, keys: &[K], into: &mut ReadAhead) {
         if let Some(flash) = self.inner.flash.as_ref() {
-            flash.stage_many(&self.flash_locations(keys));
+            flash.stage_many(&self.flash_locations(keys), into);
         }
     }
 
@@ -228,12 +231,37 @@ impl Engine {
         }
     }
 
-    /// Takes the bytes a planned read got (`None`: it failed) and keeps the record for the
-    /// request's own read; [`ReadOutcome::ReadMore`]: read again where `read` now says.
-    pub fn finish_flash_read(&self, read: &mut FlashRead, bytes: Option<&[u8]>) -> ReadOutcome {
+    /// Takes the bytes a planned read got (`None`: it failed) and adds the record to `into`,
+    /// the waiting request's own; [`ReadOutcome::ReadMore`]: read again where `read` now says.
+    pub fn finish_flash_read(
+        &self,
+        read: &mut FlashRead,
+        bytes: Option<&[u8]>,
+        into: &mut ReadAhead,
+    ) -> ReadOutcome {
         match self.inner.flash.as_ref() {
-            Some(flash) => flash.finish_read(read, bytes),
+            Some(flash) => flash.finish_read(read, bytes, into),
             None => ReadOutcome::Miss,
+        }
+    }
+
+    /// Runs `f` with `records` lent to the flash reads this thread makes meanwhile: a read of
+    /// a location lent takes its record (no I/O, no lock) if its region is still the
+    /// generation it was read from, and [`Engine::flash_reads_needed`] leaves lent locations
+    /// out. What no read took is back in `records` afterwards. A server wraps the run of a
+    /// connection's requests in it once their reads ahead are back (see `read_ahead`).
+    pub fn with_read_ahead<R>(&self, records: &mut ReadAhead, f: impl FnOnce() -> R) -> R {
+        read_ahead::lend(records, f)
+    }
+
+    /// Drops `records`, counting them as read ahead and never taken (`staged_dropped`).
+    pub fn discard_read_ahead(&self, records: &mut ReadAhead) {
+        let dropped = records.clear() as u64;
+        if let (Some(flash), true) = (self.inner.flash.as_ref(), dropped > 0) {
+            flash
+                .counters
+                .staged_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
         }
     }
 

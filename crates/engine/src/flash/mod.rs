@@ -35,7 +35,8 @@
 //! | `open.rs`     | superblock (kept or formatted), region listing, key filters          |
 //! | `write.rs`    | appends to open region buffers, sealing, the flash thread's writes   |
 //! | `reclaim.rs`  | the oldest (or expired) region's entries dropped, the region freed   |
-//! | `read.rs`     | record reads: buffers, staged reads, the medium                      |
+//! | `read.rs`     | record reads: buffers, records read ahead, the medium                |
+//! | `read_ahead.rs` | records read ahead for a waiting request, lent to its reads        |
 //! | `format.rs`   | the on-medium format (docs/FLASH_FORMAT.md)                          |
 //! | `filter.rs`   | per-region key filters                                               |
 //! | `check.rs`    | the offline check (`strata flash verify`)                            |
@@ -46,11 +47,12 @@ pub(crate) mod filter;
 pub(crate) mod format;
 mod open;
 mod read;
+pub(crate) mod read_ahead;
 mod reclaim;
 pub(crate) mod tiering;
 mod write;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -215,9 +217,9 @@ pub(crate) struct FlashCounters {
     pub(crate) read_latency_us: [AtomicU64; READ_LATENCY_BUCKETS],
     /// Microseconds all reads took together.
     pub(crate) read_latency_us_sum: AtomicU64,
-    /// Reads served from a record an I/O thread had read ahead (no I/O on the worker).
+    /// Reads served from a record read ahead while its request waited (no I/O on the worker).
     pub(crate) staged_reads: AtomicU64,
-    /// Records read ahead and dropped, oldest first, to keep the staging area in its bounds.
+    /// Records read ahead that no read took (`Engine::discard_read_ahead`).
     pub(crate) staged_dropped: AtomicU64,
     /// Reads of the medium (among `reads`) the flash thread made to settle suspects.
     pub(crate) settle_reads: AtomicU64,
@@ -274,67 +276,8 @@ pub(crate) struct FlashTier {
     pub(crate) counters: FlashCounters,
     /// The flash thread, woken when a region is sealed (it also polls).
     writer: Mutex<Option<std::thread::Thread>>,
-    /// Records read ahead by I/O threads for a request that waits for them (see `stage`),
-    /// by location; taken by the read that uses them.
-    staged: Mutex<Staged>,
     /// `FlashConfig::read_delay_for_tests`.
     pub(crate) read_delay_for_tests: std::time::Duration,
-}
-
-/// A record read ahead: its region generation when read, and its bytes.
-#[derive(Debug)]
-struct StagedRecord {
-    seq: u64,
-    bytes: Vec<u8>,
-}
-
-/// The records read ahead, and the bytes they hold.
-#[derive(Debug, Default)]
-struct Staged {
-    records: HashMap<u64, StagedRecord>,
-    /// Locations in the order they were staged (some since taken: skipped when met).
-    order: std::collections::VecDeque<u64>,
-    bytes: usize,
-}
-
-impl Staged {
-    /// Keeps `record` for the read of `location` that will ask for it, dropping the oldest
-    /// records first while the area is past [`STAGED_RECORDS_MAX`] or [`STAGED_BYTES_MAX`]
-    /// (records no read came for: their requests went away, or read them some other way);
-    /// returns how many it dropped.
-    fn insert(&mut self, location: u64, record: StagedRecord) -> u64 {
-        let mut dropped = 0;
-        while self.records.len() >= STAGED_RECORDS_MAX
-            || self.bytes + record.bytes.len() > STAGED_BYTES_MAX
-        {
-            let Some(oldest) = self.order.pop_front() else {
-                break;
-            };
-            if let Some(old) = self.records.remove(&oldest) {
-                self.bytes -= old.bytes.len();
-                dropped += 1;
-            }
-        }
-        self.bytes += record.bytes.len();
-        match self.records.insert(location, record) {
-            Some(old) => self.bytes -= old.bytes.len(),
-            None => self.order.push_back(location),
-        }
-        if self.order.len() > 2 * STAGED_RECORDS_MAX {
-            // Mostly locations taken since: keep the order of those still here.
-            let records = &self.records;
-            self.order.retain(|location| records.contains_key(location));
-        }
-        debug_assert!(self.records.len() <= self.order.len());
-        dropped
-    }
-
-    /// Takes the record staged for `location`.
-    fn take(&mut self, location: u64) -> Option<StagedRecord> {
-        let record = self.records.remove(&location)?;
-        self.bytes -= record.bytes.len();
-        Some(record)
-    }
 }
 
 /// Where a record's first read goes (`FlashTier::plan_read`).
@@ -397,11 +340,6 @@ enum Checked {
     /// A record longer than what was read: bytes to read from the plan's start to hold it.
     Longer(usize),
 }
-
-/// Most records, and most bytes, held read ahead. Past either, the oldest are dropped (records
-/// no read came for accumulate otherwise): a read that wanted one reads the medium itself.
-const STAGED_RECORDS_MAX: usize = 4096;
-const STAGED_BYTES_MAX: usize = 64 << 20;
 
 /// Why the tier could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -503,10 +441,10 @@ pub struct FlashStats {
     pub read_latency_us: [u64; READ_LATENCY_BUCKETS],
     /// Microseconds all reads took together.
     pub read_latency_us_sum: u64,
-    /// Reads served from a record an I/O thread had read ahead while its request waited.
+    /// Reads served from a record read ahead while its request waited.
     pub staged_reads: u64,
-    /// Records read ahead that no read took before the staging area, full, dropped them
-    /// (oldest first): their requests read the medium on the worker, or went away.
+    /// Records read ahead that no read took: their keys were written or deleted meanwhile,
+    /// their requests went away, or a connection kept more across waits than its bound.
     pub staged_dropped: u64,
     /// Medium reads (among `reads`) made to settle suspects, not for a request: which key a
     /// flash entry beside a newer write holds. Reads for requests are `reads` minus these.

@@ -146,7 +146,6 @@ impl FlashTier {
             counters: FlashCounters::default(),
             writer: Mutex::new(None),
             filters: (0..regions).map(|_| RwLock::new(None)).collect(),
-            staged: Mutex::new(Staged::default()),
             read_delay_for_tests: std::time::Duration::ZERO,
         };
         let regions_kept = tier.list_regions()?;

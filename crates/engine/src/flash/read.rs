@@ -1,6 +1,8 @@
 //! Reads: a record from its region's buffer while that is not yet written, else from the
-//! medium, checked against its region's seq; staged reads (read ahead by I/O threads) first.
+//! medium, checked against its region's seq; a record read ahead and lent to this thread's
+//! reads (`read_ahead`) first.
 
+use super::read_ahead::{self, ReadAhead};
 use super::*;
 
 impl FlashTier {
@@ -50,7 +52,7 @@ impl FlashTier {
             }
         };
         if buffered.is_none() {
-            if let Some(range) = self.take_staged(location, seq, out) {
+            if let Some(range) = self.take_read_ahead(location, seq, out) {
                 return Some(range);
             }
         }
@@ -63,11 +65,10 @@ impl FlashTier {
         Some(range)
     }
 
-    /// Reads the records at `locations` from the medium, all in flight at once, and keeps each
-    /// apart for the read that will ask for it (an I/O thread's work for requests that wait, so
-    /// that the worker's reads then find them without I/O). Nothing is kept for a location not
-    /// on the medium, or already kept.
-    pub(crate) fn stage_many(&self, locations: &[u64]) {
+    /// Reads the records at `locations` from the medium, all in flight at once, into `into`
+    /// (an I/O thread's work for requests that wait, so that their reads then find them
+    /// without I/O). Nothing is read for a location not on the medium.
+    pub(crate) fn stage_many(&self, locations: &[u64], into: &mut ReadAhead) {
         let mut reads = self.plan_reads(locations);
         let block = self.read_align();
         // A second round for the records longer than their first read.
@@ -93,7 +94,7 @@ impl FlashTier {
             let mut longer = Vec::new();
             for ((mut read, buf), result) in reads.into_iter().zip(bufs).zip(results) {
                 let bytes = result.is_ok().then_some(&buf[..]);
-                if self.finish_read(&mut read, bytes) == ReadOutcome::ReadMore {
+                if self.finish_read(&mut read, bytes, into) == ReadOutcome::ReadMore {
                     longer.push(read);
                 }
             }
@@ -101,12 +102,11 @@ impl FlashTier {
         }
     }
 
-    /// The reads that would stage the records at `locations`: those in a written region, not
-    /// staged yet, each once (see [`FlashRead`]).
+    /// The reads that would read ahead the records at `locations`: those in a written region,
+    /// each once (see [`FlashRead`]).
     pub(crate) fn plan_reads(&self, locations: &[u64]) -> Vec<FlashRead> {
         let mut planned: Vec<FlashRead> = Vec::with_capacity(locations.len());
         let regions = self.regions.lock().expect("regions lock");
-        let staged = self.staged.lock().expect("staged lock");
         for &location in locations {
             let Some((index, offset)) = self.split(location) else {
                 continue;
@@ -117,9 +117,7 @@ impl FlashTier {
                 } if ((offset + STAMP_BYTES) as u64) < *payload_bytes => *seq,
                 _ => continue, // In a buffer (no I/O to save) or not a record.
             };
-            if staged.records.contains_key(&location)
-                || planned.iter().any(|read| read.location == location)
-            {
+            if planned.iter().any(|read| read.location == location) {
                 continue;
             }
             planned.push(FlashRead {
@@ -136,9 +134,14 @@ impl FlashTier {
         planned
     }
 
-    /// Takes what `read` read (`None`: the read failed) and keeps the record for the read that
-    /// will ask for it; or says to read more, `read` then says where.
-    pub(crate) fn finish_read(&self, read: &mut FlashRead, bytes: Option<&[u8]>) -> ReadOutcome {
+    /// Takes what `read` read (`None`: the read failed) and adds the record to `into`, for the
+    /// read that will ask for it; or says to read more, `read` then says where.
+    pub(crate) fn finish_read(
+        &self,
+        read: &mut FlashRead,
+        bytes: Option<&[u8]>,
+        into: &mut ReadAhead,
+    ) -> ReadOutcome {
         let Some(bytes) = bytes else {
             self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
             return ReadOutcome::Miss;
@@ -156,21 +159,7 @@ impl FlashTier {
         };
         self.counters
             .record_read(read.started.elapsed(), range.len());
-        let record = StagedRecord {
-            seq: read.seq,
-            bytes: bytes[range].to_vec(),
-        };
-        let dropped = self
-            .staged
-            .lock()
-            .expect("staged lock")
-            .insert(read.location, record);
-        if dropped > 0 {
-            // Reads that wanted them read the medium themselves.
-            self.counters
-                .staged_dropped
-                .fetch_add(dropped, Ordering::Relaxed);
-        }
+        into.insert(read.location, read.seq, bytes[range].to_vec());
         ReadOutcome::Staged
     }
 
@@ -184,32 +173,21 @@ impl FlashTier {
         self.medium.read_file()
     }
 
-    /// Whether a record read ahead waits for `location`.
-    pub(crate) fn is_staged(&self, location: u64) -> bool {
-        self.staged
-            .lock()
-            .expect("staged lock")
-            .records
-            .contains_key(&location)
-    }
-
-    /// Takes the record read ahead for `location` into `out`, if it is of generation `seq`
-    /// (a region reclaimed and written again since makes it worthless: dropped).
-    pub(super) fn take_staged(
+    /// Takes the record read ahead for `location` and lent to this thread's reads into `out`,
+    /// if it is of generation `seq` (a region reclaimed and written again since makes it
+    /// worthless: dropped).
+    fn take_read_ahead(
         &self,
         location: u64,
         seq: u64,
         out: &mut AlignedBuf,
     ) -> Option<std::ops::Range<usize>> {
-        let staged = self.staged.lock().expect("staged lock").take(location)?;
-        if staged.seq != seq {
-            return None;
-        }
-        let len = staged.bytes.len();
+        let bytes = read_ahead::take_lent(location, seq)?;
+        let len = bytes.len();
         if out.len() < len {
             *out = AlignedBuf::zeroed(len.next_multiple_of(BLOCK_SIZE_BYTES), BLOCK_SIZE_BYTES);
         }
-        out[..len].copy_from_slice(&staged.bytes);
+        out[..len].copy_from_slice(&bytes);
         self.counters.staged_reads.fetch_add(1, Ordering::Relaxed);
         Some(0..len)
     }

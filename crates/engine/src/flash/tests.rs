@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::record::{self, RecordMeta};
+use std::collections::HashMap;
 use strata_pool::testing::{Faults, MemoryMedium, SimulatedMedium};
 
 const REGION: u64 = 64 << 10;
@@ -130,37 +131,10 @@ fn on_a_medium_of_512_byte_reads_a_record_costs_a_read_about_its_length() {
         average <= 2048,
         "{average} bytes read per record on average"
     );
-    // And read ahead in one batch (the I/O threads' way): every record staged.
-    tier.stage_many(&locations);
-    assert!(locations.iter().all(|&location| tier.is_staged(location)));
-}
-
-/// A full staging area drops its oldest records to take a new one, not all of them: the
-/// requests that wait for the newer ones still find them.
-#[test]
-fn a_full_staging_area_drops_its_oldest_records_first() {
-    let record = |i: usize| StagedRecord {
-        seq: 1,
-        bytes: vec![i as u8; 100],
-    };
-    let mut staged = Staged::default();
-    let over = 10;
-    let mut dropped = 0;
-    for i in 0..STAGED_RECORDS_MAX + over {
-        dropped += staged.insert(i as u64, record(i));
-    }
-    assert_eq!(dropped, over as u64);
-    assert_eq!(staged.records.len(), STAGED_RECORDS_MAX);
-    assert!((0..over as u64).all(|location| !staged.records.contains_key(&location)));
-    assert!((over..STAGED_RECORDS_MAX + over).all(|l| staged.records.contains_key(&(l as u64))));
-    // Taken records leave the order to be skipped, and the order stays bounded.
-    for round in 0..3 * STAGED_RECORDS_MAX {
-        let location = (STAGED_RECORDS_MAX + over + round) as u64;
-        staged.insert(location, record(round));
-        assert!(staged.take(location).is_some());
-    }
-    assert!(staged.order.len() <= 2 * STAGED_RECORDS_MAX + 1);
-    assert_eq!(staged.bytes, staged.records.len() * 100);
+    // And read ahead in one batch (the I/O threads' way): every record read.
+    let mut records = read_ahead::ReadAhead::default();
+    tier.stage_many(&locations, &mut records);
+    assert!(locations.iter().all(|&location| records.contains(location)));
 }
 
 #[test]

@@ -596,7 +596,8 @@ fn replies_before_a_flash_wait_are_written_with_the_waiting_requests() {
         "nothing is written while the request waits"
     );
     assert_eq!(f.traffic.written_bytes, 0);
-    f.connection.flash_staged();
+    f.connection
+        .flash_staged(&f.ctx.engine, strata_engine::ReadAhead::default());
     assert_eq!(f.pass(), Status::Open);
     f.client.set_nonblocking(false).unwrap();
     assert_eq!(f.read_exact(11), b"a\nb\nwait\nc\n");
@@ -624,7 +625,8 @@ fn a_client_gone_quiet_while_its_request_waits_gets_every_reply_then_the_close()
         std::thread::sleep(Duration::from_millis(2));
     }
     assert!(waiting, "the request waits for flash");
-    f.connection.flash_staged();
+    f.connection
+        .flash_staged(&f.ctx.engine, strata_engine::ReadAhead::default());
     let status = f.pass_until(|_, status| matches!(status, Status::Closed(_)));
     assert_eq!(status, Status::Closed(CloseReason::PeerClosed));
     assert_eq!(f.read_exact(7), b"a\nwait\n");
