@@ -93,6 +93,19 @@ impl Engine {
         Ok(engine)
     }
 
+    /// Opens the transaction logs kept beside `pool` (as `Engine::open` does for a pool file)
+    /// for an engine opened on an already open pool ([`Engine::from_pool`]: a simulated pool,
+    /// or a crash image of one), and undoes each group they hold active. The power-failure
+    /// tests run transactions on a simulated pool, logged this way, and cut them at any point.
+    pub fn open_transaction_logs(&mut self, pool: &std::path::Path) -> Result<(), OpenError> {
+        assert!(
+            self.txlog.is_none(),
+            "the transaction logs are open already"
+        );
+        let durable = self.inner.durability != Durability::None;
+        self.open_txlog(pool, durable, false)
+    }
+
     /// Opens the pool's transaction logs and undoes each group a crash interrupted (none when
     /// the pool was made `fresh`: their keys are gone with it).
     fn open_txlog(

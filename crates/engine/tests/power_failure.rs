@@ -9,7 +9,9 @@
 //! - `interval`: the value is the one at the last completed flush or one written after it (a
 //!   key touched after the flush may also be absent); never older, never torn;
 //! - `none`: the pool left unclean across a power loss is discarded: the store is empty;
-//! - always: `check_integrity` holds and writes work after recovery.
+//! - always: `check_integrity` holds and writes work after recovery;
+//! - a transaction (strings and hashes, with its logs beside the simulated pool): its keys all
+//!   as before it, or, once it finished, all as it wrote them, wherever the cut falls.
 //!
 //! `STRATA_POWER_SEED` replays one seed; `STRATA_POWER_IMAGES` sets images per level.
 
@@ -591,4 +593,226 @@ fn a_process_crash_then_a_power_cut_keeps_each_level_s_promise() {
             check_recovered(&engine, level, &model, seed);
         }
     }
+}
+
+/// What a key holds, as a transaction's check compares it: its kind and value, or absence.
+type KeyState = Option<(Kind, Vec<u8>)>;
+
+fn key_state(engine: &Engine, key: &[u8]) -> KeyState {
+    engine.peek(key, |item| (item.kind, item.value.to_vec()))
+}
+
+/// The transaction logs of a simulated pool, kept in a directory of their own; removed after.
+struct LogDir(std::path::PathBuf);
+
+impl LogDir {
+    fn new(seed: u64) -> LogDir {
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            std::path::PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("strata-power-txn-{}-{seed}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("log directory");
+        LogDir(dir)
+    }
+
+    /// The path the logs are named after (`<pool>.txlog`, `<pool>.txlog.1`, ...).
+    fn pool(&self) -> std::path::PathBuf {
+        self.0.join("pool")
+    }
+
+    /// What a power cut now leaves of the logs, under `crashed` (each is made durable
+    /// before the step after it: begun before the first write, ended after the commit).
+    fn copy_to(&self, crashed: &LogDir) {
+        for entry in std::fs::read_dir(&self.0).expect("log directory") {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().expect("a file name");
+            std::fs::copy(&path, crashed.0.join(name)).expect("copy a log");
+        }
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Transactions (what EXEC and the multi-key commands run on) writing strings and hashes,
+/// across power cuts at every step: before the transaction's first write, after each of its
+/// writes (the pool keeping a random share of what was not yet persisted: torn records,
+/// half-written ones), and after `finish` returned. Recovered with its logs, the pool holds the
+/// transaction's keys all as they were before it, or, once `finish` returned (an EXEC
+/// answered), all as it wrote them, under every durable level; the keys outside it keep the
+/// level's promise (the model), and the store's integrity holds.
+#[test]
+fn transactions_of_strings_and_hashes_are_all_or_nothing_across_power_cuts() {
+    let images: u64 = std::env::var("STRATA_POWER_IMAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+        / 4;
+    for (level_index, level) in [Level::SyncInline, Level::SyncGroup, Level::Interval]
+        .into_iter()
+        .enumerate()
+    {
+        let seeds: Vec<u64> = match std::env::var("STRATA_POWER_SEED") {
+            Ok(seed) => vec![seed.parse().expect("STRATA_POWER_SEED is a number")],
+            Err(_) => (0..images.max(1))
+                .map(|n| 30_000_000 * (level_index as u64 + 1) + n)
+                .collect(),
+        };
+        for seed in seeds {
+            power_cut_around_a_transaction(level, seed);
+        }
+    }
+}
+
+/// One seed of [`transactions_of_strings_and_hashes_are_all_or_nothing_across_power_cuts`].
+fn power_cut_around_a_transaction(level: Level, seed: u64) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let config = config(level, None);
+    let logs = LogDir::new(seed);
+    let mut engine = Engine::open(config.clone()).unwrap();
+    engine.open_transaction_logs(&logs.pool()).unwrap();
+    let ops = rng.gen_range(0..150);
+    let (model, _) = run_workload(&engine, &mut rng, level, ops);
+    // The transaction: up to four distinct keys, each made a string, a hash or absent.
+    let mut keys: Vec<Vec<u8>> = (0..rng.gen_range(1..=4))
+        .map(|_| key(rng.gen_range(0..KEYS)))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let before: Vec<KeyState> = keys.iter().map(|k| key_state(&engine, k)).collect();
+    let after: Vec<KeyState> = (0..keys.len())
+        .map(|i| match rng.gen_range(0..3) {
+            0 => None,
+            1 => Some((
+                Kind::String,
+                format!("txn{seed}-{i}-").repeat(9).into_bytes(),
+            )),
+            _ => Some((
+                Kind::Hash,
+                format!("hash{seed}-{i}|").repeat(7).into_bytes(),
+            )),
+        })
+        .collect();
+    let cut = Cut {
+        after_writes: rng.gen_range(0..=keys.len() + 1),
+        keep_percent: [0, 50, 100][rng.gen_range(0..3)],
+    };
+    let crashed = LogDir::new(seed + 1_000_000_000);
+    let image = cut_transaction(
+        &engine,
+        &config,
+        &keys,
+        &after,
+        cut,
+        &mut rng,
+        (&logs, &crashed),
+    );
+    let finished = cut.after_writes > keys.len();
+    assert_eq!(
+        engine.stats().evicted_items,
+        0,
+        "the workload must not evict"
+    );
+    drop(engine);
+
+    let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
+    let mut engine = Engine::from_pool(pool, &config).expect("recovery succeeds");
+    engine
+        .open_transaction_logs(&crashed.pool())
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let got: Vec<KeyState> = keys.iter().map(|k| key_state(&engine, k)).collect();
+    assert_eq!(
+        got,
+        if finished { after } else { before },
+        "seed {seed} {level:?}: {cut:?} of {} writes",
+        keys.len(),
+    );
+    check_recovered_outside(&engine, level, &model, seed, &keys);
+}
+
+/// Where a power cut falls in a transaction: after `after_writes` of its writes (past the
+/// last: after `finish` returned), the pool keeping `keep_percent` of the cache lines written
+/// but not persisted.
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    after_writes: usize,
+    keep_percent: u32,
+}
+
+/// Runs a transaction writing `after` to `keys` on `engine` and returns what a power cut at
+/// `cut` leaves of the pool; `logs.1` gets what it leaves of the transaction logs in `logs.0`.
+fn cut_transaction(
+    engine: &Engine,
+    config: &EngineConfig,
+    keys: &[Vec<u8>],
+    after: &[KeyState],
+    cut: Cut,
+    rng: &mut SmallRng,
+    logs: (&LogDir, &LogDir),
+) -> Vec<u8> {
+    let mut keep = |_: usize| rng.gen_range(0..100) < cut.keep_percent;
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let txn = engine.transaction(&refs, &refs).unwrap();
+    let mut image = None;
+    for (i, (key, state)) in keys.iter().zip(after).enumerate() {
+        if i == cut.after_writes {
+            image = Some(txn.crash_image(simulation(config), &mut keep));
+            logs.0.copy_to(logs.1);
+        }
+        txn.modify(key, |_, buffer| match state {
+            None => Change::Delete,
+            Some((kind, value)) => {
+                buffer.extend_from_slice(value);
+                Change::WriteKind {
+                    kind: *kind,
+                    expiry: Expiry::Never,
+                }
+            }
+        })
+        .unwrap();
+    }
+    if cut.after_writes == keys.len() {
+        image = Some(txn.crash_image(simulation(config), &mut keep));
+        logs.0.copy_to(logs.1);
+    }
+    txn.finish().unwrap();
+    image.unwrap_or_else(|| {
+        logs.0.copy_to(logs.1);
+        engine.crash_image(simulation(config), &mut keep)
+    })
+}
+
+/// [`check_recovered`] of the keys not in `except` (a transaction's, checked apart).
+fn check_recovered_outside(
+    engine: &Engine,
+    level: Level,
+    model: &Model,
+    seed: u64,
+    except: &[Vec<u8>],
+) {
+    engine
+        .check_integrity()
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    for i in 0..KEYS {
+        let k = key(i);
+        if except.contains(&k) {
+            continue;
+        }
+        let got = engine.get(&k, |item| item.value.to_vec());
+        assert!(
+            model.allowed(&k, &got, level),
+            "seed {seed} {level:?}: key {} outside the transaction recovered as {:?}",
+            String::from_utf8_lossy(&k),
+            got.map(|v| String::from_utf8_lossy(&v).into_owned()),
+        );
+    }
+    engine
+        .set(b"after", b"recovery", 0, Expiry::Never)
+        .expect("writable after recovery");
 }

@@ -141,6 +141,24 @@ impl<'e> Txn<'e> {
         self.end(false)
     }
 
+    /// For a pool opened with `simulation` watching it: what a power cut now, in the middle of
+    /// this transaction, would leave (see [`Engine::crash_image`]); the shards the transaction
+    /// does not hold are held meanwhile. Its own are between changes: each change begins and
+    /// ends inside one call. For the power-failure tests' cuts mid-transaction.
+    pub fn crash_image(
+        &self,
+        simulation: &strata_pool::testing::SimulatedPersistence,
+        keep_unpersisted_line: &mut dyn FnMut(usize) -> bool,
+    ) -> Vec<u8> {
+        let held = self.shards.borrow();
+        let _others: Vec<_> = (self.engine.inner.shards.iter().enumerate())
+            .filter(|(index, _)| held.binary_search_by_key(index, |&(h, _)| h).is_err())
+            .map(|(_, lock)| lock.0.write_for_transaction())
+            .collect();
+        let live = self.engine.pool.lock().live_image();
+        simulation.crash_image(&live, keep_unpersisted_line)
+    }
+
     /// The key's hash and where its shard is among the held ones; panics for a key the
     /// transaction did not name (an invariant of every caller).
     fn position(&self, shards: &[(usize, Held<'e>)], key: &[u8]) -> (u64, usize) {
