@@ -83,28 +83,58 @@ impl<'a> Hash<'a> {
     /// Validates `bytes` as a hash encoding: the header, every entry within the bytes, and
     /// nothing after the last one.
     pub fn parse(bytes: &'a [u8]) -> Result<Hash<'a>, Malformed> {
+        let hash = Hash::open(bytes)?;
+        let (mut at, mut seen, mut seen_expiring) = (0, 0u32, 0u32);
+        while at < hash.entries.len() {
+            let field = next_entry(hash.entries, &mut at).ok_or(Malformed)?;
+            seen = seen.checked_add(1).ok_or(Malformed)?;
+            seen_expiring += u32::from(field.expires_at_ms.is_some());
+        }
+        if seen != hash.count || seen_expiring != hash.expiring {
+            return Err(Malformed);
+        }
+        Ok(hash)
+    }
+
+    /// Checks `bytes`' header only, for a read of a few fields by name ([`Hash::find`], which
+    /// checks the entries its walk passes): a point read of a large hash then costs one walk
+    /// to its field, not a validation of every entry first. Every other use takes
+    /// [`Hash::parse`]: the other readers here trust the entries they walk.
+    pub fn open(bytes: &'a [u8]) -> Result<Hash<'a>, Malformed> {
         if bytes.len() < HEADER_BYTES || bytes[0] != VERSION {
             return Err(Malformed);
         }
         let count = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
         let expiring = u32::from_le_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]);
         let key_expiry = u64::from_le_bytes(bytes[9..17].try_into().map_err(|_| Malformed)?);
-        let entries = &bytes[HEADER_BYTES..];
-        let (mut at, mut seen, mut seen_expiring) = (0, 0u32, 0u32);
-        while at < entries.len() {
-            let field = next_entry(entries, &mut at).ok_or(Malformed)?;
-            seen = seen.checked_add(1).ok_or(Malformed)?;
-            seen_expiring += u32::from(field.expires_at_ms.is_some());
-        }
-        if seen != count || seen_expiring != expiring || count == 0 {
+        if count == 0 || expiring > count {
             return Err(Malformed);
         }
         Ok(Hash {
-            entries,
+            entries: &bytes[HEADER_BYTES..],
             count,
             expiring,
             key_expiry_ms: (key_expiry != 0).then_some(key_expiry),
         })
+    }
+
+    /// The live field named `name`, walking to it and checking every entry the walk passes:
+    /// `Err` when one of them (all of them, for a name not there) is damaged, or, for a name
+    /// not there, when the entries are not the header's count. Safe on a hash [`Hash::open`]
+    /// did not validate; on one [`Hash::parse`] did, it is [`Hash::get`].
+    pub fn find(&self, name: &[u8], now_ms: u64) -> Result<Option<Field<'a>>, Malformed> {
+        let (mut at, mut seen) = (0, 0u32);
+        while at < self.entries.len() {
+            let field = next_entry(self.entries, &mut at).ok_or(Malformed)?;
+            if field.name == name {
+                return Ok(Some(field).filter(|field| field.is_live(now_ms)));
+            }
+            seen = seen.checked_add(1).ok_or(Malformed)?;
+        }
+        if seen != self.count {
+            return Err(Malformed);
+        }
+        Ok(None)
     }
 
     /// Every stored field, expired ones included, in order.
@@ -456,7 +486,73 @@ mod tests {
         );
     }
 
+    /// A point read of a hash whose entries were not validated checks those it walks: a field
+    /// before the damage is found, one past it (or absent) is refused.
+    #[test]
+    fn a_find_checks_the_entries_it_walks() {
+        let bytes = build(&[
+            field(b"a", b"1", None),
+            field(b"b", b"22", Some(9_000)),
+            field(b"c", b"333", None),
+        ]);
+        let hash = Hash::open(&bytes).expect("a valid header");
+        assert_eq!(
+            hash.find(b"c", 0).unwrap().map(|f| f.value),
+            Some(&b"333"[..])
+        );
+        assert_eq!(hash.find(b"b", 9_000), Ok(None), "expired");
+        assert_eq!(hash.find(b"zz", 0), Ok(None));
+        // The last entry cut short: the first is still found; past it, refused.
+        let cut = &bytes[..bytes.len() - 1];
+        let hash = Hash::open(cut).expect("the header is intact");
+        assert_eq!(
+            hash.find(b"a", 0).unwrap().map(|f| f.value),
+            Some(&b"1"[..])
+        );
+        assert_eq!(hash.find(b"c", 0), Err(Malformed));
+        assert_eq!(hash.find(b"zz", 0), Err(Malformed));
+        // A header that counts more entries than there are: an absent name is refused.
+        let mut miscounted = bytes.clone();
+        miscounted[1] = 4;
+        let hash = Hash::open(&miscounted).expect("a header");
+        assert_eq!(hash.find(b"zz", 0), Err(Malformed));
+        assert!(Hash::parse(&miscounted).is_err());
+        // Headers open refuses: no entry, more expiring than entries, another version.
+        for (at, value) in [(1, 0), (5, 9), (0, 2)] {
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            assert!(Hash::open(&bad).is_err(), "byte {at} = {value}");
+        }
+    }
+
     proptest! {
+        /// On any bytes, a find either agrees with a validated read or refuses; it refuses only
+        /// what validation refuses, and never panics.
+        #[test]
+        fn a_find_agrees_with_a_validated_get_or_refuses(
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            name in proptest::collection::vec(any::<u8>(), 0..3),
+        ) {
+            let mut with_header = vec![VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            with_header.extend_from_slice(&bytes);
+            let built = build(&[field(&name, &bytes, None), field(b"x", b"", None)]);
+            for candidate in [&bytes[..], &with_header[..], &built[..]] {
+                let Ok(opened) = Hash::open(candidate) else {
+                    prop_assert!(Hash::parse(candidate).is_err());
+                    continue;
+                };
+                let found = opened.find(&name, 0);
+                match Hash::parse(candidate) {
+                    Ok(valid) => prop_assert_eq!(found, Ok(valid.get(&name, 0))),
+                    Err(_) => {
+                        if let Ok(Some(field)) = found {
+                            prop_assert_eq!(field.name, &name[..]);
+                        }
+                    }
+                }
+            }
+        }
+
         #[test]
         fn any_bytes_parse_or_are_refused_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let mut with_header = vec![VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];

@@ -4,8 +4,10 @@
 //! the bytes are; this crate says how they are laid out and how to read and rebuild them. It
 //! knows nothing of records, shards or the network: each type is a module with a read-only
 //! view that validates the bytes once and a builder that writes a new encoding into a buffer
-//! (the engine's write buffer, so an update costs no allocation). Every view is safe on any
-//! bytes: a damaged or foreign encoding is refused ([`Malformed`]), never read past its end.
+//! (the engine's write buffer, so an update costs no allocation); a read of one element by
+//! name may instead check only the header and the entries its walk passes (`hash::Hash::open`
+//! and `find`). Every view is safe on any bytes: a damaged or foreign encoding is refused
+//! ([`Malformed`]), never read past its end.
 //!
 //! Formats are versioned by their first byte and documented in docs/POOL_FORMAT.md ("Typed
 //! values"); a change adds a version and keeps reading the older ones.

@@ -17,7 +17,7 @@ use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 use strata_types::hash::{Field, Hash};
 
 use super::expire::Unit;
-use super::hashes::{edit_hash, read_hash, reply_edit_failed, Edit, Read};
+use super::hashes::{edit_hash, read_hash, reply_edit_failed, Check, Edit, Read};
 use super::{Call, State};
 
 /// The largest absolute field expiry, Unix ms (Redis's `EB_EXPIRE_TIME_MAX`, 2^48 - 1).
@@ -216,7 +216,7 @@ fn httl_generic(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit, relative: bool) 
     let Some(names) = fields_tail(call, 2, out) else {
         return;
     };
-    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+    let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
         let replies: Vec<i64> = names
             .iter()
             .map(|name| match hash.get(name, now_ms) {

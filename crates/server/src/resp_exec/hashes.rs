@@ -34,12 +34,24 @@ pub(crate) enum Read<R> {
     Refused,
 }
 
-/// Runs `f` on the live hash at `key`. A key of another kind or a damaged hash gets its error
-/// reply in `out` ([`Read::Refused`]).
+/// How much of a hash's encoding a read checks before it runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Every entry ([`Hash::parse`]): for reads that walk the fields.
+    Whole,
+    /// The header only ([`Hash::open`]) where no field has an expiry (the hash is then never
+    /// empty), else every entry: for reads by name, whose [`Hash::find`] checks the entries
+    /// it walks. An HGET of a 10,000-field hash validated them all before its walk (60 µs).
+    Header,
+}
+
+/// Runs `f` on the live hash at `key`, its encoding checked as `check` says. A key of another
+/// kind or a damaged hash gets its error reply in `out` ([`Read::Refused`]).
 pub(crate) fn read_hash<R>(
     call: &Call<'_>,
     key: &[u8],
     out: &mut Vec<u8>,
+    check: Check,
     f: impl FnOnce(&Hash<'_>, u64, &mut Vec<u8>) -> R,
 ) -> Read<R> {
     let now_ms = call.engine().now_ms();
@@ -50,7 +62,17 @@ pub(crate) fn read_hash<R>(
             out.extend_from_slice(errors::ERR_WRONGTYPE);
             return Read::Refused;
         }
-        match Hash::parse(item.value) {
+        let opened = match check {
+            Check::Header => Hash::open(item.value).and_then(|hash| {
+                if hash.has_expiring() {
+                    Hash::parse(item.value)
+                } else {
+                    Ok(hash)
+                }
+            }),
+            Check::Whole => Hash::parse(item.value),
+        };
+        match opened {
             Err(_) => {
                 out.extend_from_slice(ERR_DAMAGED);
                 Read::Refused
@@ -355,12 +377,23 @@ pub(crate) fn hsetnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// `HGET key field`.
 pub(crate) fn hget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
-        match hash.get(call.arg(2), now_ms) {
-            Some(field) => encode::bulk(out, field.value),
-            None => encode::null(out, state.version),
-        };
-    });
+    let found = read_hash(
+        call,
+        call.arg(1),
+        out,
+        Check::Header,
+        |hash, now_ms, out| {
+            match hash.find(call.arg(2), now_ms) {
+                Ok(Some(field)) => {
+                    encode::bulk(out, field.value);
+                }
+                Ok(None) => {
+                    encode::null(out, state.version);
+                }
+                Err(_) => out.extend_from_slice(ERR_DAMAGED),
+            };
+        },
+    );
     if let Read::Missing = found {
         encode::null(out, state.version);
     }
@@ -370,15 +403,26 @@ pub(crate) fn hget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 pub(crate) fn hmget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let fields = call.len() - 2;
     let mark = out.len();
-    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
-        encode::array_len(out, fields);
-        for name in call.args_from(2) {
-            match hash.get(name, now_ms) {
-                Some(field) => encode::bulk(out, field.value),
-                None => encode::null(out, state.version),
-            };
-        }
-    });
+    let found = read_hash(
+        call,
+        call.arg(1),
+        out,
+        Check::Header,
+        |hash, now_ms, out| {
+            encode::array_len(out, fields);
+            for name in call.args_from(2) {
+                match hash.find(name, now_ms) {
+                    Ok(Some(field)) => encode::bulk(out, field.value),
+                    Ok(None) => encode::null(out, state.version),
+                    Err(_) => {
+                        out.truncate(mark);
+                        out.extend_from_slice(ERR_DAMAGED);
+                        return;
+                    }
+                };
+            }
+        },
+    );
     if let Read::Missing = found {
         out.truncate(mark);
         encode::array_len(out, fields);
@@ -398,7 +442,7 @@ enum Parts {
 
 fn list_fields(state: &State, call: &Call<'_>, out: &mut Vec<u8>, parts: Parts) {
     let version = state.version;
-    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+    let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
         let len = hash.len(now_ms);
         if parts == Parts::Both {
             encode::map_len(out, version, len);
@@ -440,9 +484,29 @@ pub(crate) fn hvals(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// Replies with the integer `f` computes from the live hash, or 0 for a missing key.
 fn hash_integer(call: &Call<'_>, out: &mut Vec<u8>, f: impl FnOnce(&Hash<'_>, u64) -> usize) {
-    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+    let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
         encode::integer(out, i64::try_from(f(hash, now_ms)).unwrap_or(i64::MAX));
     });
+    if let Read::Missing = found {
+        encode::integer(out, 0);
+    }
+}
+
+/// Replies with the integer `f` computes from the live field named by argument 2 (`None`
+/// when absent), or 0 for a missing key; the hash is checked as far as the walk to the field.
+fn field_integer(call: &Call<'_>, out: &mut Vec<u8>, f: impl FnOnce(Option<Field<'_>>) -> usize) {
+    let found = read_hash(
+        call,
+        call.arg(1),
+        out,
+        Check::Header,
+        |hash, now_ms, out| match hash.find(call.arg(2), now_ms) {
+            Ok(field) => {
+                encode::integer(out, i64::try_from(f(field)).unwrap_or(i64::MAX));
+            }
+            Err(_) => out.extend_from_slice(ERR_DAMAGED),
+        },
+    );
     if let Read::Missing = found {
         encode::integer(out, 0);
     }
@@ -455,17 +519,14 @@ pub(crate) fn hlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 
 /// `HSTRLEN key field`: the value's length, 0 for a missing field.
 pub(crate) fn hstrlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    hash_integer(call, out, |hash, now_ms| {
-        hash.get(call.arg(2), now_ms)
-            .map_or(0, |field| field.value.len())
+    field_integer(call, out, |field| {
+        field.map_or(0, |field| field.value.len())
     });
 }
 
 /// `HEXISTS key field`: 1 or 0.
 pub(crate) fn hexists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    hash_integer(call, out, |hash, now_ms| {
-        usize::from(hash.get(call.arg(2), now_ms).is_some())
-    });
+    field_integer(call, out, |field| usize::from(field.is_some()));
 }
 
 /// `HDEL key field [field ...]`: how many were removed; the key goes with its last field.
@@ -627,7 +688,7 @@ fn next_random(state: &mut State) -> u64 {
 pub(crate) fn hrandfield(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if call.len() == 2 {
         let pick = next_random(state);
-        let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
             let len = hash.len(now_ms) as u64;
             let field = hash.live(now_ms).nth((pick % len) as usize);
             encode::bulk(out, field.map_or(&[][..], |field| field.name));
@@ -656,7 +717,7 @@ pub(crate) fn hrandfield(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) 
     let version = state.version;
     let found = {
         let mut picks = |len: u64| pick_indexes(state, count, len);
-        read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+        read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
             let fields: Vec<Field<'_>> = hash.live(now_ms).collect();
             let picked = picks(fields.len() as u64);
             write_random_fields(out, version, &fields, &picked, with_values);
@@ -728,7 +789,7 @@ pub(crate) fn hscan(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let Some((pattern, no_values)) = hscan_options(call, out) else {
         return;
     };
-    let found = read_hash(call, call.arg(1), out, |hash, now_ms, out| {
+    let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
         let matching =
             |field: &Field<'_>| pattern.is_none_or(|glob| glob_match(glob, field.name, false));
         let count = hash.live(now_ms).filter(matching).count();

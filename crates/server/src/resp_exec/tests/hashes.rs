@@ -80,3 +80,45 @@ fn hash_rewrites_keep_places_and_expiries_and_drop_expired_fields() {
         "the expired field b went with the HDEL's rewrite"
     );
 }
+
+/// A hash whose stored encoding is damaged (what only a bug could write: records are
+/// checksummed) is never read past the damage: a read by name answers the fields its walk
+/// reaches before it and refuses the others, whole (HMGET sends no partial array); every read
+/// that walks all the fields, and every write, refuses it and leaves it as it was.
+#[test]
+fn a_damaged_hash_is_read_only_up_to_its_damage() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "HSET h a 1 b 22 c 333");
+    let stored = ctx.engine.peek(b"h", |item| item.value.to_vec()).unwrap();
+    // The last entry cut short: `a` and `b` lie before the damage, `c` in it.
+    let damaged = stored[..stored.len() - 1].to_vec();
+    ctx.engine
+        .modify(b"h", |_, buffer| {
+            buffer.extend_from_slice(&damaged);
+            strata_engine::Change::WriteKind {
+                kind: strata_engine::Kind::Hash,
+                expiry: strata_engine::Expiry::Never,
+            }
+        })
+        .unwrap();
+    let refused = b"-ERR the stored hash is damaged (strata could not decode it)\r\n";
+    assert_eq!(run(&mut session, &ctx, "HGET h a"), b"$1\r\n1\r\n");
+    assert_eq!(run(&mut session, &ctx, "HSTRLEN h b"), b":2\r\n");
+    for command in [
+        "HGET h c",
+        "HGET h absent",
+        "HEXISTS h absent",
+        "HSTRLEN h c",
+        "HMGET h a c",
+        "HGETALL h",
+        "HLEN h",
+        "HSET h a 9",
+        "HDEL h a",
+        "HINCRBY h a 1",
+    ] {
+        assert_eq!(run(&mut session, &ctx, command), refused, "{command}");
+    }
+    let now = ctx.engine.peek(b"h", |item| item.value.to_vec()).unwrap();
+    assert_eq!(now, damaged, "left as it was");
+}
