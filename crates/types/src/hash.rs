@@ -84,16 +84,27 @@ impl<'a> Hash<'a> {
     /// nothing after the last one.
     pub fn parse(bytes: &'a [u8]) -> Result<Hash<'a>, Malformed> {
         let hash = Hash::open(bytes)?;
+        hash.try_stored(|_| {})?;
+        Ok(hash)
+    }
+
+    /// Calls `f` with every stored field, expired ones included, in order, checking each
+    /// entry as it walks and, at the end, that the entries are what the header counts: `Err`
+    /// at the first damage, after `f` may have seen the fields before it (the caller drops
+    /// what it made of them). A reader of every field of a hash [`Hash::open`] did not
+    /// validate walks it this way, once.
+    pub fn try_stored(&self, mut f: impl FnMut(Field<'a>)) -> Result<(), Malformed> {
         let (mut at, mut seen, mut seen_expiring) = (0, 0u32, 0u32);
-        while at < hash.entries.len() {
-            let field = next_entry(hash.entries, &mut at).ok_or(Malformed)?;
+        while at < self.entries.len() {
+            let field = next_entry(self.entries, &mut at).ok_or(Malformed)?;
             seen = seen.checked_add(1).ok_or(Malformed)?;
             seen_expiring += u32::from(field.expires_at_ms.is_some());
+            f(field);
         }
-        if seen != hash.count || seen_expiring != hash.expiring {
+        if seen != self.count || seen_expiring != self.expiring {
             return Err(Malformed);
         }
-        Ok(hash)
+        Ok(())
     }
 
     /// Checks `bytes`' header only, for a read of a few fields by name ([`Hash::find`], which
@@ -523,6 +534,30 @@ mod tests {
             bad[at] = value;
             assert!(Hash::open(&bad).is_err(), "byte {at} = {value}");
         }
+    }
+
+    /// A walk of every field checks each entry and the header's counts, and stops at the
+    /// first damage.
+    #[test]
+    fn a_checked_walk_of_every_field_stops_at_damage() {
+        let bytes = build(&[field(b"a", b"1", None), field(b"b", b"22", Some(7))]);
+        let mut names = Vec::new();
+        let hash = Hash::open(&bytes).unwrap();
+        assert_eq!(hash.try_stored(|f| names.push(f.name)), Ok(()));
+        assert_eq!(names, [&b"a"[..], b"b"]);
+        let cut = &bytes[..bytes.len() - 1];
+        let mut seen = 0;
+        assert_eq!(
+            Hash::open(cut).unwrap().try_stored(|_| seen += 1),
+            Err(Malformed)
+        );
+        assert_eq!(seen, 1, "the field before the damage");
+        let mut miscounted = bytes.clone();
+        miscounted[5] = 0; // No field expiring, says the header: one does.
+        assert_eq!(
+            Hash::open(&miscounted).unwrap().try_stored(|_| {}),
+            Err(Malformed)
+        );
     }
 
     proptest! {

@@ -41,7 +41,9 @@ pub(crate) enum Check {
     Whole,
     /// The header only ([`Hash::open`]) where no field has an expiry (the hash is then never
     /// empty), else every entry: for reads by name, whose [`Hash::find`] checks the entries
-    /// it walks. An HGET of a 10,000-field hash validated them all before its walk (60 µs).
+    /// it walks, for reads of every field, whose [`Hash::try_stored`] checks them as it
+    /// walks, and for HLEN, which answers the header's count. An HGET of a 10,000-field hash
+    /// validated them all before its walk (60 µs), an HGETALL walked its fields twice.
     Header,
 }
 
@@ -440,24 +442,41 @@ enum Parts {
     Values,
 }
 
+/// Lists the live fields in one walk: where no field has an expiry the header's count heads
+/// the reply and the walk checks the entries, replacing what it wrote with the damage error
+/// if one is damaged (with expiring fields the hash was validated, then counted, first).
 fn list_fields(state: &State, call: &Call<'_>, out: &mut Vec<u8>, parts: Parts) {
     let version = state.version;
-    let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
-        let len = hash.len(now_ms);
-        if parts == Parts::Both {
-            encode::map_len(out, version, len);
-        } else {
-            encode::array_len(out, len);
-        }
-        for field in hash.live(now_ms) {
-            if parts != Parts::Values {
-                encode::bulk(out, field.name);
+    let found = read_hash(
+        call,
+        call.arg(1),
+        out,
+        Check::Header,
+        |hash, now_ms, out| {
+            let mark = out.len();
+            let len = hash.len(now_ms);
+            if parts == Parts::Both {
+                encode::map_len(out, version, len);
+            } else {
+                encode::array_len(out, len);
             }
-            if parts != Parts::Names {
-                encode::bulk(out, field.value);
+            let walked = hash.try_stored(|field| {
+                if !field.is_live(now_ms) {
+                    return;
+                }
+                if parts != Parts::Values {
+                    encode::bulk(out, field.name);
+                }
+                if parts != Parts::Names {
+                    encode::bulk(out, field.value);
+                }
+            });
+            if walked.is_err() {
+                out.truncate(mark);
+                out.extend_from_slice(ERR_DAMAGED);
             }
-        }
-    });
+        },
+    );
     if let Read::Missing = found {
         if parts == Parts::Both {
             encode::map_len(out, version, 0);
@@ -482,16 +501,6 @@ pub(crate) fn hvals(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     list_fields(state, call, out, Parts::Values);
 }
 
-/// Replies with the integer `f` computes from the live hash, or 0 for a missing key.
-fn hash_integer(call: &Call<'_>, out: &mut Vec<u8>, f: impl FnOnce(&Hash<'_>, u64) -> usize) {
-    let found = read_hash(call, call.arg(1), out, Check::Whole, |hash, now_ms, out| {
-        encode::integer(out, i64::try_from(f(hash, now_ms)).unwrap_or(i64::MAX));
-    });
-    if let Read::Missing = found {
-        encode::integer(out, 0);
-    }
-}
-
 /// Replies with the integer `f` computes from the live field named by argument 2 (`None`
 /// when absent), or 0 for a missing key; the hash is checked as far as the walk to the field.
 fn field_integer(call: &Call<'_>, out: &mut Vec<u8>, f: impl FnOnce(Option<Field<'_>>) -> usize) {
@@ -512,9 +521,21 @@ fn field_integer(call: &Call<'_>, out: &mut Vec<u8>, f: impl FnOnce(Option<Field
     }
 }
 
-/// `HLEN key`.
+/// `HLEN key`: the header's count where no field has an expiry (O(1), as in Redis), else a
+/// count of the live fields of the validated hash.
 pub(crate) fn hlen(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
-    hash_integer(call, out, |hash, now_ms| hash.len(now_ms));
+    let found = read_hash(
+        call,
+        call.arg(1),
+        out,
+        Check::Header,
+        |hash, now_ms, out| {
+            encode::integer(out, i64::try_from(hash.len(now_ms)).unwrap_or(i64::MAX));
+        },
+    );
+    if let Read::Missing = found {
+        encode::integer(out, 0);
+    }
 }
 
 /// `HSTRLEN key field`: the value's length, 0 for a missing field.

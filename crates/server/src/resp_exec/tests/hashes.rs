@@ -84,7 +84,8 @@ fn hash_rewrites_keep_places_and_expiries_and_drop_expired_fields() {
 /// A hash whose stored encoding is damaged (what only a bug could write: records are
 /// checksummed) is never read past the damage: a read by name answers the fields its walk
 /// reaches before it and refuses the others, whole (HMGET sends no partial array); every read
-/// that walks all the fields, and every write, refuses it and leaves it as it was.
+/// that walks all the fields refuses it (HGETALL's reply so far is taken back), and every
+/// write refuses it and leaves it as it was.
 #[test]
 fn a_damaged_hash_is_read_only_up_to_its_damage() {
     let ctx = context(Settings::default());
@@ -105,6 +106,8 @@ fn a_damaged_hash_is_read_only_up_to_its_damage() {
     let refused = b"-ERR the stored hash is damaged (strata could not decode it)\r\n";
     assert_eq!(run(&mut session, &ctx, "HGET h a"), b"$1\r\n1\r\n");
     assert_eq!(run(&mut session, &ctx, "HSTRLEN h b"), b":2\r\n");
+    // HLEN answers the header's count, as Redis answers HLEN in O(1): no entry is read.
+    assert_eq!(run(&mut session, &ctx, "HLEN h"), b":3\r\n");
     for command in [
         "HGET h c",
         "HGET h absent",
@@ -112,7 +115,8 @@ fn a_damaged_hash_is_read_only_up_to_its_damage() {
         "HSTRLEN h c",
         "HMGET h a c",
         "HGETALL h",
-        "HLEN h",
+        "HKEYS h",
+        "HVALS h",
         "HSET h a 9",
         "HDEL h a",
         "HINCRBY h a 1",
