@@ -215,6 +215,9 @@ pub struct RespSession {
     discard: Option<Discard>,
     /// A GET or MGET whose keys are on flash waits for I/O threads to read them ahead.
     flash_wait: crate::flash_io::FlashWait,
+    /// The parsed rest of the batch whose command waits for flash, from that command on: it
+    /// runs from its parsed arguments when the input comes back, not parsed again.
+    parked: Option<Parked>,
     /// The registry this session joined (`Session::attach`), which it leaves when dropped.
     clients: Option<std::sync::Arc<crate::clients::Clients>>,
 }
@@ -227,6 +230,28 @@ impl Drop for RespSession {
         if let Some(sink) = &self.state.monitor {
             sink.close();
         }
+    }
+}
+
+/// The commands of a parsed batch from one that waits for flash on: where they start in
+/// `RespSession::batch`, and their byte ranges in the input from the waiting command's start
+/// (where the connection's input starts when it hands it back: the commands before it were
+/// consumed, the waiting one was not).
+#[derive(Debug)]
+struct Parked {
+    first: usize,
+    ranges: Vec<(usize, usize)>,
+}
+
+/// The commands of `ranges` (the first waits), from the waiting one's `start`, parked.
+fn park(first: usize, ranges: &[(usize, usize)], start: usize) -> Parked {
+    debug_assert_eq!(ranges.first().map(|&(s, _)| s), Some(start));
+    Parked {
+        first,
+        ranges: ranges
+            .iter()
+            .map(|&(s, e)| (s - start, e - start))
+            .collect(),
     }
 }
 
@@ -275,6 +300,7 @@ impl RespSession {
             batch: Vec::new(),
             discard: None,
             flash_wait: Default::default(),
+            parked: None,
             clients: None,
         }
     }
@@ -615,14 +641,19 @@ impl RespSession {
     /// the batch runs in order: a pipeline's cache misses overlap, and each command is parsed
     /// once. A batch ends after any command other than GET and SET, because such a command may
     /// change how the next one parses (`AUTH` lifts the pre-authentication limits) or end the
-    /// connection, so the bytes after it are parsed only once it has run, as Redis does.
+    /// connection, so the bytes after it are parsed only once it has run, as Redis does. A
+    /// command that waits for flash leaves the rest of its batch parked as parsed ([`Parked`]):
+    /// when the connection hands the input back from it, the batch runs on from there.
     fn process_commands(
         &mut self,
         input: &[u8],
         ctx: &ServerContext,
         out: &mut Vec<u8>,
     ) -> Processed {
-        let mut consumed = 0;
+        let mut consumed = match self.run_parked(input, ctx, out) {
+            Ok(consumed) => consumed,
+            Err(stop) => return stop,
+        };
         while consumed < input.len() {
             if self.discard.is_some() {
                 let Some(dropped) = self.discard(&input[consumed..], ctx, out) else {
@@ -673,7 +704,7 @@ impl RespSession {
             if keys_len > 1 && self.state.multi.is_none() {
                 ctx.engine.prefetch(&keys[..keys_len]);
             }
-            if let Some(closing) = self.run_batch(input, &ranges[..count], ctx, out) {
+            if let Some(closing) = self.run_batch(input, 0, &ranges[..count], ctx, out) {
                 return closing;
             }
             consumed = parsed_to;
@@ -688,16 +719,42 @@ impl RespSession {
         Processed::open(consumed)
     }
 
-    /// Runs the parsed batch, whose commands span `ranges` of `input`, in order; returns what to
-    /// report if one of them closes the connection (the commands after it do not run).
+    /// Runs the batch a flash wait stopped, from the waiting command on, as it was parsed;
+    /// returns where its commands end in `input` (0 when none was parked), or what to report
+    /// when one closes the connection or waits again.
+    fn run_parked(
+        &mut self,
+        input: &[u8],
+        ctx: &ServerContext,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, Processed> {
+        let Some(parked) = self.parked.take() else {
+            return Ok(0);
+        };
+        let end = parked.ranges.last().map_or(0, |&(_, end)| end);
+        debug_assert!(end <= input.len(), "the waiting batch's input came back");
+        if end > input.len() {
+            return Ok(0); // Parsed again, then.
+        }
+        match self.run_batch(input, parked.first, &parked.ranges, ctx, out) {
+            Some(stop) => Err(stop),
+            None => Ok(end),
+        }
+    }
+
+    /// Runs the parsed batch from its command `first` on, whose commands span `ranges` of
+    /// `input`, in order; returns what to report if one of them closes the connection (the
+    /// commands after it do not run) or waits for flash (they are parked, [`Parked`]).
     fn run_batch(
         &mut self,
         input: &[u8],
+        first: usize,
         ranges: &[(usize, usize)],
         ctx: &ServerContext,
         out: &mut Vec<u8>,
     ) -> Option<Processed> {
-        for (args, &(start, end)) in self.batch.iter().zip(ranges) {
+        debug_assert!(first + ranges.len() <= self.batch.len());
+        for (at, (args, &(start, end))) in self.batch[first..].iter().zip(ranges).enumerate() {
             let command = &input[start..end];
             let may_wait = ctx.flash_io.is_some() && authenticated(&self.state, ctx);
             if self.state.keys_walk.is_some() {
@@ -708,6 +765,7 @@ impl RespSession {
                     // A KEYS over items on flash reads every one of them: it waits, unconsumed,
                     // while the walk thread does, and the worker serves its other connections.
                     self.flash_wait.wait_for_walk(walk);
+                    self.parked = Some(park(first + at, &ranges[at..], start));
                     return Some(Processed::flash_wait(start));
                 }
             }
@@ -726,10 +784,11 @@ impl RespSession {
                 // The command waits, unconsumed, while I/O threads read its keys ahead (in
                 // parallel) with those of the commands pipelined behind it; the commands
                 // before it have run.
-                let behind = self.batch.iter().zip(ranges);
+                let behind = self.batch[first..].iter().zip(ranges);
                 let behind = behind.filter(|&(_, &(s, _))| s > start);
                 let behind = behind.flat_map(|(args, &(s, e))| flash_keys(args, &input[s..e]));
                 self.flash_wait.read_ahead_too(ctx, behind);
+                self.parked = Some(park(first + at, &ranges[at..], start));
                 return Some(Processed::flash_wait(start));
             }
             let held = ctx.pause.holds();

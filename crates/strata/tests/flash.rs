@@ -666,6 +666,27 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(10)[..]));
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(11)[..]));
     assert_eq!(stat(&mut b, "strata_flash_waits"), waits_before + 1);
+    // A batch whose middle command waits runs on from it as parsed (its rest parked), then
+    // parsing goes on after it: a command the batch ended on, another wait, and a command that
+    // arrives in two pieces.
+    resp.send(
+        &[
+            harness::resp_command(&[b"SET", b"x", b"1"]),
+            harness::resp_command(&[b"GET", b"k30"]),
+            harness::resp_command(&[b"GET", b"x"]),
+            harness::resp_command(&[b"INCR", b"x"]),
+            harness::resp_command(&[b"GET", b"k31"]),
+            b"*2\r\n$3\r\nGET\r\n$1".to_vec(),
+        ]
+        .concat(),
+    );
+    assert_eq!(resp.line(), "+OK\r\n");
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(30)[..]));
+    assert_eq!(resp.bulk().as_deref(), Some(&b"1"[..]));
+    assert_eq!(resp.line(), ":2\r\n");
+    assert_eq!(resp.bulk().as_deref(), Some(&value_of(31)[..]));
+    resp.send(b"\r\nx\r\n");
+    assert_eq!(resp.bulk().as_deref(), Some(&b"2"[..]));
     // The other commands that read or change a flash item wait the same way, instead of
     // reading flash on the worker: meta get, append, delete; RESP STRLEN, EXISTS, DEL.
     let waits_before = stat(&mut b, "strata_flash_waits");
