@@ -1,6 +1,6 @@
 #!/bin/bash
-# One large hash, strata vs Valkey 8.0.1 vs Redis 7.0.15: server CPU per HGET and per HSET
-# (an existing field overwritten) on a hash of N fields (names f1..fN, 32-byte values), with
+# One large hash, strata vs Valkey 8.0.1 vs Redis 7.0.15: server CPU per HGET, per HSET
+# (an existing field overwritten) and per HLEN on a hash of N fields (names f1..fN, 32-byte values), with
 # memtier_benchmark's --command mode (4 connections, 16 pipelined; server on CPU 0, memtier on
 # CPU 1). Each server is filled with redis-py before its runs. strata keeps a hash in one
 # record (the chunked encoding is the plan in docs/ARCHITECTURE.md), so its cost grows with N.
@@ -30,7 +30,7 @@ for i in range(1, n + 1):
 p.execute()
 assert r.hlen("big") == n
 PY
-    for cmd in "HGET big __key__" "HSET big __key__ __data__"; do
+    for cmd in "HGET big __key__" "HSET big __key__ __data__" "HLEN big"; do
       before=$(cpu_ticks $pid)
       ops=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p $port -P redis -t 1 -c 4 --pipeline=16 \
         --test-time="$seconds" --hide-histogram -d 32 --key-prefix=f --key-minimum=1 \
