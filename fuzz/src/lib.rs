@@ -12,6 +12,7 @@
 //! | [`resp`]     | `resp_parse`     | `strata_protocol::resp::parse_command`               |
 //! | [`pool`]     | `pool_open`      | `strata_engine::Engine::open` and `check_pool_file`  |
 //! | [`session`]  | `resp_session`   | a Redis session over an engine: every command        |
+//! | [`hash`]     | `hash_decode`    | `strata_types::hash`: a stored hash's encoding       |
 //!
 //! Every check is deterministic: whatever it derives from the input (how to split a stream into
 //! reads, which options to open a pool with) comes from the input's bytes, so a saved input
@@ -19,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod hash;
 pub mod memcache;
 pub mod pool;
 pub mod resp;

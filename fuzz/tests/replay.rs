@@ -114,3 +114,14 @@ fn session_seeds_and_regressions_pass() {
         strata_fuzz::session::check,
     );
 }
+
+#[test]
+fn hash_seeds_and_regressions_pass() {
+    let seeds = inputs("seeds", "hash_decode");
+    assert!(seeds.len() >= 5, "the hash seed corpus is missing");
+    replay(&seeds, strata_fuzz::hash::check);
+    replay(
+        &inputs("regressions", "hash_decode"),
+        strata_fuzz::hash::check,
+    );
+}

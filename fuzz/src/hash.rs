@@ -1,0 +1,169 @@
+//! The `hash_decode` target: a Redis hash's stored encoding (`strata_types::hash`, the value of
+//! a record of kind `Hash`), read as the hash commands read it.
+//!
+//! The input's first byte picks the mode. [`MODE_FIELDS`]: the rest is a list of fields
+//! ([`fields_of`]) that the check encodes with the `Builder`, checks as written, then damages
+//! (one byte, chosen by the input) and reads again; any other byte: the whole input is the
+//! encoding. Hand-written encodings are mostly refused at the header; built ones reach the
+//! entries, where the damage lands.
+//!
+//! Invariants checked, on any bytes:
+//! - No reader panics or reads past the bytes: `parse`, `open`, `find`, `try_stored`, `get`,
+//!   `live`, `len`, `stored_spans`, `redis_encoding`, `fields_gone_ms`.
+//! - `parse` accepts exactly what `open` accepts and `try_stored` then walks without damage.
+//! - On a validated hash: `stored` yields `stored_len` fields; `stored_spans` tile the entries
+//!   from 0 to their end; `find` of every stored name (and of a name not there) agrees with
+//!   `get`; encoding the stored fields again parses back to the same fields, and copying the
+//!   spans as runs (`push_encoded`) gives the same bytes as the original entries.
+//! - On a hash only `open` accepted: a field `find` returns has the name asked for, and where
+//!   the hash is valid too, it is `get`'s answer.
+//! - An encoding the `Builder` wrote parses, with the fields it was given.
+
+use strata_types::hash::{Builder, Field, Hash};
+
+/// First byte: the rest lists fields to encode, check and damage.
+pub const MODE_FIELDS: u8 = 0xF1;
+
+/// The time the checks read at, Unix ms: fields expiring before it are expired.
+const NOW_MS: u64 = 1_000_000;
+
+/// Runs every invariant on `data` (see the module docs); panics when one fails.
+pub fn check(data: &[u8]) {
+    match data.split_first() {
+        Some((&MODE_FIELDS, rest)) => check_built(rest),
+        _ => check_encoding(data),
+    }
+}
+
+/// Fields from `data`: repeated `name_len u8, value_len u8, has_expiry u8, [expiry u16 in
+/// seconds], name, value`, until the bytes run out; names kept unique (later duplicates
+/// dropped, as the hash commands keep them).
+pub fn fields_of(data: &[u8]) -> Vec<Field<'_>> {
+    let mut fields: Vec<Field<'_>> = Vec::new();
+    let mut at = 0;
+    while let Some(&[name_len, value_len, has_expiry]) = data.get(at..at + 3) {
+        at += 3;
+        let expires_at_ms = if has_expiry & 1 == 1 {
+            let Some(&[lo, hi]) = data.get(at..at + 2) else {
+                break;
+            };
+            at += 2;
+            Some(u64::from(u16::from_le_bytes([lo, hi])) * 1_000)
+        } else {
+            None
+        };
+        let (name_len, value_len) = (usize::from(name_len), usize::from(value_len));
+        let Some(name) = data.get(at..at + name_len) else {
+            break;
+        };
+        let Some(value) = data.get(at + name_len..at + name_len + value_len) else {
+            break;
+        };
+        at += name_len + value_len;
+        if fields.iter().all(|field| field.name != name) {
+            fields.push(Field {
+                name,
+                value,
+                expires_at_ms,
+            });
+        }
+    }
+    fields
+}
+
+fn check_built(data: &[u8]) {
+    let fields = fields_of(data);
+    let mut encoded = Vec::new();
+    let mut builder = Builder::new(&mut encoded);
+    for &field in &fields {
+        builder.push(field);
+    }
+    let key_expiry = data
+        .first()
+        .map(|&b| u64::from(b) * 1_000)
+        .filter(|&at| at > 0);
+    assert_eq!(builder.finish(key_expiry), fields.len());
+    if fields.is_empty() {
+        assert!(encoded.is_empty(), "no field, no encoding");
+        return;
+    }
+    let hash = Hash::parse(&encoded).expect("what the builder writes parses");
+    assert_eq!(hash.stored().collect::<Vec<_>>(), fields);
+    assert_eq!(hash.key_expiry_ms(), key_expiry);
+    check_encoding(&encoded);
+    // One byte damaged, where and how the input says.
+    let seed = data.iter().fold(0usize, |h, &b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(b))
+    });
+    let at = seed % encoded.len();
+    encoded[at] ^= (seed >> 8) as u8 | 1;
+    check_encoding(&encoded);
+}
+
+fn check_encoding(bytes: &[u8]) {
+    let opened = Hash::open(bytes);
+    let parsed = Hash::parse(bytes);
+    assert_eq!(
+        parsed.is_ok(),
+        opened.is_ok_and(|hash| hash.try_stored(|_| {}).is_ok()),
+        "parse accepts what open and a checked walk accept"
+    );
+    if let Ok(hash) = opened {
+        check_opened(&hash, parsed.ok().as_ref());
+    }
+    if let Ok(hash) = parsed {
+        check_valid(&hash);
+    }
+}
+
+/// A hash `open` accepted, its entries unchecked; `valid` when `parse` accepted it too.
+fn check_opened(hash: &Hash<'_>, valid: Option<&Hash<'_>>) {
+    let mut names = Vec::new();
+    let _ = hash.try_stored(|field| {
+        if names.len() < 4 {
+            names.push(field.name);
+        }
+    });
+    names.push(b"\xFFnot-a-field-name");
+    for name in names {
+        let found = hash.find(name, NOW_MS);
+        if let Ok(Some(field)) = found {
+            assert_eq!(field.name, name, "find returns the field asked for");
+        }
+        if let Some(valid) = valid {
+            assert_eq!(found, Ok(valid.get(name, NOW_MS)), "find agrees with get");
+        }
+    }
+}
+
+fn check_valid(hash: &Hash<'_>) {
+    let stored: Vec<Field<'_>> = hash.stored().collect();
+    assert_eq!(stored.len(), hash.stored_len());
+    let _ = (
+        hash.len(NOW_MS),
+        hash.redis_encoding(NOW_MS),
+        hash.fields_gone_ms(),
+    );
+    assert!(hash.live(NOW_MS).all(|field| field.is_live(NOW_MS)));
+    let mut end = 0;
+    let mut by_runs = Vec::new();
+    let mut runs = Builder::new(&mut by_runs);
+    for (field, span) in hash.stored_spans() {
+        assert_eq!(span.start, end, "spans tile the entries");
+        end = span.end;
+        let expiring = u32::from(field.expires_at_ms.is_some());
+        let latest = field.expires_at_ms.unwrap_or(0);
+        runs.push_encoded(&hash.entries()[span], 1, expiring, latest);
+    }
+    assert_eq!(end, hash.entries().len());
+    runs.finish(hash.key_expiry_ms());
+    assert_eq!(&by_runs[strata_types::hash::HEADER_BYTES..], hash.entries());
+    let mut again = Vec::new();
+    let mut builder = Builder::new(&mut again);
+    for &field in &stored {
+        builder.push(field);
+    }
+    builder.finish(hash.key_expiry_ms());
+    let rebuilt = Hash::parse(&again).expect("a rebuilt hash parses");
+    assert_eq!(rebuilt.stored().collect::<Vec<_>>(), stored);
+}
