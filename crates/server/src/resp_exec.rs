@@ -721,7 +721,7 @@ impl RespSession {
 
     /// Runs the batch a flash wait stopped, from the waiting command on, as it was parsed;
     /// returns where its commands end in `input` (0 when none was parked), or what to report
-    /// when one closes the connection or waits again.
+    /// when one closes the connection, waits again, or lies past `input`'s end.
     fn run_parked(
         &mut self,
         input: &[u8],
@@ -732,10 +732,6 @@ impl RespSession {
             return Ok(0);
         };
         let end = parked.ranges.last().map_or(0, |&(_, end)| end);
-        debug_assert!(end <= input.len(), "the waiting batch's input came back");
-        if end > input.len() {
-            return Ok(0); // Parsed again, then.
-        }
         match self.run_batch(input, parked.first, &parked.ranges, ctx, out) {
             Some(stop) => Err(stop),
             None => Ok(end),
@@ -755,6 +751,13 @@ impl RespSession {
     ) -> Option<Processed> {
         debug_assert!(first + ranges.len() <= self.batch.len());
         for (at, (args, &(start, end))) in self.batch[first..].iter().zip(ranges).enumerate() {
+            if end > input.len() {
+                // A parked batch the connection hands back in a shorter piece than it was
+                // parsed from (its first chunk is small): the rest stays parked until it hands
+                // more, from this command (nothing run: it doubles its chunk).
+                self.parked = Some(park(first + at, &ranges[at..], start));
+                return Some(Processed::open(start));
+            }
             let command = &input[start..end];
             let may_wait = ctx.flash_io.is_some() && authenticated(&self.state, ctx);
             if self.state.keys_walk.is_some() {
