@@ -413,8 +413,9 @@ impl Connection {
                 // once its reads are done, rather than in a write now and another then.
                 return Status::Open;
             }
-            // Resumed: its replies join those held above and are written with them.
-            if !self.flash_resumed {
+            // Resumed: its replies join those held above and are written with them, unless
+            // those are past the soft limit already (it runs only once they have drained).
+            if !self.flash_resumed || self.reading_paused(&pass.ctx.live.output()) {
                 if let Err(reason) = self.flush(pass.traffic, pass.ctx) {
                     return Status::Closed(reason);
                 }

@@ -687,6 +687,19 @@ fn a_flash_read_does_not_hold_up_other_connections() {
     assert_eq!(resp.bulk().as_deref(), Some(&value_of(31)[..]));
     resp.send(b"\r\nx\r\n");
     assert_eq!(resp.bulk().as_deref(), Some(&b"2"[..]));
+    // A waiting command longer than the connection's first piece of input (1 KiB): parked
+    // as parsed, it runs once the connection hands it back whole.
+    let keys: Vec<Vec<u8>> = (100..260).map(|i| format!("k{i}").into_bytes()).collect();
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(keys.iter().map(Vec::as_slice));
+    let command = harness::resp_command(&mget);
+    assert!(command.len() > 1536, "{} bytes", command.len());
+    resp.send(&[command, harness::resp_command(&[b"GET", b"x"])].concat());
+    assert_eq!(resp.line(), format!("*{}\r\n", keys.len()));
+    for i in 100..260 {
+        assert_eq!(resp.bulk().as_deref(), Some(&value_of(i)[..]), "k{i}");
+    }
+    assert_eq!(resp.bulk().as_deref(), Some(&b"2"[..]));
     // The other commands that read or change a flash item wait the same way, instead of
     // reading flash on the worker: meta get, append, delete; RESP STRLEN, EXISTS, DEL.
     let waits_before = stat(&mut b, "strata_flash_waits");
@@ -1247,4 +1260,53 @@ fn hashes_evicted_to_flash_answer_as_hashes() {
     assert!(stat(&mut memcache, "get_extstore") > 500, "reads hit flash");
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Replies held while a request waits for flash that pass the output's soft limit: once the
+/// reads are done the connection writes them and runs the request. (It stalled: a resumed
+/// connection skipped its write until its request had run, and one past its soft limit runs
+/// nothing until its output drains.)
+#[test]
+fn replies_held_past_the_soft_limit_while_a_request_waits_still_go_out() {
+    let (dir, medium) = tier_medium("held-past-soft");
+    // A soft limit of 256 KiB (a quarter of the hard one).
+    let extra = ["--threads", "1", "--output-buffer-limit", "1MiB"];
+    let flags = small_tier_flags(&medium, &extra);
+    let mut server = Server::launch(&[], &flags, &[("STRATA_TEST_FLASH_READ_DELAY_MS", "200")]);
+    server.await_ready();
+    let mut writer = Client::connect(server.memcache);
+    write_all(&mut writer);
+    assert!(stat(&mut writer, "strata_flash_items") > 5_000);
+    // 400 KB of the newest values, in memory, then a key only flash holds, in one piece.
+    let mut batch = Vec::new();
+    for i in 0..400 {
+        batch.extend_from_slice(format!("set m{i} 0 0 {VALUE_LEN} noreply\r\n").as_bytes());
+        batch.extend_from_slice(&value_of(i));
+        batch.extend_from_slice(b"\r\n");
+    }
+    writer.send(&batch);
+    assert_eq!(writer.call(b"mn\r\n"), "MN\r\n");
+    let names: Vec<Vec<u8>> = (0..400).map(|i| format!("m{i}").into_bytes()).collect();
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(names.iter().map(Vec::as_slice));
+    let mut resp = Client::connect(server.resp);
+    resp.send(
+        &[
+            harness::resp_command(&mget),
+            harness::resp_command(&[b"GET", b"k60"]),
+        ]
+        .concat(),
+    );
+    assert_eq!(resp.line(), "*400\r\n");
+    for i in 0..400 {
+        assert_eq!(resp.bulk().as_deref(), Some(&value_of(i)[..]), "m{i}");
+    }
+    assert_eq!(
+        resp.bulk().as_deref(),
+        Some(&value_of(60)[..]),
+        "k60, from flash"
+    );
+    assert!(stat(&mut writer, "strata_flash_waits") >= 1);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
