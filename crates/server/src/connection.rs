@@ -162,6 +162,10 @@ const PUSHED_PENDING_BYTES_MAX: usize = 256 << 10;
 /// reads ahead for the requests behind it.
 pub const READ_AHEAD_KEPT_MAX: usize = 2 * crate::flash_io::READ_AHEAD_KEYS_MAX;
 
+/// Most bytes of records read ahead a connection keeps from earlier waits (see
+/// [`READ_AHEAD_KEPT_MAX`]): a slow client's pipeline of large values holds no more.
+pub const READ_AHEAD_KEPT_BYTES_MAX: usize = 4 << 20;
+
 /// A client connection.
 pub struct Connection {
     /// Declared (so dropped) before the socket: the session leaves the clients' registry
@@ -301,7 +305,9 @@ impl Connection {
         self.flash_waiting = false;
         self.flash_resumed = true;
         self.session.flash_keys_staged();
-        let mut dropped = self.read_ahead.absorb(records, READ_AHEAD_KEPT_MAX);
+        let mut dropped =
+            self.read_ahead
+                .absorb(records, READ_AHEAD_KEPT_MAX, READ_AHEAD_KEPT_BYTES_MAX);
         engine.discard_read_ahead(&mut dropped);
     }
 

@@ -109,8 +109,10 @@ impl<'a> Hash<'a> {
 
     /// Checks `bytes`' header only, for a read of a few fields by name ([`Hash::find`], which
     /// checks the entries its walk passes): a point read of a large hash then costs one walk
-    /// to its field, not a validation of every entry first. Every other use takes
-    /// [`Hash::parse`]: the other readers here trust the entries they walk.
+    /// to its field, not a validation of every entry first; [`Hash::try_stored`] walks every
+    /// field the same way. Every other use takes [`Hash::parse`]: the other readers here
+    /// (`get`, `stored`, `live`, `len` with expiring fields) trust the entries they walk and
+    /// stop silently at damage.
     pub fn open(bytes: &'a [u8]) -> Result<Hash<'a>, Malformed> {
         if bytes.len() < HEADER_BYTES || bytes[0] != VERSION {
             return Err(Malformed);

@@ -306,6 +306,7 @@ impl Engine {
                 }
             }
         });
+        self.discard_read_ahead(&mut records);
         read
     }
 

@@ -267,7 +267,7 @@ impl Engine {
 
     /// A duplicate of the flash medium's descriptor for reads a server puts in flight itself
     /// ([`strata_pool::ReadRing`]); `None` without a flash tier, where the medium is not read
-    /// through io_uring, or where tests slow its reads (then [`Engine::stage_flash`] does them).
+    /// through io_uring, or where tests slow its reads (then [`Engine::read_flash_ahead`] does them).
     pub fn flash_read_file(&self) -> Option<std::os::fd::OwnedFd> {
         self.inner.flash.as_ref()?.read_file()
     }

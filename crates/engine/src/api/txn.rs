@@ -144,7 +144,9 @@ impl<'e> Txn<'e> {
     /// For a pool opened with `simulation` watching it: what a power cut now, in the middle of
     /// this transaction, would leave (see [`Engine::crash_image`]); the shards the transaction
     /// does not hold are held meanwhile. Its own are between changes: each change begins and
-    /// ends inside one call. For the power-failure tests' cuts mid-transaction.
+    /// ends inside one call. For the power-failure tests' cuts mid-transaction, on an engine
+    /// no other thread uses: it takes the other shards out of the global order (a thread
+    /// holding them all, as a commit does, would wait for it while it waits for that one).
     pub fn crash_image(
         &self,
         simulation: &strata_pool::testing::SimulatedPersistence,

@@ -96,14 +96,25 @@ impl ReadAhead {
     }
 
     /// Moves `newer`'s records in, replacing any held at the same locations, and returns the
-    /// oldest of those held before, past the `older_max` newest of them. Records a connection
-    /// keeps across waits (for requests pipelined behind one that waits again) stay bounded
-    /// this way; the caller discards what is returned.
-    pub fn absorb(&mut self, newer: ReadAhead, older_max: usize) -> ReadAhead {
+    /// oldest of those held before, past the `older_max` newest of them or past
+    /// `older_bytes_max` bytes of them. Records a connection keeps across waits (for requests
+    /// pipelined behind one that waits again) stay bounded this way; the caller discards what
+    /// is returned.
+    pub fn absorb(
+        &mut self,
+        newer: ReadAhead,
+        older_max: usize,
+        older_bytes_max: usize,
+    ) -> ReadAhead {
         let newer_locations: Vec<u64> = newer.records.iter().map(|r| r.location).collect();
         self.records
             .retain(|r| !newer_locations.contains(&r.location));
-        let over = self.records.len().saturating_sub(older_max);
+        let mut over = self.records.len().saturating_sub(older_max);
+        let mut older_bytes: usize = self.records[over..].iter().map(|r| r.bytes.len()).sum();
+        while older_bytes > older_bytes_max {
+            older_bytes -= self.records[over].bytes.len();
+            over += 1;
+        }
         // Records are kept in arrival order: the front is the oldest.
         let dropped: Vec<AheadRecord> = self.records.drain(..over).collect();
         self.records.extend(newer.records);
@@ -227,7 +238,7 @@ mod tests {
         let mut newer = ReadAhead::default();
         newer.insert(9, 2, vec![0; 5]); // Replaces the older record at 9.
         newer.insert(100, 2, vec![0; 5]);
-        let dropped = held.absorb(newer, 4);
+        let dropped = held.absorb(newer, 4, usize::MAX);
         assert_eq!(dropped.len(), 5, "nine older, four kept");
         assert!((0..5).all(|location| dropped.contains(location)));
         assert_eq!(dropped.bytes(), 50);
@@ -236,7 +247,16 @@ mod tests {
         assert!((0..5).all(|location| !held.contains(location)));
         assert!(held.contains(9) && held.contains(100));
         assert_eq!(held.bytes(), 4 * 10 + 2 * 5);
-        assert_eq!(held.clear(), 6);
+        // Past a bound in bytes too: of the six held (5..=8 of 10 bytes, 9 and 100 of 5), the
+        // newest that fit in 25 bytes stay.
+        let mut newer = ReadAhead::default();
+        newer.insert(200, 3, vec![0; 1]);
+        let dropped = held.absorb(newer, 100, 25);
+        assert_eq!(dropped.len(), 3);
+        assert!((5..8).all(|location| dropped.contains(location)));
+        assert!(held.contains(8) && held.contains(9) && held.contains(100) && held.contains(200));
+        assert_eq!(held.bytes(), 10 + 5 + 5 + 1);
+        assert_eq!(held.clear(), 4);
         assert_eq!(held.bytes(), 0);
     }
 }
