@@ -504,7 +504,9 @@ pub struct Processed {
     pub held: bool,
     /// The session stopped before a request whose keys are on flash
     /// ([`Session::take_flash_locations`] says where): the connection waits while their
-    /// records are read ahead, then calls the session again with the same input.
+    /// records are read ahead, then calls the session again with the input from that request
+    /// on (a session may keep what it parsed of it: RESP's parked batch), in pieces that may be
+    /// shorter than what it was parsed from.
     pub flash_wait: bool,
 }
 
