@@ -529,9 +529,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         state.hot.count(row, elapsed_ns, failed, stats);
     } else {
         stats.add(row, 1, elapsed_us, u64::from(failed));
-        if stats.latency.enabled() {
-            stats.latency.record(row, &[elapsed_ns]);
-        }
+        state.hot.count_latency(row, elapsed_ns, stats);
     }
     log_if_slow(state, call, elapsed_us);
     if command.changes_client {

@@ -158,6 +158,14 @@ impl HotCounts {
         }
     }
 
+    /// Buffers the run time of a call of another row (its counts are added at once).
+    #[inline]
+    pub(crate) fn count_latency(&mut self, row: usize, ns: u64, stats: &CommandStats) {
+        if stats.latency.enabled() {
+            self.latencies.count_warm(row, ns, &stats.latency);
+        }
+    }
+
     /// Adds the counts to `stats` and clears them.
     #[inline]
     pub(crate) fn publish(&mut self, stats: &CommandStats) {
