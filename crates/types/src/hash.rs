@@ -94,12 +94,22 @@ impl<'a> Hash<'a> {
     /// what it made of them). A reader of every field of a hash [`Hash::open`] did not
     /// validate walks it this way, once.
     pub fn try_stored(&self, mut f: impl FnMut(Field<'a>)) -> Result<(), Malformed> {
+        self.try_stored_spans(|field, _| f(field))
+    }
+
+    /// [`Hash::try_stored`], with where each entry lies in [`Hash::entries`] (as
+    /// [`Hash::stored_spans`] gives it).
+    pub fn try_stored_spans(
+        &self,
+        mut f: impl FnMut(Field<'a>, std::ops::Range<usize>),
+    ) -> Result<(), Malformed> {
         let (mut at, mut seen, mut seen_expiring) = (0, 0u32, 0u32);
         while at < self.entries.len() {
+            let start = at;
             let field = next_entry(self.entries, &mut at).ok_or(Malformed)?;
             seen = seen.checked_add(1).ok_or(Malformed)?;
             seen_expiring += u32::from(field.expires_at_ms.is_some());
-            f(field);
+            f(field, start..at);
         }
         if seen != self.count || seen_expiring != self.expiring {
             return Err(Malformed);
@@ -139,7 +149,7 @@ impl<'a> Hash<'a> {
         let (mut at, mut seen) = (0, 0u32);
         while at < self.entries.len() {
             let field = next_entry(self.entries, &mut at).ok_or(Malformed)?;
-            if field.name == name {
+            if same_name(field.name, name) {
                 return Ok(Some(field).filter(|field| field.is_live(now_ms)));
             }
             seen = seen.checked_add(1).ok_or(Malformed)?;
@@ -182,7 +192,7 @@ impl<'a> Hash<'a> {
     /// The live field named `name`.
     pub fn get(&self, name: &[u8], now_ms: u64) -> Option<Field<'a>> {
         self.stored()
-            .find(|field| field.name == name)
+            .find(|field| same_name(field.name, name))
             .filter(|field| field.is_live(now_ms))
     }
 
@@ -276,6 +286,15 @@ fn next_entry<'a>(entries: &'a [u8], at: &mut usize) -> Option<Field<'a>> {
         value,
         expires_at_ms,
     })
+}
+
+/// Whether two field names are the same, comparing their lengths and last bytes before the
+/// rest: a walk compares the name it looks for with every name it passes, and names of one
+/// hash often share their length and first bytes (`field1`, `field2`, ...), where a whole
+/// comparison is a call into `memcmp` per entry.
+#[inline]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.last() == b.last() && a == b
 }
 
 fn take<'a>(bytes: &'a [u8], at: &mut usize, len: u64) -> Option<&'a [u8]> {

@@ -153,7 +153,7 @@ fn hexpire_generic(call: &Call<'_>, out: &mut Vec<u8>, unit: Unit, relative: boo
         return;
     };
     let mut replies = vec![NO_FIELD; names.len()];
-    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
         let mut fields = Fields::of(old, now_ms);
         let mut changed = false;
         for (reply, name) in replies.iter_mut().zip(&names) {
@@ -271,7 +271,7 @@ pub(crate) fn hpersist(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     };
     let mut replies = vec![NO_FIELD; names.len()];
-    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
         let mut fields = Fields::of(old, now_ms);
         let mut changed = false;
         for (reply, name) in replies.iter_mut().zip(&names) {

@@ -16,7 +16,7 @@
 
 use strata_engine::{Change, Door, Expiry, Kind, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_f64, parse_i64, Version};
-use strata_types::hash::{record_expiry, Builder, Field, Hash};
+use strata_types::hash::{record_expiry, same_name, Builder, Field, Hash};
 
 use super::counters::format_human;
 use super::{write_error, Call, State};
@@ -64,17 +64,7 @@ pub(crate) fn read_hash<R>(
             out.extend_from_slice(errors::ERR_WRONGTYPE);
             return Read::Refused;
         }
-        let opened = match check {
-            Check::Header => Hash::open(item.value).and_then(|hash| {
-                if hash.has_expiring() {
-                    Hash::parse(item.value)
-                } else {
-                    Ok(hash)
-                }
-            }),
-            Check::Whole => Hash::parse(item.value),
-        };
-        match opened {
+        match open_hash(item.value, check) {
             Err(_) => {
                 out.extend_from_slice(ERR_DAMAGED);
                 Read::Refused
@@ -86,28 +76,48 @@ pub(crate) fn read_hash<R>(
     found.unwrap_or(Read::Missing)
 }
 
+/// `bytes` as a hash, checked as `check` says.
+fn open_hash(bytes: &[u8], check: Check) -> Result<Hash<'_>, strata_types::Malformed> {
+    match check {
+        Check::Header => Hash::open(bytes).and_then(|hash| {
+            if hash.has_expiring() {
+                Hash::parse(bytes)
+            } else {
+                Ok(hash)
+            }
+        }),
+        Check::Whole => Hash::parse(bytes),
+    }
+}
+
 /// What a hash edit decides: the builder in the buffer holds the new fields when it writes.
 pub(crate) enum Edit {
     /// Nothing changes.
     Keep,
     /// Write what the builder holds (or delete the key when it holds no field).
     Write,
+    /// The edit's walk met a damaged entry of a hash opened unvalidated ([`Check::Header`]):
+    /// nothing changes, and the reply is the damage error.
+    Damaged,
 }
 
 /// Rewrites the hash at `key` under its lock: `f` gets the current live hash (`None` for a
 /// missing key) and a builder writing into the engine's buffer, and says whether to write.
 /// `Err(WriteError::WrongKind)` for a key of another kind; `Ok(false)` when the hash did not
-/// decode (the damage reply is then the caller's, [`reply_damaged`]).
+/// decode (the damage reply is then the caller's, [`reply_edit_failed`]). With [`Check::Header`],
+/// a hash with no expiring field reaches `f` with only its header checked: `f` walks it with
+/// the checked walks and says [`Edit::Damaged`] when they fail.
 pub(crate) fn edit_hash(
     call: &Call<'_>,
     key: &[u8],
+    check: Check,
     f: impl FnOnce(Option<&Hash<'_>>, u64, &mut Builder<'_>) -> Edit,
 ) -> Result<bool, WriteError> {
     let now_ms = call.engine().now_ms();
     let mut decoded = true;
     debug_assert_eq!(call.kind(), Kind::Hash, "a hash command, by the table");
     call.modify_typed(key, |current, buffer| {
-        let hash = match current.as_ref().map(|item| Hash::parse(item.value)) {
+        let hash = match current.as_ref().map(|item| open_hash(item.value, check)) {
             None => None,
             Some(Ok(hash)) => Some(hash).filter(|hash| !hash.is_empty(now_ms)),
             Some(Err(_)) => {
@@ -118,8 +128,13 @@ pub(crate) fn edit_hash(
         // A hash whose fields had all expired is gone: what is built now is a new key.
         let key_expiry = hash.as_ref().and_then(Hash::key_expiry_ms);
         let mut builder = Builder::new(buffer);
-        if let Edit::Keep = f(hash.as_ref(), now_ms, &mut builder) {
-            return Change::Keep;
+        match f(hash.as_ref(), now_ms, &mut builder) {
+            Edit::Keep => return Change::Keep,
+            Edit::Damaged => {
+                decoded = false;
+                return Change::Keep;
+            }
+            Edit::Write => {}
         }
         let fields_gone = builder.fields_gone_ms();
         if builder.finish(key_expiry) == 0 {
@@ -186,7 +201,7 @@ impl<'p> Pairs<'p> {
             Pairs::Few(pairs) => {
                 let mut found = None;
                 for (at, pair) in pairs.chunks_exact(2).enumerate() {
-                    if pair[0] == name {
+                    if same_name(pair[0], name) {
                         let first = found.map_or(at, |(first, _)| first);
                         found = Some((first, pair[1]));
                     }
@@ -200,23 +215,28 @@ impl<'p> Pairs<'p> {
 /// Copies `old`'s live fields with the values `pairs` set (their expiry cleared, as a write of
 /// a field clears it), then appends the fields `pairs` adds, in the order first named; returns
 /// how many it added. One walk of the hash; the entries it keeps as they are go over in runs,
-/// a copy of bytes each, not field by field.
+/// a copy of bytes each, not field by field. A hash with no expiring field may come unvalidated
+/// ([`Check::Header`]): its walk checks each entry, and `Err` says it met damage.
 fn set_fields(
     old: Option<&Hash<'_>>,
     now_ms: u64,
     pairs: &[&[u8]],
     out: &mut Builder<'_>,
-) -> usize {
+) -> Result<usize, strata_types::Malformed> {
     let lookup = Pairs::new(pairs);
     let mut present = vec![false; pairs.len() / 2];
-    if let Some(hash) = old {
-        rewrite_live(hash, now_ms, out, |field| match lookup.find(field.name) {
+    match old {
+        Some(hash) if !hash.has_expiring() => {
+            set_in_place(hash, &lookup, &mut present, out)?;
+        }
+        Some(hash) => rewrite_live(hash, now_ms, out, |field| match lookup.find(field.name) {
             Some((first, value)) => {
                 present[first] = true;
                 Rewrite::Set(value)
             }
             None => Rewrite::Keep,
-        });
+        }),
+        None => {}
     }
     let mut added = 0;
     for (at, pair) in pairs.chunks_exact(2).enumerate() {
@@ -232,7 +252,33 @@ fn set_fields(
             added += 1;
         }
     }
-    added
+    Ok(added)
+}
+
+/// [`set_fields`]' walk of a hash none of whose fields expires (so none is dropped and none has
+/// an expiry to clear): the entries between those `lookup` names go over as runs, in one
+/// checked walk ([`Hash::try_stored_spans`]); `present` marks the pairs whose field was there.
+fn set_in_place(
+    hash: &Hash<'_>,
+    lookup: &Pairs<'_>,
+    present: &mut [bool],
+    out: &mut Builder<'_>,
+) -> Result<(), strata_types::Malformed> {
+    debug_assert!(!hash.has_expiring());
+    let entries = hash.entries();
+    let (mut copied_to, mut run_fields) = (0, 0u32);
+    hash.try_stored_spans(|field, span| {
+        let Some((first, value)) = lookup.find(field.name) else {
+            run_fields += 1;
+            return;
+        };
+        out.push_encoded(&entries[copied_to..span.start], run_fields, 0, 0);
+        out.push(Field { value, ..field });
+        present[first] = true;
+        (copied_to, run_fields) = (span.end, 0);
+    })?;
+    out.push_encoded(&entries[copied_to..], run_fields, 0, 0);
+    Ok(())
 }
 
 /// What a rewrite does with one live field of the old hash.
@@ -343,10 +389,18 @@ fn hset_generic(call: &Call<'_>, out: &mut Vec<u8>, ok_reply: bool) {
     }
     let pairs: Vec<&[u8]> = call.args_from(2).collect();
     let mut added = 0;
-    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
-        added = set_fields(old, now_ms, &pairs, builder);
-        Edit::Write
-    });
+    let result = edit_hash(
+        call,
+        call.arg(1),
+        Check::Header,
+        |old, now_ms, builder| match set_fields(old, now_ms, &pairs, builder) {
+            Ok(count) => {
+                added = count;
+                Edit::Write
+            }
+            Err(_) => Edit::Damaged,
+        },
+    );
     match result {
         Ok(true) if ok_reply => {
             encode::ok(out);
@@ -362,12 +416,17 @@ fn hset_generic(call: &Call<'_>, out: &mut Vec<u8>, ok_reply: bool) {
 pub(crate) fn hsetnx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let pairs = [call.arg(2), call.arg(3)];
     let mut set = false;
-    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
         if old.is_some_and(|hash| hash.get(pairs[0], now_ms).is_some()) {
             return Edit::Keep;
         }
-        set = set_fields(old, now_ms, &pairs, builder) == 1;
-        Edit::Write
+        match set_fields(old, now_ms, &pairs, builder) {
+            Ok(added) => {
+                set = added == 1;
+                Edit::Write
+            }
+            Err(_) => Edit::Damaged,
+        }
     });
     match result {
         Ok(true) => {
@@ -553,7 +612,7 @@ pub(crate) fn hexists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// `HDEL key field [field ...]`: how many were removed; the key goes with its last field.
 pub(crate) fn hdel(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mut removed = 0usize;
-    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
         let Some(old) = old else {
             return Edit::Keep;
         };
@@ -606,7 +665,7 @@ fn update_field(
     mut compute: impl FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<(), NumberRefused>,
 ) -> Result<Result<Vec<u8>, NumberRefused>, Result<bool, WriteError>> {
     let mut outcome = Ok(Vec::new());
-    let result = edit_hash(call, call.arg(1), |old, now_ms, builder| {
+    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
         let mut new_value = Vec::new();
         let current = old.and_then(|hash| hash.get(name, now_ms));
         if let Err(refused) = compute(current.map(|field| field.value), &mut new_value) {
@@ -615,7 +674,7 @@ fn update_field(
         }
         if let Some(hash) = old {
             rewrite_live(hash, now_ms, builder, |field| {
-                if field.name == name {
+                if same_name(field.name, name) {
                     Rewrite::Value(&new_value)
                 } else {
                     Rewrite::Keep

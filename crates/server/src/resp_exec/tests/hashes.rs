@@ -126,3 +126,42 @@ fn a_damaged_hash_is_read_only_up_to_its_damage() {
     let now = ctx.engine.peek(b"h", |item| item.value.to_vec()).unwrap();
     assert_eq!(now, damaged, "left as it was");
 }
+
+/// HSET on a hash with no expiring field copies the runs between the fields it sets in one
+/// checked walk: the encoding it writes is the one built field by field, whichever fields it
+/// updates (first, middle, last, one named twice) and adds.
+#[test]
+fn hset_without_expiring_fields_writes_what_a_build_writes() {
+    use strata_types::hash::{Builder, Field};
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    run(&mut session, &ctx, "HSET h a 1 b 22 c 333 d 4444");
+    assert_eq!(
+        run(&mut session, &ctx, "HSET h a x c yy d zzz a w e 5 f 6 e 7"),
+        b":2\r\n"
+    );
+    let stored = ctx.engine.peek(b"h", |item| item.value.to_vec()).unwrap();
+    let mut expected = Vec::new();
+    let mut builder = Builder::new(&mut expected);
+    for (name, value) in [
+        ("a", "w"),
+        ("b", "22"),
+        ("c", "yy"),
+        ("d", "zzz"),
+        ("e", "7"),
+        ("f", "6"),
+    ] {
+        builder.push(Field {
+            name: name.as_bytes(),
+            value: value.as_bytes(),
+            expires_at_ms: None,
+        });
+    }
+    builder.finish(None);
+    assert_eq!(stored, expected);
+    assert_eq!(run(&mut session, &ctx, "HSET h b 0"), b":0\r\n");
+    assert_eq!(
+        run(&mut session, &ctx, "HMGET h a b f"),
+        b"*3\r\n$1\r\nw\r\n$1\r\n0\r\n$1\r\n6\r\n"
+    );
+}
