@@ -8,13 +8,15 @@
 //! entries, where the damage lands.
 //!
 //! Invariants checked, on any bytes:
-//! - No reader panics or reads past the bytes: `parse`, `open`, `find`, `try_stored`, `get`,
-//!   `live`, `len`, `stored_spans`, `redis_encoding`, `fields_gone_ms`.
+//! - No reader panics or reads past the bytes: `parse`, `open`, `find`, `try_stored`,
+//!   `try_stored_spans`, `get`, `live`, `len`, `stored_spans`, `redis_encoding`,
+//!   `fields_gone_ms`.
 //! - `parse` accepts exactly what `open` accepts and `try_stored` then walks without damage.
 //! - On a validated hash: `stored` yields `stored_len` fields; `stored_spans` tile the entries
-//!   from 0 to their end; `find` of every stored name (and of a name not there) agrees with
-//!   `get`; encoding the stored fields again parses back to the same fields, and copying the
-//!   spans as runs (`push_encoded`) gives the same bytes as the original entries.
+//!   from 0 to their end, and the checked `try_stored_spans` walks the same; `find` of every
+//!   stored name (and of a name not there) agrees with `get`; encoding the stored fields again
+//!   parses back to the same fields, and copying the spans as runs (`push_encoded`) gives the
+//!   same bytes as the original entries.
 //! - On a hash only `open` accepted: a field `find` returns has the name asked for, and where
 //!   the hash is valid too, it is `get`'s answer.
 //! - An encoding the `Builder` wrote parses, with the fields it was given.
@@ -156,6 +158,10 @@ fn check_valid(hash: &Hash<'_>) {
         runs.push_encoded(&hash.entries()[span], 1, expiring, latest);
     }
     assert_eq!(end, hash.entries().len());
+    let mut checked = Vec::new();
+    hash.try_stored_spans(|field, span| checked.push((field, span)))
+        .expect("a validated hash walks without damage");
+    assert_eq!(checked, hash.stored_spans().collect::<Vec<_>>());
     runs.finish(hash.key_expiry_ms());
     assert_eq!(&by_runs[strata_types::hash::HEADER_BYTES..], hash.entries());
     let mut again = Vec::new();

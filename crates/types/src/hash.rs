@@ -146,11 +146,25 @@ impl<'a> Hash<'a> {
     /// not there, when the entries are not the header's count. Safe on a hash [`Hash::open`]
     /// did not validate; on one [`Hash::parse`] did, it is [`Hash::get`].
     pub fn find(&self, name: &[u8], now_ms: u64) -> Result<Option<Field<'a>>, Malformed> {
+        let found = self.find_entry(name)?;
+        Ok(found
+            .map(|(field, _, _)| field)
+            .filter(|field| field.is_live(now_ms)))
+    }
+
+    /// The field named `name`, expired or not, with where its entry lies in [`Hash::entries`]
+    /// and how many entries come before it, checked as [`Hash::find`] checks: what a write
+    /// that replaces one field needs to copy the entries around it as they are.
+    pub fn find_entry(
+        &self,
+        name: &[u8],
+    ) -> Result<Option<(Field<'a>, std::ops::Range<usize>, u32)>, Malformed> {
         let (mut at, mut seen) = (0, 0u32);
         while at < self.entries.len() {
+            let start = at;
             let field = next_entry(self.entries, &mut at).ok_or(Malformed)?;
             if same_name(field.name, name) {
-                return Ok(Some(field).filter(|field| field.is_live(now_ms)));
+                return Ok(Some((field, start..at, seen)));
             }
             seen = seen.checked_add(1).ok_or(Malformed)?;
         }
@@ -534,6 +548,9 @@ mod tests {
         );
         assert_eq!(hash.find(b"b", 9_000), Ok(None), "expired");
         assert_eq!(hash.find(b"zz", 0), Ok(None));
+        let (field, span, before) = hash.find_entry(b"b").unwrap().unwrap();
+        assert_eq!((field.value, before), (&b"22"[..], 1));
+        assert_eq!(&hash.entries()[span], &bytes[HEADER_BYTES + 4..HEADER_BYTES + 4 + 13]);
         // The last entry cut short: the first is still found; past it, refused.
         let cut = &bytes[..bytes.len() - 1];
         let hash = Hash::open(cut).expect("the header is intact");

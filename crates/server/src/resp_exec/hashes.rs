@@ -226,6 +226,10 @@ fn set_fields(
     let lookup = Pairs::new(pairs);
     let mut present = vec![false; pairs.len() / 2];
     match old {
+        Some(hash) if !hash.has_expiring() && pairs.len() == 2 => {
+            let found = replace_field(hash, pairs[0], pairs[1], out)?;
+            return Ok(usize::from(!found));
+        }
         Some(hash) if !hash.has_expiring() => {
             set_in_place(hash, &lookup, &mut present, out)?;
         }
@@ -253,6 +257,54 @@ fn set_fields(
         }
     }
     Ok(added)
+}
+
+/// Writes `hash`, none of whose fields expires, with the field `name` set to `value` in its
+/// place, or added last when it is not there (returns whether it was): the entries around it
+/// are copied as they are, in two runs, and the walk stops at the field (the entries after it
+/// are counted by the header, which the copy keeps).
+fn replace_field(
+    hash: &Hash<'_>,
+    name: &[u8],
+    value: &[u8],
+    out: &mut Builder<'_>,
+) -> Result<bool, strata_types::Malformed> {
+    let found = hash.find_entry(name)?;
+    replace_found(hash, found, name, value, out)
+}
+
+/// [`replace_field`] once the walk found the field's entry (`found`, from
+/// [`Hash::find_entry`]) or not.
+fn replace_found(
+    hash: &Hash<'_>,
+    found: Option<(Field<'_>, std::ops::Range<usize>, u32)>,
+    name: &[u8],
+    value: &[u8],
+    out: &mut Builder<'_>,
+) -> Result<bool, strata_types::Malformed> {
+    debug_assert!(!hash.has_expiring());
+    let entries = hash.entries();
+    let count = u32::try_from(hash.stored_len()).map_err(|_| strata_types::Malformed)?;
+    match found {
+        Some((field, span, before)) => {
+            let after = count
+                .checked_sub(before + 1)
+                .ok_or(strata_types::Malformed)?;
+            out.push_encoded(&entries[..span.start], before, 0, 0);
+            out.push(Field { value, ..field });
+            out.push_encoded(&entries[span.end..], after, 0, 0);
+            Ok(true)
+        }
+        None => {
+            out.push_encoded(entries, count, 0, 0);
+            out.push(Field {
+                name,
+                value,
+                expires_at_ms: None,
+            });
+            Ok(false)
+        }
+    }
 }
 
 /// [`set_fields`]' walk of a hash none of whose fields expires (so none is dropped and none has
@@ -665,8 +717,24 @@ fn update_field(
     mut compute: impl FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<(), NumberRefused>,
 ) -> Result<Result<Vec<u8>, NumberRefused>, Result<bool, WriteError>> {
     let mut outcome = Ok(Vec::new());
-    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
+    let result = edit_hash(call, call.arg(1), Check::Header, |old, now_ms, builder| {
         let mut new_value = Vec::new();
+        if let Some(hash) = old.filter(|hash| !hash.has_expiring()) {
+            // Checked as far as the walk to the field; the rest copied as it is.
+            let Ok(found) = hash.find_entry(name) else {
+                return Edit::Damaged;
+            };
+            let current = found.as_ref().map(|(field, _, _)| field.value);
+            if let Err(refused) = compute(current, &mut new_value) {
+                outcome = Err(refused);
+                return Edit::Keep;
+            }
+            if replace_found(hash, found, name, &new_value, builder).is_err() {
+                return Edit::Damaged;
+            }
+            outcome = Ok(new_value);
+            return Edit::Write;
+        }
         let current = old.and_then(|hash| hash.get(name, now_ms));
         if let Err(refused) = compute(current.map(|field| field.value), &mut new_value) {
             outcome = Err(refused);

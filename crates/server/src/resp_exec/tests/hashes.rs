@@ -84,8 +84,10 @@ fn hash_rewrites_keep_places_and_expiries_and_drop_expired_fields() {
 /// A hash whose stored encoding is damaged (what only a bug could write: records are
 /// checksummed) is never read past the damage: a read by name answers the fields its walk
 /// reaches before it and refuses the others, whole (HMGET sends no partial array); every read
-/// that walks all the fields refuses it (HGETALL's reply so far is taken back), and every
-/// write refuses it and leaves it as it was.
+/// that walks all the fields refuses it (HGETALL's reply so far is taken back). A write that
+/// replaces one field walks to it: before the damage it writes, copying the entries after the
+/// field as they are (the damage stays, as refused as before); at or past it, and for the
+/// writes that walk every field, it refuses and leaves the hash as it was.
 #[test]
 fn a_damaged_hash_is_read_only_up_to_its_damage() {
     let ctx = context(Settings::default());
@@ -117,14 +119,28 @@ fn a_damaged_hash_is_read_only_up_to_its_damage() {
         "HGETALL h",
         "HKEYS h",
         "HVALS h",
-        "HSET h a 9",
+        "HSET h c 9",
+        "HSET h absent 9",
+        "HSET h a 9 b 9",
         "HDEL h a",
-        "HINCRBY h a 1",
+        "HINCRBY h c 1",
+        "HINCRBY h absent 1",
     ] {
         assert_eq!(run(&mut session, &ctx, command), refused, "{command}");
     }
     let now = ctx.engine.peek(b"h", |item| item.value.to_vec()).unwrap();
     assert_eq!(now, damaged, "left as it was");
+    assert_eq!(run(&mut session, &ctx, "HINCRBY h a 9"), b":10\r\n");
+    assert_eq!(run(&mut session, &ctx, "HSET h b 0"), b":0\r\n");
+    assert_eq!(
+        run(&mut session, &ctx, "HMGET h a b"),
+        b"*2\r\n$2\r\n10\r\n$1\r\n0\r\n"
+    );
+    assert_eq!(
+        run(&mut session, &ctx, "HGET h c"),
+        refused,
+        "the damage stays"
+    );
 }
 
 /// HSET on a hash with no expiring field copies the runs between the fields it sets in one
