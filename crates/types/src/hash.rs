@@ -550,7 +550,10 @@ mod tests {
         assert_eq!(hash.find(b"zz", 0), Ok(None));
         let (field, span, before) = hash.find_entry(b"b").unwrap().unwrap();
         assert_eq!((field.value, before), (&b"22"[..], 1));
-        assert_eq!(&hash.entries()[span], &bytes[HEADER_BYTES + 4..HEADER_BYTES + 4 + 13]);
+        assert_eq!(
+            &hash.entries()[span],
+            &bytes[HEADER_BYTES + 4..HEADER_BYTES + 4 + 13]
+        );
         // The last entry cut short: the first is still found; past it, refused.
         let cut = &bytes[..bytes.len() - 1];
         let hash = Hash::open(cut).expect("the header is intact");

@@ -273,6 +273,28 @@ fn replace_field(
     replace_found(hash, found, name, value, out)
 }
 
+/// Writes `hash`, none of whose fields expires, without the field `name`, if it is there
+/// (returns whether it was): the entries around it are copied as they are, in two runs, as
+/// [`replace_field`] copies them.
+fn remove_field(
+    hash: &Hash<'_>,
+    name: &[u8],
+    out: &mut Builder<'_>,
+) -> Result<bool, strata_types::Malformed> {
+    debug_assert!(!hash.has_expiring());
+    let Some((_, span, before)) = hash.find_entry(name)? else {
+        return Ok(false);
+    };
+    let entries = hash.entries();
+    let count = u32::try_from(hash.stored_len()).map_err(|_| strata_types::Malformed)?;
+    let after = count
+        .checked_sub(before + 1)
+        .ok_or(strata_types::Malformed)?;
+    out.push_encoded(&entries[..span.start], before, 0, 0);
+    out.push_encoded(&entries[span.end..], after, 0, 0);
+    Ok(true)
+}
+
 /// [`replace_field`] once the walk found the field's entry (`found`, from
 /// [`Hash::find_entry`]) or not.
 fn replace_found(
@@ -664,10 +686,23 @@ pub(crate) fn hexists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// `HDEL key field [field ...]`: how many were removed; the key goes with its last field.
 pub(crate) fn hdel(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let mut removed = 0usize;
-    let result = edit_hash(call, call.arg(1), Check::Whole, |old, now_ms, builder| {
+    // One field: the walk goes only to it (see `remove_field`); several: every field checked.
+    let one = call.len() == 3;
+    let check = if one { Check::Header } else { Check::Whole };
+    let result = edit_hash(call, call.arg(1), check, |old, now_ms, builder| {
         let Some(old) = old else {
             return Edit::Keep;
         };
+        if one && !old.has_expiring() {
+            return match remove_field(old, call.arg(2), builder) {
+                Ok(false) => Edit::Keep,
+                Ok(true) => {
+                    removed = 1;
+                    Edit::Write
+                }
+                Err(_) => Edit::Damaged,
+            };
+        }
         rewrite_live(old, now_ms, builder, |field| {
             if call.args_from(2).any(|name| name == field.name) {
                 removed += 1;

@@ -122,7 +122,9 @@ fn a_damaged_hash_is_read_only_up_to_its_damage() {
         "HSET h c 9",
         "HSET h absent 9",
         "HSET h a 9 b 9",
-        "HDEL h a",
+        "HDEL h c",
+        "HDEL h absent",
+        "HDEL h a b",
         "HINCRBY h c 1",
         "HINCRBY h absent 1",
     ] {
