@@ -223,13 +223,15 @@ fn set_fields(
     pairs: &[&[u8]],
     out: &mut Builder<'_>,
 ) -> Result<usize, strata_types::Malformed> {
+    if let (Some(hash), [name, value]) = (old, pairs) {
+        if !hash.has_expiring() {
+            let found = replace_field(hash, name, value, out)?;
+            return Ok(usize::from(!found));
+        }
+    }
     let lookup = Pairs::new(pairs);
     let mut present = vec![false; pairs.len() / 2];
     match old {
-        Some(hash) if !hash.has_expiring() && pairs.len() == 2 => {
-            let found = replace_field(hash, pairs[0], pairs[1], out)?;
-            return Ok(usize::from(!found));
-        }
         Some(hash) if !hash.has_expiring() => {
             set_in_place(hash, &lookup, &mut present, out)?;
         }
@@ -461,13 +463,19 @@ fn hset_generic(call: &Call<'_>, out: &mut Vec<u8>, ok_reply: bool) {
         errors::wrong_args(out, call.command.name.as_bytes());
         return;
     }
-    let pairs: Vec<&[u8]> = call.args_from(2).collect();
+    // One pair (most HSETs) on the stack, more in a vector.
+    let (one, many): ([&[u8]; 2], Vec<&[u8]>) = if call.len() == 4 {
+        ([call.arg(2), call.arg(3)], Vec::new())
+    } else {
+        ([&[], &[]], call.args_from(2).collect())
+    };
+    let pairs: &[&[u8]] = if call.len() == 4 { &one } else { &many };
     let mut added = 0;
     let result = edit_hash(
         call,
         call.arg(1),
         Check::Header,
-        |old, now_ms, builder| match set_fields(old, now_ms, &pairs, builder) {
+        |old, now_ms, builder| match set_fields(old, now_ms, pairs, builder) {
             Ok(count) => {
                 added = count;
                 Edit::Write
