@@ -256,6 +256,20 @@ fn seeds(level_index: u64) -> Vec<u64> {
     (0..images).map(|i| level_index * 1_000_000 + i).collect()
 }
 
+/// A quarter as many seeds as [`seeds`] gives a level, from `base` on (tests whose images
+/// cost more each), or `STRATA_POWER_SEED`'s one.
+fn quarter_seeds(base: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("STRATA_POWER_SEED") {
+        return vec![seed.parse().expect("STRATA_POWER_SEED is a number")];
+    }
+    let images: u64 = std::env::var("STRATA_POWER_IMAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+        / 4;
+    (0..images.max(1)).map(|n| base + n).collect()
+}
+
 fn power_cuts(level: Level, level_index: u64) {
     for seed in seeds(level_index) {
         let mut rng = SmallRng::seed_from_u64(seed);
@@ -564,22 +578,11 @@ fn a_value_deleted_after_a_process_crash_stays_deleted_across_a_power_cut() {
 /// holds that, never a value from before it (as a value deleted after the crash, resurrected).
 #[test]
 fn a_process_crash_then_a_power_cut_keeps_each_level_s_promise() {
-    let images: u64 = std::env::var("STRATA_POWER_IMAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-        / 4;
     for (level_index, level) in [Level::SyncInline, Level::SyncGroup, Level::Interval]
         .into_iter()
         .enumerate()
     {
-        let seeds: Vec<u64> = match std::env::var("STRATA_POWER_SEED") {
-            Ok(seed) => vec![seed.parse().expect("STRATA_POWER_SEED is a number")],
-            Err(_) => (0..images.max(1))
-                .map(|n| 20_000_000 * (level_index as u64 + 1) + n)
-                .collect(),
-        };
-        for seed in seeds {
+        for seed in quarter_seeds(20_000_000 * (level_index as u64 + 1)) {
             let mut rng = SmallRng::seed_from_u64(seed);
             let first = config(level, None);
             let engine = Engine::open(first.clone()).unwrap();
@@ -663,22 +666,11 @@ impl Drop for LogDir {
 /// keys outside it keep the level's promise (the model), and the store's integrity holds.
 #[test]
 fn transactions_of_strings_and_hashes_are_all_or_nothing_across_power_cuts() {
-    let images: u64 = std::env::var("STRATA_POWER_IMAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-        / 4;
     for (level_index, level) in [Level::SyncInline, Level::SyncGroup, Level::Interval]
         .into_iter()
         .enumerate()
     {
-        let seeds: Vec<u64> = match std::env::var("STRATA_POWER_SEED") {
-            Ok(seed) => vec![seed.parse().expect("STRATA_POWER_SEED is a number")],
-            Err(_) => (0..images.max(1))
-                .map(|n| 30_000_000 * (level_index as u64 + 1) + n)
-                .collect(),
-        };
-        for seed in seeds {
+        for seed in quarter_seeds(30_000_000 * (level_index as u64 + 1)) {
             power_cut_around_a_transaction(level, seed);
         }
     }
