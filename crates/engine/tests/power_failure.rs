@@ -246,6 +246,18 @@ fn check_recovered_outside(
 }
 
 fn seeds(level_index: u64) -> Vec<u64> {
+    seeds_from(level_index * 1_000_000, 1)
+}
+
+/// A quarter as many seeds as [`seeds`] gives a level, from `base` on (tests whose images
+/// cost more each).
+fn quarter_seeds(base: u64) -> Vec<u64> {
+    seeds_from(base, 4)
+}
+
+/// `STRATA_POWER_SEED`'s one seed, else `STRATA_POWER_IMAGES` (1,000 by default) divided by
+/// `share` seeds (at least one) from `base` on.
+fn seeds_from(base: u64, share: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("STRATA_POWER_SEED") {
         return vec![seed.parse().expect("STRATA_POWER_SEED is a number")];
     }
@@ -253,21 +265,7 @@ fn seeds(level_index: u64) -> Vec<u64> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    (0..images).map(|i| level_index * 1_000_000 + i).collect()
-}
-
-/// A quarter as many seeds as [`seeds`] gives a level, from `base` on (tests whose images
-/// cost more each), or `STRATA_POWER_SEED`'s one.
-fn quarter_seeds(base: u64) -> Vec<u64> {
-    if let Ok(seed) = std::env::var("STRATA_POWER_SEED") {
-        return vec![seed.parse().expect("STRATA_POWER_SEED is a number")];
-    }
-    let images: u64 = std::env::var("STRATA_POWER_IMAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-        / 4;
-    (0..images.max(1)).map(|n| base + n).collect()
+    (0..(images / share).max(1)).map(|n| base + n).collect()
 }
 
 fn power_cuts(level: Level, level_index: u64) {
