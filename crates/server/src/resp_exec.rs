@@ -65,6 +65,7 @@ mod counters;
 mod debug;
 mod expire;
 mod hash_expiry;
+mod hash_rewrite;
 mod hashes;
 mod held;
 mod keyspace;
