@@ -197,3 +197,41 @@ fn a_flash_file_that_does_not_fit_is_refused_at_start_and_leaves_nothing() {
         "a partial flash file was left behind"
     );
 }
+
+/// CONFIG REWRITE on a full file system: the error says why, the file is as it was (the new
+/// text goes to a temporary file first, which is removed), and the server serves on.
+#[test]
+fn config_rewrite_on_a_full_file_system_keeps_the_file_and_says_why() {
+    let fs = SmallFs::mount("rewrite", "4m");
+    let config = fs.path("strata.toml");
+    let original = "# operator's notes\nslowlog-max-len = 10\n";
+    std::fs::write(&config, original).expect("write the config file");
+    let server = Server::start(&["--config", &config, "--memory", "64MiB"]);
+    let mut client = Client::connect(server.resp);
+    let mut call = |args: &[&[u8]]| client.call(&harness::resp_command(args));
+    assert_eq!(
+        call(&[b"CONFIG", b"SET", b"slowlog-max-len", b"20"]),
+        "+OK\r\n"
+    );
+    fs.fill();
+    let reply = call(&[b"CONFIG", b"REWRITE"]);
+    assert!(
+        reply.starts_with("-ERR Rewriting config file: ") && reply.contains("No space left"),
+        "{reply}"
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
+    let mut left: Vec<String> = std::fs::read_dir(&fs.0)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["filler", "strata.toml"], "no temporary file left");
+    assert_eq!(call(&[b"PING"]), "+PONG\r\n");
+    assert_eq!(
+        call(&[b"CONFIG", b"GET", b"slowlog-max-len"]),
+        "*2\r\n",
+        "the running value stays"
+    );
+    drop(client);
+    drop(server);
+}
