@@ -34,6 +34,16 @@ fn closed_soon(client: &mut Client) -> bool {
     client.closed_by_server() && started.elapsed() < Duration::from_secs(5)
 }
 
+/// Waits (up to 10 s) until `CLIENT LIST` shows a client at `addr`.
+fn wait_until_listed(admin: &mut Client, addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let field = format!(" addr={addr} ");
+    while !client_list(admin).contains(&field) {
+        assert!(Instant::now() < deadline, "{addr} was never listed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The id in a `CLIENT LIST` line.
 fn id_of(line: &str) -> u64 {
     line.strip_prefix("id=")
@@ -48,7 +58,8 @@ fn client_list_shows_every_client_with_what_it_set() {
     let server = Server::start(&["--threads", "2"]);
     let mut admin = Client::connect(server.resp);
     let mut named = Client::connect(server.resp);
-    let _idle = Client::connect(server.resp);
+    let mut idle = Client::connect(server.resp);
+    let idle_addr = idle.stream().local_addr().unwrap().to_string();
     assert_eq!(
         named.call(&command(&["CLIENT", "SETNAME", "worker-a"])),
         "+OK\r\n"
@@ -56,6 +67,7 @@ fn client_list_shows_every_client_with_what_it_set() {
     assert_eq!(named.call(&command(&["MULTI"])), "+OK\r\n");
     assert_eq!(named.call(&command(&["SET", "k", "v"])), "+QUEUED\r\n");
     let admin_id = client_id(&mut admin);
+    wait_until_listed(&mut admin, &idle_addr);
     let list = client_list(&mut admin);
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 3, "admin, named and idle: {list}");
@@ -84,8 +96,11 @@ fn client_kill_closes_clients_at_once_on_any_worker() {
     assert_eq!(named.call(&command(&["PING"])), "+PONG\r\n");
     let named_id = client_id(&mut named);
     let admin_id = client_id(&mut admin);
-    // The idle client (it sent nothing) is killed by its address: closed at once.
+    // The idle client (it sent nothing) is killed by its address: closed at once. It is a
+    // client once its worker has taken it from the acceptor (the kernel completes the
+    // handshake before that, as it does before Redis's accept), so wait until it is listed.
     let idle_addr = idle.stream().local_addr().unwrap().to_string();
+    wait_until_listed(&mut admin, &idle_addr);
     assert_eq!(
         admin.call(&command(&["CLIENT", "KILL", "ADDR", &idle_addr])),
         ":1\r\n"
