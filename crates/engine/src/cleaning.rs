@@ -12,33 +12,50 @@ pub const CLEAN_AHEAD_SEGMENTS: usize = 2;
 const CLEAN_AHEAD_STEPS_MAX: usize = 64;
 
 impl Inner {
-    /// Segments a write can take now without touching the cleaner's reserve.
-    fn spare_segments(&self) -> usize {
+    /// What cleaning ahead should do now: `Some(false)` while fewer than
+    /// [`CLEAN_AHEAD_SEGMENTS`] segments are free for writes beyond the cleaner's reserve,
+    /// `Some(true)` (recycle: only victims cheap to move) while that many are free but fewer
+    /// of them were written before and some were never written (DRAM), `None` when neither.
+    fn clean_ahead_need(&self) -> Option<bool> {
         let free = self.free.lock();
         let reserve = free.cleaner_reserve();
-        free.list
+        let spare = free
+            .list
             .len()
             .min(free.limit.saturating_sub(free.in_use))
-            .saturating_sub(reserve)
+            .saturating_sub(reserve);
+        if spare < CLEAN_AHEAD_SEGMENTS {
+            Some(false)
+        } else if free.untouched > 0 && free.spare_touched(reserve) < CLEAN_AHEAD_SEGMENTS {
+            Some(true)
+        } else {
+            None
+        }
     }
 }
 
 impl Engine {
     /// Cleans ahead of need: while fewer than [`CLEAN_AHEAD_SEGMENTS`] segments are free for
     /// writes, moves the live records of the best victim of one shard after another and frees
-    /// it, as long as a victim is worth it. Call it often (the server does every 10 ms); returns
-    /// the steps run.
+    /// it, as long as a victim is worth it. On DRAM, also while fewer than that many free
+    /// segments were written before and others never were: then only victims cheap to move
+    /// (`RECYCLE_MOVED_PER_GAINED`), so that writes reuse memory already backed instead of
+    /// faulting in new pages. Call it often (the server does every 10 ms); returns the steps
+    /// run.
     pub fn clean_ahead(&self) -> Result<usize, WriteError> {
         let inner = &self.inner;
         let shards = inner.shards.len();
         let mut steps = 0;
         let mut idle_shards = 0;
         let mut at = 0;
-        while steps < CLEAN_AHEAD_STEPS_MAX
-            && idle_shards < shards
-            && inner.spare_segments() < CLEAN_AHEAD_SEGMENTS
-        {
-            let cleaned = inner.shards[at % shards].0.write().clean_one(inner)?;
+        while steps < CLEAN_AHEAD_STEPS_MAX && idle_shards < shards {
+            let Some(recycle) = inner.clean_ahead_need() else {
+                break;
+            };
+            let cleaned = inner.shards[at % shards]
+                .0
+                .write()
+                .clean_one(inner, recycle)?;
             if cleaned {
                 steps += 1;
                 idle_shards = 0;

@@ -405,6 +405,7 @@ impl Engine {
         });
         let free = self.inner.free.lock();
         stats.segments_free = free.list.len() as u64;
+        stats.segments_untouched = free.untouched as u64;
         stats.segments_retired = free.retired.len() as u64;
         stats.segments_total = (free.list.len() + free.in_use + free.retired.len()) as u64;
         stats.segment_size_bytes = self.inner.segment_size_bytes as u64;
@@ -757,6 +758,7 @@ fn new_inner(parts: InnerParts<'_>) -> Inner {
         policy: std::sync::atomic::AtomicU8::new(crate::policy_code(config.eviction)),
         free: Mutex::new(FreePool {
             list: Vec::new(),
+            untouched: 0,
             in_use: 0,
             // Set by `recovery::settle`, once the segments are listed, before any write.
             limit: 0,

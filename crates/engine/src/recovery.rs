@@ -193,6 +193,8 @@ pub(crate) fn settle(inner: &Inner, seq_max: u64, in_use: usize, free: Vec<Segme
     }
     let mut pool = inner.free.lock();
     pool.in_use = in_use;
+    // A DRAM pool is new at every open: none of its free segments was written.
+    pool.untouched = if inner.dram { free.len() } else { 0 };
     pool.list = free;
     // Index growth during recovery counted its bytes before the segments were known.
     pool.set_limit(inner.segment_size_bytes);

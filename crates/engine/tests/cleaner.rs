@@ -191,6 +191,62 @@ fn cleaning_ahead_of_need_leaves_writes_little_to_clean() {
     engine.check_integrity().unwrap();
 }
 
+/// Overwrites of a small working set in a large DRAM pool, cleaning ahead as the server does:
+/// writes reuse the segments the cleaner recycles instead of touching new ones, so the memory
+/// written stays near the live data (a few segments), not the whole pool, while every key keeps
+/// its latest value. Without cleaning ahead the same writes touch a segment per megabyte
+/// written, and a pass of a write's own runs only once nothing untouched is left.
+#[test]
+fn overwrites_of_a_small_working_set_reuse_memory_instead_of_touching_new_segments() {
+    let store = engine(EvictionPolicy::Merge);
+    let segments = store.stats().segments_total;
+    assert_eq!(
+        store.stats().segments_untouched,
+        store.stats().segments_free
+    );
+    // 2,000 keys of 500 bytes: about 1 MiB live, 30 MiB written over them.
+    let keys = 2_000;
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut latest = vec![0u32; keys as usize];
+    for n in 0..60_000u32 {
+        let i = rng.gen_range(0..keys);
+        latest[i as usize] = n;
+        let value = format!("{n:0500}");
+        store
+            .set(&key(i), value.as_bytes(), 0, Expiry::Never)
+            .unwrap();
+        if n % 200 == 0 {
+            store.clean_ahead().unwrap();
+        }
+    }
+    let stats = store.stats();
+    let touched = segments - stats.segments_retired - stats.segments_untouched;
+    assert!(
+        touched <= 16,
+        "{touched} of {segments} segments written for about 1 MiB live: {stats:?}"
+    );
+    assert!(stats.cleaner_steps_ahead > 0, "{stats:?}");
+    assert_eq!(stats.evicted_items, 0, "{stats:?}");
+    for (i, n) in latest.iter().enumerate() {
+        let value = store.get(&key(i as u64), |item| item.value.to_vec());
+        let expected = format!("{n:0500}").into_bytes();
+        assert_eq!(value.as_deref(), Some(&expected[..]), "key {i}");
+    }
+    store.check_integrity().unwrap();
+
+    // The same writes with no cleaning ahead touch a new segment for every one they fill.
+    let plain = engine(EvictionPolicy::Merge);
+    let value = vec![b'v'; 500];
+    for _ in 0..60_000u32 {
+        plain
+            .set(&key(rng.gen_range(0..keys)), &value, 0, Expiry::Never)
+            .unwrap();
+    }
+    let stats = plain.stats();
+    let touched = segments - stats.segments_retired - stats.segments_untouched;
+    assert!(touched >= 25, "{touched} segments written: {stats:?}");
+}
+
 /// Bytes of a pool changed while it was closed (a flipped byte in live records), then a restart
 /// from the clean-close snapshot, whose segments stay unchecked until the scrub walks them. No
 /// scrub runs here: overwrites make the cleaner take those segments first, and it checks each

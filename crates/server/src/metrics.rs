@@ -460,6 +460,11 @@ fn render_engine(out: &mut String, ctx: &ServerContext) {
     for (name, help, value) in counters {
         single(out, name, "counter", help, value);
     }
+    render_engine_gauges(out, &engine);
+}
+
+/// The engine's gauges: items, bytes and segments.
+fn render_engine_gauges(out: &mut String, engine: &strata_engine::EngineStats) {
     let gauges = [
         (
             "strata_items",
@@ -486,6 +491,11 @@ fn render_engine(out: &mut String, ctx: &ServerContext) {
             "strata_segments_free",
             "Segments ready for use.",
             engine.segments_free,
+        ),
+        (
+            "strata_segments_untouched",
+            "Free segments never written since start (DRAM): memory not yet touched.",
+            engine.segments_untouched,
         ),
     ];
     for (name, help, value) in gauges {

@@ -156,6 +156,10 @@ pub(crate) struct Shard {
     damaged_reads: parking_lot::Mutex<Vec<(u32, u64)>>,
     /// Recovery's list of a segment's valid record offsets, kept to reuse its allocation.
     scan_offsets: Vec<u32>,
+    /// `counters.written_bytes` when cleaning ahead last looked for a victim to recycle and
+    /// found none: it looks again only once a segment's worth more was written (a fill of new
+    /// keys leaves none, and is not scanned every 10 ms for it).
+    pub(crate) recycle_scanned_at_written: u64,
     /// Index entries of the flash tier (see the `flash` module).
     flash_items: u64,
     /// A record being demoted to flash, kept to reuse its allocation.
@@ -428,6 +432,7 @@ impl Shard {
             index_verified: true,
             damaged_reads: parking_lot::Mutex::new(Vec::new()),
             scan_offsets: Vec::new(),
+            recycle_scanned_at_written: 0,
             flash_items: 0,
             demote_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),
