@@ -8,14 +8,19 @@ use crate::{Engine, Inner};
 
 /// Free segments, beyond the cleaner's reserve, that cleaning ahead keeps for writes.
 pub const CLEAN_AHEAD_SEGMENTS: usize = 2;
+/// Free segments written before that cleaning ahead keeps for writes on DRAM while others were
+/// never written (see [`Engine::clean_ahead`]): a few more than a 10 ms tick of writes fills at
+/// 200 MB/s, so bursts between ticks reuse memory too.
+const RECYCLE_AHEAD_SEGMENTS: usize = 8;
 /// Most steps one call of [`Engine::clean_ahead`] runs (each frees one segment).
 const CLEAN_AHEAD_STEPS_MAX: usize = 64;
 
 impl Inner {
     /// What cleaning ahead should do now: `Some(false)` while fewer than
     /// [`CLEAN_AHEAD_SEGMENTS`] segments are free for writes beyond the cleaner's reserve,
-    /// `Some(true)` (recycle: only victims cheap to move) while that many are free but fewer
-    /// of them were written before and some were never written (DRAM), `None` when neither.
+    /// `Some(true)` (recycle: only victims cheap to move) while fewer than
+    /// [`RECYCLE_AHEAD_SEGMENTS`] free ones were written before and some were never written
+    /// (DRAM), `None` when neither.
     fn clean_ahead_need(&self) -> Option<bool> {
         let free = self.free.lock();
         let reserve = free.cleaner_reserve();
@@ -26,7 +31,7 @@ impl Inner {
             .saturating_sub(reserve);
         if spare < CLEAN_AHEAD_SEGMENTS {
             Some(false)
-        } else if free.untouched > 0 && free.spare_touched(reserve) < CLEAN_AHEAD_SEGMENTS {
+        } else if free.untouched > 0 && free.spare_touched(reserve) < RECYCLE_AHEAD_SEGMENTS {
             Some(true)
         } else {
             None
@@ -37,8 +42,9 @@ impl Inner {
 impl Engine {
     /// Cleans ahead of need: while fewer than [`CLEAN_AHEAD_SEGMENTS`] segments are free for
     /// writes, moves the live records of the best victim of one shard after another and frees
-    /// it, as long as a victim is worth it. On DRAM, also while fewer than that many free
-    /// segments were written before and others never were: then only victims cheap to move
+    /// it, as long as a victim is worth it. On DRAM, also while fewer than
+    /// [`RECYCLE_AHEAD_SEGMENTS`] free segments were written before and others never were:
+    /// then only victims cheap to move
     /// (`RECYCLE_MOVED_PER_GAINED`), so that writes reuse memory already backed instead of
     /// faulting in new pages. Call it often (the server does every 10 ms); returns the steps
     /// run.
