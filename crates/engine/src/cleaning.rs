@@ -23,15 +23,10 @@ impl Inner {
     /// (DRAM), `None` when neither.
     fn clean_ahead_need(&self) -> Option<bool> {
         let free = self.free.lock();
-        let reserve = free.cleaner_reserve();
-        let spare = free
-            .list
-            .len()
-            .min(free.limit.saturating_sub(free.in_use))
-            .saturating_sub(reserve);
+        let (spare, spare_touched) = free.spare(free.cleaner_reserve());
         if spare < CLEAN_AHEAD_SEGMENTS {
             Some(false)
-        } else if free.untouched > 0 && free.spare_touched(reserve) < RECYCLE_AHEAD_SEGMENTS {
+        } else if free.untouched > 0 && spare_touched < RECYCLE_AHEAD_SEGMENTS {
             Some(true)
         } else {
             None

@@ -421,16 +421,18 @@ impl FreePool {
         let segment = self.list.pop()?;
         let untouched = self.list.len() < self.untouched;
         self.untouched = self.untouched.min(self.list.len());
-        debug_assert!(self.untouched <= self.list.len());
         Some((segment, untouched))
     }
 
-    /// Free segments that were written before (their pages backed), beyond `reserve`, that a
-    /// write may take now.
-    fn spare_touched(&self, reserve: usize) -> usize {
-        (self.list.len() - self.untouched)
-            .min(self.limit.saturating_sub(self.in_use))
-            .saturating_sub(reserve)
+    /// Free segments a write may take now beyond `reserve`, and of those, how many were
+    /// written before (their pages backed).
+    fn spare(&self, reserve: usize) -> (usize, usize) {
+        let room = self.limit.saturating_sub(self.in_use);
+        let spare = |free: usize| free.min(room).saturating_sub(reserve);
+        (
+            spare(self.list.len()),
+            spare(self.list.len() - self.untouched),
+        )
     }
 }
 
@@ -732,45 +734,51 @@ impl Inner {
     }
 
     /// `count` free segments for the cleaner's destinations, from the reserve too, or none if
-    /// fewer are free. Not zeroed yet (`zero_for_reuse`).
+    /// fewer are free; each with whether it was never written. Not zeroed yet
+    /// (`zero_for_reuse`).
     pub(crate) fn take_for_cleaner(
         &self,
         count: usize,
-    ) -> Result<Option<Vec<Segment>>, WriteError> {
+    ) -> Result<Option<Vec<(Segment, bool)>>, WriteError> {
         let mut free = self.free.lock();
         if free.in_use + count > free.limit || free.list.len() < count {
             return Ok(None);
         }
-        let at = free.list.len() - count;
         free.in_use += count;
-        free.untouched = free.untouched.min(at);
-        Ok(Some(free.list.split_off(at)))
-    }
-
-    /// Zeroes a freed segment for reuse, as `prepare` does.
-    pub(crate) fn zero_for_reuse(&self, segment: &mut Segment) -> Result<(), WriteError> {
-        if self.dram {
-            segment.data_mut().fill(0);
-            Ok(())
-        } else {
-            self.persisted(segment.zero_data())
-        }
+        Ok(Some((0..count).filter_map(|_| free.pop()).collect()))
     }
 
     /// Zeroes a segment about to be written, so its log ends where its records do. On DRAM
     /// the bytes are overwritten in place: handing the pages back to the OS at every eviction
     /// (as `Segment::zero_data` does there) made each reuse fault them in again, 256 faults
     /// per MiB, 13% of the worker's time in a fill of 4 KiB values. A DRAM segment never
-    /// written (`untouched`) is zero already: filling it would only fault its pages in first.
-    fn prepare(&self, mut segment: Segment, untouched: bool) -> Result<Segment, WriteError> {
-        if untouched && self.dram {
-            debug_assert!(
-                segment.data()[..64].iter().all(|&byte| byte == 0),
-                "a segment never written reads as zero"
-            );
-            return Ok(segment);
+    /// written (`untouched`, as the free pool says) is zero already: filling it would only
+    /// fault its pages in first.
+    pub(crate) fn zero_for_reuse(
+        &self,
+        segment: &mut Segment,
+        untouched: bool,
+    ) -> Result<(), WriteError> {
+        if self.dram {
+            if untouched {
+                // Once per segment taken, not per write: a wrong count would leave a log
+                // whose end is not zero.
+                assert!(
+                    segment.data()[..64].iter().all(|&byte| byte == 0),
+                    "a segment never written reads as zero"
+                );
+            } else {
+                segment.data_mut().fill(0);
+            }
+            Ok(())
+        } else {
+            self.persisted(segment.zero_data())
         }
-        self.zero_for_reuse(&mut segment)?;
+    }
+
+    /// [`Inner::zero_for_reuse`] for a segment a write takes.
+    fn prepare(&self, mut segment: Segment, untouched: bool) -> Result<Segment, WriteError> {
+        self.zero_for_reuse(&mut segment, untouched)?;
         Ok(segment)
     }
 

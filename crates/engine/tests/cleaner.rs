@@ -247,6 +247,58 @@ fn overwrites_of_a_small_working_set_reuse_memory_instead_of_touching_new_segmen
     assert!(touched >= 25, "{touched} segments written: {stats:?}");
 }
 
+/// The free pool's count of segments never written stays true while segments leave and come
+/// back by every path: a memory limit lowered (free segments retired, their memory given back)
+/// and raised again, writes past the lowered limit evicting, the cleaner's destinations and
+/// passes. A segment handed out as never written is not zero-filled, so a wrong count would
+/// serve a stale record or break a log's end: every value read back is the latest one written
+/// (or absent, once evicted), and the integrity check walks every segment's log.
+#[test]
+fn segments_never_written_are_counted_right_across_limits_evictions_and_cleaning() {
+    let store = engine(EvictionPolicy::Merge);
+    let segment_bytes = store.stats().segment_size_bytes;
+    let keys = 30_000u64;
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut latest = vec![None; keys as usize];
+    for n in 0..120_000u32 {
+        match n {
+            20_000 => {
+                assert!(store.stats().segments_untouched > 0, "{:?}", store.stats());
+                store.set_memory_limit(Some(8 * segment_bytes)).unwrap();
+            }
+            60_000 => {
+                store.set_memory_limit(None).unwrap();
+            }
+            _ => {}
+        }
+        let i = rng.gen_range(0..keys);
+        let value = format!("{n:0300}");
+        store
+            .set(&key(i), value.as_bytes(), 0, Expiry::Never)
+            .unwrap();
+        latest[i as usize] = Some(value.into_bytes());
+        if n % 150 == 0 {
+            store.clean_ahead().unwrap();
+        }
+        let stats = store.stats();
+        assert!(stats.segments_untouched <= stats.segments_free, "{stats:?}");
+    }
+    let stats = store.stats();
+    assert!(
+        stats.evicted_items > 0,
+        "the lowered limit evicted: {stats:?}"
+    );
+    let mut held = 0;
+    for (i, expected) in latest.iter().enumerate() {
+        if let Some(value) = store.get(&key(i as u64), |item| item.value.to_vec()) {
+            assert_eq!(Some(&value), expected.as_ref(), "key {i}");
+            held += 1;
+        }
+    }
+    assert!(held > keys / 4, "{held} of {keys} held: {stats:?}");
+    store.check_integrity().unwrap();
+}
+
 /// Bytes of a pool changed while it was closed (a flipped byte in live records), then a restart
 /// from the clean-close snapshot, whose segments stay unchecked until the scrub walks them. No
 /// scrub runs here: overwrites make the cleaner take those segments first, and it checks each

@@ -201,17 +201,21 @@ impl Shard {
         }
         let needed = self.destinations_needed(inner, id);
         let from_freed = needed.min(freed.len());
-        let mut dests: Vec<Segment> = freed.drain(freed.len() - from_freed..).collect();
-        if needed > from_freed {
+        let more = if needed > from_freed {
             let Some(more) = inner.take_for_cleaner(needed - from_freed)? else {
-                freed.extend(dests);
                 return Ok(false);
             };
             *taken += more.len();
-            dests.extend(more);
-        }
-        for dest in &mut dests {
-            inner.zero_for_reuse(dest)?;
+            more
+        } else {
+            Vec::new()
+        };
+        // (Segments this pass freed were written; the free pool's may never have been.)
+        let mut dests = Vec::with_capacity(needed);
+        let at = freed.len() - from_freed;
+        for (mut dest, untouched) in freed.drain(at..).map(|s| (s, false)).chain(more) {
+            inner.zero_for_reuse(&mut dest, untouched)?;
+            dests.push(dest);
         }
         let was_clean = self.owned(id).is_clean();
         self.move_live_records(inner, id, &mut dests)?;
