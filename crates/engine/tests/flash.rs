@@ -1802,6 +1802,10 @@ fn read_aheads_belong_to_their_request_however_many_wait() {
             });
         }
     }
+    // The last writes' regions too (only written regions are read ahead).
+    wait_for("the write queue to drain", || {
+        flash_stats(&engine).regions_queued == 0
+    });
     let on_flash: Vec<u32> = (0..20_000u32)
         .filter(|&i| engine.flash_read_needed(&key(i)))
         .take(5_000)
@@ -1834,10 +1838,14 @@ fn read_aheads_belong_to_their_request_however_many_wait() {
     }
     let flash = flash_stats(&engine);
     assert!(found > on_flash.len() / 2, "{found} found: {flash:?}");
-    assert_eq!(
-        flash.staged_reads - before.staged_reads,
-        found as u64,
-        "every hit served from its own records: {flash:?}"
+    // Every hit took a lent record (and, below, none read the medium). A record may also be
+    // taken by a read that then misses: the flash thread reclaimed its region meanwhile, or it
+    // was a candidate of the key's bucket under another key. So at least one per hit, and
+    // a few more: two per miss at most, and a handful of shared buckets.
+    let staged = flash.staged_reads - before.staged_reads;
+    assert!(
+        staged >= found as u64 && staged <= (found + 2 * (on_flash.len() - found) + 8) as u64,
+        "every hit served from its own records: {staged} taken, {found} found: {flash:?}"
     );
     assert_eq!(
         flash.reads - flash.settle_reads,
