@@ -89,6 +89,8 @@ pub struct ItemRef<'a> {
     pub expires_at_ms: Option<u64>,
     /// What the value is (a string unless a typed write stored another kind).
     pub kind: Kind,
+    /// How many parts the item owns (0: it is one record; see [`Txn::write_owner`]).
+    pub parts: u32,
     /// Whether the item had been read since it was written, not counting this access
     /// (memcached's "fetched" bit, the meta flag `h`). Reads are [`Engine::get`],
     /// [`Change::Read`] and writes that keep the CAS (touch); every other write starts over.
@@ -114,6 +116,7 @@ impl ItemRef<'_> {
             cas: None,
             client_flags: self.client_flags,
             kind: self.kind,
+            parts: self.parts,
         };
         record::record_size(self.key.len(), self.value.len(), &meta) as u64
             + index::INDEX_BYTES_PER_ITEM
@@ -497,13 +500,39 @@ pub(crate) struct Inner {
     pub(crate) flash_items_per_shard_max: u64,
 }
 
+/// The hash bit that marks a part's hash ([`Inner::part_hash`]): above the index's 24 bits and
+/// below the shard's 32, so it changes neither where an entry goes nor which shard holds it.
+pub(crate) const PART_BIT: u64 = 1 << 24;
+
 impl Inner {
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
 
+    /// A user key's hash: [`PART_BIT`] clear.
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(key) & self.hash_mask
+        xxhash_rust::xxh3::xxh3_64(key) & self.hash_mask & !PART_BIT
+    }
+
+    /// The hash of a part whose key (its owner's key, then the part's number: `record`'s
+    /// module docs) is `part_key`, of an owner whose hash is `owner_hash`: the owner's shard
+    /// bits (so an owner and its parts are in one shard, under one lock), index bits of its
+    /// own (so the parts spread over the index), and [`PART_BIT`] set, which is how a lookup
+    /// tells a part's name from a user key with the same bytes.
+    pub(crate) fn part_hash(&self, owner_hash: u64, part_key: &[u8]) -> u64 {
+        const SHARD_BITS: u64 = !0xFFFF_FFFF;
+        let own = xxhash_rust::xxh3::xxh3_64(part_key) & self.hash_mask & !SHARD_BITS;
+        (owner_hash & SHARD_BITS) | own | PART_BIT
+    }
+
+    /// The hash a record is indexed under: its key's, or for a part its part hash.
+    pub(crate) fn record_hash(&self, view: &record::RecordView<'_>) -> u64 {
+        if view.meta.kind == record::Kind::Part {
+            let (owner, _) = record::split_part_key(view.key);
+            self.part_hash(self.hash(owner), view.key)
+        } else {
+            self.hash(view.key)
+        }
     }
 
     pub(crate) fn shard_of(&self, hash: u64) -> usize {

@@ -363,7 +363,10 @@ impl Engine {
             // A suspect is a flash entry beside a newer memory copy of (nearly always) the same
             // key: one item until the flash thread settles which key it holds.
             let suspects = shard.flash_suspect_count();
-            stats.items += (shard.index.len() as u64).saturating_sub(suspects);
+            // Parts are not items: their owner is (see `record`).
+            stats.items += (shard.index.len() as u64)
+                .saturating_sub(suspects)
+                .saturating_sub(shard.part_items());
             stats.live_bytes = stats.live_bytes.saturating_add(shard.live_bytes);
             stats.hits += load(&c.hits);
             stats.misses += load(&c.misses);

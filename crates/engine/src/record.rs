@@ -13,6 +13,7 @@
 //!  | [EXPIRY: expires_at unix ms u64]             (8 bytes, only if EXPIRY) |
 //!  | [CAS: explicit cas u64]                      (8 bytes, only if CAS)    |
 //!  | [CLIENT_FLAGS: u32]                          (4 bytes, only if FLAGS)  |
+//!  | [PARTS: part count u32]                      (4 bytes, only if PARTS)  |
 //!  | key bytes | value bytes | zero padding to the next multiple of 8       |
 //!  +-----------------------------------------------------------------------+
 //! ```
@@ -30,9 +31,16 @@
 //! reached the media without the replacement, so it may be the key's newest durable copy).
 //!
 //! In the wide form byte 1 holds the record's *kind* (what its value is and how it is
-//! encoded, [`Kind`]) and bytes 2..4 are zero. A string has kind 0; any other kind is always
-//! written in the wide form, so a short record is a string and strings cost nothing more. (Before
-//! engine format 3 byte 1 of a wide record was zero, so every older record reads as a string.)
+//! encoded, [`Kind`]), byte 2 more optional-field flags (bit 0: PARTS, the record owns parts)
+//! and byte 3 is zero. A string has kind 0; any other kind, and any record with parts, is
+//! always written in the wide form, so a short record is a string and strings cost nothing
+//! more. (Before engine format 3 byte 1 of a wide record was zero, so every older record reads
+//! as a string; before format 4 byte 2 was zero too.)
+//!
+//! An item larger than one record is an *owner* record (PARTS set: its part count) and that
+//! many *part* records (kind [`Kind::Part`]) numbered `0..count`, each keyed by the owner's key
+//! followed by its number (u32 little-endian); what the owner's and the parts' values hold is
+//! the owner's kind's business. A part is never a user's item (see `Inner::part_hash`).
 //!
 //! So a 16-byte key with a 32-byte value and no TTL or flags costs 56 bytes in the segment.
 
@@ -42,6 +50,8 @@ pub const RECORD_ALIGN_BYTES: usize = 8;
 pub const HEADER_SIZE_BYTES: usize = 8;
 /// Longest key the record format can hold (and the engine accepts), 64 KiB.
 pub const KEY_LEN_MAX: usize = 64 * 1024;
+/// Bytes a part's number adds to its owner's key.
+pub const PART_NUMBER_BYTES: usize = 4;
 
 const STATE_MASK: u8 = 0xF0;
 const STATE_EMPTY: u8 = 0x00;
@@ -58,6 +68,8 @@ const FLAG_WIDE: u8 = 0x01;
 const FLAG_EXPIRY: u8 = 0x02;
 const FLAG_CAS: u8 = 0x04;
 const FLAG_CLIENT_FLAGS: u8 = 0x08;
+/// In byte 2 of a wide record.
+const FLAG2_PARTS: u8 = 0x01;
 
 const KEY_LEN_SHORT_MAX: usize = u8::MAX as usize;
 const VALUE_LEN_SHORT_MAX: usize = u16::MAX as usize;
@@ -70,6 +82,9 @@ pub enum Kind {
     String,
     /// A Redis hash in the compact encoding (`strata-types`' hash format, version 1).
     Hash,
+    /// One part of a larger item: its key is the owner's followed by the part's number (see
+    /// the module docs). Never a user's item.
+    Part,
 }
 
 impl Kind {
@@ -78,6 +93,7 @@ impl Kind {
         match self {
             Kind::String => 0,
             Kind::Hash => 1,
+            Kind::Part => 2,
         }
     }
 
@@ -86,6 +102,7 @@ impl Kind {
         match code {
             0 => Some(Kind::String),
             1 => Some(Kind::Hash),
+            2 => Some(Kind::Part),
             _ => None,
         }
     }
@@ -102,6 +119,26 @@ pub struct RecordMeta {
     pub client_flags: u32,
     /// What the value is; anything but a string takes the wide form.
     pub kind: Kind,
+    /// How many parts the record owns (0: none; see the module docs); takes the wide form.
+    pub parts: u32,
+}
+
+/// A part's key: its owner's key followed by the part's number.
+pub fn part_key(owner: &[u8], part: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(owner.len() + PART_NUMBER_BYTES);
+    key.extend_from_slice(owner);
+    key.extend_from_slice(&part.to_le_bytes());
+    key
+}
+
+/// A part's key split into its owner's key and its number; the key must be a part's (longer
+/// than a part number: `decode` refuses a part record with a shorter one).
+pub fn split_part_key(key: &[u8]) -> (&[u8], u32) {
+    let (owner, number) = key.split_at(key.len() - PART_NUMBER_BYTES);
+    (
+        owner,
+        u32::from_le_bytes(number.try_into().expect("4 bytes")),
+    )
 }
 
 /// A record as decoded from segment bytes, borrowing its key and value.
@@ -169,7 +206,11 @@ impl Damage {
 fn optional_fields_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> (u8, usize) {
     let mut flags = 0u8;
     let mut size = 0;
-    if key_len > KEY_LEN_SHORT_MAX || value_len > VALUE_LEN_SHORT_MAX || meta.kind != Kind::String {
+    if key_len > KEY_LEN_SHORT_MAX
+        || value_len > VALUE_LEN_SHORT_MAX
+        || meta.kind != Kind::String
+        || meta.parts != 0
+    {
         flags |= FLAG_WIDE;
         size += 8;
     }
@@ -185,20 +226,24 @@ fn optional_fields_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> 
         flags |= FLAG_CLIENT_FLAGS;
         size += 4;
     }
+    if meta.parts != 0 {
+        size += 4;
+    }
     (flags, size)
 }
 
 /// Bytes a record with a key of `key_len` and a value of `value_len` bytes occupies at most:
 /// with the wide form and every optional field, padding included.
 pub const fn record_size_max(key_len: usize, value_len: usize) -> usize {
-    (HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + key_len + value_len).next_multiple_of(RECORD_ALIGN_BYTES)
+    (HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + 4 + key_len + value_len)
+        .next_multiple_of(RECORD_ALIGN_BYTES)
 }
 
 /// The largest value whose record, with a key of `key_len` bytes and every optional field,
 /// fits in `capacity` bytes.
 pub const fn value_len_fitting(capacity: usize, key_len: usize) -> usize {
     (capacity / RECORD_ALIGN_BYTES * RECORD_ALIGN_BYTES)
-        .saturating_sub(HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + key_len)
+        .saturating_sub(HEADER_SIZE_BYTES + 8 + 8 + 8 + 4 + 4 + key_len)
 }
 
 /// Bytes a record with these sizes and fields occupies, padding included.
@@ -220,7 +265,8 @@ pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usi
         out[2..4].copy_from_slice(&(value.len() as u16).to_le_bytes());
     } else {
         out[1] = meta.kind.code();
-        out[2..4].fill(0);
+        out[2] = if meta.parts != 0 { FLAG2_PARTS } else { 0 };
+        out[3] = 0;
         out[at..at + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
         out[at + 4..at + 8].copy_from_slice(&(value.len() as u32).to_le_bytes());
         at += 8;
@@ -235,6 +281,10 @@ pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usi
     }
     if meta.client_flags != 0 {
         out[at..at + 4].copy_from_slice(&meta.client_flags.to_le_bytes());
+        at += 4;
+    }
+    if meta.parts != 0 {
+        out[at..at + 4].copy_from_slice(&meta.parts.to_le_bytes());
         at += 4;
     }
     out[at..at + key.len()].copy_from_slice(key);
@@ -312,6 +362,10 @@ fn fields(bytes: &[u8], flags: u8) -> Option<(usize, usize, RecordMeta, usize)> 
         meta.client_flags = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
         at += 4;
     }
+    if flags & FLAG_WIDE != 0 && bytes[2] & FLAG2_PARTS != 0 {
+        meta.parts = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?);
+        at += 4;
+    }
     Some((key_len, value_len, meta, at))
 }
 
@@ -320,11 +374,14 @@ fn decode(bytes: &[u8], flags: u8, state: u8) -> Result<RecordView<'_>, Damage> 
     let wide = flags & FLAG_WIDE != 0;
     if key_len == 0
         || key_len > KEY_LEN_MAX
-        || (wide && bytes[2..4] != [0, 0])
+        || (wide && (bytes[2] & !FLAG2_PARTS != 0 || bytes[3] != 0))
+        || (wide && bytes[2] & FLAG2_PARTS != 0 && meta.parts == 0)
         || (wide
             && key_len <= KEY_LEN_SHORT_MAX
             && value_len <= VALUE_LEN_SHORT_MAX
-            && meta.kind == Kind::String)
+            && meta.kind == Kind::String
+            && meta.parts == 0)
+        || (meta.kind == Kind::Part && (key_len <= PART_NUMBER_BYTES || meta.parts != 0))
     {
         return Err(Damage::Lengths);
     }
@@ -561,18 +618,21 @@ mod tests {
                 cas: None,
                 client_flags: 0,
                 kind: Kind::String,
+                parts: 0,
             },
             RecordMeta {
                 expires_at_ms: None,
                 cas: Some(u64::MAX),
                 client_flags: 0xDEAD_BEEF,
                 kind: Kind::String,
+                parts: 0,
             },
             RecordMeta {
                 expires_at_ms: Some(5),
                 cas: Some(6),
                 client_flags: 7,
                 kind: Kind::String,
+                parts: 0,
             },
             RecordMeta {
                 kind: Kind::Hash,
@@ -582,6 +642,17 @@ mod tests {
                 expires_at_ms: Some(9),
                 kind: Kind::Hash,
                 ..RecordMeta::default()
+            },
+            RecordMeta {
+                parts: 1,
+                ..RecordMeta::default()
+            },
+            RecordMeta {
+                expires_at_ms: Some(9),
+                cas: Some(10),
+                client_flags: 11,
+                kind: Kind::Hash,
+                parts: u32::MAX,
             },
         ];
         let long_key = vec![b'k'; 300];
@@ -629,6 +700,59 @@ mod tests {
         let crc = checksum(&string, end);
         string[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(read(&string), Scan::Invalid(Damage::Lengths));
+    }
+
+    #[test]
+    fn parts_and_owners_round_trip_and_their_impossible_forms_are_damage() {
+        let part = RecordMeta {
+            kind: Kind::Part,
+            ..RecordMeta::default()
+        };
+        let key = part_key(b"owner", 7);
+        assert_eq!(split_part_key(&key), (&b"owner"[..], 7));
+        let bytes = encode(&key, b"chunk", part);
+        let Scan::Record(view) = read(&bytes) else {
+            panic!("valid part refused")
+        };
+        assert_eq!(
+            (view.key, view.value, view.meta),
+            (&key[..], &b"chunk"[..], part)
+        );
+        let owner = RecordMeta {
+            kind: Kind::Hash,
+            parts: 3,
+            ..RecordMeta::default()
+        };
+        assert_eq!(
+            record_size(16, 32, &owner),
+            72,
+            "wide lengths and the part count"
+        );
+        let bytes = encode(b"owner", b"directory", owner);
+        assert_eq!(bytes[2], FLAG2_PARTS);
+        let Scan::Record(view) = read(&bytes) else {
+            panic!("valid owner refused")
+        };
+        assert_eq!(view.meta.parts, 3);
+        // Each with a checksum that holds: a part whose key cannot hold a number, a part that
+        // owns parts, an owner of zero parts, a flag no build knows.
+        let reseal = |mut bytes: Vec<u8>| {
+            let end = bytes.len() - bytes.iter().rev().take_while(|&&b| b == 0).count();
+            let crc = checksum(&bytes, end);
+            bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+            bytes
+        };
+        let short = encode(b"abcd", b"chunk", part);
+        assert_eq!(read(&short), Scan::Invalid(Damage::Lengths));
+        let mut owning_part = encode(b"owner", b"directory", owner);
+        owning_part[1] = Kind::Part.code();
+        assert_eq!(read(&reseal(owning_part)), Scan::Invalid(Damage::Lengths));
+        let mut zero = encode(b"owner", b"directory", owner);
+        zero[HEADER_SIZE_BYTES + 8..HEADER_SIZE_BYTES + 12].fill(0);
+        assert_eq!(read(&reseal(zero)), Scan::Invalid(Damage::Lengths));
+        let mut unknown = encode(b"owner", b"directory", owner);
+        unknown[2] |= 0x02;
+        assert_eq!(read(&reseal(unknown)), Scan::Invalid(Damage::Lengths));
     }
 
     #[test]

@@ -169,6 +169,10 @@ pub struct OwnedSegment {
     pub live_items: u32,
     /// Bytes of live records.
     pub live_bytes: u64,
+    /// Live part records (of `live_items`; see `record`'s module docs): counted for the
+    /// segments this process wrote and those recovery or the scrub walked, 0 in a segment
+    /// adopted from its book until the scrub walks it (the books do not keep it).
+    pub live_parts: u32,
     /// Latest expiry among its records; `None` when some record never expires.
     pub expires_at_ms: Option<u64>,
     /// Whether its records can be trusted without checking them.
@@ -186,6 +190,7 @@ impl OwnedSegment {
             sealed: true,
             live_items: book.live_items,
             live_bytes: book.live_bytes,
+            live_parts: 0,
             expires_at_ms: book.expires_at_ms,
             verified: Verified::Unverified,
         }

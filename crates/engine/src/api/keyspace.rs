@@ -73,12 +73,15 @@ impl Engine {
         Ok(count)
     }
 
-    /// Items indexed (including expired ones not yet reclaimed).
+    /// Items indexed (including expired ones not yet reclaimed; an item of several records
+    /// counts once).
     pub fn len(&self) -> usize {
-        self.inner
-            .shards
-            .iter()
-            .map(|s| s.0.read().index.len())
+        (self.inner.shards.iter())
+            .map(|s| {
+                let shard = s.0.read();
+                let parts = usize::try_from(shard.part_items()).unwrap_or(usize::MAX);
+                shard.index.len().saturating_sub(parts)
+            })
             .sum()
     }
 
@@ -322,7 +325,9 @@ impl Engine {
         let mut sample = ExpirySample::default();
         for (index, lock) in self.inner.shards.iter().enumerate() {
             let shard = lock.0.read();
-            let memory_items = (shard.index.len() as u64).saturating_sub(shard.flash_items());
+            let memory_items = (shard.index.len() as u64)
+                .saturating_sub(shard.flash_items())
+                .saturating_sub(shard.part_items());
             sample.memory_items += memory_items;
             let whole = memory_items as usize <= per_shard;
             let start = if whole {
@@ -345,6 +350,9 @@ impl Engine {
                     let Some((view, _)) = shard.record_at(&self.inner, entry.location) else {
                         return;
                     };
+                    if view.meta.kind == crate::record::Kind::Part {
+                        return; // Not an item.
+                    }
                     match view.meta.expires_at_ms {
                         Some(at) if at <= now_ms => {}
                         Some(at) => {

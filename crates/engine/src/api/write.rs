@@ -10,6 +10,7 @@ struct Current {
     cas: u64,
     slot: SlotRef,
     kind: Kind,
+    parts: u32,
 }
 
 /// What a delete did.
@@ -113,6 +114,7 @@ impl Engine {
             cas: None,
             client_flags,
             kind: Kind::String,
+            parts: 0,
         };
         self.check_value(key, value.len(), &meta)?;
         Ok(Some(meta))
@@ -138,7 +140,7 @@ impl Engine {
         shard.write(&self.inner, key, hash, value, meta, false)
     }
 
-    fn expiry_ms(&self, expiry: Expiry, current: Option<Option<u64>>) -> Option<u64> {
+    pub(super) fn expiry_ms(&self, expiry: Expiry, current: Option<Option<u64>>) -> Option<u64> {
         match expiry {
             Expiry::Never => None,
             Expiry::AtMs(at) => Some(at),
@@ -193,6 +195,7 @@ impl Engine {
                 cas: found.cas,
                 slot: found.slot,
                 kind: found.view.meta.kind,
+                parts: found.view.meta.parts,
             });
             (f(found.as_ref().map(item), &mut buffer), current)
         }));
@@ -221,7 +224,8 @@ impl Engine {
         current: Option<Current>,
         buffer: &[u8],
     ) -> Result<Option<u64>, WriteError> {
-        let (client_flags, expiry, cas, touch, kind) = match change {
+        // A touch keeps the item whole, parts and all; any other write replaces it.
+        let (client_flags, expiry, cas, touch, kind, parts) = match change {
             Change::Keep => return Ok(None),
             Change::Read => {
                 if let Some(current) = current {
@@ -237,15 +241,16 @@ impl Engine {
             } => {
                 let kept = current.filter(|_| keep_cas);
                 let kind = kept.map_or(Kind::String, |current| current.kind);
+                let parts = kept.map_or(0, |current| current.parts);
                 let cas = kept.map(|current| current.cas);
-                (client_flags, expiry, cas, kept.is_some(), kind)
+                (client_flags, expiry, cas, kept.is_some(), kind, parts)
             }
             Change::WriteWithCas {
                 client_flags,
                 expiry,
                 cas,
-            } => (client_flags, expiry, Some(cas), false, Kind::String),
-            Change::WriteKind { kind, expiry } => (0, expiry, None, false, kind),
+            } => (client_flags, expiry, Some(cas), false, Kind::String, 0),
+            Change::WriteKind { kind, expiry } => (0, expiry, None, false, kind, 0),
         };
         let expires_at_ms = self.expiry_ms(expiry, current.map(|c| c.expires_at_ms));
         let meta = RecordMeta {
@@ -253,6 +258,7 @@ impl Engine {
             cas,
             client_flags,
             kind,
+            parts,
         };
         self.check_value(key, buffer.len(), &meta)?;
         if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {

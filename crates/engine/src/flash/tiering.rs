@@ -296,7 +296,7 @@ pub(crate) fn reclaim_one(inner: &Inner, oldest: bool) -> bool {
                     let record::Scan::Record(view) = record::read(bytes) else {
                         return;
                     };
-                    inner.hash(view.key)
+                    inner.record_hash(&view)
                 }
             };
             let shard_index = inner.shard_of(hash);

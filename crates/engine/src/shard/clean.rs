@@ -41,7 +41,7 @@ use strata_pool::Segment;
 use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index;
-use crate::record::{self, RecordMeta};
+use crate::record::{self, Kind, RecordMeta, RecordView};
 use crate::segment::OwnedSegment;
 use crate::Inner;
 
@@ -386,13 +386,14 @@ impl Shard {
             inner.clean_segments_per_shard_max,
         );
         let mut written: Vec<(u32, usize, usize)> = Vec::new();
+        let mut moved_parts = Vec::new();
         let mut result = Ok(());
         for_each_valid_record(&victim, |offset, view| {
             if result.is_err() || !view.live {
                 return;
             }
             let location = inner.join_location(id, offset);
-            let h24 = index::hash24(inner.hash(view.key));
+            let h24 = index::hash24(inner.record_hash(&view));
             let Some((slot, _)) = self.index.find(h24, |l| l == location) else {
                 // Only a damaged record (the check of `clean_victim` did not index it).
                 debug_assert!(
@@ -404,6 +405,9 @@ impl Shard {
             self.live_bytes = self.live_bytes.saturating_sub(view.size_bytes as u64);
             if is_expired(&view.meta, now_ms) {
                 self.remove_memory_slot(slot, h24);
+                if Shard::is_family(&view) {
+                    self.note_family_drop(&view);
+                }
                 bump(&self.counters.expired_items, 1);
                 return;
             }
@@ -419,19 +423,10 @@ impl Shard {
                     return;
                 }
             };
-            let owned = self.owned_mut(head);
-            let at = owned.write_offset;
-            record::write(
-                &mut owned.segment.data_mut()[at..at + size],
-                view.key,
-                view.value,
-                &meta,
-            );
-            owned.write_offset += size;
-            owned.live_items += 1;
-            owned.live_bytes += size as u64;
-            owned.cover_expiry(meta.expires_at_ms, at == 0);
-            self.live_bytes += size as u64;
+            let at = self.append_moved(head, &view, &meta, size);
+            if meta.kind == Kind::Part {
+                moved_parts.push(view.key.to_vec());
+            }
             self.index.relocate(slot, inner.join_location(head, at));
             super::durability::add_to_runs(&mut written, head, at, at + size);
             bump(&self.counters.cleaned_items, 1);
@@ -440,12 +435,41 @@ impl Shard {
         let mut victim = victim;
         victim.live_items = 0;
         victim.live_bytes = 0;
+        victim.live_parts = 0;
         self.segments[id as usize] = Some(victim);
         result?;
         for (head, start, end) in written {
             self.written(inner, head, start, end - start)?;
         }
-        Ok(())
+        // After the copies are written: a drop marks a copy dead, never its original alone.
+        self.drop_families(inner, FreeReason::Expire)?;
+        self.drop_orphans(inner, &moved_parts)
+    }
+
+    /// Appends a moved record (`view` with `meta`, `size` bytes) to cleaner segment `head` and
+    /// counts it there. Returns its offset.
+    fn append_moved(
+        &mut self,
+        head: u32,
+        view: &RecordView<'_>,
+        meta: &RecordMeta,
+        size: usize,
+    ) -> usize {
+        let owned = self.owned_mut(head);
+        let at = owned.write_offset;
+        record::write(
+            &mut owned.segment.data_mut()[at..at + size],
+            view.key,
+            view.value,
+            meta,
+        );
+        owned.write_offset += size;
+        owned.live_items += 1;
+        owned.live_bytes += size as u64;
+        owned.live_parts += u32::from(meta.kind == Kind::Part);
+        owned.cover_expiry(meta.expires_at_ms, at == 0);
+        self.live_bytes += size as u64;
+        at
     }
 
     /// TTL bucket `bucket`'s cleaner segment, with at least `size` free bytes: the current

@@ -149,7 +149,13 @@ impl Shard {
                 }
             }
         }
-        self.release_freed(inner, owned)
+        let freed = self.release_freed(inner, owned)?;
+        // After the segment is durably free: a crash between leaves orphans, never an owner
+        // that lacks a part (see `parts`).
+        if reason != FreeReason::Flush {
+            self.drop_families(inner, reason)?;
+        }
+        Ok(freed)
     }
 
     /// Ends the freeing of a segment taken out of the shard's tables: its live bytes leave the
@@ -178,7 +184,7 @@ impl Shard {
         now_ms: u64,
         survivor_budget: usize,
     ) {
-        let h24 = index::hash24(inner.hash(view.key));
+        let h24 = index::hash24(inner.record_hash(&view));
         let Some((slot, entry)) = self.index.find(h24, |l| l == location) else {
             // Only where damage made the index lose the record (or point elsewhere).
             debug_assert!(
@@ -188,12 +194,16 @@ impl Shard {
             return;
         };
         let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
+        // A family goes whole, and only to be dropped (see `parts`).
+        let family = Shard::is_family(&view);
         let keep = matches!(reason, FreeReason::Evict { keep_hot: true })
             && !expired
+            && !family
             && entry.freq() > 0
             && self.survivors.len() + view.size_bytes + 8 <= survivor_budget;
         if !keep
             && !expired
+            && !family
             && matches!(reason, FreeReason::Evict { .. })
             && self.demote(inner, owned, slot, entry, &view, location, now_ms)
         {
@@ -215,6 +225,12 @@ impl Shard {
             }
         }
         self.remove_memory_slot(slot, h24);
+        if family && reason != FreeReason::Flush {
+            self.note_family_drop(&view);
+        }
+        if view.meta.kind == crate::record::Kind::Part {
+            return; // Not an item: its owner is counted.
+        }
         let counter = match reason {
             _ if expired => &self.counters.expired_items,
             FreeReason::Evict { .. } => &self.counters.evicted_items,

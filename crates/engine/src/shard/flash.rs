@@ -144,7 +144,7 @@ impl Shard {
         let mut hit = None;
         let found = self.index.find(h24, |location| {
             if !is_flash(location) {
-                return self.is_key_at(inner, key, h24, location, &mut hit);
+                return self.is_key_at(inner, key, hash, location, &mut hit);
             }
             if candidates.len < FLASH_CANDIDATES_MAX
                 && flash.may_hold(index::flash_units(location), hash)
@@ -498,7 +498,7 @@ impl Shard {
             view.value.len(),
             class,
             view.meta.expires_at_ms,
-            inner.hash(view.key),
+            inner.record_hash(view),
         );
         self.demote_scratch = record;
         let Some(flash_location) = placed else {

@@ -31,6 +31,7 @@ mod clean;
 mod durability;
 mod evict;
 mod flash;
+mod parts;
 mod recover;
 mod scrub;
 mod segments;
@@ -121,6 +122,8 @@ pub(crate) struct Shard {
     pub(crate) scratch: Vec<u8>,
     survivors: Vec<u8>,
     survivor_slots: Vec<(u32, u64)>,
+    /// Family members a segment being freed dropped (see `parts`).
+    family_drops: Vec<parts::FamilyDrop>,
     pub(crate) live_bytes: u64,
     /// Ranges written since the last commit: `(segment id, start, end)`.
     dirty: Vec<(u32, u32, u32)>,
@@ -193,6 +196,8 @@ pub(crate) struct ScrubWalk {
     pub(crate) damage: Vec<(usize, Damage)>,
     /// Valid live records: how many, and their bytes.
     pub(crate) live: (u32, u64),
+    /// Of them, parts.
+    pub(crate) live_parts: u32,
     /// Valid live records the (unverified) index does not find, `(offset, hash)`.
     pub(crate) unindexed: Vec<(usize, u64)>,
 }
@@ -379,6 +384,10 @@ struct Held {
     slot: SlotRef,
     location: u64,
     size_bytes: usize,
+    /// The record is a part.
+    part: bool,
+    /// The parts the record owns.
+    parts: u32,
 }
 
 impl Held {
@@ -387,6 +396,8 @@ impl Held {
             slot: found.slot,
             location: found.entry.location,
             size_bytes: found.view.size_bytes,
+            part: found.view.meta.kind == record::Kind::Part,
+            parts: found.view.meta.parts,
         }
     }
 }
@@ -414,6 +425,7 @@ impl Shard {
             scratch: Vec::new(),
             survivors: Vec::new(),
             survivor_slots: Vec::new(),
+            family_drops: Vec::new(),
             live_bytes: 0,
             dirty: Vec::new(),
             pending_dead: Vec::new(),
@@ -559,7 +571,7 @@ impl Shard {
             if index::is_flash(location) {
                 return false; // The flash tier's: read outside the lock (`flash::tiering`).
             }
-            self.is_key_at(inner, key, h24, location, &mut hit)
+            self.is_key_at(inner, key, hash, location, &mut hit)
         })?;
         let (view, cas) = hit?;
         Some(Found {
@@ -570,22 +582,26 @@ impl Shard {
         })
     }
 
-    /// Whether the memory record at `location` (an entry with hash bits `h24`) is `key`'s; if
-    /// so, `hit` gets it.
+    /// Whether the memory record at `location` (an entry with the hash bits of `hash`) is
+    /// `key`'s; if so, `hit` gets it. A part's name (its hash has `PART_BIT`) matches only a
+    /// part, and a user key never does.
     pub(super) fn is_key_at<'s>(
         &'s self,
         inner: &Inner,
         key: &[u8],
-        h24: u32,
+        hash: u64,
         location: u64,
         hit: &mut Option<(RecordView<'s>, u64)>,
     ) -> bool {
         let Some(record) = self.record_at(inner, location) else {
             // Damaged: not this key's record; dropped from the index at the next repair.
-            self.damaged_reads.lock().push((h24, location));
+            self.damaged_reads
+                .lock()
+                .push((index::hash24(hash), location));
             return false;
         };
-        let is_key = record.0.key == key;
+        let is_part = record.0.meta.kind == crate::record::Kind::Part;
+        let is_key = record.0.key == key && is_part == (hash & crate::PART_BIT != 0);
         if is_key {
             *hit = Some(record);
         }
@@ -648,7 +664,11 @@ impl Shard {
                 return;
             }
             match self.record_at(inner, entry.location) {
-                Some((view, _)) if view.meta.expires_at_ms.is_none_or(|at| at > now_ms) => {
+                // A part is not a key.
+                Some((view, _))
+                    if view.meta.expires_at_ms.is_none_or(|at| at > now_ms)
+                        && view.meta.kind != record::Kind::Part =>
+                {
                     visit(view.key);
                 }
                 Some(_) => {}

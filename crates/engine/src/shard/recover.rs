@@ -90,7 +90,7 @@ impl Shard {
                     continue;
                 }
                 if view.live || revive {
-                    let hash = inner.hash(view.key);
+                    let hash = inner.record_hash(&view);
                     if inner.shard_of(hash) != usize::from(self.id) {
                         // A valid record of another shard's key: the segment header naming
                         // this shard was damaged (with a checksum to match). Never indexed.
@@ -177,9 +177,11 @@ impl Shard {
             return; // Validated by `scan_log`: cannot happen.
         };
         let (size, expires_at_ms) = (view.size_bytes, view.meta.expires_at_ms);
+        let part = view.meta.kind == record::Kind::Part;
         let first = owned.live_items == 0;
         owned.live_items += 1;
         owned.live_bytes += size as u64;
+        owned.live_parts += u32::from(part);
         owned.cover_expiry(expires_at_ms, first);
         self.live_bytes += size as u64;
     }
@@ -205,8 +207,10 @@ impl Shard {
             return; // Validated by `scan_log`: cannot happen.
         };
         let size = view.size_bytes as u64;
+        let part = view.meta.kind == record::Kind::Part;
         owned.live_items = owned.live_items.saturating_sub(1);
         owned.live_bytes = owned.live_bytes.saturating_sub(size);
+        owned.live_parts = owned.live_parts.saturating_sub(u32::from(part));
         self.live_bytes = self.live_bytes.saturating_sub(size);
         self.recover_supersede(inner, id, offset);
     }

@@ -33,7 +33,7 @@ impl Shard {
         }
         match record::read(&owned.log()[offset..]) {
             record::Scan::Record(view)
-                if view.live && index::hash24(inner.hash(view.key)) == h24 =>
+                if view.live && index::hash24(inner.record_hash(&view)) == h24 =>
             {
                 Some(view.key)
             }
@@ -139,20 +139,21 @@ impl Shard {
         let mut walk = record::walk(owned.log());
         for step in walk.by_ref() {
             if let record::Step::Record { view, .. } = &step {
-                if view.live && inner.shard_of(inner.hash(view.key)) == usize::from(self.id) {
+                if view.live && inner.shard_of(inner.record_hash(view)) == usize::from(self.id) {
                     found.live.0 += 1;
                     found.live.1 += view.size_bytes as u64;
+                    found.live_parts += u32::from(view.meta.kind == record::Kind::Part);
                 }
             }
             match step {
                 record::Step::Record { offset, view }
                     if view.live
-                        && inner.shard_of(inner.hash(view.key)) != usize::from(self.id) =>
+                        && inner.shard_of(inner.record_hash(&view)) != usize::from(self.id) =>
                 {
                     found.damage.push((offset, Damage::Location));
                 }
                 record::Step::Record { offset, view } if view.live => {
-                    let hash = inner.hash(view.key);
+                    let hash = inner.record_hash(&view);
                     let location = inner.join_location(id, offset);
                     let indexed = self
                         .lookup(inner, view.key, hash)
@@ -187,6 +188,8 @@ impl Shard {
         if owned.fields.seq != seq || owned.verified != Verified::Unverified {
             return;
         }
+        // The books never hold it: the walk's count is the first.
+        owned.live_parts = walked.live_parts;
         owned.verified = if walked.damage.is_empty() {
             Verified::Clean
         } else {
@@ -224,6 +227,7 @@ impl Shard {
             return;
         }
         let size = view.size_bytes;
+        let part = view.meta.kind == record::Kind::Part;
         let other = self
             .lookup(inner, view.key, hash)
             .map(|found| (found.slot, found.entry.location, found.view.size_bytes));
@@ -248,6 +252,7 @@ impl Shard {
             let owned = self.owned_mut(dead_id);
             owned.live_items = owned.live_items.saturating_sub(1);
             owned.live_bytes = owned.live_bytes.saturating_sub(dead_size as u64);
+            owned.live_parts = owned.live_parts.saturating_sub(u32::from(part));
             self.live_bytes = self.live_bytes.saturating_sub(dead_size as u64);
             // A failed persist latches the engine; the mark is redone by any later recovery.
             let _ = self.mark_dead_now(inner, dead);
@@ -338,9 +343,10 @@ impl Shard {
     pub(crate) fn check_integrity(&self, inner: &Inner) -> Result<(), String> {
         let mut live_records = 0usize;
         let mut damaged = false;
+        let mut owners = Vec::new();
         for owned in self.segments.iter().flatten() {
             let id = owned.segment.id();
-            let mut live = 0u32;
+            let (mut live, mut live_parts) = (0u32, 0u32);
             for step in record::walk(owned.log()) {
                 let (offset, view) = match step {
                     record::Step::Record { offset, view } => (offset, view),
@@ -355,7 +361,7 @@ impl Shard {
                     }
                 };
                 let location = inner.join_location(id, offset);
-                let hash = inner.hash(view.key);
+                let hash = inner.record_hash(&view);
                 if view.live && inner.shard_of(hash) != usize::from(self.id) {
                     // Another shard's key: damage (a header naming the wrong shard).
                     if owned.is_clean() {
@@ -368,6 +374,10 @@ impl Shard {
                 }
                 if view.live {
                     live += 1;
+                    live_parts += u32::from(view.meta.kind == record::Kind::Part);
+                    if view.meta.parts > 0 {
+                        owners.push((view.key.to_vec(), view.meta.parts));
+                    }
                     let h24 = index::hash24(hash);
                     if self.index.find(h24, |l| l == location).is_none() {
                         return Err(format!(
@@ -382,8 +392,21 @@ impl Shard {
                     owned.live_items
                 ));
             }
+            if live_parts != owned.live_parts && owned.verified != Verified::Unverified {
+                return Err(format!(
+                    "segment {id}: {live_parts} live parts, counted {}",
+                    owned.live_parts
+                ));
+            }
             live_records += live as usize;
         }
+        self.check_families(inner, &owners)?;
+        self.check_entry_counts(live_records, damaged)
+    }
+
+    /// `check_integrity`'s count of the index's entries: flash ones as counted, memory ones
+    /// one per live record (unless damage was skipped).
+    fn check_entry_counts(&self, live_records: usize, damaged: bool) -> Result<(), String> {
         let mut flash_entries = 0u64;
         self.index.all_entries(|entry| {
             flash_entries += u64::from(index::is_flash(entry.location));

@@ -129,6 +129,7 @@ impl Shard {
             sealed,
             live_items: 0,
             live_bytes: 0,
+            live_parts: 0,
             expires_at_ms: Some(0),
             verified: Verified::Clean,
         });

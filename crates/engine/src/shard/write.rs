@@ -53,6 +53,7 @@ impl Shard {
         owned.write_offset += size;
         owned.live_items += 1;
         owned.live_bytes += size as u64;
+        owned.live_parts += u32::from(meta.kind == record::Kind::Part);
         owned.cover_expiry(meta.expires_at_ms, first_record);
         let cas = meta.cas.unwrap_or_else(|| owned.cas_at(offset));
         self.written(inner, id, offset, size)?;
@@ -67,13 +68,19 @@ impl Shard {
                 } else {
                     self.index.forget_reads(held.slot);
                 }
+                // The parts the new record does not own (see `parts`).
+                if held.parts > meta.parts {
+                    self.drop_parts(inner, key, hash, meta.parts..held.parts, true)?;
+                }
             }
             // A touch whose record was evicted while making room is still the same item, and
             // this access counts as a read of it. A flash copy of the key is dead from now on:
             // memory answers first, and the flash entries with the key's hash bits stay only
             // until the flash thread has read which key they hold.
             None => {
-                self.suspect_flash_copies(hash);
+                if hash & crate::PART_BIT == 0 {
+                    self.suspect_flash_copies(hash); // Parts are never on flash.
+                }
                 self.insert_index(inner, hash, location, u8::from(touch));
             }
         }
@@ -138,18 +145,10 @@ impl Shard {
         held: Held,
         replaced_by: Option<u64>,
     ) -> Result<(), WriteError> {
-        let (location, size) = (held.location, held.size_bytes);
-        let (id, offset) = inner.split_location(location);
-        // Saturating: a segment's counts come from books that damage may have changed (mapped
-        // index files, a snapshot that no longer matches) until the scrub counts them again.
-        let owned = self.owned_mut(id);
-        owned.live_items = owned.live_items.saturating_sub(1);
-        owned.live_bytes = owned.live_bytes.saturating_sub(size as u64);
-        self.live_bytes = self.live_bytes.saturating_sub(size as u64);
+        let location = held.location;
+        self.uncount(inner, held);
         if let (Some(replacement), true) = (replaced_by, inner.track_dirty) {
-            // Not persisted: what it tells a recovery is only used when no store was lost.
-            record::mark_superseded(&mut self.owned_mut(id).segment.data_mut()[offset..]);
-            self.pending_dead.push(location);
+            self.supersede(inner, location);
             self.pending_by_replacement.insert(replacement, location);
             return Ok(());
         }
@@ -159,6 +158,45 @@ impl Shard {
             self.mark_dead_now(inner, older)?;
             newer = older;
         }
+        Ok(())
+    }
+
+    /// Takes the held record out of its segment's and the shard's live counts. Saturating: a
+    /// segment's counts come from books that damage may have changed (mapped index files, a
+    /// snapshot that no longer matches) until the scrub counts them again.
+    fn uncount(&mut self, inner: &Inner, held: Held) {
+        let size = held.size_bytes as u64;
+        let owned = self.owned_mut(inner.split_location(held.location).0);
+        owned.live_items = owned.live_items.saturating_sub(1);
+        owned.live_bytes = owned.live_bytes.saturating_sub(size);
+        owned.live_parts = owned.live_parts.saturating_sub(u32::from(held.part));
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+    }
+
+    /// Marks the (uncounted) record at `location` superseded, its dead mark waiting for the
+    /// next commit. Not persisted: what it tells a recovery is only used when no store was
+    /// lost.
+    fn supersede(&mut self, inner: &Inner, location: u64) {
+        let (id, offset) = inner.split_location(location);
+        record::mark_superseded(&mut self.owned_mut(id).segment.data_mut()[offset..]);
+        self.pending_dead.push(location);
+    }
+
+    /// Like [`Shard::kill_record`] for a part whose owner a new record replaced (with fewer
+    /// parts): under deferred persistence its dead mark waits for the commit that makes the
+    /// new owner durable, as the old owner's does, so a power cut before it finds the old
+    /// family whole (see `parts`).
+    pub(super) fn kill_part_of_replaced(
+        &mut self,
+        inner: &Inner,
+        held: Held,
+    ) -> Result<(), WriteError> {
+        if !inner.track_dirty {
+            return self.kill_record(inner, held, None);
+        }
+        let location = held.location;
+        self.uncount(inner, held);
+        self.supersede(inner, location);
         Ok(())
     }
 
@@ -194,6 +232,10 @@ impl Shard {
         let held = Held::of(found);
         self.kill_record(inner, held, None)?;
         self.remove_memory_slot(held.slot, index::hash24(hash));
+        if held.parts > 0 {
+            self.persist_owner_gone(inner)?;
+            self.drop_parts(inner, key, hash, 0..held.parts, false)?;
+        }
         if expired {
             bump(&self.counters.expired_items, 1);
         }

@@ -116,7 +116,8 @@ pub(crate) fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
         Kind::Hash => Hash::parse(item.value)
             .ok()
             .and_then(|hash| hash.key_expiry_ms()),
-        Kind::String => item.expires_at_ms,
+        // The engine never hands out a part (one record of a larger item) as a key's item.
+        Kind::String | Kind::Part => item.expires_at_ms,
     }
 }
 

@@ -145,7 +145,8 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 pub(crate) fn type_(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let kind = call.keys().peek(call.arg(1), |item| item.kind);
     let name: &[u8] = match kind {
-        None => b"none",
+        // The engine never hands out a part (one record of a larger item) as a key's item.
+        None | Some(Kind::Part) => b"none",
         Some(Kind::String) => b"string",
         Some(Kind::Hash) => b"hash",
     };

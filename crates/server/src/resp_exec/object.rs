@@ -73,7 +73,8 @@ pub(crate) fn encoding(item: &ItemRef<'_>, now_ms: u64) -> &'static [u8] {
         Kind::Hash => Hash::parse(item.value).map_or(&b"hashtable"[..], |hash| {
             hash.redis_encoding(now_ms).as_bytes()
         }),
-        Kind::String => string_encoding(item.value),
+        // The engine never hands out a part (one record of a larger item) as a key's item.
+        Kind::String | Kind::Part => string_encoding(item.value),
     }
 }
 

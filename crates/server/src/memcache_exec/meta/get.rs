@@ -122,6 +122,7 @@ fn read_write(
                 cas,
                 expires_at_ms: expires_at(expiry, None),
                 kind: strata_engine::Kind::String,
+                parts: 0,
                 fetched: false,
                 reads: 0,
                 on_flash: false,

@@ -1,0 +1,98 @@
+//! Items of several records inside a transaction: an owner and its parts (`record`'s module
+//! docs, `shard::parts`). An owner and its parts share its shard, so a transaction that holds
+//! the owner's key holds them all.
+//!
+//! A family is written part by part, then the owner last ([`Txn::write_owner`], with its new
+//! part count): until then readers of the transaction's keys wait for the shard, so nobody
+//! sees it half written. A write that must make room may evict a segment, and with it a
+//! family the transaction is building (the family goes whole, but the parts written after it
+//! went would stay, and the owner written last would then own parts that are gone): so when a
+//! held shard freed any segment since the transaction began, the owner's write checks that
+//! its family is whole, and if it is not, drops it — the item was evicted right after its
+//! write, as a cache may. A crash between a family's writes, on a pool, leaves the parts
+//! written so far as orphans of the old owner (never read; the cleaner drops them) until the
+//! transaction log keeps parts' before-images, which the server needs before it writes
+//! families inside logged transactions (asserted here).
+
+use super::*;
+use crate::record::{self, RecordMeta};
+use crate::Kind;
+
+impl Txn<'_> {
+    /// Reads part `part` of the owner `owner` (a key the transaction holds): `f` gets its
+    /// value. `None` when the index holds no such part.
+    pub fn read_part<R>(&self, owner: &[u8], part: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let inner: &Inner = &self.engine.inner;
+        let shards = self.shards.borrow();
+        let (owner_hash, position) = self.position(&shards, owner);
+        let shard = shards[position].1.shard();
+        let key = record::part_key(owner, part);
+        let found = shard.lookup(inner, &key, inner.part_hash(owner_hash, &key))?;
+        Some(f(found.view.value))
+    }
+
+    /// Writes part `part` of the owner `owner` (a key the transaction holds), replacing the
+    /// part's earlier value. The owner must own it by the time the transaction ends
+    /// ([`Txn::write_owner`]); a part it does not own is an orphan (module docs).
+    pub fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError> {
+        assert!(
+            !self.logged,
+            "parts in a logged transaction: the log cannot hold them yet"
+        );
+        let engine = self.engine;
+        let key = record::part_key(owner, part);
+        let meta = RecordMeta {
+            kind: Kind::Part,
+            ..RecordMeta::default()
+        };
+        check_key(owner)?;
+        engine.check_value(&key, value.len(), &meta)?;
+        let mut shards = self.shards.borrow_mut();
+        let (owner_hash, position) = self.position(&shards, owner);
+        let hash = engine.inner.part_hash(owner_hash, &key);
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        shard.write(&engine.inner, &key, hash, value, meta, false)?;
+        Ok(())
+    }
+
+    /// Writes the owner `owner` (a key the transaction holds) as an item of `kind` owning
+    /// parts `0..parts` (written already, or kept from its last write), replacing whatever the
+    /// key held; parts past `parts` that the key's last record owned are dropped. Returns the
+    /// new CAS, or `None` when a segment this transaction's writes freed took part of the
+    /// family (then the whole family is dropped: module docs).
+    pub fn write_owner(
+        &self,
+        owner: &[u8],
+        value: &[u8],
+        kind: Kind,
+        expiry: Expiry,
+        parts: u32,
+    ) -> Result<Option<u64>, WriteError> {
+        assert!(
+            !self.logged,
+            "parts in a logged transaction: the log cannot hold them yet"
+        );
+        assert!(kind != Kind::Part, "an owner is an item");
+        let engine = self.engine;
+        let mut shards = self.shards.borrow_mut();
+        let (hash, position) = self.position(&shards, owner);
+        let freed_at_open = self.freed_at_open[position];
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        let current = shard
+            .lookup(&engine.inner, owner, hash)
+            .map(|found| found.view.meta.expires_at_ms);
+        let meta = RecordMeta {
+            expires_at_ms: engine.expiry_ms(expiry, current),
+            kind,
+            parts,
+            ..RecordMeta::default()
+        };
+        engine.check_value(owner, value.len(), &meta)?;
+        let cas = shard.write(&engine.inner, owner, hash, value, meta, false)?;
+        if shard.segments_freed() != freed_at_open && !shard.family_is_whole(&engine.inner, owner) {
+            shard.evict_family(&engine.inner, owner)?;
+            return Ok(None);
+        }
+        Ok(Some(cas))
+    }
+}

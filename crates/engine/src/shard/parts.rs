@@ -1,0 +1,228 @@
+//! Items of several records: an owner and its parts (`record`'s module docs), kept whole.
+//!
+//! An owner and its parts live in one shard (`Inner::part_hash`), so whatever holds the
+//! shard's write lock changes them together. The rules every path follows:
+//!
+//! - A write of an owner that owns fewer parts than the record it replaces drops the parts
+//!   past its count (a string written over a large hash drops them all); a delete of an owner
+//!   drops every part.
+//! - Eviction, expiry and the cleaner's drop of an expired record treat a family as one
+//!   item: dropping its owner drops its parts, dropping a part drops its owner and the other
+//!   parts. A freed segment's family members are collected while its records are unindexed
+//!   and dropped after (the segment being freed is out of the shard's table by then).
+//!   Neither an owner nor a part is kept by merge eviction or demoted to the flash tier: a
+//!   cache never keeps half an item, and the flash tier holds single records.
+//! - Across a crash a family is whole or its parts are orphans, never an owner that lacks a
+//!   part: an owner's record goes durably before its parts' dead marks are written (a delete
+//!   or a family drop persists the owner's mark first; eviction frees the owner's segment
+//!   first), and the parts a rewritten owner no longer owns go with its old record, their
+//!   marks waiting for the commit that makes the new owner durable.
+//! - A part whose owner is gone, or owns fewer parts than its number, is an orphan (a crash
+//!   between a family's writes on a pool without a transaction log, or an owner lost to
+//!   damage): never read, and dropped by the cleaner instead of moved.
+
+use crate::error::WriteError;
+use crate::index;
+use crate::record::{self, Kind, RecordView};
+use crate::Inner;
+
+use super::{bump, FreeReason, Held, Shard};
+
+/// A family member dropped while a segment was freed: the owner's key, and its part count
+/// when the owner itself was the one dropped (else it is looked up).
+pub(crate) struct FamilyDrop {
+    owner: Vec<u8>,
+    parts: Option<u32>,
+}
+
+impl Shard {
+    /// Whether the record is an owner or a part (see the module docs).
+    pub(super) fn is_family(view: &RecordView<'_>) -> bool {
+        view.meta.kind == Kind::Part || view.meta.parts > 0
+    }
+
+    /// Notes, for [`Shard::drop_families`], that a freed segment's family member was dropped.
+    pub(super) fn note_family_drop(&mut self, view: &RecordView<'_>) {
+        let drop = if view.meta.kind == Kind::Part {
+            let (owner, _) = record::split_part_key(view.key);
+            FamilyDrop {
+                owner: owner.to_vec(),
+                parts: None,
+            }
+        } else {
+            FamilyDrop {
+                owner: view.key.to_vec(),
+                parts: Some(view.meta.parts),
+            }
+        };
+        self.family_drops.push(drop);
+    }
+
+    /// Drops the rest of every family noted since the last call (see the module docs): an
+    /// owner not dropped yet is dropped now, counted by `reason` as the item it is.
+    pub(super) fn drop_families(
+        &mut self,
+        inner: &Inner,
+        reason: FreeReason,
+    ) -> Result<(), WriteError> {
+        let drops = std::mem::take(&mut self.family_drops);
+        for drop in &drops {
+            let owner_hash = inner.hash(&drop.owner);
+            let parts = match drop.parts {
+                Some(parts) => parts,
+                None => match self.lookup(inner, &drop.owner, owner_hash) {
+                    Some(found) if found.view.meta.parts > 0 => {
+                        let held = Held::of(found);
+                        self.kill_record(inner, held, None)?;
+                        self.remove_memory_slot(held.slot, index::hash24(owner_hash));
+                        let counter = match reason {
+                            FreeReason::Evict { .. } => &self.counters.evicted_items,
+                            _ => &self.counters.expired_items,
+                        };
+                        bump(counter, 1);
+                        self.persist_owner_gone(inner)?;
+                        held.parts
+                    }
+                    // An orphan's owner: left to the cleaner (see the module docs).
+                    _ => 0,
+                },
+            };
+            self.drop_parts(inner, &drop.owner, owner_hash, 0..parts, false)?;
+        }
+        self.family_drops = drops;
+        self.family_drops.clear();
+        Ok(())
+    }
+
+    /// Makes an owner's dead mark durable before its parts' marks are written: under deferred
+    /// persistence one commit could otherwise make a part's mark durable and not the owner's,
+    /// and a power cut then would leave an owner that lacks a part.
+    pub(super) fn persist_owner_gone(&mut self, inner: &Inner) -> Result<(), WriteError> {
+        if inner.track_dirty {
+            self.persist_dirty(inner)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the owner's parts numbered in `parts` that the index holds: at once (the owner is
+    /// gone or going durably first), or, when `replaced`, as the replaced owner's record goes
+    /// ([`Shard::kill_part_of_replaced`]).
+    pub(super) fn drop_parts(
+        &mut self,
+        inner: &Inner,
+        owner: &[u8],
+        owner_hash: u64,
+        parts: std::ops::Range<u32>,
+        replaced: bool,
+    ) -> Result<(), WriteError> {
+        let mut key = owner.to_vec();
+        for part in parts {
+            key.truncate(owner.len());
+            key.extend_from_slice(&part.to_le_bytes());
+            let hash = inner.part_hash(owner_hash, &key);
+            if let Some(found) = self.lookup(inner, &key, hash) {
+                let held = Held::of(found);
+                debug_assert!(held.part, "a part's name finds only parts");
+                if replaced {
+                    self.kill_part_of_replaced(inner, held)?;
+                } else {
+                    self.kill_record(inner, held, None)?;
+                }
+                self.remove_memory_slot(held.slot, index::hash24(hash));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the parts named (by their keys) that are orphans: their owner is not indexed,
+    /// or owns no more parts than their number (see the module docs). The cleaner checks the
+    /// parts it moved, once every record of its victim has its new place.
+    pub(super) fn drop_orphans(
+        &mut self,
+        inner: &Inner,
+        part_keys: &[Vec<u8>],
+    ) -> Result<(), WriteError> {
+        for key in part_keys {
+            let (owner, number) = record::split_part_key(key);
+            let owner_hash = inner.hash(owner);
+            let owned = self
+                .lookup(inner, owner, owner_hash)
+                .is_some_and(|found| found.view.meta.parts > number);
+            if !owned {
+                self.drop_parts(inner, owner, owner_hash, number..number + 1, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every owner's parts are all indexed (`check_integrity`; orphans are
+    /// allowed: see the module docs).
+    pub(super) fn check_families(
+        &self,
+        inner: &Inner,
+        owners: &[(Vec<u8>, u32)],
+    ) -> Result<(), String> {
+        for (owner, parts) in owners {
+            let owner_hash = inner.hash(owner);
+            for part in 0..*parts {
+                let key = record::part_key(owner, part);
+                if self
+                    .lookup(inner, &key, inner.part_hash(owner_hash, &key))
+                    .is_none()
+                {
+                    return Err(format!(
+                        "an owner of {parts} parts lacks part {part} (key {:?})",
+                        String::from_utf8_lossy(owner)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Segments this shard has evicted or expired since it was opened (see `Txn`'s parts).
+    pub(crate) fn segments_freed(&self) -> u64 {
+        let load = |counter: &std::sync::atomic::AtomicU64| {
+            counter.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        load(&self.counters.evicted_segments) + load(&self.counters.expired_segments)
+    }
+
+    /// Whether every part of the owner the index holds under `owner` is indexed; true when
+    /// the owner is absent or owns none.
+    pub(crate) fn family_is_whole(&self, inner: &Inner, owner: &[u8]) -> bool {
+        let owner_hash = inner.hash(owner);
+        let Some(found) = self.lookup(inner, owner, owner_hash) else {
+            return true;
+        };
+        let mut key = owner.to_vec();
+        (0..found.view.meta.parts).all(|part| {
+            key.truncate(owner.len());
+            key.extend_from_slice(&part.to_le_bytes());
+            let hash = inner.part_hash(owner_hash, &key);
+            self.lookup(inner, &key, hash).is_some()
+        })
+    }
+
+    /// Drops the owner under `owner` and every part it owns, counted as one evicted item
+    /// (a family a write's eviction broke: see `Txn`'s parts).
+    pub(crate) fn evict_family(&mut self, inner: &Inner, owner: &[u8]) -> Result<(), WriteError> {
+        let owner_hash = inner.hash(owner);
+        let Some(found) = self.lookup(inner, owner, owner_hash) else {
+            return Ok(());
+        };
+        let held = Held::of(found);
+        self.kill_record(inner, held, None)?;
+        self.remove_memory_slot(held.slot, index::hash24(owner_hash));
+        bump(&self.counters.evicted_items, 1);
+        self.persist_owner_gone(inner)?;
+        self.drop_parts(inner, owner, owner_hash, 0..held.parts, false)
+    }
+
+    /// Part records this shard indexes in memory (not keys: left out of the item counts).
+    pub(crate) fn part_items(&self) -> u64 {
+        (self.segments.iter().flatten())
+            .map(|owned| u64::from(owned.live_parts))
+            .sum()
+    }
+}

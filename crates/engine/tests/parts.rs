@@ -1,0 +1,415 @@
+//! Items of several records (an owner and its parts) through the engine's API: read back whole,
+//! never seen as keys, rewritten and deleted with their parts, evicted, expired, cleaned and
+//! reopened as one item, never demoted half. Every check reads every family back: an owner
+//! present owns all its parts (each holding the owner's latest tag), an owner absent leaves no
+//! part behind.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use strata_engine::*;
+use strata_pool::testing::MemoryMedium;
+
+/// Most parts a family of these tests has: the absent check looks that far.
+const PARTS_MAX: u32 = 24;
+
+fn owner(i: u32) -> Vec<u8> {
+    format!("owner:{i:06}").into_bytes()
+}
+
+fn part_value(owner: &[u8], part: u32, tag: u32, len: usize) -> Vec<u8> {
+    let mut value = format!("{}/{part}/{tag}/", String::from_utf8_lossy(owner)).into_bytes();
+    value.resize(len, b'p');
+    value
+}
+
+fn owner_value(tag: u32) -> Vec<u8> {
+    format!("tag={tag}").into_bytes()
+}
+
+/// Writes `owner` as a family of `parts` parts of `part_len` bytes tagged `tag`: the parts
+/// first, then the owner. Returns whether the family stands (a write's eviction may drop it).
+fn write_family(engine: &Engine, owner: &[u8], parts: u32, tag: u32, part_len: usize) -> bool {
+    let txn = engine.transaction(&[owner], &[]).unwrap();
+    for part in 0..parts {
+        txn.write_part(owner, part, &part_value(owner, part, tag, part_len))
+            .unwrap();
+    }
+    let kind = if parts == 0 { Kind::String } else { Kind::Hash };
+    let cas = txn
+        .write_owner(owner, &owner_value(tag), kind, Expiry::Never, parts)
+        .unwrap();
+    txn.finish().unwrap();
+    cas.is_some()
+}
+
+/// The family under `owner` as the engine holds it: `Some((tag, parts))`, or `None` when the
+/// owner is absent. Panics when it is not whole: a part missing or of another tag, a part past
+/// the owner's count, or a part left by an absent owner.
+fn read_family(engine: &Engine, owner: &[u8]) -> Option<(u32, u32)> {
+    let txn = engine.read_together(&[owner]);
+    let found = txn.read(owner, false, |item| {
+        let tag: u32 = std::str::from_utf8(&item.value[4..])
+            .unwrap()
+            .parse()
+            .unwrap();
+        (tag, item.parts)
+    });
+    let parts = found.map_or(0, |(_, parts)| parts);
+    for part in 0..PARTS_MAX.max(parts) {
+        let value = txn.read_part(owner, part, <[u8]>::to_vec);
+        match (found, value) {
+            (Some((tag, parts)), Some(value)) if part < parts => {
+                let expected = part_value(owner, part, tag, value.len());
+                assert_eq!(value, expected, "part {part} of {owner:?}");
+            }
+            (Some((_, parts)), None) if part < parts => {
+                panic!("{owner:?} owns {parts} parts but lacks part {part}")
+            }
+            (_, Some(_)) => panic!("{owner:?} ({found:?}) left part {part} behind"),
+            _ => {}
+        }
+    }
+    found
+}
+
+#[test]
+fn families_read_back_whole_and_their_parts_are_never_keys() {
+    // One shard: a user key with a part's bytes has the part's index bits too (both hash the
+    // same bytes), so only the part bit tells them apart.
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 16 << 20,
+        shard_count: 1,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    for i in 0..50 {
+        assert!(write_family(&engine, &owner(i), i % 7 + 1, i, 300));
+    }
+    // A user key with a part's very bytes is a key of its own, beside the part.
+    let mut lookalike = owner(3);
+    lookalike.extend_from_slice(&0u32.to_le_bytes());
+    engine
+        .set(&lookalike, b"a user's", 0, Expiry::Never)
+        .unwrap();
+    for i in 0..50 {
+        assert_eq!(read_family(&engine, &owner(i)), Some((i, i % 7 + 1)));
+    }
+    assert_eq!(
+        engine.get(&lookalike, |item| item.value.to_vec()).unwrap(),
+        b"a user's"
+    );
+    let mut other = owner(4);
+    other.extend_from_slice(&1u32.to_le_bytes());
+    assert!(engine.get(&other, |_| ()).is_none(), "a part read as a key");
+    assert_eq!(engine.len(), 51);
+    assert_eq!(engine.stats().items, 51);
+    let mut scanned = Vec::new();
+    let mut cursor = 0;
+    loop {
+        cursor = engine.scan(cursor, 100, &mut |key| scanned.push(key.to_vec()));
+        if cursor == 0 {
+            break;
+        }
+    }
+    scanned.sort();
+    let mut expected: Vec<Vec<u8>> = (0..50).map(owner).collect();
+    expected.push(lookalike.clone());
+    expected.sort();
+    assert_eq!(scanned, expected);
+    for seed in 0..200 {
+        let key = engine.random_key(seed).unwrap();
+        assert!(expected.contains(&key), "random key {key:?}");
+    }
+    engine.check_integrity().unwrap();
+}
+
+#[test]
+fn rewriting_an_owner_drops_the_parts_it_no_longer_owns_and_a_delete_drops_them_all() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 16 << 20,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let key = owner(1);
+    let empty = engine.stats().live_bytes;
+    assert!(write_family(&engine, &key, 10, 1, 1000));
+    assert!(write_family(&engine, &key, 4, 2, 1000));
+    assert_eq!(read_family(&engine, &key), Some((2, 4)));
+    // A string written over it, as SET over a large hash.
+    engine.set(&key, b"tag=3", 0, Expiry::Never).unwrap();
+    assert_eq!(read_family(&engine, &key), Some((3, 0)));
+    assert!(engine.stats().live_bytes < empty + 100);
+    assert!(write_family(&engine, &key, 12, 4, 1000));
+    assert_eq!(engine.stats().items, 1);
+    assert_eq!(engine.delete(&key, None).unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(read_family(&engine, &key), None);
+    assert_eq!(engine.stats().live_bytes, empty);
+    assert_eq!(engine.stats().items, 0);
+    // A touch keeps the item whole.
+    assert!(write_family(&engine, &key, 5, 5, 1000));
+    let txn = engine.transaction(&[&key[..]], &[]).unwrap();
+    txn.modify(&key, |item, buffer| {
+        buffer.extend_from_slice(item.unwrap().value);
+        Change::Write {
+            client_flags: 0,
+            expiry: Expiry::Never,
+            keep_cas: true,
+        }
+    })
+    .unwrap();
+    txn.finish().unwrap();
+    assert_eq!(read_family(&engine, &key), Some((5, 5)));
+    engine.check_integrity().unwrap();
+}
+
+/// Families of 1 to 20 parts and strings, written and rewritten at random in a memory a
+/// fraction of their size: every eviction policy drops whole families only, counts each as
+/// one item, and keeps reads of hot ones.
+#[test]
+fn eviction_drops_whole_families_under_every_policy() {
+    for policy in [
+        EvictionPolicy::Merge,
+        EvictionPolicy::Fifo,
+        EvictionPolicy::Random,
+    ] {
+        let engine = Engine::open(EngineConfig {
+            memory_bytes: 4 << 20,
+            segment_size_bytes: 64 << 10,
+            shard_count: 2,
+            eviction: policy,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut tags = HashMap::new();
+        for tag in 0..6000u32 {
+            let i = rng.gen_range(0..800);
+            let parts = rng.gen_range(0..=20);
+            write_family(&engine, &owner(i), parts, tag, rng.gen_range(100..2000));
+            tags.insert(i, tag);
+            if rng.gen_ratio(1, 2) {
+                let _ = engine.get(&owner(rng.gen_range(0..800)), |_| ());
+            }
+        }
+        let stats = engine.stats();
+        assert!(stats.evicted_items > 1000, "{policy:?}: {stats:?}");
+        let mut present = 0;
+        for (&i, &tag) in &tags {
+            if let Some((found, _)) = read_family(&engine, &owner(i)) {
+                assert_eq!(
+                    found, tag,
+                    "{policy:?}: owner {i} went back to an older write"
+                );
+                present += 1;
+            }
+        }
+        assert!(present > 50, "{policy:?}: {present}");
+        assert_eq!(engine.stats().items, present, "{policy:?}");
+        engine.check_integrity().unwrap();
+    }
+}
+
+/// A store (no eviction) whose families are rewritten over and over: the cleaner moves their
+/// parts, and every family stays whole at its latest write.
+#[test]
+fn the_cleaner_moves_parts_and_keeps_families_whole() {
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        shard_count: 2,
+        eviction: EvictionPolicy::None,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut families = HashMap::new();
+    for tag in 0..4000u32 {
+        let i = rng.gen_range(0..100);
+        let parts = rng.gen_range(1..=16);
+        assert!(write_family(&engine, &owner(i), parts, tag, 700));
+        families.insert(i, (tag, parts));
+        if tag % 50 == 0 {
+            engine.clean_ahead().unwrap();
+        }
+    }
+    let stats = engine.stats();
+    assert!(stats.cleaner_items_moved > 1000, "{stats:?}");
+    assert_eq!(stats.evicted_items, 0, "{stats:?}");
+    for (&i, &family) in &families {
+        assert_eq!(read_family(&engine, &owner(i)), Some(family), "owner {i}");
+    }
+    assert_eq!(engine.len(), families.len());
+    engine.check_integrity().unwrap();
+}
+
+/// An owner with a TTL takes its parts along when it expires, whether its segment is freed or
+/// the cleaner finds it expired.
+#[test]
+fn an_expired_owner_takes_its_parts_along() {
+    let clock = ManualClock::new(1_000_000);
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        shard_count: 1,
+        clock: Arc::new(clock.clone()),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    for i in 0..20 {
+        let key = owner(i);
+        let txn = engine.transaction(&[&key[..]], &[]).unwrap();
+        for part in 0..8 {
+            txn.write_part(&key, part, &part_value(&key, part, i, 2000))
+                .unwrap();
+        }
+        txn.write_owner(
+            &key,
+            &owner_value(i),
+            Kind::Hash,
+            Expiry::AtMs(1_001_000),
+            8,
+        )
+        .unwrap();
+        txn.finish().unwrap();
+    }
+    assert!(write_family(&engine, &owner(100), 3, 100, 100));
+    clock.advance_ms(2_000);
+    engine.expire().unwrap();
+    for i in 0..20 {
+        assert_eq!(read_family(&engine, &owner(i)), None, "owner {i}");
+    }
+    assert_eq!(read_family(&engine, &owner(100)), Some((100, 3)));
+    assert_eq!(engine.len(), 1);
+    engine.check_integrity().unwrap();
+}
+
+struct TempPool(std::path::PathBuf);
+impl Drop for TempPool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(format!("{}.sidecar", self.0.display()));
+        let _ = std::fs::remove_file(format!("{}.txlog", self.0.display()));
+        let _ = std::fs::remove_dir_all(format!("{}.index", self.0.display()));
+    }
+}
+
+fn temp_pool(name: &str) -> TempPool {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    TempPool(
+        std::path::PathBuf::from(dir)
+            .join(format!("strata-parts-{}-{name}.pool", std::process::id())),
+    )
+}
+
+/// Families in a pool file come back whole after a clean close and after a crash (no close),
+/// with the index rebuilt from the records and with the index in the pool; parts are still not
+/// keys, and the pool then takes more writes of them.
+#[test]
+fn families_survive_a_reopen_with_either_index() {
+    for placement in [IndexPlacement::Dram, IndexPlacement::Pool] {
+        for clean in [true, false] {
+            let pool = temp_pool(&format!("{placement:?}-{clean}"));
+            let config = EngineConfig {
+                memory_bytes: 8 << 20,
+                segment_size_bytes: 64 << 10,
+                pool: PoolLocation::File(pool.0.clone()),
+                index_placement: placement,
+                ..EngineConfig::default()
+            };
+            {
+                let engine = Engine::open(config.clone()).unwrap();
+                for i in 0..60 {
+                    assert!(write_family(&engine, &owner(i), i % 9 + 1, i, 500));
+                }
+                assert!(write_family(&engine, &owner(5), 2, 1005, 500));
+                engine.delete(&owner(6), None).unwrap();
+                if clean {
+                    engine.close().unwrap();
+                }
+            }
+            let engine = Engine::open(config.clone()).unwrap();
+            let case = format!("{placement:?}, clean {clean}");
+            while !engine.scrub_step() {}
+            for i in 0..60 {
+                let expected = match i {
+                    5 => Some((1005, 2)),
+                    6 => None,
+                    i => Some((i, i % 9 + 1)),
+                };
+                assert_eq!(
+                    read_family(&engine, &owner(i)),
+                    expected,
+                    "{case}: owner {i}"
+                );
+            }
+            assert_eq!(engine.len(), 59, "{case}");
+            assert!(write_family(&engine, &owner(7), 12, 2007, 500));
+            assert_eq!(read_family(&engine, &owner(7)), Some((2007, 12)), "{case}");
+            engine.check_integrity().unwrap();
+        }
+    }
+}
+
+/// With a flash tier below, evicted strings are demoted and families are dropped whole: the
+/// flash tier never holds a part or an owner.
+#[test]
+fn a_flash_tier_takes_strings_and_never_half_a_family() {
+    let region_bytes = 16 << 10;
+    let medium = Arc::new(MemoryMedium::new(4096 + 64 * region_bytes, 4096));
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: 48 * 4096,
+        segment_size_bytes: 4096,
+        shard_count: 2,
+        item_size_bytes_expected: 2048,
+        value_len_max: 3000,
+        flash: Some(FlashConfig {
+            medium: FlashMedium::Given(medium),
+            region_size_bytes: region_bytes as u64,
+            admission: FlashAdmission::All,
+            write_bytes_per_sec_max: 0,
+            read_delay_for_tests: std::time::Duration::ZERO,
+        }),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let mut tags = HashMap::new();
+    for tag in 0..400u32 {
+        let i = tag % 100;
+        write_family(&engine, &owner(i), tag % 4 + 1, tag, 600);
+        tags.insert(i, tag);
+        let string = format!("string:{tag}");
+        engine
+            .set(string.as_bytes(), &[b's'; 600], 0, Expiry::Never)
+            .unwrap();
+    }
+    assert!(engine.flash_items() > 0);
+    for (&i, &tag) in &tags {
+        if let Some((found, _)) = read_family(&engine, &owner(i)) {
+            assert_eq!(found, tag, "owner {i}");
+        }
+    }
+    let on_flash = engine.flash_items();
+    let strings_found = (0..400)
+        .filter(|tag| {
+            engine
+                .get(format!("string:{tag}").as_bytes(), |_| ())
+                .is_some()
+        })
+        .count();
+    assert!(
+        strings_found as u64 >= on_flash.min(300),
+        "{strings_found} {on_flash}"
+    );
+    engine.check_integrity().unwrap();
+}
