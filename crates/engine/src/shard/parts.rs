@@ -12,11 +12,15 @@
 //!   and dropped after (the segment being freed is out of the shard's table by then).
 //!   Neither an owner nor a part is kept by merge eviction or demoted to the flash tier: a
 //!   cache never keeps half an item, and the flash tier holds single records.
-//! - Across a crash a family is whole or its parts are orphans, never an owner that lacks a
-//!   part: an owner's record goes durably before its parts' dead marks are written (a delete
-//!   or a family drop persists the owner's mark first; eviction frees the owner's segment
-//!   first), and the parts a rewritten owner no longer owns go with its old record, their
-//!   marks waiting for the commit that makes the new owner durable.
+//! - Dropping parts never breaks a family across a crash: an owner's record goes durably
+//!   before its parts' dead marks are written (a delete or a family drop persists the owner's
+//!   mark first; eviction frees the owner's segment first), and the parts a rewritten owner no
+//!   longer owns go with its old record, their marks waiting for the commit that makes the new
+//!   owner durable; a crash between leaves orphans at most. *Writing* a family is whole
+//!   across a process crash (every store kept) and, under `sync`, across a power cut once the
+//!   write was acknowledged; a power cut under deferred durability may keep some of a family's
+//!   writes since the last commit and not others, until the transaction log keeps parts (see
+//!   `Txn`'s parts).
 //! - A part whose owner is gone, or owns fewer parts than its number, is an orphan (a crash
 //!   between a family's writes on a pool without a transaction log, or an owner lost to
 //!   damage): never read, and dropped by the cleaner instead of moved.
