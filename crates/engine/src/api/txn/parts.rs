@@ -9,10 +9,12 @@
 //! went would stay, and the owner written last would then own parts that are gone): so when a
 //! held shard freed any segment since the transaction began, the owner's write checks that
 //! its family is whole, and if it is not, drops it — the item was evicted right after its
-//! write, as a cache may. A crash between a family's writes, on a pool, leaves the parts
-//! written so far as orphans of the old owner (never read; the cleaner drops them) until the
-//! transaction log keeps parts' before-images, which the server needs before it writes
-//! families inside logged transactions (asserted here).
+//! write, as a cache may. A power cut in the middle of a family's writes (or under deferred
+//! durability, before the commit after them) may keep some of them and not others: parts
+//! rewritten in place beside an old owner, or a new owner without a new part. The transaction
+//! log, once it keeps parts' before-images and owners' part counts, puts the old family back
+//! whole; the server needs that before it writes families on a pool, and in logged
+//! transactions (asserted here).
 
 use super::*;
 use crate::record::{self, RecordMeta};
