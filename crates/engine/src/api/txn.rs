@@ -360,6 +360,11 @@ impl Drop for Txn<'_> {
     fn drop(&mut self) {
         // Not finished (an early return, or a panic unwinding): end it here.
         let _ = self.end(std::thread::panicking());
+        for (_, held) in self.shards.get_mut().iter_mut() {
+            if let Held::Write(shard) = held {
+                shard.building.clear();
+            }
+        }
         IN_TRANSACTION.with(|open| open.set(false));
     }
 }

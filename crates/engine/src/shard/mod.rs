@@ -124,6 +124,9 @@ pub(crate) struct Shard {
     survivor_slots: Vec<(u32, u64)>,
     /// Family members a segment being freed dropped (see `parts`).
     family_drops: Vec<parts::FamilyDrop>,
+    /// Owners whose families a transaction holding the shard is writing: their new parts are
+    /// not orphans yet (see `parts`).
+    pub(crate) building: Vec<Vec<u8>>,
     pub(crate) live_bytes: u64,
     /// Ranges written since the last commit: `(segment id, start, end)`.
     dirty: Vec<(u32, u32, u32)>,
@@ -426,6 +429,7 @@ impl Shard {
             survivors: Vec::new(),
             survivor_slots: Vec::new(),
             family_drops: Vec::new(),
+            building: Vec::new(),
             live_bytes: 0,
             dirty: Vec::new(),
             pending_dead: Vec::new(),

@@ -21,6 +21,9 @@
 //!   write was acknowledged; a power cut under deferred durability may keep some of a family's
 //!   writes since the last commit and not others, until the transaction log keeps parts (see
 //!   `Txn`'s parts).
+//! - A part a transaction writes before its owner (`Txn::write_owner` comes last) is not an
+//!   orphan while the transaction holds the shard (`Shard::building`): the cleaner, which a
+//!   write of the same transaction may run, moves it.
 //! - A part whose owner is gone, or owns fewer parts than its number, is an orphan (a crash
 //!   between a family's writes on a pool without a transaction log, or an owner lost to
 //!   damage): never read, and dropped by the cleaner instead of moved.
@@ -148,6 +151,9 @@ impl Shard {
     ) -> Result<(), WriteError> {
         for key in part_keys {
             let (owner, number) = record::split_part_key(key);
+            if self.building.iter().any(|building| building[..] == *owner) {
+                continue; // Its owner is being written (by the transaction holding the shard).
+            }
             let owner_hash = inner.hash(owner);
             let owned = self
                 .lookup(inner, owner, owner_hash)

@@ -53,6 +53,9 @@ impl Txn<'_> {
         let (owner_hash, position) = self.position(&shards, owner);
         let hash = engine.inner.part_hash(owner_hash, &key);
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        if !shard.building.iter().any(|building| building[..] == *owner) {
+            shard.building.push(owner.to_vec());
+        }
         shard.write(&engine.inner, &key, hash, value, meta, false)?;
         Ok(())
     }
