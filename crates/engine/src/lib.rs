@@ -509,9 +509,9 @@ impl Inner {
         self.clock.now_ms()
     }
 
-    /// A user key's hash: [`PART_BIT`] clear.
+    /// A user key's hash: [`PART_BIT`] clear (`hash_mask` never keeps it).
     pub(crate) fn hash(&self, key: &[u8]) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(key) & self.hash_mask & !PART_BIT
+        xxhash_rust::xxh3::xxh3_64(key) & self.hash_mask
     }
 
     /// The hash of a part whose key (its owner's key, then the part's number: `record`'s
@@ -523,6 +523,19 @@ impl Inner {
         const SHARD_BITS: u64 = !0xFFFF_FFFF;
         let own = xxhash_rust::xxh3::xxh3_64(part_key) & self.hash_mask & !SHARD_BITS;
         (owner_hash & SHARD_BITS) | own | PART_BIT
+    }
+
+    /// Makes `name` part `part`'s key of the owner `owner` (hash `owner_hash`) and returns
+    /// the part's hash: the name a lookup of the part takes, in a buffer kept across parts.
+    pub(crate) fn part_name(
+        &self,
+        owner: &[u8],
+        owner_hash: u64,
+        part: u32,
+        name: &mut Vec<u8>,
+    ) -> u64 {
+        record::set_part_key(name, owner, part);
+        self.part_hash(owner_hash, name)
     }
 
     /// The hash a record is indexed under: its key's, or for a part its part hash.

@@ -780,11 +780,13 @@ fn new_inner(parts: InnerParts<'_>) -> Inner {
         value_len_max,
         scrub: Mutex::new(crate::scrub::ScrubState::default()),
         validate_every_read: config.validate_every_read,
-        hash_mask: if config.hash_collisions_for_tests {
-            !(((1u64 << crate::index::HASH_BITS) - 1) & !0x3f)
-        } else {
-            u64::MAX
-        },
+        // A key's hash never has the part bit (`Inner::part_hash`).
+        hash_mask: !crate::PART_BIT
+            & if config.hash_collisions_for_tests {
+                !(((1u64 << crate::index::HASH_BITS) - 1) & !0x3f)
+            } else {
+                u64::MAX
+            },
         flash,
         flash_admission: flash_config.map_or(FlashAdmission::All, |f| f.admission),
         flash_write_bytes_per_sec_max: flash_config.map_or(0, |f| f.write_bytes_per_sec_max),

@@ -123,12 +123,11 @@ pub struct RecordMeta {
     pub parts: u32,
 }
 
-/// A part's key: its owner's key followed by the part's number.
-pub fn part_key(owner: &[u8], part: u32) -> Vec<u8> {
-    let mut key = Vec::with_capacity(owner.len() + PART_NUMBER_BYTES);
+/// Makes `key` part `part`'s key: its owner's key followed by the part's number.
+pub fn set_part_key(key: &mut Vec<u8>, owner: &[u8], part: u32) {
+    key.clear();
     key.extend_from_slice(owner);
     key.extend_from_slice(&part.to_le_bytes());
-    key
 }
 
 /// A part's key split into its owner's key and its number; the key must be a part's (longer
@@ -708,7 +707,8 @@ mod tests {
             kind: Kind::Part,
             ..RecordMeta::default()
         };
-        let key = part_key(b"owner", 7);
+        let mut key = Vec::new();
+        set_part_key(&mut key, b"owner", 7);
         assert_eq!(split_part_key(&key), (&b"owner"[..], 7));
         let bytes = encode(&key, b"chunk", part);
         let Scan::Record(view) = read(&bytes) else {

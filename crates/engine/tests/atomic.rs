@@ -9,32 +9,8 @@
 
 use strata_engine::*;
 
-struct TempPool(std::path::PathBuf);
-
-impl Drop for TempPool {
-    fn drop(&mut self) {
-        let path = self.0.display().to_string();
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(format!("{path}.sidecar"));
-        let _ = std::fs::remove_file(format!("{path}.txlog"));
-        for lane in 1..4 {
-            let _ = std::fs::remove_file(format!("{path}.txlog.{lane}"));
-        }
-        let _ = std::fs::remove_dir_all(format!("{path}.index"));
-    }
-}
-
-fn temp_pool(name: &str) -> TempPool {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm"
-    } else {
-        "/tmp"
-    };
-    TempPool(
-        std::path::PathBuf::from(dir)
-            .join(format!("strata-atomic-{}-{name}.pool", std::process::id())),
-    )
-}
+mod support;
+use support::temp_pool;
 
 fn config(
     path: &std::path::Path,

@@ -18,16 +18,8 @@ use std::path::{Path, PathBuf};
 
 use strata_engine::*;
 
-struct TempPool(PathBuf);
-
-impl Drop for TempPool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(sidecar(&self.0));
-        let _ = std::fs::remove_file(format!("{}.txlog", self.0.display()));
-        let _ = std::fs::remove_dir_all(index_dir(&self.0));
-    }
-}
+mod support;
+use support::temp_pool;
 
 fn sidecar(pool: &Path) -> PathBuf {
     PathBuf::from(format!("{}.sidecar", pool.display()))
@@ -35,15 +27,6 @@ fn sidecar(pool: &Path) -> PathBuf {
 
 fn index_dir(pool: &Path) -> PathBuf {
     PathBuf::from(format!("{}.index", pool.display()))
-}
-
-fn temp_pool(name: &str) -> TempPool {
-    let dir = if Path::new("/dev/shm").is_dir() {
-        "/dev/shm"
-    } else {
-        "/tmp"
-    };
-    TempPool(PathBuf::from(dir).join(format!("strata-damage-{}-{name}.pool", std::process::id())))
 }
 
 const KEYS: usize = 6000;

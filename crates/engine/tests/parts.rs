@@ -17,6 +17,9 @@ use strata_engine::*;
 use strata_pool::testing::{MemoryMedium, SimulatedPersistence};
 use strata_pool::Pool;
 
+mod support;
+use support::temp_pool;
+
 /// Most parts a family of these tests has: the absent check looks that far.
 const PARTS_MAX: u32 = 24;
 
@@ -295,28 +298,6 @@ fn an_expired_owner_takes_its_parts_along() {
     assert_eq!(read_family(&engine, &owner(100)), Some((100, 3)));
     assert_eq!(engine.len(), 1);
     engine.check_integrity().unwrap();
-}
-
-struct TempPool(std::path::PathBuf);
-impl Drop for TempPool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(format!("{}.sidecar", self.0.display()));
-        let _ = std::fs::remove_file(format!("{}.txlog", self.0.display()));
-        let _ = std::fs::remove_dir_all(format!("{}.index", self.0.display()));
-    }
-}
-
-fn temp_pool(name: &str) -> TempPool {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm"
-    } else {
-        "/tmp"
-    };
-    TempPool(
-        std::path::PathBuf::from(dir)
-            .join(format!("strata-parts-{}-{name}.pool", std::process::id())),
-    )
 }
 
 /// Families in a pool file come back whole after a clean close and after a crash (no close),

@@ -3,27 +3,8 @@
 
 use strata_engine::*;
 
-struct TempPool(std::path::PathBuf);
-impl Drop for TempPool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_file(format!("{}.sidecar", self.0.display()));
-        let _ = std::fs::remove_file(format!("{}.txlog", self.0.display()));
-        let _ = std::fs::remove_dir_all(index_dir(&self.0));
-    }
-}
-
-fn temp_pool(name: &str) -> TempPool {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm"
-    } else {
-        "/tmp"
-    };
-    TempPool(
-        std::path::PathBuf::from(dir)
-            .join(format!("strata-engine-{}-{name}.pool", std::process::id())),
-    )
-}
+mod support;
+use support::{temp_pool, TempPool};
 
 fn config(path: &std::path::Path) -> EngineConfig {
     EngineConfig {

@@ -151,10 +151,8 @@ impl Shard {
         }
         let freed = self.release_freed(inner, owned)?;
         // After the segment is durably free: a crash between leaves orphans, never an owner
-        // that lacks a part (see `parts`).
-        if reason != FreeReason::Flush {
-            self.drop_families(inner, reason)?;
-        }
+        // that lacks a part (see `parts`). A flush noted none: every segment goes.
+        self.drop_families(inner, reason)?;
         Ok(freed)
     }
 

@@ -77,22 +77,21 @@ impl Shard {
             let owner_hash = inner.hash(&drop.owner);
             let parts = match drop.parts {
                 Some(parts) => parts,
-                None => match self.lookup(inner, &drop.owner, owner_hash) {
-                    Some(found) if found.view.meta.parts > 0 => {
-                        let held = Held::of(found);
-                        self.kill_record(inner, held, None)?;
-                        self.remove_memory_slot(held.slot, index::hash24(owner_hash));
-                        let counter = match reason {
-                            FreeReason::Evict { .. } => &self.counters.evicted_items,
-                            _ => &self.counters.expired_items,
-                        };
-                        bump(counter, 1);
-                        self.persist_owner_gone(inner)?;
-                        held.parts
+                None => {
+                    match self.lookup(inner, &drop.owner, owner_hash) {
+                        Some(found) if found.view.meta.parts > 0 => {
+                            self.kill_item(inner, Held::of(found), &drop.owner, owner_hash)?;
+                            let counter = match reason {
+                                FreeReason::Evict { .. } => &self.counters.evicted_items,
+                                _ => &self.counters.expired_items,
+                            };
+                            bump(counter, 1);
+                        }
+                        // An orphan's owner: left to the cleaner (see the module docs).
+                        _ => {}
                     }
-                    // An orphan's owner: left to the cleaner (see the module docs).
-                    _ => 0,
-                },
+                    continue;
+                }
             };
             self.drop_parts(inner, &drop.owner, owner_hash, 0..parts, false)?;
         }
@@ -101,14 +100,26 @@ impl Shard {
         Ok(())
     }
 
-    /// Makes an owner's dead mark durable before its parts' marks are written: under deferred
-    /// persistence one commit could otherwise make a part's mark durable and not the owner's,
-    /// and a power cut then would leave an owner that lacks a part.
-    pub(super) fn persist_owner_gone(&mut self, inner: &Inner) -> Result<(), WriteError> {
+    /// Kills the held record of `key` (hash `hash`), unindexes it, and, for an owner, drops
+    /// every part it owns after its own dead mark is durable: under deferred persistence one
+    /// commit could otherwise make a part's mark durable and not the owner's, and a power cut
+    /// then would leave an owner that lacks a part. Counts nothing.
+    pub(super) fn kill_item(
+        &mut self,
+        inner: &Inner,
+        held: Held,
+        key: &[u8],
+        hash: u64,
+    ) -> Result<(), WriteError> {
+        self.kill_record(inner, held, None)?;
+        self.remove_memory_slot(held.slot, index::hash24(hash));
+        if held.parts == 0 {
+            return Ok(());
+        }
         if inner.track_dirty {
             self.persist_dirty(inner)?;
         }
-        Ok(())
+        self.drop_parts(inner, key, hash, 0..held.parts, false)
     }
 
     /// Drops the owner's parts numbered in `parts` that the index holds: at once (the owner is
@@ -122,12 +133,10 @@ impl Shard {
         parts: std::ops::Range<u32>,
         replaced: bool,
     ) -> Result<(), WriteError> {
-        let mut key = owner.to_vec();
+        let mut name = Vec::new();
         for part in parts {
-            key.truncate(owner.len());
-            key.extend_from_slice(&part.to_le_bytes());
-            let hash = inner.part_hash(owner_hash, &key);
-            if let Some(found) = self.lookup(inner, &key, hash) {
+            let hash = inner.part_name(owner, owner_hash, part, &mut name);
+            if let Some(found) = self.lookup(inner, &name, hash) {
                 let held = Held::of(found);
                 debug_assert!(held.part, "a part's name finds only parts");
                 if replaced {
@@ -173,21 +182,30 @@ impl Shard {
         owners: &[(Vec<u8>, u32)],
     ) -> Result<(), String> {
         for (owner, parts) in owners {
-            let owner_hash = inner.hash(owner);
-            for part in 0..*parts {
-                let key = record::part_key(owner, part);
-                if self
-                    .lookup(inner, &key, inner.part_hash(owner_hash, &key))
-                    .is_none()
-                {
-                    return Err(format!(
-                        "an owner of {parts} parts lacks part {part} (key {:?})",
-                        String::from_utf8_lossy(owner)
-                    ));
-                }
+            if let Some(part) = self.first_missing_part(inner, owner, inner.hash(owner), *parts) {
+                return Err(format!(
+                    "an owner of {parts} parts lacks part {part} (key {:?})",
+                    String::from_utf8_lossy(owner)
+                ));
             }
         }
         Ok(())
+    }
+
+    /// The first of parts `0..parts` of the owner `owner` (hash `owner_hash`) that the index
+    /// does not hold, if any.
+    fn first_missing_part(
+        &self,
+        inner: &Inner,
+        owner: &[u8],
+        owner_hash: u64,
+        parts: u32,
+    ) -> Option<u32> {
+        let mut name = Vec::new();
+        (0..parts).find(|&part| {
+            let hash = inner.part_name(owner, owner_hash, part, &mut name);
+            self.lookup(inner, &name, hash).is_none()
+        })
     }
 
     /// Segments this shard has evicted or expired since it was opened (see `Txn`'s parts).
@@ -205,13 +223,9 @@ impl Shard {
         let Some(found) = self.lookup(inner, owner, owner_hash) else {
             return true;
         };
-        let mut key = owner.to_vec();
-        (0..found.view.meta.parts).all(|part| {
-            key.truncate(owner.len());
-            key.extend_from_slice(&part.to_le_bytes());
-            let hash = inner.part_hash(owner_hash, &key);
-            self.lookup(inner, &key, hash).is_some()
-        })
+        let parts = found.view.meta.parts;
+        self.first_missing_part(inner, owner, owner_hash, parts)
+            .is_none()
     }
 
     /// Drops the owner under `owner` and every part it owns, counted as one evicted item
@@ -221,12 +235,9 @@ impl Shard {
         let Some(found) = self.lookup(inner, owner, owner_hash) else {
             return Ok(());
         };
-        let held = Held::of(found);
-        self.kill_record(inner, held, None)?;
-        self.remove_memory_slot(held.slot, index::hash24(owner_hash));
+        self.kill_item(inner, Held::of(found), owner, owner_hash)?;
         bump(&self.counters.evicted_items, 1);
-        self.persist_owner_gone(inner)?;
-        self.drop_parts(inner, owner, owner_hash, 0..held.parts, false)
+        Ok(())
     }
 
     /// Part records this shard indexes in memory (not keys: left out of the item counts).

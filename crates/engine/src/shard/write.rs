@@ -229,13 +229,7 @@ impl Shard {
             .meta
             .expires_at_ms
             .is_some_and(|at| at <= inner.now_ms());
-        let held = Held::of(found);
-        self.kill_record(inner, held, None)?;
-        self.remove_memory_slot(held.slot, index::hash24(hash));
-        if held.parts > 0 {
-            self.persist_owner_gone(inner)?;
-            self.drop_parts(inner, key, hash, 0..held.parts, false)?;
-        }
+        self.kill_item(inner, Held::of(found), key, hash)?;
         if expired {
             bump(&self.counters.expired_items, 1);
         }

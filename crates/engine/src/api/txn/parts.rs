@@ -17,7 +17,7 @@
 //! transactions (asserted here).
 
 use super::*;
-use crate::record::{self, RecordMeta};
+use crate::record::RecordMeta;
 use crate::Kind;
 
 impl Txn<'_> {
@@ -28,8 +28,9 @@ impl Txn<'_> {
         let shards = self.shards.borrow();
         let (owner_hash, position) = self.position(&shards, owner);
         let shard = shards[position].1.shard();
-        let key = record::part_key(owner, part);
-        let found = shard.lookup(inner, &key, inner.part_hash(owner_hash, &key))?;
+        let mut name = Vec::new();
+        let hash = inner.part_name(owner, owner_hash, part, &mut name);
+        let found = shard.lookup(inner, &name, hash)?;
         Some(f(found.view.value))
     }
 
@@ -42,16 +43,16 @@ impl Txn<'_> {
             "parts in a logged transaction: the log cannot hold them yet"
         );
         let engine = self.engine;
-        let key = record::part_key(owner, part);
         let meta = RecordMeta {
             kind: Kind::Part,
             ..RecordMeta::default()
         };
         check_key(owner)?;
-        engine.check_value(&key, value.len(), &meta)?;
         let mut shards = self.shards.borrow_mut();
         let (owner_hash, position) = self.position(&shards, owner);
-        let hash = engine.inner.part_hash(owner_hash, &key);
+        let mut key = Vec::new();
+        let hash = engine.inner.part_name(owner, owner_hash, part, &mut key);
+        engine.check_value(&key, value.len(), &meta)?;
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
         if !shard.building.iter().any(|building| building[..] == *owner) {
             shard.building.push(owner.to_vec());
