@@ -780,17 +780,45 @@ mod tests {
 
     #[test]
     fn every_bit_flip_is_detected() {
-        let bytes = encode(
-            b"some key",
-            b"some value!",
-            RecordMeta {
-                expires_at_ms: Some(9),
-                ..Default::default()
-            },
-        );
+        let mut part_name = Vec::new();
+        set_part_key(&mut part_name, b"some key", 3);
+        let records = [
+            encode(
+                b"some key",
+                b"some value!",
+                RecordMeta {
+                    expires_at_ms: Some(9),
+                    ..Default::default()
+                },
+            ),
+            // An owner (its part count in the wide header) and a part.
+            encode(
+                b"some key",
+                b"some value!",
+                RecordMeta {
+                    kind: Kind::Hash,
+                    parts: 4,
+                    ..Default::default()
+                },
+            ),
+            encode(
+                &part_name,
+                b"some value!",
+                RecordMeta {
+                    kind: Kind::Part,
+                    ..Default::default()
+                },
+            ),
+        ];
+        for bytes in records {
+            every_bit_flip_of_is_detected(&bytes);
+        }
+    }
+
+    fn every_bit_flip_of_is_detected(bytes: &[u8]) {
         for byte in 0..bytes.len() {
             for bit in 0..8 {
-                let mut bad = bytes.clone();
+                let mut bad = bytes.to_vec();
                 bad[byte] ^= 1 << bit;
                 if byte == 0 && matches!(bad[0] & STATE_MASK, STATE_DEAD | STATE_SUPERSEDED) {
                     continue; // a flip of the state nibble to dead or superseded is legal

@@ -133,8 +133,13 @@ pub(crate) fn recover(
     report.segments_recovered = owned.len() as u64;
     let in_use = owned.len();
     for (shard, _) in trusted.iter().enumerate().filter(|(_, &t)| t) {
-        report.items_recovered += inner.shards[shard].0.read().index.len() as u64;
+        let mut shard = inner.shards[shard].0.write();
+        report.items_recovered += shard.index.len() as u64;
         report.shards_from_index_files += 1;
+        if left.stores_lost_possible {
+            // A mapped index is not walked here: the scrub checks its families.
+            shard.suspect_families();
+        }
     }
     let mut by_shard: Vec<Vec<u32>> = vec![Vec::new(); inner.shards.len()];
     for segment in owned.iter().filter(|s| !trusted[s.fields.shard as usize]) {
@@ -246,6 +251,7 @@ fn index_shards_in_parallel(
                                 &mut partial,
                             );
                         }
+                        shard.drop_recovered_broken_families(inner);
                         if let Err(err) = shard.persist_recovery_marks(inner) {
                             // The engine now refuses writes (its promise is void): say why.
                             tracing::error!(

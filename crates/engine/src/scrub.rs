@@ -73,6 +73,9 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
             break;
         };
         let lock = &lock.0;
+        if lock.read().families_suspect() {
+            lock.write().drop_broken_families(inner);
+        }
         let segments = state
             .segments
             .get_or_insert_with(|| lock.read().unverified_segments());
@@ -80,7 +83,9 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
             let walked = lock.read().scrub_walk(inner, id, seq);
             if let Some(walked) = walked {
                 state.walked.insert(id, (seq, walked.live.0));
-                lock.write().scrub_settle(inner, id, seq, &walked);
+                let mut shard = lock.write();
+                shard.scrub_settle(inner, id, seq, &walked);
+                shard.drop_broken_families(inner);
             }
             return false;
         }
@@ -101,6 +106,7 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
                 for (slot, entry) in bad {
                     shard.drop_slot_if_damaged(inner, slot, entry);
                 }
+                shard.drop_broken_families(inner);
             }
             match next {
                 Some(next) => {
@@ -144,6 +150,7 @@ pub(crate) fn repair(inner: &Inner) -> u64 {
         for (h24, location) in found {
             dropped += u64::from(shard.drop_if_damaged(inner, h24, location));
         }
+        shard.drop_broken_families(inner);
     }
     dropped
 }

@@ -127,6 +127,10 @@ pub(crate) struct Shard {
     /// Owners whose families a transaction holding the shard is writing: their new parts are
     /// not orphans yet (see `parts`).
     pub(crate) building: Vec<Vec<u8>>,
+    /// Owners recovery indexed, for the check that each owns all its parts (see `parts`).
+    recovered_owners: Vec<Vec<u8>>,
+    /// Damage was found since the families were last checked (see `parts`).
+    families_suspect: bool,
     pub(crate) live_bytes: u64,
     /// Ranges written since the last commit: `(segment id, start, end)`.
     dirty: Vec<(u32, u32, u32)>,
@@ -430,6 +434,8 @@ impl Shard {
             survivor_slots: Vec::new(),
             family_drops: Vec::new(),
             building: Vec::new(),
+            recovered_owners: Vec::new(),
+            families_suspect: false,
             live_bytes: 0,
             dirty: Vec::new(),
             pending_dead: Vec::new(),

@@ -21,6 +21,12 @@
 //!   write was acknowledged; a power cut under deferred durability may keep some of a family's
 //!   writes since the last commit and not others, until the transaction log keeps parts (see
 //!   `Txn`'s parts).
+//! - No reader is served an owner that lacks a part: recovery checks every owner it indexed
+//!   (`drop_recovered_broken_families`), and after damage is found (a damaged record may have
+//!   been a part) or a mapped index was adopted after a power loss, the next scrub step or
+//!   repair walks the shard for owners (`drop_broken_families`); an owner that lacks a part is
+//!   dropped with its parts, counted as a damaged item. Between the finding and that step a
+//!   read of the missing part answers `None`, never other bytes.
 //! - A part a transaction writes before its owner (`Txn::write_owner` comes last) is not an
 //!   orphan while the transaction holds the shard (`Shard::building`): the cleaner, which a
 //!   write of the same transaction may run, moves it.
@@ -238,6 +244,72 @@ impl Shard {
         self.kill_item(inner, Held::of(found), owner, owner_hash)?;
         bump(&self.counters.evicted_items, 1);
         Ok(())
+    }
+
+    /// After recovery indexed this shard's records: drops each recovered owner that lacks a
+    /// part (damage, or a power cut that kept a family's owner and not all of its new parts),
+    /// counted as a damaged item, so no reader is served half an item.
+    pub(crate) fn drop_recovered_broken_families(&mut self, inner: &Inner) {
+        let owners = std::mem::take(&mut self.recovered_owners);
+        self.drop_owners_lacking_parts(inner, &owners);
+    }
+
+    /// Asks for [`Shard::drop_broken_families`]'s check (a power cut before a mapped index
+    /// was adopted unwalked).
+    pub(crate) fn suspect_families(&mut self) {
+        self.families_suspect = true;
+    }
+
+    /// Whether [`Shard::drop_broken_families`] has a check to make.
+    pub(crate) fn families_suspect(&self) -> bool {
+        self.families_suspect
+    }
+
+    /// After damage was found in this shard since the last check (a damaged record may have
+    /// been a part): walks its segments for owners and drops each that lacks a part. A no-op
+    /// otherwise; its cost, a walk of the shard, is paid only after damage.
+    pub(crate) fn drop_broken_families(&mut self, inner: &Inner) {
+        if !std::mem::take(&mut self.families_suspect) {
+            return;
+        }
+        let mut owners = Vec::new();
+        for owned in self.segments.iter().flatten() {
+            for step in record::walk(owned.log()) {
+                if let record::Step::Record { view, .. } = step {
+                    if view.live && view.meta.parts > 0 {
+                        owners.push(view.key.to_vec());
+                    }
+                }
+            }
+        }
+        self.drop_owners_lacking_parts(inner, &owners);
+    }
+
+    /// Drops each of `owners` whose indexed record owns a part the index does not hold.
+    fn drop_owners_lacking_parts(&mut self, inner: &Inner, owners: &[Vec<u8>]) {
+        for owner in owners {
+            let hash = inner.hash(owner);
+            let Some(found) = self.lookup(inner, owner, hash) else {
+                continue;
+            };
+            let parts = found.view.meta.parts;
+            let Some(missing) = self.first_missing_part(inner, owner, hash, parts) else {
+                continue;
+            };
+            let location = found.entry.location;
+            // A failed persist latches the engine; what it did not mark, a later recovery does.
+            let _ = self.kill_item(inner, Held::of(found), owner, hash);
+            bump(&self.counters.damaged_items_dropped, 1);
+            let (id, offset) = inner.split_location(location);
+            tracing::warn!(
+                shard = self.id,
+                segment = id,
+                offset,
+                parts,
+                missing,
+                "an item that lacks a part was dropped"
+            );
+        }
     }
 
     /// Part records this shard indexes in memory (not keys: left out of the item counts).

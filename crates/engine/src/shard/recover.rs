@@ -178,12 +178,14 @@ impl Shard {
         };
         let (size, expires_at_ms) = (view.size_bytes, view.meta.expires_at_ms);
         let part = view.meta.kind == record::Kind::Part;
+        let owner = (view.meta.parts > 0).then(|| view.key.to_vec());
         let first = owned.live_items == 0;
         owned.live_items += 1;
         owned.live_bytes += size as u64;
         owned.live_parts += u32::from(part);
         owned.cover_expiry(expires_at_ms, first);
         self.live_bytes += size as u64;
+        self.recovered_owners.extend(owner);
     }
 
     /// Recovery: marks an uncounted expired record dead. Not persisted: the next recovery

@@ -104,6 +104,7 @@ impl Shard {
     /// segment): whether the damaged bytes were counted live cannot be read back.
     pub(super) fn dropped(&mut self, inner: &Inner, location: u64) {
         let (id, offset) = inner.split_location(location);
+        self.families_suspect = true; // The record may have been a part.
         bump(&self.counters.damaged_items_dropped, 1);
         crate::scrub::log_damage(self.id, id, offset, Damage::Location, "item dropped");
     }
@@ -203,6 +204,7 @@ impl Shard {
             (owned.live_items, owned.live_bytes) = (items, bytes);
             self.touch(id);
         }
+        self.families_suspect |= !walked.damage.is_empty();
         for &(offset, cause) in &walked.damage {
             self.counters.count_damage(cause);
             crate::scrub::log_damage(self.id, id, offset, cause, "found by the scrub");

@@ -11,9 +11,9 @@
 //! its family is whole, and if it is not, drops it — the item was evicted right after its
 //! write, as a cache may. A power cut in the middle of a family's writes (or under deferred
 //! durability, before the commit after them) may keep some of them and not others: parts
-//! rewritten in place beside an old owner, or a new owner without a new part. The transaction
-//! log, once it keeps parts' before-images and owners' part counts, puts the old family back
-//! whole; the server needs that before it writes families on a pool, and in logged
+//! rewritten in place beside an old owner, or a new owner without a new part (which recovery
+//! drops, with its family: `shard::parts`). The transaction log, once it keeps parts'
+//! before-images and owners' part counts, puts the old family back whole; the server needs that before it writes families on a pool, and in logged
 //! transactions (asserted here).
 
 use super::*;
