@@ -70,10 +70,6 @@ pub struct Txn<'e> {
     log: Option<Lane<'e>>,
     /// The log holds this transaction's before-images and has not been ended.
     logged: bool,
-    /// Segments each held shard had freed (evicted or expired) when the transaction began,
-    /// in the order of `shards`: a write that frees one may have dropped a family the
-    /// transaction is building (see `parts`).
-    freed_at_open: Vec<u64>,
 }
 
 impl Engine {
@@ -132,15 +128,11 @@ impl<'e> Txn<'e> {
     fn open(engine: &'e Engine, shards: Vec<(usize, Held<'e>)>, log: Option<Lane<'e>>) -> Txn<'e> {
         debug_assert!(shards.windows(2).all(|pair| pair[0].0 < pair[1].0));
         IN_TRANSACTION.with(|open| open.set(true));
-        let freed_at_open = (shards.iter())
-            .map(|(_, held)| held.shard().segments_freed())
-            .collect();
         Txn {
             engine,
             shards: RefCell::new(shards),
             log,
             logged: false,
-            freed_at_open,
         }
     }
 

@@ -124,9 +124,10 @@ pub(crate) struct Shard {
     survivor_slots: Vec<(u32, u64)>,
     /// Family members a segment being freed dropped (see `parts`).
     family_drops: Vec<parts::FamilyDrop>,
-    /// Owners whose families a transaction holding the shard is writing: their new parts are
-    /// not orphans yet (see `parts`).
-    pub(crate) building: Vec<Vec<u8>>,
+    /// Owners whose families a transaction holding the shard is writing, each with the
+    /// segments the shard had freed when it began: their new parts are not orphans yet, and a
+    /// segment freed since may have taken part of the family (see `parts`).
+    pub(crate) building: Vec<(Vec<u8>, u64)>,
     /// Owners recovery indexed, for the check that each owns all its parts (see `parts`).
     recovered_owners: Vec<Vec<u8>>,
     /// Damage was found since the families were last checked (see `parts`).

@@ -166,7 +166,11 @@ impl Shard {
     ) -> Result<(), WriteError> {
         for key in part_keys {
             let (owner, number) = record::split_part_key(key);
-            if self.building.iter().any(|building| building[..] == *owner) {
+            if self
+                .building
+                .iter()
+                .any(|(building, _)| building[..] == *owner)
+            {
                 continue; // Its owner is being written (by the transaction holding the shard).
             }
             let owner_hash = inner.hash(owner);
@@ -212,6 +216,27 @@ impl Shard {
             let hash = inner.part_name(owner, owner_hash, part, &mut name);
             self.lookup(inner, &name, hash).is_none()
         })
+    }
+
+    /// Notes that the transaction holding the shard began writing `owner`'s family (see
+    /// `Shard::building`).
+    pub(crate) fn begin_building(&mut self, owner: &[u8]) {
+        if !self
+            .building
+            .iter()
+            .any(|(building, _)| building[..] == *owner)
+        {
+            let freed = self.segments_freed();
+            self.building.push((owner.to_vec(), freed));
+        }
+    }
+
+    /// The segments this shard had freed when the holding transaction began writing `owner`'s
+    /// family: now, when it has written none of its parts.
+    pub(crate) fn freed_when_building_began(&self, owner: &[u8]) -> u64 {
+        (self.building.iter())
+            .find(|(building, _)| building[..] == *owner)
+            .map_or_else(|| self.segments_freed(), |&(_, freed)| freed)
     }
 
     /// Segments this shard has evicted or expired since it was opened (see `Txn`'s parts).

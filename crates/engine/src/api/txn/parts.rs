@@ -7,7 +7,7 @@
 //! sees it half written. A write that must make room may evict a segment, and with it a
 //! family the transaction is building (the family goes whole, but the parts written after it
 //! went would stay, and the owner written last would then own parts that are gone): so when a
-//! held shard freed any segment since the transaction began, the owner's write checks that
+//! held shard freed any segment since the family's first write, the owner's write checks that
 //! its family is whole, and if it is not, drops it — the item was evicted right after its
 //! write, as a cache may. A power cut in the middle of a family's writes (or under deferred
 //! durability, before the commit after them) may keep some of them and not others: parts
@@ -54,9 +54,7 @@ impl Txn<'_> {
         let hash = engine.inner.part_name(owner, owner_hash, part, &mut key);
         engine.check_value(&key, value.len(), &meta)?;
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
-        if !shard.building.iter().any(|building| building[..] == *owner) {
-            shard.building.push(owner.to_vec());
-        }
+        shard.begin_building(owner);
         shard.write(&engine.inner, &key, hash, value, meta, false)?;
         Ok(())
     }
@@ -82,8 +80,8 @@ impl Txn<'_> {
         let engine = self.engine;
         let mut shards = self.shards.borrow_mut();
         let (hash, position) = self.position(&shards, owner);
-        let freed_at_open = self.freed_at_open[position];
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        let freed_before = shard.freed_when_building_began(owner);
         let current = shard
             .lookup(&engine.inner, owner, hash)
             .map(|found| found.view.meta.expires_at_ms);
@@ -95,7 +93,7 @@ impl Txn<'_> {
         };
         engine.check_value(owner, value.len(), &meta)?;
         let cas = shard.write(&engine.inner, owner, hash, value, meta, false)?;
-        if shard.segments_freed() != freed_at_open && !shard.family_is_whole(&engine.inner, owner) {
+        if shard.segments_freed() != freed_before && !shard.family_is_whole(&engine.inner, owner) {
             shard.evict_family(&engine.inner, owner)?;
             return Ok(None);
         }
