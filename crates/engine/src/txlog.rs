@@ -13,17 +13,34 @@
 //! ```text
 //!  0          8         12       16        20         24              32      36     40
 //!  +----------+---------+--------+---------+----------+---------------+-------+------+------+
-//!  | STRATATX | version | state  | entries | zero     | body_len u64  | crc32c| zero | body |
-//!  |          | u32 = 1 | u32    | u32     | u32      |               | u32   | u32  |      |
+//!  | STRATATX | version | state  | entries | group    | body_len u64  | crc32c| zero | body |
+//!  |          | u32 = 2 | u32    | u32     | u32      |               | u32   | u32  |      |
 //!  +----------+---------+--------+---------+----------+---------------+-------+------+------+
 //!
-//!  entry: | key_len u32 | key | present u8 | (if present:) kind u8 | client_flags u32 |
-//!         | has_expiry u8 | expires_at_ms u64 | value_len u32 | value |
+//!  entry: | key_len u32 | key | state u8 | (if present:) kind u8 | client_flags u32 |
+//!         | parts u32 | has_expiry u8 | expires_at_ms u64 | value_len u32 | value |
+//!
+//!  then, from byte 40 + body_len, appended entries, each:
+//!         | entry_len u32 | group u32 | crc32c u32 | entry (as above) |
 //! ```
 //!
 //! All integers little-endian. `state` is 1 (active) or 2 (done); the checksum covers every
 //! byte from 0 to 36 except `state`, then the body, so marking the log done rewrites 4 bytes
-//! and keeps it valid.
+//! and keeps it valid. `parts` is the item's part count (an owner's; 0 for a record that is
+//! the whole item). An entry's `state` has bit 0 set when the key held an item (the rest
+//! of the entry follows only then) and bit 1 when the key is a part's (its owner's key and
+//! the part's number: `record`'s module docs) rather than an item's.
+//!
+//! An appended entry is the before-image of a key the group found it must write only once it
+//! ran (a part of a large item: which ones a write touches is known only once the owner is
+//! read), written, durably when the log is, before the group's first write to that key
+//! ([`TxLog::append`]). Its checksum covers its `entry_len`, `group` and entry; `group`
+//! numbers the log's groups (one more each time, from one more than the last the file held),
+//! so the entries a longer earlier group left past this one's are not read as its own. The
+//! appended entries end at the first that is torn, fails its checksum or names another group:
+//! a crash during an append came before the write it guards.
+//!
+//! Version 1 (before parts) is read too: no `parts` field, no appended entries, `group` zero.
 //!
 //! A pool has one log per transaction running at once ([`TxLogs`]): `<pool>.txlog`, then
 //! `<pool>.txlog.1`, `<pool>.txlog.2`, ..., each file made by the first group that uses its
@@ -40,19 +57,25 @@ use std::path::{Path, PathBuf};
 use crate::record::Kind;
 
 const MAGIC: [u8; 8] = *b"STRATATX";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The format before parts (see the module docs), still read.
+const VERSION_1: u32 = 1;
 const STATE_ACTIVE: u32 = 1;
 const STATE_DONE: u32 = 2;
 const STATE_OFFSET: u64 = 12;
 const HEADER_BYTES: usize = 40;
+/// Bytes before an appended entry's entry.
+const APPENDED_HEADER_BYTES: usize = 12;
 
 /// A key's state before a group of writes: its item, or `None` when absent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Image {
-    /// The key.
+    /// The key (a part's, its owner's key and the part's number, when `part`).
     pub key: Vec<u8>,
     /// The item, if the key held one.
     pub item: Option<ImageItem>,
+    /// Whether the key names a part of an item, not an item (see the module docs).
+    pub part: bool,
 }
 
 /// An item as a before-image keeps it (its CAS is not kept: a restored item gets a new one).
@@ -66,6 +89,8 @@ pub struct ImageItem {
     pub client_flags: u32,
     /// Absolute expiry, Unix ms.
     pub expires_at_ms: Option<u64>,
+    /// The parts it owned (0: the record was the whole item).
+    pub parts: u32,
 }
 
 /// `<pool>.txlog`, open.
@@ -79,6 +104,11 @@ pub(crate) struct TxLog {
     /// The log being built (its allocation kept from group to group).
     buffer: Vec<u8>,
     entries: u32,
+    /// The running group's number, or the last group's (see the module docs).
+    group: u32,
+    /// Where the next appended entry goes (the end of what [`TxLog::begin`] wrote and of the
+    /// entries appended since).
+    append_at: u64,
 }
 
 /// An item's fields as an entry takes them, borrowed.
@@ -87,6 +117,21 @@ pub(crate) struct ItemFields<'a> {
     pub(crate) kind: Kind,
     pub(crate) client_flags: u32,
     pub(crate) expires_at_ms: Option<u64>,
+    pub(crate) parts: u32,
+}
+
+impl<'a> ItemFields<'a> {
+    /// An image item's fields, borrowed.
+    #[cfg(test)]
+    pub(crate) fn of(item: &'a ImageItem) -> ItemFields<'a> {
+        ItemFields {
+            value: &item.value,
+            kind: item.kind,
+            client_flags: item.client_flags,
+            expires_at_ms: item.expires_at_ms,
+            parts: item.parts,
+        }
+    }
 }
 
 /// The log's path for the pool at `pool`.
@@ -202,13 +247,15 @@ impl TxLogs {
 }
 
 impl TxLog {
-    fn new(path: PathBuf, file: Option<File>, durable: bool) -> TxLog {
+    fn new(path: PathBuf, file: Option<File>, durable: bool, group: u32) -> TxLog {
         TxLog {
             file,
             path,
             durable,
             buffer: Vec::new(),
             entries: 0,
+            group,
+            append_at: HEADER_BYTES as u64,
         }
     }
 
@@ -229,7 +276,10 @@ impl TxLog {
             io::Read::read_to_end(&mut &*file, &mut bytes)?;
         }
         let pending = decode_active(&bytes);
-        Ok((TxLog::new(path, file, durable), pending))
+        let last_group = bytes
+            .get(20..24)
+            .map_or(0, |group| u32::from_le_bytes(group.try_into().expect("4")));
+        Ok((TxLog::new(path, file, durable, last_group), pending))
     }
 
     /// Starts building a group's log (then [`TxLog::push`] each key, then [`TxLog::begin`]).
@@ -237,11 +287,13 @@ impl TxLog {
         self.buffer.clear();
         self.buffer.resize(HEADER_BYTES, 0);
         self.entries = 0;
+        self.group = self.group.wrapping_add(1);
     }
 
-    /// Adds a key's before-image: its item's fields, or `None` when absent.
-    pub(crate) fn push(&mut self, key: &[u8], item: Option<ItemFields<'_>>) {
-        put_entry(&mut self.buffer, key, item);
+    /// Adds a key's before-image: its item's fields, or `None` when absent; `part`: the key
+    /// is a part's.
+    pub(crate) fn push(&mut self, key: &[u8], part: bool, item: Option<ItemFields<'_>>) {
+        put_entry(&mut self.buffer, key, part, item);
         self.entries += 1;
     }
 
@@ -251,13 +303,44 @@ impl TxLog {
     pub(crate) fn begin(&mut self) -> io::Result<()> {
         let body_len = self.buffer.len() - HEADER_BYTES;
         let (header, body) = self.buffer.split_at_mut(HEADER_BYTES);
-        write_header(header, self.entries, body_len, body);
+        write_header(header, self.entries, self.group, body_len, body);
         self.file()?;
         let file = self.file.as_ref().expect("opened above");
         file.write_all_at(&self.buffer, 0)?;
         if self.durable {
             file.sync_data()?;
         }
+        self.append_at = self.buffer.len() as u64;
+        Ok(())
+    }
+
+    /// Appends a key's before-image to the running group (see the module docs), durably when
+    /// the log is: the caller writes the key only after this returns.
+    pub(crate) fn append(
+        &mut self,
+        key: &[u8],
+        part: bool,
+        item: Option<ItemFields<'_>>,
+    ) -> io::Result<()> {
+        debug_assert!(self.append_at >= HEADER_BYTES as u64, "after begin");
+        let start = self.buffer.len();
+        self.buffer.resize(start + APPENDED_HEADER_BYTES, 0);
+        put_entry(&mut self.buffer, key, part, item);
+        let entry_len = (self.buffer.len() - start - APPENDED_HEADER_BYTES) as u32;
+        let appended = &mut self.buffer[start..];
+        appended[..4].copy_from_slice(&entry_len.to_le_bytes());
+        appended[4..8].copy_from_slice(&self.group.to_le_bytes());
+        let crc = appended_checksum(appended);
+        appended[8..12].copy_from_slice(&crc.to_le_bytes());
+        let at = self.append_at;
+        let durable = self.durable;
+        self.file()?;
+        let file = self.file.as_ref().expect("opened above");
+        file.write_all_at(&self.buffer[start..], at)?;
+        if durable {
+            file.sync_data()?;
+        }
+        self.append_at = self.buffer.len() as u64;
         Ok(())
     }
 
@@ -303,30 +386,38 @@ impl TxLog {
     }
 }
 
+/// An entry's `state` bit: the key held an item.
+const STATE_PRESENT: u8 = 1;
+/// An entry's `state` bit: the key is a part's.
+const STATE_PART: u8 = 2;
+
 /// Appends one entry (see the module docs).
-fn put_entry(body: &mut Vec<u8>, key: &[u8], item: Option<ItemFields<'_>>) {
+fn put_entry(body: &mut Vec<u8>, key: &[u8], part: bool, item: Option<ItemFields<'_>>) {
     put_u32(body, key.len() as u32);
     body.extend_from_slice(key);
+    let part_bit = if part { STATE_PART } else { 0 };
     let Some(item) = item else {
-        body.push(0);
+        body.push(part_bit);
         return;
     };
-    body.push(1);
+    body.push(STATE_PRESENT | part_bit);
     body.push(item.kind.code());
     put_u32(body, item.client_flags);
+    put_u32(body, item.parts);
     body.push(u8::from(item.expires_at_ms.is_some()));
     body.extend_from_slice(&item.expires_at_ms.unwrap_or(0).to_le_bytes());
     put_u32(body, item.value.len() as u32);
     body.extend_from_slice(item.value);
 }
 
-/// Fills the 40-byte `header` of an active log of `entries` entries whose body is `body`.
-fn write_header(header: &mut [u8], entries: u32, body_len: usize, body: &[u8]) {
+/// Fills the 40-byte `header` of group `group`'s active log of `entries` entries whose body
+/// is `body`.
+fn write_header(header: &mut [u8], entries: u32, group: u32, body_len: usize, body: &[u8]) {
     header[..8].copy_from_slice(&MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
     header[12..16].copy_from_slice(&STATE_ACTIVE.to_le_bytes());
     header[16..20].copy_from_slice(&entries.to_le_bytes());
-    header[20..24].fill(0);
+    header[20..24].copy_from_slice(&group.to_le_bytes());
     header[24..32].copy_from_slice(&(body_len as u64).to_le_bytes());
     let crc = checksum(header, body);
     header[32..36].copy_from_slice(&crc.to_le_bytes());
@@ -338,17 +429,16 @@ fn write_header(header: &mut [u8], entries: u32, body_len: usize, body: &[u8]) {
 fn encode(images: &[Image]) -> Vec<u8> {
     let mut out = vec![0; HEADER_BYTES];
     for image in images {
-        let item = image.item.as_ref().map(|item| ItemFields {
-            value: &item.value,
-            kind: item.kind,
-            client_flags: item.client_flags,
-            expires_at_ms: item.expires_at_ms,
-        });
-        put_entry(&mut out, &image.key, item);
+        put_entry(
+            &mut out,
+            &image.key,
+            image.part,
+            image.item.as_ref().map(ItemFields::of),
+        );
     }
     let body_len = out.len() - HEADER_BYTES;
     let (header, body) = out.split_at_mut(HEADER_BYTES);
-    write_header(header, images.len() as u32, body_len, body);
+    write_header(header, images.len() as u32, 1, body_len, body);
     out
 }
 
@@ -363,34 +453,82 @@ fn checksum(header: &[u8], body: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, body)
 }
 
-/// The before-images of an active, valid log; `None` for an empty, done, torn or foreign one.
+/// The checksum of an appended entry (`appended`: its 12-byte header, then the entry), its
+/// own checksum field left out.
+fn appended_checksum(appended: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&appended[..8]), &appended[12..])
+}
+
+/// The before-images of an active, valid log, appended ones last; `None` for an empty, done,
+/// torn or foreign one.
 fn decode_active(bytes: &[u8]) -> Option<Vec<Image>> {
     let header = bytes.get(..HEADER_BYTES)?;
     let u32_at = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4"));
+    let version = u32_at(8);
     if header[..8] != MAGIC
-        || u32_at(8) != VERSION
+        || !(version == VERSION || version == VERSION_1)
         || u32_at(12) != STATE_ACTIVE
-        || u32_at(20) != 0
+        || (version == VERSION_1 && u32_at(20) != 0)
         || u32_at(36) != 0
     {
         return None;
     }
     let body_len = usize::try_from(u64::from_le_bytes(header[24..32].try_into().ok()?)).ok()?;
-    let body = bytes.get(HEADER_BYTES..HEADER_BYTES.checked_add(body_len)?)?;
+    let body_end = HEADER_BYTES.checked_add(body_len)?;
+    let body = bytes.get(HEADER_BYTES..body_end)?;
     if checksum(header, body) != u32_at(32) {
         return None;
     }
     let entries = u32_at(16) as usize;
-    let mut reader = Reader { bytes: body, at: 0 };
-    let images = (0..entries)
+    let mut reader = Reader {
+        bytes: body,
+        at: 0,
+        version,
+    };
+    let mut images = (0..entries)
         .map(|_| reader.image())
         .collect::<Option<Vec<Image>>>()?;
-    (reader.at == body.len()).then_some(images)
+    if reader.at != body.len() {
+        return None;
+    }
+    if version == VERSION {
+        images.extend(appended_images(&bytes[body_end..], u32_at(20)));
+    }
+    Some(images)
+}
+
+/// The appended entries of group `group` at the start of `bytes` (see the module docs).
+fn appended_images(mut bytes: &[u8], group: u32) -> Vec<Image> {
+    let mut images = Vec::new();
+    while let Some(head) = bytes.get(..APPENDED_HEADER_BYTES) {
+        let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
+        let Some(len) = APPENDED_HEADER_BYTES.checked_add(u32_at(0) as usize) else {
+            break;
+        };
+        let Some(appended) = bytes.get(..len) else {
+            break;
+        };
+        if u32_at(4) != group || appended_checksum(appended) != u32_at(8) {
+            break;
+        }
+        let mut reader = Reader {
+            bytes: &appended[APPENDED_HEADER_BYTES..],
+            at: 0,
+            version: VERSION,
+        };
+        match reader.image() {
+            Some(image) if reader.at == reader.bytes.len() => images.push(image),
+            _ => break,
+        }
+        bytes = &bytes[len..];
+    }
+    images
 }
 
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
+    version: u32,
 }
 
 impl Reader<'_> {
@@ -415,11 +553,21 @@ impl Reader<'_> {
     fn image(&mut self) -> Option<Image> {
         let key_len = self.u32()? as usize;
         let key = self.take(key_len)?.to_vec();
-        let item = match self.u8()? {
+        let state = self.u8()?;
+        let part = state & STATE_PART != 0;
+        if state & !(STATE_PRESENT | STATE_PART) != 0 || (part && self.version == VERSION_1) {
+            return None;
+        }
+        let item = match state & STATE_PRESENT {
             0 => None,
-            1 => {
+            _ => {
                 let kind = Kind::from_code(self.u8()?)?;
                 let client_flags = self.u32()?;
+                let parts = if self.version == VERSION_1 {
+                    0
+                } else {
+                    self.u32()?
+                };
                 let has_expiry = self.u8()?;
                 let expires_at = self.u64()?;
                 let value_len = self.u32()? as usize;
@@ -429,11 +577,11 @@ impl Reader<'_> {
                     kind,
                     client_flags,
                     expires_at_ms: (has_expiry == 1).then_some(expires_at),
+                    parts,
                 })
             }
-            _ => return None,
         };
-        Some(Image { key, item })
+        Some(Image { key, item, part })
     }
 }
 
@@ -446,6 +594,23 @@ mod tests {
             Image {
                 key: b"absent".to_vec(),
                 item: None,
+                part: false,
+            },
+            Image {
+                key: b"hash\0\0\0\0".to_vec(),
+                item: Some(ImageItem {
+                    value: vec![4, 5],
+                    kind: Kind::Part,
+                    client_flags: 0,
+                    expires_at_ms: None,
+                    parts: 0,
+                }),
+                part: true,
+            },
+            Image {
+                key: b"hash\x07\0\0\0".to_vec(),
+                item: None,
+                part: true,
             },
             Image {
                 key: b"hash".to_vec(),
@@ -454,7 +619,9 @@ mod tests {
                     kind: Kind::Hash,
                     client_flags: 7,
                     expires_at_ms: Some(1_800_000_000_000),
+                    parts: 3,
                 }),
+                part: false,
             },
             Image {
                 key: b"string".to_vec(),
@@ -463,7 +630,9 @@ mod tests {
                     kind: Kind::String,
                     client_flags: 0,
                     expires_at_ms: None,
+                    parts: 0,
                 }),
+                part: false,
             },
         ]
     }
@@ -501,18 +670,16 @@ mod tests {
         assert!(!path_for(&pool).exists(), "no file until a group runs");
         // A longer log first: the next one is written over it, not truncated.
         log.start();
-        log.push(&[b'x'; 500], None);
+        log.push(&[b'x'; 500], false, None);
         log.begin().unwrap();
         log.end().unwrap();
         log.start();
         for image in images() {
-            let item = image.item.as_ref().map(|item| ItemFields {
-                value: &item.value,
-                kind: item.kind,
-                client_flags: item.client_flags,
-                expires_at_ms: item.expires_at_ms,
-            });
-            log.push(&image.key, item);
+            log.push(
+                &image.key,
+                image.part,
+                image.item.as_ref().map(ItemFields::of),
+            );
         }
         log.begin().unwrap();
         drop(log);
@@ -528,6 +695,112 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Before-images appended after `begin` (a part's, found once the group ran) come back
+    /// after the body's, durably written one by one; a torn or damaged one ends them, and
+    /// the appended entries a longer earlier group left past a later group's are not read as
+    /// the later group's.
+    #[test]
+    fn appended_images_come_back_until_one_is_torn_or_another_groups() {
+        let dir = std::env::temp_dir().join(format!("strata-txappend-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pool = dir.join("pool");
+        let path = path_for(&pool);
+        let (mut log, _) = TxLog::open(path.clone(), false).unwrap();
+        let all = images();
+        log.start();
+        log.push(&all[0].key, false, None);
+        log.begin().unwrap();
+        for image in &all[1..] {
+            log.append(
+                &image.key,
+                image.part,
+                image.item.as_ref().map(ItemFields::of),
+            )
+            .unwrap();
+        }
+        assert_eq!(log.running_images(), Some(all.clone()));
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(decode_active(&bytes), Some(all.clone()));
+        // Torn anywhere in the appended entries: the whole ones before the cut come back.
+        let body_end = HEADER_BYTES + 4 + all[0].key.len() + 1; // The first image is absent.
+        let mut ends = vec![body_end];
+        for image in &all[1..] {
+            let mut entry = Vec::new();
+            put_entry(
+                &mut entry,
+                &image.key,
+                image.part,
+                image.item.as_ref().map(ItemFields::of),
+            );
+            ends.push(ends.last().unwrap() + APPENDED_HEADER_BYTES + entry.len());
+        }
+        assert_eq!(*ends.last().unwrap(), bytes.len());
+        for cut in body_end..bytes.len() {
+            let kept = ends.iter().filter(|&&end| end <= cut).count();
+            assert_eq!(
+                decode_active(&bytes[..cut]),
+                Some(all[..kept].to_vec()),
+                "cut at {cut}"
+            );
+        }
+        for at in body_end..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x08;
+            let kept = decode_active(&bad).expect("the body is whole").len();
+            assert!(
+                kept < all.len(),
+                "byte {at} flipped: the damaged entry is dropped"
+            );
+        }
+        // The next group is shorter: the last one's appended entries lie past its body.
+        log.end().unwrap();
+        log.start();
+        log.push(&all[0].key, false, None);
+        log.begin().unwrap();
+        drop(log);
+        let (_, pending) = TxLog::open(path.clone(), false).unwrap();
+        assert_eq!(
+            pending,
+            Some(all[..1].to_vec()),
+            "an earlier group's entries are not its"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A version-1 log (before parts) a crash left active is still undone.
+    #[test]
+    fn a_version_1_log_is_read() {
+        let mut entry = Vec::new();
+        put_u32(&mut entry, 1);
+        entry.extend_from_slice(b"k");
+        entry.push(1);
+        entry.push(Kind::String.code());
+        put_u32(&mut entry, 9);
+        entry.push(0);
+        entry.extend_from_slice(&0u64.to_le_bytes());
+        put_u32(&mut entry, 2);
+        entry.extend_from_slice(b"v1");
+        let mut bytes = vec![0; HEADER_BYTES];
+        bytes.extend_from_slice(&entry);
+        let (header, body) = bytes.split_at_mut(HEADER_BYTES);
+        write_header(header, 1, 0, entry.len(), body);
+        bytes[8..12].copy_from_slice(&VERSION_1.to_le_bytes());
+        let crc = checksum(&bytes[..HEADER_BYTES], &bytes[HEADER_BYTES..]);
+        bytes[32..36].copy_from_slice(&crc.to_le_bytes());
+        let expected = Image {
+            key: b"k".to_vec(),
+            item: Some(ImageItem {
+                value: b"v1".to_vec(),
+                kind: Kind::String,
+                client_flags: 9,
+                expires_at_ms: None,
+                parts: 0,
+            }),
+            part: false,
+        };
+        assert_eq!(decode_active(&bytes), Some(vec![expected]));
+    }
+
     /// A crash can leave a later lane's log without an earlier lane's file (a lane's file is
     /// made by its first group, and the third transaction may begin before the second): the
     /// open finds it all the same.
@@ -539,7 +812,7 @@ mod tests {
         let (logs, _) = TxLogs::open(&pool, false, false).unwrap();
         let (first, second, mut third) = (logs.take(), logs.take(), logs.take());
         third.start();
-        third.push(b"c", None);
+        third.push(b"c", false, None);
         third.begin().unwrap();
         assert!(!path_for_lane(&pool, 1).exists() && path_for_lane(&pool, 2).exists());
         drop((first, second, third));
@@ -560,7 +833,7 @@ mod tests {
         assert!(pending.is_empty());
         let write = |lane: &mut Lane<'_>, key: &[u8]| {
             lane.start();
-            lane.push(key, None);
+            lane.push(key, false, None);
             lane.begin().unwrap();
         };
         let mut first = logs.take();

@@ -10,7 +10,7 @@
 use strata_engine::*;
 
 mod support;
-use support::temp_pool;
+use support::{crash_copy, temp_pool};
 
 fn config(
     path: &std::path::Path,
@@ -53,30 +53,6 @@ fn set_hash(engine: &Engine, key: &[u8], bytes: &[u8]) {
             }
         })
         .unwrap();
-}
-
-/// Copies the pool at `from` and what lives beside it (its transaction log and index
-/// directory) to `to`: the image a `kill -9` at this moment leaves (a file pool's stores are
-/// in the page cache, which the copy reads).
-fn crash_copy(from: &std::path::Path, to: &std::path::Path) {
-    let with = |path: &std::path::Path, suffix: &str| format!("{}{suffix}", path.display());
-    std::fs::copy(from, to).unwrap();
-    let _ = std::fs::copy(with(from, ".txlog"), with(to, ".txlog"));
-    for lane in 1.. {
-        let log = format!(".txlog.{lane}");
-        if std::fs::copy(with(from, &log), with(to, &log)).is_err() {
-            break;
-        }
-    }
-    let index = std::path::PathBuf::from(with(from, ".index"));
-    if index.is_dir() {
-        let target = std::path::PathBuf::from(with(to, ".index"));
-        std::fs::create_dir_all(&target).unwrap();
-        for entry in std::fs::read_dir(&index).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), target.join(entry.file_name())).unwrap();
-        }
-    }
 }
 
 /// The group a crash interrupts: overwrites `a` (which had a TTL), creates `b`, deletes `c`,

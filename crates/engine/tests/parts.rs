@@ -18,7 +18,7 @@ use strata_pool::testing::{MemoryMedium, SimulatedPersistence};
 use strata_pool::Pool;
 
 mod support;
-use support::temp_pool;
+use support::{crash_copy, temp_pool};
 
 /// Most parts a family of these tests has: the absent check looks that far.
 const PARTS_MAX: u32 = 24;
@@ -588,4 +588,107 @@ fn a_flipped_byte_in_a_part_or_an_owner_drops_that_item_and_serves_no_half() {
         assert_eq!(read_family(&engine, &owner(5)), Some((500, 6)), "{case}");
         engine.check_integrity().unwrap();
     }
+}
+
+/// A logged transaction (EXEC on a pool) that rewrites one family larger, deletes another and
+/// makes a third, and then a crash (`kill -9`: the pool copied as it is) before it ends: the
+/// reopen puts both old families back whole, parts and all, and leaves nothing of the new one.
+/// The original, which went on and ended its transaction, holds every change, and the
+/// deleted family's parts are gone once the log said done.
+#[test]
+fn a_crash_inside_a_logged_transaction_puts_families_back_whole() {
+    for durability in [Durability::None, Durability::Sync] {
+        for placement in [IndexPlacement::Dram, IndexPlacement::Pool] {
+            let label = format!("{durability:?} {placement:?}");
+            let original = temp_pool(&format!("logged-{durability:?}-{placement:?}"));
+            let crashed = temp_pool(&format!("logged-{durability:?}-{placement:?}-crashed"));
+            let config = |path: &std::path::Path| EngineConfig {
+                memory_bytes: 8 << 20,
+                segment_size_bytes: 64 << 10,
+                pool: PoolLocation::File(path.to_path_buf()),
+                durability,
+                index_placement: placement,
+                ..EngineConfig::default()
+            };
+            let (grown, deleted, made) = (owner(1), owner(2), owner(3));
+            {
+                let engine = Engine::open(EngineConfig {
+                    fresh: true,
+                    ..config(&original.0)
+                })
+                .unwrap();
+                assert!(write_family(&engine, &grown, 5, 1, 500));
+                assert!(write_family(&engine, &deleted, 3, 1, 500));
+                engine.commit().unwrap();
+                let keys: [&[u8]; 3] = [&grown, &deleted, &made];
+                let txn = engine.transaction(&keys, &keys).unwrap();
+                for part in 0..7 {
+                    txn.write_part(&grown, part, &part_value(&grown, part, 2, 400))
+                        .unwrap();
+                }
+                txn.write_owner(&grown, &owner_value(2), Kind::Hash, Expiry::Never, 7)
+                    .unwrap();
+                txn.delete(&deleted, None).unwrap();
+                for part in 0..2 {
+                    txn.write_part(&made, part, &part_value(&made, part, 2, 400))
+                        .unwrap();
+                }
+                txn.write_owner(&made, &owner_value(2), Kind::Hash, Expiry::Never, 2)
+                    .unwrap();
+                crash_copy(&original.0, &crashed.0);
+                txn.finish().unwrap();
+                assert_eq!(read_family(&engine, &grown), Some((2, 7)), "{label}");
+                assert_eq!(read_family(&engine, &deleted), None, "{label}");
+                assert_eq!(read_family(&engine, &made), Some((2, 2)), "{label}");
+                engine.check_integrity().unwrap();
+            }
+            let engine = Engine::open(config(&crashed.0)).unwrap();
+            let report = engine.recovery_report();
+            assert_eq!(report.transaction_keys_restored, 3 + 7 + 2, "{label}");
+            assert_eq!(read_family(&engine, &grown), Some((1, 5)), "{label}");
+            assert_eq!(read_family(&engine, &deleted), Some((1, 3)), "{label}");
+            assert_eq!(read_family(&engine, &made), None, "{label}");
+            engine.check_integrity().unwrap();
+            drop(engine);
+            let engine = Engine::open(config(&original.0)).unwrap();
+            assert_eq!(engine.recovery_report().transaction_keys_restored, 0);
+            assert_eq!(read_family(&engine, &grown), Some((2, 7)), "{label}");
+            assert_eq!(read_family(&engine, &deleted), None, "{label}");
+        }
+    }
+}
+
+/// An atomic group (an EXEC that runs alone) whose single-key writes delete a family: its
+/// log took the family's parts up front, so a crash inside it puts the family back whole.
+#[test]
+fn a_crash_inside_an_atomic_group_puts_a_deleted_family_back_whole() {
+    let original = temp_pool("atomic-family");
+    let crashed = temp_pool("atomic-family-crashed");
+    let config = |path: &std::path::Path| EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        pool: PoolLocation::File(path.to_path_buf()),
+        durability: Durability::Sync,
+        ..EngineConfig::default()
+    };
+    let family = owner(7);
+    {
+        let engine = Engine::open(EngineConfig {
+            fresh: true,
+            ..config(&original.0)
+        })
+        .unwrap();
+        assert!(write_family(&engine, &family, 4, 1, 500));
+        engine
+            .atomically(&[&family], || {
+                engine.delete(&family, None).unwrap();
+                crash_copy(&original.0, &crashed.0);
+            })
+            .unwrap();
+        assert_eq!(read_family(&engine, &family), None);
+    }
+    let engine = Engine::open(config(&crashed.0)).unwrap();
+    assert_eq!(engine.recovery_report().transaction_keys_restored, 5);
+    assert_eq!(read_family(&engine, &family), Some((1, 4)));
+    engine.check_integrity().unwrap();
 }

@@ -1,8 +1,9 @@
 //! Groups of writes that a crash leaves all done or all undone (see `txlog`).
 
 use super::*;
+use crate::record::Kind;
 use crate::txlog::{Image, ItemFields, TxLog};
-use crate::Door;
+use crate::{Door, Txn};
 
 impl Engine {
     /// Runs `f`, whose writes touch only `keys`, so that a crash leaves all of them or none:
@@ -24,7 +25,19 @@ impl Engine {
         };
         let mut log = logs.take();
         self.inner.check_writable()?;
-        write_before_images(&mut log, self, keys)?;
+        // The group's writes go through single-key operations, which no log follows: a large
+        // item's parts are logged whole, up front.
+        log.start();
+        for (key, parts) in push_before_images(&mut log, self, keys) {
+            for part in 0..parts {
+                let mut name = Vec::new();
+                let value = self.read_part_value(key, part, &mut name);
+                let fields = value.as_deref().map(ItemFields::part);
+                log.push(&name, true, fields);
+            }
+        }
+        log.begin()
+            .map_err(|error| log_error(log.path(), "write", &error))?;
         let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
             Ok(result) => result,
             Err(panic) => {
@@ -50,50 +63,112 @@ impl Engine {
     /// Puts back the before-images of a group a crash interrupted, and commits them. Returns
     /// how many keys it restored.
     pub(crate) fn restore_images(&self, images: &[Image]) -> Result<u64, WriteError> {
-        for image in images.iter().rev() {
-            match &image.item {
-                None => {
-                    self.delete(&image.key, None)?;
-                }
-                Some(item) => {
-                    let options = StoreOptions {
-                        client_flags: item.client_flags,
-                        expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
-                        condition: Condition::Always,
-                        kind: item.kind,
-                    };
-                    self.store(&image.key, &item.value, options)?;
-                }
-            }
-        }
+        let owners: Vec<&[u8]> = images.iter().map(Image::item_key).collect();
+        let txn = self.transaction(&owners, &[])?;
+        restore_into(&txn, images)?;
+        txn.finish()?;
         self.commit()?;
         Ok(images.len() as u64)
     }
+
+    /// The value of part `part` of `owner`, its name left in `name` (an atomic group's log).
+    fn read_part_value(&self, owner: &[u8], part: u32, name: &mut Vec<u8>) -> Option<Vec<u8>> {
+        let inner = &self.inner;
+        let owner_hash = inner.hash(owner);
+        let hash = inner.part_name(owner, owner_hash, part, name);
+        let shard = inner.shards[inner.shard_of(owner_hash)].0.read();
+        let found = shard.lookup(inner, name, hash)?;
+        Some(found.view.value.to_vec())
+    }
 }
 
-/// Writes the before-images of `keys`, as `door` reads them, as the log's running group.
-pub(super) fn write_before_images(
+impl Image {
+    /// The key of the item this image is of: its own, or a part's owner's.
+    pub(crate) fn item_key(&self) -> &[u8] {
+        if self.part {
+            crate::record::split_part_key(&self.key).0
+        } else {
+            &self.key
+        }
+    }
+}
+
+impl<'a> ItemFields<'a> {
+    /// A part's fields (it has no flags, expiry or parts of its own).
+    pub(crate) fn part(value: &'a [u8]) -> ItemFields<'a> {
+        ItemFields {
+            value,
+            kind: Kind::Part,
+            client_flags: 0,
+            expires_at_ms: None,
+            parts: 0,
+        }
+    }
+}
+
+/// Puts `images` back through `txn`, which holds every key they name (a part's through its
+/// owner's), last first: a part as it was (or gone, where the group made it), an owner with
+/// the part count it had (dropping the parts past it), any other item as it was.
+pub(super) fn restore_into(txn: &Txn<'_>, images: &[Image]) -> Result<(), WriteError> {
+    for image in images.iter().rev() {
+        match (&image.item, image.part) {
+            (None, false) => {
+                Door::delete(txn, &image.key, None)?;
+            }
+            (None, true) => {
+                let (owner, part) = crate::record::split_part_key(&image.key);
+                txn.delete_part(owner, part)?;
+            }
+            (Some(item), true) => {
+                let (owner, part) = crate::record::split_part_key(&image.key);
+                txn.write_part(owner, part, &item.value)?;
+            }
+            (Some(item), false) => {
+                let expiry = item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs);
+                if item.parts > 0 {
+                    txn.write_owner(&image.key, &item.value, item.kind, expiry, item.parts)?;
+                    continue;
+                }
+                let options = StoreOptions {
+                    client_flags: item.client_flags,
+                    expiry,
+                    condition: Condition::Always,
+                    kind: item.kind,
+                };
+                Door::store(txn, &image.key, &item.value, options)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adds the before-images of `keys`, as `door` reads them, to the log's group being built;
+/// returns the keys that own parts, with their part counts.
+pub(super) fn push_before_images<'k>(
     log: &mut TxLog,
     door: &impl Door,
-    keys: &[&[u8]],
-) -> Result<(), WriteError> {
-    log.start();
-    for key in keys {
+    keys: &[&'k [u8]],
+) -> Vec<(&'k [u8], u32)> {
+    let mut owners = Vec::new();
+    for &key in keys {
         let pushed = door.peek(key, |item| {
             let fields = ItemFields {
                 value: item.value,
                 kind: item.kind,
                 client_flags: item.client_flags,
                 expires_at_ms: item.expires_at_ms,
+                parts: item.parts,
             };
-            log.push(key, Some(fields));
+            log.push(key, false, Some(fields));
+            item.parts
         });
-        if pushed.is_none() {
-            log.push(key, None);
+        match pushed {
+            None => log.push(key, false, None),
+            Some(0) => {}
+            Some(parts) => owners.push((key, parts)),
         }
     }
-    log.begin()
-        .map_err(|error| log_error(log.path(), "write", &error))
+    owners
 }
 
 pub(super) fn log_error(path: &std::path::Path, op: &str, error: &std::io::Error) -> WriteError {

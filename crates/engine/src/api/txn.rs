@@ -21,8 +21,8 @@ mod parts;
 
 use super::*;
 use crate::shard::ShardChange;
-use crate::txlog::{Image, Lane};
-use crate::{Door, Observed};
+use crate::txlog::Lane;
+use crate::Observed;
 
 thread_local! {
     /// Whether this thread holds an open transaction.
@@ -67,9 +67,12 @@ pub struct Txn<'e> {
     /// The held shards, by shard index, ascending (the order they were locked in).
     shards: RefCell<Vec<(usize, Held<'e>)>>,
     /// The transaction log, held for the transaction's life when it logs before-images.
-    log: Option<Lane<'e>>,
+    log: RefCell<Option<Lane<'e>>>,
     /// The log holds this transaction's before-images and has not been ended.
     logged: bool,
+    /// The parts whose before-images the log holds (appended as the transaction first
+    /// writes each: `parts`).
+    logged_parts: RefCell<std::collections::HashSet<Vec<u8>>>,
 }
 
 impl Engine {
@@ -89,10 +92,17 @@ impl Engine {
         let all = keys.iter().chain(logged);
         let shards = self.lock_shards(all, |lock| Held::Write(lock.write_for_transaction()));
         let mut txn = Txn::open(self, shards, log);
-        if let Some(mut log) = txn.log.take() {
-            super::atomic::write_before_images(&mut log, &txn, logged)?;
-            txn.log = Some(log);
+        if let Some(mut log) = txn.log.get_mut().take() {
+            log.start();
+            // An owner's parts are logged as the transaction first writes each (`parts`).
+            super::atomic::push_before_images(&mut log, &txn, logged);
+            log.begin()
+                .map_err(|error| super::atomic::log_error(log.path(), "write", &error))?;
+            *txn.log.get_mut() = Some(log);
             txn.logged = true;
+            for (_, held) in txn.shards.get_mut().iter_mut() {
+                held.shard_mut().defer_part_drops = true;
+            }
         }
         Ok(txn)
     }
@@ -131,8 +141,9 @@ impl<'e> Txn<'e> {
         Txn {
             engine,
             shards: RefCell::new(shards),
-            log,
+            log: RefCell::new(log),
             logged: false,
+            logged_parts: RefCell::default(),
         }
     }
 
@@ -304,9 +315,13 @@ impl<'e> Txn<'e> {
         }
         let inner: &Inner = &self.engine.inner;
         if panicking {
-            let images = self.log.as_ref().and_then(|log| log.running_images());
+            let images = self
+                .log
+                .get_mut()
+                .as_ref()
+                .and_then(|log| log.running_images());
             if let Some(images) = images {
-                if self.restore(&images).is_err() {
+                if super::atomic::restore_into(self, &images).is_err() {
                     return Ok(()); // The log stays running: the next open restores them.
                 }
             }
@@ -314,6 +329,7 @@ impl<'e> Txn<'e> {
         commit_held(inner, &mut self.shards.borrow_mut())?;
         let log = self
             .log
+            .get_mut()
             .as_mut()
             .expect("a logged transaction holds the log");
         if let Err(error) = log.end() {
@@ -323,26 +339,9 @@ impl<'e> Txn<'e> {
             }
             return Err(error);
         }
-        Ok(())
-    }
-
-    /// Puts `images` back, last first.
-    fn restore(&self, images: &[Image]) -> Result<(), WriteError> {
-        for image in images.iter().rev() {
-            match &image.item {
-                None => {
-                    Door::delete(self, &image.key, None)?;
-                }
-                Some(item) => {
-                    let options = StoreOptions {
-                        client_flags: item.client_flags,
-                        expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
-                        condition: Condition::Always,
-                        kind: item.kind,
-                    };
-                    Door::store(self, &image.key, &item.value, options)?;
-                }
-            }
+        // Done: the parts its writes dropped can go (a crash now leaves orphans at most).
+        for (_, held) in self.shards.get_mut().iter_mut() {
+            ShardChange::begin(held.shard_mut()).drop_deferred_parts(inner)?;
         }
         Ok(())
     }
@@ -355,6 +354,7 @@ impl Drop for Txn<'_> {
         for (_, held) in self.shards.get_mut().iter_mut() {
             if let Held::Write(shard) = held {
                 shard.building.clear();
+                shard.defer_part_drops = false;
             }
         }
         IN_TRANSACTION.with(|open| open.set(false));

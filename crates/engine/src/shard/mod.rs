@@ -128,6 +128,12 @@ pub(crate) struct Shard {
     /// segments the shard had freed when it began: their new parts are not orphans yet, and a
     /// segment freed since may have taken part of the family (see `parts`).
     pub(crate) building: Vec<(Vec<u8>, u64)>,
+    /// A logged transaction holds the shard: the parts its writes drop stay until its log
+    /// says done (`deferred_parts`), so a crash before then can put their owners back whole
+    /// (see `parts`).
+    pub(crate) defer_part_drops: bool,
+    /// The keys of the parts dropped while `defer_part_drops`.
+    deferred_parts: Vec<Vec<u8>>,
     /// Owners recovery indexed, for the check that each owns all its parts (see `parts`).
     recovered_owners: Vec<Vec<u8>>,
     /// Damage was found since the families were last checked (see `parts`).
@@ -435,6 +441,8 @@ impl Shard {
             survivor_slots: Vec::new(),
             family_drops: Vec::new(),
             building: Vec::new(),
+            defer_part_drops: false,
+            deferred_parts: Vec::new(),
             recovered_owners: Vec::new(),
             families_suspect: false,
             live_bytes: 0,

@@ -19,8 +19,12 @@
 //!   owner durable; a crash between leaves orphans at most. *Writing* a family is whole
 //!   across a process crash (every store kept) and, under `sync`, across a power cut once the
 //!   write was acknowledged; a power cut under deferred durability may keep some of a family's
-//!   writes since the last commit and not others, until the transaction log keeps parts (see
-//!   `Txn`'s parts).
+//!   writes since the last commit and not others, unless a logged transaction wrote it (its
+//!   log keeps the parts' before-images: `Txn`'s parts).
+//! - While a logged transaction holds the shard (`defer_part_drops`), the parts its writes
+//!   replace or delete stay indexed until its log says done, so that a crash before then
+//!   can put their owners back whole; then those no owner owns go
+//!   (`drop_deferred_parts`).
 //! - No reader is served an owner that lacks a part: recovery checks every owner it indexed
 //!   (`drop_recovered_broken_families`), and after damage is found (a damaged record may have
 //!   been a part) or a mapped index was adopted after a power loss, the next scrub step or
@@ -142,6 +146,12 @@ impl Shard {
         let mut name = Vec::new();
         for part in parts {
             let hash = inner.part_name(owner, owner_hash, part, &mut name);
+            if self.defer_part_drops {
+                if self.lookup(inner, &name, hash).is_some() {
+                    self.deferred_parts.push(name.clone());
+                }
+                continue;
+            }
             if let Some(found) = self.lookup(inner, &name, hash) {
                 let held = Held::of(found);
                 debug_assert!(held.part, "a part's name finds only parts");
@@ -154,6 +164,31 @@ impl Shard {
             }
         }
         Ok(())
+    }
+
+    /// Drops part `part` of `owner` now, whatever holds the shard (a restore's undo of a part
+    /// a group made).
+    pub(crate) fn kill_part(
+        &mut self,
+        inner: &Inner,
+        owner: &[u8],
+        owner_hash: u64,
+        part: u32,
+    ) -> Result<(), WriteError> {
+        let deferring = std::mem::replace(&mut self.defer_part_drops, false);
+        let killed = self.drop_parts(inner, owner, owner_hash, part..part + 1, false);
+        self.defer_part_drops = deferring;
+        killed
+    }
+
+    /// Ends a logged transaction's hold (its log says done): the parts its writes dropped
+    /// (`defer_part_drops`) go now, those that are orphans by then (a part the transaction
+    /// wrote again, or an owner it put back, keeps).
+    pub(crate) fn drop_deferred_parts(&mut self, inner: &Inner) -> Result<(), WriteError> {
+        self.defer_part_drops = false;
+        self.building.clear();
+        let parts = std::mem::take(&mut self.deferred_parts);
+        self.drop_orphans(inner, &parts)
     }
 
     /// Drops the parts named (by their keys) that are orphans: their owner is not indexed,

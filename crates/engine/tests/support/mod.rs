@@ -28,3 +28,28 @@ pub fn temp_pool(name: &str) -> TempPool {
     };
     TempPool(PathBuf::from(dir).join(format!("strata-engine-{}-{name}.pool", std::process::id())))
 }
+
+/// Copies the pool at `from` and what lives beside it (its transaction log and index
+/// directory) to `to`: the image a `kill -9` at this moment leaves (a file pool's stores are
+/// in the page cache, which the copy reads).
+#[allow(dead_code, reason = "not every test binary crashes a pool")]
+pub fn crash_copy(from: &std::path::Path, to: &std::path::Path) {
+    let with = |path: &std::path::Path, suffix: &str| format!("{}{suffix}", path.display());
+    std::fs::copy(from, to).unwrap();
+    let _ = std::fs::copy(with(from, ".txlog"), with(to, ".txlog"));
+    for lane in 1.. {
+        let log = format!(".txlog.{lane}");
+        if std::fs::copy(with(from, &log), with(to, &log)).is_err() {
+            break;
+        }
+    }
+    let index = std::path::PathBuf::from(with(from, ".index"));
+    if index.is_dir() {
+        let target = std::path::PathBuf::from(with(to, ".index"));
+        std::fs::create_dir_all(&target).unwrap();
+        for entry in std::fs::read_dir(&index).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), target.join(entry.file_name())).unwrap();
+        }
+    }
+}

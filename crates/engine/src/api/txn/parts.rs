@@ -12,15 +12,53 @@
 //! write, as a cache may. A power cut in the middle of a family's writes (or under deferred
 //! durability, before the commit after them) may keep some of them and not others: parts
 //! rewritten in place beside an old owner, or a new owner without a new part (which recovery
-//! drops, with its family: `shard::parts`). The transaction log, once it keeps parts'
-//! before-images and owners' part counts, puts the old family back whole; the server needs that before it writes families on a pool, and in logged
-//! transactions (asserted here).
+//! drops, with its family: `shard::parts`). In a logged transaction the log keeps each part's
+//! before-image (appended the first time the transaction writes it, durably before the
+//! write) and each owner's part count, and the parts its writes drop stay until the log says
+//! done: a crash before then puts the old family back whole.
 
 use super::*;
 use crate::record::RecordMeta;
+use crate::txlog::ItemFields;
 use crate::Kind;
 
 impl Txn<'_> {
+    /// In a logged transaction, appends the before-image of part `part` of `owner` to the
+    /// log the first time the transaction writes it, durably before the write (`txlog`).
+    fn log_part(&self, owner: &[u8], part: u32) -> Result<(), WriteError> {
+        if !self.logged {
+            return Ok(());
+        }
+        let inner: &Inner = &self.engine.inner;
+        let shards = self.shards.borrow();
+        let (owner_hash, position) = self.position(&shards, owner);
+        let mut name = Vec::new();
+        let hash = inner.part_name(owner, owner_hash, part, &mut name);
+        if self.logged_parts.borrow().contains(&name) {
+            return Ok(());
+        }
+        let found = shards[position].1.shard().lookup(inner, &name, hash);
+        let fields = found
+            .as_ref()
+            .map(|found| ItemFields::part(found.view.value));
+        let mut log = self.log.borrow_mut();
+        let log = log.as_mut().expect("a logged transaction holds the log");
+        log.append(&name, true, fields)
+            .map_err(|error| super::atomic::log_error(log.path(), "append", &error))?;
+        self.logged_parts.borrow_mut().insert(name);
+        Ok(())
+    }
+
+    /// Drops part `part` of `owner` (a key the transaction holds) now: a restore's undo of a
+    /// part its group made. The owner must not own it by the time the transaction ends.
+    pub(crate) fn delete_part(&self, owner: &[u8], part: u32) -> Result<(), WriteError> {
+        let inner: &Inner = &self.engine.inner;
+        let mut shards = self.shards.borrow_mut();
+        let (owner_hash, position) = self.position(&shards, owner);
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        shard.kill_part(inner, owner, owner_hash, part)
+    }
+
     /// Reads part `part` of the owner `owner` (a key the transaction holds): `f` gets its
     /// value. `None` when the index holds no such part.
     pub fn read_part<R>(&self, owner: &[u8], part: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
@@ -38,10 +76,7 @@ impl Txn<'_> {
     /// part's earlier value. The owner must own it by the time the transaction ends
     /// ([`Txn::write_owner`]); a part it does not own is an orphan (module docs).
     pub fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError> {
-        assert!(
-            !self.logged,
-            "parts in a logged transaction: the log cannot hold them yet"
-        );
+        self.log_part(owner, part)?;
         let engine = self.engine;
         let meta = RecordMeta {
             kind: Kind::Part,
@@ -72,10 +107,6 @@ impl Txn<'_> {
         expiry: Expiry,
         parts: u32,
     ) -> Result<Option<u64>, WriteError> {
-        assert!(
-            !self.logged,
-            "parts in a logged transaction: the log cannot hold them yet"
-        );
         assert!(kind != Kind::Part, "an owner is an item");
         let engine = self.engine;
         let mut shards = self.shards.borrow_mut();
