@@ -41,9 +41,9 @@ mod ttl;
 mod txlog;
 
 pub use api::{
-    parse_u64, DeleteOutcome, Door, DynDoor, ExpirySample, ScanStep, Txn, PREFETCH_KEYS_MAX,
-    SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_FLASH_STEP, SCAN_BUCKETS_PER_STEP,
-    SCAN_FLASH_READS_PER_CALL_MAX,
+    parse_u64, DeleteOutcome, Door, DynDoor, ExpirySample, Families, ScanStep, Txn,
+    PREFETCH_KEYS_MAX, SCAN_BUCKETS_PER_CALL_MAX, SCAN_BUCKETS_PER_FLASH_STEP,
+    SCAN_BUCKETS_PER_STEP, SCAN_FLASH_READS_PER_CALL_MAX,
 };
 pub use check::{check_pool_file, PoolReport};
 pub use cleaning::CLEAN_AHEAD_SEGMENTS;

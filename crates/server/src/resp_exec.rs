@@ -64,6 +64,7 @@ mod connection;
 mod counters;
 mod debug;
 mod expire;
+mod hash_chunks;
 mod hash_expiry;
 mod hash_rewrite;
 mod hashes;
@@ -372,8 +373,32 @@ fn run_known(
         args,
         command,
         keys,
+        in_chunk: false,
+        wants_held: std::cell::Cell::new(false),
     };
     run(state, &call, out);
+}
+
+/// Runs a command that met a large hash again, on its chunks, with its key held
+/// (`hash_chunks`): by the transaction it runs in, or by one of its own.
+fn run_on_chunks(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    if call.keys.held() {
+        hash_chunks::run(state, call, out);
+        return;
+    }
+    let writes = call.command.flags.contains(&"write");
+    let keys = [call.arg(1)];
+    if writes && !call.ctx.exclusive.is_alone() {
+        // Logged: a command's writes to several chunks are all there after a crash or none.
+        held::run_held(call, &keys, true, out, |call, out| {
+            hash_chunks::run(state, call, out);
+        });
+    } else {
+        // A read, or a write inside an atomic group, whose log holds the hash already.
+        held::run_held_unlogged(call, &keys, writes, out, |call, out| {
+            hash_chunks::run(state, call, out);
+        });
+    }
 }
 
 /// Copies what other clients see of this one (`CLIENT LIST`) into its registry entry.
@@ -510,6 +535,10 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         });
     } else {
         (command.run)(state, call, out);
+    }
+    if call.wants_held.get() {
+        out.truncate(reply_start);
+        run_on_chunks(state, call, out);
     }
     // After it ran, as Redis does: an EXEC's line follows those of the commands it ran.
     if call.ctx.monitors.active() && !command.flags.contains(&"admin") {

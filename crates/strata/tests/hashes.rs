@@ -57,32 +57,55 @@ fn memcached_sees_a_hash_as_absent_and_may_replace_it() {
 }
 
 /// Fields of the test hash, and what request `i` (from 1) does.
-const FIELDS: u64 = 40;
-
-/// Request `i`: `HSET h n i f<i % FIELDS> i`, except every seventh, which deletes a field.
-fn request(key: &str, i: u64) -> Vec<u8> {
-    let field = format!("f{}", i % FIELDS);
-    if i.is_multiple_of(7) {
-        command(&["HDEL", key, &field])
-    } else {
-        let value = i.to_string();
-        command(&["HSET", key, "n", &value, &field, &value])
-    }
+/// The hashes a kill test writes: how many fields, and how long each value is at least (a
+/// large hash passes 8 KiB and is kept in chunks).
+#[derive(Clone, Copy)]
+struct Shape {
+    fields: u64,
+    value_len: usize,
 }
 
-/// The hash after requests `1..=k`.
-fn model(k: u64) -> BTreeMap<String, String> {
-    let mut hash = BTreeMap::new();
-    for i in 1..=k {
-        let field = format!("f{}", i % FIELDS);
+const SMALL: Shape = Shape {
+    fields: 40,
+    value_len: 0,
+};
+
+const LARGE: Shape = Shape {
+    fields: 600,
+    value_len: 30,
+};
+
+impl Shape {
+    fn value(self, i: u64) -> String {
+        format!("{i:0>width$}", width = self.value_len)
+    }
+
+    /// Request `i`: `HSET h n i f<i % fields> i`, except every seventh, which deletes a
+    /// field.
+    fn request(self, key: &str, i: u64) -> Vec<u8> {
+        let field = format!("f{}", i % self.fields);
         if i.is_multiple_of(7) {
-            hash.remove(&field);
+            command(&["HDEL", key, &field])
         } else {
-            hash.insert("n".to_owned(), i.to_string());
-            hash.insert(field, i.to_string());
+            let value = self.value(i);
+            command(&["HSET", key, "n", &value, &field, &value])
         }
     }
-    hash
+
+    /// The hash after requests `1..=k`.
+    fn model(self, k: u64) -> BTreeMap<String, String> {
+        let mut hash = BTreeMap::new();
+        for i in 1..=k {
+            let field = format!("f{}", i % self.fields);
+            if i.is_multiple_of(7) {
+                hash.remove(&field);
+            } else {
+                hash.insert("n".to_owned(), self.value(i));
+                hash.insert(field, self.value(i));
+            }
+        }
+        hash
+    }
 }
 
 /// Reads `HGETALL key` from the server at `addr`.
@@ -108,14 +131,21 @@ fn hgetall(addr: SocketAddr, key: &str) -> BTreeMap<String, String> {
 }
 
 /// One client pipelining its requests in batches, counting the answered ones, until `stop`.
-fn writer(addr: SocketAddr, key: String, answered: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+fn writer(
+    addr: SocketAddr,
+    (key, shape): (String, Shape),
+    answered: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) {
     let stream = TcpStream::connect(addr).expect("connect");
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     let mut next = answered.load(Ordering::SeqCst) + 1;
     let mut line = String::new();
     while !stop.load(Ordering::SeqCst) {
-        let batch: Vec<u8> = (next..next + 20).flat_map(|i| request(&key, i)).collect();
+        let batch: Vec<u8> = (next..next + 20)
+            .flat_map(|i| shape.request(&key, i))
+            .collect();
         if writer.write_all(&batch).is_err() {
             return;
         }
@@ -137,8 +167,21 @@ fn writer(addr: SocketAddr, key: String, answered: Arc<AtomicU64>, stop: Arc<Ato
 /// a torn, stale or mixed hash fails).
 #[test]
 fn hashes_survive_kill_9_whole() {
+    kill_9_rounds(SMALL, 8);
+}
+
+/// [`hashes_survive_kill_9_whole`] for hashes of 600 fields of 30-byte values (about 25 KiB:
+/// kept in chunks, split as they grow): after each `kill -9`, each is exactly a state its
+/// requests made, every chunk of it as that state left it.
+#[test]
+fn large_hashes_survive_kill_9_whole() {
+    kill_9_rounds(LARGE, 5);
+}
+
+/// `kill -9` under load, `rounds` times per durability level (see the tests above).
+fn kill_9_rounds(shape: Shape, rounds: u64) {
     for durability in ["none", "sync"] {
-        let pool = PoolFile::on_tmpfs(&format!("hashes-kill-{durability}"));
+        let pool = PoolFile::on_tmpfs(&format!("hashes-kill-{}-{durability}", shape.fields));
         let args = [
             "--pool",
             pool.path(),
@@ -151,13 +194,21 @@ fn hashes_survive_kill_9_whole() {
         ];
         let keys: Vec<String> = (0..4).map(|i| format!("hash-{i}")).collect();
         let answered: Vec<Arc<AtomicU64>> = keys.iter().map(|_| Arc::default()).collect();
-        for round in 0..8 {
+        for round in 0..rounds {
             let mut server = Server::start(&args);
             for (key, answered) in keys.iter().zip(&answered) {
                 let found = hgetall(server.resp, key);
                 let low = answered.load(Ordering::SeqCst);
-                let k = (low..low + 21).find(|&k| model(k) == found);
+                let k = (low..low + 21).find(|&k| shape.model(k) == found);
                 let Some(k) = k else {
+                    let want = shape.model(low);
+                    let missing: Vec<_> = want.keys().filter(|f| !found.contains_key(*f)).collect();
+                    let extra: Vec<_> = found.keys().filter(|f| !want.contains_key(*f)).collect();
+                    let differ: Vec<_> = want
+                        .iter()
+                        .filter(|(f, v)| found.get(*f).is_some_and(|g| g != *v))
+                        .collect();
+                    eprintln!("missing {missing:?} extra {extra:?} differ {differ:?}");
                     panic!("{durability} round {round}: {key} after {low} answered: {found:?}");
                 };
                 answered.store(k, Ordering::SeqCst);
@@ -170,7 +221,7 @@ fn hashes_survive_kill_9_whole() {
                     let (key, answered, stop) =
                         (key.clone(), Arc::clone(answered), Arc::clone(&stop));
                     let addr = server.resp;
-                    std::thread::spawn(move || writer(addr, key, answered, stop))
+                    std::thread::spawn(move || writer(addr, (key, shape), answered, stop))
                 })
                 .collect();
             let target = answered[0].load(Ordering::SeqCst) + 200 + round * 150;
@@ -186,4 +237,17 @@ fn hashes_survive_kill_9_whole() {
             }
         }
     }
+}
+
+/// Large hashes (kept in chunks past 8 KiB, splitting as they grow) through redis-py against
+/// a model: every field command, the whole-hash walks, HSCAN paging, HRANDFIELD, key expiry,
+/// MULTI/EXEC and WATCH, field expiry, RENAME refused, and the key gone with its last field.
+#[test]
+fn redis_py_large_hashes_work() {
+    let server = Server::start(&["--threads", "2"]);
+    harness::run_python(
+        "redis_py_large_hashes.py",
+        server.resp.port(),
+        "all large hashes checks passed",
+    );
 }

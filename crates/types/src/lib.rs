@@ -13,6 +13,7 @@
 //! values"); a change adds a version and keeps reading the older ones.
 
 pub mod hash;
+pub mod hash_chunks;
 
 /// Bytes that are not a valid encoding of the type they were read as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

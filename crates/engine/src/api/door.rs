@@ -40,6 +40,13 @@ pub trait Door {
     /// What `key`'s item costs in memory (see [`Engine::memory_usage`]).
     fn memory_usage(&self, key: &[u8]) -> Option<u64>;
 
+    /// The items of several records of the keys this door holds ([`Families`]): a
+    /// transaction's; `None` for keys taken one operation at a time, which cannot hold an
+    /// owner and its parts still between records.
+    fn families(&self) -> Option<&dyn Families> {
+        None
+    }
+
     /// Reads `key` as an access (see [`Engine::get`]).
     fn get<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         self.read(key, true, f)
@@ -204,6 +211,59 @@ impl Door for Txn<'_> {
     fn memory_usage(&self, key: &[u8]) -> Option<u64> {
         Txn::memory_usage(self, key)
     }
+
+    fn families(&self) -> Option<&dyn Families> {
+        Some(self)
+    }
+}
+
+/// An owner and its parts (an item of several records: `Txn`'s parts), reached through a
+/// transaction that holds the owner's key, as a trait object.
+pub trait Families {
+    /// [`Txn::read_part`]: `f` is called with the part's value when the index holds it;
+    /// returns whether it was.
+    fn read_part_dyn(&self, owner: &[u8], part: u32, f: &mut dyn FnMut(&[u8])) -> bool;
+
+    /// [`Txn::write_part`].
+    fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError>;
+
+    /// [`Txn::write_owner`].
+    fn write_owner(
+        &self,
+        owner: &[u8],
+        value: &[u8],
+        kind: Kind,
+        expiry: Expiry,
+        parts: u32,
+    ) -> Result<Option<u64>, WriteError>;
+
+    /// [`Txn::make_durable`].
+    fn make_durable(&self, owner: &[u8]) -> Result<(), WriteError>;
+}
+
+impl Families for Txn<'_> {
+    fn read_part_dyn(&self, owner: &[u8], part: u32, f: &mut dyn FnMut(&[u8])) -> bool {
+        self.read_part(owner, part, f).is_some()
+    }
+
+    fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError> {
+        Txn::write_part(self, owner, part, value)
+    }
+
+    fn write_owner(
+        &self,
+        owner: &[u8],
+        value: &[u8],
+        kind: Kind,
+        expiry: Expiry,
+        parts: u32,
+    ) -> Result<Option<u64>, WriteError> {
+        Txn::write_owner(self, owner, value, kind, expiry, parts)
+    }
+
+    fn make_durable(&self, owner: &[u8]) -> Result<(), WriteError> {
+        Txn::make_durable(self, owner)
+    }
 }
 
 /// [`Door`] as a trait object, its closures taken as `&mut dyn FnMut`: for a caller that
@@ -237,6 +297,9 @@ pub trait DynDoor {
 
     /// [`Door::memory_usage`].
     fn memory_usage_dyn(&self, key: &[u8]) -> Option<u64>;
+
+    /// [`Door::families`].
+    fn families_dyn(&self) -> Option<&dyn Families>;
 }
 
 impl<T: Door> DynDoor for T {
@@ -272,6 +335,10 @@ impl<T: Door> DynDoor for T {
 
     fn memory_usage_dyn(&self, key: &[u8]) -> Option<u64> {
         self.memory_usage(key)
+    }
+
+    fn families_dyn(&self) -> Option<&dyn Families> {
+        self.families()
     }
 }
 
@@ -316,5 +383,9 @@ impl Door for dyn DynDoor + '_ {
 
     fn memory_usage(&self, key: &[u8]) -> Option<u64> {
         self.memory_usage_dyn(key)
+    }
+
+    fn families(&self) -> Option<&dyn Families> {
+        self.families_dyn()
     }
 }

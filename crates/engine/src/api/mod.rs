@@ -18,7 +18,7 @@ mod read;
 mod txn;
 mod write;
 
-pub use door::{Door, DynDoor};
+pub use door::{Door, DynDoor, Families};
 pub use keyspace::*;
 pub use read::*;
 pub use txn::Txn;

@@ -20,6 +20,11 @@ pub(crate) struct Call<'a> {
     pub command: &'static table::Command,
     /// How it reaches its keys: one at a time, or held together (`held`).
     pub(super) keys: Keys<'a>,
+    /// It runs on one chunk of a large hash (`hash_chunks`), shown as the key's hash.
+    pub(super) in_chunk: bool,
+    /// It met an item it can only reach with its key held (a large hash): the driver runs
+    /// it again so ([`Call::want_held`]).
+    pub(super) wants_held: std::cell::Cell<bool>,
 }
 
 impl<'a> Call<'a> {
@@ -59,7 +64,16 @@ impl<'a> Call<'a> {
             args: self.args,
             command: self.command,
             keys,
+            in_chunk: self.in_chunk,
+            wants_held: std::cell::Cell::new(false),
         }
+    }
+
+    /// Asks the driver to run this command again with its key held by a transaction, its
+    /// reply so far dropped: it met a large hash (`hash_chunks`), whose chunks only a holder
+    /// of the key reaches.
+    pub fn want_held(&self) {
+        self.wants_held.set(true);
     }
 
     /// The data type this command's keys must hold (the table's `Command::kind`); panics for

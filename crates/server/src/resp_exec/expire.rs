@@ -9,6 +9,7 @@
 use strata_engine::{Change, Door, Expiry, ItemRef, Kind};
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64};
 use strata_types::hash::{record_expiry, set_key_expiry, Hash};
+use strata_types::hash_chunks::{is_chunked, Chunked};
 
 use super::{write_error, Call, State};
 
@@ -113,6 +114,7 @@ impl Conditions {
 /// encoding keeps (its record may expire earlier, with its last field: see `hashes.rs`).
 pub(crate) fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
     match item.kind {
+        Kind::Hash if is_chunked(item.value) => item.expires_at_ms,
         Kind::Hash => Hash::parse(item.value)
             .ok()
             .and_then(|hash| hash.key_expiry_ms()),
@@ -125,6 +127,19 @@ pub(crate) fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
 /// same CAS): a string's record expiry; a hash's, in its encoding, with the record expiring at
 /// the earlier of it and the last field's.
 fn with_key_expiry(item: &ItemRef<'_>, key_expiry: Option<u64>, buffer: &mut Vec<u8>) -> Change {
+    if item.kind == Kind::Hash && is_chunked(item.value) {
+        // A large hash: its owner keeps the key's expiry, and its record expires then.
+        if let Ok(owner) = Chunked::parse(item.value) {
+            owner.with_key_expiry(key_expiry).encode(buffer);
+        } else {
+            buffer.extend_from_slice(item.value);
+        }
+        return Change::Write {
+            client_flags: item.client_flags,
+            expiry: key_expiry.map_or(Expiry::Never, Expiry::AtMs),
+            keep_cas: true,
+        };
+    }
     buffer.extend_from_slice(item.value);
     let record = match (item.kind, Hash::parse(item.value)) {
         (Kind::Hash, Ok(hash)) => {

@@ -17,6 +17,7 @@
 use strata_engine::{Change, Door, Expiry, Kind, WriteError};
 use strata_protocol::resp::{encode, errors, glob_match, name_eq, parse_f64, parse_i64, Version};
 use strata_types::hash::{record_expiry, same_name, Builder, Field, Hash};
+use strata_types::hash_chunks::{is_chunked, CHUNKED_FROM_BYTES};
 
 use super::counters::format_human;
 use super::hash_rewrite::{remove_field, replace_found, rewrite_live, set_fields, Rewrite};
@@ -63,6 +64,10 @@ pub(crate) fn read_hash<R>(
     let found = call.keys().get(key, |item| {
         if item.kind != kind {
             out.extend_from_slice(errors::ERR_WRONGTYPE);
+            return Read::Refused;
+        }
+        if is_chunked(item.value) {
+            call.want_held(); // A large hash: the command runs on its chunks.
             return Read::Refused;
         }
         match open_hash(item.value, check) {
@@ -116,8 +121,16 @@ pub(crate) fn edit_hash(
 ) -> Result<bool, WriteError> {
     let now_ms = call.engine().now_ms();
     let mut decoded = true;
+    let mut large = false;
+    let mut outgrown: Option<(Vec<u8>, Option<u64>)> = None;
     debug_assert_eq!(call.kind(), Kind::Hash, "a hash command, by the table");
-    call.modify_typed(key, |current, buffer| {
+    let keys = call.keys();
+    let families = keys.families().filter(|_| !call.in_chunk);
+    let result = call.modify_typed(key, |current, buffer| {
+        if current.as_ref().is_some_and(|item| is_chunked(item.value)) {
+            large = true; // The command runs again, on the chunks.
+            return Change::Keep;
+        }
         let hash = match current.as_ref().map(|item| open_hash(item.value, check)) {
             None => None,
             Some(Ok(hash)) => Some(hash).filter(|hash| !hash.is_empty(now_ms)),
@@ -145,14 +158,32 @@ pub(crate) fn edit_hash(
                 Change::Keep
             };
         }
+        if buffer.len() > CHUNKED_FROM_BYTES && !call.in_chunk {
+            // Outgrown: made a large hash, by a holder of the key (rerun held if need be).
+            if families.is_some() {
+                outgrown = Some((std::mem::take(buffer), key_expiry));
+            } else {
+                large = true;
+            }
+            return Change::Keep;
+        }
         // The key goes with its last field, or at its own TTL if that comes first.
         let expiry = record_expiry(key_expiry, fields_gone);
         Change::WriteKind {
             kind: Kind::Hash,
             expiry: expiry.map_or(Expiry::Never, Expiry::AtMs),
         }
-    })
-    .map(|_| decoded)
+    });
+    if large {
+        call.want_held();
+        return Ok(true);
+    }
+    if let (Some((compact, key_expiry)), Some(families)) = (outgrown, families) {
+        result?;
+        super::hash_chunks::make_chunked(families, key, &compact, key_expiry)?;
+        return Ok(decoded);
+    }
+    result.map(|_| decoded)
 }
 
 /// The reply to a write that would take a hash past `--max-value-size`: strata keeps a hash in
@@ -582,6 +613,11 @@ pub(crate) fn hincrbyfloat(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         Ok(Err(refused)) => out.extend_from_slice(refused.reply()),
         Err(failed) => reply_edit_failed(out, &failed),
     }
+}
+
+/// The next number of the connection's generator (for the large hashes' HRANDFIELD).
+pub(crate) fn random_u64(state: &mut State) -> u64 {
+    next_random(state)
 }
 
 /// The next number of the connection's xorshift generator.

@@ -119,6 +119,13 @@ impl Door for Keys<'_> {
             Reach::Held(txn) => txn.memory_usage_dyn(key),
         }
     }
+
+    fn families(&self) -> Option<&dyn strata_engine::Families> {
+        match self.reach {
+            Reach::One(_) => None,
+            Reach::Held(txn) => txn.families_dyn(),
+        }
+    }
 }
 
 /// Runs `run` (which appends one reply to `out`) with `keys` held together: a transaction
@@ -156,4 +163,31 @@ pub(crate) fn run_held(
 /// keyspace, and its `EXEC` runs alone.
 pub(crate) fn runs_on_its_keys(command: &table::Command) -> bool {
     command.keys != (0, 0, 0) || matches!(command.group, "connection" | "transaction")
+}
+
+/// Runs `run` with `keys` held together without logging them: a read of a large hash, or a
+/// write of one inside an atomic group, whose log holds the hash already (`hash_chunks`).
+pub(crate) fn run_held_unlogged(
+    call: &Call<'_>,
+    keys: &[&[u8]],
+    writes: bool,
+    out: &mut Vec<u8>,
+    run: impl FnOnce(&Call<'_>, &mut Vec<u8>),
+) {
+    let engine = &call.ctx.engine;
+    let mark = out.len();
+    if !writes {
+        let together = engine.read_together(keys);
+        run(&call.with_keys(call.keys().held_by(&together)), out);
+        return;
+    }
+    let txn = match engine.transaction(keys, &[]) {
+        Ok(txn) => txn,
+        Err(error) => return write_error(out, &error),
+    };
+    run(&call.with_keys(call.keys().held_by(&txn)), out);
+    if let Err(error) = txn.finish() {
+        out.truncate(mark);
+        write_error(out, &error);
+    }
 }

@@ -109,17 +109,22 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let keys = call.keys();
-    let Some((value, client_flags, expires_at_ms, kind)) = keys.get(source, |item| {
+    let Some((value, client_flags, expires_at_ms, kind, parts)) = keys.get(source, |item| {
         (
             item.value.to_vec(),
             item.client_flags,
             item.expires_at_ms,
             item.kind,
+            item.parts,
         )
     }) else {
         encode::integer(out, 0);
         return;
     };
+    if parts > 0 {
+        out.extend_from_slice(ERR_LARGE_ITEM);
+        return;
+    }
     let options = StoreOptions {
         client_flags,
         expiry: expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
@@ -159,6 +164,7 @@ struct Copied {
     client_flags: u32,
     expiry: Expiry,
     kind: Kind,
+    parts: u32,
 }
 
 fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
@@ -167,17 +173,27 @@ fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
         client_flags: item.client_flags,
         expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
         kind: item.kind,
+        parts: item.parts,
     })
 }
 
+/// The reply to a COPY, RENAME or RENAMENX of an item of several records (a large hash):
+/// moving its parts is not built yet, and copying only its owner would lose them.
+const ERR_LARGE_ITEM: &[u8] = b"-ERR strata cannot yet COPY or RENAME a large hash \
+    (one of more than 8 KiB, kept in chunks)\r\n";
+
 /// Moves `source` to `target` (keeping its expiry); `Ok(false)` when `source` is missing.
 fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, WriteError> {
+    if call.keys().peek(source, |item| item.parts > 0) == Some(true) {
+        return Err(WriteError::WrongKind); // Answered by `move_error`.
+    }
     let Some(copied) = copy_out(call, source) else {
         return Ok(false);
     };
     if source == target {
         return Ok(true);
     }
+    debug_assert_eq!(copied.parts, 0, "callers refuse a large item first");
     let options = StoreOptions {
         client_flags: copied.client_flags,
         expiry: copied.expiry,
@@ -196,7 +212,16 @@ pub(crate) fn rename(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::ok(out);
         }
         Ok(false) => out.extend_from_slice(errors::ERR_NO_SUCH_KEY),
-        Err(error) => write_error(out, &error),
+        Err(error) => move_error(out, &error),
+    }
+}
+
+/// The reply to a refused move: a large item's (`move_key` says so with `WrongKind`, which
+/// no store of it can otherwise answer), or the engine's refusal.
+fn move_error(out: &mut Vec<u8>, error: &WriteError) {
+    match error {
+        WriteError::WrongKind => out.extend_from_slice(ERR_LARGE_ITEM),
+        error => write_error(out, error),
     }
 }
 
@@ -216,7 +241,7 @@ pub(crate) fn renamenx(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::integer(out, 1);
         }
         Ok(false) => out.extend_from_slice(errors::ERR_NO_SUCH_KEY),
-        Err(error) => write_error(out, &error),
+        Err(error) => move_error(out, &error),
     }
 }
 

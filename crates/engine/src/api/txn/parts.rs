@@ -49,6 +49,21 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// Makes the writes so far of the shard holding `owner` (a key the transaction holds)
+    /// durable now, as a delete's dead mark is, where the pool defers persistence: for a
+    /// family write whose records must reach the pool in an order (a part before the owner
+    /// that owns it). Nothing to do on a DRAM pool.
+    pub fn make_durable(&self, owner: &[u8]) -> Result<(), WriteError> {
+        let inner: &Inner = &self.engine.inner;
+        if !inner.track_dirty {
+            return Ok(());
+        }
+        let mut shards = self.shards.borrow_mut();
+        let (_, position) = self.position(&shards, owner);
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        shard.persist_dirty(inner)
+    }
+
     /// Drops part `part` of `owner` (a key the transaction holds) now: a restore's undo of a
     /// part its group made. The owner must not own it by the time the transaction ends.
     pub(crate) fn delete_part(&self, owner: &[u8], part: u32) -> Result<(), WriteError> {

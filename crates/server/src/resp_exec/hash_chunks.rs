@@ -1,0 +1,746 @@
+//! Large hashes: a hash whose compact encoding would pass a few KiB is kept as chunks
+//! (`strata_types::hash_chunks`: an owner record with the linear-hashing state, and parts in
+//! the compact encoding), so that a field's write rewrites one chunk, not the whole hash.
+//!
+//! The hash commands are written once, for the compact encoding (`hashes.rs`,
+//! `hash_expiry.rs`). On a large hash they run on its chunks: a command's fields are routed
+//! to their chunks, and the command runs on each chunk it touches with those fields only,
+//! through a [`ChunkDoor`] that shows the chunk as the key's hash; the replies are then
+//! joined (integers added, arrays and maps concatenated). Commands over every field (HLEN,
+//! HGETALL, HKEYS, HVALS, HSCAN, HRANDFIELD) walk the chunks. An owner and its parts share a
+//! shard, and a large hash is only reached with its key held by a transaction
+//! (`Engine::transaction`: the command reruns held when it meets one, [`Call::want_held`]), so
+//! nobody sees a chunk half written. A write runs in a logged transaction (on a pool), so a
+//! command that writes several chunks is all there after a crash or not at all.
+//!
+//! A chunk a write leaves past `CHUNK_SPLIT_BYTES` makes the hash split one chunk (linear
+//! hashing's next); its writes go new chunk, owner, old chunk, each durable before the next,
+//! so a crash between leaves a hash whose every field is found (see the types' module docs).
+//! A chunk emptied by a delete stays, as an empty part; the key goes when its last field
+//! does. The owner's record expires at the key's own expiry (EXPIRE); unlike a compact hash,
+//! a large hash whose fields all expired stays a key until then (reads find no field). Every
+//! command that writes a chunk writes the owner again after it (a few dozen bytes), so the
+//! hash's CAS changes with each write, as WATCH needs.
+
+use std::cell::Cell;
+
+use strata_engine::{Change, Door, Expiry, Families, ItemRef, Kind, Observed, WriteError};
+use strata_protocol::resp::{encode, name_eq, parse_command, parse_i64, Args, Limits, Version};
+use strata_types::hash::{set_key_expiry, Builder, Hash};
+use strata_types::hash_chunks::{chunk_bits, chunk_tag, is_chunked, Chunked, CHUNK_SPLIT_BYTES};
+
+use super::{table, write_error, Call, State};
+
+/// Reply for a large hash whose owner or a chunk does not decode.
+const ERR_DAMAGED: &[u8] = b"-ERR the stored hash is damaged (strata could not decode it)\r\n";
+
+/// One chunk of a large hash, shown to the compact hash commands as the key's hash.
+struct ChunkDoor<'a> {
+    families: &'a dyn Families,
+    owner: &'a [u8],
+    state: Chunked,
+    chunk: u32,
+    /// The chunk's length after this door's write (0: emptied), `None` before one.
+    written_len: Cell<Option<usize>>,
+}
+
+impl<'a> ChunkDoor<'a> {
+    fn new(families: &'a dyn Families, owner: &'a [u8], state: Chunked, chunk: u32) -> Self {
+        ChunkDoor {
+            families,
+            owner,
+            state,
+            chunk,
+            written_len: Cell::new(None),
+        }
+    }
+
+    /// The chunk's encoding, `None` when it holds no field. Fields a split a crash cut short
+    /// left behind (they route to another chunk now) are dropped from what is shown.
+    fn load(&self) -> Option<Vec<u8>> {
+        let mut bytes = Vec::new();
+        let found = self
+            .families
+            .read_part_dyn(self.owner, self.chunk, &mut |value| {
+                bytes.extend_from_slice(value);
+            });
+        if !found || bytes.is_empty() {
+            return None;
+        }
+        let Ok(hash) = Hash::open(&bytes) else {
+            return Some(bytes); // Damaged: the command's own checks answer it.
+        };
+        if !self
+            .state
+            .stale(self.chunk, chunk_bits(hash.key_expiry_ms()))
+        {
+            return Some(bytes);
+        }
+        let Ok(hash) = Hash::parse(&bytes) else {
+            return Some(bytes);
+        };
+        let mut kept = Vec::new();
+        let mut builder = Builder::new(&mut kept);
+        for field in hash.stored() {
+            if self.state.owns(self.chunk, field.name) {
+                builder.push(field);
+            }
+        }
+        (builder.finish(None) > 0).then_some(kept)
+    }
+}
+
+/// The item a chunk's bytes show the hash commands.
+fn chunk_item<'v>(key: &'v [u8], value: &'v [u8]) -> ItemRef<'v> {
+    ItemRef {
+        key,
+        value,
+        client_flags: 0,
+        cas: 0,
+        expires_at_ms: None,
+        kind: Kind::Hash,
+        parts: 0,
+        fetched: true,
+        reads: 0,
+        on_flash: false,
+    }
+}
+
+impl Door for ChunkDoor<'_> {
+    fn read<R>(&self, key: &[u8], _bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        debug_assert_eq!(key, self.owner, "a chunk is reached by its hash's key only");
+        self.load().map(|bytes| f(chunk_item(self.owner, &bytes)))
+    }
+
+    fn modify(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        debug_assert_eq!(key, self.owner, "a chunk is reached by its hash's key only");
+        let current = self.load();
+        let mut buffer = Vec::new();
+        let item = current
+            .as_deref()
+            .map(|bytes| chunk_item(self.owner, bytes));
+        match f(item, &mut buffer) {
+            Change::Keep | Change::Read => Ok(None),
+            Change::Delete => {
+                self.families.write_part(self.owner, self.chunk, &[])?;
+                self.written_len.set(Some(0));
+                Ok(Some(0))
+            }
+            Change::WriteKind { .. } | Change::Write { .. } | Change::WriteWithCas { .. } => {
+                set_key_expiry(&mut buffer, chunk_tag(self.state.bits_of(self.chunk)));
+                self.families.write_part(self.owner, self.chunk, &buffer)?;
+                self.written_len.set(Some(buffer.len()));
+                Ok(Some(0))
+            }
+        }
+    }
+
+    fn set(&self, _: &[u8], _: &[u8], _: u32, _: Expiry) -> Result<u64, WriteError> {
+        Err(WriteError::WrongKind) // No hash command writes a string.
+    }
+
+    fn contains(&self, _: &[u8]) -> bool {
+        self.load().is_some()
+    }
+
+    fn observe(&self, _: &[u8]) -> Observed {
+        Observed {
+            item: None,
+            expired: None,
+            removals: 0,
+        }
+    }
+
+    fn memory_usage(&self, _: &[u8]) -> Option<u64> {
+        None
+    }
+}
+
+/// The large hash at `key` as the call's keys hold it: its state, or `None` when the key
+/// holds no large hash (any more: it may have changed before the command reran held).
+fn owner_state(call: &Call<'_>, key: &[u8]) -> Option<Result<Chunked, ()>> {
+    call.keys()
+        .peek(key, |item| {
+            (item.kind == Kind::Hash && is_chunked(item.value))
+                .then(|| Chunked::parse(item.value).map_err(|_| ()))
+        })
+        .flatten()
+}
+
+/// Runs the hash command `call` on the large hash at its key, which the call holds (the
+/// command met the large hash and asked to run held). A key that holds no large hash by now
+/// runs the command as it is.
+pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let key = call.arg(1);
+    let keys = call.keys();
+    let Some(families) = keys.families() else {
+        encode::error(out, b"ERR a large hash was reached without its key held");
+        return;
+    };
+    let owner = match owner_state(call, key) {
+        None => return (call.command.run)(state, call, out),
+        Some(Err(())) => return out.extend_from_slice(ERR_DAMAGED),
+        Some(Ok(owner)) => owner,
+    };
+    let large = Large {
+        families,
+        key,
+        owner: Cell::new(owner),
+        oversized: Cell::new(0),
+        emptied: Cell::new(false),
+        changed: Cell::new(false),
+    };
+    let name = call.command.name;
+    let result = match name {
+        "hget" | "hexists" | "hstrlen" | "hsetnx" | "hincrby" | "hincrbyfloat" => {
+            large.on_field(state, call, out)
+        }
+        "hset" | "hmset" | "hdel" => large.by_chunk(state, call, out),
+        "hmget" => large.each_field(state, call, 2, out),
+        "hexpire" | "hpexpire" | "hexpireat" | "hpexpireat" | "httl" | "hpttl" | "hexpiretime"
+        | "hpexpiretime" | "hpersist" => match fields_at(call) {
+            Some(at) => large.each_field(state, call, at, out),
+            None => large.on_chunk_whole(state, call, 0, out), // Its own error reply.
+        },
+        "hlen" => large.len(call, out),
+        "hgetall" | "hkeys" | "hvals" => large.every_chunk(state, call, out),
+        "hscan" => large.scan(state, call, out),
+        "hrandfield" => large.random(state, call, out),
+        _ => {
+            let message = format!("ERR strata does not run {name} on a large hash yet");
+            encode::error(out, message.as_bytes());
+            Ok(())
+        }
+    };
+    let settled = result.and_then(|()| large.settle(call));
+    if let Err(error) = settled {
+        out.clear();
+        write_error(out, &error);
+    }
+}
+
+/// Where a field-expiry command's field list starts: the argument after `FIELDS numfields`,
+/// when the list is exactly what it says; `None` for a malformed one (the command's own
+/// parse answers it).
+fn fields_at(call: &Call<'_>) -> Option<usize> {
+    (2..call.len().min(6)).find_map(|at| {
+        let count = usize::try_from(parse_i64(call.args_from(at + 1).next()?)?).ok()?;
+        (name_eq(call.arg(at), b"fields") && at + 2 + count == call.len() && count > 0)
+            .then_some(at + 2)
+    })
+}
+
+/// A large hash a command is running on.
+struct Large<'a> {
+    families: &'a dyn Families,
+    key: &'a [u8],
+    owner: Cell<Chunked>,
+    /// Chunks the command's writes left past the split size.
+    oversized: Cell<u32>,
+    /// A write emptied a chunk: the key goes if that was its last field.
+    emptied: Cell<bool>,
+    /// A chunk was written: the owner is written again too, for a new CAS (what WATCH and
+    /// memcached's `gets` compare: a large hash changes as a whole).
+    changed: Cell<bool>,
+}
+
+impl Large<'_> {
+    /// Runs `argv` (a hash command on this hash's key) on chunk `chunk`, appending its reply.
+    fn on_chunk(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        chunk: u32,
+        argv: &[&[u8]],
+        out: &mut Vec<u8>,
+    ) {
+        let mut input = Vec::new();
+        encode::array_len(&mut input, argv.len());
+        for arg in argv {
+            encode::bulk(&mut input, arg);
+        }
+        let mut args = Args::new();
+        let parsed = parse_command(&input, &Limits::default(), &mut args);
+        debug_assert!(parsed.is_ok(), "a command built whole");
+        let Some(command) = table::lookup(argv[0]) else {
+            encode::error(out, b"ERR unknown hash command");
+            return;
+        };
+        let door = ChunkDoor::new(self.families, self.key, self.owner.get(), chunk);
+        let sub = Call {
+            ctx: call.ctx,
+            input: &input,
+            args: &args,
+            command,
+            keys: call.keys().held_by(&door),
+            in_chunk: true,
+            wants_held: Cell::new(false),
+        };
+        (command.run)(state, &sub, out);
+        self.changed
+            .set(self.changed.get() || door.written_len.get().is_some());
+        match door.written_len.get() {
+            Some(0) => self.emptied.set(true),
+            Some(len) if len > CHUNK_SPLIT_BYTES => self.oversized.set(self.oversized.get() + 1),
+            _ => {}
+        }
+    }
+
+    /// The command as it came, on chunk `chunk`.
+    fn on_chunk_whole(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        chunk: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let argv: Vec<&[u8]> = call.args_from(0).collect();
+        self.on_chunk(state, call, chunk, &argv, out);
+        Ok(())
+    }
+
+    /// A command on one field (argument 2): on that field's chunk.
+    fn on_field(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let chunk = self.owner.get().chunk_of(call.arg(2));
+        self.on_chunk_whole(state, call, chunk, out)
+    }
+
+    /// HSET, HMSET (field, value pairs) and HDEL (fields): each chunk's share on it, the
+    /// integer replies added (HMSET's `+OK` kept).
+    fn by_chunk(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let step = if call.command.name == "hdel" { 1 } else { 2 };
+        if !(call.len() - 2).is_multiple_of(step) {
+            return self.on_chunk_whole(state, call, 0, out); // Its own arity error.
+        }
+        let owner = self.owner.get();
+        let items: Vec<Vec<&[u8]>> = call
+            .args_from(2)
+            .collect::<Vec<_>>()
+            .chunks(step)
+            .map(<[&[u8]]>::to_vec)
+            .collect();
+        let mut groups: Vec<(u32, Vec<&[u8]>)> = Vec::new();
+        for item in &items {
+            let chunk = owner.chunk_of(item[0]);
+            let at = match groups.iter().position(|(c, _)| *c == chunk) {
+                Some(at) => at,
+                None => {
+                    groups.push((chunk, vec![call.arg(0), self.key]));
+                    groups.len() - 1
+                }
+            };
+            groups[at].1.extend_from_slice(item);
+        }
+        let mut total = 0i64;
+        for (chunk, argv) in &groups {
+            let mut reply = Vec::new();
+            self.on_chunk(state, call, *chunk, argv, &mut reply);
+            match reply.first() {
+                Some(b':') => total += parse_integer_reply(&reply),
+                Some(b'+') => {}
+                _ => {
+                    out.extend_from_slice(&reply);
+                    return Ok(());
+                }
+            }
+        }
+        if call.command.name == "hmset" {
+            encode::ok(out);
+        } else {
+            encode::integer(out, total);
+        }
+        Ok(())
+    }
+
+    /// HMGET and the field-expiry commands: each field from `first` on, on its own chunk,
+    /// one element each of one array.
+    fn each_field(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        first: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let owner = self.owner.get();
+        let fixed: Vec<&[u8]> = call.args_from(0).take(first).collect();
+        let counted = first > 2; // A field-expiry command: `FIELDS 1` before the field.
+        let mut elements = Vec::new();
+        let fields = call.len() - first;
+        for name in call.args_from(first) {
+            let mut argv = fixed.clone();
+            if counted {
+                argv[first - 1] = b"1";
+            }
+            argv.push(name);
+            let mut reply = Vec::new();
+            self.on_chunk(state, call, owner.chunk_of(name), &argv, &mut reply);
+            if reply.first() != Some(&b'*') {
+                out.extend_from_slice(&reply);
+                return Ok(());
+            }
+            elements.extend_from_slice(after_header(&reply));
+        }
+        encode::array_len(out, fields);
+        out.extend_from_slice(&elements);
+        Ok(())
+    }
+
+    /// The chunk's live field count, or `Err` for a damaged chunk.
+    fn chunk_len(&self, chunk: u32, now_ms: u64) -> Result<usize, ()> {
+        let door = ChunkDoor::new(self.families, self.key, self.owner.get(), chunk);
+        match door.load() {
+            None => Ok(0),
+            Some(bytes) => {
+                let hash = Hash::open(&bytes).map_err(|_| ())?;
+                if hash.has_expiring() {
+                    Ok(Hash::parse(&bytes).map_err(|_| ())?.len(now_ms))
+                } else {
+                    Ok(hash.len(now_ms))
+                }
+            }
+        }
+    }
+
+    /// HLEN: the chunks' counts added.
+    fn len(&self, call: &Call<'_>, out: &mut Vec<u8>) -> Result<(), WriteError> {
+        let now_ms = call.engine().now_ms();
+        let mut total = 0usize;
+        for chunk in 0..self.owner.get().chunks() {
+            match self.chunk_len(chunk, now_ms) {
+                Ok(len) => total += len,
+                Err(()) => {
+                    out.extend_from_slice(ERR_DAMAGED);
+                    return Ok(());
+                }
+            }
+        }
+        encode::integer(out, i64::try_from(total).unwrap_or(i64::MAX));
+        Ok(())
+    }
+
+    /// HGETALL, HKEYS, HVALS: the command on every chunk, the replies joined.
+    fn every_chunk(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let mut joined = Joined::default();
+        for chunk in 0..self.owner.get().chunks() {
+            let mut reply = Vec::new();
+            self.on_chunk_whole(state, call, chunk, &mut reply)?;
+            if !joined.add(&reply) {
+                out.extend_from_slice(&reply);
+                return Ok(());
+            }
+        }
+        joined.write(out);
+        Ok(())
+    }
+
+    /// HSCAN with a cursor that is a chunk number: whole chunks from it, until COUNT fields
+    /// (10 by default) are in the reply; the next cursor is the next chunk, 0 after the last.
+    /// A split moves fields only to a chunk numbered past every chunk there was, so a scan
+    /// misses no field that was there throughout (it may return one twice, as Redis may).
+    fn scan(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let Some(mut chunk) = std::str::from_utf8(call.arg(2))
+            .ok()
+            .and_then(|cursor| cursor.parse::<u32>().ok())
+        else {
+            return self.on_chunk_whole(state, call, 0, out); // Its own cursor error.
+        };
+        let count = (3..call.len())
+            .find(|&at| name_eq(call.arg(at), b"count"))
+            .and_then(|at| call.args_from(at + 1).next())
+            .and_then(parse_i64)
+            .map_or(10, |count| usize::try_from(count.max(1)).unwrap_or(10));
+        let mut argv: Vec<&[u8]> = call.args_from(0).collect();
+        argv[2] = b"0";
+        let mut joined = Joined::default();
+        while chunk < self.owner.get().chunks() && joined.elements < count {
+            let mut reply = Vec::new();
+            self.on_chunk(state, call, chunk, &argv, &mut reply);
+            let Some(fields) = scan_fields(&reply) else {
+                out.extend_from_slice(&reply);
+                return Ok(());
+            };
+            joined.add(fields);
+            chunk += 1;
+        }
+        let next = if chunk >= self.owner.get().chunks() {
+            0
+        } else {
+            chunk
+        };
+        encode::array_len(out, 2);
+        encode::bulk(out, next.to_string().as_bytes());
+        joined.write(out);
+        Ok(())
+    }
+
+    /// HRANDFIELD: without a count, a field of a random chunk that has one; with a negative
+    /// count, that many fields, each of a random chunk (repeats allowed); with a positive
+    /// one, distinct fields chunk after chunk from a random one (chunks hold distinct fields).
+    fn random(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WriteError> {
+        let chunks = self.owner.get().chunks();
+        let start = (super::hashes::random_u64(state) % u64::from(chunks)) as u32;
+        let now_ms = call.engine().now_ms();
+        let filled: Vec<u32> = (0..chunks)
+            .map(|at| (start + at) % chunks)
+            .filter(|&chunk| self.chunk_len(chunk, now_ms).is_ok_and(|len| len > 0))
+            .collect();
+        let Some(&first) = filled.first() else {
+            return self.on_chunk_whole(state, call, 0, out); // An empty hash's answer.
+        };
+        let count = (call.len() > 2).then(|| parse_i64(call.arg(2))).flatten();
+        let Some(count) = count.filter(|&count| count != 0) else {
+            return self.on_chunk_whole(state, call, first, out);
+        };
+        let argv: Vec<&[u8]> = call.args_from(0).collect();
+        let mut joined = Joined::default();
+        let with_values = argv.len() > 3 && state.version == Version::Resp2;
+        let per_field = if with_values { 2 } else { 1 };
+        let mut wanted = count.unsigned_abs();
+        let mut turn = 0;
+        while wanted > 0 && (count < 0 || turn < filled.len()) {
+            let chunk = if count < 0 {
+                filled[(super::hashes::random_u64(state) % filled.len() as u64) as usize]
+            } else {
+                filled[turn]
+            };
+            let ask = if count < 0 {
+                b"-1".to_vec()
+            } else {
+                wanted.to_string().into_bytes()
+            };
+            let mut asked = argv.clone();
+            asked[2] = &ask;
+            let mut reply = Vec::new();
+            self.on_chunk(state, call, chunk, &asked, &mut reply);
+            let before = joined.elements;
+            if !joined.add(&reply) {
+                out.extend_from_slice(&reply);
+                return Ok(());
+            }
+            let got = ((joined.elements - before) / per_field) as u64;
+            wanted = wanted.saturating_sub(got.max(u64::from(count < 0)));
+            turn += 1;
+        }
+        joined.write(out);
+        Ok(())
+    }
+
+    /// After the command's writes: the splits its oversized chunks call for, and the key's
+    /// removal when an emptied chunk was its last field.
+    fn settle(&self, call: &Call<'_>) -> Result<(), WriteError> {
+        if self.changed.get() {
+            let owner = self.owner.get();
+            let mut encoded = Vec::new();
+            owner.encode(&mut encoded);
+            let chunks = owner.chunks();
+            let written = (self.families).write_owner(
+                self.key,
+                &encoded,
+                Kind::Hash,
+                Expiry::Keep,
+                chunks,
+            )?;
+            if written.is_none() {
+                return Ok(()); // Evicted as it was written.
+            }
+        }
+        for _ in 0..self.oversized.get() {
+            self.split()?;
+        }
+        if self.emptied.get() {
+            let now_ms = call.engine().now_ms();
+            let chunks = self.owner.get().chunks();
+            let empty = (0..chunks).all(|chunk| self.chunk_len(chunk, now_ms) == Ok(0));
+            if empty {
+                call.keys().delete(self.key, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Splits the chunk at the split pointer (types' module docs): the new chunk, then the
+    /// owner, then the old chunk without the fields that left it, each durable before the
+    /// next.
+    fn split(&self) -> Result<(), WriteError> {
+        let owner = self.owner.get();
+        if !owner.can_split() {
+            return Ok(());
+        }
+        let (from, to, next) = owner.split_next();
+        let door = ChunkDoor::new(self.families, self.key, owner, from);
+        let bytes = door.load();
+        let hash = match bytes.as_deref().map(Hash::parse) {
+            Some(Err(_)) => return Ok(()), // Damaged: left as it is.
+            other => other.map(Result::unwrap),
+        };
+        let (mut stay, mut moved) = (Vec::new(), Vec::new());
+        {
+            let (mut stays, mut moves) = (Builder::new(&mut stay), Builder::new(&mut moved));
+            for field in hash.iter().flat_map(Hash::stored) {
+                if next.chunk_of(field.name) == to {
+                    moves.push(field);
+                } else {
+                    stays.push(field);
+                }
+            }
+            if stays.finish(chunk_tag(next.bits_of(from))) == 0 {
+                stay.clear();
+            }
+            if moves.finish(chunk_tag(next.bits_of(to))) == 0 {
+                moved.clear();
+            }
+        }
+        self.families.write_part(self.key, to, &moved)?;
+        self.families.make_durable(self.key)?;
+        let mut encoded = Vec::new();
+        next.encode(&mut encoded);
+        let kept = self.families.write_owner(
+            self.key,
+            &encoded,
+            Kind::Hash,
+            Expiry::Keep,
+            next.chunks(),
+        )?;
+        if kept.is_none() {
+            return Ok(()); // Evicted as it was written: the hash is gone.
+        }
+        self.families.make_durable(self.key)?;
+        self.families.write_part(self.key, from, &stay)?;
+        self.owner.set(next);
+        Ok(())
+    }
+}
+
+/// Makes a hash whose compact encoding `compact` outgrew the compact form chunked: its fields
+/// spread over the chunks, written and made durable first, then the owner (a crash between
+/// leaves the compact hash and orphans the cleaner drops).
+pub(crate) fn make_chunked(
+    families: &dyn Families,
+    key: &[u8],
+    compact: &[u8],
+    key_expiry_ms: Option<u64>,
+) -> Result<(), WriteError> {
+    use std::hash::BuildHasher;
+    let hash = Hash::parse(compact).map_err(|_| WriteError::WrongKind)?;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(key);
+    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed);
+    let mut chunks: Vec<Vec<strata_types::hash::Field<'_>>> =
+        vec![Vec::new(); owner.chunks() as usize];
+    for field in hash.stored() {
+        chunks[owner.chunk_of(field.name) as usize].push(field);
+    }
+    let mut bytes = Vec::new();
+    for (chunk, fields) in chunks.iter().enumerate() {
+        bytes.clear();
+        let mut builder = Builder::new(&mut bytes);
+        for field in fields {
+            builder.push(*field);
+        }
+        if builder.finish(chunk_tag(owner.bits_of(chunk as u32))) == 0 {
+            bytes.clear();
+        }
+        families.write_part(key, chunk as u32, &bytes)?;
+    }
+    families.make_durable(key)?;
+    let mut encoded = Vec::new();
+    owner.encode(&mut encoded);
+    let expiry = key_expiry_ms.map_or(Expiry::Never, Expiry::AtMs);
+    families.write_owner(key, &encoded, Kind::Hash, expiry, owner.chunks())?;
+    Ok(())
+}
+
+/// The integer of a `:n` reply.
+fn parse_integer_reply(reply: &[u8]) -> i64 {
+    let end = reply
+        .iter()
+        .position(|&b| b == b'\r')
+        .unwrap_or(reply.len());
+    parse_i64(&reply[1..end]).unwrap_or(0)
+}
+
+/// What follows an aggregate reply's header line.
+fn after_header(reply: &[u8]) -> &[u8] {
+    let end = reply
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(reply.len(), |at| at + 2);
+    &reply[end..]
+}
+
+/// An aggregate reply's header: its type byte and element count.
+fn header_of(reply: &[u8]) -> Option<(u8, usize)> {
+    let first = *reply.first()?;
+    if first != b'*' && first != b'%' {
+        return None;
+    }
+    let end = reply.windows(2).position(|w| w == b"\r\n")?;
+    let count = std::str::from_utf8(&reply[1..end]).ok()?.parse().ok()?;
+    Some((first, count))
+}
+
+/// The field array of an HSCAN reply (`*2`, the cursor's two lines, then the array).
+fn scan_fields(reply: &[u8]) -> Option<&[u8]> {
+    let (b'*', 2) = header_of(reply)? else {
+        return None;
+    };
+    let fields = after_header(after_header(after_header(reply)));
+    header_of(fields).map(|_| fields)
+}
+
+/// Aggregate replies of the chunks, joined into one.
+#[derive(Default)]
+struct Joined {
+    kind: Option<u8>,
+    elements: usize,
+    body: Vec<u8>,
+}
+
+impl Joined {
+    /// Adds a chunk's reply; `false` when it is not an aggregate (an error: the answer).
+    fn add(&mut self, reply: &[u8]) -> bool {
+        let Some((kind, count)) = header_of(reply) else {
+            return false;
+        };
+        self.kind.get_or_insert(kind);
+        self.elements += count;
+        self.body.extend_from_slice(after_header(reply));
+        true
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let kind = self.kind.unwrap_or(b'*');
+        out.push(kind);
+        out.extend_from_slice(self.elements.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&self.body);
+    }
+}

@@ -1,0 +1,120 @@
+"""Large hashes (kept in chunks past 8 KiB) through redis-py, against a dict model: random
+HSET/HMSET/HDEL/HINCRBY/HGET/HMGET/HEXISTS/HSTRLEN/HLEN on two hashes that grow through many
+splits, then HGETALL, HKEYS, HVALS, a whole HSCAN walk, HRANDFIELD, EXPIRE/TTL, MULTI/EXEC
+and WATCH on a large hash, field expiry, RENAME refused, and HDEL of every field removing
+the key."""
+import random
+import sys
+
+import redis
+
+r = redis.Redis(port=int(sys.argv[1]))
+r.flushall()
+rng = random.Random(7)
+model = {"big0": {}, "big1": {}}
+
+
+def check(what, got, want):
+    assert got == want, f"{what}: got {got!r}, want {want!r}"
+
+
+for step in range(20000):
+    key = f"big{rng.randrange(2)}"
+    hash_ = model[key]
+    field = f"field:{rng.randrange(4000)}"
+    op = rng.randrange(10)
+    if op < 4:
+        value = "v" * rng.randrange(1, 50)
+        check(f"{step} hset", r.hset(key, field, value), int(field not in hash_))
+        hash_[field] = value
+    elif op == 4:
+        pairs = {f"field:{rng.randrange(4000)}": str(rng.randrange(100)) for _ in range(5)}
+        added = sum(1 for f in pairs if f not in hash_)
+        check(f"{step} hset many", r.hset(key, mapping=pairs), added)
+        hash_.update(pairs)
+    elif op == 5:
+        names = [field, f"field:{rng.randrange(4000)}"]
+        removed = len({n for n in names if n in hash_})
+        check(f"{step} hdel", r.hdel(key, *names), removed)
+        for n in names:
+            hash_.pop(n, None)
+    elif op == 6:
+        counter = f"n{rng.randrange(5)}"
+        new = int(hash_.get(counter, "0")) + 3
+        check(f"{step} hincrby", r.hincrby(key, counter, 3), new)
+        hash_[counter] = str(new)
+    elif op == 7:
+        want = hash_.get(field)
+        check(f"{step} hget", r.hget(key, field), want and want.encode())
+        names = [field, "field:1", "field:2"]
+        check(f"{step} hmget", r.hmget(key, names), [hash_.get(n) and hash_[n].encode() for n in names])
+    elif op == 8:
+        check(f"{step} hexists", r.hexists(key, field), field in hash_)
+        check(f"{step} hstrlen", r.hstrlen(key, field), len(hash_.get(field, "")))
+    else:
+        check(f"{step} hlen", r.hlen(key), len(hash_))
+
+for key, hash_ in model.items():
+    want = {k.encode(): v.encode() for k, v in hash_.items()}
+    assert len(want) > 1000, "the hashes must be large"
+    check("hgetall", r.hgetall(key), want)
+    check("hkeys", sorted(r.hkeys(key)), sorted(want))
+    check("hvals", sorted(r.hvals(key)), sorted(want.values()))
+    seen, cursor, calls = {}, 0, 0
+    while True:
+        cursor, found = r.hscan(key, cursor, count=100)
+        seen.update(found)
+        calls += 1
+        if cursor == 0:
+            break
+    check("hscan", seen, want)
+    assert calls > 1, "a large hash's HSCAN pages"
+    picked = r.hrandfield(key, 50)
+    assert len(picked) == 50 and len(set(picked)) == 50 and set(picked) <= set(want)
+    picked = r.hrandfield(key, -20, withvalues=True)
+    assert len(picked) == 40
+    assert r.hrandfield(key) in want
+    check("type", r.type(key), b"hash")
+    check("encoding", r.object("encoding", key), b"hashtable")
+    assert r.expire(key, 1000) and 990 <= r.ttl(key) <= 1000
+    assert r.persist(key) and r.ttl(key) == -1
+    check("hlen after expire", r.hlen(key), len(want))
+
+# MULTI/EXEC and WATCH on a large hash.
+with r.pipeline() as pipe:
+    pipe.hset("big0", "in-exec", "1")
+    pipe.hincrby("big0", "in-exec", 4)
+    check("exec", pipe.execute(), [1, 5])
+model["big0"]["in-exec"] = "5"
+watcher = r.pipeline()
+watcher.watch("big0")
+r.hset("big0", "field:1", "changed by another client")
+model["big0"]["field:1"] = "changed by another client"
+watcher.multi()
+watcher.hset("big0", "never", "1")
+try:
+    watcher.execute()
+    raise AssertionError("WATCH missed a write to a chunk of a large hash")
+except redis.WatchError:
+    pass
+check("never", r.hexists("big0", "never"), False)
+
+# Field expiry on a large hash.
+check("hexpire", r.execute_command("HEXPIRE", "big0", 100, "FIELDS", 2, "field:1", "nope"), [1, -2])
+ttl = r.execute_command("HTTL", "big0", "FIELDS", 1, "field:1")
+assert 90 <= ttl[0] <= 100, ttl
+check("hpersist", r.execute_command("HPERSIST", "big0", "FIELDS", 1, "field:1"), [1])
+
+try:
+    r.rename("big0", "elsewhere")
+    raise AssertionError("RENAME of a large hash must be refused, not lose its chunks")
+except redis.ResponseError as error:
+    assert "large hash" in str(error), error
+check("still there", r.hlen("big0"), len(model["big0"]))
+
+pipe = r.pipeline(transaction=False)
+for field in model["big1"]:
+    pipe.hdel("big1", field)
+pipe.execute()
+check("emptied", (r.exists("big1"), r.hlen("big1")), (0, 0))
+print("all large hashes checks passed")

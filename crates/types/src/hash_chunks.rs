@@ -1,0 +1,270 @@
+//! A large Redis hash: its fields spread over chunks, each a part of the hash's record (the
+//! engine's owner and parts), so that a field's write rewrites one chunk of a few KiB, never
+//! the whole hash.
+//!
+//! The owner record holds the chunked encoding's header, version 2 (all integers
+//! little-endian):
+//!
+//! ```text
+//!  0         1        2             6                    14            22
+//!  +---------+--------+-------------+--------------------+-------------+
+//!  | version | level  | split (u32) | key_expiry (u64)   | seed (u64)  |
+//!  | = 2     | u8     |             | Unix ms, 0: none   |             |
+//!  +---------+--------+-------------+--------------------+-------------+
+//! ```
+//!
+//! The chunks are the owner's parts `0..2^level + split`, each in the compact encoding
+//! (`hash`'s version 1), whose key-expiry field holds instead one more than the hash bits
+//! the chunk was last written under (see [`Chunked::bits_of`]). A field's chunk is linear
+//! hashing's: `h = xxh3_64(name, seed)`, chunk `h mod 2^level`, or `h mod 2^(level+1)` when
+//! that is below `split`; so the chunks are numbered densely, with no directory, and a split
+//! (of chunk `split`, into it and chunk `split + 2^level`) moves about half of one chunk's
+//! fields. The seed is drawn when the hash becomes chunked, so nobody can choose names that
+//! all land in one chunk.
+//!
+//! A split writes the new chunk, then the owner with the new state, then the split chunk
+//! without the fields that left it, each durable before the next; a crash between the second
+//! and third leaves those fields in both chunks. A chunk whose recorded bits are fewer than
+//! its chunk's bits now may so hold fields that are no longer its own, and every read of it
+//! skips the fields that route elsewhere ([`Chunked::stale`]); its next write drops them.
+//!
+//! The hash keeps no field count (it would need the owner rewritten, atomically with the
+//! chunk, by every write that adds or removes a field): HLEN adds the chunks' counts.
+
+use crate::Malformed;
+
+/// The first byte of this encoding.
+pub const VERSION: u8 = 2;
+/// Bytes of the owner's encoding.
+pub const OWNER_BYTES: usize = 22;
+/// A compact hash whose encoding would pass this many bytes is made chunked instead.
+pub const CHUNKED_FROM_BYTES: usize = 8 << 10;
+/// A chunk a write leaves larger than this splits the chunk at the split pointer.
+pub const CHUNK_SPLIT_BYTES: usize = 4 << 10;
+/// The chunk size a hash made chunked starts with, on average (its chunks are a power of
+/// two in number).
+pub const CHUNK_START_BYTES: usize = 2 << 10;
+/// Most hash bits a level may use (2^31 chunks: never reached; a bound for the checks).
+const LEVEL_MAX: u8 = 31;
+
+/// Whether a hash's encoding is this one (else it is the compact one).
+pub fn is_chunked(bytes: &[u8]) -> bool {
+    bytes.first() == Some(&VERSION)
+}
+
+/// A chunked hash's owner: where its fields are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunked {
+    level: u8,
+    split: u32,
+    key_expiry_ms: Option<u64>,
+    seed: u64,
+}
+
+impl Chunked {
+    /// The state of a hash made chunked with about `bytes` of fields: a power of two of
+    /// chunks of about [`CHUNK_START_BYTES`] each, at least two.
+    pub fn for_bytes(bytes: usize, key_expiry_ms: Option<u64>, seed: u64) -> Chunked {
+        let chunks = bytes.div_ceil(CHUNK_START_BYTES).max(2);
+        let level = chunks.next_power_of_two().trailing_zeros() as u8;
+        Chunked {
+            level: level.min(LEVEL_MAX),
+            split: 0,
+            key_expiry_ms,
+            seed,
+        }
+    }
+
+    /// The owner's encoding, validated.
+    pub fn parse(bytes: &[u8]) -> Result<Chunked, Malformed> {
+        if bytes.len() != OWNER_BYTES || bytes[0] != VERSION {
+            return Err(Malformed);
+        }
+        let level = bytes[1];
+        let split = u32::from_le_bytes(bytes[2..6].try_into().expect("4"));
+        let expiry = u64::from_le_bytes(bytes[6..14].try_into().expect("8"));
+        let seed = u64::from_le_bytes(bytes[14..22].try_into().expect("8"));
+        if level > LEVEL_MAX || u64::from(split) >= 1u64 << level {
+            return Err(Malformed);
+        }
+        Ok(Chunked {
+            level,
+            split,
+            key_expiry_ms: (expiry != 0).then_some(expiry),
+            seed,
+        })
+    }
+
+    /// Appends the owner's encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(VERSION);
+        out.push(self.level);
+        out.extend_from_slice(&self.split.to_le_bytes());
+        out.extend_from_slice(&self.key_expiry_ms.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&self.seed.to_le_bytes());
+    }
+
+    /// How many chunks there are (the owner's part count).
+    pub fn chunks(&self) -> u32 {
+        (1u32 << self.level) + self.split
+    }
+
+    /// The key's own expiry (EXPIRE), Unix ms.
+    pub fn key_expiry_ms(&self) -> Option<u64> {
+        self.key_expiry_ms
+    }
+
+    /// This state with the key's expiry set to `key_expiry_ms`.
+    pub fn with_key_expiry(self, key_expiry_ms: Option<u64>) -> Chunked {
+        Chunked {
+            key_expiry_ms,
+            ..self
+        }
+    }
+
+    fn field_hash(&self, name: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(name, self.seed)
+    }
+
+    /// The chunk a field named `name` lives in.
+    pub fn chunk_of(&self, name: &[u8]) -> u32 {
+        let hash = self.field_hash(name);
+        let low = (hash & ((1u64 << self.level) - 1)) as u32;
+        if low < self.split {
+            (hash & ((1u64 << (self.level + 1)) - 1)) as u32
+        } else {
+            low
+        }
+    }
+
+    /// The hash bits that route to `chunk`: `level + 1` for a chunk split this round (or
+    /// made by a split), `level` for one still to split.
+    pub fn bits_of(&self, chunk: u32) -> u8 {
+        if chunk < self.split || chunk >= 1 << self.level {
+            self.level + 1
+        } else {
+            self.level
+        }
+    }
+
+    /// Whether `chunk`, last written under `written_bits` hash bits (its header), may hold
+    /// fields that route elsewhere now (a split a crash cut short: module docs), so that its
+    /// reads must skip them ([`Chunked::owns`]).
+    pub fn stale(&self, chunk: u32, written_bits: Option<u8>) -> bool {
+        written_bits != Some(self.bits_of(chunk))
+    }
+
+    /// Whether the field `name` belongs in `chunk`.
+    pub fn owns(&self, chunk: u32, name: &[u8]) -> bool {
+        self.chunk_of(name) == chunk
+    }
+
+    /// The next split: the chunk it splits, the chunk it makes, and the state after it.
+    pub fn split_next(&self) -> (u32, u32, Chunked) {
+        let from = self.split;
+        let to = from + (1 << self.level);
+        let mut next = *self;
+        next.split += 1;
+        if next.split == 1 << self.level {
+            next.level += 1;
+            next.split = 0;
+        }
+        (from, to, next)
+    }
+
+    /// Whether another split fits the level bound.
+    pub fn can_split(&self) -> bool {
+        self.level < LEVEL_MAX
+    }
+}
+
+/// The key-expiry field a chunk written under `bits` hash bits holds (module docs).
+pub fn chunk_tag(bits: u8) -> Option<u64> {
+    Some(u64::from(bits) + 1)
+}
+
+/// The hash bits a chunk's key-expiry field says it was written under (module docs).
+pub fn chunk_bits(tag: Option<u64>) -> Option<u8> {
+    tag.and_then(|tag| u8::try_from(tag.checked_sub(1)?).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_round_trips_and_damage_is_refused() {
+        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42);
+        assert_eq!(
+            owner.chunks(),
+            8,
+            "9000 B / 2 KiB, rounded up to a power of two"
+        );
+        let mut bytes = Vec::new();
+        owner.encode(&mut bytes);
+        assert_eq!(bytes.len(), OWNER_BYTES);
+        assert!(is_chunked(&bytes));
+        assert_eq!(Chunked::parse(&bytes), Ok(owner));
+        for cut in 0..bytes.len() {
+            assert_eq!(Chunked::parse(&bytes[..cut]), Err(Malformed));
+        }
+        let mut bad = bytes.clone();
+        bad[1] = 40;
+        assert_eq!(Chunked::parse(&bad), Err(Malformed), "level past the bound");
+        let mut bad = bytes.clone();
+        bad[2] = 8;
+        assert_eq!(Chunked::parse(&bad), Err(Malformed), "split past the level");
+    }
+
+    /// Linear hashing: each split moves only fields of the split chunk, and only into the
+    /// chunk it makes; every field stays findable; chunk numbers stay dense.
+    #[test]
+    fn splits_move_only_the_split_chunks_fields_into_the_new_one() {
+        let names: Vec<Vec<u8>> = (0..5000)
+            .map(|i| format!("field:{i}").into_bytes())
+            .collect();
+        let mut owner = Chunked::for_bytes(CHUNKED_FROM_BYTES, None, 7);
+        let mut counts = vec![0u32; owner.chunks() as usize];
+        for name in &names {
+            counts[owner.chunk_of(name) as usize] += 1;
+        }
+        for _ in 0..100 {
+            let before: Vec<u32> = names.iter().map(|n| owner.chunk_of(n)).collect();
+            let (from, to, next) = owner.split_next();
+            assert_eq!(to, owner.chunks(), "the new chunk is the next number");
+            assert_eq!(next.chunks(), owner.chunks() + 1);
+            for (name, was) in names.iter().zip(&before) {
+                let now = next.chunk_of(name);
+                assert!(now < next.chunks());
+                if *was != from {
+                    assert_eq!(now, *was, "only the split chunk's fields move");
+                } else {
+                    assert!(now == from || now == to);
+                }
+            }
+            assert_eq!(next.bits_of(from), next.bits_of(to));
+            owner = next;
+        }
+        let mut counts = vec![0u32; owner.chunks() as usize];
+        for name in &names {
+            counts[owner.chunk_of(name) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| c > 0),
+            "the fields spread over every chunk"
+        );
+    }
+
+    #[test]
+    fn a_chunk_written_under_other_bits_is_stale() {
+        let owner = Chunked::for_bytes(CHUNKED_FROM_BYTES, None, 1);
+        let bits = owner.bits_of(0);
+        assert!(!owner.stale(0, chunk_bits(chunk_tag(bits))));
+        let (_, _, next) = owner.split_next();
+        assert!(
+            next.stale(0, chunk_bits(chunk_tag(bits))),
+            "split since its write"
+        );
+        assert!(next.stale(0, chunk_bits(None)));
+    }
+}
