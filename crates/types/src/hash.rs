@@ -234,6 +234,11 @@ impl<'a> Hash<'a> {
         self.expiring > 0
     }
 
+    /// Entries stored that carry an expiry (expired ones included).
+    pub fn expiring_len(&self) -> usize {
+        self.expiring as usize
+    }
+
     /// The key's own expiry (EXPIRE's; what TTL reports), Unix ms.
     pub fn key_expiry_ms(&self) -> Option<u64> {
         self.key_expiry_ms

@@ -6,12 +6,19 @@
 //! little-endian):
 //!
 //! ```text
-//!  0         1        2             6                    14            22
-//!  +---------+--------+-------------+--------------------+-------------+
-//!  | version | level  | split (u32) | key_expiry (u64)   | seed (u64)  |
-//!  | = 2     | u8     |             | Unix ms, 0: none   |             |
-//!  +---------+--------+-------------+--------------------+-------------+
+//!  0         1        2             6                    14            22          26
+//!  +---------+--------+-------------+--------------------+-------------+-----------+
+//!  | version | level  | split (u32) | key_expiry (u64)   | seed (u64)  | count u32 |
+//!  | = 2     | u8     |             | Unix ms, 0: none   |             |           |
+//!  +---------+--------+-------------+--------------------+-------------+-----------+
+//!  26                30
+//!  | expiring (u32)  |
 //! ```
+//!
+//! `count` is the entries the chunks store (expired ones included) and `expiring` how many of
+//! them carry an expiry: HLEN of a hash with no expiring field is `count`, as Redis answers it
+//! without a walk. Every write of a chunk writes the owner with the counts it leaves, in one
+//! logged transaction (so a crash leaves both or neither).
 //!
 //! The chunks are the owner's parts `0..2^level + split`, each in the compact encoding
 //! (`hash`'s version 1), whose key-expiry field holds instead one more than the hash bits
@@ -28,15 +35,13 @@
 //! its chunk's bits now may so hold fields that are no longer its own, and every read of it
 //! skips the fields that route elsewhere ([`Chunked::stale`]); its next write drops them.
 //!
-//! The hash keeps no field count (it would need the owner rewritten, atomically with the
-//! chunk, by every write that adds or removes a field): HLEN adds the chunks' counts.
 
 use crate::Malformed;
 
 /// The first byte of this encoding.
 pub const VERSION: u8 = 2;
 /// Bytes of the owner's encoding.
-pub const OWNER_BYTES: usize = 22;
+pub const OWNER_BYTES: usize = 30;
 /// A compact hash whose encoding would pass this many bytes is made chunked instead.
 pub const CHUNKED_FROM_BYTES: usize = 8 << 10;
 /// A chunk a write leaves larger than this splits the chunk at the split pointer.
@@ -59,6 +64,8 @@ pub struct Chunked {
     split: u32,
     key_expiry_ms: Option<u64>,
     seed: u64,
+    count: u32,
+    expiring: u32,
 }
 
 impl Chunked {
@@ -72,6 +79,8 @@ impl Chunked {
             split: 0,
             key_expiry_ms,
             seed,
+            count: 0,
+            expiring: 0,
         }
     }
 
@@ -84,7 +93,9 @@ impl Chunked {
         let split = u32::from_le_bytes(bytes[2..6].try_into().expect("4"));
         let expiry = u64::from_le_bytes(bytes[6..14].try_into().expect("8"));
         let seed = u64::from_le_bytes(bytes[14..22].try_into().expect("8"));
-        if level > LEVEL_MAX || u64::from(split) >= 1u64 << level {
+        let count = u32::from_le_bytes(bytes[22..26].try_into().expect("4"));
+        let expiring = u32::from_le_bytes(bytes[26..30].try_into().expect("4"));
+        if level > LEVEL_MAX || u64::from(split) >= 1u64 << level || expiring > count {
             return Err(Malformed);
         }
         Ok(Chunked {
@@ -92,6 +103,8 @@ impl Chunked {
             split,
             key_expiry_ms: (expiry != 0).then_some(expiry),
             seed,
+            count,
+            expiring,
         })
     }
 
@@ -102,6 +115,32 @@ impl Chunked {
         out.extend_from_slice(&self.split.to_le_bytes());
         out.extend_from_slice(&self.key_expiry_ms.unwrap_or(0).to_le_bytes());
         out.extend_from_slice(&self.seed.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.expiring.to_le_bytes());
+    }
+
+    /// Entries the chunks store, expired ones included.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Entries stored that carry an expiry.
+    pub fn expiring(&self) -> u32 {
+        self.expiring
+    }
+
+    /// This state with the counts a write changed by `count_delta` and `expiring_delta`
+    /// (saturating: damage found since never makes them wrap).
+    pub fn counted(self, count_delta: i64, expiring_delta: i64) -> Chunked {
+        let apply = |value: u32, delta: i64| {
+            u32::try_from((i64::from(value) + delta).max(0)).unwrap_or(u32::MAX)
+        };
+        let count = apply(self.count, count_delta);
+        Chunked {
+            count,
+            expiring: apply(self.expiring, expiring_delta).min(count),
+            ..self
+        }
     }
 
     /// How many chunks there are (the owner's part count).
@@ -194,7 +233,7 @@ mod tests {
 
     #[test]
     fn the_owner_round_trips_and_damage_is_refused() {
-        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42);
+        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42).counted(300, 2);
         assert_eq!(
             owner.chunks(),
             8,
@@ -214,6 +253,15 @@ mod tests {
         let mut bad = bytes.clone();
         bad[2] = 8;
         assert_eq!(Chunked::parse(&bad), Err(Malformed), "split past the level");
+        let mut bad = bytes.clone();
+        bad[29] = 0xff;
+        assert_eq!(
+            Chunked::parse(&bad),
+            Err(Malformed),
+            "more expiring than stored"
+        );
+        assert_eq!((owner.count(), owner.expiring()), (300, 2));
+        assert_eq!(owner.counted(-301, -3).count(), 0, "saturates");
     }
 
     /// Linear hashing: each split moves only fields of the split chunk, and only into the

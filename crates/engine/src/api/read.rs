@@ -354,7 +354,7 @@ impl Engine {
             // One look under the read lock for an item in memory (nearly every one).
             let shard = lock.read();
             if let Some(found) = shard.lookup_unexpired(&self.inner, key, hash) {
-                return Some(memory_of(&found));
+                return Some(family_memory(&self.inner, &shard, key, hash, &found));
             }
             if shard.flash_candidates(&self.inner, hash).is_empty() {
                 return None;
@@ -391,6 +391,26 @@ impl Engine {
 /// What an item in memory costs ([`ItemRef::memory_bytes`]).
 pub(super) fn memory_of(found: &Found<'_>) -> u64 {
     item(found).memory_bytes()
+}
+
+/// What the item `found` (of `key`, hash `hash`) costs in memory with the parts it owns
+/// (an item of several records: MEMORY USAGE counts them all).
+pub(super) fn family_memory(
+    inner: &Inner,
+    shard: &Shard,
+    key: &[u8],
+    hash: u64,
+    found: &Found<'_>,
+) -> u64 {
+    let mut bytes = memory_of(found);
+    let mut name = Vec::new();
+    for part in 0..found.view.meta.parts {
+        let part_hash = inner.part_name(key, hash, part, &mut name);
+        if let Some(part) = shard.lookup(inner, &name, part_hash) {
+            bytes += memory_of(&part);
+        }
+    }
+    bytes
 }
 
 /// What a WATCH of `key` sees in its shard, held (see [`Engine::observe`]): the count of

@@ -298,7 +298,7 @@ impl<'e> Txn<'e> {
             let (hash, position) = self.position(&shards, key);
             let shard = shards[position].1.shard();
             if let Some(found) = shard.lookup_unexpired(inner, key, hash) {
-                return Some(memory_of(&found));
+                return Some(super::read::family_memory(inner, shard, key, hash, &found));
             }
             if shard.flash_candidates(inner, hash).is_empty() {
                 return None;

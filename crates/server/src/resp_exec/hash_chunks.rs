@@ -17,7 +17,7 @@
 //! hashing's next); its writes go new chunk, owner, old chunk, each durable before the next,
 //! so a crash between leaves a hash whose every field is found (see the types' module docs).
 //! A chunk emptied by a delete stays, as an empty part; the key goes when its last field
-//! does. The owner's record expires at the key's own expiry (EXPIRE); unlike a compact hash,
+//! does (the owner's count says when). The owner's record expires at the key's own expiry (EXPIRE); unlike a compact hash,
 //! a large hash whose fields all expired stays a key until then (reads find no field). Every
 //! command that writes a chunk writes the owner again after it (a few dozen bytes), so the
 //! hash's CAS changes with each write, as WATCH needs.
@@ -42,6 +42,21 @@ struct ChunkDoor<'a> {
     chunk: u32,
     /// The chunk's length after this door's write (0: emptied), `None` before one.
     written_len: Cell<Option<usize>>,
+    /// What this door's write changed the entries stored, and those with an expiry, by.
+    counts_delta: Cell<(i64, i64)>,
+}
+
+/// The entries a chunk's bytes store, and those with an expiry (0 for none or damage).
+fn counts_of(bytes: Option<&[u8]>) -> (i64, i64) {
+    bytes
+        .and_then(|bytes| Hash::open(bytes).ok())
+        .map_or((0, 0), |hash| {
+            let count = i64::try_from(hash.stored_len()).unwrap_or(i64::MAX);
+            (
+                count,
+                i64::try_from(hash.expiring_len()).unwrap_or(i64::MAX),
+            )
+        })
 }
 
 impl<'a> ChunkDoor<'a> {
@@ -52,6 +67,7 @@ impl<'a> ChunkDoor<'a> {
             state,
             chunk,
             written_len: Cell::new(None),
+            counts_delta: Cell::new((0, 0)),
         }
     }
 
@@ -123,20 +139,20 @@ impl Door for ChunkDoor<'_> {
         let item = current
             .as_deref()
             .map(|bytes| chunk_item(self.owner, bytes));
-        match f(item, &mut buffer) {
-            Change::Keep | Change::Read => Ok(None),
-            Change::Delete => {
-                self.families.write_part(self.owner, self.chunk, &[])?;
-                self.written_len.set(Some(0));
-                Ok(Some(0))
-            }
-            Change::WriteKind { .. } | Change::Write { .. } | Change::WriteWithCas { .. } => {
-                set_key_expiry(&mut buffer, chunk_tag(self.state.bits_of(self.chunk)));
-                self.families.write_part(self.owner, self.chunk, &buffer)?;
-                self.written_len.set(Some(buffer.len()));
-                Ok(Some(0))
-            }
+        let change = f(item, &mut buffer);
+        if matches!(change, Change::Keep | Change::Read) {
+            return Ok(None);
         }
+        if matches!(change, Change::Delete) {
+            buffer.clear();
+        } else {
+            set_key_expiry(&mut buffer, chunk_tag(self.state.bits_of(self.chunk)));
+        }
+        self.families.write_part(self.owner, self.chunk, &buffer)?;
+        self.written_len.set(Some(buffer.len()));
+        let (old, new) = (counts_of(current.as_deref()), counts_of(Some(&buffer)));
+        self.counts_delta.set((new.0 - old.0, new.1 - old.1));
+        Ok(Some(0))
     }
 
     fn set(&self, _: &[u8], _: &[u8], _: u32, _: Expiry) -> Result<u64, WriteError> {
@@ -283,6 +299,9 @@ impl Large<'_> {
         (command.run)(state, &sub, out);
         self.changed
             .set(self.changed.get() || door.written_len.get().is_some());
+        let (count_delta, expiring_delta) = door.counts_delta.get();
+        self.owner
+            .set(self.owner.get().counted(count_delta, expiring_delta));
         match door.written_len.get() {
             Some(0) => self.emptied.set(true),
             Some(len) if len > CHUNK_SPLIT_BYTES => self.oversized.set(self.oversized.get() + 1),
@@ -415,8 +434,14 @@ impl Large<'_> {
         }
     }
 
-    /// HLEN: the chunks' counts added.
+    /// HLEN: the owner's count where no field has an expiry (O(1), as in Redis), else the
+    /// chunks' live counts added.
     fn len(&self, call: &Call<'_>, out: &mut Vec<u8>) -> Result<(), WriteError> {
+        let owner = self.owner.get();
+        if owner.expiring() == 0 {
+            encode::integer(out, i64::from(owner.count()));
+            return Ok(());
+        }
         let now_ms = call.engine().now_ms();
         let mut total = 0usize;
         for chunk in 0..self.owner.get().chunks() {
@@ -576,13 +601,8 @@ impl Large<'_> {
         for _ in 0..self.oversized.get() {
             self.split()?;
         }
-        if self.emptied.get() {
-            let now_ms = call.engine().now_ms();
-            let chunks = self.owner.get().chunks();
-            let empty = (0..chunks).all(|chunk| self.chunk_len(chunk, now_ms) == Ok(0));
-            if empty {
-                call.keys().delete(self.key, None)?;
-            }
+        if self.emptied.get() && self.owner.get().count() == 0 {
+            call.keys().delete(self.key, None)?;
         }
         Ok(())
     }
@@ -652,7 +672,9 @@ pub(crate) fn make_chunked(
     use std::hash::BuildHasher;
     let hash = Hash::parse(compact).map_err(|_| WriteError::WrongKind)?;
     let seed = std::collections::hash_map::RandomState::new().hash_one(key);
-    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed);
+    let stored = i64::try_from(hash.stored_len()).unwrap_or(i64::MAX);
+    let expiring = i64::try_from(hash.expiring_len()).unwrap_or(i64::MAX);
+    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed).counted(stored, expiring);
     let mut chunks: Vec<Vec<strata_types::hash::Field<'_>>> =
         vec![Vec::new(); owner.chunks() as usize];
     for field in hash.stored() {

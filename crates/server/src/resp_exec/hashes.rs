@@ -1,7 +1,9 @@
 //! Hash commands: HSET HMSET HSETNX HGET HMGET HGETALL HKEYS HVALS HLEN HSTRLEN HEXISTS HDEL
 //! HINCRBY HINCRBYFLOAT HRANDFIELD HSCAN (field expiry, HEXPIRE and friends: `hash_expiry.rs`).
 //!
-//! A hash is one engine record of kind `Kind::Hash` holding `strata_types::hash`'s encoding.
+//! A hash is one engine record of kind `Kind::Hash` holding `strata_types::hash`'s encoding,
+//! up to 8 KiB of it; past that it is a large hash, kept in chunks, and these commands run on
+//! its chunks (`hash_chunks.rs`).
 //! A read borrows the record and walks the encoding; a write runs under the key's lock
 //! (`Engine::modify_as`), rebuilding the encoding into the engine's write buffer: the old
 //! fields in order (updated in place, expired ones dropped), then the new ones. A hash left
@@ -186,10 +188,12 @@ pub(crate) fn edit_hash(
     result.map(|_| decoded)
 }
 
-/// The reply to a write that would take a hash past `--max-value-size`: strata keeps a hash in
-/// one record (Redis has no such limit; chunked hashes are the plan in docs/ARCHITECTURE.md).
+/// The reply to a write that would take one chunk of a hash (`hash_chunks`) past
+/// `--max-value-size`: the fields that share a chunk share one record (Redis has no such
+/// limit; a chunk holds one field past 4 KiB, so it takes fields near the limit to meet it).
 const ERR_HASH_TOO_LARGE: &[u8] = b"-ERR hash exceeds maximum allowed size (max-value-size): \
-    strata keeps a hash in one record of at most --max-value-size\r\n";
+    the fields that share one chunk of a hash are kept in one record of at most \
+    --max-value-size\r\n";
 
 /// Writes the reply for an [`edit_hash`] that failed: the engine's refusal, or the damage.
 pub(crate) fn reply_edit_failed(out: &mut Vec<u8>, result: &Result<bool, WriteError>) {

@@ -79,31 +79,9 @@ pub(crate) fn touch(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
 /// destination exists without REPLACE. One database: `DB` other than 0 is out of range.
 pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let (source, destination) = (call.arg(1), call.arg(2));
-    let mut replace = false;
-    let mut at = 3;
-    while at < call.len() {
-        let option = call.arg(at);
-        if name_eq(option, b"replace") {
-            replace = true;
-            at += 1;
-        } else if name_eq(option, b"db") && at + 1 < call.len() {
-            match parse_i64(call.arg(at + 1)) {
-                None => {
-                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
-                    return;
-                }
-                Some(0) => {}
-                Some(_) => {
-                    out.extend_from_slice(errors::ERR_DB_INDEX);
-                    return;
-                }
-            }
-            at += 2;
-        } else {
-            out.extend_from_slice(errors::ERR_SYNTAX);
-            return;
-        }
-    }
+    let Some(replace) = copy_options(call, out) else {
+        return;
+    };
     if source == destination {
         encode::error(out, b"ERR source and destination objects are the same");
         return;
@@ -122,7 +100,23 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     };
     if parts > 0 {
-        out.extend_from_slice(ERR_LARGE_ITEM);
+        if !replace && keys.contains(destination) {
+            encode::integer(out, 0);
+            return;
+        }
+        let expiry = expires_at_ms.map_or(Expiry::Never, Expiry::AtMs);
+        let family = Family {
+            owner: &value,
+            kind,
+            expiry,
+            parts,
+        };
+        match copy_family(call, source, destination, &family) {
+            Ok(()) => {
+                encode::integer(out, 1);
+            }
+            Err(error) => move_error(out, &error),
+        }
         return;
     }
     let options = StoreOptions {
@@ -144,6 +138,37 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         }
         Err(error) => write_error(out, &error),
     }
+}
+
+/// COPY's options after its keys: whether REPLACE was given; `None` with the error written
+/// for a bad option (only `DB 0` is a database there is).
+fn copy_options(call: &Call<'_>, out: &mut Vec<u8>) -> Option<bool> {
+    let mut replace = false;
+    let mut at = 3;
+    while at < call.len() {
+        let option = call.arg(at);
+        if name_eq(option, b"replace") {
+            replace = true;
+            at += 1;
+        } else if name_eq(option, b"db") && at + 1 < call.len() {
+            match parse_i64(call.arg(at + 1)) {
+                None => {
+                    out.extend_from_slice(errors::ERR_NOT_INTEGER);
+                    return None;
+                }
+                Some(0) => {}
+                Some(_) => {
+                    out.extend_from_slice(errors::ERR_DB_INDEX);
+                    return None;
+                }
+            }
+            at += 2;
+        } else {
+            out.extend_from_slice(errors::ERR_SYNTAX);
+            return None;
+        }
+    }
+    Some(replace)
 }
 
 /// `TYPE key`: `+string`, `+hash` or `+none`.
@@ -177,23 +202,64 @@ fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
     })
 }
 
-/// The reply to a COPY, RENAME or RENAMENX of an item of several records (a large hash):
-/// moving its parts is not built yet, and copying only its owner would lose them.
-const ERR_LARGE_ITEM: &[u8] = b"-ERR strata cannot yet COPY or RENAME a large hash \
-    (one of more than 8 KiB, kept in chunks)\r\n";
+/// The reply to a COPY, RENAME or RENAMENX of an item of several records (a large hash) that
+/// could not copy its parts: inside an EXEC that runs alone, its keys are not held by a
+/// transaction, and copying only its owner would lose them.
+const ERR_LARGE_ITEM: &[u8] = b"-ERR strata cannot COPY or RENAME a large hash (one of more \
+    than 8 KiB, kept in chunks) inside a MULTI that also runs a command on the whole keyspace\r\n";
+
+/// An item of several records being copied: its owner's value and record fields.
+struct Family<'v> {
+    owner: &'v [u8],
+    kind: Kind,
+    expiry: Expiry,
+    parts: u32,
+}
+
+/// Copies the item of several records at `source` to `target`, parts first, then the owner
+/// (replacing what `target` held, its extra parts dropped), with both keys held by the
+/// call's transaction. `Err(WrongKind)` when they are not held (`move_error` answers it) or
+/// a part is missing (damage found since: the target is left as it was).
+fn copy_family(
+    call: &Call<'_>,
+    source: &[u8],
+    target: &[u8],
+    family: &Family<'_>,
+) -> Result<(), WriteError> {
+    let keys = call.keys();
+    let families = keys.families().ok_or(WriteError::WrongKind)?;
+    let mut value = Vec::new();
+    for part in 0..family.parts {
+        value.clear();
+        if !families.read_part_dyn(source, part, &mut |bytes| value.extend_from_slice(bytes)) {
+            return Err(WriteError::WrongKind);
+        }
+        families.write_part(target, part, &value)?;
+    }
+    let kind = family.kind;
+    families.write_owner(target, family.owner, kind, family.expiry, family.parts)?;
+    Ok(())
+}
 
 /// Moves `source` to `target` (keeping its expiry); `Ok(false)` when `source` is missing.
 fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, WriteError> {
-    if call.keys().peek(source, |item| item.parts > 0) == Some(true) {
-        return Err(WriteError::WrongKind); // Answered by `move_error`.
-    }
     let Some(copied) = copy_out(call, source) else {
         return Ok(false);
     };
     if source == target {
         return Ok(true);
     }
-    debug_assert_eq!(copied.parts, 0, "callers refuse a large item first");
+    if copied.parts > 0 {
+        let family = Family {
+            owner: &copied.value,
+            kind: copied.kind,
+            expiry: copied.expiry,
+            parts: copied.parts,
+        };
+        copy_family(call, source, target, &family)?;
+        call.keys().delete(source, None)?;
+        return Ok(true);
+    }
     let options = StoreOptions {
         client_flags: copied.client_flags,
         expiry: copied.expiry,

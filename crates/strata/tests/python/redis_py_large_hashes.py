@@ -1,7 +1,7 @@
 """Large hashes (kept in chunks past 8 KiB) through redis-py, against a dict model: random
 HSET/HMSET/HDEL/HINCRBY/HGET/HMGET/HEXISTS/HSTRLEN/HLEN on two hashes that grow through many
 splits, then HGETALL, HKEYS, HVALS, a whole HSCAN walk, HRANDFIELD, EXPIRE/TTL, MULTI/EXEC
-and WATCH on a large hash, field expiry, RENAME refused, and HDEL of every field removing
+and WATCH on a large hash, field expiry, RENAME and COPY, and HDEL of every field removing
 the key."""
 import random
 import sys
@@ -74,6 +74,9 @@ for key, hash_ in model.items():
     picked = r.hrandfield(key, -20, withvalues=True)
     assert len(picked) == 40
     assert r.hrandfield(key) in want
+    payload = sum(len(k) + len(v) for k, v in want.items())
+    usage = r.memory_usage(key)
+    assert payload < usage < 3 * payload, f"MEMORY USAGE {usage} for {payload} bytes of fields"
     check("type", r.type(key), b"hash")
     check("encoding", r.object("encoding", key), b"hashtable")
     assert r.expire(key, 1000) and 990 <= r.ttl(key) <= 1000
@@ -105,11 +108,23 @@ ttl = r.execute_command("HTTL", "big0", "FIELDS", 1, "field:1")
 assert 90 <= ttl[0] <= 100, ttl
 check("hpersist", r.execute_command("HPERSIST", "big0", "FIELDS", 1, "field:1"), [1])
 
-try:
-    r.rename("big0", "elsewhere")
-    raise AssertionError("RENAME of a large hash must be refused, not lose its chunks")
-except redis.ResponseError as error:
-    assert "large hash" in str(error), error
+# RENAME and COPY move every chunk (the keys' shards held together), to keys on other
+# shards too; COPY without REPLACE leaves an existing key alone.
+want0 = {k.encode(): v.encode() for k, v in model["big0"].items()}
+for i in range(8):
+    check("copy", r.copy("big0", f"copy{i}"), True)
+    check("copied", r.hgetall(f"copy{i}"), want0)
+check("copy onto a key", r.copy("big0", "copy0"), False)
+r.hset("copy1", "only-in-copy", "1")
+check("the copy is its own", r.hexists("big0", "only-in-copy"), False)
+check("rename", r.rename("big0", "renamed"), True)
+check("renamed", (r.exists("big0"), r.hgetall("renamed")), (0, want0))
+check("rename back", r.rename("renamed", "big0"), True)
+r.set("copy2", "a string")
+check("copy replace", r.copy("big0", "copy2", replace=True), True)
+check("replaced", r.hgetall("copy2"), want0)
+r.hset("copy3", "x", "y")
+check("renamenx onto a key", r.renamenx("copy4", "copy3"), False)
 check("still there", r.hlen("big0"), len(model["big0"]))
 
 pipe = r.pipeline(transaction=False)

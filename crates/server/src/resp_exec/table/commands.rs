@@ -608,7 +608,7 @@ pub(crate) static COMMANDS: &[Command] = &[
         row("hrandfield", -2, READ_SLOW, ONE_KEY, "hash", "other", hashes::hrandfield)
     ),
     differs(
-        "every matching field in one reply with cursor 0, at any size (Redis pages a large hash); takes NOVALUES (Redis 7.4)",
+        "a hash of up to 8 KiB answers every matching field in one reply with cursor 0 (as Redis does for a listpack); a larger one pages by chunk (the cursor is a chunk number, COUNT fields or more a page); takes NOVALUES (Redis 7.4)",
         row("hscan", -3, READ_SLOW, ONE_KEY, "hash", "other", hashes::hscan)
     ),
     row("hexpire", -6, DELETE, ONE_KEY, "hash", "other", hash_expiry::hexpire),
