@@ -2,8 +2,8 @@
 # One large hash, strata vs Valkey 8.0.1 vs Redis 7.0.15: server CPU per HGET, per HSET
 # (an existing field overwritten) and per HLEN on a hash of N fields (names f1..fN, 32-byte values), with
 # memtier_benchmark's --command mode (4 connections, 16 pipelined; server on CPU 0, memtier on
-# CPU 1). Each server is filled with redis-py before its runs. strata keeps a hash in one
-# record (the chunked encoding is the plan in docs/ARCHITECTURE.md), so its cost grows with N.
+# CPU 1). Each server is filled with redis-py before its runs. strata keeps a hash past 8 KiB
+# in chunks (docs/POOL_FORMAT.md, "Typed values"), so a field's write rewrites one chunk.
 #
 #   bench/hash-large.sh MEMTIER VALKEY [seconds] [fields ...]
 #
