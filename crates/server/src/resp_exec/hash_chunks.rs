@@ -44,6 +44,8 @@ struct ChunkDoor<'a> {
     written_len: Cell<Option<usize>>,
     /// What this door's write changed the entries stored, and those with an expiry, by.
     counts_delta: Cell<(i64, i64)>,
+    /// The entries the chunk stores after this door's write.
+    counts_after: Cell<i64>,
 }
 
 /// The entries a chunk's bytes store, and those with an expiry (0 for none or damage).
@@ -68,6 +70,7 @@ impl<'a> ChunkDoor<'a> {
             chunk,
             written_len: Cell::new(None),
             counts_delta: Cell::new((0, 0)),
+            counts_after: Cell::new(0),
         }
     }
 
@@ -152,6 +155,7 @@ impl Door for ChunkDoor<'_> {
         self.written_len.set(Some(buffer.len()));
         let (old, new) = (counts_of(current.as_deref()), counts_of(Some(&buffer)));
         self.counts_delta.set((new.0 - old.0, new.1 - old.1));
+        self.counts_after.set(new.0);
         Ok(Some(0))
     }
 
@@ -302,9 +306,13 @@ impl Large<'_> {
         let (count_delta, expiring_delta) = door.counts_delta.get();
         self.owner
             .set(self.owner.get().counted(count_delta, expiring_delta));
+        // A chunk of one field gains nothing from splits (a field past the split size).
+        let several = door.counts_after.get() > 1;
         match door.written_len.get() {
             Some(0) => self.emptied.set(true),
-            Some(len) if len > CHUNK_SPLIT_BYTES => self.oversized.set(self.oversized.get() + 1),
+            Some(len) if len > CHUNK_SPLIT_BYTES && several => {
+                self.oversized.set(self.oversized.get() + 1);
+            }
             _ => {}
         }
     }
@@ -599,6 +607,10 @@ impl Large<'_> {
             }
         }
         for _ in 0..self.oversized.get() {
+            // No more chunks than fields: past that, splits only make empty chunks.
+            if self.owner.get().chunks() >= self.owner.get().count() {
+                break;
+            }
             self.split()?;
         }
         if self.emptied.get() && self.owner.get().count() == 0 {
