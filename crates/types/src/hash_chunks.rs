@@ -45,10 +45,10 @@ pub const OWNER_BYTES: usize = 30;
 /// A compact hash whose encoding would pass this many bytes is made chunked instead.
 pub const CHUNKED_FROM_BYTES: usize = 8 << 10;
 /// A chunk a write leaves larger than this splits the chunk at the split pointer.
-pub const CHUNK_SPLIT_BYTES: usize = 4 << 10;
+pub const CHUNK_SPLIT_BYTES: usize = 2 << 10;
 /// The chunk size a hash made chunked starts with, on average (its chunks are a power of
 /// two in number).
-pub const CHUNK_START_BYTES: usize = 2 << 10;
+pub const CHUNK_START_BYTES: usize = 1 << 10;
 /// Most hash bits a level may use (2^31 chunks: never reached; a bound for the checks).
 const LEVEL_MAX: u8 = 31;
 
@@ -236,8 +236,8 @@ mod tests {
         let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42).counted(300, 2);
         assert_eq!(
             owner.chunks(),
-            8,
-            "9000 B / 2 KiB, rounded up to a power of two"
+            16,
+            "9000 B / 1 KiB, rounded up to a power of two"
         );
         let mut bytes = Vec::new();
         owner.encode(&mut bytes);
@@ -251,7 +251,7 @@ mod tests {
         bad[1] = 40;
         assert_eq!(Chunked::parse(&bad), Err(Malformed), "level past the bound");
         let mut bad = bytes.clone();
-        bad[2] = 8;
+        bad[2] = 16;
         assert_eq!(Chunked::parse(&bad), Err(Malformed), "split past the level");
         let mut bad = bytes.clone();
         bad[29] = 0xff;

@@ -74,6 +74,31 @@ impl<'a> ChunkDoor<'a> {
         }
     }
 
+    /// Runs `f` on the chunk's encoding (`None` when it holds no field), borrowed where it
+    /// is the chunk's own, else as [`ChunkDoor::load`] filters it.
+    fn with_chunk<R>(&self, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        let mut f = Some(f);
+        let mut answer = None;
+        self.families
+            .read_part_dyn(self.owner, self.chunk, &mut |value| {
+                let fresh = value.is_empty()
+                    || Hash::open(value).map_or(true, |hash| {
+                        !self
+                            .state
+                            .stale(self.chunk, chunk_bits(hash.key_expiry_ms()))
+                    });
+                if fresh {
+                    let f = f.take().expect("a part is read once");
+                    answer = Some(f(Some(value).filter(|value| !value.is_empty())));
+                }
+            });
+        match (answer, f) {
+            (Some(answer), _) => answer,
+            (None, Some(f)) => f(self.load().as_deref()),
+            (None, None) => unreachable!("f ran or is still here"),
+        }
+    }
+
     /// The chunk's encoding, `None` when it holds no field. Fields a split a crash cut short
     /// left behind (they route to another chunk now) are dropped from what is shown.
     fn load(&self) -> Option<Vec<u8>> {
@@ -81,6 +106,8 @@ impl<'a> ChunkDoor<'a> {
         let found = self
             .families
             .read_part_dyn(self.owner, self.chunk, &mut |value| {
+                // Room for a write's growth too: the modify builds its encoding beside it.
+                bytes.reserve_exact(value.len());
                 bytes.extend_from_slice(value);
             });
         if !found || bytes.is_empty() {
@@ -128,7 +155,7 @@ fn chunk_item<'v>(key: &'v [u8], value: &'v [u8]) -> ItemRef<'v> {
 impl Door for ChunkDoor<'_> {
     fn read<R>(&self, key: &[u8], _bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         debug_assert_eq!(key, self.owner, "a chunk is reached by its hash's key only");
-        self.load().map(|bytes| f(chunk_item(self.owner, &bytes)))
+        self.with_chunk(|bytes| bytes.map(|bytes| f(chunk_item(self.owner, bytes))))
     }
 
     fn modify(
@@ -137,12 +164,13 @@ impl Door for ChunkDoor<'_> {
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
         debug_assert_eq!(key, self.owner, "a chunk is reached by its hash's key only");
-        let current = self.load();
+        // The new encoding is built beside the chunk, which is borrowed, not copied.
         let mut buffer = Vec::new();
-        let item = current
-            .as_deref()
-            .map(|bytes| chunk_item(self.owner, bytes));
-        let change = f(item, &mut buffer);
+        let (change, old) = self.with_chunk(|bytes| {
+            buffer.reserve(bytes.map_or(0, <[u8]>::len) + 128);
+            let item = bytes.map(|bytes| chunk_item(self.owner, bytes));
+            (f(item, &mut buffer), counts_of(bytes))
+        });
         if matches!(change, Change::Keep | Change::Read) {
             return Ok(None);
         }
@@ -153,7 +181,7 @@ impl Door for ChunkDoor<'_> {
         }
         self.families.write_part(self.owner, self.chunk, &buffer)?;
         self.written_len.set(Some(buffer.len()));
-        let (old, new) = (counts_of(current.as_deref()), counts_of(Some(&buffer)));
+        let new = counts_of(Some(&buffer));
         self.counts_delta.set((new.0 - old.0, new.1 - old.1));
         self.counts_after.set(new.0);
         Ok(Some(0))
@@ -278,7 +306,8 @@ impl Large<'_> {
         argv: &[&[u8]],
         out: &mut Vec<u8>,
     ) {
-        let mut input = Vec::new();
+        let mut input =
+            Vec::with_capacity(16 + argv.iter().map(|arg| arg.len() + 16).sum::<usize>());
         encode::array_len(&mut input, argv.len());
         for arg in argv {
             encode::bulk(&mut input, arg);
@@ -354,23 +383,19 @@ impl Large<'_> {
             return self.on_chunk_whole(state, call, 0, out); // Its own arity error.
         }
         let owner = self.owner.get();
-        let items: Vec<Vec<&[u8]>> = call
-            .args_from(2)
-            .collect::<Vec<_>>()
-            .chunks(step)
-            .map(<[&[u8]]>::to_vec)
-            .collect();
-        let mut groups: Vec<(u32, Vec<&[u8]>)> = Vec::new();
-        for item in &items {
-            let chunk = owner.chunk_of(item[0]);
-            let at = match groups.iter().position(|(c, _)| *c == chunk) {
-                Some(at) => at,
+        let mut groups: Vec<(u32, Vec<&[u8]>)> = Vec::with_capacity(1);
+        for at in (2..call.len()).step_by(step) {
+            let chunk = owner.chunk_of(call.arg(at));
+            let group = match groups.iter().position(|(c, _)| *c == chunk) {
+                Some(group) => group,
                 None => {
-                    groups.push((chunk, vec![call.arg(0), self.key]));
+                    let mut argv = Vec::with_capacity(2 + step);
+                    argv.extend_from_slice(&[call.arg(0), self.key]);
+                    groups.push((chunk, argv));
                     groups.len() - 1
                 }
             };
-            groups[at].1.extend_from_slice(item);
+            groups[group].1.extend(call.args_from(at).take(step));
         }
         let mut total = 0i64;
         for (chunk, argv) in &groups {
