@@ -314,6 +314,12 @@ impl TxLog {
         Ok(())
     }
 
+    /// Opens (or creates) the log file, so that a log that cannot be written refuses its group
+    /// before [`TxLog::begin`] is due.
+    pub(crate) fn ready(&mut self) -> io::Result<()> {
+        self.file().map(|_| ())
+    }
+
     /// Appends a key's before-image to the running group (see the module docs), durably when
     /// the log is: the caller writes the key only after this returns.
     pub(crate) fn append(
@@ -322,7 +328,10 @@ impl TxLog {
         part: bool,
         item: Option<ItemFields<'_>>,
     ) -> io::Result<()> {
-        debug_assert!(self.append_at >= HEADER_BYTES as u64, "after begin");
+        debug_assert!(
+            self.buffer.len() as u64 == self.append_at,
+            "after begin, at the end of what was written"
+        );
         let start = self.buffer.len();
         self.buffer.resize(start + APPENDED_HEADER_BYTES, 0);
         put_entry(&mut self.buffer, key, part, item);

@@ -73,6 +73,11 @@ pub struct Txn<'e> {
     /// The parts whose before-images the log holds (appended as the transaction first
     /// writes each: `parts`).
     logged_parts: RefCell<std::collections::HashSet<Vec<u8>>>,
+    /// The log is built but not written yet: it is written before the transaction's first
+    /// write ([`Txn::begin_log`]), with the first part's before-image in its body when that
+    /// write is a part's (one write of the log, not two), and not at all when the
+    /// transaction writes nothing.
+    log_pending: Cell<bool>,
 }
 
 impl Engine {
@@ -96,10 +101,13 @@ impl Engine {
             log.start();
             // An owner's parts are logged as the transaction first writes each (`parts`).
             super::atomic::push_before_images(&mut log, &txn, logged);
-            log.begin()
+            // Written before the first write (`begin_log`); a log that cannot even be opened
+            // refuses the transaction now.
+            log.ready()
                 .map_err(|error| super::atomic::log_error(log.path(), "write", &error))?;
             *txn.log.get_mut() = Some(log);
             txn.logged = true;
+            txn.log_pending.set(true);
             for (_, held) in txn.shards.get_mut().iter_mut() {
                 held.shard_mut().defer_part_drops = true;
             }
@@ -144,6 +152,7 @@ impl<'e> Txn<'e> {
             log: RefCell::new(log),
             logged: false,
             logged_parts: RefCell::default(),
+            log_pending: Cell::new(false),
         }
     }
 
@@ -218,6 +227,7 @@ impl<'e> Txn<'e> {
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
         check_key(key)?;
+        self.begin_log()?;
         let engine = self.engine;
         let mut shards = self.shards.borrow_mut();
         let (hash, position) = self.position(&shards, key);
@@ -241,6 +251,7 @@ impl<'e> Txn<'e> {
         client_flags: u32,
         expiry: Expiry,
     ) -> Result<u64, WriteError> {
+        self.begin_log()?;
         let engine = self.engine;
         let Some(meta) = engine.set_meta(key, value, client_flags, expiry)? else {
             return super::write::unconditional_store(self, key, value, client_flags, expiry);
@@ -307,11 +318,28 @@ impl<'e> Txn<'e> {
         self.read(key, false, |item| item.memory_bytes())
     }
 
+    /// Writes the log built at the transaction's start, before its first write (see
+    /// `log_pending`); nothing to do when it is written or the transaction logs nothing.
+    pub(super) fn begin_log(&self) -> Result<(), WriteError> {
+        if !self.log_pending.get() {
+            return Ok(());
+        }
+        let mut log = self.log.borrow_mut();
+        let log = log.as_mut().expect("a logged transaction holds the log");
+        log.begin()
+            .map_err(|error| super::atomic::log_error(log.path(), "write", &error))?;
+        self.log_pending.set(false);
+        Ok(())
+    }
+
     /// Ends the transaction (see [`Txn::finish`]); on a panic, first puts the logged keys'
     /// before-images back, as a crash would at the next open.
     fn end(&mut self, panicking: bool) -> Result<(), WriteError> {
         if !std::mem::take(&mut self.logged) {
             return Ok(());
+        }
+        if self.log_pending.replace(false) {
+            return Ok(()); // It wrote nothing: nothing to commit, and no log was written.
         }
         let inner: &Inner = &self.engine.inner;
         if panicking {

@@ -41,10 +41,19 @@ impl Txn<'_> {
         let fields = found
             .as_ref()
             .map(|found| ItemFields::part(found.view.value));
-        let mut log = self.log.borrow_mut();
-        let log = log.as_mut().expect("a logged transaction holds the log");
-        log.append(&name, true, fields)
-            .map_err(|error| super::atomic::log_error(log.path(), "append", &error))?;
+        {
+            let mut log = self.log.borrow_mut();
+            let log = log.as_mut().expect("a logged transaction holds the log");
+            if self.log_pending.get() {
+                // Not written yet: the image joins its body, and one write makes it all.
+                log.push(&name, true, fields);
+            } else {
+                log.append(&name, true, fields)
+                    .map_err(|error| super::atomic::log_error(log.path(), "append", &error))?;
+            }
+        }
+        drop(shards);
+        self.begin_log()?;
         self.logged_parts.borrow_mut().insert(name);
         Ok(())
     }
@@ -67,6 +76,7 @@ impl Txn<'_> {
     /// Drops part `part` of `owner` (a key the transaction holds) now: a restore's undo of a
     /// part its group made. The owner must not own it by the time the transaction ends.
     pub(crate) fn delete_part(&self, owner: &[u8], part: u32) -> Result<(), WriteError> {
+        self.begin_log()?;
         let inner: &Inner = &self.engine.inner;
         let mut shards = self.shards.borrow_mut();
         let (owner_hash, position) = self.position(&shards, owner);
@@ -123,6 +133,7 @@ impl Txn<'_> {
         parts: u32,
     ) -> Result<Option<u64>, WriteError> {
         assert!(kind != Kind::Part, "an owner is an item");
+        self.begin_log()?;
         let engine = self.engine;
         let mut shards = self.shards.borrow_mut();
         let (hash, position) = self.position(&shards, owner);
