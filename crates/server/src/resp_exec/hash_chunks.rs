@@ -454,17 +454,17 @@ impl Large<'_> {
     /// The chunk's live field count, or `Err` for a damaged chunk.
     fn chunk_len(&self, chunk: u32, now_ms: u64) -> Result<usize, ()> {
         let door = ChunkDoor::new(self.families, self.key, self.owner.get(), chunk);
-        match door.load() {
+        door.with_chunk(|bytes| match bytes {
             None => Ok(0),
             Some(bytes) => {
-                let hash = Hash::open(&bytes).map_err(|_| ())?;
+                let hash = Hash::open(bytes).map_err(|_| ())?;
                 if hash.has_expiring() {
-                    Ok(Hash::parse(&bytes).map_err(|_| ())?.len(now_ms))
+                    Ok(Hash::parse(bytes).map_err(|_| ())?.len(now_ms))
                 } else {
                     Ok(hash.len(now_ms))
                 }
             }
-        }
+        })
     }
 
     /// HLEN: the owner's count where no field has an expiry (O(1), as in Redis), else the
@@ -555,9 +555,10 @@ impl Large<'_> {
         Ok(())
     }
 
-    /// HRANDFIELD: without a count, a field of a random chunk that has one; with a negative
-    /// count, that many fields, each of a random chunk (repeats allowed); with a positive
-    /// one, distinct fields chunk after chunk from a random one (chunks hold distinct fields).
+    /// HRANDFIELD: without a count, a field of the first chunk that has one from a random
+    /// chunk on; with a negative count, that many fields, each of a random chunk that has one
+    /// (repeats allowed); with a positive one, distinct fields chunk after chunk from a random
+    /// one (chunks hold distinct fields). Each walks only as far as it needs.
     fn random(
         &self,
         state: &mut State,
@@ -566,29 +567,37 @@ impl Large<'_> {
     ) -> Result<(), WriteError> {
         let chunks = self.owner.get().chunks();
         let start = (super::hashes::random_u64(state) % u64::from(chunks)) as u32;
-        let now_ms = call.engine().now_ms();
-        let filled: Vec<u32> = (0..chunks)
-            .map(|at| (start + at) % chunks)
-            .filter(|&chunk| self.chunk_len(chunk, now_ms).is_ok_and(|len| len > 0))
-            .collect();
-        let Some(&first) = filled.first() else {
-            return self.on_chunk_whole(state, call, 0, out); // An empty hash's answer.
-        };
         let count = (call.len() > 2).then(|| parse_i64(call.arg(2))).flatten();
         let Some(count) = count.filter(|&count| count != 0) else {
-            return self.on_chunk_whole(state, call, first, out);
+            // One field (or the command's own reply for a count of 0 or a bad one).
+            let mut reply = Vec::new();
+            for at in 0..chunks {
+                reply.clear();
+                self.on_chunk_whole(state, call, (start + at) % chunks, &mut reply)?;
+                if !is_empty_reply(&reply) {
+                    break;
+                }
+            }
+            out.extend_from_slice(&reply);
+            return Ok(());
         };
         let argv: Vec<&[u8]> = call.args_from(0).collect();
-        let mut joined = Joined::default();
         let with_values = argv.len() > 3 && state.version == Version::Resp2;
         let per_field = if with_values { 2 } else { 1 };
+        let mut joined = Joined::default();
         let mut wanted = count.unsigned_abs();
-        let mut turn = 0;
-        while wanted > 0 && (count < 0 || turn < filled.len()) {
+        // Chunk tries left: a negative count's pick of an empty chunk tries again, but a
+        // hash whose chunks are all empty ends the walk.
+        let mut tries = u64::from(chunks).saturating_add(wanted.saturating_mul(4));
+        let mut next = start;
+        while wanted > 0 && tries > 0 {
+            tries -= 1;
             let chunk = if count < 0 {
-                filled[(super::hashes::random_u64(state) % filled.len() as u64) as usize]
+                (super::hashes::random_u64(state) % u64::from(chunks)) as u32
             } else {
-                filled[turn]
+                let chunk = next;
+                next = (next + 1) % chunks;
+                chunk
             };
             let ask = if count < 0 {
                 b"-1".to_vec()
@@ -604,9 +613,10 @@ impl Large<'_> {
                 out.extend_from_slice(&reply);
                 return Ok(());
             }
-            let got = ((joined.elements - before) / per_field) as u64;
-            wanted = wanted.saturating_sub(got.max(u64::from(count < 0)));
-            turn += 1;
+            wanted = wanted.saturating_sub(((joined.elements - before) / per_field) as u64);
+            if count > 0 && next == start {
+                break; // Every chunk gave what it had.
+            }
         }
         joined.write(out);
         Ok(())
@@ -735,6 +745,12 @@ pub(crate) fn make_chunked(
     let expiry = key_expiry_ms.map_or(Expiry::Never, Expiry::AtMs);
     families.write_owner(key, &encoded, Kind::Hash, expiry, owner.chunks())?;
     Ok(())
+}
+
+/// Whether a chunk's HRANDFIELD reply found nothing: a nil (RESP2 `$-1`, RESP3 `_`) or an
+/// empty array.
+fn is_empty_reply(reply: &[u8]) -> bool {
+    reply.starts_with(b"$-1") || reply.starts_with(b"_") || reply.starts_with(b"*0\r")
 }
 
 /// The integer of a `:n` reply.
