@@ -387,18 +387,16 @@ fn run_on_chunks(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let writes = call.command.flags.contains(&"write");
-    let keys = [call.arg(1)];
-    if writes && !call.ctx.exclusive.is_alone() {
-        // Logged: a command's writes to several chunks are all there after a crash or none.
-        held::run_held(call, &keys, true, out, |call, out| {
-            hash_chunks::run(state, call, out);
-        });
-    } else {
-        // A read, or a write inside an atomic group, whose log holds the hash already.
-        held::run_held_unlogged(call, &keys, writes, out, |call, out| {
-            hash_chunks::run(state, call, out);
-        });
-    }
+    // Logged: a command's writes to several chunks are all there after a crash or none. Inside
+    // an atomic group (an EXEC running alone) the group's log holds the hash already.
+    let hold = match (writes, call.ctx.exclusive.is_alone()) {
+        (false, _) => held::Hold::Read,
+        (true, false) => held::Hold::Logged,
+        (true, true) => held::Hold::Unlogged,
+    };
+    held::run_held(call, &[call.arg(1)], hold, out, |call, out| {
+        hash_chunks::run(state, call, out);
+    });
 }
 
 /// Copies what other clients see of this one (`CLIENT LIST`) into its registry entry.
@@ -529,8 +527,8 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             .key_positions(call.len())
             .map(|position| call.arg(position))
             .collect();
-        let writes = command.flags.contains(&"write");
-        held::run_held(call, &keys, writes, out, |call, out| {
+        let hold = held::Hold::for_writes(command.flags.contains(&"write"));
+        held::run_held(call, &keys, hold, out, |call, out| {
             (command.run)(state, call, out);
         });
     } else {

@@ -87,15 +87,14 @@ impl<'a> ChunkDoor<'a> {
                             .state
                             .stale(self.chunk, chunk_bits(hash.key_expiry_ms()))
                     });
-                if fresh {
-                    let f = f.take().expect("a part is read once");
+                if let Some(f) = f.take_if(|_| fresh) {
                     answer = Some(f(Some(value).filter(|value| !value.is_empty())));
                 }
             });
-        match (answer, f) {
-            (Some(answer), _) => answer,
-            (None, Some(f)) => f(self.load().as_deref()),
-            (None, None) => unreachable!("f ran or is still here"),
+        // Not found, or stale: read again, filtered (an absent chunk reads as no field).
+        match f {
+            Some(f) => f(self.load().as_deref()),
+            None => answer.expect("f ran"),
         }
     }
 

@@ -128,25 +128,51 @@ impl Door for Keys<'_> {
     }
 }
 
-/// Runs `run` (which appends one reply to `out`) with `keys` held together: a transaction
-/// over them when `writes` (logging the before-images of every one of them), else a read of
-/// them together. When the engine refuses the transaction, or fails to end it, its error
-/// replaces whatever `run` wrote.
+/// How [`run_held`] holds its keys.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Read together, no write.
+    Read,
+    /// A transaction that logs every key's before-image first (where the pool has a log).
+    Logged,
+    /// A transaction that logs nothing: a write of a large hash inside an atomic group,
+    /// whose log holds the hash already (`hash_chunks`).
+    Unlogged,
+}
+
+impl Hold {
+    /// A command's hold: logged when it writes, else a read.
+    pub(crate) fn for_writes(writes: bool) -> Hold {
+        if writes {
+            Hold::Logged
+        } else {
+            Hold::Read
+        }
+    }
+}
+
+/// Runs `run` (which appends one reply to `out`) with `keys` held together as `hold` says.
+/// When the engine refuses the transaction, or fails to end it, its error replaces whatever
+/// `run` wrote.
 pub(crate) fn run_held(
     call: &Call<'_>,
     keys: &[&[u8]],
-    writes: bool,
+    hold: Hold,
     out: &mut Vec<u8>,
     run: impl FnOnce(&Call<'_>, &mut Vec<u8>),
 ) {
     let engine = &call.ctx.engine;
     let mark = out.len();
-    if !writes {
-        let together = engine.read_together(keys);
-        run(&call.with_keys(call.keys().held_by(&together)), out);
-        return;
-    }
-    let txn = match engine.transaction(&[], keys) {
+    let txn = match hold {
+        Hold::Read => {
+            let together = engine.read_together(keys);
+            run(&call.with_keys(call.keys().held_by(&together)), out);
+            return;
+        }
+        Hold::Logged => engine.transaction(&[], keys),
+        Hold::Unlogged => engine.transaction(keys, &[]),
+    };
+    let txn = match txn {
         Ok(txn) => txn,
         Err(error) => return write_error(out, &error),
     };
@@ -163,31 +189,4 @@ pub(crate) fn run_held(
 /// keyspace, and its `EXEC` runs alone.
 pub(crate) fn runs_on_its_keys(command: &table::Command) -> bool {
     command.keys != (0, 0, 0) || matches!(command.group, "connection" | "transaction")
-}
-
-/// Runs `run` with `keys` held together without logging them: a read of a large hash, or a
-/// write of one inside an atomic group, whose log holds the hash already (`hash_chunks`).
-pub(crate) fn run_held_unlogged(
-    call: &Call<'_>,
-    keys: &[&[u8]],
-    writes: bool,
-    out: &mut Vec<u8>,
-    run: impl FnOnce(&Call<'_>, &mut Vec<u8>),
-) {
-    let engine = &call.ctx.engine;
-    let mark = out.len();
-    if !writes {
-        let together = engine.read_together(keys);
-        run(&call.with_keys(call.keys().held_by(&together)), out);
-        return;
-    }
-    let txn = match engine.transaction(keys, &[]) {
-        Ok(txn) => txn,
-        Err(error) => return write_error(out, &error),
-    };
-    run(&call.with_keys(call.keys().held_by(&txn)), out);
-    if let Err(error) = txn.finish() {
-        out.truncate(mark);
-        write_error(out, &error);
-    }
 }

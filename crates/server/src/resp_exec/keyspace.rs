@@ -87,31 +87,16 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let keys = call.keys();
-    let Some((value, client_flags, expires_at_ms, kind, parts)) = keys.get(source, |item| {
-        (
-            item.value.to_vec(),
-            item.client_flags,
-            item.expires_at_ms,
-            item.kind,
-            item.parts,
-        )
-    }) else {
+    let Some(copied) = copy_out(call, source) else {
         encode::integer(out, 0);
         return;
     };
-    if parts > 0 {
+    if copied.parts > 0 {
         if !replace && keys.contains(destination) {
             encode::integer(out, 0);
             return;
         }
-        let expiry = expires_at_ms.map_or(Expiry::Never, Expiry::AtMs);
-        let family = Family {
-            owner: &value,
-            kind,
-            expiry,
-            parts,
-        };
-        match copy_family(call, source, destination, &family) {
+        match copy_family(call, source, destination, &copied) {
             Ok(()) => {
                 encode::integer(out, 1);
             }
@@ -120,16 +105,16 @@ pub(crate) fn copy(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let options = StoreOptions {
-        client_flags,
-        expiry: expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
+        client_flags: copied.client_flags,
+        expiry: copied.expiry,
         condition: if replace {
             strata_engine::Condition::Always
         } else {
             strata_engine::Condition::IfAbsent
         },
-        kind,
+        kind: copied.kind,
     };
-    match keys.store(destination, &value, options) {
+    match keys.store(destination, &copied.value, options) {
         Ok(strata_engine::StoreOutcome::Stored(_)) => {
             encode::integer(out, 1);
         }
@@ -208,41 +193,52 @@ fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
 const ERR_LARGE_ITEM: &[u8] = b"-ERR strata cannot COPY or RENAME a large hash (one of more \
     than 8 KiB, kept in chunks) inside a MULTI that also runs a command on the whole keyspace\r\n";
 
-/// An item of several records being copied: its owner's value and record fields.
-struct Family<'v> {
-    owner: &'v [u8],
-    kind: Kind,
-    expiry: Expiry,
-    parts: u32,
+/// Why a COPY, RENAME or RENAMENX moved nothing.
+enum MoveError {
+    /// The engine refused a write.
+    Engine(WriteError),
+    /// A large item whose parts it cannot copy: its keys are not held by a transaction, or a
+    /// part is missing (damage found since).
+    LargeItem,
 }
 
-/// Copies the item of several records at `source` to `target`, parts first, then the owner
-/// (replacing what `target` held, its extra parts dropped), with both keys held by the
-/// call's transaction. `Err(WrongKind)` when they are not held (`move_error` answers it) or
-/// a part is missing (damage found since: the target is left as it was).
+impl From<WriteError> for MoveError {
+    fn from(error: WriteError) -> Self {
+        MoveError::Engine(error)
+    }
+}
+
+/// Copies the item of several records `copied` at `source` to `target`, parts first, then
+/// the owner (replacing what `target` held, its extra parts dropped), with both keys held by
+/// the call's transaction; the target is left as it was when that cannot be done.
 fn copy_family(
     call: &Call<'_>,
     source: &[u8],
     target: &[u8],
-    family: &Family<'_>,
-) -> Result<(), WriteError> {
+    copied: &Copied,
+) -> Result<(), MoveError> {
     let keys = call.keys();
-    let families = keys.families().ok_or(WriteError::WrongKind)?;
+    let families = keys.families().ok_or(MoveError::LargeItem)?;
     let mut value = Vec::new();
-    for part in 0..family.parts {
+    for part in 0..copied.parts {
         value.clear();
         if !families.read_part_dyn(source, part, &mut |bytes| value.extend_from_slice(bytes)) {
-            return Err(WriteError::WrongKind);
+            return Err(MoveError::LargeItem);
         }
         families.write_part(target, part, &value)?;
     }
-    let kind = family.kind;
-    families.write_owner(target, family.owner, kind, family.expiry, family.parts)?;
+    families.write_owner(
+        target,
+        &copied.value,
+        copied.kind,
+        copied.expiry,
+        copied.parts,
+    )?;
     Ok(())
 }
 
 /// Moves `source` to `target` (keeping its expiry); `Ok(false)` when `source` is missing.
-fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, WriteError> {
+fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, MoveError> {
     let Some(copied) = copy_out(call, source) else {
         return Ok(false);
     };
@@ -250,13 +246,7 @@ fn move_key(call: &Call<'_>, source: &[u8], target: &[u8]) -> Result<bool, Write
         return Ok(true);
     }
     if copied.parts > 0 {
-        let family = Family {
-            owner: &copied.value,
-            kind: copied.kind,
-            expiry: copied.expiry,
-            parts: copied.parts,
-        };
-        copy_family(call, source, target, &family)?;
+        copy_family(call, source, target, &copied)?;
         call.keys().delete(source, None)?;
         return Ok(true);
     }
@@ -282,12 +272,11 @@ pub(crate) fn rename(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// The reply to a refused move: a large item's (`move_key` says so with `WrongKind`, which
-/// no store of it can otherwise answer), or the engine's refusal.
-fn move_error(out: &mut Vec<u8>, error: &WriteError) {
+/// The reply to a refused move.
+fn move_error(out: &mut Vec<u8>, error: &MoveError) {
     match error {
-        WriteError::WrongKind => out.extend_from_slice(ERR_LARGE_ITEM),
-        error => write_error(out, error),
+        MoveError::LargeItem => out.extend_from_slice(ERR_LARGE_ITEM),
+        MoveError::Engine(error) => write_error(out, error),
     }
 }
 

@@ -238,7 +238,8 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     };
     if plan.on_its_keys {
         // Logged whole: a key a queued command only reads costs a look and a few bytes.
-        held::run_held(call, &plan.keys, plan.writes, out, |call, out| {
+        let hold = held::Hold::for_writes(plan.writes);
+        held::run_held(call, &plan.keys, hold, out, |call, out| {
             run(state, call, out);
         });
     } else {
