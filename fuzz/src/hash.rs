@@ -1,7 +1,9 @@
 //! The `hash_decode` target: a Redis hash's stored encoding (`strata_types::hash`, the value of
 //! a record of kind `Hash`), read as the hash commands read it.
 //!
-//! The input's first byte picks the mode. [`MODE_FIELDS`]: the rest is a list of fields
+//! The input's first byte picks the mode. [`MODE_CHUNKED`]: the rest is a large hash's owner
+//! encoding (`strata_types::hash_chunks`) followed by field names (see [`check_chunked`]).
+//! [`MODE_FIELDS`]: the rest is a list of fields
 //! ([`fields_of`]) that the check encodes with the `Builder`, checks as written, then damages
 //! (one byte, chosen by the input) and reads again; any other byte: the whole input is the
 //! encoding. Hand-written encodings are mostly refused at the header; built ones reach the
@@ -22,9 +24,13 @@
 //! - An encoding the `Builder` wrote parses, with the fields it was given.
 
 use strata_types::hash::{Builder, Field, Hash};
+use strata_types::hash_chunks::{Chunked, OWNER_BYTES};
 
 /// First byte: the rest lists fields to encode, check and damage.
 pub const MODE_FIELDS: u8 = 0xF1;
+
+/// First byte: the rest is a large hash's owner, then field names.
+pub const MODE_CHUNKED: u8 = 0xC2;
 
 /// The time the checks read at, Unix ms: fields expiring before it are expired.
 const NOW_MS: u64 = 1_000_000;
@@ -33,7 +39,47 @@ const NOW_MS: u64 = 1_000_000;
 pub fn check(data: &[u8]) {
     match data.split_first() {
         Some((&MODE_FIELDS, rest)) => check_built(rest),
+        Some((&MODE_CHUNKED, rest)) => check_chunked(rest),
         _ => check_encoding(data),
+    }
+}
+
+/// A large hash's owner (its first [`OWNER_BYTES`]) and names (the rest, in pieces of
+/// `len u8, bytes`). On any bytes `Chunked::parse` neither panics nor accepts a state whose
+/// split pointer is past its level; on an accepted one: the encoding round-trips, every name
+/// routes to a chunk that exists, and the next split moves a name only from the split chunk
+/// to the chunk it makes, which is the next number.
+pub fn check_chunked(data: &[u8]) {
+    let (owner, mut names) = data.split_at(data.len().min(OWNER_BYTES));
+    let Ok(state) = Chunked::parse(owner) else {
+        return;
+    };
+    let mut encoded = Vec::new();
+    state.encode(&mut encoded);
+    assert_eq!(encoded, owner, "the owner round-trips");
+    assert!(state.expiring() <= state.count());
+    let (from, to, next) = state.split_next();
+    assert_eq!(to, state.chunks());
+    while let Some((&len, rest)) = names.split_first() {
+        let (name, rest) = rest.split_at(rest.len().min(usize::from(len)));
+        names = rest;
+        let chunk = state.chunk_of(name);
+        assert!(
+            chunk < state.chunks(),
+            "a name routes to a chunk that exists"
+        );
+        assert!(state.owns(chunk, name));
+        if state.can_split() {
+            let after = next.chunk_of(name);
+            if chunk == from {
+                assert!(
+                    after == from || after == to,
+                    "a split moves only into its new chunk"
+                );
+            } else {
+                assert_eq!(after, chunk, "a split moves only the split chunk's fields");
+            }
+        }
     }
 }
 
