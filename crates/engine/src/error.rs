@@ -59,4 +59,9 @@ pub enum WriteError {
     /// ([`crate::Engine::modify_as`]); nothing was changed.
     #[error("the key holds another kind of value")]
     WrongKind,
+    /// The string is too long for one record and is kept in several, which only a
+    /// transaction writes (its log keeps their before-images): the caller runs the operation
+    /// again in one ([`crate::Engine::transaction`]). Nothing was changed.
+    #[error("a string of several records is written only inside a transaction")]
+    NeedsTransaction,
 }

@@ -78,8 +78,11 @@ use shard::{CleanOutcome, Shard, ShardLock};
 pub struct ItemRef<'a> {
     /// The key.
     pub key: &'a [u8],
-    /// The value.
+    /// The value: a string kept in several records (`api::large`) joined.
     pub value: &'a [u8],
+    /// The owner record's own bytes: for a string of several records its header, else the
+    /// same as `value` (what a copy of the record with its parts, [`Families`], takes).
+    pub record_value: &'a [u8],
     /// memcached client flags.
     pub client_flags: u32,
     /// The item's CAS value: unique per write, across restarts, unless the writer chose it

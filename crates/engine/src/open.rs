@@ -159,10 +159,8 @@ impl Engine {
             &mut placement_switch_flash,
         )?;
         let built = build_shards(config, &pool, &root, &files, &segments);
-        let value_len_max = config.value_len_max.min(record::value_len_fitting(
-            geometry.segment_size_bytes as usize,
-            crate::config::KEY_LEN_FOR_VALUE_LIMIT,
-        ));
+        // A string past what one segment holds is kept in several records (`api::large`).
+        let value_len_max = config.value_len_max;
         let (flash, flash_opened) = open_flash(config, &pool, root.plan, value_len_max)?;
         let inner = new_inner(InnerParts {
             config,
@@ -256,20 +254,23 @@ impl Engine {
         self.pool.lock().path()
     }
 
-    /// Largest value accepted for a key of up to [`crate::KEY_LEN_FOR_VALUE_LIMIT`] bytes,
-    /// whatever the record's optional fields: the configured limit, or less if the segments
-    /// cannot hold one that long (see [`crate::segment_size_bytes_for`]).
+    /// Largest string value accepted: the configured limit (a string longer than one record
+    /// holds is kept in several, `api::large`).
     pub fn value_len_max(&self) -> usize {
         self.inner.value_len_max
     }
 
-    /// Largest value accepted for a key of `key_len` bytes: [`Engine::value_len_max`], less
-    /// what a key longer than [`crate::KEY_LEN_FOR_VALUE_LIMIT`] takes of its segment.
-    pub fn value_len_max_for_key(&self, key_len: usize) -> usize {
-        self.inner.value_len_max.min(record::value_len_fitting(
-            self.inner.segment_size_bytes,
-            key_len,
-        ))
+    /// Largest string value accepted for a key of `key_len` bytes: [`Engine::value_len_max`]
+    /// whatever the key (a key's length only moves where a string starts taking several
+    /// records, [`Engine::record_value_len_max`]).
+    pub fn value_len_max_for_key(&self, _key_len: usize) -> usize {
+        self.inner.value_len_max
+    }
+
+    /// Largest value one record holds for a key of `key_len` bytes (one segment's worth): a
+    /// string past it is kept in several (`api::large`), other values are refused.
+    pub fn record_value_len_max(&self, key_len: usize) -> usize {
+        record::value_len_fitting(self.inner.segment_size_bytes, key_len)
     }
 
     /// Persists everything and marks the pool cleanly closed, so the next open knows nothing

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use strata_engine::{
     Durability, EngineConfig, EvictionPolicy, FlashAdmission, FlashConfig, FlashMedium,
-    IndexPlacement, PoolLocation, FLASH_REGION_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX,
+    IndexPlacement, PoolLocation, FLASH_REGION_SIZE_BYTES_DEFAULT,
 };
 
 use crate::auth::Credentials;
@@ -38,6 +38,9 @@ pub const CONNECTIONS_MAX_LIMIT: usize = 1 << 20;
 pub const VALUE_LEN_MAX_DEFAULT: u64 = 1 << 20;
 /// Smallest `--max-value-size`.
 pub const VALUE_LEN_MAX_MIN: u64 = 1024;
+/// Largest `--max-value-size`: Redis's `proto-max-bulk-len` default (a string past one
+/// segment is kept in several records).
+pub const VALUE_LEN_MAX_LIMIT: u64 = 512 << 20;
 /// Room a read buffer keeps beyond the largest value, for the command line and the framing.
 /// A request larger than `value_len_max + REQUEST_OVERHEAD_BYTES_MAX` closes the connection.
 pub const REQUEST_OVERHEAD_BYTES_MAX: usize = 64 << 10;
@@ -512,14 +515,10 @@ impl ServeOptions {
             .transpose()
             .map_err(|error| ConfigError(format!("--memcache-auth-file: {error}")))?
             .map(Arc::new);
-        let bytes = |size: ByteSize| usize::try_from(size.0).unwrap_or(usize::MAX);
+        let value_len_max = self.value_len_max();
         let (output_buffered_bytes_hard, client_output_bytes_max) = self.output_limits();
         let eviction = self.eviction_policy();
         let (slowlog_slower_than_us, slowlog_max_len) = self.slowlog();
-        let value_len_max = bytes(
-            self.max_value_size
-                .unwrap_or(ByteSize(VALUE_LEN_MAX_DEFAULT)),
-        );
         let flash = self.flash_settings()?;
         let latency = self.latency_settings()?;
         // A file pool with a flash tier keeps its index beside the pool unless told otherwise:
@@ -541,10 +540,14 @@ impl ServeOptions {
             fresh: self.fresh,
             flash,
             validate_every_read: self.validate_every_read,
-            // By default, the smallest segment that holds the largest value (with a key of up to
-            // 250 bytes and every record field): 1 MiB + 4 KiB for the default 1 MiB.
+            // By default, the smallest segment that holds the largest value up to 1 MiB (with a
+            // key of up to 250 bytes and every record field): 1 MiB + 4 KiB for the default. A
+            // longer string is kept in several records.
             segment_size_bytes: self.segment_size.map_or_else(
-                || strata_engine::segment_size_bytes_for(value_len_max),
+                || {
+                    let one_record = value_len_max.min(VALUE_LEN_MAX_DEFAULT as usize);
+                    strata_engine::segment_size_bytes_for(one_record)
+                },
                 |s| s.0,
             ),
             eviction,
@@ -576,14 +579,24 @@ impl ServeOptions {
 impl ServeOptions {
     /// The output limits, bytes: one client's (`--output-buffer-limit`) and all clients'
     /// together (`--client-output-memory`); 0 is none, as in Redis (the other still bounds).
+    /// The largest value given, or the default.
+    fn value_len_max(&self) -> usize {
+        let given = self
+            .max_value_size
+            .map_or(VALUE_LEN_MAX_DEFAULT, |size| size.0);
+        usize::try_from(given).unwrap_or(usize::MAX)
+    }
+
     pub(crate) fn output_limits(&self) -> (usize, usize) {
+        let value_len_max = self.value_len_max();
         let limit = |size: ByteSize| match size.0 {
             0 => usize::MAX,
             bytes => usize::try_from(bytes).unwrap_or(usize::MAX),
         };
-        let hard = self
-            .output_buffer_limit
-            .map_or(OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, limit);
+        // The default holds a reply of the largest value between its soft and hard limits.
+        let default = OUTPUT_BUFFERED_BYTES_HARD_DEFAULT
+            .max(value_len_max.saturating_mul(OUTPUT_BUFFER_LIMIT_VALUES_MIN));
+        let hard = self.output_buffer_limit.map_or(default, limit);
         // All clients together may hold what one client may: the default bounds the total
         // where it bounded each client, so one client alone meets the same limit as before.
         (hard, self.client_output_memory.map_or(hard, limit))
@@ -733,25 +746,12 @@ impl ServerConfig {
             ))
         })?;
         let value_len_max = self.value_len_max as u64;
-        if !(VALUE_LEN_MAX_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&value_len_max) {
+        if !(VALUE_LEN_MAX_MIN..=VALUE_LEN_MAX_LIMIT).contains(&value_len_max) {
             return fail(format!(
-                "--max-value-size must be {} ..= {} (an item lives in one segment), got {}",
+                "--max-value-size must be {} ..= {} (Redis's proto-max-bulk-len), got {}",
                 ByteSize(VALUE_LEN_MAX_MIN),
-                ByteSize(SEGMENT_SIZE_BYTES_MAX),
+                ByteSize(VALUE_LEN_MAX_LIMIT),
                 ByteSize(value_len_max)
-            ));
-        }
-        let segment_needed = strata_engine::segment_size_bytes_for(self.value_len_max);
-        if self.segment_size_bytes < segment_needed {
-            return fail(format!(
-                "--segment-size ({}) cannot hold a value of --max-value-size ({}) with its key \
-                 (up to {} bytes) and record header: an item lives in one segment; raise \
-                 --segment-size to {} or more (at most {}), or lower --max-value-size",
-                ByteSize(self.segment_size_bytes),
-                ByteSize(value_len_max),
-                strata_engine::KEY_LEN_FOR_VALUE_LIMIT,
-                ByteSize(segment_needed),
-                ByteSize(SEGMENT_SIZE_BYTES_MAX)
             ));
         }
         self.check_output_limits()?;

@@ -399,6 +399,35 @@ fn run_on_chunks(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     });
 }
 
+/// Runs a command that met a write only a transaction makes (a string of several records,
+/// `WriteError::NeedsTransaction`) again with its keys held, logged; inside an EXEC that runs
+/// alone, unlogged (the group's log holds its keys already). Nothing was changed by the first
+/// run: the engine refused the write before making it.
+fn run_held_again(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+    let command = call.command;
+    if call.keys.held() {
+        // A transaction writes such strings itself and never asks: a handler's bug.
+        strata_protocol::resp::encode::error(
+            out,
+            b"ERR strata could not write a large string here",
+        );
+        return;
+    }
+    let keys: Vec<&[u8]> = command
+        .key_positions(call.len())
+        .map(|position| call.arg(position))
+        .collect();
+    let hold = if call.ctx.exclusive.is_alone() {
+        held::Hold::Unlogged
+    } else {
+        held::Hold::Logged
+    };
+    held::run_held(call, &keys, hold, out, |call, out| {
+        (command.run)(state, call, out);
+    });
+    held::asked_to_hold(); // Held, it cannot ask again; a stale ask must not outlive it.
+}
+
 /// Copies what other clients see of this one (`CLIENT LIST`) into its registry entry.
 fn publish(state: &State) {
     let Some(client) = &state.client else {
@@ -537,6 +566,9 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if call.wants_held.get() {
         out.truncate(reply_start);
         run_on_chunks(state, call, out);
+    } else if held::asked_to_hold() {
+        out.truncate(reply_start);
+        run_held_again(state, call, out);
     }
     // After it ran, as Redis does: an EXEC's line follows those of the commands it ran.
     if call.ctx.monitors.active() && !command.flags.contains(&"admin") {

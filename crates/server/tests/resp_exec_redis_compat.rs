@@ -29,6 +29,8 @@ use strata_server::resp_exec::RespSession;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one reply may take.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much of a reply that differs the failure shows.
+const REPLY_SHOWN_BYTES_MAX: usize = 400;
 
 /// A redis-server child process on a free loopback port, killed on drop.
 struct RedisServer {
@@ -167,7 +169,11 @@ struct Strata {
 
 impl Strata {
     fn new(settings: Settings) -> Strata {
-        let engine = Engine::open(EngineConfig::default()).expect("DRAM engine");
+        Strata::with_engine(EngineConfig::default(), settings)
+    }
+
+    fn with_engine(config: EngineConfig, settings: Settings) -> Strata {
+        let engine = Engine::open(config).expect("DRAM engine");
         let ctx = ServerContext::new(Arc::new(engine), settings);
         let session = RespSession::new(ctx.next_client_id());
         Strata { ctx, session }
@@ -247,11 +253,16 @@ impl Differ {
             Compare::Skip => true,
         };
         if !same || redis_closed != strata_closed {
+            // A large value's reply is shown by its start and length.
+            let shown = |reply: &[u8]| {
+                let start = &reply[..reply.len().min(REPLY_SHOWN_BYTES_MAX)];
+                format!("{} ({} bytes)", start.escape_ascii(), reply.len())
+            };
             self.mismatches.push(format!(
                 "{label}\n    redis:  {} (closed: {redis_closed})\n    strata: {} (closed: \
                  {strata_closed})",
-                redis.escape_ascii(),
-                strata.escape_ascii()
+                shown(&redis),
+                shown(&strata)
             ));
         }
     }
@@ -1601,4 +1612,121 @@ fn commandstats_and_errorstats_match_redis() {
             "{line}"
         );
     }
+}
+
+/// A value of `len` bytes whose every byte says where it is and which value it is in
+/// (printable, so a failure's excerpt reads).
+fn large_value(tag: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| b'a' + ((i / 7 + usize::from(tag)) % 26) as u8)
+        .collect()
+}
+
+/// Strings longer than one record holds (kept in several, `strata_engine`'s `api::large`):
+/// every string command over 1–6 MiB values, inside MULTI too, byte-identical to Redis.
+#[test]
+fn large_strings_match_redis() {
+    const VALUE_LEN_MAX: usize = 64 << 20;
+    let server = RedisServer::start();
+    let settings = Settings {
+        value_len_max: VALUE_LEN_MAX,
+        output: strata_server::context::OutputLimits::new(1 << 30),
+        client_output_bytes_max: 1 << 30,
+        ..Settings::default()
+    };
+    let config = EngineConfig {
+        memory_bytes: 256 << 20,
+        value_len_max: VALUE_LEN_MAX,
+        ..EngineConfig::default()
+    };
+    let mut d = Differ {
+        redis: server.connect(),
+        strata: Strata::with_engine(config, settings),
+        mismatches: Vec::new(),
+        steps: 0,
+    };
+    let (three, two, five) = (
+        large_value(1, 3 << 20),
+        large_value(2, 2 << 20),
+        large_value(3, 5 << 20),
+    );
+    let step = |d: &mut Differ, args: &[&[u8]]| {
+        let mut bytes = Vec::new();
+        encode_command(&mut bytes, args);
+        let label: Vec<String> = args
+            .iter()
+            .map(|arg| match arg.len() {
+                0..=40 => String::from_utf8_lossy(arg).into_owned(),
+                len => format!("<{len} bytes>"),
+            })
+            .collect();
+        d.step_bytes(&label.join(" "), &bytes, Compare::Exact, false);
+    };
+    d.exact(&["FLUSHALL"]);
+    step(&mut d, &[b"SET", b"big", &three]);
+    for line in [
+        "GET big",
+        "STRLEN big",
+        "TYPE big",
+        "EXISTS big",
+        "GETRANGE big 0 9",
+        "GETRANGE big 3145720 3145735",
+        "GETRANGE big -10 -1",
+        "SUBSTR big 1048570 1048590",
+        "INCR big",
+        "GETBIT big 1000000",
+        "BITCOUNT big 0 99",
+    ] {
+        d.exact(&[line]);
+    }
+    step(&mut d, &[b"APPEND", b"big", &two]);
+    d.exact(&[
+        "STRLEN big",
+        "GET big",
+        "SETRANGE big 4000000 hello",
+        "GETRANGE big 3999998 4000006",
+        "SETRANGE big 6000000 x",
+        "STRLEN big",
+        "GETRANGE big 5242878 5242882",
+        "SETBIT big 100 1",
+        "GETBIT big 100",
+        "APPEND big tail",
+        "GET big",
+        "COPY big c",
+        "GET c",
+        "RENAME c d",
+        "EXISTS c d",
+        "GET d",
+        "EXPIRE d 100",
+        "TTL d",
+        "PERSIST d",
+        "TTL d",
+        "GETSET d small",
+        "GET d",
+        "STRLEN d",
+    ]);
+    step(&mut d, &[b"SET", b"big", &five, b"GET"]);
+    d.exact(&["GET big", "GETDEL big", "EXISTS big"]);
+    step(&mut d, &[b"MSET", b"a", &two, b"b", &three]);
+    d.exact(&["MGET a b nokey", "DEL a b", "EXISTS a b"]);
+    step(&mut d, &[b"SETNX", b"n", &two]);
+    step(&mut d, &[b"SETNX", b"n", &three]);
+    step(&mut d, &[b"SETEX", b"e", b"100", &three]);
+    step(&mut d, &[b"SET", b"x", &two, b"NX", b"GET"]);
+    d.exact(&[
+        "GET n",
+        "TTL e",
+        "GET e",
+        "GET x",
+        "GETEX e PERSIST",
+        "TTL e",
+    ]);
+    d.exact(&["MULTI"]);
+    step(&mut d, &[b"SET", b"m", &three]);
+    step(&mut d, &[b"APPEND", b"m", &two]);
+    d.exact(&["GET m", "STRLEN m", "SET m short", "GET m", "EXEC", "GET m"]);
+    step(&mut d, &[b"SET", b"m", &five]);
+    d.exact(&["SET m short", "GET m", "DEL m n e x", "DBSIZE"]);
+    assert!(d.steps > 70, "{} steps", d.steps);
+    d.finish("large strings");
 }

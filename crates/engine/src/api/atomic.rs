@@ -153,7 +153,8 @@ pub(super) fn push_before_images<'k>(
     for &key in keys {
         let pushed = door.peek(key, |item| {
             let fields = ItemFields {
-                value: item.value,
+                value: item.record_value, // A large string's owner: its parts follow.
+
                 kind: item.kind,
                 client_flags: item.client_flags,
                 expires_at_ms: item.expires_at_ms,

@@ -5,6 +5,7 @@
 //! | `read.rs`     | get, peek, contains, prefetch, get_many; flash read planning         |
 //! | `write.rs`    | store, set, modify, delete, touch, arith, concat                     |
 //! | `keyspace.rs` | flush, expire, scan, random key, len, commit, scrub                  |
+//! | `large.rs`    | strings longer than one record: kept in parts, read joined           |
 //! | `atomic.rs`   | atomically: groups of writes a crash leaves all done or all undone   |
 //! | `door.rs`     | the typed single-key operations, through the engine or a transaction |
 //! | `txn.rs`      | transactions: several keys' shards locked together, in one order     |
@@ -14,6 +15,7 @@
 mod atomic;
 mod door;
 mod keyspace;
+mod large;
 mod read;
 mod txn;
 mod write;
@@ -41,6 +43,7 @@ fn item<'a>(found: &Found<'a>) -> ItemRef<'a> {
     ItemRef {
         key: found.view.key,
         value: found.view.value,
+        record_value: found.view.value,
         client_flags: found.view.meta.client_flags,
         cas: found.cas,
         expires_at_ms: found.view.meta.expires_at_ms,
@@ -58,6 +61,7 @@ fn flash_item<'a>(key: &'a [u8], item: &tiering::FlashItem<'a>, entry: Entry) ->
     ItemRef {
         key,
         value: item.value,
+        record_value: item.value,
         client_flags: item.meta.client_flags,
         cas: item.cas,
         expires_at_ms: item.meta.expires_at_ms,
@@ -98,12 +102,17 @@ impl Engine {
         let max = self.inner.value_len_max;
         let size = record::record_size(key.len(), value_len, meta);
         if value_len > max || size > self.inner.segment_size_bytes {
-            return Err(WriteError::TooLarge {
-                len: value_len,
-                max: self.value_len_max_for_key(key.len()),
-            });
+            return Err(self.too_large(key, value_len));
         }
         Ok(())
+    }
+
+    /// The refusal of a value of `value_len` bytes for `key`.
+    fn too_large(&self, key: &[u8], value_len: usize) -> WriteError {
+        WriteError::TooLarge {
+            len: value_len,
+            max: self.value_len_max_for_key(key.len()),
+        }
     }
 
     fn maybe_flush(&self) {

@@ -103,7 +103,13 @@ impl Engine {
             shard.index.bump_freq(found.slot);
         }
         shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(f(item(&found))))
+        Ok(large::with_item(
+            &self.inner,
+            &shard,
+            (key, hash),
+            &found,
+            f,
+        ))
     }
 
     /// The read of a key found only among the flash tier's entries: each candidate's record

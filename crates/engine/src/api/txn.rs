@@ -207,7 +207,7 @@ impl<'e> Txn<'e> {
                 shard.index.bump_freq(found.slot);
             }
             shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-            return Some(f(item(&found)));
+            return large::with_item(inner, shard, (key, hash), &found, f);
         }
         let found = if shard.lookup(inner, key, hash).is_none() {
             read_from_flash(inner, shard, key, hash, bump, f)
@@ -233,7 +233,8 @@ impl<'e> Txn<'e> {
         let (hash, position) = self.position(&shards, key);
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
         promote_held(&engine.inner, &mut shard, key, hash);
-        match engine.modify_in(&mut shard, key, hash, f) {
+        let log = |shard: &Shard, part| self.log_part_in(shard, key, hash, part);
+        match engine.modify_in(&mut shard, key, hash, f, Some(&log)) {
             Ok(result) => result,
             Err(panic) => {
                 drop(shard);
@@ -259,7 +260,8 @@ impl<'e> Txn<'e> {
         let mut shards = self.shards.borrow_mut();
         let (hash, position) = self.position(&shards, key);
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
-        engine.set_in(&mut shard, key, hash, value, meta)
+        let log = |shard: &Shard, part| self.log_part_in(shard, key, hash, part);
+        engine.set_in(&mut shard, (key, hash), value, meta, Some(&log))
     }
 
     /// Whether `key` is present and unexpired, counting no hit or miss.

@@ -77,7 +77,26 @@ impl Engine {
         value: &[u8],
         options: StoreOptions,
     ) -> Result<StoreOutcome, WriteError> {
-        Door::store(self, key, value, options)
+        self.or_in_transaction(key, |door| door.store(key, value, options))
+    }
+
+    /// Runs `op` on `key` through the engine, and when it answers that it writes a string of
+    /// several records ([`WriteError::NeedsTransaction`], nothing changed), again in a
+    /// transaction that holds `key` and logs it.
+    fn or_in_transaction<R>(
+        &self,
+        key: &[u8],
+        op: impl Fn(&dyn DynDoor) -> Result<R, WriteError>,
+    ) -> Result<R, WriteError> {
+        match op(self) {
+            Err(WriteError::NeedsTransaction) => {
+                let txn = self.transaction(&[], &[key])?;
+                let answer = op(&txn)?;
+                txn.finish()?;
+                Ok(answer)
+            }
+            answer => answer,
+        }
     }
 
     /// Plain set: the fast path of `store` with no condition (no read-modify-write copy).
@@ -91,10 +110,17 @@ impl Engine {
         let Some(meta) = self.set_meta(key, value, client_flags, expiry)? else {
             return unconditional_store(self, key, value, client_flags, expiry);
         };
+        if self.takes_parts(key, value.len()) {
+            // Several records: written by a transaction, whose log keeps the old ones.
+            let txn = self.transaction(&[], &[key])?;
+            let cas = txn.set(key, value, client_flags, expiry)?;
+            txn.finish()?;
+            return Ok(cas);
+        }
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let mut shard = lock.write();
-        self.set_in(&mut shard, key, hash, value, meta)
+        self.set_in(&mut shard, (key, hash), value, meta, None)
     }
 
     /// The record fields of a plain set, its key and value checked; `None` for one that keeps
@@ -116,7 +142,12 @@ impl Engine {
             kind: Kind::String,
             parts: 0,
         };
-        self.check_value(key, value.len(), &meta)?;
+        check_key(key)?;
+        if !self.takes_parts(key, value.len()) {
+            self.check_value(key, value.len(), &meta)?;
+        } else if value.len() > self.inner.value_len_max {
+            return Err(self.too_large(key, value.len()));
+        }
         Ok(Some(meta))
     }
 
@@ -125,10 +156,10 @@ impl Engine {
     pub(super) fn set_in(
         &self,
         shard: &mut Shard,
-        key: &[u8],
-        hash: u64,
+        (key, hash): (&[u8], u64),
         value: &[u8],
         meta: RecordMeta,
+        log: Option<large::PartLog<'_>>,
     ) -> Result<u64, WriteError> {
         if meta
             .expires_at_ms
@@ -136,6 +167,10 @@ impl Engine {
         {
             shard.delete(&self.inner, key, hash)?;
             return Ok(0);
+        }
+        if self.takes_parts(key, value.len()) {
+            let log = log.ok_or(WriteError::NeedsTransaction)?;
+            return self.write_large(shard, (key, hash), value, meta, log);
         }
         shard.write(&self.inner, key, hash, value, meta, false)
     }
@@ -162,7 +197,7 @@ impl Engine {
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
         let mut shard = self.lock_for_change(key, hash, lock);
-        match self.modify_in(&mut shard, key, hash, f) {
+        match self.modify_in(&mut shard, key, hash, f, None) {
             Ok(result) => result,
             Err(panic) => {
                 // Released as it was before it goes on unwinding (see `ShardWrite`'s drop).
@@ -181,6 +216,7 @@ impl Engine {
         key: &[u8],
         hash: u64,
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+        log: Option<large::PartLog<'_>>,
     ) -> std::thread::Result<Result<Option<u64>, WriteError>> {
         let inner: &Inner = &self.inner;
         let mut buffer = std::mem::take(&mut shard.scratch);
@@ -189,7 +225,16 @@ impl Engine {
         // shard is released as it was); a panic in the engine's own change cannot (see
         // `ShardWrite`'s drop).
         let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let found = shard.lookup_unexpired(inner, key, hash);
+            let shard: &Shard = shard;
+            let mut found = shard.lookup_unexpired(inner, key, hash);
+            // A large string is seen joined; one that cannot be joined, as absent.
+            let joined = found
+                .as_ref()
+                .filter(|found| large::is_large_string(found))
+                .map(|found| large::join(inner, shard, key, hash, found));
+            if matches!(joined, Some(None)) {
+                found = None;
+            }
             let current = found.as_ref().map(|found| Current {
                 expires_at_ms: found.view.meta.expires_at_ms,
                 cas: found.cas,
@@ -197,10 +242,20 @@ impl Engine {
                 kind: found.view.meta.kind,
                 parts: found.view.meta.parts,
             });
-            (f(found.as_ref().map(item), &mut buffer), current)
+            let seen = found.as_ref().map(|found| {
+                let mut seen = item(found);
+                if let Some(Some(joined)) = &joined {
+                    seen.value = joined;
+                }
+                seen
+            });
+            (f(seen, &mut buffer), current)
         }));
         let (change, current) = decided?;
-        let result = self.apply(shard, key, hash, change, current, &buffer);
+        let result = self.apply(shard, (key, hash), change, current, &buffer, log);
+        if buffer.capacity() > self.inner.segment_size_bytes {
+            buffer = Vec::new(); // A large string's: not kept for the shard's next change.
+        }
         shard.scratch = buffer;
         Ok(result)
     }
@@ -218,11 +273,11 @@ impl Engine {
     fn apply(
         &self,
         shard: &mut Shard,
-        key: &[u8],
-        hash: u64,
+        (key, hash): (&[u8], u64),
         change: Change,
         current: Option<Current>,
         buffer: &[u8],
+        log: Option<large::PartLog<'_>>,
     ) -> Result<Option<u64>, WriteError> {
         // A touch keeps the item whole, parts and all; any other write replaces it.
         let (client_flags, expiry, cas, touch, kind, parts) = match change {
@@ -260,10 +315,21 @@ impl Engine {
             kind,
             parts,
         };
-        self.check_value(key, buffer.len(), &meta)?;
+        let large = kind == Kind::String && self.takes_parts(key, buffer.len());
+        if !large {
+            self.check_value(key, buffer.len(), &meta)?;
+        } else if buffer.len() > self.inner.value_len_max {
+            return Err(self.too_large(key, buffer.len()));
+        }
         if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
             shard.delete(&self.inner, key, hash)?;
             return Ok(None);
+        }
+        if large {
+            let log = log.ok_or(WriteError::NeedsTransaction)?;
+            return self
+                .write_large(shard, (key, hash), buffer, meta, log)
+                .map(Some);
         }
         shard
             .write(&self.inner, key, hash, buffer, meta, touch)
@@ -285,7 +351,8 @@ impl Engine {
             Some(item) if item.kind != Kind::String => Change::Keep,
             Some(item) => {
                 found = true;
-                buffer.extend_from_slice(item.value);
+                // A large string's owner alone: a touch keeps the item's parts.
+                buffer.extend_from_slice(item.record_value);
                 Change::Write {
                     client_flags: item.client_flags,
                     expiry,
@@ -336,22 +403,24 @@ impl Engine {
         data: &[u8],
         prepend: bool,
     ) -> Result<Option<u64>, WriteError> {
-        self.modify(key, |current, buffer| {
-            let Some(item) = current.filter(|item| item.kind == Kind::String) else {
-                return Change::Keep;
-            };
-            if prepend {
-                buffer.extend_from_slice(data);
-                buffer.extend_from_slice(item.value);
-            } else {
-                buffer.extend_from_slice(item.value);
-                buffer.extend_from_slice(data);
-            }
-            Change::Write {
-                client_flags: item.client_flags,
-                expiry: Expiry::Keep,
-                keep_cas: false,
-            }
+        self.or_in_transaction(key, |door| {
+            door.modify(key, |current, buffer| {
+                let Some(item) = current.filter(|item| item.kind == Kind::String) else {
+                    return Change::Keep;
+                };
+                if prepend {
+                    buffer.extend_from_slice(data);
+                    buffer.extend_from_slice(item.value);
+                } else {
+                    buffer.extend_from_slice(item.value);
+                    buffer.extend_from_slice(data);
+                }
+                Change::Write {
+                    client_flags: item.client_flags,
+                    expiry: Expiry::Keep,
+                    keep_cas: false,
+                }
+            })
         })
     }
 }

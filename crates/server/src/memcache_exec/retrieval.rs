@@ -142,7 +142,8 @@ fn touch_one(
             Some(item) => {
                 hit = true;
                 write_hit(out, key, &item, returns_cas);
-                buffer.extend_from_slice(item.value);
+                // The record alone: a touch keeps a large string's parts.
+                buffer.extend_from_slice(item.record_value);
                 Change::Write {
                     client_flags: item.client_flags,
                     expiry,

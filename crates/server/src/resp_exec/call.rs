@@ -188,6 +188,12 @@ pub(crate) fn write_error(out: &mut Vec<u8>, error: &WriteError) {
         WriteError::TooLarge { .. } => out.extend_from_slice(ERR_VALUE_TOO_LARGE),
         WriteError::OutOfMemory => out.extend_from_slice(errors::ERR_OOM),
         WriteError::WrongKind => out.extend_from_slice(errors::ERR_WRONGTYPE),
+        WriteError::NeedsTransaction => {
+            // Nothing changed: the driver runs the command again, held (`held`), and this
+            // reply is dropped.
+            super::held::ask_to_hold();
+            encode::error(out, b"ERR strata: a large string is written held");
+        }
         WriteError::Persist(persist) => {
             let message = format!(
                 "MISCONF strata could not persist a write to its pool and refuses writes until \

@@ -140,6 +140,7 @@ fn chunk_item<'v>(key: &'v [u8], value: &'v [u8]) -> ItemRef<'v> {
     ItemRef {
         key,
         value,
+        record_value: value,
         client_flags: 0,
         cas: 0,
         expires_at_ms: None,

@@ -14,9 +14,28 @@
 //! DBSIZE, RANDOMKEY, INFO...) still runs alone, while every other worker waits
 //! (`crate::exclusive`, [`super::alone_and_atomic`]).
 
+use std::cell::Cell;
+
 use strata_engine::{Change, Door, DynDoor, Engine, Expiry, ItemRef, Observed, WriteError};
 
 use super::{table, write_error, Call};
+
+thread_local! {
+    /// The command running on this thread met a write only a transaction makes (a string of
+    /// several records, `WriteError::NeedsTransaction`): the driver runs it again with its
+    /// keys held ([`asked_to_hold`]).
+    static HOLD_ASKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Notes that the running command must run again with its keys held (see [`HOLD_ASKED`]).
+pub(crate) fn ask_to_hold() {
+    HOLD_ASKED.with(|asked| asked.set(true));
+}
+
+/// Whether the command that just ran asked to run again held; clears the request.
+pub(crate) fn asked_to_hold() -> bool {
+    HOLD_ASKED.with(|asked| asked.replace(false))
+}
 
 /// How a command reaches its keys (see the module docs), and whether its reads count as
 /// accesses (`CLIENT NO-TOUCH` turns that off for a client's commands, TOUCH aside).

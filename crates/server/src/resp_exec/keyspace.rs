@@ -179,7 +179,8 @@ struct Copied {
 
 fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
     call.keys().get(key, |item| Copied {
-        value: item.value.to_vec(),
+        // An item of several records is copied record by record (`copy_family`).
+        value: item.record_value.to_vec(),
         client_flags: item.client_flags,
         expiry: item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs),
         kind: item.kind,

@@ -399,7 +399,8 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         if options.persist && item.expires_at_ms.is_none() {
             return Change::Keep;
         }
-        buffer.extend_from_slice(item.value);
+        // The record alone: a touch keeps a large string's parts.
+        buffer.extend_from_slice(item.record_value);
         Change::Write {
             client_flags: item.client_flags,
             expiry,

@@ -29,15 +29,30 @@ impl Txn<'_> {
         if !self.logged {
             return Ok(());
         }
-        let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
         let (owner_hash, position) = self.position(&shards, owner);
+        self.log_part_in(shards[position].1.shard(), owner, owner_hash, part)
+    }
+
+    /// [`Txn::log_part`] in `shard`, the held shard of `owner` (hash `owner_hash`): for a
+    /// change that holds it already (a large string's write, `api::large`).
+    pub(in crate::api) fn log_part_in(
+        &self,
+        shard: &Shard,
+        owner: &[u8],
+        owner_hash: u64,
+        part: u32,
+    ) -> Result<(), WriteError> {
+        if !self.logged {
+            return Ok(());
+        }
+        let inner: &Inner = &self.engine.inner;
         let mut name = Vec::new();
         let hash = inner.part_name(owner, owner_hash, part, &mut name);
         if self.logged_parts.borrow().contains(&name) {
             return Ok(());
         }
-        let found = shards[position].1.shard().lookup(inner, &name, hash);
+        let found = shard.lookup(inner, &name, hash);
         let fields = found
             .as_ref()
             .map(|found| ItemFields::part(found.view.value));
@@ -52,7 +67,6 @@ impl Txn<'_> {
                     .map_err(|error| super::atomic::log_error(log.path(), "append", &error))?;
             }
         }
-        drop(shards);
         self.begin_log()?;
         self.logged_parts.borrow_mut().insert(name);
         Ok(())

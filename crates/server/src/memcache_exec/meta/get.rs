@@ -85,7 +85,8 @@ fn read_write(
                     None if get.flags.has(b'u') => Change::Keep,
                     None => Change::Read,
                     Some(expiry) => {
-                        buffer.extend_from_slice(item.value);
+                        // The record alone: a touch keeps a large string's parts.
+                        buffer.extend_from_slice(item.record_value);
                         Change::Write {
                             client_flags: item.client_flags,
                             expiry,
@@ -118,6 +119,7 @@ fn read_write(
             let item = ItemRef {
                 key,
                 value: b"",
+                record_value: b"",
                 client_flags: 0,
                 cas,
                 expires_at_ms: expires_at(expiry, None),

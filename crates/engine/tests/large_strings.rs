@@ -1,0 +1,258 @@
+//! Strings longer than one record holds (`api::large`): written in parts by a transaction,
+//! read joined, appended to, touched, overwritten by shorter and longer values, deleted,
+//! evicted whole, reopened, and put back whole by a crash in the middle of their writes.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test scenario reads best as one function"
+)]
+
+use std::collections::HashMap;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use strata_engine::*;
+
+mod support;
+use support::{crash_copy, temp_pool};
+
+/// Segments of 64 KiB: a string past about 64 KiB takes parts (of 28 KiB).
+const SEGMENT_BYTES: u64 = 64 << 10;
+
+fn config(memory_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        memory_bytes,
+        segment_size_bytes: SEGMENT_BYTES,
+        value_len_max: 4 << 20,
+        ..EngineConfig::default()
+    }
+}
+
+/// `len` bytes that say which write made them (`tag`) and where each byte is: a part served
+/// in the wrong place or from another write shows.
+fn value(tag: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(tag.wrapping_mul(7919)) as u8
+        })
+        .collect()
+}
+
+fn get(engine: &Engine, key: &[u8]) -> Option<Vec<u8>> {
+    engine.get(key, |item| item.value.to_vec())
+}
+
+#[test]
+fn large_strings_round_trip_and_shrink_grow_append_and_delete() {
+    let engine = Engine::open(config(64 << 20)).unwrap();
+    let one_record = engine.record_value_len_max(1);
+    assert!(one_record < 64 << 10);
+    assert_eq!(engine.value_len_max(), 4 << 20);
+    let parts_before = engine.stats().items;
+    for (tag, len) in [
+        (1, 3 << 20),
+        (2, one_record + 1),
+        (3, 4 << 20),
+        (4, 100),
+        (5, 1 << 20),
+    ] {
+        engine
+            .set(b"k", &value(tag, len), 9, Expiry::Never)
+            .unwrap();
+        let got = get(&engine, b"k").unwrap();
+        assert_eq!(got.len(), len, "tag {tag}");
+        assert!(got == value(tag, len), "tag {tag}: the bytes written");
+        assert_eq!(engine.get(b"k", |item| item.client_flags), Some(9));
+    }
+    assert_eq!(
+        engine.stats().items,
+        parts_before + 1,
+        "one item, whatever its parts"
+    );
+    // Append to a large one, and past the limit.
+    engine.concat(b"k", b"tail", false).unwrap().unwrap();
+    let mut expected = value(5, 1 << 20);
+    expected.extend_from_slice(b"tail");
+    assert!(get(&engine, b"k").unwrap() == expected);
+    engine.concat(b"k", b"head", true).unwrap().unwrap();
+    expected.splice(0..0, *b"head");
+    assert!(get(&engine, b"k").unwrap() == expected);
+    engine
+        .set(b"k", &value(6, 4 << 20), 0, Expiry::Never)
+        .unwrap();
+    assert!(matches!(
+        engine.concat(b"k", b"x", false),
+        Err(WriteError::TooLarge { .. })
+    ));
+    assert!(
+        get(&engine, b"k").unwrap() == value(6, 4 << 20),
+        "the refused append"
+    );
+    assert!(matches!(
+        engine.set(b"k", &vec![0; (4 << 20) + 1], 0, Expiry::Never),
+        Err(WriteError::TooLarge { .. })
+    ));
+    // A touch keeps it whole; a conditional store sees it; a delete takes every part.
+    let cas = engine.get(b"k", |item| item.cas).unwrap();
+    assert!(engine.touch(b"k", Expiry::AtMs(u64::MAX / 2)).unwrap());
+    assert_eq!(engine.get(b"k", |item| item.cas), Some(cas));
+    assert!(get(&engine, b"k").unwrap() == value(6, 4 << 20));
+    let absent_only = StoreOptions {
+        condition: Condition::IfAbsent,
+        ..StoreOptions::default()
+    };
+    let refused = engine.store(b"k", &value(7, 2 << 20), absent_only).unwrap();
+    assert_eq!(refused, StoreOutcome::NotStored);
+    let stored = engine
+        .store(b"new", &value(7, 2 << 20), absent_only)
+        .unwrap();
+    assert!(matches!(stored, StoreOutcome::Stored(_)));
+    assert!(get(&engine, b"new").unwrap() == value(7, 2 << 20));
+    let usage = engine.memory_usage(b"new").unwrap();
+    assert!(usage > 2 << 20 && usage < (2 << 20) + (64 << 10), "{usage}");
+    assert_eq!(engine.delete(b"k", None).unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(get(&engine, b"k"), None);
+    assert_eq!(engine.stats().items, parts_before + 1, "only `new` is left");
+    engine.check_integrity().unwrap();
+}
+
+/// Random sets (short and long), appends, touches and deletes of a few keys against a map, in
+/// a memory tier roomy enough that nothing is evicted: every read is exact.
+#[test]
+fn a_model_of_large_and_small_strings_agrees_with_the_engine() {
+    let engine = Engine::open(config(128 << 20)).unwrap();
+    let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    let mut rng = SmallRng::seed_from_u64(18);
+    for step in 0..600u32 {
+        let key = format!("key{}", rng.gen_range(0..6)).into_bytes();
+        match rng.gen_range(0..10) {
+            0..=3 => {
+                let len = match rng.gen_range(0..3) {
+                    0 => rng.gen_range(0..2000),
+                    1 => rng.gen_range(60 << 10..200 << 10),
+                    _ => rng.gen_range(200 << 10..1 << 20),
+                };
+                let bytes = value(step, len);
+                engine.set(&key, &bytes, 0, Expiry::Never).unwrap();
+                model.insert(key.clone(), bytes);
+            }
+            4..=5 => {
+                let data = value(step, rng.gen_range(1..40 << 10));
+                let prepend = rng.gen_bool(0.3);
+                let done = engine.concat(&key, &data, prepend).unwrap().is_some();
+                assert_eq!(done, model.contains_key(&key), "step {step}");
+                if let Some(old) = model.get_mut(&key) {
+                    if prepend {
+                        old.splice(0..0, data);
+                    } else {
+                        old.extend_from_slice(&data);
+                    }
+                }
+            }
+            6 => {
+                let found = engine.touch(&key, Expiry::Never).unwrap();
+                assert_eq!(found, model.contains_key(&key), "step {step}");
+            }
+            7 => {
+                let deleted = engine.delete(&key, None).unwrap() == DeleteOutcome::Deleted;
+                assert_eq!(deleted, model.remove(&key).is_some(), "step {step}");
+            }
+            _ => {}
+        }
+        let got = get(&engine, &key);
+        assert!(got.as_ref() == model.get(&key), "step {step}: {key:?}");
+    }
+    for (key, bytes) in &model {
+        assert!(get(&engine, key).as_ref() == Some(bytes));
+    }
+    assert_eq!(engine.len(), model.len());
+    engine.check_integrity().unwrap();
+}
+
+/// Long strings written over and over in a memory tier that holds a few: eviction takes them
+/// whole (a read is the latest write or absent, never other bytes) and the newest fits.
+#[test]
+fn eviction_takes_large_strings_whole() {
+    let engine = Engine::open(config(4 << 20)).unwrap();
+    let mut latest: HashMap<u32, u32> = HashMap::new();
+    let mut rng = SmallRng::seed_from_u64(7);
+    for step in 0..200u32 {
+        let key = rng.gen_range(0..20u32);
+        let len = 300 << 10;
+        engine
+            .set(
+                format!("k{key}").as_bytes(),
+                &value(step, len),
+                0,
+                Expiry::Never,
+            )
+            .unwrap();
+        latest.insert(key, step);
+        for (key, step) in &latest {
+            if let Some(got) = get(&engine, format!("k{key}").as_bytes()) {
+                assert!(got == value(*step, len), "k{key}: not its latest write");
+            }
+        }
+    }
+    assert!(
+        engine.stats().evicted_items > 0,
+        "the tier was too small to keep them all"
+    );
+    let kept = (0..20u32)
+        .filter(|key| engine.contains(format!("k{key}").as_bytes()))
+        .count();
+    assert!(kept >= 4, "it keeps what fits: {kept}");
+    engine.check_integrity().unwrap();
+}
+
+/// A large string survives a clean reopen, and a crash inside the transaction that rewrites
+/// it (shorter, longer) puts the old one back whole, under both durabilities and index
+/// placements; after the transaction, the new one is there.
+#[test]
+fn a_crash_inside_a_large_strings_write_puts_the_old_one_back_whole() {
+    for durability in [Durability::None, Durability::Sync] {
+        for placement in [IndexPlacement::Dram, IndexPlacement::Pool] {
+            for new_len in [200 << 10, 3 << 20, 500] {
+                let label = format!("{durability:?} {placement:?} {new_len}");
+                let original = temp_pool(&format!("large-{durability:?}-{placement:?}"));
+                let crashed = temp_pool(&format!("large-{durability:?}-{placement:?}-crashed"));
+                let config = |path: &std::path::Path| EngineConfig {
+                    pool: PoolLocation::File(path.to_path_buf()),
+                    durability,
+                    index_placement: placement,
+                    ..config(16 << 20)
+                };
+                {
+                    let engine = Engine::open(EngineConfig {
+                        fresh: true,
+                        ..config(&original.0)
+                    })
+                    .unwrap();
+                    engine
+                        .set(b"s", &value(1, 1 << 20), 0, Expiry::Never)
+                        .unwrap();
+                    engine.commit().unwrap();
+                    let txn = engine.transaction(&[], &[b"s"]).unwrap();
+                    txn.set(b"s", &value(2, new_len), 0, Expiry::Never).unwrap();
+                    crash_copy(&original.0, &crashed.0);
+                    txn.finish().unwrap();
+                    assert!(get(&engine, b"s").unwrap() == value(2, new_len), "{label}");
+                    engine.check_integrity().unwrap();
+                }
+                let engine = Engine::open(config(&crashed.0)).unwrap();
+                assert!(
+                    engine.recovery_report().transaction_keys_restored > 0,
+                    "{label}"
+                );
+                let got = get(&engine, b"s").expect("the old string");
+                assert!(got == value(1, 1 << 20), "{label}: the old string, whole");
+                engine.check_integrity().unwrap();
+                drop(engine);
+                let engine = Engine::open(config(&original.0)).unwrap();
+                let got = get(&engine, b"s").expect("the new string");
+                assert!(got == value(2, new_len), "{label}: after a clean close");
+            }
+        }
+    }
+}
