@@ -15,11 +15,12 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # start_resp SERVER MEMORY: starts strata (one worker, MEMORY), valkey or redis (no snapshots)
 # on CPU 0 listening on $port, sets $pid, and waits until it answers PING (fails after 5 s).
-# Reads $strata and $valkey, the binaries.
+# Reads $strata and $valkey, the binaries, and $STRATA_ARGS, more flags for strata.
 start_resp() {
   case $1 in
     strata) taskset -c 0 "$strata" serve --threads 1 --memory "$2" --log-level warn \
-      --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off >/dev/null 2>&1 & ;;
+      --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off \
+      ${STRATA_ARGS:-} >/dev/null 2>&1 & ;;
     valkey) taskset -c 0 "$valkey" --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
     redis) taskset -c 0 redis-server --port $port --save '' --appendonly no >/dev/null 2>&1 & ;;
   esac

@@ -19,11 +19,13 @@
 pub const ROOT_MAGIC: [u8; 8] = *b"STRATAEN";
 /// Engine format version: 2 since records may be marked superseded (state `0xB`, see
 /// `record`); 3 since a wide record's byte 1 says its kind (string, hash); 4 since items may
-/// be several records (a wide record's byte 2 flags an owner's part count; kind 2 is a part).
-/// An older pool has none of these (its wide records have zero bytes 1..4: strings) and is
-/// opened as it is; the open rewrites the root as version 4, which older binaries refuse, so
-/// none of them ever reads a typed record or a part as damage, a string or a key.
-pub const ROOT_VERSION: u32 = 4;
+/// be several records (a wide record's byte 2 flags an owner's part count; kind 2 is a part);
+/// 5 since a string may be several records (an owner of kind 0 whose value is a header,
+/// `api::large`). An older pool has none of these (its wide records have zero bytes 1..4:
+/// strings; a version 4 pool's owners are hashes) and is opened as it is; the open rewrites
+/// the root as version 5, which older binaries refuse, so none of them ever reads a typed
+/// record or a part as damage, a string or a key, or a large string's header as its value.
+pub const ROOT_VERSION: u32 = 5;
 /// The oldest engine format version this binary opens.
 const ROOT_VERSION_OLDEST: u32 = 1;
 /// Seqs reserved per root update.
@@ -157,7 +159,7 @@ mod tests {
     }
 
     #[test]
-    fn version_1_to_4_roots_are_read_and_newer_ones_refused() {
+    fn version_1_to_5_roots_are_read_and_newer_ones_refused() {
         let root = Root {
             shard_count: 4,
             seq_reserved: 1024,
@@ -174,7 +176,8 @@ mod tests {
         assert_eq!(read(&with_version(2)), Ok(root));
         assert_eq!(read(&with_version(3)), Ok(root));
         assert_eq!(read(&with_version(4)), Ok(root));
-        for version in [0, 5] {
+        assert_eq!(read(&with_version(5)), Ok(root));
+        for version in [0, 6] {
             assert_eq!(
                 read(&with_version(version)),
                 Err("unsupported engine root version")

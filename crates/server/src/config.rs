@@ -281,7 +281,8 @@ pub struct ServeOptions {
     /// Most client connections [default: 1024].
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
-    /// Largest value a client may store [default: 1MiB].
+    /// Largest value a client may store, up to 512MiB (Redis's proto-max-bulk-len); a string
+    /// longer than a segment holds is kept in several records [default: 1MiB].
     #[arg(long, value_name = "SIZE")]
     pub max_value_size: Option<ByteSize>,
     /// Close client connections idle this many seconds; 0 never (Redis's timeout; CONFIG SET
