@@ -1727,6 +1727,21 @@ fn large_strings_match_redis() {
     d.exact(&["GET m", "STRLEN m", "SET m short", "GET m", "EXEC", "GET m"]);
     step(&mut d, &[b"SET", b"m", &five]);
     d.exact(&["SET m short", "GET m", "DEL m n e x", "DBSIZE"]);
+    // A MULTI with a command on the whole keyspace: its EXEC runs alone, its large writes and
+    // moves run again held.
+    d.exact(&["MULTI", "DBSIZE"]);
+    step(&mut d, &[b"SET", b"al", &three]);
+    d.exact(&[
+        "COPY al al2",
+        "RENAME al2 al3",
+        "APPEND al3 x",
+        "STRLEN al3",
+        "GETRANGE al3 3145725 3145730",
+        "DBSIZE",
+        "EXEC",
+        "GET al",
+        "DEL al al3",
+    ]);
     assert!(d.steps > 70, "{} steps", d.steps);
     d.finish("large strings");
 }

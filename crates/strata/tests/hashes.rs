@@ -241,7 +241,8 @@ fn kill_9_rounds(shape: Shape, rounds: u64) {
 
 /// Large hashes (kept in chunks past 8 KiB, splitting as they grow) through redis-py against
 /// a model: every field command, the whole-hash walks, HSCAN paging, HRANDFIELD, key expiry,
-/// MULTI/EXEC and WATCH, field expiry, RENAME refused, and the key gone with its last field.
+/// MULTI/EXEC and WATCH, field expiry, RENAME and COPY (inside an EXEC that runs alone too),
+/// and the key gone with its last field.
 #[test]
 fn redis_py_large_hashes_work() {
     let server = Server::start(&["--threads", "2"]);

@@ -188,18 +188,16 @@ fn copy_out(call: &Call<'_>, key: &[u8]) -> Option<Copied> {
     })
 }
 
-/// The reply to a COPY, RENAME or RENAMENX of an item of several records (a large hash) that
-/// could not copy its parts: inside an EXEC that runs alone, its keys are not held by a
-/// transaction, and copying only its owner would lose them.
-const ERR_LARGE_ITEM: &[u8] = b"-ERR strata cannot COPY or RENAME a large hash (one of more \
-    than 8 KiB, kept in chunks) inside a MULTI that also runs a command on the whole keyspace\r\n";
+/// The reply to a COPY, RENAME or RENAMENX of an item of several records (a large hash or
+/// string) one of whose parts is missing (damage found since it was read): nothing moved.
+const ERR_LARGE_ITEM: &[u8] = b"-ERR strata could not COPY or RENAME an item kept in several \
+    records: one of them is damaged\r\n";
 
 /// Why a COPY, RENAME or RENAMENX moved nothing.
 enum MoveError {
     /// The engine refused a write.
     Engine(WriteError),
-    /// A large item whose parts it cannot copy: its keys are not held by a transaction, or a
-    /// part is missing (damage found since).
+    /// A large item whose parts it cannot copy: a part is missing (damage found since).
     LargeItem,
 }
 
@@ -219,7 +217,9 @@ fn copy_family(
     copied: &Copied,
 ) -> Result<(), MoveError> {
     let keys = call.keys();
-    let families = keys.families().ok_or(MoveError::LargeItem)?;
+    // Not held by a transaction (inside an EXEC that runs alone): the driver runs the command
+    // again with its keys held, the group's log holding them already.
+    let families = keys.families().ok_or(WriteError::NeedsTransaction)?;
     let mut value = Vec::new();
     for part in 0..copied.parts {
         value.clear();

@@ -1,7 +1,7 @@
 """Large hashes (kept in chunks past 8 KiB) through redis-py, against a dict model: random
 HSET/HMSET/HDEL/HINCRBY/HGET/HMGET/HEXISTS/HSTRLEN/HLEN on two hashes that grow through many
 splits, then HGETALL, HKEYS, HVALS, a whole HSCAN walk, HRANDFIELD, EXPIRE/TTL, MULTI/EXEC
-and WATCH on a large hash, field expiry, RENAME and COPY, and HDEL of every field removing
+and WATCH on a large hash, field expiry, RENAME and COPY (inside a MULTI that runs alone too), and HDEL of every field removing
 the key."""
 import random
 import sys
@@ -126,6 +126,16 @@ check("replaced", r.hgetall("copy2"), want0)
 r.hset("copy3", "x", "y")
 check("renamenx onto a key", r.renamenx("copy4", "copy3"), False)
 check("still there", r.hlen("big0"), len(model["big0"]))
+# Inside a MULTI that also runs a command on the whole keyspace (its EXEC runs alone), COPY
+# and RENAME move every chunk too (run again with their keys held).
+pipe = r.pipeline(transaction=True)
+pipe.dbsize()
+pipe.copy("big0", "alone")
+pipe.rename("alone", "alone-renamed")
+pipe.hlen("alone-renamed")
+check("alone", pipe.execute()[1:], [True, True, len(model["big0"])])
+check("alone copied", r.hgetall("alone-renamed"), want0)
+r.delete("alone-renamed")
 
 pipe = r.pipeline(transaction=False)
 for field in model["big1"]:
