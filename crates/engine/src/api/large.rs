@@ -3,11 +3,13 @@
 //! all in the owner's shard, so whoever holds the shard reads or writes the whole string.
 //!
 //! The owner is a string record whose value is a header (docs/POOL_FORMAT.md, "Strings of
-//! several records"): `version u8 = 1 | len_bytes u64 LE | part_len_bytes u32 LE`; part `i`
-//! holds bytes `i × part_len .. min((i + 1) × part_len, len)` of the string, and the owner
-//! owns `ceil(len / part_len)` parts. Readers get the string joined (`ItemRef::value`; the
-//! header is `ItemRef::record_value`); a family whose parts do not add up to its header's
-//! length (a part missing after damage was found) reads as absent, never as other bytes.
+//! several records"): `version u8 = 1 | len_bytes u64 LE | part_len_bytes u32 LE | crc32c
+//! u32 LE` (of the whole string); part `i` holds bytes `i × part_len .. min((i + 1) ×
+//! part_len, len)` of the string, and the owner owns `ceil(len / part_len)` parts. Readers
+//! get the string joined (`ItemRef::value`; the header is `ItemRef::record_value`); a family
+//! whose parts do not make its header's length and checksum (a part missing after damage was
+//! found, or a power cut that kept parts of two writes where no log could put the old ones
+//! back) reads as absent, never as other bytes.
 //!
 //! Only a transaction writes one ([`WriteError::NeedsTransaction`] otherwise): parts first,
 //! each part's before-image in the transaction's log first where the pool has one (so a crash
@@ -22,33 +24,47 @@ use crate::record::Kind;
 /// The header's version byte.
 const HEADER_VERSION: u8 = 1;
 /// The header's length.
-pub(crate) const HEADER_LEN_BYTES: usize = 13;
+pub(crate) const HEADER_LEN_BYTES: usize = 17;
 /// The longest part: two fit a default segment (1 MiB + 4 KiB).
 const PART_LEN_BYTES_MAX: usize = 512 << 10;
 
 /// Logs part `part`'s before-image (a transaction's log), before the part is written.
 pub(crate) type PartLog<'a> = &'a dyn Fn(&Shard, u32) -> Result<(), WriteError>;
 
-/// The header of a string of `len_bytes` in parts of `part_len_bytes`.
-fn header(len_bytes: usize, part_len_bytes: usize) -> [u8; HEADER_LEN_BYTES] {
-    let mut header = [0u8; HEADER_LEN_BYTES];
-    header[0] = HEADER_VERSION;
-    header[1..9].copy_from_slice(&(len_bytes as u64).to_le_bytes());
-    let part_len = u32::try_from(part_len_bytes).expect("parts are under 4 GiB");
-    header[9..13].copy_from_slice(&part_len.to_le_bytes());
-    header
+/// A large string's header fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    len_bytes: usize,
+    part_len_bytes: usize,
+    crc: u32,
 }
 
-/// The string's length and its parts' length, if `bytes` is a header.
-fn parse_header(bytes: &[u8]) -> Option<(usize, usize)> {
-    let bytes: &[u8; HEADER_LEN_BYTES] = bytes.try_into().ok()?;
-    if bytes[0] != HEADER_VERSION {
-        return None;
+impl Header {
+    fn encode(self) -> [u8; HEADER_LEN_BYTES] {
+        let mut header = [0u8; HEADER_LEN_BYTES];
+        header[0] = HEADER_VERSION;
+        header[1..9].copy_from_slice(&(self.len_bytes as u64).to_le_bytes());
+        let part_len = u32::try_from(self.part_len_bytes).expect("parts are under 4 GiB");
+        header[9..13].copy_from_slice(&part_len.to_le_bytes());
+        header[13..17].copy_from_slice(&self.crc.to_le_bytes());
+        header
     }
-    let len = u64::from_le_bytes(bytes[1..9].try_into().expect("8 bytes"));
-    let part_len = u32::from_le_bytes(bytes[9..13].try_into().expect("4 bytes"));
-    let len = usize::try_from(len).ok()?;
-    (part_len > 0).then_some((len, part_len as usize))
+
+    /// The fields, if `bytes` is a header.
+    fn parse(bytes: &[u8]) -> Option<Header> {
+        let bytes: &[u8; HEADER_LEN_BYTES] = bytes.try_into().ok()?;
+        if bytes[0] != HEADER_VERSION {
+            return None;
+        }
+        let len = u64::from_le_bytes(bytes[1..9].try_into().expect("8 bytes"));
+        let part_len = u32::from_le_bytes(bytes[9..13].try_into().expect("4 bytes"));
+        let crc = u32::from_le_bytes(bytes[13..17].try_into().expect("4 bytes"));
+        (part_len > 0).then_some(Header {
+            len_bytes: usize::try_from(len).ok()?,
+            part_len_bytes: part_len as usize,
+            crc,
+        })
+    }
 }
 
 /// Whether `found` is the owner of a string of several records.
@@ -66,7 +82,8 @@ pub(crate) fn join(
     found: &Found<'_>,
 ) -> Option<Vec<u8>> {
     debug_assert!(is_large_string(found));
-    let (len, part_len) = parse_header(found.view.value)?;
+    let header = Header::parse(found.view.value)?;
+    let (len, part_len) = (header.len_bytes, header.part_len_bytes);
     if len.div_ceil(part_len) != found.view.meta.parts as usize {
         return None;
     }
@@ -82,7 +99,7 @@ pub(crate) fn join(
         joined.extend_from_slice(record.view.value);
     }
     debug_assert_eq!(joined.len(), len);
-    Some(joined)
+    (crc32c::crc32c(&joined) == header.crc).then_some(joined)
 }
 
 /// Calls `f` with the item `found` (of `key`, hash `hash`) as readers see it: a large
@@ -172,8 +189,12 @@ impl Engine {
                 return Err(error);
             }
         }
-        let header = header(value.len(), part_len);
-        let cas = shard.write(inner, key, hash, &header, meta, false)?;
+        let header = Header {
+            len_bytes: value.len(),
+            part_len_bytes: part_len,
+            crc: crc32c::crc32c(value),
+        };
+        let cas = shard.write(inner, key, hash, &header.encode(), meta, false)?;
         if shard.segments_freed() != freed_before && !shard.family_is_whole(inner, key) {
             shard.evict_family(inner, key)?;
             return Ok(0);
@@ -188,12 +209,25 @@ mod tests {
 
     #[test]
     fn headers_round_trip_and_foreign_bytes_are_refused() {
-        let bytes = header(3 << 20, 512 << 10);
-        assert_eq!(parse_header(&bytes), Some((3 << 20, 512 << 10)));
+        let header = Header {
+            len_bytes: 3 << 20,
+            part_len_bytes: 512 << 10,
+            crc: 0xDEAD_BEEF,
+        };
+        let bytes = header.encode();
+        assert_eq!(Header::parse(&bytes), Some(header));
         let mut other = bytes;
         other[0] = 2;
-        assert_eq!(parse_header(&other), None, "an unknown version");
-        assert_eq!(parse_header(&bytes[..12]), None, "short");
-        assert_eq!(parse_header(&header(10, 0)), None, "parts of no bytes");
+        assert_eq!(Header::parse(&other), None, "an unknown version");
+        assert_eq!(Header::parse(&bytes[..16]), None, "short");
+        let empty_parts = Header {
+            part_len_bytes: 0,
+            ..header
+        };
+        assert_eq!(
+            Header::parse(&empty_parts.encode()),
+            None,
+            "parts of no bytes"
+        );
     }
 }
