@@ -58,7 +58,7 @@ fn memcache_value(reader: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
 }
 
 /// memcached and RESP clients share large strings: a 3 MiB `set` read back through both, an
-/// append, a `gat` that keeps it whole; the limit's errors at the configured size (RESP keeps
+/// append, a `gat` that keeps it whole, a meta set appending; the limit's errors at the configured size (RESP keeps
 /// the old value, memcached's `set` drops it as memcached does), the connection serving on.
 #[test]
 fn large_strings_through_both_protocols_and_the_limit() {
@@ -92,6 +92,14 @@ fn large_strings_through_both_protocols_and_the_limit() {
         get(server.resp, "big").unwrap() == appended,
         "touched whole"
     );
+    // A meta set that appends (mode A) to the large string, and a meta get of it all.
+    assert_eq!(call(b"ms big 2 MA\r\nmm\r\n", &mut reader), "HD\r\n");
+    appended.extend_from_slice(b"mm");
+    let header = call(b"mg big v s\r\n", &mut reader);
+    assert_eq!(header, format!("VA {0} s{0}\r\n", appended.len()));
+    let mut data = vec![0; appended.len() + 2];
+    reader.read_exact(&mut data).unwrap();
+    assert!(data[..appended.len()] == appended[..]);
     let mut redis = Client::connect(server.resp);
     assert_eq!(redis.call(&resp_command(&[b"TTL", b"big"])), ":100\r\n");
     assert_eq!(

@@ -83,10 +83,10 @@ impl Engine {
     /// Runs `op` on `key` through the engine, and when it answers that it writes a string of
     /// several records ([`WriteError::NeedsTransaction`], nothing changed), again in a
     /// transaction that holds `key` and logs it.
-    fn or_in_transaction<R>(
+    pub fn or_in_transaction<R>(
         &self,
         key: &[u8],
-        op: impl Fn(&dyn DynDoor) -> Result<R, WriteError>,
+        mut op: impl FnMut(&dyn DynDoor) -> Result<R, WriteError>,
     ) -> Result<R, WriteError> {
         match op(self) {
             Err(WriteError::NeedsTransaction) => {

@@ -9,7 +9,7 @@
 //! new CAS).
 
 use crate::memcache_exec::strings_only;
-use strata_engine::{Change, Expiry, ItemRef, WriteError};
+use strata_engine::{Change, Door, Expiry, ItemRef, WriteError};
 use strata_protocol::memcache::encode::{self, MetaReturn, MetaStatus};
 use strata_protocol::memcache::{MetaSet, SetMode};
 
@@ -41,17 +41,20 @@ pub(in super::super) fn execute(
             .set(key, set.data, client_flags, expiry)
             .map(Some)
     } else {
-        ctx.engine.modify(key, |current, buffer| {
-            let current = strings_only(current);
-            match decide(&set, invalidate, current.as_ref()) {
-                Err(refused) => {
-                    status = refused;
-                    return Change::Keep;
+        // A value past one record (an append to a large string) is written in a transaction.
+        ctx.engine.or_in_transaction(key, |door| {
+            door.modify(key, |current, buffer| {
+                let current = strings_only(current);
+                match decide(&set, invalidate, current.as_ref()) {
+                    Err(refused) => {
+                        status = refused;
+                        return Change::Keep;
+                    }
+                    Ok(made_stale) => stale = made_stale,
                 }
-                Ok(made_stale) => stale = made_stale,
-            }
-            let change = write_value(&set, current.as_ref(), client_flags, expiry, buffer);
-            with_new_cas(change, &flags)
+                let change = write_value(&set, current.as_ref(), client_flags, expiry, buffer);
+                with_new_cas(change, &flags)
+            })
         })
     };
     let cas = match result {
