@@ -222,6 +222,14 @@ pub enum Change {
         /// Keep the current CAS.
         keep_cas: bool,
     },
+    /// Keep the item as it is (value, every record of it, client flags, CAS) with a new
+    /// expiry: a touch, as `Write` with `keep_cas` and the item's own value back, without the
+    /// closure copying the value (a large string's owner is rewritten alone, its parts kept).
+    /// Nothing happens when the key is absent.
+    Touch {
+        /// Expiry (`Keep` keeps the current one).
+        expiry: Expiry,
+    },
     /// Like `Write` without `keep_cas`, but the item gets the CAS value `cas` instead of a new
     /// one (memcached's meta flag `E`). The engine stores it with the record, so it survives
     /// restarts, and does not check it: two writes given the same value share it.

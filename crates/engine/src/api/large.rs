@@ -102,22 +102,41 @@ pub(crate) fn join(
     (crc32c::crc32c(&joined) == header.crc).then_some(joined)
 }
 
+/// What a reader of `found` (of `key`, hash `hash`) is shown besides its record: a large
+/// string's joined bytes (`Some(Some(_))`), nothing for one record (`Some(None)`), or `None`
+/// for a large string that cannot be joined (see [`join`]), which reads as absent.
+pub(crate) fn joined(
+    inner: &Inner,
+    shard: &Shard,
+    (key, hash): (&[u8], u64),
+    found: &Found<'_>,
+) -> Option<Option<Vec<u8>>> {
+    if !is_large_string(found) {
+        return Some(None);
+    }
+    join(inner, shard, key, hash, found).map(Some)
+}
+
+/// The item `found` as readers see it, its value the `joined` bytes when it has them.
+pub(crate) fn seen<'a>(found: &Found<'a>, joined: Option<&'a [u8]>) -> ItemRef<'a> {
+    let mut item = item(found);
+    if let Some(joined) = joined {
+        item.value = joined;
+    }
+    item
+}
+
 /// Calls `f` with the item `found` (of `key`, hash `hash`) as readers see it: a large
 /// string joined. `None` for a large string that cannot be joined (see [`join`]).
 pub(crate) fn with_item<R>(
     inner: &Inner,
     shard: &Shard,
-    (key, hash): (&[u8], u64),
+    key: (&[u8], u64),
     found: &Found<'_>,
     f: impl FnOnce(ItemRef<'_>) -> R,
 ) -> Option<R> {
-    if !is_large_string(found) {
-        return Some(f(item(found)));
-    }
-    let joined = join(inner, shard, key, hash, found)?;
-    let mut item = item(found);
-    item.value = &joined;
-    Some(f(item))
+    let joined = joined(inner, shard, key, found)?;
+    Some(f(seen(found, joined.as_deref())))
 }
 
 impl Engine {

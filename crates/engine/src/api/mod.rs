@@ -107,6 +107,25 @@ impl Engine {
         Ok(())
     }
 
+    /// [`Engine::check_value`] for a value of `meta.kind`: a string past one record is
+    /// checked against the item limit alone, and answers `true` (it takes parts,
+    /// `api::large`).
+    fn check_value_of(
+        &self,
+        key: &[u8],
+        value_len: usize,
+        meta: &RecordMeta,
+    ) -> Result<bool, WriteError> {
+        if meta.kind != crate::Kind::String || !self.takes_parts(key, value_len) {
+            self.check_value(key, value_len, meta)?;
+            return Ok(false);
+        }
+        if value_len > self.inner.value_len_max {
+            return Err(self.too_large(key, value_len));
+        }
+        Ok(true)
+    }
+
     /// The refusal of a value of `value_len` bytes for `key`.
     fn too_large(&self, key: &[u8], value_len: usize) -> WriteError {
         WriteError::TooLarge {

@@ -89,14 +89,21 @@ impl Engine {
         mut op: impl FnMut(&dyn DynDoor) -> Result<R, WriteError>,
     ) -> Result<R, WriteError> {
         match op(self) {
-            Err(WriteError::NeedsTransaction) => {
-                let txn = self.transaction(&[], &[key])?;
-                let answer = op(&txn)?;
-                txn.finish()?;
-                Ok(answer)
-            }
+            Err(WriteError::NeedsTransaction) => self.in_transaction(key, op),
             answer => answer,
         }
+    }
+
+    /// Runs `op` in a transaction that holds `key` and logs it, and ends it.
+    fn in_transaction<R>(
+        &self,
+        key: &[u8],
+        op: impl FnOnce(&dyn DynDoor) -> Result<R, WriteError>,
+    ) -> Result<R, WriteError> {
+        let txn = self.transaction(&[], &[key])?;
+        let answer = op(&txn)?;
+        txn.finish()?;
+        Ok(answer)
     }
 
     /// Plain set: the fast path of `store` with no condition (no read-modify-write copy).
@@ -112,10 +119,7 @@ impl Engine {
         };
         if self.takes_parts(key, value.len()) {
             // Several records: written by a transaction, whose log keeps the old ones.
-            let txn = self.transaction(&[], &[key])?;
-            let cas = txn.set(key, value, client_flags, expiry)?;
-            txn.finish()?;
-            return Ok(cas);
+            return self.in_transaction(key, |txn| txn.set(key, value, client_flags, expiry));
         }
         self.maybe_flush();
         let (hash, lock) = self.shard_for(key);
@@ -143,11 +147,7 @@ impl Engine {
             parts: 0,
         };
         check_key(key)?;
-        if !self.takes_parts(key, value.len()) {
-            self.check_value(key, value.len(), &meta)?;
-        } else if value.len() > self.inner.value_len_max {
-            return Err(self.too_large(key, value.len()));
-        }
+        self.check_value_of(key, value.len(), &meta)?;
         Ok(Some(meta))
     }
 
@@ -226,15 +226,15 @@ impl Engine {
         // `ShardWrite`'s drop).
         let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let shard: &Shard = shard;
-            let mut found = shard.lookup_unexpired(inner, key, hash);
+            let found = shard.lookup_unexpired(inner, key, hash);
             // A large string is seen joined; one that cannot be joined, as absent.
-            let joined = found
-                .as_ref()
-                .filter(|found| large::is_large_string(found))
-                .map(|found| large::join(inner, shard, key, hash, found));
-            if matches!(joined, Some(None)) {
-                found = None;
-            }
+            let (found, joined) = match found {
+                Some(found) => match large::joined(inner, shard, (key, hash), &found) {
+                    Some(joined) => (Some(found), joined),
+                    None => (None, None),
+                },
+                None => (None, None),
+            };
             let current = found.as_ref().map(|found| Current {
                 expires_at_ms: found.view.meta.expires_at_ms,
                 cas: found.cas,
@@ -242,14 +242,23 @@ impl Engine {
                 kind: found.view.meta.kind,
                 parts: found.view.meta.parts,
             });
-            let seen = found.as_ref().map(|found| {
-                let mut seen = item(found);
-                if let Some(Some(joined)) = &joined {
-                    seen.value = joined;
-                }
-                seen
-            });
-            (f(seen, &mut buffer), current)
+            let seen = found
+                .as_ref()
+                .map(|found| large::seen(found, joined.as_deref()));
+            let mut change = f(seen, &mut buffer);
+            if let Change::Touch { expiry } = change {
+                // The record's own bytes back: a large string's header, its parts kept.
+                buffer.clear();
+                change = found.as_ref().map_or(Change::Keep, |found| {
+                    buffer.extend_from_slice(found.view.value);
+                    Change::Write {
+                        client_flags: found.view.meta.client_flags,
+                        expiry,
+                        keep_cas: true,
+                    }
+                });
+            }
+            (change, current)
         }));
         let (change, current) = decided?;
         let result = self.apply(shard, (key, hash), change, current, &buffer, log);
@@ -289,6 +298,7 @@ impl Engine {
                 return Ok(None);
             }
             Change::Delete => return shard.delete(&self.inner, key, hash).map(|_| None),
+            Change::Touch { .. } => unreachable!("`modify_in` turns a touch into a write"),
             Change::Write {
                 client_flags,
                 expiry,
@@ -315,12 +325,7 @@ impl Engine {
             kind,
             parts,
         };
-        let large = kind == Kind::String && self.takes_parts(key, buffer.len());
-        if !large {
-            self.check_value(key, buffer.len(), &meta)?;
-        } else if buffer.len() > self.inner.value_len_max {
-            return Err(self.too_large(key, buffer.len()));
-        }
+        let large = self.check_value_of(key, buffer.len(), &meta)?;
         if expires_at_ms.is_some_and(|at| at <= self.inner.now_ms()) {
             shard.delete(&self.inner, key, hash)?;
             return Ok(None);
@@ -346,18 +351,12 @@ impl Engine {
     /// (its expiry is the server's to set: a hash keeps the key's own in its encoding).
     pub fn touch(&self, key: &[u8], expiry: Expiry) -> Result<bool, WriteError> {
         let mut found = false;
-        self.modify(key, |current, buffer| match current {
+        self.modify(key, |current, _| match current {
             None => Change::Keep,
             Some(item) if item.kind != Kind::String => Change::Keep,
-            Some(item) => {
+            Some(_) => {
                 found = true;
-                // A large string's owner alone: a touch keeps the item's parts.
-                buffer.extend_from_slice(item.record_value);
-                Change::Write {
-                    client_flags: item.client_flags,
-                    expiry,
-                    keep_cas: true,
-                }
+                Change::Touch { expiry }
             }
         })?;
         Ok(found)

@@ -137,18 +137,12 @@ fn touch_one(
 ) -> Result<bool, &'static [u8]> {
     let mut hit = false;
     ctx.engine
-        .modify(key, |current, buffer| match strings_only(current) {
+        .modify(key, |current, _| match strings_only(current) {
             None => Change::Keep,
             Some(item) => {
                 hit = true;
                 write_hit(out, key, &item, returns_cas);
-                // The record alone: a touch keeps a large string's parts.
-                buffer.extend_from_slice(item.record_value);
-                Change::Write {
-                    client_flags: item.client_flags,
-                    expiry,
-                    keep_cas: true,
-                }
+                Change::Touch { expiry }
             }
         })
         .map_err(|error| write_error_reply(&error))?;

@@ -140,8 +140,12 @@ fn with_key_expiry(item: &ItemRef<'_>, key_expiry: Option<u64>, buffer: &mut Vec
             keep_cas: true,
         };
     }
-    // The record alone: a touch keeps a large string's parts.
-    buffer.extend_from_slice(item.record_value);
+    if item.kind == Kind::String {
+        return Change::Touch {
+            expiry: key_expiry.map_or(Expiry::Never, Expiry::AtMs),
+        };
+    }
+    buffer.extend_from_slice(item.value);
     let record = match (item.kind, Hash::parse(item.value)) {
         (Kind::Hash, Ok(hash)) => {
             let fields_gone = hash.fields_gone_ms();

@@ -171,6 +171,10 @@ impl Door for ChunkDoor<'_> {
             let item = bytes.map(|bytes| chunk_item(self.owner, bytes));
             (f(item, &mut buffer), counts_of(bytes))
         });
+        debug_assert!(
+            !matches!(change, Change::Touch { .. }),
+            "touches are of strings, never of a chunk"
+        );
         if matches!(change, Change::Keep | Change::Read) {
             return Ok(None);
         }

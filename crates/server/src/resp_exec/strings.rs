@@ -389,7 +389,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     }
     let mark = out.len();
     let mut found = false;
-    let result = call.modify_typed(call.arg(1), |current, buffer| {
+    let result = call.modify_typed(call.arg(1), |current, _| {
         let Some(item) = current else {
             encode::null(out, state.version);
             return Change::Keep;
@@ -399,13 +399,7 @@ pub(crate) fn getex(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         if options.persist && item.expires_at_ms.is_none() {
             return Change::Keep;
         }
-        // The record alone: a touch keeps a large string's parts.
-        buffer.extend_from_slice(item.record_value);
-        Change::Write {
-            client_flags: item.client_flags,
-            expiry,
-            keep_cas: true,
-        }
+        Change::Touch { expiry }
     });
     state.pending.count_gets(1, u64::from(found));
     if let Err(error) = result {

@@ -75,8 +75,9 @@ fn read_write(
     let vivify = get.flags.vivify_ttl.map(|ttl| expiry(ttl, now));
     let start = out.len();
     let mut hit = false;
-    let result = ctx.engine.modify(key, |current, buffer| {
-        match (strings_only(current), vivify) {
+    let result = ctx
+        .engine
+        .modify(key, |current, _| match (strings_only(current), vivify) {
             (Some(item), _) => {
                 hit = true;
                 let expires_at_ms = touch.map(|expiry| expires_at(expiry, item.expires_at_ms));
@@ -84,15 +85,7 @@ fn read_write(
                 match touch {
                     None if get.flags.has(b'u') => Change::Keep,
                     None => Change::Read,
-                    Some(expiry) => {
-                        // The record alone: a touch keeps a large string's parts.
-                        buffer.extend_from_slice(item.record_value);
-                        Change::Write {
-                            client_flags: item.client_flags,
-                            expiry,
-                            keep_cas: true,
-                        }
-                    }
+                    Some(expiry) => Change::Touch { expiry },
                 }
             }
             (None, Some(expiry)) => with_new_cas(
@@ -104,8 +97,7 @@ fn read_write(
                 &get.flags,
             ),
             (None, None) => Change::Keep,
-        }
-    });
+        });
     ctx.stats.count_gets(1, u64::from(hit));
     match (result, vivify) {
         (Err(error), _) => {
