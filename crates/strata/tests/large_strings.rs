@@ -192,28 +192,16 @@ fn large_strings_survive_kill_9_whole() {
                 );
                 answered.store(k, Ordering::SeqCst);
             }
-            let stop = Arc::new(AtomicBool::new(false));
-            let threads: Vec<_> = keys
-                .iter()
-                .zip(&answered)
-                .map(|(key, answered)| {
-                    let (key, answered, stop) =
-                        (key.clone(), Arc::clone(answered), Arc::clone(&stop));
-                    let addr = server.resp;
-                    std::thread::spawn(move || writer(addr, key, answered, stop))
-                })
-                .collect();
             let target = answered[0].load(Ordering::SeqCst) + 12 + round * 5;
-            server.wait_until(
-                |_| answered[0].load(Ordering::SeqCst) >= target,
+            let first = Arc::clone(&answered[0]);
+            let (keys, answered) = (keys.clone(), answered.clone());
+            harness::kill_9_under_writers(
+                &mut server,
+                keys.len(),
+                move |addr, i, stop| writer(addr, keys[i].clone(), Arc::clone(&answered[i]), stop),
+                || first.load(Ordering::SeqCst) >= target,
                 "the first writer's requests to be answered",
             );
-            server.signal("KILL");
-            server.wait_exit();
-            stop.store(true, Ordering::SeqCst);
-            for thread in threads {
-                thread.join().expect("writer");
-            }
         }
     }
 }

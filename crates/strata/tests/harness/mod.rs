@@ -439,3 +439,36 @@ impl Drop for PoolFile {
         let _ = std::fs::remove_dir_all(format!("{}.index", self.path()));
     }
 }
+
+/// `kill -9` under load: starts `writers` threads running `writer(addr, i, stop)` against the
+/// server's RESP port, waits until `done()` (what: what it waits for), kills the server with
+/// SIGKILL, waits for it to exit, then tells the writers to stop and joins them.
+pub fn kill_9_under_writers(
+    server: &mut Server,
+    writers: usize,
+    writer: impl Fn(SocketAddr, usize, std::sync::Arc<std::sync::atomic::AtomicBool>)
+        + Send
+        + Sync
+        + 'static,
+    mut done: impl FnMut() -> bool,
+    what: &str,
+) {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = Arc::new(writer);
+    let addr = server.resp;
+    let threads: Vec<_> = (0..writers)
+        .map(|i| {
+            let (writer, stop) = (Arc::clone(&writer), Arc::clone(&stop));
+            std::thread::spawn(move || writer(addr, i, stop))
+        })
+        .collect();
+    server.wait_until(|_| done(), what);
+    server.signal("KILL");
+    server.wait_exit();
+    stop.store(true, Ordering::SeqCst);
+    for thread in threads {
+        thread.join().expect("writer");
+    }
+}
