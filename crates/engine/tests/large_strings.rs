@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use strata_engine::*;
 
 mod support;
-use support::{crash_copy, temp_pool};
+use support::{crash_copy, flip_in_file, temp_pool};
 
 /// Segments of 64 KiB: a string past about 64 KiB takes parts (of 28 KiB).
 const SEGMENT_BYTES: u64 = 64 << 10;
@@ -307,4 +307,94 @@ fn a_power_cut_never_serves_a_string_mixed_from_two_writes() {
         mixes_refused > 0,
         "some cut kept a mix for the checksum to refuse"
     );
+}
+
+/// A flipped byte in one part of a large string in the pool file, after a clean close and
+/// after a crash: the string is never served (whole or damaged); another large string beside
+/// it is served whole, and the pool takes new ones.
+#[test]
+fn a_flipped_byte_in_a_part_drops_that_string_and_serves_no_other_bytes() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    let hit: Vec<u8> = (0..300 << 10).map(|_| rng.gen()).collect();
+    for crash in [false, true] {
+        let pool = temp_pool(&format!("large-flip-{crash}"));
+        let crashed = temp_pool(&format!("large-flip-{crash}-crashed"));
+        let config = |path: &std::path::Path| EngineConfig {
+            pool: PoolLocation::File(path.to_path_buf()),
+            ..config(16 << 20)
+        };
+        {
+            let engine = Engine::open(EngineConfig {
+                fresh: true,
+                ..config(&pool.0)
+            })
+            .unwrap();
+            engine.set(b"hit", &hit, 0, Expiry::Never).unwrap();
+            engine
+                .set(b"kept", &value(2, 300 << 10), 0, Expiry::Never)
+                .unwrap();
+            if crash {
+                crash_copy(&pool.0, &crashed.0);
+            } else {
+                engine.close().unwrap();
+            }
+        }
+        let path = if crash { &crashed.0 } else { &pool.0 };
+        // Random bytes from the middle of `hit`'s second part: they occur once.
+        flip_in_file(path, &hit[200_000..200_064], 10);
+        let engine = Engine::open(config(path)).unwrap();
+        while !engine.scrub_done() {
+            engine.scrub_step();
+        }
+        let served = get(&engine, b"hit").map(|bytes| bytes == hit);
+        assert_eq!(
+            served, None,
+            "crash {crash}: the damaged string (Some(whole?))"
+        );
+        let kept = get(&engine, b"kept").map(|bytes| bytes == value(2, 300 << 10));
+        assert_eq!(kept, Some(true), "crash {crash}");
+        engine
+            .set(b"new", &value(3, 200 << 10), 0, Expiry::Never)
+            .unwrap();
+        assert!(get(&engine, b"new").unwrap() == value(3, 200 << 10));
+        engine.check_integrity().unwrap();
+    }
+}
+
+/// Under `--eviction none`, a large string that does not fit is refused with OutOfMemory:
+/// a key that held one record keeps it; a key that held a large string loses it whole (its
+/// parts may be replaced already) and never reads as a mix; the shard takes writes after.
+#[test]
+fn out_of_memory_in_the_middle_of_a_large_write_serves_no_mix() {
+    let engine = Engine::open(EngineConfig {
+        eviction: EvictionPolicy::None,
+        ..config(4 << 20)
+    })
+    .unwrap();
+    engine.set(b"small", b"old", 0, Expiry::Never).unwrap();
+    engine
+        .set(b"large", &value(1, 500 << 10), 0, Expiry::Never)
+        .unwrap();
+    let too_big = value(2, 4 << 20);
+    for key in [&b"small"[..], b"large"] {
+        assert!(matches!(
+            engine.set(key, &too_big, 0, Expiry::Never),
+            Err(WriteError::OutOfMemory)
+        ));
+    }
+    assert_eq!(
+        get(&engine, b"small"),
+        Some(b"old".to_vec()),
+        "one record: kept"
+    );
+    assert_eq!(
+        get(&engine, b"large"),
+        None,
+        "a large string: dropped whole"
+    );
+    engine.check_integrity().unwrap();
+    engine
+        .set(b"after", &value(3, 200 << 10), 0, Expiry::Never)
+        .unwrap();
+    assert!(get(&engine, b"after").unwrap() == value(3, 200 << 10));
 }

@@ -18,7 +18,7 @@ use strata_pool::testing::{MemoryMedium, SimulatedPersistence};
 use strata_pool::Pool;
 
 mod support;
-use support::{crash_copy, temp_pool};
+use support::{crash_copy, flip_in_file, temp_pool};
 
 /// Most parts a family of these tests has: the absent check looks that far.
 const PARTS_MAX: u32 = 24;
@@ -515,18 +515,6 @@ fn a_crash_between_writes_leaves_every_family_whole() {
             assert!(write_family(&engine, &owner(99), 5, 9999, 300), "{case}");
         }
     }
-}
-
-/// Flips one byte of `needle`'s first occurrence in the pool file (at `into` bytes past its
-/// start). Panics when the file does not hold it.
-fn flip_in_file(path: &std::path::Path, needle: &[u8], into: usize) {
-    let mut bytes = std::fs::read(path).unwrap();
-    let at = bytes
-        .windows(needle.len())
-        .position(|window| window == needle)
-        .expect("the pool holds the record");
-    bytes[at + into] ^= 0x20;
-    std::fs::write(path, bytes).unwrap();
 }
 
 /// A flipped byte in a pool file, in one family's part and in another's owner, after a clean

@@ -53,3 +53,16 @@ pub fn crash_copy(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// Flips one byte of `needle`'s first occurrence in the pool file (at `into` bytes past its
+/// start). Panics when the file does not hold it.
+#[allow(dead_code, reason = "not every test binary flips bytes")]
+pub fn flip_in_file(path: &std::path::Path, needle: &[u8], into: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes
+        .windows(needle.len())
+        .position(|window| window == needle)
+        .expect("the pool holds the record");
+    bytes[at + into] ^= 0x20;
+    std::fs::write(path, bytes).unwrap();
+}
