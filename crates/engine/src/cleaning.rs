@@ -4,6 +4,7 @@
 //! and the shard's lock is released between steps.
 
 use crate::error::WriteError;
+use crate::shard::Ahead;
 use crate::{Engine, Inner};
 
 /// Free segments, beyond the cleaner's reserve, that cleaning ahead keeps for writes.
@@ -14,6 +15,12 @@ pub const CLEAN_AHEAD_SEGMENTS: usize = 2;
 const RECYCLE_AHEAD_SEGMENTS: usize = 8;
 /// Most steps one call of [`Engine::clean_ahead`] runs (each frees one segment).
 const CLEAN_AHEAD_STEPS_MAX: usize = 64;
+/// Most victims one call of [`Engine::clean_ahead`] compacts in quiet shards (each moves up
+/// to seven eighths of a segment: a few milliseconds of the maintenance thread per tick).
+const COMPACT_STEPS_PER_TICK_MAX: usize = 2;
+/// Most free segments whose pages one call of [`Engine::clean_ahead`] gives back to the OS
+/// (an madvise of one segment each, the free list's lock held for one at a time).
+const RELEASED_SEGMENTS_PER_TICK_MAX: usize = 16;
 
 impl Inner {
     /// What cleaning ahead should do now: `Some(false)` while fewer than
@@ -21,16 +28,35 @@ impl Inner {
     /// `Some(true)` (recycle: only victims cheap to move) while fewer than
     /// [`RECYCLE_AHEAD_SEGMENTS`] free ones were written before and some were never written
     /// (DRAM), `None` when neither.
-    fn clean_ahead_need(&self) -> Option<bool> {
+    fn clean_ahead_need(&self) -> Option<Ahead> {
         let free = self.free.lock();
         let (spare, spare_touched) = free.spare(free.cleaner_reserve());
         if spare < CLEAN_AHEAD_SEGMENTS {
-            Some(false)
+            Some(Ahead::Need)
         } else if free.untouched > 0 && spare_touched < RECYCLE_AHEAD_SEGMENTS {
-            Some(true)
+            Some(Ahead::Recycle)
         } else {
             None
         }
+    }
+
+    /// Gives back to the OS the pages of free segments written before, beyond as many as the
+    /// cleaner's reserve (the ones freed last), at most [`RELEASED_SEGMENTS_PER_TICK_MAX`];
+    /// each then counts as never written. Called only while no shard is being written: the
+    /// first segments a later burst of writes takes fault their pages in again (about 2 ms
+    /// of page faults per MiB on this VM, once). DRAM only (`FreePool::release_oldest_touched`
+    /// refuses other media). Returns how many it gave back.
+    fn release_spare_pages(&self) -> usize {
+        let mut released = 0;
+        while released < RELEASED_SEGMENTS_PER_TICK_MAX {
+            let mut free = self.free.lock();
+            let keep = free.cleaner_reserve();
+            if !free.release_oldest_touched(keep) {
+                break;
+            }
+            released += 1;
+        }
+        released
     }
 }
 
@@ -41,22 +67,34 @@ impl Engine {
     /// [`RECYCLE_AHEAD_SEGMENTS`] free segments were written before and others never were:
     /// then only victims cheap to move
     /// (`RECYCLE_MOVED_PER_GAINED`), so that writes reuse memory already backed instead of
-    /// faulting in new pages. Call it often (the server does every 10 ms); returns the steps
-    /// run.
+    /// faulting in new pages. When neither is needed, on DRAM, compacts the shards requests
+    /// left quiet since the last call (`Ahead::Compact`) and, once every shard is quiet, gives
+    /// the pages of the free segments beyond what the next burst needs back to the OS: the
+    /// process's memory comes back to what its live data holds after a load of overwrites.
+    /// Call it often (the server does every 10 ms); returns the steps run.
     pub fn clean_ahead(&self) -> Result<usize, WriteError> {
+        let steps = self.clean_ahead_of_need()?;
+        if steps > 0 || !self.inner.dram {
+            return Ok(steps);
+        }
+        self.compact_quiet_shards()
+    }
+
+    /// The steps of [`Engine::clean_ahead`] that free segments for writes.
+    fn clean_ahead_of_need(&self) -> Result<usize, WriteError> {
         let inner = &self.inner;
         let shards = inner.shards.len();
         let mut steps = 0;
         let mut idle_shards = 0;
         let mut at = 0;
         while steps < CLEAN_AHEAD_STEPS_MAX && idle_shards < shards {
-            let Some(recycle) = inner.clean_ahead_need() else {
+            let Some(ahead) = inner.clean_ahead_need() else {
                 break;
             };
             let cleaned = inner.shards[at % shards]
                 .0
                 .write()
-                .clean_one(inner, recycle)?;
+                .clean_one(inner, ahead)?;
             if cleaned {
                 steps += 1;
                 idle_shards = 0;
@@ -64,6 +102,35 @@ impl Engine {
                 idle_shards += 1;
             }
             at += 1;
+        }
+        Ok(steps)
+    }
+
+    /// Compaction of the shards requests left quiet since the last call, up to
+    /// [`COMPACT_STEPS_PER_TICK_MAX`] victims, then, when every shard was quiet, the pages of
+    /// spare free segments given back. A shard whose lock is held now is taken as busy.
+    fn compact_quiet_shards(&self) -> Result<usize, WriteError> {
+        let inner = &self.inner;
+        let mut steps = 0;
+        let mut every_shard_quiet = true;
+        for shard in inner.shards.iter() {
+            let Some(mut shard) = shard.0.try_write() else {
+                every_shard_quiet = false;
+                continue;
+            };
+            if !shard.quiet_since_last_look(inner) {
+                every_shard_quiet = false;
+                continue;
+            }
+            while steps < COMPACT_STEPS_PER_TICK_MAX && shard.clean_one(inner, Ahead::Compact)? {
+                steps += 1;
+            }
+        }
+        if every_shard_quiet {
+            let released = inner.release_spare_pages();
+            inner
+                .released_segments
+                .fetch_add(released as u64, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(steps)
     }

@@ -317,6 +317,10 @@ pub struct EngineStats {
     /// Of those, segments never written since the pool was mapped (DRAM; 0 on other media):
     /// memory the process has not touched.
     pub segments_untouched: u64,
+    /// Free segments whose pages were given back to the OS once the shards were quiet and
+    /// compacted (DRAM; `Engine::clean_ahead`), since start: each counts as never written
+    /// again.
+    pub segments_released: u64,
     /// Segments taken out of service to pay for index growth.
     pub segments_retired: u64,
     /// Bytes per segment.
@@ -438,6 +442,20 @@ impl FreePool {
         Some((segment, untouched))
     }
 
+    /// Gives the pages of the oldest free segment written before back to the OS, when more
+    /// than `keep` such are free: it then counts as never written (the first after those at
+    /// the start of the list). False when none is spare or the medium keeps its pages (only a
+    /// DRAM pool's private mapping gives them back, and reads them as zero after).
+    fn release_oldest_touched(&mut self, keep: usize) -> bool {
+        let at = self.untouched;
+        if self.list.len() - at <= keep || !self.list[at].release_memory() {
+            return false;
+        }
+        self.untouched += 1;
+        debug_assert!(self.untouched <= self.list.len());
+        true
+    }
+
     /// Free segments a write may take now beyond `reserve`, and of those, how many were
     /// written before (their pages backed).
     fn spare(&self, reserve: usize) -> (usize, usize) {
@@ -479,6 +497,8 @@ pub(crate) struct Inner {
     /// progress, which may be persisting its writes.
     commit_lock: Mutex<()>,
     pub(crate) dram: bool,
+    /// Free segments whose pages cleaning ahead gave back to the OS (`Engine::clean_ahead`).
+    pub(crate) released_segments: std::sync::atomic::AtomicU64,
     clock: Arc<dyn Clock>,
     /// The eviction policy (`EvictionPolicy` as `u8`, `policy_code`), changed while running by
     /// `Engine::set_eviction_policy`.

@@ -410,6 +410,10 @@ impl Engine {
         let free = self.inner.free.lock();
         stats.segments_free = free.list.len() as u64;
         stats.segments_untouched = free.untouched as u64;
+        stats.segments_released = self
+            .inner
+            .released_segments
+            .load(std::sync::atomic::Ordering::Relaxed);
         stats.segments_retired = free.retired.len() as u64;
         stats.segments_total = (free.list.len() + free.in_use + free.retired.len()) as u64;
         stats.segment_size_bytes = self.inner.segment_size_bytes as u64;
@@ -756,6 +760,7 @@ fn new_inner(parts: InnerParts<'_>) -> Inner {
             || (config.durability == Durability::Sync && config.group_commit),
         dirty_any: AtomicBool::new(false),
         commit_lock: Mutex::new(()),
+        released_segments: std::sync::atomic::AtomicU64::new(0),
         whole_pool: (pool.backend() == Backend::SharedFile).then(|| pool.persister()),
         dram: pool.backend() == Backend::Dram,
         clock: config.clock.clone(),

@@ -247,6 +247,78 @@ fn overwrites_of_a_small_working_set_reuse_memory_instead_of_touching_new_segmen
     assert!(touched >= 25, "{touched} segments written: {stats:?}");
 }
 
+/// Once writes stop, cleaning ahead compacts what overwrites left half dead and gives the free
+/// segments' pages back to the OS: the segments in use come down to about the live data, every
+/// free segment but the cleaner's reserve counts as never written again, every key keeps its
+/// latest value, and writes after it take the released segments (read as zero, not filled) and
+/// read back right. While writes go on (more than a sixteenth of a segment into a shard between
+/// two calls), nothing is compacted or given back.
+#[test]
+fn quiet_shards_are_compacted_and_their_free_pages_given_back() {
+    let store = engine(EvictionPolicy::Merge);
+    let segment_bytes = store.stats().segment_size_bytes;
+    // 16,000 keys of 500 bytes: about 8.5 MiB live, 48,000 overwrites over them.
+    let keys = 16_000;
+    let mut rng = SmallRng::seed_from_u64(23);
+    let mut latest = vec![0u32; keys as usize];
+    let mut write = |store: &Engine, n: u32| {
+        // Every key once, then random overwrites.
+        let i = if n < keys as u32 {
+            u64::from(n)
+        } else {
+            rng.gen_range(0..keys)
+        };
+        latest[i as usize] = n;
+        let value = format!("{n:0500}");
+        store
+            .set(&key(i), value.as_bytes(), 0, Expiry::Never)
+            .unwrap();
+    };
+    for n in 0..64_000u32 {
+        write(&store, n);
+        if n % 4_000 == 0 {
+            store.clean_ahead().unwrap(); // About 2 MiB written between calls: busy.
+        }
+    }
+    let busy = store.stats();
+    assert_eq!(busy.segments_released, 0, "{busy:?}");
+    let used_busy_bytes = busy.segments_used * segment_bytes;
+    assert!(
+        used_busy_bytes > busy.live_bytes * 5 / 4,
+        "overwrites leave dead space to compact: {busy:?}"
+    );
+
+    for _ in 0..400 {
+        store.clean_ahead().unwrap();
+    }
+    let quiet = store.stats();
+    let shards = 3 * 2; // An open and a cleaner segment per shard may be part full.
+    assert!(
+        quiet.segments_used * segment_bytes <= quiet.live_bytes * 8 / 7 + shards * segment_bytes,
+        "compacted to about the live data: {quiet:?}"
+    );
+    assert!(quiet.segments_released > 0, "{quiet:?}");
+    assert!(
+        quiet.segments_free - quiet.segments_untouched <= 2,
+        "only the cleaner's reserve stays backed: {quiet:?}"
+    );
+    // (A moved record carries its CAS, 8 bytes more: the live bytes grow a little.)
+    assert_eq!(quiet.items, busy.items, "compaction moves, never drops");
+    assert_eq!(quiet.evicted_items, 0, "{quiet:?}");
+    store.check_integrity().unwrap();
+
+    for n in 64_000..96_000u32 {
+        write(&store, n);
+    }
+    assert!(store.stats().segments_untouched < quiet.segments_untouched);
+    for (i, n) in latest.iter().enumerate() {
+        let value = store.get(&key(i as u64), |item| item.value.to_vec());
+        let expected = format!("{n:0500}").into_bytes();
+        assert_eq!(value.as_deref(), Some(&expected[..]), "key {i}");
+    }
+    store.check_integrity().unwrap();
+}
+
 /// The free pool's count of segments never written stays true while segments leave and come
 /// back by every path: a memory limit lowered (free segments retired, their memory given back)
 /// and raised again, writes past the lowered limit evicting, the cleaner's destinations and

@@ -456,6 +456,12 @@ fn render_engine(out: &mut String, ctx: &ServerContext) {
             "Items carried forward by merge eviction.",
             engine.merged_items,
         ),
+        (
+            "strata_segments_released_total",
+            "Free segments whose pages were given back to the OS once quiet shards were \
+             compacted (DRAM).",
+            engine.segments_released,
+        ),
     ];
     for (name, help, value) in counters {
         single(out, name, "counter", help, value);

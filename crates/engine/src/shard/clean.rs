@@ -67,6 +67,43 @@ pub(crate) const FLASH_MOVED_SEGMENTS_PER_GAINED_MAX: usize = 1;
 /// instead of growing to `--memory`, as Redis's does.
 pub(crate) const RECYCLE_MOVED_PER_GAINED: (usize, usize) = (1, 3);
 
+/// What compaction of a quiet shard may move per segment it gains, as (moved, gained): a
+/// victim at most seven eighths live. Nobody is writing, so the copying costs no request a
+/// segment; what it gains is memory handed back to the OS (`Engine::clean_ahead`): after a
+/// load of overwrites, live data fills the segments in use to seven eighths or more instead
+/// of about half (a million-field hash loaded field by field: 108 MiB of segments for
+/// 52 MiB of live records before). Its moving is bounded by the writes that made the dead
+/// space: at most seven times their bytes.
+pub(crate) const COMPACT_MOVED_PER_GAINED: (usize, usize) = (7, 1);
+
+/// What a step of cleaning ahead (`Engine::clean_ahead`) is for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Ahead {
+    /// Free segments run short: any victim the cache's bound allows
+    /// ([`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`], [`FLASH_MOVED_SEGMENTS_PER_GAINED_MAX`]).
+    Need,
+    /// Spare a write a segment never written (DRAM): victims cheap to move
+    /// ([`RECYCLE_MOVED_PER_GAINED`]).
+    Recycle,
+    /// The shard is quiet (DRAM): pack its live records into fewer segments
+    /// ([`COMPACT_MOVED_PER_GAINED`]) so that the free ones' pages can go back to the OS.
+    Compact,
+}
+
+impl Ahead {
+    /// The most a step may move per segment it gains, as (moved, gained).
+    fn moved_per_gained(self, inner: &Inner) -> (usize, usize) {
+        match self {
+            Ahead::Need => (
+                moved_per_gained_max(inner).unwrap_or(CACHE_MOVED_SEGMENTS_PER_GAINED_MAX),
+                1,
+            ),
+            Ahead::Recycle => RECYCLE_MOVED_PER_GAINED,
+            Ahead::Compact => COMPACT_MOVED_PER_GAINED,
+        }
+    }
+}
+
 /// The most segments' worth of live records a pass may move per segment it gains: none for a
 /// store (it cleans at any cost before it refuses a write).
 fn moved_per_gained_max(inner: &Inner) -> Option<usize> {
@@ -138,22 +175,21 @@ impl Shard {
         })
     }
 
-    /// One step of cleaning ahead of need (`Engine::clean_ahead`), holding the shard for one
-    /// victim's records at most: the best candidate whose live fraction makes moving it a
-    /// bargain (as [`CACHE_MOVED_SEGMENTS_PER_GAINED_MAX`] says; with `recycle`, as
-    /// [`RECYCLE_MOVED_PER_GAINED`] says) is moved to the cleaner segment and freed. Returns
+    /// One step of cleaning ahead (`Engine::clean_ahead`), holding the shard for one victim's
+    /// records at most: the best candidate whose live fraction makes moving it a bargain for
+    /// `ahead` ([`Ahead::moved_per_gained`]) is moved to the cleaner segment and freed. Returns
     /// whether it cleaned one.
-    pub(crate) fn clean_one(&mut self, inner: &Inner, recycle: bool) -> Result<bool, WriteError> {
+    pub(crate) fn clean_one(&mut self, inner: &Inner, ahead: Ahead) -> Result<bool, WriteError> {
         let capacity = inner.segment_size_bytes;
-        let max = moved_per_gained_max(inner).unwrap_or(CACHE_MOVED_SEGMENTS_PER_GAINED_MAX);
-        // Moved / gained <= moved / (capacity - moved) <= num / den.
-        let (num, den) = if recycle {
-            RECYCLE_MOVED_PER_GAINED
-        } else {
-            (max, 1)
-        };
+        let (num, den) = ahead.moved_per_gained(inner);
         let written = self.counters.written_bytes.load(Ordering::Relaxed);
-        if recycle && written < self.recycle_scanned_at_written + capacity as u64 {
+        let scanned_at = match ahead {
+            Ahead::Need => None,
+            Ahead::Recycle => Some(&mut self.recycle_scanned_at_written),
+            Ahead::Compact => Some(&mut self.compact_scanned_at_written),
+        };
+        // A look that found nothing is not repeated before a segment's worth more is written.
+        if scanned_at.is_some_and(|at| written < *at + capacity as u64) {
             return Ok(false);
         }
         // One pass for the best candidate worth it: this runs every 10 ms under the shard's
@@ -166,8 +202,10 @@ impl Shard {
             })
             .max_by(|a, b| a.score.total_cmp(&b.score))
         else {
-            if recycle {
-                self.recycle_scanned_at_written = written;
+            match ahead {
+                Ahead::Need => {}
+                Ahead::Recycle => self.recycle_scanned_at_written = written,
+                Ahead::Compact => self.compact_scanned_at_written = written,
             }
             return Ok(false);
         };
@@ -181,6 +219,17 @@ impl Shard {
         self.count_clean_time(started);
         inner.release(freed);
         Ok(cleaned)
+    }
+
+    /// Whether requests wrote less than a sixteenth of a segment into this shard since the
+    /// last look (one look per tick of cleaning ahead, every 10 ms in the server: under
+    /// 6.4 MB/s at 1 MiB segments). A quiet shard's memory may be compacted
+    /// ([`Ahead::Compact`]); a busy one's is left to the writes' own cleaning.
+    pub(crate) fn quiet_since_last_look(&mut self, inner: &Inner) -> bool {
+        let written = self.counters.written_bytes.load(Ordering::Relaxed);
+        let since = written.wrapping_sub(self.quiet_looked_at_written);
+        self.quiet_looked_at_written = written;
+        since < (inner.segment_size_bytes / 16) as u64
     }
 
     /// Moves victim `id`'s live records (to the cleaner segment, then to destinations taken

@@ -37,7 +37,7 @@ mod scrub;
 mod segments;
 mod write;
 
-pub(crate) use clean::CleanOutcome;
+pub(crate) use clean::{Ahead, CleanOutcome};
 pub(crate) use flash::{FlashCandidates, Lookup};
 
 /// Dead marks closer than this share one persist call.
@@ -177,6 +177,11 @@ pub(crate) struct Shard {
     /// found none: it looks again only once a segment's worth more was written (a fill of new
     /// keys leaves none, and is not scanned every 10 ms for it).
     pub(crate) recycle_scanned_at_written: u64,
+    /// The same for compaction of a quiet shard (`shard::clean::Ahead::Compact`).
+    pub(crate) compact_scanned_at_written: u64,
+    /// `counters.written_bytes` at the last tick of cleaning ahead that looked whether the
+    /// shard was quiet (`Shard::quiet_since_last_look`).
+    pub(crate) quiet_looked_at_written: u64,
     /// Index entries of the flash tier (see the `flash` module).
     flash_items: u64,
     /// A record being demoted to flash, kept to reuse its allocation.
@@ -464,6 +469,8 @@ impl Shard {
             damaged_reads: parking_lot::Mutex::new(Vec::new()),
             scan_offsets: Vec::new(),
             recycle_scanned_at_written: 0,
+            compact_scanned_at_written: 0,
+            quiet_looked_at_written: 0,
             flash_items: 0,
             demote_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),

@@ -213,6 +213,7 @@ fn engine_lines(ctx: &ServerContext, engine: &EngineStats, out: &mut Vec<u8>) {
     stat(out, "strata_segments_used", engine.segments_used);
     stat(out, "strata_segments_free", engine.segments_free);
     stat(out, "strata_segments_untouched", engine.segments_untouched);
+    stat(out, "strata_segments_released", engine.segments_released);
     stat(out, "strata_evicted_segments", engine.evicted_segments);
     stat(out, "strata_expired_segments", engine.expired_segments);
     stat(out, "strata_merged_items", engine.merged_items);

@@ -274,6 +274,7 @@ fn write_strata_segments(text: &mut InfoText, engine: &EngineStats, records_torn
     text.field("segments_used", engine.segments_used);
     text.field("segments_free", engine.segments_free);
     text.field("segments_untouched", engine.segments_untouched);
+    text.field("segments_released", engine.segments_released);
     text.field("segments_retired", engine.segments_retired);
     text.field("evicted_segments", engine.evicted_segments);
     text.field("expired_segments", engine.expired_segments);
