@@ -21,11 +21,14 @@ pub const ROOT_MAGIC: [u8; 8] = *b"STRATAEN";
 /// `record`); 3 since a wide record's byte 1 says its kind (string, hash); 4 since items may
 /// be several records (a wide record's byte 2 flags an owner's part count; kind 2 is a part);
 /// 5 since a string may be several records (an owner of kind 0 whose value is a header,
-/// `api::large`). An older pool has none of these (its wide records have zero bytes 1..4:
-/// strings; a version 4 pool's owners are hashes) and is opened as it is; the open rewrites
-/// the root as version 5, which older binaries refuse, so none of them ever reads a typed
-/// record or a part as damage, a string or a key, or a large string's header as its value.
-pub const ROOT_VERSION: u32 = 5;
+/// `api::large`); 6 since a large hash's owner may be version 3 of the chunked encoding
+/// (`strata_types::hash_chunks`, with a bound on its fields' expiries). An older pool has none
+/// of these (its wide records have zero bytes 1..4: strings; a version 4 pool's owners are
+/// hashes; a version 5 pool's hash owners are version 2) and is opened as it is; the open
+/// rewrites the root as version 6, which older binaries refuse, so none of them ever reads a
+/// typed record or a part as damage, a string or a key, a large string's header as its value,
+/// or a version 3 owner as a damaged hash.
+pub const ROOT_VERSION: u32 = 6;
 /// The oldest engine format version this binary opens.
 const ROOT_VERSION_OLDEST: u32 = 1;
 /// Seqs reserved per root update.
@@ -159,7 +162,7 @@ mod tests {
     }
 
     #[test]
-    fn version_1_to_5_roots_are_read_and_newer_ones_refused() {
+    fn version_1_to_6_roots_are_read_and_newer_ones_refused() {
         let root = Root {
             shard_count: 4,
             seq_reserved: 1024,
@@ -177,7 +180,8 @@ mod tests {
         assert_eq!(read(&with_version(3)), Ok(root));
         assert_eq!(read(&with_version(4)), Ok(root));
         assert_eq!(read(&with_version(5)), Ok(root));
-        for version in [0, 6] {
+        assert_eq!(read(&with_version(6)), Ok(root));
+        for version in [0, 7] {
             assert_eq!(
                 read(&with_version(version)),
                 Err("unsupported engine root version")

@@ -2,23 +2,34 @@
 //! engine's owner and parts), so that a field's write rewrites one chunk of a few KiB, never
 //! the whole hash.
 //!
-//! The owner record holds the chunked encoding's header, version 2 (all integers
+//! The owner record holds the chunked encoding's header, version 3 (all integers
 //! little-endian):
 //!
 //! ```text
 //!  0         1        2             6                    14            22          26
 //!  +---------+--------+-------------+--------------------+-------------+-----------+
 //!  | version | level  | split (u32) | key_expiry (u64)   | seed (u64)  | count u32 |
-//!  | = 2     | u8     |             | Unix ms, 0: none   |             |           |
+//!  | = 3     | u8     |             | Unix ms, 0: none   |             |           |
 //!  +---------+--------+-------------+--------------------+-------------+-----------+
-//!  26                30
-//!  | expiring (u32)  |
+//!  26                30                         38
+//!  | expiring (u32)  | fields_expire_by (u64)   |
 //! ```
 //!
 //! `count` is the entries the chunks store (expired ones included) and `expiring` how many of
 //! them carry an expiry: HLEN of a hash with no expiring field is `count`, as Redis answers it
-//! without a walk. Every write of a chunk writes the owner with the counts it leaves, in one
-//! logged transaction (so a crash leaves both or neither).
+//! without a walk. `fields_expire_by` is a bound, Unix ms, that no stored field's expiry
+//! passes: 0 when no field has one, `u64::MAX` when it is not known. A write that gives a field
+//! an expiry raises it to that expiry; one that removes or persists fields leaves it (a bound
+//! still, later than needed) until no field has an expiry. When every stored field has an
+//! expiry, the hash is gone by the bound, and its owner's record expires at the earlier of it
+//! and the key's own expiry ([`Chunked::fields_gone_ms`]): the key goes with its fields, as
+//! in Redis (at the latest expiry any of them had since; Redis, at its last field's). Every
+//! write of a chunk writes the owner with the counts and bound it leaves, in one logged
+//! transaction (so a crash leaves both or neither).
+//!
+//! Version 2 is the same without `fields_expire_by` (30 bytes): it reads as version 3 with
+//! the bound not known while a field has an expiry (the key then stays until its own expiry,
+//! or until no field has one), and is written as version 3 at the owner's next write.
 //!
 //! The chunks are the owner's parts `0..2^level + split`, each in the compact encoding
 //! (`hash`'s version 1), whose key-expiry field holds instead one more than the hash bits
@@ -39,9 +50,15 @@
 use crate::Malformed;
 
 /// The first byte of this encoding.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the owner's encoding.
-pub const OWNER_BYTES: usize = 30;
+pub const OWNER_BYTES: usize = 38;
+/// The first byte of the encoding version 2, still read: 30 bytes, no `fields_expire_by`.
+pub const VERSION_2: u8 = 2;
+/// Bytes of a version 2 owner.
+pub const OWNER_BYTES_V2: usize = 30;
+/// `fields_expire_by` when the bound is not known (module docs).
+const EXPIRE_BY_UNKNOWN: u64 = u64::MAX;
 /// A compact hash whose encoding would pass this many bytes is made chunked instead.
 pub const CHUNKED_FROM_BYTES: usize = 8 << 10;
 /// A chunk a write leaves larger than this splits the chunk at the split pointer.
@@ -54,7 +71,7 @@ const LEVEL_MAX: u8 = 31;
 
 /// Whether a hash's encoding is this one (else it is the compact one).
 pub fn is_chunked(bytes: &[u8]) -> bool {
-    bytes.first() == Some(&VERSION)
+    matches!(bytes.first(), Some(&(VERSION | VERSION_2)))
 }
 
 /// A chunked hash's owner: where its fields are.
@@ -66,6 +83,9 @@ pub struct Chunked {
     seed: u64,
     count: u32,
     expiring: u32,
+    /// No stored field's expiry passes this, Unix ms: 0 when none has one,
+    /// [`EXPIRE_BY_UNKNOWN`] when not known (module docs).
+    fields_expire_by_ms: u64,
 }
 
 impl Chunked {
@@ -81,12 +101,14 @@ impl Chunked {
             seed,
             count: 0,
             expiring: 0,
+            fields_expire_by_ms: 0,
         }
     }
 
     /// The owner's encoding, validated.
     pub fn parse(bytes: &[u8]) -> Result<Chunked, Malformed> {
-        if bytes.len() != OWNER_BYTES || bytes[0] != VERSION {
+        let v2 = bytes.len() == OWNER_BYTES_V2 && bytes[0] == VERSION_2;
+        if !v2 && (bytes.len() != OWNER_BYTES || bytes[0] != VERSION) {
             return Err(Malformed);
         }
         let level = bytes[1];
@@ -95,7 +117,17 @@ impl Chunked {
         let seed = u64::from_le_bytes(bytes[14..22].try_into().expect("8"));
         let count = u32::from_le_bytes(bytes[22..26].try_into().expect("4"));
         let expiring = u32::from_le_bytes(bytes[26..30].try_into().expect("4"));
-        if level > LEVEL_MAX || u64::from(split) >= 1u64 << level || expiring > count {
+        let fields_expire_by_ms = match () {
+            () if v2 && expiring > 0 => EXPIRE_BY_UNKNOWN,
+            () if v2 => 0,
+            () => u64::from_le_bytes(bytes[30..38].try_into().expect("8")),
+        };
+        if level > LEVEL_MAX
+            || u64::from(split) >= 1u64 << level
+            || expiring > count
+            || (expiring == 0) != (fields_expire_by_ms == 0)
+            || fields_expire_by_ms == EXPIRE_BY_UNKNOWN && expiring == 0
+        {
             return Err(Malformed);
         }
         Ok(Chunked {
@@ -105,6 +137,7 @@ impl Chunked {
             seed,
             count,
             expiring,
+            fields_expire_by_ms,
         })
     }
 
@@ -117,6 +150,13 @@ impl Chunked {
         out.extend_from_slice(&self.seed.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
         out.extend_from_slice(&self.expiring.to_le_bytes());
+        // Expiring fields whose expiries no write gave (`expiring_by`): not known.
+        let bound = if self.expiring > 0 && self.fields_expire_by_ms == 0 {
+            EXPIRE_BY_UNKNOWN
+        } else {
+            self.fields_expire_by_ms
+        };
+        out.extend_from_slice(&bound.to_le_bytes());
     }
 
     /// Entries the chunks store, expired ones included.
@@ -136,11 +176,41 @@ impl Chunked {
             u32::try_from((i64::from(value) + delta).max(0)).unwrap_or(u32::MAX)
         };
         let count = apply(self.count, count_delta);
+        let expiring = apply(self.expiring, expiring_delta).min(count);
         Chunked {
             count,
-            expiring: apply(self.expiring, expiring_delta).min(count),
+            expiring,
+            // With no expiring field before or after, the bound is known: none so far (the
+            // write's own expiries raise it: `expiring_by`).
+            fields_expire_by_ms: if expiring == 0 || self.expiring == 0 {
+                0
+            } else {
+                self.fields_expire_by_ms
+            },
             ..self
         }
+    }
+
+    /// This state with the bound on its fields' expiries raised to `expires_at_ms` (the
+    /// latest expiry a write left in the chunk it wrote), when there is an expiring field.
+    pub fn expiring_by(self, expires_at_ms: Option<u64>) -> Chunked {
+        let Some(at) = expires_at_ms.filter(|_| self.expiring > 0) else {
+            return self;
+        };
+        Chunked {
+            fields_expire_by_ms: self.fields_expire_by_ms.max(at.max(1)),
+            ..self
+        }
+    }
+
+    /// When the hash is gone with its fields, Unix ms: the bound on their expiries, when
+    /// every stored field has one and the bound is known; `None` otherwise. (Its key's own
+    /// expiry may come first: the owner's record expires at the earlier.)
+    pub fn fields_gone_ms(&self) -> Option<u64> {
+        (self.count > 0
+            && self.expiring == self.count
+            && self.fields_expire_by_ms != EXPIRE_BY_UNKNOWN)
+            .then_some(self.fields_expire_by_ms)
     }
 
     /// How many chunks there are (the owner's part count).
@@ -233,7 +303,9 @@ mod tests {
 
     #[test]
     fn the_owner_round_trips_and_damage_is_refused() {
-        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42).counted(300, 2);
+        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42)
+            .counted(300, 2)
+            .expiring_by(Some(1_900_000_000_000));
         assert_eq!(
             owner.chunks(),
             16,
@@ -260,8 +332,77 @@ mod tests {
             Err(Malformed),
             "more expiring than stored"
         );
+        let mut bad = bytes.clone();
+        bad[30..38].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(
+            Chunked::parse(&bad),
+            Err(Malformed),
+            "expiring fields with no bound"
+        );
         assert_eq!((owner.count(), owner.expiring()), (300, 2));
         assert_eq!(owner.counted(-301, -3).count(), 0, "saturates");
+    }
+
+    /// The bound on the fields' expiries: raised by writes, kept (later than needed) by
+    /// removals, none again once no field expires; the hash is gone by it only when every
+    /// field expires. Not known after expiring fields came without their expiry, or from a
+    /// version 2 owner: then the key does not go with its fields.
+    #[test]
+    fn the_hash_is_gone_by_the_bound_only_when_every_field_expires() {
+        let owner = Chunked::for_bytes(9000, None, 1).counted(3, 0);
+        assert_eq!(owner.fields_gone_ms(), None, "no field expires");
+        let one = owner.counted(0, 1).expiring_by(Some(5_000));
+        assert_eq!(one.fields_gone_ms(), None, "two fields do not expire");
+        let all = one.counted(0, 2).expiring_by(Some(4_000));
+        assert_eq!(all.fields_gone_ms(), Some(5_000), "the latest expiry given");
+        let fewer = all.counted(-1, -1);
+        assert_eq!(fewer.fields_gone_ms(), Some(5_000), "a bound, kept");
+        let persisted = fewer.counted(0, -2);
+        assert_eq!(persisted.fields_gone_ms(), None);
+        let again = persisted.counted(0, 2).expiring_by(Some(3_000));
+        assert_eq!(again.fields_gone_ms(), Some(3_000), "known again from none");
+        let mut bytes = Vec::new();
+        again.encode(&mut bytes);
+        assert_eq!(
+            Chunked::parse(&bytes).unwrap().fields_gone_ms(),
+            Some(3_000)
+        );
+
+        bytes.clear();
+        owner.counted(0, 3).encode(&mut bytes); // Expiring, with no expiry given.
+        let unknown = Chunked::parse(&bytes).unwrap();
+        assert_eq!(unknown.fields_gone_ms(), None, "not known");
+        assert_eq!(
+            unknown.expiring_by(Some(9_000)).fields_gone_ms(),
+            None,
+            "a write does not make an unknown bound known"
+        );
+        assert_eq!(
+            unknown
+                .counted(0, -3)
+                .counted(0, 3)
+                .expiring_by(Some(9_000))
+                .fields_gone_ms(),
+            Some(9_000)
+        );
+
+        // A version 2 owner: the first 30 bytes, version 2.
+        let mut v2 = Vec::new();
+        all.encode(&mut v2);
+        v2.truncate(OWNER_BYTES_V2);
+        v2[0] = VERSION_2;
+        assert!(is_chunked(&v2));
+        let old = Chunked::parse(&v2).unwrap();
+        assert_eq!(
+            (old.count(), old.expiring(), old.chunks()),
+            (3, 3, all.chunks())
+        );
+        assert_eq!(old.fields_gone_ms(), None, "a version 2 bound is not known");
+        v2[26..30].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(Chunked::parse(&v2).unwrap().fields_gone_ms(), None);
+        let mut rewritten = Vec::new();
+        Chunked::parse(&v2).unwrap().encode(&mut rewritten);
+        assert_eq!((rewritten.len(), rewritten[0]), (OWNER_BYTES, VERSION));
     }
 
     /// Linear hashing: each split moves only fields of the split chunk, and only into the

@@ -114,7 +114,10 @@ impl Conditions {
 /// encoding keeps (its record may expire earlier, with its last field: see `hashes.rs`).
 pub(crate) fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
     match item.kind {
-        Kind::Hash if is_chunked(item.value) => item.expires_at_ms,
+        // A large hash's record may expire earlier, with its fields (`hash_chunks`).
+        Kind::Hash if is_chunked(item.value) => Chunked::parse(item.value)
+            .ok()
+            .and_then(|owner| owner.key_expiry_ms()),
         Kind::Hash => Hash::parse(item.value)
             .ok()
             .and_then(|hash| hash.key_expiry_ms()),
@@ -128,15 +131,19 @@ pub(crate) fn key_expiry(item: &ItemRef<'_>) -> Option<u64> {
 /// the earlier of it and the last field's.
 fn with_key_expiry(item: &ItemRef<'_>, key_expiry: Option<u64>, buffer: &mut Vec<u8>) -> Change {
     if item.kind == Kind::Hash && is_chunked(item.value) {
-        // A large hash: its owner keeps the key's expiry, and its record expires then.
-        if let Ok(owner) = Chunked::parse(item.value) {
-            owner.with_key_expiry(key_expiry).encode(buffer);
+        // A large hash: its owner keeps the key's expiry, and its record expires then, or
+        // with its fields if every one expires first.
+        let record = if let Ok(owner) = Chunked::parse(item.value) {
+            let owner = owner.with_key_expiry(key_expiry);
+            owner.encode(buffer);
+            record_expiry(key_expiry, owner.fields_gone_ms())
         } else {
             buffer.extend_from_slice(item.value);
-        }
+            key_expiry
+        };
         return Change::Write {
             client_flags: item.client_flags,
-            expiry: key_expiry.map_or(Expiry::Never, Expiry::AtMs),
+            expiry: record.map_or(Expiry::Never, Expiry::AtMs),
             keep_cas: true,
         };
     }

@@ -26,7 +26,7 @@ use std::cell::Cell;
 
 use strata_engine::{Change, Door, Expiry, Families, ItemRef, Kind, Observed, WriteError};
 use strata_protocol::resp::{encode, name_eq, parse_command, parse_i64, Args, Limits, Version};
-use strata_types::hash::{set_key_expiry, Builder, Hash};
+use strata_types::hash::{record_expiry, set_key_expiry, Builder, Hash};
 use strata_types::hash_chunks::{chunk_bits, chunk_tag, is_chunked, Chunked, CHUNK_SPLIT_BYTES};
 
 use super::{table, write_error, Call, State};
@@ -46,6 +46,9 @@ struct ChunkDoor<'a> {
     counts_delta: Cell<(i64, i64)>,
     /// The entries the chunk stores after this door's write.
     counts_after: Cell<i64>,
+    /// The latest expiry of a field the chunk holds after this door's write (`None`: no field
+    /// of it expires), which the owner's bound on its fields' expiries takes.
+    latest_expiry_after: Cell<Option<u64>>,
 }
 
 /// The entries a chunk's bytes store, and those with an expiry (0 for none or damage).
@@ -71,6 +74,7 @@ impl<'a> ChunkDoor<'a> {
             written_len: Cell::new(None),
             counts_delta: Cell::new((0, 0)),
             counts_after: Cell::new(0),
+            latest_expiry_after: Cell::new(None),
         }
     }
 
@@ -188,6 +192,12 @@ impl Door for ChunkDoor<'_> {
         let new = counts_of(Some(&buffer));
         self.counts_delta.set((new.0 - old.0, new.1 - old.1));
         self.counts_after.set(new.0);
+        if new.1 > 0 {
+            let latest = Hash::open(&buffer)
+                .ok()
+                .and_then(|hash| hash.stored().filter_map(|field| field.expires_at_ms).max());
+            self.latest_expiry_after.set(latest);
+        }
         Ok(Some(0))
     }
 
@@ -337,8 +347,9 @@ impl Large<'_> {
         self.changed
             .set(self.changed.get() || door.written_len.get().is_some());
         let (count_delta, expiring_delta) = door.counts_delta.get();
+        let owner = self.owner.get().counted(count_delta, expiring_delta);
         self.owner
-            .set(self.owner.get().counted(count_delta, expiring_delta));
+            .set(owner.expiring_by(door.latest_expiry_after.get()));
         // A chunk of one field gains nothing from splits (a field past the split size).
         let several = door.counts_after.get() > 1;
         match door.written_len.get() {
@@ -634,11 +645,13 @@ impl Large<'_> {
             let mut encoded = Vec::new();
             owner.encode(&mut encoded);
             let chunks = owner.chunks();
+            // The key goes at its own expiry, or with its fields if every one expires.
+            let expiry = record_expiry(owner.key_expiry_ms(), owner.fields_gone_ms());
             let written = (self.families).write_owner(
                 self.key,
                 &encoded,
                 Kind::Hash,
-                Expiry::Keep,
+                expiry.map_or(Expiry::Never, Expiry::AtMs),
                 chunks,
             )?;
             if written.is_none() {
@@ -725,7 +738,10 @@ pub(crate) fn make_chunked(
     let seed = std::collections::hash_map::RandomState::new().hash_one(key);
     let stored = i64::try_from(hash.stored_len()).unwrap_or(i64::MAX);
     let expiring = i64::try_from(hash.expiring_len()).unwrap_or(i64::MAX);
-    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed).counted(stored, expiring);
+    let latest = hash.stored().filter_map(|field| field.expires_at_ms).max();
+    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed)
+        .counted(stored, expiring)
+        .expiring_by(latest);
     let mut chunks: Vec<Vec<strata_types::hash::Field<'_>>> =
         vec![Vec::new(); owner.chunks() as usize];
     for field in hash.stored() {
@@ -746,7 +762,8 @@ pub(crate) fn make_chunked(
     families.make_durable(key)?;
     let mut encoded = Vec::new();
     owner.encode(&mut encoded);
-    let expiry = key_expiry_ms.map_or(Expiry::Never, Expiry::AtMs);
+    let expiry = record_expiry(key_expiry_ms, owner.fields_gone_ms());
+    let expiry = expiry.map_or(Expiry::Never, Expiry::AtMs);
     families.write_owner(key, &encoded, Kind::Hash, expiry, owner.chunks())?;
     Ok(())
 }

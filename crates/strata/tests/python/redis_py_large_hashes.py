@@ -142,4 +142,35 @@ for field in model["big1"]:
     pipe.hdel("big1", field)
 pipe.execute()
 check("emptied", (r.exists("big1"), r.hlen("big1")), (0, 0))
+# A large hash whose fields all expire goes with them, before its own TTL, as in Redis
+# (EXISTS, DBSIZE and TTL see it gone); one field without an expiry keeps it; so does a
+# field persisted; a field given an expiry again makes it go again.
+import time
+
+names = [f"f{i:05d}" for i in range(600)]
+fields = {name: "x" * 40 for name in names}
+for key in ("goes", "stays", "persisted", "keeps-key-ttl"):
+    r.hset(key, mapping=fields)
+r.expire("goes", 1000)
+r.expire("keeps-key-ttl", 1)
+before = r.dbsize()
+for key in ("goes", "stays", "persisted", "keeps-key-ttl"):
+    expiring = names if key != "stays" else names[1:]
+    ms = 5000 if key == "keeps-key-ttl" else 400
+    check(f"hpexpire {key}", r.execute_command("HPEXPIRE", key, ms, "FIELDS", len(expiring), *expiring), [1] * len(expiring))
+check("hpersist one", r.execute_command("HPERSIST", "persisted", "FIELDS", 1, names[7]), [1])
+check("all there", [r.exists(k) for k in ("goes", "stays", "persisted", "keeps-key-ttl")], [1, 1, 1, 1])
+check("own ttl kept", 990 <= r.ttl("goes") <= 1000, True)
+time.sleep(1.3)
+check("gone with its fields", (r.exists("goes"), r.ttl("goes"), r.hlen("goes")), (0, -2, 0))
+check("the key's own TTL first", r.exists("keeps-key-ttl"), 0)
+check("one field without expiry keeps it", (r.exists("stays"), r.hgetall("stays")), (1, {names[0].encode(): b"x" * 40}))
+check("a persisted field keeps it", (r.exists("persisted"), r.hkeys("persisted")), (1, [names[7].encode()]))
+check("dbsize", r.dbsize(), before - 2)
+check("keys", sorted(k for k in r.keys("*") if k in (b"goes", b"stays", b"persisted", b"keeps-key-ttl")), [b"persisted", b"stays"])
+r.hset("persisted", mapping={name: "y" for name in names[:300]})
+check("hpexpire again", r.execute_command("HPEXPIRE", "persisted", 300, "FIELDS", 300, *names[:300]), [1] * 300)
+time.sleep(0.8)
+check("gone again", r.exists("persisted"), 0)
+
 print("all large hashes checks passed")
