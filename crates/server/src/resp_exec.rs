@@ -181,6 +181,11 @@ pub(crate) struct State {
     pub output_capacity_at_call: usize,
     /// xorshift state for RANDOMKEY.
     pub random_state: u64,
+    /// The key of the last large hash (kept in chunks) a hash command of this connection met:
+    /// the next hash command on it goes straight to its chunks, held, instead of first finding
+    /// it large and asking to run again (`resp_exec::run`). A hint only: a key that holds no
+    /// large hash by then runs the command as it is, held, and forgets it.
+    pub large_hash_hint: Option<Vec<u8>>,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
     pub pending: PendingCounts,
     /// A KEYS that waits for, or ran on, the walk thread (`keyspace::keys_walk`): where its
@@ -288,6 +293,7 @@ impl RespSession {
                 over_budget: false,
                 output_capacity_at_call: 0,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                large_hash_hint: None,
                 pending: PendingCounts::default(),
                 keys_walk: None,
                 peer: None,
@@ -377,6 +383,14 @@ fn run_known(
         wants_held: std::cell::Cell::new(false),
     };
     run(state, &call, out);
+}
+
+/// Whether `call` is a hash command on the key of the last large hash this connection met
+/// (`State::large_hash_hint`), not held yet: it then runs on the chunks at once.
+fn is_hinted_large_hash(state: &State, call: &Call<'_>) -> bool {
+    call.command.kind == Some(strata_engine::Kind::Hash)
+        && !call.keys.held()
+        && state.large_hash_hint.as_deref() == Some(call.arg(1))
 }
 
 /// Runs a command that met a large hash again, on its chunks, with its key held
@@ -560,11 +574,16 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         held::run_held(call, &keys, hold, out, |call, out| {
             (command.run)(state, call, out);
         });
+    } else if is_hinted_large_hash(state, call) {
+        run_on_chunks(state, call, out);
     } else {
         (command.run)(state, call, out);
     }
     if call.wants_held.get() {
         out.truncate(reply_start);
+        if command.kind == Some(strata_engine::Kind::Hash) {
+            state.large_hash_hint = Some(call.arg(1).to_vec());
+        }
         run_on_chunks(state, call, out);
     } else if held::asked_to_hold() {
         out.truncate(reply_start);

@@ -143,6 +143,7 @@ impl Chunked {
 
     /// Appends the owner's encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(OWNER_BYTES);
         out.push(VERSION);
         out.push(self.level);
         out.extend_from_slice(&self.split.to_le_bytes());

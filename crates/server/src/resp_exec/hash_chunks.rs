@@ -244,7 +244,11 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     };
     let owner = match owner_state(call, key) {
-        None => return (call.command.run)(state, call, out),
+        None => {
+            // No large hash here (any more): the hint that sent the command here is stale.
+            state.large_hash_hint = None;
+            return (call.command.run)(state, call, out);
+        }
         Some(Err(())) => return out.extend_from_slice(ERR_DAMAGED),
         Some(Ok(owner)) => owner,
     };

@@ -142,6 +142,28 @@ for field in model["big1"]:
     pipe.hdel("big1", field)
 pipe.execute()
 check("emptied", (r.exists("big1"), r.hlen("big1")), (0, 0))
+# A connection that met a large hash sends its next hash commands on that key straight to
+# the chunks (a hint): when another client has since made the key a string, a small hash or
+# nothing, they still answer as Redis does.
+hinted = redis.Redis(port=int(sys.argv[1]), single_connection_client=True)
+other = redis.Redis(port=int(sys.argv[1]))
+hinted.hset("hinted", mapping={f"f{i:05d}": "x" * 40 for i in range(600)})
+check("hinted large", hinted.hlen("hinted"), 600)
+other.delete("hinted")
+other.set("hinted", "a string")
+try:
+    hinted.hget("hinted", "f00001")
+    raise AssertionError("a string answered HGET")
+except redis.ResponseError as error:
+    assert str(error).startswith("WRONGTYPE"), error
+check("the string kept", other.get("hinted"), b"a string")
+other.delete("hinted")
+check("hinted gone", (hinted.hget("hinted", "f00001"), hinted.hlen("hinted")), (None, 0))
+other.hset("hinted", "small", "1")
+check("hinted small", (hinted.hset("hinted", "b", "2"), hinted.hgetall("hinted")), (1, {b"small": b"1", b"b": b"2"}))
+check("hinted incr", hinted.hincrby("hinted", "small", 4), 5)
+other.delete("hinted")
+
 # A large hash whose fields all expire goes with them, before its own TTL, as in Redis
 # (EXISTS, DBSIZE and TTL see it gone); one field without an expiry keeps it; so does a
 # field persisted; a field given an expiry again makes it go again.
