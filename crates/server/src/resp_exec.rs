@@ -385,6 +385,43 @@ fn run_known(
     run(state, &call, out);
 }
 
+/// Runs the command's handler: held with its keys when it names several; on the chunks at
+/// once when its key is the connection's last large hash; else as it is, and then again held
+/// if it asked to be (a large hash met, a write only a transaction makes).
+fn dispatch(state: &mut State, call: &Call<'_>, reply_start: usize, out: &mut Vec<u8>) {
+    let command = call.command;
+    let several = command.may_name_several_keys()
+        && command.key_positions(call.len()).nth(1).is_some()
+        && !call.keys.held()
+        && !call.ctx.exclusive.is_alone();
+    if several {
+        // Several keys: held together for the whole command (`held`). Inside a transaction,
+        // or an EXEC running alone, the EXEC holds them already.
+        let keys: Vec<&[u8]> = command
+            .key_positions(call.len())
+            .map(|position| call.arg(position))
+            .collect();
+        let hold = held::Hold::for_writes(command.flags.contains(&"write"));
+        held::run_held(call, &keys, hold, out, |call, out| {
+            (command.run)(state, call, out);
+        });
+    } else if is_hinted_large_hash(state, call) {
+        run_on_chunks(state, call, out);
+    } else {
+        (command.run)(state, call, out);
+    }
+    if call.wants_held.get() {
+        out.truncate(reply_start);
+        if command.kind == Some(strata_engine::Kind::Hash) {
+            state.large_hash_hint = Some(call.arg(1).to_vec());
+        }
+        run_on_chunks(state, call, out);
+    } else if held::asked_to_hold() {
+        out.truncate(reply_start);
+        run_held_again(state, call, out);
+    }
+}
+
 /// Whether `call` is a hash command on the key of the last large hash this connection met
 /// (`State::large_hash_hint`), not held yet: it then runs on the chunks at once.
 fn is_hinted_large_hash(state: &State, call: &Call<'_>) -> bool {
@@ -559,36 +596,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     // server CPU on a virtual machine, two reads per command.
     let started = quanta::Instant::now();
     state.last_row = Some(row);
-    let several = command.may_name_several_keys()
-        && command.key_positions(call.len()).nth(1).is_some()
-        && !call.keys.held()
-        && !call.ctx.exclusive.is_alone();
-    if several {
-        // Several keys: held together for the whole command (`held`). Inside a transaction,
-        // or an EXEC running alone, the EXEC holds them already.
-        let keys: Vec<&[u8]> = command
-            .key_positions(call.len())
-            .map(|position| call.arg(position))
-            .collect();
-        let hold = held::Hold::for_writes(command.flags.contains(&"write"));
-        held::run_held(call, &keys, hold, out, |call, out| {
-            (command.run)(state, call, out);
-        });
-    } else if is_hinted_large_hash(state, call) {
-        run_on_chunks(state, call, out);
-    } else {
-        (command.run)(state, call, out);
-    }
-    if call.wants_held.get() {
-        out.truncate(reply_start);
-        if command.kind == Some(strata_engine::Kind::Hash) {
-            state.large_hash_hint = Some(call.arg(1).to_vec());
-        }
-        run_on_chunks(state, call, out);
-    } else if held::asked_to_hold() {
-        out.truncate(reply_start);
-        run_held_again(state, call, out);
-    }
+    dispatch(state, call, reply_start, out);
     // After it ran, as Redis does: an EXEC's line follows those of the commands it ran.
     if call.ctx.monitors.active() && !command.flags.contains(&"admin") {
         feed_monitors(state, call);
