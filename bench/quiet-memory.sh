@@ -7,6 +7,8 @@
 # CPU 1, rounds interleaved.
 #
 #   bench/quiet-memory.sh MEMTIER VALKEY A_BINARY B_BINARY [rounds]
+#
+# ONLY=trickle runs the second half alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 memtier=${1:?memtier_benchmark binary}
@@ -31,13 +33,13 @@ trickle() { # LABEL BINARY
   local t0 t1 out; t0=$(cpu_ticks $pid)
   out=$(taskset -c 1 $memtier -s 127.0.0.1 -p $port -P redis -t 1 -c 4 --rate-limiting=5000 \
     --ratio=1:9 --key-pattern=R:R --key-minimum=1 --key-maximum=100000 -d 1024 --test-time=20 \
-    --hide-histogram 2>/dev/null | awk '/^Totals/ {print $2, $6}')
+    --hide-histogram 2>/dev/null | awk '/^Totals/ {print $2, $6, $7, $8}')
   t1=$(cpu_ticks $pid)
   set -- $out
-  echo "$label ops/s=$1 p50_ms=$2 cpu_us_per_req=$(python3 -c "print(f'{($t1-$t0)*1e4/($1*20):.2f}')") rss_MiB=$(( $(rss_kib $pid) / 1024 ))"
+  echo "$label ops/s=$1 p50_ms=$2 p99_ms=$3 p999_ms=$4 cpu_us_per_req=$(python3 -c "print(f'{($t1-$t0)*1e4/($1*20):.2f}')") rss_MiB=$(( $(rss_kib $pid) / 1024 ))"
   kill $pid; wait $pid 2>/dev/null
 }
-for round in $(seq $rounds); do
+[ "${ONLY:-}" = trickle ] || for round in $(seq $rounds); do
   million "A" strata "$a"; million "B" strata "$b"; million "valkey" valkey "$a"
 done
 for round in $(seq $rounds); do
