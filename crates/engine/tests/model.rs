@@ -75,6 +75,12 @@ enum Op {
         secs: u8,
     },
     Expire,
+    /// Cleaning ahead, as the server's maintenance thread runs it, `calls` times in a row: the
+    /// second and later find every shard quiet, so on DRAM they compact and give free
+    /// segments' pages back, which later writes take as never written.
+    CleanAhead {
+        calls: u8,
+    },
     Flush,
     /// A whole SCAN, `count` keys asked per call.
     Scan {
@@ -98,6 +104,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => key.prop_map(|key| Op::Get { key }),
         1 => (1u8..30).prop_map(|secs| Op::Advance { secs }),
         1 => Just(Op::Expire),
+        1 => (1u8..4).prop_map(|calls| Op::CleanAhead { calls }),
         1 => Just(Op::Flush),
         1 => (1u8..40).prop_map(|count| Op::Scan { count }),
     ]
@@ -117,6 +124,7 @@ fn flash_op() -> impl Strategy<Value = Op> {
         2 => key.clone().prop_map(|key| Op::Delete { key }),
         6 => key.prop_map(|key| Op::Get { key }),
         1 => (1u8..30).prop_map(|secs| Op::Advance { secs }),
+        1 => (1u8..4).prop_map(|calls| Op::CleanAhead { calls }),
         1 => (1u8..40).prop_map(|count| Op::Scan { count }),
     ]
 }
@@ -505,6 +513,11 @@ impl Harness {
             Op::Advance { secs } => self.clock.advance_ms(u64::from(secs) * 1000),
             Op::Expire => {
                 self.engine.expire().unwrap();
+            }
+            Op::CleanAhead { calls } => {
+                for _ in 0..calls {
+                    self.engine.clean_ahead().unwrap();
+                }
             }
             Op::Flush => {
                 self.engine.flush_all(0).unwrap();
