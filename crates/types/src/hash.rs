@@ -249,6 +249,15 @@ impl<'a> Hash<'a> {
         if self.expiring != self.count {
             return None;
         }
+        self.latest_expiry_ms()
+    }
+
+    /// The latest expiry of a stored field (`None` when none has one): a walk of the entries
+    /// only when some field expires.
+    pub fn latest_expiry_ms(&self) -> Option<u64> {
+        if self.expiring == 0 {
+            return None;
+        }
         self.stored().filter_map(|field| field.expires_at_ms).max()
     }
 

@@ -117,16 +117,17 @@ impl Chunked {
         let seed = u64::from_le_bytes(bytes[14..22].try_into().expect("8"));
         let count = u32::from_le_bytes(bytes[22..26].try_into().expect("4"));
         let expiring = u32::from_le_bytes(bytes[26..30].try_into().expect("4"));
-        let fields_expire_by_ms = match () {
-            () if v2 && expiring > 0 => EXPIRE_BY_UNKNOWN,
-            () if v2 => 0,
-            () => u64::from_le_bytes(bytes[30..38].try_into().expect("8")),
+        let fields_expire_by_ms = if !v2 {
+            u64::from_le_bytes(bytes[30..38].try_into().expect("8"))
+        } else if expiring > 0 {
+            EXPIRE_BY_UNKNOWN
+        } else {
+            0
         };
         if level > LEVEL_MAX
             || u64::from(split) >= 1u64 << level
             || expiring > count
             || (expiring == 0) != (fields_expire_by_ms == 0)
-            || fields_expire_by_ms == EXPIRE_BY_UNKNOWN && expiring == 0
         {
             return Err(Malformed);
         }
@@ -151,13 +152,7 @@ impl Chunked {
         out.extend_from_slice(&self.seed.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
         out.extend_from_slice(&self.expiring.to_le_bytes());
-        // Expiring fields whose expiries no write gave (`expiring_by`): not known.
-        let bound = if self.expiring > 0 && self.fields_expire_by_ms == 0 {
-            EXPIRE_BY_UNKNOWN
-        } else {
-            self.fields_expire_by_ms
-        };
-        out.extend_from_slice(&bound.to_le_bytes());
+        out.extend_from_slice(&self.fields_expire_by_ms.to_le_bytes());
     }
 
     /// Entries the chunks store, expired ones included.
@@ -171,35 +166,37 @@ impl Chunked {
     }
 
     /// This state with the counts a write changed by `count_delta` and `expiring_delta`
-    /// (saturating: damage found since never makes them wrap).
-    pub fn counted(self, count_delta: i64, expiring_delta: i64) -> Chunked {
+    /// (saturating: damage found since never makes them wrap), and the bound on its fields'
+    /// expiries raised to `latest_expiry_ms`, the latest expiry the write left in the chunk it
+    /// wrote (`None`: no field of that chunk expires). The bound is 0 exactly when no field
+    /// expires, and not known when fields expire whose expiries no write gave.
+    pub fn counted(
+        self,
+        count_delta: i64,
+        expiring_delta: i64,
+        latest_expiry_ms: Option<u64>,
+    ) -> Chunked {
         let apply = |value: u32, delta: i64| {
             u32::try_from((i64::from(value) + delta).max(0)).unwrap_or(u32::MAX)
         };
         let count = apply(self.count, count_delta);
         let expiring = apply(self.expiring, expiring_delta).min(count);
+        // With no expiring field before, the bound so far is none.
+        let before = if self.expiring == 0 {
+            0
+        } else {
+            self.fields_expire_by_ms
+        };
+        let fields_expire_by_ms = match latest_expiry_ms {
+            _ if expiring == 0 => 0,
+            Some(at) => before.max(at.max(1)),
+            None if before == 0 => EXPIRE_BY_UNKNOWN,
+            None => before,
+        };
         Chunked {
             count,
             expiring,
-            // With no expiring field before or after, the bound is known: none so far (the
-            // write's own expiries raise it: `expiring_by`).
-            fields_expire_by_ms: if expiring == 0 || self.expiring == 0 {
-                0
-            } else {
-                self.fields_expire_by_ms
-            },
-            ..self
-        }
-    }
-
-    /// This state with the bound on its fields' expiries raised to `expires_at_ms` (the
-    /// latest expiry a write left in the chunk it wrote), when there is an expiring field.
-    pub fn expiring_by(self, expires_at_ms: Option<u64>) -> Chunked {
-        let Some(at) = expires_at_ms.filter(|_| self.expiring > 0) else {
-            return self;
-        };
-        Chunked {
-            fields_expire_by_ms: self.fields_expire_by_ms.max(at.max(1)),
+            fields_expire_by_ms,
             ..self
         }
     }
@@ -212,6 +209,12 @@ impl Chunked {
             && self.expiring == self.count
             && self.fields_expire_by_ms != EXPIRE_BY_UNKNOWN)
             .then_some(self.fields_expire_by_ms)
+    }
+
+    /// When the owner's record expires, Unix ms: at the key's own expiry, or with its fields
+    /// if every one expires first ([`Chunked::fields_gone_ms`]).
+    pub fn record_expiry_ms(&self) -> Option<u64> {
+        crate::hash::record_expiry(self.key_expiry_ms, self.fields_gone_ms())
     }
 
     /// How many chunks there are (the owner's part count).
@@ -304,9 +307,11 @@ mod tests {
 
     #[test]
     fn the_owner_round_trips_and_damage_is_refused() {
-        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42)
-            .counted(300, 2)
-            .expiring_by(Some(1_900_000_000_000));
+        let owner = Chunked::for_bytes(9000, Some(1_800_000_000_000), 42).counted(
+            300,
+            2,
+            Some(1_900_000_000_000),
+        );
         assert_eq!(
             owner.chunks(),
             16,
@@ -341,7 +346,7 @@ mod tests {
             "expiring fields with no bound"
         );
         assert_eq!((owner.count(), owner.expiring()), (300, 2));
-        assert_eq!(owner.counted(-301, -3).count(), 0, "saturates");
+        assert_eq!(owner.counted(-301, -3, None).count(), 0, "saturates");
     }
 
     /// The bound on the fields' expiries: raised by writes, kept (later than needed) by
@@ -350,17 +355,17 @@ mod tests {
     /// version 2 owner: then the key does not go with its fields.
     #[test]
     fn the_hash_is_gone_by_the_bound_only_when_every_field_expires() {
-        let owner = Chunked::for_bytes(9000, None, 1).counted(3, 0);
+        let owner = Chunked::for_bytes(9000, None, 1).counted(3, 0, None);
         assert_eq!(owner.fields_gone_ms(), None, "no field expires");
-        let one = owner.counted(0, 1).expiring_by(Some(5_000));
+        let one = owner.counted(0, 1, Some(5_000));
         assert_eq!(one.fields_gone_ms(), None, "two fields do not expire");
-        let all = one.counted(0, 2).expiring_by(Some(4_000));
+        let all = one.counted(0, 2, Some(4_000));
         assert_eq!(all.fields_gone_ms(), Some(5_000), "the latest expiry given");
-        let fewer = all.counted(-1, -1);
+        let fewer = all.counted(-1, -1, None);
         assert_eq!(fewer.fields_gone_ms(), Some(5_000), "a bound, kept");
-        let persisted = fewer.counted(0, -2);
+        let persisted = fewer.counted(0, -2, None);
         assert_eq!(persisted.fields_gone_ms(), None);
-        let again = persisted.counted(0, 2).expiring_by(Some(3_000));
+        let again = persisted.counted(0, 2, Some(3_000));
         assert_eq!(again.fields_gone_ms(), Some(3_000), "known again from none");
         let mut bytes = Vec::new();
         again.encode(&mut bytes);
@@ -370,19 +375,18 @@ mod tests {
         );
 
         bytes.clear();
-        owner.counted(0, 3).encode(&mut bytes); // Expiring, with no expiry given.
+        owner.counted(0, 3, None).encode(&mut bytes); // Expiring, with no expiry given.
         let unknown = Chunked::parse(&bytes).unwrap();
         assert_eq!(unknown.fields_gone_ms(), None, "not known");
         assert_eq!(
-            unknown.expiring_by(Some(9_000)).fields_gone_ms(),
+            unknown.counted(0, 0, Some(9_000)).fields_gone_ms(),
             None,
             "a write does not make an unknown bound known"
         );
         assert_eq!(
             unknown
-                .counted(0, -3)
-                .counted(0, 3)
-                .expiring_by(Some(9_000))
+                .counted(0, -3, None)
+                .counted(0, 3, Some(9_000))
                 .fields_gone_ms(),
             Some(9_000)
         );

@@ -136,7 +136,7 @@ fn with_key_expiry(item: &ItemRef<'_>, key_expiry: Option<u64>, buffer: &mut Vec
         let record = if let Ok(owner) = Chunked::parse(item.value) {
             let owner = owner.with_key_expiry(key_expiry);
             owner.encode(buffer);
-            record_expiry(key_expiry, owner.fields_gone_ms())
+            owner.record_expiry_ms()
         } else {
             buffer.extend_from_slice(item.value);
             key_expiry

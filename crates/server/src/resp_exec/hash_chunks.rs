@@ -26,7 +26,7 @@ use std::cell::Cell;
 
 use strata_engine::{Change, Door, Expiry, Families, ItemRef, Kind, Observed, WriteError};
 use strata_protocol::resp::{encode, name_eq, parse_command, parse_i64, Args, Limits, Version};
-use strata_types::hash::{record_expiry, set_key_expiry, Builder, Hash};
+use strata_types::hash::{set_key_expiry, Builder, Hash};
 use strata_types::hash_chunks::{chunk_bits, chunk_tag, is_chunked, Chunked, CHUNK_SPLIT_BYTES};
 
 use super::{table, write_error, Call, State};
@@ -192,12 +192,10 @@ impl Door for ChunkDoor<'_> {
         let new = counts_of(Some(&buffer));
         self.counts_delta.set((new.0 - old.0, new.1 - old.1));
         self.counts_after.set(new.0);
-        if new.1 > 0 {
-            let latest = Hash::open(&buffer)
-                .ok()
-                .and_then(|hash| hash.stored().filter_map(|field| field.expires_at_ms).max());
-            self.latest_expiry_after.set(latest);
-        }
+        let latest = Hash::open(&buffer)
+            .ok()
+            .and_then(|hash| hash.latest_expiry_ms());
+        self.latest_expiry_after.set(latest);
         Ok(Some(0))
     }
 
@@ -351,9 +349,12 @@ impl Large<'_> {
         self.changed
             .set(self.changed.get() || door.written_len.get().is_some());
         let (count_delta, expiring_delta) = door.counts_delta.get();
-        let owner = self.owner.get().counted(count_delta, expiring_delta);
-        self.owner
-            .set(owner.expiring_by(door.latest_expiry_after.get()));
+        let latest = door.latest_expiry_after.get();
+        self.owner.set(
+            self.owner
+                .get()
+                .counted(count_delta, expiring_delta, latest),
+        );
         // A chunk of one field gains nothing from splits (a field past the split size).
         let several = door.counts_after.get() > 1;
         match door.written_len.get() {
@@ -650,14 +651,9 @@ impl Large<'_> {
             owner.encode(&mut encoded);
             let chunks = owner.chunks();
             // The key goes at its own expiry, or with its fields if every one expires.
-            let expiry = record_expiry(owner.key_expiry_ms(), owner.fields_gone_ms());
-            let written = (self.families).write_owner(
-                self.key,
-                &encoded,
-                Kind::Hash,
-                expiry.map_or(Expiry::Never, Expiry::AtMs),
-                chunks,
-            )?;
+            let expiry = owner.record_expiry_ms().map_or(Expiry::Never, Expiry::AtMs);
+            let written =
+                (self.families).write_owner(self.key, &encoded, Kind::Hash, expiry, chunks)?;
             if written.is_none() {
                 return Ok(()); // Evicted as it was written.
             }
@@ -742,10 +738,11 @@ pub(crate) fn make_chunked(
     let seed = std::collections::hash_map::RandomState::new().hash_one(key);
     let stored = i64::try_from(hash.stored_len()).unwrap_or(i64::MAX);
     let expiring = i64::try_from(hash.expiring_len()).unwrap_or(i64::MAX);
-    let latest = hash.stored().filter_map(|field| field.expires_at_ms).max();
-    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed)
-        .counted(stored, expiring)
-        .expiring_by(latest);
+    let owner = Chunked::for_bytes(compact.len(), key_expiry_ms, seed).counted(
+        stored,
+        expiring,
+        hash.latest_expiry_ms(),
+    );
     let mut chunks: Vec<Vec<strata_types::hash::Field<'_>>> =
         vec![Vec::new(); owner.chunks() as usize];
     for field in hash.stored() {
@@ -766,8 +763,7 @@ pub(crate) fn make_chunked(
     families.make_durable(key)?;
     let mut encoded = Vec::new();
     owner.encode(&mut encoded);
-    let expiry = record_expiry(key_expiry_ms, owner.fields_gone_ms());
-    let expiry = expiry.map_or(Expiry::Never, Expiry::AtMs);
+    let expiry = owner.record_expiry_ms().map_or(Expiry::Never, Expiry::AtMs);
     families.write_owner(key, &encoded, Kind::Hash, expiry, owner.chunks())?;
     Ok(())
 }
