@@ -23,9 +23,9 @@ const COMPACT_STEPS_PER_TICK_MAX: usize = 2;
 const RELEASED_SEGMENTS_PER_TICK_MAX: usize = 16;
 
 impl Inner {
-    /// What cleaning ahead should do now: `Some(false)` while fewer than
+    /// What cleaning ahead should do now: [`Ahead::Need`] while fewer than
     /// [`CLEAN_AHEAD_SEGMENTS`] segments are free for writes beyond the cleaner's reserve,
-    /// `Some(true)` (recycle: only victims cheap to move) while fewer than
+    /// [`Ahead::Recycle`] (only victims cheap to move) while fewer than
     /// [`RECYCLE_AHEAD_SEGMENTS`] free ones were written before and some were never written
     /// (DRAM), `None` when neither.
     fn clean_ahead_need(&self) -> Option<Ahead> {
@@ -45,18 +45,18 @@ impl Inner {
     /// each then counts as never written. Called only while no shard is being written: the
     /// first segments a later burst of writes takes fault their pages in again (about 2 ms
     /// of page faults per MiB on this VM, once). DRAM only (`FreePool::release_oldest_touched`
-    /// refuses other media). Returns how many it gave back.
-    fn release_spare_pages(&self) -> usize {
-        let mut released = 0;
-        while released < RELEASED_SEGMENTS_PER_TICK_MAX {
+    /// refuses other media), counted in `released_segments`.
+    fn release_spare_pages(&self) {
+        for _ in 0..RELEASED_SEGMENTS_PER_TICK_MAX {
             let mut free = self.free.lock();
             let keep = free.cleaner_reserve();
             if !free.release_oldest_touched(keep) {
                 break;
             }
-            released += 1;
+            drop(free);
+            self.released_segments
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        released
     }
 }
 
@@ -127,10 +127,7 @@ impl Engine {
             }
         }
         if every_shard_quiet {
-            let released = inner.release_spare_pages();
-            inner
-                .released_segments
-                .fetch_add(released as u64, std::sync::atomic::Ordering::Relaxed);
+            inner.release_spare_pages();
         }
         Ok(steps)
     }

@@ -37,6 +37,7 @@ mod scrub;
 mod segment;
 mod shard;
 mod snapshot;
+mod stats;
 mod ttl;
 mod txlog;
 

@@ -183,13 +183,11 @@ impl Shard {
         let capacity = inner.segment_size_bytes;
         let (num, den) = ahead.moved_per_gained(inner);
         let written = self.counters.written_bytes.load(Ordering::Relaxed);
-        let scanned_at = match ahead {
-            Ahead::Need => None,
-            Ahead::Recycle => Some(&mut self.recycle_scanned_at_written),
-            Ahead::Compact => Some(&mut self.compact_scanned_at_written),
-        };
         // A look that found nothing is not repeated before a segment's worth more is written.
-        if scanned_at.is_some_and(|at| written < *at + capacity as u64) {
+        if self
+            .scanned_at(ahead)
+            .is_some_and(|at| written < *at + capacity as u64)
+        {
             return Ok(false);
         }
         // One pass for the best candidate worth it: this runs every 10 ms under the shard's
@@ -202,10 +200,8 @@ impl Shard {
             })
             .max_by(|a, b| a.score.total_cmp(&b.score))
         else {
-            match ahead {
-                Ahead::Need => {}
-                Ahead::Recycle => self.recycle_scanned_at_written = written,
-                Ahead::Compact => self.compact_scanned_at_written = written,
+            if let Some(at) = self.scanned_at(ahead) {
+                *at = written;
             }
             return Ok(false);
         };
@@ -219,6 +215,16 @@ impl Shard {
         self.count_clean_time(started);
         inner.release(freed);
         Ok(cleaned)
+    }
+
+    /// Where cleaning ahead for `ahead` marks the bytes written when it last found no victim
+    /// (`None` for [`Ahead::Need`], which looks every time).
+    fn scanned_at(&mut self, ahead: Ahead) -> Option<&mut u64> {
+        match ahead {
+            Ahead::Need => None,
+            Ahead::Recycle => Some(&mut self.recycle_scanned_at_written),
+            Ahead::Compact => Some(&mut self.compact_scanned_at_written),
+        }
     }
 
     /// Whether requests wrote less than a sixteenth of a segment into this shard since the
