@@ -67,8 +67,16 @@ pub fn check_chunked(data: &[u8]) {
     if owner_bytes == OWNER_BYTES {
         assert_eq!(encoded, owner, "the owner round-trips");
     } else {
-        assert_eq!(encoded.len(), OWNER_BYTES, "a version 2 owner is written as 3");
-        assert_eq!(Chunked::parse(&encoded), Ok(state), "and reads back the same");
+        assert_eq!(
+            encoded.len(),
+            OWNER_BYTES,
+            "a version 2 owner is written as 3"
+        );
+        assert_eq!(
+            Chunked::parse(&encoded),
+            Ok(state),
+            "and reads back the same"
+        );
     }
     assert!(state.expiring() <= state.count());
     if state.fields_gone_ms().is_some() {
