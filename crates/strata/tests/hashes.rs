@@ -1,7 +1,7 @@
 //! Hashes end to end against the real binary: redis-py as applications use it (field expiry
-//! included), memcached's view of a hash, and `kill -9` under pipelined hash writes, with the
-//! whole hash checked after each restart against the model's state after some prefix of the
-//! client's requests. (Reply-exact checks against a real redis-server are in the server
+//! included), memcached's view of a hash, and `kill -9` under pipelined hash writes (field
+//! expiries among them), with the whole hash checked after each restart against the model's
+//! state after some prefix of the client's requests. (Reply-exact checks against a real redis-server are in the server
 //! crate's differential test.)
 #![allow(
     clippy::too_many_lines,
@@ -56,7 +56,6 @@ fn memcached_sees_a_hash_as_absent_and_may_replace_it() {
     assert_eq!(redis.call(&command(&["TYPE", "h"])), "+string\r\n");
 }
 
-/// Fields of the test hash, and what request `i` (from 1) does.
 /// The hashes a kill test writes: how many fields, and how long each value is at least (a
 /// large hash passes 8 KiB and is kept in chunks).
 #[derive(Clone, Copy)]
@@ -75,17 +74,30 @@ const LARGE: Shape = Shape {
     value_len: 30,
 };
 
+/// A field's value, and whether it has an expiry (the tests' expiries are a day away, so
+/// none passes while they run).
+type Model = BTreeMap<String, (String, bool)>;
+
+/// The kill tests' field expiry: a day, in milliseconds.
+const FIELD_TTL_MS: &str = "86400000";
+
 impl Shape {
     fn value(self, i: u64) -> String {
         format!("{i:0>width$}", width = self.value_len)
     }
 
-    /// Request `i`: `HSET h n i f<i % fields> i`, except every seventh, which deletes a
-    /// field.
+    /// Request `i`: every seventh deletes a field, every eleventh (else) gives a field an
+    /// expiry (`HPEXPIRE`), every thirteenth (else) takes another's away (`HPERSIST`); the
+    /// rest are `HSET h n i f<i % fields> i`, which clears the two fields' expiries.
     fn request(self, key: &str, i: u64) -> Vec<u8> {
         let field = format!("f{}", i % self.fields);
         if i.is_multiple_of(7) {
             command(&["HDEL", key, &field])
+        } else if i.is_multiple_of(11) {
+            command(&["HPEXPIRE", key, FIELD_TTL_MS, "FIELDS", "1", &field])
+        } else if i.is_multiple_of(13) {
+            let other = format!("f{}", (i + 5) % self.fields);
+            command(&["HPERSIST", key, "FIELDS", "1", &other])
         } else {
             let value = self.value(i);
             command(&["HSET", key, "n", &value, &field, &value])
@@ -93,40 +105,77 @@ impl Shape {
     }
 
     /// The hash after requests `1..=k`.
-    fn model(self, k: u64) -> BTreeMap<String, String> {
-        let mut hash = BTreeMap::new();
+    fn model(self, k: u64) -> Model {
+        let mut hash = Model::new();
         for i in 1..=k {
             let field = format!("f{}", i % self.fields);
             if i.is_multiple_of(7) {
                 hash.remove(&field);
+            } else if i.is_multiple_of(11) {
+                if let Some((_, expiring)) = hash.get_mut(&field) {
+                    *expiring = true;
+                }
+            } else if i.is_multiple_of(13) {
+                let other = format!("f{}", (i + 5) % self.fields);
+                if let Some((_, expiring)) = hash.get_mut(&other) {
+                    *expiring = false;
+                }
             } else {
-                hash.insert("n".to_owned(), self.value(i));
-                hash.insert(field, self.value(i));
+                hash.insert("n".to_owned(), (self.value(i), false));
+                hash.insert(field, (self.value(i), false));
             }
         }
         hash
     }
+
+    /// Every field name a request may write.
+    fn names(self) -> Vec<String> {
+        let mut names: Vec<String> = (0..self.fields).map(|f| format!("f{f}")).collect();
+        names.push("n".to_owned());
+        names
+    }
 }
 
-/// Reads `HGETALL key` from the server at `addr`.
-fn hgetall(addr: SocketAddr, key: &str) -> BTreeMap<String, String> {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.write_all(&command(&["HGETALL", key])).unwrap();
-    let mut reader = BufReader::new(stream);
+/// Reads one RESP reply line from `reader`.
+fn reply_line(reader: &mut impl BufRead) -> String {
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
-    let count: usize = line.trim_end()[1..].parse().expect("an array");
+    line.trim_end().to_owned()
+}
+
+/// Reads the hash at `key` from the server at `addr`: `HGETALL`, then `HPTTL` of every name
+/// the shape writes (a positive TTL marks the field expiring).
+fn read_hash(addr: SocketAddr, key: &str, shape: Shape) -> Model {
+    let stream = TcpStream::connect(addr).expect("connect");
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    writer.write_all(&command(&["HGETALL", key])).unwrap();
+    let count: usize = reply_line(&mut reader)[1..].parse().expect("an array");
     let mut items = Vec::new();
     for _ in 0..count {
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-        items.push(line.trim_end().to_owned());
+        reply_line(&mut reader); // The bulk string's length.
+        items.push(reply_line(&mut reader));
     }
+    let names = shape.names();
+    let count = names.len().to_string();
+    let mut hpttl = vec!["HPTTL", key, "FIELDS", &count];
+    hpttl.extend(names.iter().map(String::as_str));
+    writer.write_all(&command(&hpttl)).unwrap();
+    assert_eq!(reply_line(&mut reader), format!("*{count}"));
+    let ttls: BTreeMap<&str, i64> = names
+        .iter()
+        .map(|name| {
+            let ttl = reply_line(&mut reader)[1..].parse().expect("an integer");
+            (name.as_str(), ttl)
+        })
+        .collect();
     items
         .chunks_exact(2)
-        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .map(|pair| {
+            let ttl = ttls[pair[0].as_str()];
+            assert!(ttl == -1 || ttl > 0, "{key} {}: HPTTL {ttl}", pair[0]);
+            (pair[0].clone(), (pair[1].clone(), ttl > 0))
+        })
         .collect()
 }
 
@@ -154,6 +203,13 @@ fn writer(
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
                 return;
             }
+            if line == "*1\r\n" {
+                // HPEXPIRE's and HPERSIST's reply: one integer per field.
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+            }
             assert!(line.starts_with(':'), "{key}: request {next}: {line}");
             answered.store(next, Ordering::SeqCst);
             next += 1;
@@ -161,10 +217,11 @@ fn writer(
     }
 }
 
-/// `kill -9` under pipelined HSET/HDEL load on four hashes, eight rounds per durability
-/// level: after each restart every hash is exactly the model's state after `k` requests, for
-/// a `k` from the last answered one to the last sent (a connection's requests apply in order;
-/// a torn, stale or mixed hash fails).
+/// `kill -9` under pipelined HSET/HDEL/HPEXPIRE/HPERSIST load on four hashes, eight rounds
+/// per durability level: after each restart every hash is exactly the model's state after `k`
+/// requests, its fields' values and which of them expire, for a `k` from the last answered
+/// one to the last sent (a connection's requests apply in order; a torn, stale or mixed hash
+/// fails).
 #[test]
 fn hashes_survive_kill_9_whole() {
     kill_9_rounds(SMALL, 8);
@@ -172,7 +229,8 @@ fn hashes_survive_kill_9_whole() {
 
 /// [`hashes_survive_kill_9_whole`] for hashes of 600 fields of 30-byte values (about 25 KiB:
 /// kept in chunks, split as they grow): after each `kill -9`, each is exactly a state its
-/// requests made, every chunk of it as that state left it.
+/// requests made, every chunk of it as that state left it (field expiries are kept in the
+/// chunks, with a bound on them in the owner).
 #[test]
 fn large_hashes_survive_kill_9_whole() {
     kill_9_rounds(LARGE, 5);
@@ -197,7 +255,7 @@ fn kill_9_rounds(shape: Shape, rounds: u64) {
         for round in 0..rounds {
             let mut server = Server::start(&args);
             for (key, answered) in keys.iter().zip(&answered) {
-                let found = hgetall(server.resp, key);
+                let found = read_hash(server.resp, key, shape);
                 let low = answered.load(Ordering::SeqCst);
                 let k = (low..low + 21).find(|&k| shape.model(k) == found);
                 let Some(k) = k else {
