@@ -3,6 +3,7 @@
 //! started again. Every key must read back exactly or not at all, every key whose record the
 //! damage did not touch must be served, no connection may be dropped, the server must answer
 //! PING and say healthy, and `strata pool verify` must report the damage before the restart.
+//! A large hash (an owner and chunk records) is served whole or not at all.
 //!
 //! `STRATA_DAMAGE_KEYS=N` sets the number of keys (default 20,000 of 1 KiB; the issue's
 //! reproduction used 200,000).
@@ -328,4 +329,185 @@ fn every_read_path_survives_damage() {
     }
     let line = resp.call(&resp_command(&[b"DBSIZE"]));
     assert!(line.starts_with(':'), "{line:?}");
+}
+
+/// Large hashes (kept in chunks: an owner record and part records) whose records a stopped
+/// server's pool damaged: a byte flipped in one hash's chunk, every copy of it in the file,
+/// and in another's owner. Whatever the restarted server answers, before its scrub and after,
+/// a hash is served whole or not at all: HGETALL lists every field or none (or says the hash
+/// is damaged), HLEN says 0 or the whole count, HGET finds a field's exact value or nothing,
+/// and no field of an absent hash is found. The other hashes are served whole, and a damaged
+/// key can be written again.
+#[test]
+fn a_damaged_chunk_or_owner_of_a_large_hash_is_never_served_as_half_a_hash() {
+    for (placement, crash) in [
+        ("dram", false),
+        ("dram", true),
+        ("pool", true),
+        ("pool", false),
+    ] {
+        let case = format!("{placement}, crash {crash}");
+        let pool = PoolFile::new(&format!("hash-flip-{placement}-{crash}"));
+        let mut server = start(&pool, placement);
+        let mut resp = Client::connect(server.resp);
+        for h in 0..HASHES {
+            let mut hset = vec![b"HSET".to_vec(), hash_key(h).into_bytes()];
+            for f in 0..HASH_FIELDS {
+                hset.push(format!("f{f}").into_bytes());
+                hset.push(hash_value(h, f).into_bytes());
+            }
+            let args: Vec<&[u8]> = hset.iter().map(Vec::as_slice).collect();
+            assert_eq!(
+                resp.call(&resp_command(&args)),
+                format!(":{HASH_FIELDS}\r\n")
+            );
+        }
+        let encoding = resp.call(&resp_command(&[b"OBJECT", b"ENCODING", b"big:2"]));
+        assert_eq!(encoding, "$9\r\n", "{case}");
+        assert_eq!(resp.line(), "hashtable\r\n", "{case}: kept in chunks");
+        if crash {
+            server.signal("KILL");
+            server.wait_exit();
+        } else {
+            server.terminate();
+        }
+        drop(server);
+        let mut bytes = std::fs::read(pool.path()).expect("read pool");
+        let chunk_copies = flip_after(&mut bytes, hash_value(2, 123).as_bytes(), 20);
+        assert!(chunk_copies > 0, "{case}: the chunk's field is in the pool");
+        let owner_copies = flip_owner(&mut bytes, &hash_key(4));
+        assert!(owner_copies > 0, "{case}: the owner is in the pool");
+        std::fs::write(pool.path(), &bytes).expect("write pool");
+        let mut server = start(&pool, placement);
+        let mut resp = Client::connect(server.resp);
+        let whole_before = check_hashes_whole_or_absent(&mut resp, &case);
+        server.wait_until(|s| s.log().contains("scrub done"), "the scrub");
+        let whole_after = check_hashes_whole_or_absent(&mut resp, &case);
+        for h in [0, 1, 3, 5] {
+            assert!(
+                whole_before[h] && whole_after[h],
+                "{case}: undamaged big:{h}"
+            );
+        }
+        for h in [2, 4] {
+            assert!(
+                whole_before[h] || !whole_after[h],
+                "{case}: big:{h} came back after the scrub"
+            );
+            let key = hash_key(h);
+            let set = resp_command(&[b"HSET", key.as_bytes(), b"f0", b"new"]);
+            let reply = resp.call(&set);
+            assert!(reply == ":1\r\n" || reply == ":0\r\n", "{case}: {reply:?}");
+            let get = resp.call(&resp_command(&[b"HGET", key.as_bytes(), b"f0"]));
+            assert_eq!(get, "$3\r\n", "{case}: big:{h} written again");
+            assert_eq!(resp.line(), "new\r\n");
+        }
+        assert_eq!(resp.call(&resp_command(&[b"PING"])), "+PONG\r\n");
+    }
+}
+
+const HASHES: usize = 6;
+const HASH_FIELDS: usize = 400;
+
+fn hash_key(h: usize) -> String {
+    format!("big:{h}")
+}
+
+/// Field `f` of hash `h`: unique in the pool, 40 bytes.
+fn hash_value(h: usize, f: usize) -> String {
+    format!("{:v<40}", format!("h{h}-f{f:04}-"))
+}
+
+/// Flips the byte `offset` past every copy of `needle` in `bytes`; returns how many.
+fn flip_after(bytes: &mut [u8], needle: &[u8], offset: usize) -> usize {
+    let at: Vec<usize> = bytes
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, window)| *window == needle)
+        .map(|(at, _)| at)
+        .collect();
+    for &at in &at {
+        bytes[at + offset] ^= 0x5A;
+    }
+    at.len()
+}
+
+/// Flips a byte of the seed in every copy of `key`'s chunked-hash owner (the key, then the
+/// owner encoding: version 3, a level of at least 1, ..., the entry count at byte 22;
+/// docs/POOL_FORMAT.md "Typed values"); returns how many.
+fn flip_owner(bytes: &mut [u8], key: &str) -> usize {
+    let count = u32::try_from(HASH_FIELDS).unwrap().to_le_bytes();
+    let key = key.as_bytes();
+    let at: Vec<usize> = (0..bytes.len().saturating_sub(key.len() + 38))
+        .filter(|&at| &bytes[at..at + key.len()] == key)
+        .map(|at| at + key.len())
+        .filter(|&owner| {
+            bytes[owner] == 3 && bytes[owner + 1] != 0 && bytes[owner + 22..owner + 26] == count
+        })
+        .collect();
+    for &owner in &at {
+        bytes[owner + 15] ^= 0x5A;
+    }
+    at.len()
+}
+
+/// Reads every test hash through HGETALL, HLEN and HGET of some fields: each whole (`true`)
+/// or absent (`false`), never part of one, never a wrong value; the connection stays up.
+fn check_hashes_whole_or_absent(resp: &mut Client, case: &str) -> Vec<bool> {
+    (0..HASHES)
+        .map(|h| {
+            let key = hash_key(h);
+            let all = hgetall_fields(resp, &key, case);
+            if let Some(fields) = &all {
+                assert_eq!(fields.len(), HASH_FIELDS, "{case}: {key}: half a hash");
+                for (f, value) in fields.iter().enumerate() {
+                    assert_eq!(value, &hash_value(h, f), "{case}: {key} f{f}");
+                }
+            }
+            let len = resp.call(&resp_command(&[b"HLEN", key.as_bytes()]));
+            let whole = all.is_some();
+            let len_ok = if whole {
+                len == format!(":{HASH_FIELDS}\r\n")
+            } else {
+                len == ":0\r\n" || len.starts_with("-ERR")
+            };
+            assert!(len_ok, "{case}: {key}: HLEN {len:?}, HGETALL whole {whole}");
+            for f in [0, 123, 250, 399] {
+                let name = format!("f{f}");
+                let get = resp.call(&resp_command(&[b"HGET", key.as_bytes(), name.as_bytes()]));
+                if get.starts_with("$40") {
+                    let value = resp.line();
+                    assert_eq!(value, format!("{}\r\n", hash_value(h, f)), "{case}: {key}");
+                    assert!(whole, "{case}: {key} {name} found, HGETALL said absent");
+                } else {
+                    assert!(
+                        get == "$-1\r\n" || get.starts_with("-ERR"),
+                        "{case}: {key} {name}: {get:?}"
+                    );
+                }
+            }
+            whole
+        })
+        .collect()
+}
+
+/// `HGETALL key`'s fields in field order (`f0`, `f1`, ...), or `None` for an empty reply or
+/// an error.
+fn hgetall_fields(resp: &mut Client, key: &str, case: &str) -> Option<Vec<String>> {
+    let header = resp.call(&resp_command(&[b"HGETALL", key.as_bytes()]));
+    if header.starts_with("-ERR") || header == "*0\r\n" {
+        return None;
+    }
+    let n: usize = header[1..].trim_end().parse().unwrap_or_else(|_| {
+        panic!("{case}: {key}: HGETALL {header:?}");
+    });
+    let mut fields = vec![String::new(); n / 2];
+    for _ in 0..n / 2 {
+        let name = String::from_utf8(resp.bulk().expect("a name")).unwrap();
+        let value = String::from_utf8(resp.bulk().expect("a value")).unwrap();
+        let f: usize = name[1..].parse().expect("f<number>");
+        assert!(f < fields.len(), "{case}: {key}: {name} of {n}");
+        fields[f] = value;
+    }
+    Some(fields)
 }
