@@ -18,6 +18,9 @@ const CLEAN_AHEAD_STEPS_MAX: usize = 64;
 /// Most victims one call of [`Engine::clean_ahead`] compacts in quiet shards (each moves up
 /// to seven eighths of a segment: a few milliseconds of the maintenance thread per tick).
 const COMPACT_STEPS_PER_TICK_MAX: usize = 2;
+/// How long after a shard last evicted a segment (or demoted one to flash) cleaning ahead
+/// leaves it uncompacted, engine clock milliseconds (`Shard::quiet_since_last_look`).
+pub(crate) const COMPACT_AFTER_EVICTION_MS: u64 = 1_000;
 /// Most free segments whose pages one call of [`Engine::clean_ahead`] gives back to the OS
 /// (an madvise of one segment each, the free list's lock held for one at a time).
 const RELEASED_SEGMENTS_PER_TICK_MAX: usize = 16;

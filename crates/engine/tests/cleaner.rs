@@ -319,6 +319,66 @@ fn quiet_shards_are_compacted_and_their_free_pages_given_back() {
     store.check_integrity().unwrap();
 }
 
+/// A cache whose memory ran short (it evicted, as every flash-tiered one under load demotes)
+/// is not compacted until a second of the engine's clock has passed with no eviction: each
+/// segment compaction freed would go to the next writes at once, so it would only spend the
+/// maintenance thread. Here the cache is filled past its memory (the oldest keys evicted),
+/// then the older half of what it kept is deleted and every other key of the rest (segments
+/// left empty, others half dead, nothing written): while the clock stands, quiet as the
+/// shards are, nothing is compacted or given back; once it has moved on a second, the shards
+/// are compacted and free pages given back, every remaining item kept.
+#[test]
+fn a_cache_that_evicted_lately_is_compacted_only_once_it_stopped() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = Engine::open(EngineConfig {
+        memory_bytes: MEMORY_BYTES,
+        eviction: EvictionPolicy::Fifo,
+        shard_count: shard_count_for(MEMORY_BYTES, SEGMENT_SIZE_BYTES_DEFAULT),
+        clock: std::sync::Arc::new(clock.clone()),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    // Twice memory's worth of keys of 500 bytes (about the newest half kept), then deletes.
+    let keys = keys_for(500, 200);
+    let kept = |i: u64| i >= keys * 3 / 4 && i % 2 == 1;
+    let value = vec![b'v'; 500];
+    for i in 0..keys {
+        store.set(&key(i), &value, 0, Expiry::Never).unwrap();
+    }
+    for i in (0..keys).filter(|&i| !kept(i)) {
+        store.delete(&key(i), None).unwrap();
+    }
+    let full = store.stats();
+    assert!(full.evicted_segments > 0, "{full:?}");
+    for _ in 0..400 {
+        store.clean_ahead().unwrap();
+    }
+    let waited = store.stats();
+    assert_eq!(waited.segments_released, 0, "{waited:?}");
+    assert_eq!(waited.items, full.items, "{waited:?}");
+    assert!(
+        waited.segments_free > 2,
+        "the empty segments freed: {waited:?}"
+    );
+    clock.advance_ms(1_000);
+    for _ in 0..400 {
+        store.clean_ahead().unwrap();
+    }
+    let quiet = store.stats();
+    assert!(quiet.segments_released > 0, "{quiet:?}");
+    assert!(
+        quiet.segments_used * 3 < waited.segments_used * 2,
+        "half the data gone, compacted: {waited:?} {quiet:?}"
+    );
+    assert_eq!(quiet.items, full.items, "compaction moves, never drops");
+    assert_eq!(quiet.evicted_segments, full.evicted_segments, "{quiet:?}");
+    store.check_integrity().unwrap();
+    for i in keys - 1000..keys {
+        let found = store.get(&key(i), |item| item.value.len());
+        assert_eq!(found, kept(i).then_some(500), "key {i}");
+    }
+}
+
 /// The free pool's count of segments never written stays true while segments leave and come
 /// back by every path: a memory limit lowered (free segments retired, their memory given back)
 /// and raised again, writes past the lowered limit evicting, the cleaner's destinations and

@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use strata_pool::Segment;
 
+use crate::cleaning::COMPACT_AFTER_EVICTION_MS;
 use crate::config::EvictionPolicy;
 use crate::error::WriteError;
 use crate::index;
@@ -229,13 +230,27 @@ impl Shard {
 
     /// Whether requests wrote less than a sixteenth of a segment into this shard since the
     /// last look (one look per tick of cleaning ahead, every 10 ms in the server: under
-    /// 6.4 MB/s at 1 MiB segments). A quiet shard's memory may be compacted
-    /// ([`Ahead::Compact`]); a busy one's is left to the writes' own cleaning.
+    /// 6.4 MB/s at 1 MiB segments), and it evicted no segment (nor demoted one to flash) in
+    /// the last [`COMPACT_AFTER_EVICTION_MS`]. A quiet shard's memory may be compacted
+    /// ([`Ahead::Compact`]); a busy one's is left to the writes' own cleaning, and a full
+    /// one's too: a cache whose memory is short (every flash-tiered one under load) takes
+    /// each segment compaction frees for its next writes at once, so compacting would spend
+    /// up to seven times the bytes gained to give nothing back (it cost a flash-tiered smoke
+    /// run about a fifth more server CPU per request).
     pub(crate) fn quiet_since_last_look(&mut self, inner: &Inner) -> bool {
         let written = self.counters.written_bytes.load(Ordering::Relaxed);
         let since = written.wrapping_sub(self.quiet_looked_at_written);
         self.quiet_looked_at_written = written;
-        since < (inner.segment_size_bytes / 16) as u64
+        let evicted = self.counters.evicted_segments.load(Ordering::Relaxed);
+        let now_ms = inner.now_ms();
+        if evicted != self.quiet_looked_at_evicted {
+            self.quiet_looked_at_evicted = evicted;
+            self.evicted_seen_at_ms = Some(now_ms);
+        }
+        let evicted_lately = self
+            .evicted_seen_at_ms
+            .is_some_and(|at_ms| now_ms.saturating_sub(at_ms) < COMPACT_AFTER_EVICTION_MS);
+        since < (inner.segment_size_bytes / 16) as u64 && !evicted_lately
     }
 
     /// Moves victim `id`'s live records (to the cleaner segment, then to destinations taken

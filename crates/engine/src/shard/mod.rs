@@ -182,6 +182,10 @@ pub(crate) struct Shard {
     /// `counters.written_bytes` at the last tick of cleaning ahead that looked whether the
     /// shard was quiet (`Shard::quiet_since_last_look`).
     pub(crate) quiet_looked_at_written: u64,
+    /// `counters.evicted_segments` at that look, and when (engine clock) a look last found
+    /// it changed: compaction waits a while after an eviction (`Shard::quiet_since_last_look`).
+    quiet_looked_at_evicted: u64,
+    evicted_seen_at_ms: Option<u64>,
     /// Index entries of the flash tier (see the `flash` module).
     flash_items: u64,
     /// A record being demoted to flash, kept to reuse its allocation.
@@ -471,6 +475,8 @@ impl Shard {
             recycle_scanned_at_written: 0,
             compact_scanned_at_written: 0,
             quiet_looked_at_written: 0,
+            quiet_looked_at_evicted: 0,
+            evicted_seen_at_ms: None,
             flash_items: 0,
             demote_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),
