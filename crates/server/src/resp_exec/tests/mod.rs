@@ -9,6 +9,7 @@ use crate::context::{Processed, ServerContext, Session, Settings};
 
 mod hashes;
 mod operators;
+mod power_cuts;
 
 fn context(settings: Settings) -> ServerContext {
     let engine = Engine::open(EngineConfig::default()).expect("a DRAM engine opens");
