@@ -236,7 +236,7 @@ impl Shard {
     /// one's too: a cache whose memory is short (every flash-tiered one under load) takes
     /// each segment compaction frees for its next writes at once, so compacting would spend
     /// up to seven times the bytes gained to give nothing back (it cost a flash-tiered smoke
-    /// run about a fifth more server CPU per request).
+    /// run 7-19% more server CPU per request).
     pub(crate) fn quiet_since_last_look(&mut self, inner: &Inner) -> bool {
         let written = self.counters.written_bytes.load(Ordering::Relaxed);
         let since = written.wrapping_sub(self.quiet_looked_at_written);
