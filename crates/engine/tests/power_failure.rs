@@ -372,22 +372,40 @@ fn failing_a_persist_in_the_middle_of_cleaning_never_loses_an_acknowledged_write
     );
 }
 
-/// Fails the N-th persist for every N in turn (as Open CAS fails its N-th metadata write): the
-/// failing write is refused, every later write is refused, and a power cut at that moment
-/// recovers every write acknowledged before it.
+/// Fails the N-th persist for every N in turn (as Open CAS fails its N-th metadata write), under
+/// each level that persists: the failing write (or commit) is refused, every later write is
+/// refused, later commits (the interval's flusher, a close) fail too, and a power cut then
+/// recovers every write acknowledged before the failure. A commit after a failed one must not
+/// write the dead marks of records whose replacements it could not persist.
 #[test]
 fn failing_the_nth_persist_never_loses_an_acknowledged_write() {
+    for (level, persists) in [
+        (Level::SyncInline, 400),
+        (Level::SyncGroup, 120),
+        (Level::Interval, 120),
+    ] {
+        let failures_seen = fail_each_persist(level, persists);
+        assert!(
+            failures_seen > persists / 4,
+            "{level:?}: the loop must exercise failures: {failures_seen}"
+        );
+    }
+}
+
+/// [`failing_the_nth_persist_never_loses_an_acknowledged_write`] at one level, failing each of
+/// the first `persists`; returns how many runs met the failure.
+fn fail_each_persist(level: Level, persists: u64) -> u64 {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut failures_seen = 0;
-    for n in 1..=400u64 {
-        let config = config(Level::SyncInline, Some(n));
+    for n in 1..=persists {
+        let config = config(level, Some(n));
         let engine = match Engine::open(config.clone()) {
             Ok(engine) => engine,
             // The open itself hit the failure: refused with the cause named.
             Err(err) if err.to_string().contains("injected fault") => continue,
             Err(other) => panic!("{other}"),
         };
-        let (model, failed) = run_workload(&engine, &mut rng, Level::SyncInline, 120);
+        let (model, failed) = run_workload(&engine, &mut rng, level, 120);
         if failed {
             failures_seen += 1;
             let refused = engine.set(b"later", b"x", 0, Expiry::Never);
@@ -395,15 +413,16 @@ fn failing_the_nth_persist_never_loses_an_acknowledged_write() {
                 matches!(refused, Err(WriteError::Persist(_))),
                 "writes after a failure are refused"
             );
+            assert!(
+                engine.commit().is_err(),
+                "{level:?}: a commit after a failure"
+            );
             assert!(engine.close().is_err() || engine.close().is_ok());
         }
         let image = engine.crash_image(simulation(&config), &mut |_| rng.gen_bool(0.5));
-        check_image(image, Level::SyncInline, &model, n);
+        check_image(image, level, &model, n);
     }
-    assert!(
-        failures_seen > 100,
-        "the loop must exercise failures: {failures_seen}"
-    );
+    failures_seen
 }
 
 /// A directory of its own for a test's index files, removed on drop.

@@ -102,10 +102,29 @@ impl Shard {
         inner.persisted(owned.segment.persist_data(start, end - start))
     }
 
-    /// Persists the ranges written since the last commit, merged per segment.
+    /// Persists the ranges written since the last commit, merged per segment, then writes and
+    /// persists the dead marks their records wait for. A persist that fails leaves every range
+    /// dirty and every mark pending: a later commit persists the ranges again before it may
+    /// write a mark (a mark durable before its replacement would lose the key to a power cut).
     pub(crate) fn persist_dirty(&mut self, inner: &Inner) -> Result<(), WriteError> {
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
+        if let Err(error) = self.persist_ranges(inner, &dirty) {
+            dirty.append(&mut self.dirty);
+            self.dirty = dirty;
+            return Err(error);
+        }
+        dirty.clear();
+        self.dirty = dirty;
+        // Only now, with every replacement durable, may the old records be marked dead.
+        for run in self.write_pending_marks(inner) {
+            self.persist_run(inner, run)?;
+        }
+        Ok(())
+    }
+
+    /// Persists `dirty` (sorted by segment), merged per segment.
+    fn persist_ranges(&self, inner: &Inner, dirty: &[(u32, u32, u32)]) -> Result<(), WriteError> {
         let mut at = 0;
         while at < dirty.len() {
             let (id, mut start, mut end) = dirty[at];
@@ -120,12 +139,6 @@ impl Shard {
                 let (start, end) = (start as usize, end as usize);
                 inner.persisted(owned.segment.persist_data(start, end - start))?;
             }
-        }
-        dirty.clear();
-        self.dirty = dirty;
-        // Only now, with every replacement durable, may the old records be marked dead.
-        for run in self.write_pending_marks(inner) {
-            self.persist_run(inner, run)?;
         }
         Ok(())
     }
