@@ -60,12 +60,19 @@ impl Engine {
         Ok(result)
     }
 
-    /// Puts back the before-images of a group a crash interrupted, and commits them. Returns
-    /// how many keys it restored.
+    /// Puts back the before-images of a group a crash interrupted, and commits them; an owner
+    /// put back whose parts are not all there again is dropped whole, never served half.
+    /// Returns how many keys it restored.
     pub(crate) fn restore_images(&self, images: &[Image]) -> Result<u64, WriteError> {
         let owners: Vec<&[u8]> = images.iter().map(Image::item_key).collect();
         let txn = self.transaction(&owners, &[])?;
         restore_into(&txn, images)?;
+        let restored_owners = images
+            .iter()
+            .filter(|image| !image.part && image.item.as_ref().is_some_and(|item| item.parts > 0));
+        for image in restored_owners {
+            txn.drop_family_if_broken(&image.key);
+        }
         txn.finish()?;
         self.commit()?;
         Ok(images.len() as u64)

@@ -346,7 +346,7 @@ impl Shard {
     }
 
     /// Drops each of `owners` whose indexed record owns a part the index does not hold.
-    fn drop_owners_lacking_parts(&mut self, inner: &Inner, owners: &[Vec<u8>]) {
+    pub(crate) fn drop_owners_lacking_parts(&mut self, inner: &Inner, owners: &[Vec<u8>]) {
         for owner in owners {
             let hash = inner.hash(owner);
             let Some(found) = self.lookup(inner, owner, hash) else {

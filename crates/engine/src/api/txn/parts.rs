@@ -87,6 +87,17 @@ impl Txn<'_> {
         shard.persist_dirty(inner)
     }
 
+    /// Drops `owner` (a key the transaction holds) with its parts when the index lacks one of
+    /// them, counted as a damaged item: a restore that put back an owner whose parts the
+    /// crash did not keep (recovery dropped them as orphans while no owner was live).
+    pub(crate) fn drop_family_if_broken(&self, owner: &[u8]) {
+        let inner: &Inner = &self.engine.inner;
+        let mut shards = self.shards.borrow_mut();
+        let (_, position) = self.position(&shards, owner);
+        let mut shard = ShardChange::begin(shards[position].1.shard_mut());
+        shard.drop_owners_lacking_parts(inner, &[owner.to_vec()]);
+    }
+
     /// Drops part `part` of `owner` (a key the transaction holds) now: a restore's undo of a
     /// part its group made. The owner must not own it by the time the transaction ends.
     pub(crate) fn delete_part(&self, owner: &[u8], part: u32) -> Result<(), WriteError> {
