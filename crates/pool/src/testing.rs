@@ -356,6 +356,12 @@ impl SimulatedPersistence {
         })
     }
 
+    /// The persists of the pool asked for so far, failed ones included: a test finds with it
+    /// the numbers of the persists one operation takes, to fail each of them in turn.
+    pub fn persist_calls(&self) -> u64 {
+        self.persist_calls.load(Ordering::Relaxed)
+    }
+
     /// Sets the bytes as last persisted (a pool reopened after a process crash: the media
     /// hold less than the mapping shows).
     pub(crate) fn set_persisted(&self, bytes: &[u8]) {

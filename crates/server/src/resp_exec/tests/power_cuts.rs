@@ -161,29 +161,44 @@ fn elements(reply: &[u8]) -> Vec<String> {
     out
 }
 
-/// The hash `h` as a session on `engine` reads it: HGETALL, then HPTTL of every field.
-fn read_hash(engine: Engine) -> Model {
-    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+/// The hash `h` as a session on `ctx` reads it: HGETALL, then HPTTL of every field found.
+fn read_hash(ctx: &ServerContext) -> Model {
     let mut session = RespSession::new(1);
-    let all = elements(&run(&mut session, &ctx, "HGETALL h"));
-    let names: Vec<String> = (0..FIELDS).map(|f| format!("f{f}")).collect();
-    let mut hpttl = vec!["HPTTL".to_owned(), "h".into(), "FIELDS".into()];
-    hpttl.push(FIELDS.to_string());
-    hpttl.extend(names.iter().cloned());
-    let args: Vec<&str> = hpttl.iter().map(String::as_str).collect();
-    let ttls = elements(&run_args(&mut session, &ctx, &args));
-    let ttl_of: BTreeMap<&str, i64> = names
-        .iter()
-        .zip(&ttls)
-        .map(|(name, ttl)| (name.as_str(), ttl.parse().expect("an integer")))
-        .collect();
+    let all = elements(&run(&mut session, ctx, "HGETALL h"));
+    if all.is_empty() {
+        return Model::new();
+    }
+    let names: Vec<&str> = all.chunks_exact(2).map(|pair| pair[0].as_str()).collect();
+    let count = names.len().to_string();
+    let mut hpttl = vec!["HPTTL", "h", "FIELDS", count.as_str()];
+    hpttl.extend(names.iter().copied());
+    let ttls = elements(&run_args(&mut session, ctx, &hpttl));
+    assert_eq!(ttls.len(), names.len(), "an HPTTL for every field");
     all.chunks_exact(2)
-        .map(|pair| {
-            let ttl = ttl_of[pair[0].as_str()];
+        .zip(&ttls)
+        .map(|(pair, ttl)| {
+            let ttl: i64 = ttl.parse().expect("an integer");
             assert!(ttl == -1 || ttl > 0, "{}: HPTTL {ttl}", pair[0]);
             (pair[0].clone(), (pair[1].clone(), ttl > 0))
         })
         .collect()
+}
+
+/// Makes the test hash `h` of `FIELDS` fields of about 50 bytes in one HSET; its model, or
+/// `None` when a failed persist refused the HSET.
+fn make_hash(session: &mut RespSession, ctx: &ServerContext) -> Option<Model> {
+    let mut make = vec!["HSET".to_owned(), "h".into()];
+    for f in 0..FIELDS {
+        make.push(format!("f{f}"));
+        make.push(format!("{:x<40}", format!("0-f{f}-")));
+    }
+    let args: Vec<&str> = make.iter().map(String::as_str).collect();
+    if run_args(session, ctx, &args) != format!(":{FIELDS}\r\n").as_bytes() {
+        return None;
+    }
+    let mut model = Model::new();
+    apply(&mut model, &make);
+    Some(model)
 }
 
 /// One seed: the hash made, then up to 40 commands, a persist failing at a random point for
@@ -207,17 +222,9 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
     engine.open_transaction_logs(&logs.pool()).expect("logs");
     let ctx = ServerContext::new(Arc::new(engine), Settings::default());
     let mut session = RespSession::new(1);
-    let mut model = Model::new();
-    let mut make = vec!["HSET".to_owned(), "h".into()];
-    for f in 0..FIELDS {
-        make.push(format!("f{f}"));
-        make.push(format!("{:x<40}", format!("0-f{f}-")));
-    }
-    let args: Vec<&str> = make.iter().map(String::as_str).collect();
-    if run_args(&mut session, &ctx, &args) != format!(":{FIELDS}\r\n").as_bytes() {
+    let Some(mut model) = make_hash(&mut session, &ctx) else {
         return; // The persist failed before the hash was whole: nothing to cut.
-    }
-    apply(&mut model, &make);
+    };
     let mut unanswered = None;
     for n in 1..=40 {
         let args = random_command(&mut rng, n);
@@ -241,7 +248,7 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
     engine
         .open_transaction_logs(&crashed.pool())
         .unwrap_or_else(|e| panic!("{case}: {e}"));
-    let found = read_hash(engine);
+    let found = read_hash(&ServerContext::new(Arc::new(engine), Settings::default()));
     let mut whole = model.clone();
     if let Some(args) = &unanswered {
         apply(&mut whole, args);
@@ -265,6 +272,124 @@ fn large_hash_commands_are_whole_across_power_cuts() {
     for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
         for seed in 0..48 {
             power_cut_after_hash_commands(durability, seed);
+        }
+    }
+}
+
+/// The HSET a split test cuts: one new field whose value alone passes the split size, so the
+/// chunk it lands in (whichever the hash's seed picks) splits.
+fn splitting_hset() -> Vec<String> {
+    let value = "y".repeat(strata_types::hash_chunks::CHUNK_SPLIT_BYTES);
+    ["HSET", "h", "big", value.as_str()]
+        .map(String::from)
+        .into()
+}
+
+/// The chunks of the large hash `h` (its owner's parts).
+fn chunks(ctx: &ServerContext) -> u32 {
+    ctx.engine.get(b"h", |item| item.parts).expect("h exists")
+}
+
+/// What one cut of the splitting HSET gave: the persists taken before it and after it.
+struct SplitCut {
+    persists_before: u64,
+    persists_after: u64,
+}
+
+/// Makes the hash, runs the splitting HSET with the pool's persists failing from `fail_from`
+/// (never, for `None`: then the HSET must be answered and must split), cuts the power keeping
+/// `keep_percent` of the unpersisted lines (which, by the random seed `lines`), and checks the hash recovered: what the make made
+/// if the HSET was refused, or with the HSET whole; then that it takes a write and finds every
+/// field after it (the split state recovered is one the routing agrees with).
+fn cut_a_split(
+    durability: Durability,
+    fail_from: Option<u64>,
+    keep_percent: u32,
+    lines: u64,
+) -> SplitCut {
+    let config = config(durability, fail_from);
+    let case = format!(
+        "{durability:?}, failing from {fail_from:?}, keeping {keep_percent}% (lines {lines})"
+    );
+    let name = format!("split-{}-{keep_percent}-{lines}", fail_from.unwrap_or(0));
+    let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
+    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
+    engine.open_transaction_logs(&logs.pool()).expect("logs");
+    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let mut session = RespSession::new(1);
+    let made = make_hash(&mut session, &ctx).unwrap_or_else(|| panic!("{case}: the make"));
+    let chunks_before = chunks(&ctx);
+    let persists_before = simulation(&config).persist_calls();
+    let hset = splitting_hset();
+    let argv: Vec<&str> = hset.iter().map(String::as_str).collect();
+    let answered = run_args(&mut session, &ctx, &argv) == b":1\r\n";
+    let persists_after = simulation(&config).persist_calls();
+    if fail_from.is_none() {
+        assert!(answered, "{case}: the HSET is answered");
+        assert!(
+            chunks(&ctx) > chunks_before,
+            "{case}: the HSET splits a chunk"
+        );
+    }
+    let mut whole = made.clone();
+    apply(&mut whole, &hset);
+    let mut rng = SmallRng::seed_from_u64(lines << 8 | u64::from(keep_percent));
+    let image = ctx.engine.crash_image(simulation(&config), &mut |_| {
+        rng.gen_range(0..100) < keep_percent
+    });
+    logs.copy_to(&crashed);
+    drop(ctx);
+    let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
+    let mut engine = Engine::from_pool(pool, &config).expect("recovery succeeds");
+    engine
+        .open_transaction_logs(&crashed.pool())
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let found = read_hash(&ctx);
+    assert!(
+        found == whole || (!answered && found == made),
+        "{case} (answered: {answered}): {} fields found, {} made, {} with the HSET",
+        found.len(),
+        made.len(),
+        whole.len()
+    );
+    let later = run(&mut RespSession::new(2), &ctx, "HSET h later v");
+    assert_eq!(later, b":1\r\n", "{case}: a write after recovery");
+    let mut after = found;
+    after.insert("later".into(), ("v".into(), false));
+    assert!(
+        read_hash(&ctx) == after,
+        "{case}: every field found after a write"
+    );
+    SplitCut {
+        persists_before,
+        persists_after,
+    }
+}
+
+/// A power cut aimed at a chunk split: an HSET that splits a large hash's chunk is cut at each
+/// of its persists in turn (the split's new chunk, its owner, its old chunk, the transaction's
+/// log and commit, the dead marks of what they replace), under `sync` and `interval`, keeping
+/// 0, 50 (four ways) or 100% of the lines not persisted. The hash recovered is the one before the HSET or the one with it, every field
+/// found, and it takes writes after.
+#[test]
+fn a_power_cut_at_each_step_of_a_chunk_split_leaves_the_hash_whole() {
+    for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
+        let clean = cut_a_split(durability, None, 100, 0);
+        let steps = clean.persists_before + 1..=clean.persists_after;
+        assert!(
+            steps.clone().count() >= 2,
+            "{durability:?}: persists {steps:?}"
+        );
+        for fail_from in steps {
+            let keeps = [(0, 0), (50, 1), (50, 2), (50, 3), (50, 4), (100, 0)];
+            for (keep_percent, lines) in keeps {
+                let cut = cut_a_split(durability, Some(fail_from), keep_percent, lines);
+                assert_eq!(
+                    cut.persists_before, clean.persists_before,
+                    "{durability:?}: the cut is aimed at the HSET's persists"
+                );
+            }
         }
     }
 }
