@@ -246,6 +246,14 @@ fn render_faults(out: &mut String, ctx: &ServerContext) {
     for (name, help, value) in counters {
         single(out, name, "counter", help, value);
     }
+    single(
+        out,
+        "strata_writes_refused",
+        "gauge",
+        "1 once a persist of the pool failed: writes are refused until restart (the health \
+         check says why).",
+        u64::from(ctx.engine.write_failure().is_some()),
+    );
 }
 
 /// Damage found in the pool (issue 17): records that failed validation, by cause, and what it

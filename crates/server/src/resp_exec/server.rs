@@ -75,6 +75,32 @@ impl InfoText {
     }
 }
 
+/// INFO persistence: Redis's fields (no RDB, no AOF), then strata's pool, durability, and
+/// whether writes are refused since a persist failed.
+fn write_persistence(text: &mut InfoText, ctx: &ServerContext) {
+    text.header("Persistence");
+    text.field("loading", 0);
+    text.field("rdb_changes_since_last_save", 0);
+    text.field("rdb_bgsave_in_progress", 0);
+    text.field("rdb_last_save_time", start_unix_secs(ctx));
+    text.field("aof_enabled", 0);
+    text.field("strata_pool_backend", ctx.engine.backend().name());
+    let domain = ctx.engine.persistence_domain();
+    text.field("strata_persistence_domain", domain.summary());
+    text.field("strata_durability", &ctx.settings.durability);
+    text.field(
+        "strata_index_placement",
+        ctx.engine.index_placement().name(),
+    );
+    // A persist that failed latches the engine: writes are refused until restart.
+    let failure = ctx.engine.write_failure();
+    text.field("strata_writes_refused", u8::from(failure.is_some()));
+    if let Some(failure) = failure {
+        let reason = failure.to_string().replace(['\r', '\n'], " ");
+        text.field("strata_write_failure", reason);
+    }
+}
+
 /// Appends one INFO section.
 fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine: &EngineStats) {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -100,22 +126,7 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
             text.field("blocked_clients", 0);
         }
         "memory" => write_memory(text, ctx, engine),
-        "persistence" => {
-            text.header("Persistence");
-            text.field("loading", 0);
-            text.field("rdb_changes_since_last_save", 0);
-            text.field("rdb_bgsave_in_progress", 0);
-            text.field("rdb_last_save_time", start_unix_secs(ctx));
-            text.field("aof_enabled", 0);
-            text.field("strata_pool_backend", ctx.engine.backend().name());
-            let domain = ctx.engine.persistence_domain();
-            text.field("strata_persistence_domain", domain.summary());
-            text.field("strata_durability", &ctx.settings.durability);
-            text.field(
-                "strata_index_placement",
-                ctx.engine.index_placement().name(),
-            );
-        }
+        "persistence" => write_persistence(text, ctx),
         "stats" => write_stats(text, ctx, engine),
         "replication" => {
             text.header("Replication");

@@ -393,3 +393,39 @@ fn a_power_cut_at_each_step_of_a_chunk_split_leaves_the_hash_whole() {
         }
     }
 }
+
+/// A persist that fails shows where an operator looks: INFO persistence says writes are
+/// refused and why, and the metrics gauge turns 1; before it, both say 0.
+#[test]
+fn a_failed_persist_shows_in_info_and_in_the_metrics() {
+    // The first persist after the open fails: the first SET under `sync` meets it.
+    let (ctx, config) = (1..64)
+        .find_map(|call| {
+            let config = config(Durability::Sync, Some(call));
+            let engine = Engine::open(config.clone()).ok()?;
+            Some((
+                ServerContext::new(Arc::new(engine), Settings::default()),
+                config,
+            ))
+        })
+        .expect("an open that persists fewer than 64 times");
+    let metrics = crate::metrics::Metrics::new(1);
+    let mut session = RespSession::new(1);
+    let info = |session: &mut RespSession| {
+        String::from_utf8(run(session, &ctx, "INFO persistence")).expect("text")
+    };
+    assert!(info(&mut session).contains("strata_writes_refused:0\r\n"));
+    assert!(crate::metrics::render(&ctx, &metrics).contains("\nstrata_writes_refused 0\n"));
+    let refused = run(&mut session, &ctx, "SET k v");
+    assert!(
+        refused.starts_with(b"-"),
+        "{}",
+        String::from_utf8_lossy(&refused)
+    );
+    assert!(simulation(&config).persist_calls() > 0);
+    let text = info(&mut session);
+    assert!(text.contains("strata_writes_refused:1\r\n"), "{text}");
+    assert!(text.contains("strata_write_failure:"), "{text}");
+    assert!(text.contains("injected fault"), "{text}");
+    assert!(crate::metrics::render(&ctx, &metrics).contains("\nstrata_writes_refused 1\n"));
+}
