@@ -67,10 +67,19 @@ impl Drop for LogDir {
 }
 
 fn config(durability: Durability, fail_persist_from: Option<u64>) -> EngineConfig {
+    sized_config(durability, fail_persist_from, ROOMY)
+}
+
+/// [`config`] with a pool of `shape.segments` segments of 16 KiB and `shape.shards` shards.
+fn sized_config(
+    durability: Durability,
+    fail_persist_from: Option<u64>,
+    shape: Shape,
+) -> EngineConfig {
     EngineConfig {
-        memory_bytes: 32 * 16384,
+        memory_bytes: shape.segments as u64 * 16384,
         segment_size_bytes: 16384,
-        shard_count: 2,
+        shard_count: shape.shards,
         pool: PoolLocation::Simulated(match fail_persist_from {
             Some(call) => SimulatedPersistence::failing_from(call),
             None => SimulatedPersistence::new(),
@@ -201,20 +210,52 @@ fn make_hash(session: &mut RespSession, ctx: &ServerContext) -> Option<Model> {
     Some(model)
 }
 
-/// One seed: the hash made, then up to 40 commands, a persist failing at a random point for
-/// half the seeds; then a power cut keeping a random share of what was not persisted, and the
-/// hash read back from the image and the logs.
-fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
+/// The pool and the run of commands a seed cuts.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// The pool's segments of 16 KiB.
+    segments: usize,
+    /// The engine's shards.
+    shards: usize,
+    /// The commands after the make.
+    commands: usize,
+    /// Bytes of a string `pad` each command overwrites first (0: none).
+    pad_bytes: usize,
+}
+
+/// 40 commands in a pool far larger than they write.
+const ROOMY: Shape = Shape {
+    segments: 32,
+    shards: 2,
+    commands: 40,
+    pad_bytes: 0,
+};
+
+/// 300 commands in a pool of ten segments and one shard, each after an overwrite of 6 KB that
+/// is dead at once: segments fill faster than the hash's chunks are rewritten, so the
+/// cleaner's victims hold live chunks (and owners) and it moves them while the cuts fall.
+const CLEANED: Shape = Shape {
+    segments: 10,
+    shards: 1,
+    commands: 300,
+    pad_bytes: 6000,
+};
+
+/// One seed: the hash made, then `shape.commands` commands, a persist failing at a random
+/// point for half the seeds; then a power cut keeping a random share of what was not
+/// persisted, and the hash read back from the image and the logs. Returns whether the cleaner
+/// had moved records before the cut.
+fn power_cut_after_hash_commands(durability: Durability, seed: u64, shape: Shape) -> bool {
     let mut rng = SmallRng::seed_from_u64(seed);
-    // (Persists the make and the commands take: about 100 and 200 under `sync`, fewer
-    // under `interval`, where only a transaction's end persists.)
+    // (Persists the make and the commands take: about 100, and 5 a command, under `sync`;
+    // fewer under `interval`, where only a transaction's end persists.)
     let persists = if durability == Durability::Sync {
-        20..320
+        20..20 + 7 * shape.commands as u64
     } else {
-        2..60
+        2..2 + 3 * shape.commands as u64 / 2
     };
     let fail_from = rng.gen_bool(0.5).then(|| rng.gen_range(persists));
-    let config = config(durability, fail_from);
+    let config = sized_config(durability, fail_from, shape);
     let case = format!("{durability:?} seed {seed}, failing from {fail_from:?}");
     let logs = LogDir::new(&format!("{seed}"));
     let crashed = LogDir::new(&format!("{seed}-crashed"));
@@ -223,10 +264,15 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
     let ctx = ServerContext::new(Arc::new(engine), Settings::default());
     let mut session = RespSession::new(1);
     let Some(mut model) = make_hash(&mut session, &ctx) else {
-        return; // The persist failed before the hash was whole: nothing to cut.
+        return false; // The persist failed before the hash was whole: nothing to cut.
     };
     let mut unanswered = None;
-    for n in 1..=40 {
+    let pad = "p".repeat(shape.pad_bytes);
+    for n in 1..=shape.commands {
+        if shape.pad_bytes > 0 {
+            // Refused once a persist failed, as the next command then is.
+            run_args(&mut session, &ctx, &["SET", "pad", &pad]);
+        }
         let args = random_command(&mut rng, n);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let reply = run_args(&mut session, &ctx, &argv);
@@ -236,7 +282,12 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
             break;
         }
         apply(&mut model, &args);
+        // The server's tick, every 10 ms: it cleans while few segments are free (a failed
+        // persist refuses it, as it refuses writes).
+        let _ = ctx.engine.clean_ahead();
     }
+    let stats = ctx.engine.stats();
+    assert_eq!(stats.evicted_items, 0, "{case}: the hash fits");
     let keep_percent = [0, 50, 100][rng.gen_range(0..3)];
     let image = ctx.engine.crash_image(simulation(&config), &mut |_| {
         rng.gen_range(0..100) < keep_percent
@@ -261,6 +312,7 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
         model.len(),
         whole.len()
     );
+    stats.cleaner_items_moved > 0
 }
 
 /// Large-hash commands (HSET of one and of three fields, HDEL, HPEXPIRE, HPERSIST) on a
@@ -271,9 +323,26 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64) {
 fn large_hash_commands_are_whole_across_power_cuts() {
     for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
         for seed in 0..48 {
-            power_cut_after_hash_commands(durability, seed);
+            power_cut_after_hash_commands(durability, seed, ROOMY);
         }
     }
+}
+
+/// [`large_hash_commands_are_whole_across_power_cuts`] with ten times the commands in a pool
+/// a third the size: the cleaner moves the hash's chunks and owner (typed records, a family)
+/// between the cuts, and what it moved must come back exactly as the commands left it.
+#[test]
+fn large_hash_commands_are_whole_across_power_cuts_while_the_cleaner_moves_them() {
+    let mut cleaned = 0;
+    for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
+        for seed in 100..124 {
+            cleaned += usize::from(power_cut_after_hash_commands(durability, seed, CLEANED));
+        }
+    }
+    assert!(
+        cleaned > 24,
+        "the cleaner moved records in {cleaned} of 48 runs"
+    );
 }
 
 /// The HSET a split test cuts: one new field whose value alone passes the split size, so the
