@@ -114,36 +114,56 @@ impl<'a> ItemFields<'a> {
 }
 
 /// Puts `images` back through `txn`, which holds every key they name (a part's through its
-/// owner's), last first: a part as it was (or gone, where the group made it), an owner with
-/// the part count it had (dropping the parts past it), any other item as it was.
+/// owner's), last first: a part as it was, an owner with the part count it had (dropping the
+/// parts past it), any other item as it was; then, once those are durable, drops the parts the
+/// group made. A part's drop marks it dead at once, so it must wait: its owner's new record
+/// (which no longer owns it) durable first, or a power cut could keep the mark and the old
+/// owner, which still owns the part, and the family would be broken.
 pub(super) fn restore_into(txn: &Txn<'_>, images: &[Image]) -> Result<(), WriteError> {
-    for image in images.iter().rev() {
-        match (&image.item, image.part) {
-            (None, false) => {
-                Door::delete(txn, &image.key, None)?;
+    let made_parts = |image: &&Image| image.part && image.item.is_none();
+    for image in images.iter().rev().filter(|image| !made_parts(image)) {
+        restore_one(txn, image)?;
+    }
+    let mut owners: Vec<&[u8]> = images
+        .iter()
+        .filter(made_parts)
+        .map(Image::item_key)
+        .collect();
+    owners.dedup();
+    for owner in &owners {
+        txn.make_durable(owner)?;
+    }
+    for image in images.iter().rev().filter(made_parts) {
+        let (owner, part) = crate::record::split_part_key(&image.key);
+        txn.delete_part(owner, part)?;
+    }
+    Ok(())
+}
+
+/// Puts one image back (see [`restore_into`]): a part as it was, an item as it was or gone.
+fn restore_one(txn: &Txn<'_>, image: &Image) -> Result<(), WriteError> {
+    match (&image.item, image.part) {
+        (None, false) => {
+            Door::delete(txn, &image.key, None)?;
+        }
+        (None, true) => unreachable!("a part the group made goes after the rest"),
+        (Some(item), true) => {
+            let (owner, part) = crate::record::split_part_key(&image.key);
+            txn.write_part(owner, part, &item.value)?;
+        }
+        (Some(item), false) => {
+            let expiry = item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs);
+            if item.parts > 0 {
+                txn.write_owner(&image.key, &item.value, item.kind, expiry, item.parts)?;
+                return Ok(());
             }
-            (None, true) => {
-                let (owner, part) = crate::record::split_part_key(&image.key);
-                txn.delete_part(owner, part)?;
-            }
-            (Some(item), true) => {
-                let (owner, part) = crate::record::split_part_key(&image.key);
-                txn.write_part(owner, part, &item.value)?;
-            }
-            (Some(item), false) => {
-                let expiry = item.expires_at_ms.map_or(Expiry::Never, Expiry::AtMs);
-                if item.parts > 0 {
-                    txn.write_owner(&image.key, &item.value, item.kind, expiry, item.parts)?;
-                    continue;
-                }
-                let options = StoreOptions {
-                    client_flags: item.client_flags,
-                    expiry,
-                    condition: Condition::Always,
-                    kind: item.kind,
-                };
-                Door::store(txn, &image.key, &item.value, options)?;
-            }
+            let options = StoreOptions {
+                client_flags: item.client_flags,
+                expiry,
+                condition: Condition::Always,
+                kind: item.kind,
+            };
+            Door::store(txn, &image.key, &item.value, options)?;
         }
     }
     Ok(())
