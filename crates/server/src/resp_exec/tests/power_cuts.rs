@@ -38,7 +38,10 @@ impl LogDir {
         } else {
             std::env::temp_dir()
         };
-        let dir = base.join(format!("strata-hash-cut-{}-{name}", std::process::id()));
+        // Tests run in parallel in one process: a count keeps two of theirs apart.
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = base.join(format!("strata-hash-cut-{}-{n}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("log directory");
         LogDir(dir)
@@ -363,6 +366,8 @@ fn chunks(ctx: &ServerContext) -> u32 {
 struct SplitCut {
     persists_before: u64,
     persists_after: u64,
+    /// Whether a second cut fell in the recovery's undo of the HSET.
+    undo_cut: bool,
 }
 
 /// Makes the hash, runs the splitting HSET with the pool's persists failing from `fail_from`
@@ -375,12 +380,18 @@ fn cut_a_split(
     fail_from: Option<u64>,
     keep_percent: u32,
     lines: u64,
+    undo_fail_from: Option<u64>,
 ) -> SplitCut {
     let config = config(durability, fail_from);
     let case = format!(
-        "{durability:?}, failing from {fail_from:?}, keeping {keep_percent}% (lines {lines})"
+        "{durability:?}, failing from {fail_from:?}, keeping {keep_percent}% (lines {lines}), \
+         the recovery failing from {undo_fail_from:?}"
     );
-    let name = format!("split-{}-{keep_percent}-{lines}", fail_from.unwrap_or(0));
+    let name = format!(
+        "split-{}-{keep_percent}-{lines}-{}",
+        fail_from.unwrap_or(0),
+        undo_fail_from.unwrap_or(0)
+    );
     let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
     let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
     engine.open_transaction_logs(&logs.pool()).expect("logs");
@@ -408,12 +419,14 @@ fn cut_a_split(
     });
     logs.copy_to(&crashed);
     drop(ctx);
-    let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
-    let mut engine = Engine::from_pool(pool, &config).expect("recovery succeeds");
-    engine
-        .open_transaction_logs(&crashed.pool())
-        .unwrap_or_else(|e| panic!("{case}: {e}"));
-    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let (image, crashed, undo_cut) = match undo_fail_from {
+        Some(from) => cut_the_recovery(&image, &config, &crashed, from, &mut rng),
+        None => (image, crashed, false),
+    };
+    let ctx = ServerContext::new(
+        Arc::new(recover(&image, &config, &crashed)),
+        Settings::default(),
+    );
     let found = read_hash(&ctx);
     assert!(
         found == whole || (!answered && found == made),
@@ -433,18 +446,57 @@ fn cut_a_split(
     SplitCut {
         persists_before,
         persists_after,
+        undo_cut,
     }
+}
+
+/// The engine `image` and the logs in `logs` recover to, with persists that all succeed.
+fn recover(image: &[u8], config: &EngineConfig, logs: &LogDir) -> Engine {
+    let pool = Pool::open_image(image, SimulatedPersistence::new()).expect("image opens");
+    let mut engine = Engine::from_pool(pool, config).expect("recovery succeeds");
+    engine
+        .open_transaction_logs(&logs.pool())
+        .unwrap_or_else(|e| panic!("the logs: {e}"));
+    engine
+}
+
+/// A second power cut, during the recovery from `image` and `logs`: its persists fail from
+/// the `from`-th on (the scan's marks, the transaction log's undo and its commit), and the
+/// power goes then, keeping half the lines not persisted. Returns that image, the logs as it
+/// left them, and whether the cut fell in the undo (the logs' open failed).
+fn cut_the_recovery(
+    image: &[u8],
+    config: &EngineConfig,
+    logs: &LogDir,
+    from: u64,
+    rng: &mut SmallRng,
+) -> (Vec<u8>, LogDir, bool) {
+    let simulation = SimulatedPersistence::failing_from(from);
+    let again = LogDir::new(&format!(
+        "{}-again-{from}",
+        logs.0.display().to_string().len()
+    ));
+    logs.copy_to(&again);
+    let opened = Pool::open_image(image, simulation.clone())
+        .ok()
+        .and_then(|pool| Engine::from_pool(pool, config).ok());
+    let Some(mut engine) = opened else {
+        return (image.to_vec(), again, false); // Cut before the undo: nothing it changed.
+    };
+    let undo_cut = engine.open_transaction_logs(&again.pool()).is_err();
+    let image = engine.crash_image(&simulation, &mut |_| rng.gen_bool(0.5));
+    (image, again, undo_cut)
 }
 
 /// A power cut aimed at a chunk split: an HSET that splits a large hash's chunk is cut at each
 /// of its persists in turn (the split's new chunk, its owner, its old chunk, the transaction's
 /// log and commit, the dead marks of what they replace), under `sync` and `interval`, keeping
-/// 0, 50 (four ways) or 100% of the lines not persisted. The hash recovered is the one before the HSET or the one with it, every field
-/// found, and it takes writes after.
+/// 0, 50 (four ways) or 100% of the lines not persisted. The hash recovered is the one before
+/// the HSET or the one with it, every field found, and it takes writes after.
 #[test]
 fn a_power_cut_at_each_step_of_a_chunk_split_leaves_the_hash_whole() {
     for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
-        let clean = cut_a_split(durability, None, 100, 0);
+        let clean = cut_a_split(durability, None, 100, 0, None);
         let steps = clean.persists_before + 1..=clean.persists_after;
         assert!(
             steps.clone().count() >= 2,
@@ -453,7 +505,7 @@ fn a_power_cut_at_each_step_of_a_chunk_split_leaves_the_hash_whole() {
         for fail_from in steps {
             let keeps = [(0, 0), (50, 1), (50, 2), (50, 3), (50, 4), (100, 0)];
             for (keep_percent, lines) in keeps {
-                let cut = cut_a_split(durability, Some(fail_from), keep_percent, lines);
+                let cut = cut_a_split(durability, Some(fail_from), keep_percent, lines, None);
                 assert_eq!(
                     cut.persists_before, clean.persists_before,
                     "{durability:?}: the cut is aimed at the HSET's persists"
@@ -497,4 +549,23 @@ fn a_failed_persist_shows_in_info_and_in_the_metrics() {
     assert!(text.contains("strata_write_failure:"), "{text}");
     assert!(text.contains("injected fault"), "{text}");
     assert!(crate::metrics::render(&ctx, &metrics).contains("\nstrata_writes_refused 1\n"));
+}
+
+/// The split's cuts again, each followed by a second power cut during the recovery (at each of
+/// its first persists in turn, keeping half of what was not persisted): the undo of the cut
+/// HSET is itself cut, and the recovery after that still finds the hash before the HSET or
+/// with it, whole.
+#[test]
+fn a_power_cut_during_the_undo_of_a_cut_split_leaves_the_hash_whole() {
+    let mut undo_cuts = 0;
+    for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
+        let clean = cut_a_split(durability, None, 100, 0, None);
+        for fail_from in clean.persists_before + 1..=clean.persists_after {
+            for undo_fail_from in 1..=24 {
+                let cut = cut_a_split(durability, Some(fail_from), 50, 1, Some(undo_fail_from));
+                undo_cuts += u32::from(cut.undo_cut);
+            }
+        }
+    }
+    assert!(undo_cuts > 20, "cuts that fell in the undo: {undo_cuts}");
 }
