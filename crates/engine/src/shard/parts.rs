@@ -14,7 +14,8 @@
 //!   cache never keeps half an item, and the flash tier holds single records.
 //! - Dropping parts never breaks a family across a crash: an owner's record goes durably
 //!   before its parts' dead marks are written (a delete or a family drop persists the owner's
-//!   mark first; eviction frees the owner's segment first), and the parts a rewritten owner no
+//!   mark first; eviction frees the owner's segment first; a transaction's undo drops the
+//!   parts its group made once the owners it put back are durable), and the parts a rewritten owner no
 //!   longer owns go with its old record, their marks waiting for the commit that makes the new
 //!   owner durable; a crash between leaves orphans at most. *Writing* a family is whole
 //!   across a process crash (every store kept) and, under `sync`, across a power cut once the
