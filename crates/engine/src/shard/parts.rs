@@ -15,9 +15,9 @@
 //! - Dropping parts never breaks a family across a crash: an owner's record goes durably
 //!   before its parts' dead marks are written (a delete or a family drop persists the owner's
 //!   mark first; eviction frees the owner's segment first; a transaction's undo drops the
-//!   parts its group made once the owners it put back are durable), and the parts a rewritten owner no
-//!   longer owns go with its old record, their marks waiting for the commit that makes the new
-//!   owner durable; a crash between leaves orphans at most. *Writing* a family is whole
+//!   parts its group made once the owners it put back are durable), and the parts a
+//!   rewritten owner no longer owns go with its old record, their marks waiting for the
+//!   commit that makes the new owner durable; a crash between leaves orphans at most. *Writing* a family is whole
 //!   across a process crash (every store kept) and, under `sync`, across a power cut once the
 //!   write was acknowledged; a power cut under deferred durability may keep some of a family's
 //!   writes since the last commit and not others, unless a logged transaction wrote it (its

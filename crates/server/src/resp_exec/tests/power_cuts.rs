@@ -372,9 +372,11 @@ struct SplitCut {
 
 /// Makes the hash, runs the splitting HSET with the pool's persists failing from `fail_from`
 /// (never, for `None`: then the HSET must be answered and must split), cuts the power keeping
-/// `keep_percent` of the unpersisted lines (which, by the random seed `lines`), and checks the hash recovered: what the make made
-/// if the HSET was refused, or with the HSET whole; then that it takes a write and finds every
-/// field after it (the split state recovered is one the routing agrees with).
+/// `keep_percent` of the unpersisted lines (which ones by the random seed `lines`), cuts it
+/// again during the recovery when `undo_fail_from` says so ([`cut_the_recovery`]), and checks
+/// the hash recovered: what the make made if the HSET was refused, or with the HSET whole;
+/// then that it takes a write and finds every field after it (the split state recovered is
+/// one the routing agrees with).
 fn cut_a_split(
     durability: Durability,
     fail_from: Option<u64>,
