@@ -690,7 +690,9 @@ impl Drop for LogDir {
 /// before its first write, when not even its log is written, leaves them as the level
 /// promises, like every other key), or, once
 /// `finish` returned (an EXEC answered), all as it wrote them, under every durable level; the
-/// keys outside it keep the level's promise (the model), and the store's integrity holds.
+/// keys outside it keep the level's promise (the model), and the store's integrity holds. Half
+/// the seeds cut the power a second time during the recovery, and the next one still finds
+/// all that.
 #[test]
 fn transactions_of_strings_and_hashes_are_all_or_nothing_across_power_cuts() {
     for (level_index, level) in [Level::SyncInline, Level::SyncGroup, Level::Interval]
@@ -753,12 +755,7 @@ fn power_cut_around_a_transaction(level: Level, seed: u64) {
         "the workload must not evict"
     );
     drop(engine);
-
-    let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
-    let mut engine = Engine::from_pool(pool, &config).expect("recovery succeeds");
-    engine
-        .open_transaction_logs(&crashed.pool())
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let engine = recover_maybe_cut_again(&image, &config, &crashed, &mut rng, seed);
     if cut.after_writes == 0 {
         // The transaction had written nothing (nor its log, which it writes at its first
         // write): its keys keep the level's promise, as every other key does.
@@ -773,6 +770,53 @@ fn power_cut_around_a_transaction(level: Level, seed: u64) {
         keys.len(),
     );
     check_recovered_outside(&engine, level, &model, seed, &keys);
+}
+
+/// The engine `image` and the logs in `logs` recover to, for half the seeds after a second
+/// power cut during a first recovery (at one of its first persists).
+fn recover_maybe_cut_again(
+    image: &[u8],
+    config: &EngineConfig,
+    logs: &LogDir,
+    rng: &mut SmallRng,
+    seed: u64,
+) -> Engine {
+    let again = LogDir::new(seed + 2_000_000_000);
+    let image = if rng.gen_bool(0.5) {
+        cut_the_recovery(image, config, (logs, &again), rng.gen_range(1..24), rng)
+    } else {
+        logs.copy_to(&again);
+        image.to_vec()
+    };
+    let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
+    let mut engine = Engine::from_pool(pool, config).expect("recovery succeeds");
+    engine
+        .open_transaction_logs(&again.pool())
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    engine
+}
+
+/// A second power cut, during the recovery from `image` and the logs in `logs.0`: the
+/// recovery's persists fail from the `from`-th on (its marks, the undo of the transaction the
+/// first cut interrupted, its commit) and the power goes then, keeping half the lines not
+/// persisted. Returns that image; `logs.1` gets the logs as it left them.
+fn cut_the_recovery(
+    image: &[u8],
+    config: &EngineConfig,
+    logs: (&LogDir, &LogDir),
+    from: u64,
+    rng: &mut SmallRng,
+) -> Vec<u8> {
+    logs.0.copy_to(logs.1);
+    let simulation = SimulatedPersistence::failing_from(from);
+    let opened = Pool::open_image(image, simulation.clone())
+        .ok()
+        .and_then(|pool| Engine::from_pool(pool, config).ok());
+    let Some(mut engine) = opened else {
+        return image.to_vec(); // Cut before the undo: nothing it changed.
+    };
+    let _ = engine.open_transaction_logs(&logs.1.pool());
+    engine.crash_image(&simulation, &mut |_| rng.gen_bool(0.5))
 }
 
 /// Where a power cut falls in a transaction: after `after_writes` of its writes; one past the
