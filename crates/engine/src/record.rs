@@ -251,8 +251,9 @@ pub fn record_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> usize
     (HEADER_SIZE_BYTES + optional + key_len + value_len).next_multiple_of(RECORD_ALIGN_BYTES)
 }
 
-/// Writes a live record into `out`, which must be exactly `record_size(..)` bytes and zeroed
-/// past what is written (segments are zeroed before reuse). Returns the bytes written.
+/// Writes a live record into `out`, which must be exactly `record_size(..)` bytes: every byte
+/// of it, the padding zeroed (a DRAM segment is not zeroed before reuse). Returns the bytes
+/// written.
 pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usize {
     let size = record_size(key.len(), value.len(), meta);
     assert_eq!(out.len(), size, "record buffer sized by record_size");
