@@ -177,14 +177,19 @@ fn elements(reply: &[u8]) -> Vec<String> {
 
 /// The hash `h` as a session on `ctx` reads it: HGETALL, then HPTTL of every field found.
 fn read_hash(ctx: &ServerContext) -> Model {
+    read_hash_at(ctx, "h")
+}
+
+/// The hash at `key` as a session on `ctx` reads it (see [`read_hash`]).
+fn read_hash_at(ctx: &ServerContext, key: &str) -> Model {
     let mut session = RespSession::new(1);
-    let all = elements(&run(&mut session, ctx, "HGETALL h"));
+    let all = elements(&run_args(&mut session, ctx, &["HGETALL", key]));
     if all.is_empty() {
         return Model::new();
     }
     let names: Vec<&str> = all.chunks_exact(2).map(|pair| pair[0].as_str()).collect();
     let count = names.len().to_string();
-    let mut hpttl = vec!["HPTTL", "h", "FIELDS", count.as_str()];
+    let mut hpttl = vec!["HPTTL", key, "FIELDS", count.as_str()];
     hpttl.extend(names.iter().copied());
     let ttls = elements(&run_args(&mut session, ctx, &hpttl));
     assert_eq!(ttls.len(), names.len(), "an HPTTL for every field");
@@ -576,4 +581,86 @@ fn a_power_cut_during_the_undo_of_a_cut_split_leaves_the_hash_whole() {
         }
     }
     assert!(undo_cuts > 20, "cuts that fell in the undo: {undo_cuts}");
+}
+
+/// A power cut at each persist of `RENAME h h2` and of `COPY h h2` of a large hash (both keys
+/// held, every chunk copied to the new name; RENAME drops the old family), under `sync` and
+/// `interval`, keeping half the lines not persisted, then for each a second cut during the
+/// recovery at one of its first persists. After RENAME the hash is under exactly one of the
+/// names, whole, and under the new one if RENAME was answered; after COPY it is under `h`,
+/// whole, and under `h2` whole or not at all (whole if COPY was answered). Fails if the
+/// recovery skips the transaction log's undo (checked).
+#[test]
+fn a_power_cut_at_each_step_of_a_large_rename_or_copy_leaves_the_hash_whole() {
+    for command in ["RENAME", "COPY"] {
+        for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
+            let clean = cut_a_rename(command, durability, None, None);
+            let steps = clean.persists_before + 1..=clean.persists_after;
+            assert!(steps.clone().count() > 1, "{command} {durability:?}");
+            for fail_from in steps {
+                for undo_fail_from in [None, Some(3), Some(5), Some(8), Some(12)] {
+                    cut_a_rename(command, durability, Some(fail_from), undo_fail_from);
+                }
+            }
+        }
+    }
+}
+
+/// One cut of [`a_power_cut_at_each_step_of_a_large_rename_or_copy_leaves_the_hash_whole`].
+fn cut_a_rename(
+    command: &str,
+    durability: Durability,
+    fail_from: Option<u64>,
+    undo_fail_from: Option<u64>,
+) -> SplitCut {
+    let config = config(durability, fail_from);
+    let case = format!("{durability:?} RENAME failing from {fail_from:?}, then {undo_fail_from:?}");
+    let name = format!(
+        "rename-{}-{}",
+        fail_from.unwrap_or(0),
+        undo_fail_from.unwrap_or(0)
+    );
+    let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
+    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
+    engine.open_transaction_logs(&logs.pool()).expect("logs");
+    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let mut session = RespSession::new(1);
+    let made = make_hash(&mut session, &ctx).unwrap_or_else(|| panic!("{case}: the make"));
+    let persists_before = simulation(&config).persist_calls();
+    let reply = run_args(&mut session, &ctx, &[command, "h", "h2"]);
+    let answered = reply == b"+OK\r\n" || reply == b":1\r\n";
+    let persists_after = simulation(&config).persist_calls();
+    assert!(answered || fail_from.is_some(), "{case}: answered");
+    let mut rng = SmallRng::seed_from_u64(persists_before ^ fail_from.unwrap_or(0));
+    let image = ctx
+        .engine
+        .crash_image(simulation(&config), &mut |_| rng.gen_bool(0.5));
+    logs.copy_to(&crashed);
+    drop(ctx);
+    let (image, crashed, _) = match undo_fail_from {
+        Some(from) => cut_the_recovery(&image, &config, &crashed, from, &mut rng),
+        None => (image, crashed, false),
+    };
+    let ctx = ServerContext::new(
+        Arc::new(recover(&image, &config, &crashed)),
+        Settings::default(),
+    );
+    let (old, new) = (read_hash_at(&ctx, "h"), read_hash_at(&ctx, "h2"));
+    let (done, not_done) = if command == "COPY" {
+        (old == made && new == made, old == made && new.is_empty())
+    } else {
+        (old.is_empty() && new == made, new.is_empty() && old == made)
+    };
+    assert!(
+        done || (!answered && not_done),
+        "{case} (answered: {answered}): {} fields under h, {} under h2, {} made",
+        old.len(),
+        new.len(),
+        made.len()
+    );
+    SplitCut {
+        persists_before,
+        persists_after,
+        undo_cut: false,
+    }
 }
