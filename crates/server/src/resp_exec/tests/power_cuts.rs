@@ -206,7 +206,12 @@ fn read_hash_at(ctx: &ServerContext, key: &str) -> Model {
 /// Makes the test hash `h` of `FIELDS` fields of about 50 bytes in one HSET; its model, or
 /// `None` when a failed persist refused the HSET.
 fn make_hash(session: &mut RespSession, ctx: &ServerContext) -> Option<Model> {
-    let mut make = vec!["HSET".to_owned(), "h".into()];
+    make_hash_at(session, ctx, "h")
+}
+
+/// [`make_hash`] at `key`.
+fn make_hash_at(session: &mut RespSession, ctx: &ServerContext, key: &str) -> Option<Model> {
+    let mut make = vec!["HSET".to_owned(), key.into()];
     for f in 0..FIELDS {
         make.push(format!("f{f}"));
         make.push(format!("{:x<40}", format!("0-f{f}-")));
@@ -657,6 +662,98 @@ fn cut_a_rename(
         old.len(),
         new.len(),
         made.len()
+    );
+    SplitCut {
+        persists_before,
+        persists_after,
+        undo_cut: false,
+    }
+}
+
+/// A power cut at each persist of an EXEC over two large hashes and a string: `HSET h big`
+/// and `HSET g big` (each value splits its chunk) and `DEL s`, under `sync` and `interval`,
+/// keeping half the lines not persisted, each also cut again during the recovery (none, or
+/// from its 3rd, 5th, 8th or 12th persist). The three keys are then all as before the EXEC or
+/// all as after it, and as after it once EXEC was answered.
+#[test]
+fn a_power_cut_at_each_step_of_an_exec_over_large_hashes_is_all_or_nothing() {
+    for durability in [Durability::Sync, Durability::Interval { ms: 10 }] {
+        let clean = cut_an_exec(durability, None, None);
+        let steps = clean.persists_before + 1..=clean.persists_after;
+        assert!(steps.clone().count() > 2, "{durability:?}");
+        for fail_from in steps {
+            for undo_fail_from in [None, Some(3), Some(5), Some(8), Some(12)] {
+                cut_an_exec(durability, Some(fail_from), undo_fail_from);
+            }
+        }
+    }
+}
+
+/// The keys an EXEC test reads back: `h`, `g` and whether `s` exists.
+type ExecState = (Model, Model, bool);
+
+/// One cut of [`a_power_cut_at_each_step_of_an_exec_over_large_hashes_is_all_or_nothing`].
+fn cut_an_exec(
+    durability: Durability,
+    fail_from: Option<u64>,
+    undo_fail_from: Option<u64>,
+) -> SplitCut {
+    let config = config(durability, fail_from);
+    let case = format!("{durability:?} EXEC failing from {fail_from:?}, then {undo_fail_from:?}");
+    let name = format!(
+        "exec-{}-{}",
+        fail_from.unwrap_or(0),
+        undo_fail_from.unwrap_or(0)
+    );
+    let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
+    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
+    engine.open_transaction_logs(&logs.pool()).expect("logs");
+    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let mut session = RespSession::new(1);
+    let h = make_hash_at(&mut session, &ctx, "h").unwrap_or_else(|| panic!("{case}: h"));
+    let g = make_hash_at(&mut session, &ctx, "g").unwrap_or_else(|| panic!("{case}: g"));
+    assert_eq!(run(&mut session, &ctx, "SET s v"), b"+OK\r\n", "{case}");
+    let before: ExecState = (h, g, true);
+    let hset = splitting_hset();
+    let mut after = before.clone();
+    apply(&mut after.0, &hset);
+    apply(&mut after.1, &hset);
+    after.2 = false;
+    let persists_before = simulation(&config).persist_calls();
+    assert_eq!(run(&mut session, &ctx, "MULTI"), b"+OK\r\n", "{case}");
+    for key in ["h", "g"] {
+        let argv = ["HSET", key, hset[2].as_str(), hset[3].as_str()];
+        assert_eq!(
+            run_args(&mut session, &ctx, &argv),
+            b"+QUEUED\r\n",
+            "{case}"
+        );
+    }
+    assert_eq!(run(&mut session, &ctx, "DEL s"), b"+QUEUED\r\n", "{case}");
+    let answered = run(&mut session, &ctx, "EXEC") == b"*3\r\n:1\r\n:1\r\n:1\r\n";
+    let persists_after = simulation(&config).persist_calls();
+    assert!(answered || fail_from.is_some(), "{case}: EXEC answered");
+    let mut rng = SmallRng::seed_from_u64(persists_before ^ fail_from.unwrap_or(0));
+    let image = ctx
+        .engine
+        .crash_image(simulation(&config), &mut |_| rng.gen_bool(0.5));
+    logs.copy_to(&crashed);
+    drop(ctx);
+    let (image, crashed, _) = match undo_fail_from {
+        Some(from) => cut_the_recovery(&image, &config, &crashed, from, &mut rng),
+        None => (image, crashed, false),
+    };
+    let ctx = ServerContext::new(
+        Arc::new(recover(&image, &config, &crashed)),
+        Settings::default(),
+    );
+    let exists = run(&mut RespSession::new(2), &ctx, "EXISTS s") == b":1\r\n";
+    let found: ExecState = (read_hash_at(&ctx, "h"), read_hash_at(&ctx, "g"), exists);
+    assert!(
+        found == after || (!answered && found == before),
+        "{case} (answered: {answered}): h {} fields, g {}, s {exists}",
+        found.0.len(),
+        found.1.len()
     );
     SplitCut {
         persists_before,
