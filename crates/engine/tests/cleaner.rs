@@ -634,7 +634,10 @@ fn segments_reused_without_a_zero_fill_hold_only_whole_records() {
         }
     }
     let stats = store.stats();
-    assert!(stats.cleaner_segments_freed > 10, "segments reused: {stats:?}");
+    assert!(
+        stats.cleaner_segments_freed > 10,
+        "segments reused: {stats:?}"
+    );
     assert_eq!(stats.evicted_items, 0, "{stats:?}");
     for (i, expected) in latest.iter().enumerate() {
         let value = store.get(&key(i as u64), |item| item.value.to_vec());

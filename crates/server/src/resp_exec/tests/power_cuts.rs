@@ -271,15 +271,14 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64, shape: Shape
         2..2 + 3 * shape.commands as u64 / 2
     };
     let fail_from = rng.gen_bool(0.5).then(|| rng.gen_range(persists));
-    let config = sized_config(durability, fail_from, shape);
     let case = format!("{durability:?} seed {seed}, failing from {fail_from:?}");
-    let logs = LogDir::new(&format!("{seed}"));
-    let crashed = LogDir::new(&format!("{seed}-crashed"));
-    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
-    engine.open_transaction_logs(&logs.pool()).expect("logs");
-    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let logged = Logged::open(
+        sized_config(durability, fail_from, shape),
+        &format!("{seed}"),
+    );
+    let ctx = &logged.ctx;
     let mut session = RespSession::new(1);
-    let Some(mut model) = make_hash(&mut session, &ctx) else {
+    let Some(mut model) = make_hash(&mut session, ctx) else {
         return false; // The persist failed before the hash was whole: nothing to cut.
     };
     let mut unanswered = None;
@@ -287,11 +286,11 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64, shape: Shape
     for n in 1..=shape.commands {
         if shape.pad_bytes > 0 {
             // Refused once a persist failed, as the next command then is.
-            run_args(&mut session, &ctx, &["SET", "pad", &pad]);
+            run_args(&mut session, ctx, &["SET", "pad", &pad]);
         }
         let args = random_command(&mut rng, n);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let reply = run_args(&mut session, &ctx, &argv);
+        let reply = run_args(&mut session, ctx, &argv);
         if reply.starts_with(b"-") {
             // Refused by the failed persist: it may be there whole, or not at all.
             unanswered = Some(args);
@@ -305,20 +304,10 @@ fn power_cut_after_hash_commands(durability: Durability, seed: u64, shape: Shape
     let stats = ctx.engine.stats();
     assert_eq!(stats.evicted_items, 0, "{case}: the hash fits");
     let keep_percent = [0, 50, 100][rng.gen_range(0..3)];
-    let image = ctx.engine.crash_image(simulation(&config), &mut |_| {
-        rng.gen_range(0..100) < keep_percent
-    });
-    logs.copy_to(&crashed);
-    drop(ctx);
     // A third of the seeds lose the power again during the recovery.
-    let (image, crashed, _) = if rng.gen_ratio(1, 3) {
-        let from = rng.gen_range(1..24);
-        cut_the_recovery(&image, &config, &crashed, from, &mut rng)
-    } else {
-        (image, crashed, false)
-    };
-    let engine = recover(&image, &config, &crashed);
-    let found = read_hash(&ServerContext::new(Arc::new(engine), Settings::default()));
+    let undo_fail_from = rng.gen_ratio(1, 3).then(|| rng.gen_range(1..24));
+    let (ctx, _) = logged.cut_and_recover(keep_percent, &mut rng, undo_fail_from);
+    let found = read_hash(&ctx);
     let mut whole = model.clone();
     if let Some(args) = &unanswered {
         apply(&mut whole, args);
@@ -347,8 +336,8 @@ fn large_hash_commands_are_whole_across_power_cuts() {
     }
 }
 
-/// [`large_hash_commands_are_whole_across_power_cuts`] with ten times the commands in a pool
-/// a third the size: the cleaner moves the hash's chunks and owner (typed records, a family)
+/// [`large_hash_commands_are_whole_across_power_cuts`] with 300 commands instead of 40, in a
+/// pool of ten segments instead of 32: the cleaner moves the hash's chunks and owner (typed records, a family)
 /// between the cuts, and what it moved must come back exactly as the commands left it.
 #[test]
 fn large_hash_commands_are_whole_across_power_cuts_while_the_cleaner_moves_them() {
@@ -400,7 +389,6 @@ fn cut_a_split(
     lines: u64,
     undo_fail_from: Option<u64>,
 ) -> SplitCut {
-    let config = config(durability, fail_from);
     let case = format!(
         "{durability:?}, failing from {fail_from:?}, keeping {keep_percent}% (lines {lines}), \
          the recovery failing from {undo_fail_from:?}"
@@ -410,41 +398,27 @@ fn cut_a_split(
         fail_from.unwrap_or(0),
         undo_fail_from.unwrap_or(0)
     );
-    let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
-    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
-    engine.open_transaction_logs(&logs.pool()).expect("logs");
-    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let logged = Logged::open(config(durability, fail_from), &name);
+    let ctx = &logged.ctx;
     let mut session = RespSession::new(1);
-    let made = make_hash(&mut session, &ctx).unwrap_or_else(|| panic!("{case}: the make"));
-    let chunks_before = chunks(&ctx);
-    let persists_before = simulation(&config).persist_calls();
+    let made = make_hash(&mut session, ctx).unwrap_or_else(|| panic!("{case}: the make"));
+    let chunks_before = chunks(ctx);
+    let persists_before = logged.persist_calls();
     let hset = splitting_hset();
     let argv: Vec<&str> = hset.iter().map(String::as_str).collect();
-    let answered = run_args(&mut session, &ctx, &argv) == b":1\r\n";
-    let persists_after = simulation(&config).persist_calls();
+    let answered = run_args(&mut session, ctx, &argv) == b":1\r\n";
+    let persists_after = logged.persist_calls();
     if fail_from.is_none() {
         assert!(answered, "{case}: the HSET is answered");
         assert!(
-            chunks(&ctx) > chunks_before,
+            chunks(ctx) > chunks_before,
             "{case}: the HSET splits a chunk"
         );
     }
     let mut whole = made.clone();
     apply(&mut whole, &hset);
     let mut rng = SmallRng::seed_from_u64(lines << 8 | u64::from(keep_percent));
-    let image = ctx.engine.crash_image(simulation(&config), &mut |_| {
-        rng.gen_range(0..100) < keep_percent
-    });
-    logs.copy_to(&crashed);
-    drop(ctx);
-    let (image, crashed, undo_cut) = match undo_fail_from {
-        Some(from) => cut_the_recovery(&image, &config, &crashed, from, &mut rng),
-        None => (image, crashed, false),
-    };
-    let ctx = ServerContext::new(
-        Arc::new(recover(&image, &config, &crashed)),
-        Settings::default(),
-    );
+    let (ctx, undo_cut) = logged.cut_and_recover(keep_percent, &mut rng, undo_fail_from);
     let found = read_hash(&ctx);
     assert!(
         found == whole || (!answered && found == made),
@@ -468,14 +442,57 @@ fn cut_a_split(
     }
 }
 
-/// The engine `image` and the logs in `logs` recover to, with persists that all succeed.
-fn recover(image: &[u8], config: &EngineConfig, logs: &LogDir) -> Engine {
-    let pool = Pool::open_image(image, SimulatedPersistence::new()).expect("image opens");
-    let mut engine = Engine::from_pool(pool, config).expect("recovery succeeds");
-    engine
-        .open_transaction_logs(&logs.pool())
-        .unwrap_or_else(|e| panic!("the logs: {e}"));
-    engine
+/// A session's engine on a simulated pool with its transaction logs, as a cut test runs it.
+struct Logged {
+    config: EngineConfig,
+    logs: LogDir,
+    ctx: ServerContext,
+}
+
+impl Logged {
+    /// Opens `config`'s simulated pool and its logs (in a directory named after `name`).
+    fn open(config: EngineConfig, name: &str) -> Logged {
+        let logs = LogDir::new(name);
+        let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
+        engine.open_transaction_logs(&logs.pool()).expect("logs");
+        let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+        Logged { config, logs, ctx }
+    }
+
+    /// The pool's persists so far.
+    fn persist_calls(&self) -> u64 {
+        simulation(&self.config).persist_calls()
+    }
+
+    /// Cuts the power now, keeping `keep_percent` of the lines not persisted (chosen by
+    /// `rng`); when `undo_fail_from` says so, cuts it again during a first recovery
+    /// ([`cut_the_recovery`]); then recovers with persists that all succeed. Returns the
+    /// context over what is left, and whether the second cut fell in the log's undo.
+    fn cut_and_recover(
+        self,
+        keep_percent: u32,
+        rng: &mut SmallRng,
+        undo_fail_from: Option<u64>,
+    ) -> (ServerContext, bool) {
+        let Logged { config, logs, ctx } = self;
+        let image = ctx.engine.crash_image(simulation(&config), &mut |_| {
+            rng.gen_range(0..100) < keep_percent
+        });
+        let crashed = LogDir::new("crashed");
+        logs.copy_to(&crashed);
+        drop(ctx);
+        let (image, crashed, undo_cut) = match undo_fail_from {
+            Some(from) => cut_the_recovery(&image, &config, &crashed, from, rng),
+            None => (image, crashed, false),
+        };
+        let pool = Pool::open_image(&image, SimulatedPersistence::new()).expect("image opens");
+        let mut engine = Engine::from_pool(pool, &config).expect("recovery succeeds");
+        engine
+            .open_transaction_logs(&crashed.pool())
+            .unwrap_or_else(|e| panic!("the logs: {e}"));
+        let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+        (ctx, undo_cut)
+    }
 }
 
 /// A second power cut, during the recovery from `image` and `logs`: its persists fail from
@@ -490,10 +507,7 @@ fn cut_the_recovery(
     rng: &mut SmallRng,
 ) -> (Vec<u8>, LogDir, bool) {
     let simulation = SimulatedPersistence::failing_from(from);
-    let again = LogDir::new(&format!(
-        "{}-again-{from}",
-        logs.0.display().to_string().len()
-    ));
+    let again = LogDir::new(&format!("again-{from}"));
     logs.copy_to(&again);
     let opened = Pool::open_image(image, simulation.clone())
         .ok()
@@ -618,38 +632,24 @@ fn cut_a_rename(
     fail_from: Option<u64>,
     undo_fail_from: Option<u64>,
 ) -> SplitCut {
-    let config = config(durability, fail_from);
-    let case = format!("{durability:?} RENAME failing from {fail_from:?}, then {undo_fail_from:?}");
+    let case =
+        format!("{durability:?} {command} failing from {fail_from:?}, then {undo_fail_from:?}");
     let name = format!(
-        "rename-{}-{}",
+        "{command}-{}-{}",
         fail_from.unwrap_or(0),
         undo_fail_from.unwrap_or(0)
     );
-    let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
-    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
-    engine.open_transaction_logs(&logs.pool()).expect("logs");
-    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let logged = Logged::open(config(durability, fail_from), &name);
+    let ctx = &logged.ctx;
     let mut session = RespSession::new(1);
-    let made = make_hash(&mut session, &ctx).unwrap_or_else(|| panic!("{case}: the make"));
-    let persists_before = simulation(&config).persist_calls();
-    let reply = run_args(&mut session, &ctx, &[command, "h", "h2"]);
+    let made = make_hash(&mut session, ctx).unwrap_or_else(|| panic!("{case}: the make"));
+    let persists_before = logged.persist_calls();
+    let reply = run_args(&mut session, ctx, &[command, "h", "h2"]);
     let answered = reply == b"+OK\r\n" || reply == b":1\r\n";
-    let persists_after = simulation(&config).persist_calls();
+    let persists_after = logged.persist_calls();
     assert!(answered || fail_from.is_some(), "{case}: answered");
     let mut rng = SmallRng::seed_from_u64(persists_before ^ fail_from.unwrap_or(0));
-    let image = ctx
-        .engine
-        .crash_image(simulation(&config), &mut |_| rng.gen_bool(0.5));
-    logs.copy_to(&crashed);
-    drop(ctx);
-    let (image, crashed, _) = match undo_fail_from {
-        Some(from) => cut_the_recovery(&image, &config, &crashed, from, &mut rng),
-        None => (image, crashed, false),
-    };
-    let ctx = ServerContext::new(
-        Arc::new(recover(&image, &config, &crashed)),
-        Settings::default(),
-    );
+    let (ctx, _) = logged.cut_and_recover(50, &mut rng, undo_fail_from);
     let (old, new) = (read_hash_at(&ctx, "h"), read_hash_at(&ctx, "h2"));
     let (done, not_done) = if command == "COPY" {
         (old == made && new == made, old == made && new.is_empty())
@@ -698,55 +698,36 @@ fn cut_an_exec(
     fail_from: Option<u64>,
     undo_fail_from: Option<u64>,
 ) -> SplitCut {
-    let config = config(durability, fail_from);
     let case = format!("{durability:?} EXEC failing from {fail_from:?}, then {undo_fail_from:?}");
     let name = format!(
         "exec-{}-{}",
         fail_from.unwrap_or(0),
         undo_fail_from.unwrap_or(0)
     );
-    let (logs, crashed) = (LogDir::new(&name), LogDir::new(&format!("{name}-crashed")));
-    let mut engine = Engine::open(config.clone()).expect("a simulated pool opens");
-    engine.open_transaction_logs(&logs.pool()).expect("logs");
-    let ctx = ServerContext::new(Arc::new(engine), Settings::default());
+    let logged = Logged::open(config(durability, fail_from), &name);
+    let ctx = &logged.ctx;
     let mut session = RespSession::new(1);
-    let h = make_hash_at(&mut session, &ctx, "h").unwrap_or_else(|| panic!("{case}: h"));
-    let g = make_hash_at(&mut session, &ctx, "g").unwrap_or_else(|| panic!("{case}: g"));
-    assert_eq!(run(&mut session, &ctx, "SET s v"), b"+OK\r\n", "{case}");
+    let h = make_hash_at(&mut session, ctx, "h").unwrap_or_else(|| panic!("{case}: h"));
+    let g = make_hash_at(&mut session, ctx, "g").unwrap_or_else(|| panic!("{case}: g"));
+    assert_eq!(run(&mut session, ctx, "SET s v"), b"+OK\r\n", "{case}");
     let before: ExecState = (h, g, true);
     let hset = splitting_hset();
     let mut after = before.clone();
     apply(&mut after.0, &hset);
     apply(&mut after.1, &hset);
     after.2 = false;
-    let persists_before = simulation(&config).persist_calls();
-    assert_eq!(run(&mut session, &ctx, "MULTI"), b"+OK\r\n", "{case}");
+    let persists_before = logged.persist_calls();
+    assert_eq!(run(&mut session, ctx, "MULTI"), b"+OK\r\n", "{case}");
     for key in ["h", "g"] {
         let argv = ["HSET", key, hset[2].as_str(), hset[3].as_str()];
-        assert_eq!(
-            run_args(&mut session, &ctx, &argv),
-            b"+QUEUED\r\n",
-            "{case}"
-        );
+        assert_eq!(run_args(&mut session, ctx, &argv), b"+QUEUED\r\n", "{case}");
     }
-    assert_eq!(run(&mut session, &ctx, "DEL s"), b"+QUEUED\r\n", "{case}");
-    let answered = run(&mut session, &ctx, "EXEC") == b"*3\r\n:1\r\n:1\r\n:1\r\n";
-    let persists_after = simulation(&config).persist_calls();
+    assert_eq!(run(&mut session, ctx, "DEL s"), b"+QUEUED\r\n", "{case}");
+    let answered = run(&mut session, ctx, "EXEC") == b"*3\r\n:1\r\n:1\r\n:1\r\n";
+    let persists_after = logged.persist_calls();
     assert!(answered || fail_from.is_some(), "{case}: EXEC answered");
     let mut rng = SmallRng::seed_from_u64(persists_before ^ fail_from.unwrap_or(0));
-    let image = ctx
-        .engine
-        .crash_image(simulation(&config), &mut |_| rng.gen_bool(0.5));
-    logs.copy_to(&crashed);
-    drop(ctx);
-    let (image, crashed, _) = match undo_fail_from {
-        Some(from) => cut_the_recovery(&image, &config, &crashed, from, &mut rng),
-        None => (image, crashed, false),
-    };
-    let ctx = ServerContext::new(
-        Arc::new(recover(&image, &config, &crashed)),
-        Settings::default(),
-    );
+    let (ctx, _) = logged.cut_and_recover(50, &mut rng, undo_fail_from);
     let exists = run(&mut RespSession::new(2), &ctx, "EXISTS s") == b":1\r\n";
     let found: ExecState = (read_hash_at(&ctx, "h"), read_hash_at(&ctx, "g"), exists);
     assert!(
