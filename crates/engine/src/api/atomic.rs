@@ -129,6 +129,7 @@ pub(super) fn restore_into(txn: &Txn<'_>, images: &[Image]) -> Result<(), WriteE
         .filter(made_parts)
         .map(Image::item_key)
         .collect();
+    owners.sort_unstable();
     owners.dedup();
     for owner in &owners {
         txn.make_durable(owner)?;

@@ -110,8 +110,7 @@ impl Shard {
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
         if let Err(error) = self.persist_ranges(inner, &dirty) {
-            dirty.append(&mut self.dirty);
-            self.dirty = dirty;
+            self.dirty = dirty; // All still dirty (nothing is written while they persist).
             return Err(error);
         }
         dirty.clear();

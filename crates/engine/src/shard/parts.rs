@@ -17,11 +17,12 @@
 //!   mark first; eviction frees the owner's segment first; a transaction's undo drops the
 //!   parts its group made once the owners it put back are durable), and the parts a
 //!   rewritten owner no longer owns go with its old record, their marks waiting for the
-//!   commit that makes the new owner durable; a crash between leaves orphans at most. *Writing* a family is whole
-//!   across a process crash (every store kept) and, under `sync`, across a power cut once the
-//!   write was acknowledged; a power cut under deferred durability may keep some of a family's
-//!   writes since the last commit and not others, unless a logged transaction wrote it (its
-//!   log keeps the parts' before-images: `Txn`'s parts).
+//!   commit that makes the new owner durable; a crash between leaves orphans at most.
+//!   *Writing* a family is whole across a process crash (every store kept) and, under
+//!   `sync`, across a power cut once the write was acknowledged; a power cut under deferred
+//!   durability may keep some of a family's writes since the last commit and not others,
+//!   unless a logged transaction wrote it (its log keeps the parts' before-images: `Txn`'s
+//!   parts).
 //! - While a logged transaction holds the shard (`defer_part_drops`), the parts its writes
 //!   replace or delete stay indexed until its log says done, so that a crash before then
 //!   can put their owners back whole; then those no owner owns go
