@@ -212,6 +212,9 @@ pub(crate) struct State {
     /// The table row of the last command run or queued in this `process` call: published to
     /// `client` once per call (`publish_activity`), not per command.
     pub last_row: Option<usize>,
+    /// When the last command of the batch running ended (`None` before its first): the next
+    /// one's start, so a pipelined command reads the time-stamp counter once, not twice.
+    pub command_ended: Option<quanta::Instant>,
 }
 
 /// A Redis connection's protocol state: see the module documentation.
@@ -222,6 +225,9 @@ pub struct RespSession {
     /// per command. It grows to the deepest batch this connection has sent, at most
     /// [`PREFETCH_KEYS_MAX`] entries, and keeps its capacity.
     batch: Vec<Args>,
+    /// The table row of each of `batch`'s commands (`None`: a name the table lacks), looked up
+    /// once, when the batch is parsed.
+    batch_commands: Vec<Option<&'static table::Command>>,
     /// A command refused for a too-long argument, whose bytes are still being dropped.
     discard: Option<Discard>,
     /// A GET or MGET whose keys are on flash waits for I/O threads to read them ahead.
@@ -308,8 +314,10 @@ impl RespSession {
                 monitor: None,
                 client: None,
                 last_row: None,
+                command_ended: None,
             },
             batch: Vec::new(),
+            batch_commands: Vec::new(),
             discard: None,
             flash_wait: Default::default(),
             parked: None,
@@ -469,9 +477,10 @@ impl RespSession {
     /// Handles the complete commands at the start of `input` (see [`Session::process`]).
     ///
     /// Commands are parsed a batch at a time ([`PREFETCH_KEYS_MAX`] at most), the engine starts
-    /// loading the keys of the batch's GETs and SETs (index buckets, then records), and then
-    /// the batch runs in order: a pipeline's cache misses overlap, and each command is parsed
-    /// once. A batch ends after any command other than GET and SET, because such a command may
+    /// loading the first keys of the batch's data commands (index buckets, then records), and
+    /// then the batch runs in order: a pipeline's cache misses overlap, and each command is
+    /// parsed once. A batch ends after any command that is not a data command with its key
+    /// first (`Command::batches`: GET, HSET, DEL, EXPIRE...), because such a command may
     /// change how the next one parses (`AUTH` lifts the pre-authentication limits) or end the
     /// connection, so the bytes after it are parsed only once it has run, as Redis does. A
     /// command that waits for flash leaves the rest of its batch parked as parsed ([`Parked`]):
@@ -508,6 +517,7 @@ impl RespSession {
                 }
                 if self.batch.len() == count {
                     self.batch.push(Args::with_capacity(8, 0));
+                    self.batch_commands.push(None);
                 }
                 let rest = &input[parsed_to..];
                 let args = &mut self.batch[count];
@@ -522,8 +532,10 @@ impl RespSession {
                     // `*0`, `*-1` or an empty inline line: skipped without a reply.
                     continue;
                 }
+                let command = args.get(rest, 0).and_then(table::lookup);
+                self.batch_commands[count] = command;
                 count += 1;
-                match batch_key(rest, args) {
+                match batch_key(rest, args, command) {
                     Some(key) => {
                         keys[keys_len] = key;
                         keys_len += 1;
@@ -582,6 +594,7 @@ impl RespSession {
         out: &mut Vec<u8>,
     ) -> Option<Processed> {
         debug_assert!(first + ranges.len() <= self.batch.len());
+        self.state.command_ended = None; // (The parse is no command's time.)
         for (at, (args, &(start, end))) in self.batch[first..].iter().zip(ranges).enumerate() {
             if end > input.len() {
                 // A parked batch the connection hands back in a shorter piece than it was
@@ -631,7 +644,8 @@ impl RespSession {
                 return Some(Processed::held(start));
             }
             let keys = Keys::one(&ctx.engine, !self.state.no_touch);
-            execute(&mut self.state, args, command, (ctx, keys), out);
+            let found = self.batch_commands[first + at];
+            execute(&mut self.state, (args, found), command, (ctx, keys), out);
             if self.state.close {
                 let over_budget = std::mem::take(&mut self.state.over_budget);
                 return Some(Processed {
@@ -731,18 +745,22 @@ fn is_exec(args: &Args, command: &[u8]) -> bool {
         .is_some_and(|name| name.eq_ignore_ascii_case(b"exec"))
 }
 
-/// The key of a GET or SET parsed from `input`, which lets a batch go on past it; `None` for
-/// any other command, which ends the batch.
-fn batch_key<'a>(input: &'a [u8], args: &Args) -> Option<&'a [u8]> {
-    let (
-        Some(&Arg::Input { start, len }),
-        Some(&Arg::Input {
-            start: key,
-            len: key_len,
-        }),
-    ) = (args.as_slice().first(), args.as_slice().get(1))
+/// The key of a command parsed from `input` that lets a batch go on past it (a data command
+/// whose first argument is its key, `Command::batches`); `None` for any other, which ends the
+/// batch.
+fn batch_key<'a>(
+    input: &'a [u8],
+    args: &Args,
+    command: Option<&'static table::Command>,
+) -> Option<&'a [u8]> {
+    let Some(&Arg::Input {
+        start: key,
+        len: key_len,
+    }) = args.as_slice().get(1)
     else {
         return None;
     };
-    table::hot(&input[start..start + len]).map(|_| &input[key..key + key_len])
+    command
+        .filter(|command| command.batches)
+        .map(|_| &input[key..key + key_len])
 }

@@ -47,6 +47,11 @@ pub(crate) struct Command {
     /// It may change what `CLIENT LIST` shows of the client (name, protocol, MULTI): the
     /// session publishes that after it runs (`crate::clients`).
     pub changes_client: bool,
+    /// A pipelined batch goes on past it, and its key is read ahead with the batch's others
+    /// (`Engine::prefetch`): a data command (string, bitmap, hash or keyspace group) whose
+    /// first argument is its key. None of those changes what the parse of the commands behind
+    /// it depends on (authentication, the limits) or how they run (MULTI, CLIENT REPLY).
+    pub batches: bool,
     /// How it differs from Redis 7.0.15, for docs/COMPATIBILITY.md; empty when it does not
     /// (the differential tests check its replies byte for byte).
     #[cfg_attr(
@@ -156,6 +161,7 @@ const fn row(
         reads: Reads::Keys,
         before_auth: false,
         changes_client: false,
+        batches: keys.0 == 1 && (kind_of_group(group).is_some() || str_eq(group, "keyspace")),
         differs: "",
     }
 }

@@ -627,6 +627,65 @@ fn a_long_pipeline_runs_in_order_across_batches() {
     );
 }
 
+/// A long pipeline of hash and keyspace commands, which batches go on past (`Command::batches`),
+/// with MULTI/EXEC, a RENAME and PINGs (which end batches) among them: every reply is the one a
+/// command run alone gets, in order, across several batches.
+#[test]
+fn a_long_pipeline_of_hash_and_keyspace_commands_runs_in_order_across_batches() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let (mut input, mut expected) = (Vec::new(), Vec::new());
+    let mut counters = [0i64; 5];
+    let mut push = |args: &[&str], reply: String| {
+        input.extend_from_slice(&command(args));
+        expected.extend_from_slice(reply.as_bytes());
+    };
+    for i in 0..(3 * strata_engine::PREFETCH_KEYS_MAX + 5) {
+        let slot = i % counters.len();
+        let (key, field, value) = (format!("h{slot}"), format!("f{i}"), format!("v{i}"));
+        push(&["HSET", &key, &field, &value], ":1\r\n".into());
+        counters[slot] += 1;
+        let count = counters[slot].to_string();
+        push(&["HINCRBY", &key, "n", "1"], format!(":{count}\r\n"));
+        push(
+            &["HGET", &key, &field],
+            format!("${}\r\n{value}\r\n", value.len()),
+        );
+        push(&["EXISTS", &key, "nothing"], ":1\r\n".into());
+        match i % 9 {
+            0 => {
+                push(&["DEL", &key], ":1\r\n".into());
+                counters[slot] = 0;
+            }
+            3 => {
+                push(&["RENAME", &key, "moved"], "+OK\r\n".into());
+                push(
+                    &["HGET", "moved", "n"],
+                    format!("${}\r\n{count}\r\n", count.len()),
+                );
+                push(&["RENAME", "moved", &key], "+OK\r\n".into());
+            }
+            5 => {
+                push(&["MULTI"], "+OK\r\n".into());
+                push(&["HGET", &key, "n"], "+QUEUED\r\n".into());
+                push(&["HDEL", &key, &field], "+QUEUED\r\n".into());
+                let reply = format!("*2\r\n${}\r\n{count}\r\n:1\r\n", count.len());
+                push(&["EXEC"], reply);
+            }
+            7 => push(&["PING"], "+PONG\r\n".into()),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let processed = session.process(&input, &ctx, &mut out);
+    assert_eq!(
+        out.escape_ascii().to_string(),
+        expected.escape_ascii().to_string()
+    );
+    assert_eq!(processed.consumed, input.len());
+    assert!(!processed.close);
+}
+
 /// A protocol error inside a batch: the commands before it run and reply, then the error, and
 /// nothing after it runs.
 #[test]
