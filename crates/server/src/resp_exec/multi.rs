@@ -227,6 +227,9 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let plan = plan(&multi, &watched);
+    // The keys' index buckets and records start loading before any is held, so their cache
+    // misses overlap (nothing read them while the commands were queued).
+    call.ctx.engine.prefetch(&plan.keys);
     let run = |state: &mut State, call: &Call<'_>, out: &mut Vec<u8>| {
         let keys = call.keys();
         if watched.iter().any(|w| keys.observe(&w.key) != w.seen) {
