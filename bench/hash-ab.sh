@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Two strata builds and Valkey, interleaved command by command: what a change to the RESP path
+# costs or saves per request, beside the peer, in one run. Each server runs alone on CPU 0
+# (strata with one worker), memtier_benchmark on CPU 1 with 4 connections. The three servers
+# are started once and filled once with redis-py: 10,000 hashes of 10 fields (`user:N`, 8-byte
+# names, 20-byte values, as bench/hash-ops.sh) and 10,000 strings of 20 bytes (`str:N`). Then,
+# each round, each command runs on A, B and Valkey in turn for SECONDS: HGET, HSET, HINCRBY,
+# HGETALL, GET, SET, PING, and MULTI + 5 SETs + EXEC (one request = one transaction there).
+#
+#   bench/hash-ab.sh MEMTIER VALKEY BUILD_A BUILD_B [SECONDS] [ROUNDS]
+#
+# DEPTH=16 (default) or 1 is memtier's pipeline depth (a transaction of 7 commands is sent
+# 14 deep when DEPTH is 16). Printed: each run's server CPU µs per request, then per command
+# the medians over the rounds and the median of each round's B/A and B/Valkey ratios (a
+# paired median cancels the VM's drift between rounds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+memtier=${1:?memtier_benchmark binary}
+valkey=${2:?valkey-server binary}
+build_a=${3:?strata binary A}
+build_b=${4:?strata binary B}
+seconds=${5:-2}
+rounds=${6:-7}
+depth=${DEPTH:-16}
+source bench/lib.sh
+declare -A ports=([A]=23981 [B]=23982 [V]=23983) pids
+out=$(mktemp)
+trap 'kill ${pids[*]} 2>/dev/null || true; rm -f "$out"' EXIT
+
+for name in A B V; do
+  port=${ports[$name]}
+  case $name in
+    A) strata=$build_a; start_resp strata 1GiB ;;
+    B) strata=$build_b; start_resp strata 1GiB ;;
+    V) start_resp valkey 1GiB ;;
+  esac || { echo "$name did not start" >&2; exit 1; }
+  pids[$name]=$pid
+  /usr/bin/python3 - "$port" <<'PY'
+import redis, sys
+r = redis.Redis(port=int(sys.argv[1]))
+p = r.pipeline(transaction=False)
+for i in range(1, 10001):
+    p.hset(f"user:{i}", mapping={f"field{j:03d}": f"value-{i:08d}-{j:05d}" for j in range(10)})
+    p.set(f"str:{i}", f"value-{i:08d}-00000")
+    if i % 500 == 0:
+        p.execute()
+p.execute()
+PY
+done
+
+# run NAME LABEL PREFIX REQUESTS_COLUMN MEMTIER_COMMAND_ARGS...
+run() {
+  local name=$1 label=$2 prefix=$3 column=$4 pipeline=$depth
+  shift 4
+  [ "$label" = TX ] && [ "$depth" -gt 1 ] && pipeline=$((depth / 8 * 7))
+  local pid=${pids[$name]} before after requests
+  before=$(cpu_ticks "$pid")
+  requests=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p "${ports[$name]}" -P redis -t 1 -c 4 \
+    --pipeline=$pipeline --test-time="$seconds" --hide-histogram -d 20 \
+    --key-prefix="$prefix" --key-minimum=1 --key-maximum=10000 "$@" 2>/dev/null \
+    | awk -v c="$column" '$1 == c {print $2}')
+  after=$(cpu_ticks "$pid")
+  python3 -c "print(f'$label $name {($after - $before) * 1e6 / 100 / ($requests * $seconds):.3f}')" \
+    | tee -a "$out"
+}
+
+tx=(--command="MULTI")
+for _ in 1 2 3 4 5; do tx+=(--command="SET __key__ __data__"); done
+tx+=(--command="EXEC")
+for round in $(seq "$rounds"); do
+  echo "round $round (label server cpu_us_per_request)"
+  for name in A B V; do run $name HGET user: Totals --command="HGET __key__ field002"; done
+  for name in A B V; do run $name HSET user: Totals --command="HSET __key__ field001 __data__"; done
+  for name in A B V; do run $name HINCRBY user: Totals --command="HINCRBY __key__ counter 1"; done
+  for name in A B V; do run $name HGETALL user: Totals --command="HGETALL __key__"; done
+  for name in A B V; do run $name GET str: Totals --command="GET __key__"; done
+  for name in A B V; do run $name SET str: Totals --command="SET __key__ __data__"; done
+  for name in A B V; do run $name PING str: Totals --command="PING"; done
+  for name in A B V; do run $name TX str: Execs "${tx[@]}"; done
+done
+
+python3 - "$out" "$depth" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    label, name, cpu = line.split()
+    runs[(label, name)].append(float(cpu))
+print(f"medians, DEPTH={sys.argv[2]} (TX: µs per transaction)")
+print("command      A       B       Valkey  B/A (paired)  B/Valkey (paired)")
+for label in dict.fromkeys(l for l, _ in runs):
+    a, b, v = (runs[(label, n)] for n in "ABV")
+    ba = statistics.median(y / x for x, y in zip(a, b))
+    bv = statistics.median(y / x for x, y in zip(v, b))
+    print(f"{label:<10} {statistics.median(a):7.3f} {statistics.median(b):7.3f} "
+          f"{statistics.median(v):7.3f}  {ba:12.3f}  {bv:17.3f}")
+PY
