@@ -35,55 +35,52 @@ for name in A B V; do
     V) start_resp valkey 1GiB ;;
   esac || { echo "$name did not start" >&2; exit 1; }
   pids[$name]=$pid
-  /usr/bin/python3 - "$port" <<'PY'
-import redis, sys
-r = redis.Redis(port=int(sys.argv[1]))
-p = r.pipeline(transaction=False)
-for i in range(1, 10001):
-    p.hset(f"user:{i}", mapping={f"field{j:03d}": f"value-{i:08d}-{j:05d}" for j in range(10)})
-    p.set(f"str:{i}", f"value-{i:08d}-00000")
-    if i % 500 == 0:
-        p.execute()
-p.execute()
-PY
+  fill_user_hashes "$port" 1
 done
 
-# run NAME LABEL PREFIX REQUESTS_COLUMN MEMTIER_COMMAND_ARGS...
-run() {
-  local name=$1 label=$2 prefix=$3 column=$4 pipeline=$depth
+# each LABEL PREFIX REQUESTS_COLUMN DEPTH MEMTIER_COMMAND_ARGS...: one run on A, B and Valkey
+# in turn; prints each run's server CPU µs per request and the share of its core the server
+# used (near 100%: the server was the bound; well below: memtier was).
+each() {
+  local label=$1 prefix=$2 column=$3 pipeline=$4 name pid before after requests
   shift 4
-  [ "$label" = TX ] && [ "$depth" -gt 1 ] && pipeline=$((depth / 8 * 7))
-  local pid=${pids[$name]} before after requests
-  before=$(cpu_ticks "$pid")
-  requests=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p "${ports[$name]}" -P redis -t 1 -c 4 \
-    --pipeline=$pipeline --test-time="$seconds" --hide-histogram -d 20 \
-    --key-prefix="$prefix" --key-minimum=1 --key-maximum=10000 "$@" 2>/dev/null \
-    | awk -v c="$column" '$1 == c {print $2}')
-  after=$(cpu_ticks "$pid")
-  python3 -c "print(f'$label $name {($after - $before) * 1e6 / 100 / ($requests * $seconds):.3f}')" \
-    | tee -a "$out"
+  for name in A B V; do
+    pid=${pids[$name]}
+    before=$(cpu_ticks "$pid")
+    requests=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p "${ports[$name]}" -P redis -t 1 -c 4 \
+      --pipeline="$pipeline" --test-time="$seconds" --hide-histogram -d 20 \
+      --key-prefix="$prefix" --key-minimum=1 --key-maximum=10000 "$@" 2>/dev/null \
+      | awk -v c="$column" '$1 == c {print $2}')
+    after=$(cpu_ticks "$pid")
+    python3 -c "
+ticks = $after - $before
+print(f'$label $name {ticks * 1e6 / 100 / ($requests * $seconds):.3f} {ticks / $seconds:.0f}%')" \
+      | tee -a "$out"
+  done
 }
 
 tx=(--command="MULTI")
 for _ in 1 2 3 4 5; do tx+=(--command="SET __key__ __data__"); done
 tx+=(--command="EXEC")
+tx_depth=$depth
+[ "$depth" -gt 1 ] && tx_depth=$((depth / 8 * 7))
 for round in $(seq "$rounds"); do
-  echo "round $round (label server cpu_us_per_request)"
-  for name in A B V; do run $name HGET user: Totals --command="HGET __key__ field002"; done
-  for name in A B V; do run $name HSET user: Totals --command="HSET __key__ field001 __data__"; done
-  for name in A B V; do run $name HINCRBY user: Totals --command="HINCRBY __key__ counter 1"; done
-  for name in A B V; do run $name HGETALL user: Totals --command="HGETALL __key__"; done
-  for name in A B V; do run $name GET str: Totals --command="GET __key__"; done
-  for name in A B V; do run $name SET str: Totals --command="SET __key__ __data__"; done
-  for name in A B V; do run $name PING str: Totals --command="PING"; done
-  for name in A B V; do run $name TX str: Execs "${tx[@]}"; done
+  echo "round $round (label server cpu_us_per_request server_core_share)"
+  each HGET user: Totals "$depth" --command="HGET __key__ field002"
+  each HSET user: Totals "$depth" --command="HSET __key__ field001 __data__"
+  each HINCRBY user: Totals "$depth" --command="HINCRBY __key__ counter 1"
+  each HGETALL user: Totals "$depth" --command="HGETALL __key__"
+  each GET str: Totals "$depth" --command="GET __key__"
+  each SET str: Totals "$depth" --command="SET __key__ __data__"
+  each PING str: Totals "$depth" --command="PING"
+  each TX str: Execs "$tx_depth" "${tx[@]}"
 done
 
 python3 - "$out" "$depth" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    label, name, cpu = line.split()
+    label, name, cpu, _share = line.split()
     runs[(label, name)].append(float(cpu))
 print(f"medians, DEPTH={sys.argv[2]} (TX: µs per transaction)")
 print("command      A       B       Valkey  B/A (paired)  B/Valkey (paired)")

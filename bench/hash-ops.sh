@@ -17,17 +17,7 @@ strata=${STRATA:-target/release/strata}
 port=23996
 source bench/lib.sh
 start() { start_resp "$1" 1GiB; }
-fill() {
-  /usr/bin/python3 - $port <<'PY'
-import redis, sys
-r = redis.Redis(port=int(sys.argv[1]))
-p = r.pipeline(transaction=False)
-for i in range(1, 10001):
-    p.hset(f"user:{i}", mapping={f"field{j:03d}": f"value-{i:08d}-{j:05d}" for j in range(10)})
-    if i % 500 == 0: p.execute()
-p.execute()
-PY
-}
+fill() { fill_user_hashes $port; }
 for round in $(seq $rounds); do
   for server in ${SERVERS:-strata valkey redis}; do
     for pipeline in 1 16; do

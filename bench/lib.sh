@@ -28,3 +28,23 @@ start_resp() {
   for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && return 0; sleep 0.05; done
   return 1
 }
+
+# fill_user_hashes PORT [STRINGS]: writes 10,000 hashes of 10 fields with redis-py, `user:1` ..
+# `user:10000` (8-byte names `field000`.., 20-byte values), which memtier's keys then name
+# (`--key-prefix=user: --key-minimum=1 --key-maximum=10000`); with STRINGS=1 also 10,000
+# strings of 20 bytes, `str:1` .. `str:10000`.
+fill_user_hashes() {
+  /usr/bin/python3 - "$1" "${2:-0}" <<'PY'
+import redis, sys
+r = redis.Redis(port=int(sys.argv[1]))
+strings = sys.argv[2] == "1"
+p = r.pipeline(transaction=False)
+for i in range(1, 10001):
+    p.hset(f"user:{i}", mapping={f"field{j:03d}": f"value-{i:08d}-{j:05d}" for j in range(10)})
+    if strings:
+        p.set(f"str:{i}", f"value-{i:08d}-00000")
+    if i % 500 == 0:
+        p.execute()
+p.execute()
+PY
+}
