@@ -307,6 +307,39 @@ impl Differ {
         }
     }
 
+    /// Sends `lines` to both sides as one write (one pipelined batch, as a client's pipeline
+    /// arrives) and compares all their replies, byte for byte.
+    fn pipeline(&mut self, label: &str, lines: &[String]) {
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend_from_slice(&request(line));
+        }
+        let (redis, _) = self.redis.call(&bytes, lines.len(), false);
+        let (strata, _) = self.strata.call(&bytes);
+        self.steps += 1;
+        if redis != strata {
+            let replies = |mut bytes: &[u8]| {
+                let mut out = Vec::new();
+                while let Ok((_, len)) = parse_reply(bytes) {
+                    out.push(bytes[..len].escape_ascii().to_string());
+                    bytes = &bytes[len..];
+                }
+                out
+            };
+            let (redis, strata) = (replies(&redis), replies(&strata));
+            let first = (0..lines.len())
+                .find(|&i| redis.get(i) != strata.get(i))
+                .unwrap_or(lines.len());
+            self.mismatches.push(format!(
+                "{label}: reply {first} of {} ({}) differs\n    redis:  {:?}\n    strata: {:?}",
+                lines.len(),
+                lines.get(first).map_or("-", String::as_str),
+                redis.get(first),
+                strata.get(first)
+            ));
+        }
+    }
+
     fn unordered(&mut self, line: &str) {
         self.step_bytes(line, &request(line), Compare::Unordered, false);
     }
@@ -1241,6 +1274,82 @@ fn hashes_match_redis() {
     d.finish("hashes");
 }
 
+/// Errors in the middle of long pipelined batches of hash commands: an unknown command, wrong
+/// arities, WRONGTYPE, a non-number, an overflow, inf, and MULTI blocks that abort at EXEC or
+/// carry a runtime error, each between hash, string and keyspace commands, in one write. Every
+/// reply after an error must be the one Redis gives (a batch is cut and prefetched per key, so
+/// an error must neither end it early nor shift the replies after it).
+#[test]
+fn errors_inside_pipelined_hash_batches_match_redis() {
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&["FLUSHALL", "SET str v", "HSET big n 9223372036854775807"]);
+    let round = |i: usize| -> Vec<String> {
+        let h = format!("h{}", i % 7);
+        let f = format!("f{}", i % 5);
+        [
+            format!("HSET {h} {f} {i} s abc"),
+            format!("HGET {h} {f}"),
+            format!("HNOSUCH {h} {f}"),
+            format!("HINCRBY {h} n {i}"),
+            format!("HGET {h}"),
+            format!("HINCRBY {h} s 1"),
+            "HINCRBY big n 1".to_owned(),
+            format!("HINCRBYFLOAT {h} fl inf"),
+            format!("HINCRBY {h} n notanumber"),
+            "HGET str a".to_owned(),
+            format!("HSET {h} {f}"),
+            format!("GET {h}"),
+            format!("HMGET {h} {f} s n nofield"),
+            "MULTI".to_owned(),
+            format!("HSET {h} m {i}"),
+            "HNOSUCH x".to_owned(),
+            format!("HINCRBY {h} m 1"),
+            "EXEC".to_owned(),
+            format!("HGET {h} m"),
+            "MULTI".to_owned(),
+            format!("HINCRBY {h} s 1"),
+            format!("HINCRBY {h} n 1"),
+            "HGET str a".to_owned(),
+            "EXEC".to_owned(),
+            format!("HDEL {h} {f} nofield"),
+            format!("HLEN {h}"),
+            format!("EXISTS {h} str nokey"),
+            "PING".to_owned(),
+            format!("HGETALL {h}"),
+        ]
+        .to_vec()
+    };
+    for (start, rounds) in [(0, 1), (1, 3), (4, 12)] {
+        let lines: Vec<String> = (start..start + rounds).flat_map(round).collect();
+        d.pipeline(&format!("rounds {start}..{}", start + rounds), &lines);
+    }
+    // A rename and a delete between reads of the same key, and a hash replaced by a string.
+    let lines: Vec<String> = [
+        "HSET a x 1",
+        "HGET a x",
+        "RENAME a b",
+        "HGET a x",
+        "HGET b x",
+        "RENAME nokey c",
+        "HGET b x",
+        "DEL b",
+        "HGET b x",
+        "HSET b y 2",
+        "SET b s",
+        "HGET b y",
+        "GET b",
+        "HSET b y 3",
+        "TYPE b",
+    ]
+    .iter()
+    .map(|line| (*line).to_owned())
+    .collect();
+    d.pipeline("rename and replace", &lines);
+    d.exact(&["HGETALL h0", "HGETALL h3", "HGETALL h6", "HGET big n"]);
+    d.finish("errors inside pipelined hash batches");
+}
+
 /// MULTI EXEC DISCARD WATCH UNWATCH: queued replies, errors that abort at EXEC and those
 /// that do not, runtime errors as elements, WATCH aborts (by the client itself, by expiry, by
 /// a delete, by a TTL change), RESET, and RESP3's null for an aborted EXEC.
@@ -1430,9 +1539,17 @@ fn resp_protocol_errors_match_redis() {
         b"ECHO \"a\r\n",
         b"ECHO 'a'b\r\n",
         b"PING\r\n*1\r\n$4 \r\n",
+        b"*4\r\n$4\r\nHSET\r\n$1\r\np\r\n$1\r\nf\r\n$1\r\n1\r\n*3\r\n$4\r\nHGET\r\n$1\r\np\r\n\
+          $1\r\nf\r\n*3\r\n$4\r\nHGET\r\n$1\r\np\r\n$x\r\nf\r\n*1\r\n$4\r\nPING\r\n",
     ];
     for &raw in cases {
-        let replies = if raw.starts_with(b"PING") { 2 } else { 1 };
+        let replies = if raw.starts_with(b"PING") {
+            2
+        } else if raw.starts_with(b"*4\r\n$4\r\nHSET") {
+            3
+        } else {
+            1
+        };
         d.step_closing(&server, raw, replies);
     }
     d.finish("protocol errors");
