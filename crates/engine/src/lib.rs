@@ -570,6 +570,19 @@ impl Inner {
         self.part_hash(owner_hash, name)
     }
 
+    /// Part `part`'s key of the owner `owner` (hash `owner_hash`), built without the heap
+    /// for a short owner key, and the part's hash: [`Inner::part_name`] for one part.
+    pub(crate) fn part_key(
+        &self,
+        owner: &[u8],
+        owner_hash: u64,
+        part: u32,
+    ) -> (record::PartKey, u64) {
+        let key = record::PartKey::new(owner, part);
+        let hash = self.part_hash(owner_hash, key.as_bytes());
+        (key, hash)
+    }
+
     /// The hash a record is indexed under: its key's, or for a part its part hash.
     pub(crate) fn record_hash(&self, view: &record::RecordView<'_>) -> u64 {
         if view.meta.kind == record::Kind::Part {

@@ -130,6 +130,45 @@ pub fn set_part_key(key: &mut Vec<u8>, owner: &[u8], part: u32) {
     key.extend_from_slice(&part.to_le_bytes());
 }
 
+/// The longest owner key whose part keys [`PartKey`] holds on the stack; most keys are far
+/// shorter, and a longer one takes the heap.
+const PART_KEY_INLINE_OWNER_BYTES_MAX: usize = 60;
+
+/// A part's key ([`set_part_key`]'s bytes) built where a command reads or writes one part: on
+/// the stack when its owner's key is short, so the lookup of a large hash's chunk allocates
+/// nothing.
+pub enum PartKey {
+    /// The key's bytes are `bytes[..len]`.
+    Inline {
+        bytes: [u8; PART_KEY_INLINE_OWNER_BYTES_MAX + PART_NUMBER_BYTES],
+        len: usize,
+    },
+    Heap(Vec<u8>),
+}
+
+impl PartKey {
+    /// Part `part`'s key of the owner `owner`.
+    pub fn new(owner: &[u8], part: u32) -> PartKey {
+        if owner.len() > PART_KEY_INLINE_OWNER_BYTES_MAX {
+            let mut key = Vec::with_capacity(owner.len() + PART_NUMBER_BYTES);
+            set_part_key(&mut key, owner, part);
+            return PartKey::Heap(key);
+        }
+        let mut bytes = [0; PART_KEY_INLINE_OWNER_BYTES_MAX + PART_NUMBER_BYTES];
+        let len = owner.len() + PART_NUMBER_BYTES;
+        bytes[..owner.len()].copy_from_slice(owner);
+        bytes[owner.len()..len].copy_from_slice(&part.to_le_bytes());
+        PartKey::Inline { bytes, len }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            PartKey::Inline { bytes, len } => &bytes[..*len],
+            PartKey::Heap(key) => key,
+        }
+    }
+}
+
 /// A part's key split into its owner's key and its number; the key must be a part's (longer
 /// than a part number: `decode` refuses a part record with a shorter one).
 pub fn split_part_key(key: &[u8]) -> (&[u8], u32) {
@@ -592,6 +631,22 @@ pub fn mark_superseded(bytes: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_key_on_the_stack_or_the_heap_is_set_part_keys_bytes() {
+        let mut expected = Vec::new();
+        for owner_len in [1, 59, 60, 61, 250, KEY_LEN_MAX] {
+            let owner: Vec<u8> = (0..owner_len).map(|i| (i % 251) as u8).collect();
+            for part in [0, 1, 0x0102_0304, u32::MAX] {
+                set_part_key(&mut expected, &owner, part);
+                let key = PartKey::new(&owner, part);
+                assert_eq!(key.as_bytes(), &expected[..]);
+                assert_eq!(split_part_key(key.as_bytes()), (&owner[..], part));
+                let inline = owner_len <= PART_KEY_INLINE_OWNER_BYTES_MAX;
+                assert_eq!(matches!(key, PartKey::Inline { .. }), inline);
+            }
+        }
+    }
 
     fn encode(key: &[u8], value: &[u8], meta: RecordMeta) -> Vec<u8> {
         let mut out = vec![0u8; record_size(key.len(), value.len(), &meta)];

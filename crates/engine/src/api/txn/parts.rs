@@ -47,12 +47,12 @@ impl Txn<'_> {
             return Ok(());
         }
         let inner: &Inner = &self.engine.inner;
-        let mut name = Vec::new();
-        let hash = inner.part_name(owner, owner_hash, part, &mut name);
-        if self.logged_parts.borrow().contains(&name) {
+        let (name, hash) = inner.part_key(owner, owner_hash, part);
+        let name = name.as_bytes();
+        if self.logged_parts.borrow().contains(name) {
             return Ok(());
         }
-        let found = shard.lookup(inner, &name, hash);
+        let found = shard.lookup(inner, name, hash);
         let fields = found
             .as_ref()
             .map(|found| ItemFields::part(found.view.value));
@@ -61,14 +61,14 @@ impl Txn<'_> {
             let log = log.as_mut().expect("a logged transaction holds the log");
             if self.log_pending.get() {
                 // Not written yet: the image joins its body, and one write makes it all.
-                log.push(&name, true, fields);
+                log.push(name, true, fields);
             } else {
-                log.append(&name, true, fields)
+                log.append(name, true, fields)
                     .map_err(|error| super::atomic::log_error(log.path(), "append", &error))?;
             }
         }
         self.begin_log()?;
-        self.logged_parts.borrow_mut().insert(name);
+        self.logged_parts.borrow_mut().insert(name.to_vec());
         Ok(())
     }
 
@@ -116,9 +116,8 @@ impl Txn<'_> {
         let shards = self.shards.borrow();
         let (owner_hash, position) = self.position(&shards, owner);
         let shard = shards[position].1.shard();
-        let mut name = Vec::new();
-        let hash = inner.part_name(owner, owner_hash, part, &mut name);
-        let found = shard.lookup(inner, &name, hash)?;
+        let (name, hash) = inner.part_key(owner, owner_hash, part);
+        let found = shard.lookup(inner, name.as_bytes(), hash)?;
         Some(f(found.view.value))
     }
 
@@ -135,12 +134,12 @@ impl Txn<'_> {
         check_key(owner)?;
         let mut shards = self.shards.borrow_mut();
         let (owner_hash, position) = self.position(&shards, owner);
-        let mut key = Vec::new();
-        let hash = engine.inner.part_name(owner, owner_hash, part, &mut key);
-        engine.check_value(&key, value.len(), &meta)?;
+        let (key, hash) = engine.inner.part_key(owner, owner_hash, part);
+        let key = key.as_bytes();
+        engine.check_value(key, value.len(), &meta)?;
         let mut shard = ShardChange::begin(shards[position].1.shard_mut());
         shard.begin_building(owner);
-        shard.write(&engine.inner, &key, hash, value, meta, false)?;
+        shard.write(&engine.inner, key, hash, value, meta, false)?;
         Ok(())
     }
 
