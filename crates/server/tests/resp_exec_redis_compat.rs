@@ -1350,6 +1350,83 @@ fn errors_inside_pipelined_hash_batches_match_redis() {
     d.finish("errors inside pipelined hash batches");
 }
 
+/// A hash past 8 KiB, which strata keeps in chunks (its field commands go straight to a
+/// field's chunk, run as they came when all their fields share one): HSET, HMSET, HDEL,
+/// HINCRBY and HGET of one field and of many across chunks, errors on a chunk, inside MULTI
+/// and pipelined, every reply compared with Redis's (the whole hash as a set of pairs).
+#[test]
+fn large_hashes_match_redis() {
+    const FIELDS: usize = 1_500;
+    let server = RedisServer::start();
+    let mut d = differ(&server, Settings::default());
+    d.exact(&["FLUSHALL"]);
+    let fill: Vec<String> = (0..FIELDS)
+        .map(|i| format!("HSET big f{i} value-{i:0>24}"))
+        .collect();
+    d.pipeline("fill", &fill);
+    let many_fields = |from: usize, step: usize| -> String {
+        (0..40)
+            .map(|i| format!("f{} x{i}", from + i * step))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let lines: Vec<String> = vec![
+        "HLEN big".to_owned(),
+        "OBJECT ENCODING big".to_owned(),
+        "HGET big f7".to_owned(),
+        "HSET big f7 new".to_owned(),
+        "HSET big f7 newer f8 8 f9000 brand-new".to_owned(),
+        format!("HSET big {}", many_fields(3, 37)),
+        format!("HMSET big {}", many_fields(5, 31)),
+        "HSET big f1".to_owned(),
+        "HSET big f1 a f2".to_owned(),
+        "HINCRBY big f10 1".to_owned(),
+        "HINCRBY big n 5".to_owned(),
+        "HINCRBY big n x".to_owned(),
+        "HINCRBYFLOAT big n 0.5".to_owned(),
+        "HMGET big f1 f2 f3 nofield f9000 n".to_owned(),
+        "HDEL big f1 f2 f3 nofield f2".to_owned(),
+        "HDEL big f4".to_owned(),
+        "HSETNX big f5 x".to_owned(),
+        "HSETNX big f5new x".to_owned(),
+        "HSTRLEN big f6".to_owned(),
+        "HEXISTS big f6".to_owned(),
+        "HEXISTS big f1".to_owned(),
+        "MULTI".to_owned(),
+        "HSET big m1 1 m2 2".to_owned(),
+        "HINCRBY big f6 1".to_owned(),
+        "HDEL big m1".to_owned(),
+        "EXEC".to_owned(),
+        "HLEN big".to_owned(),
+    ];
+    d.pipeline("large hash commands", &lines);
+    d.exact(&["HLEN big", "HGET big m2", "HGET big f9000"]);
+    let (redis, strata) = both(&mut d.redis, &mut d.strata, "HGETALL big");
+    assert_eq!(pairs(&redis), pairs(&strata), "HGETALL of the large hash");
+    assert_eq!(
+        pairs(&redis).len(),
+        FIELDS,
+        "four fields deleted, four added"
+    );
+    d.finish("large hashes");
+}
+
+/// An `HGETALL` reply's field-value pairs, sorted.
+fn pairs(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let Ok((Reply::Array(items), _)) = parse_reply(bytes) else {
+        panic!("HGETALL reply is not an array: {}", bytes.escape_ascii());
+    };
+    let mut pairs: Vec<_> = items
+        .chunks(2)
+        .map(|pair| match pair {
+            [Reply::Bulk(field), Reply::Bulk(value)] => (field.clone(), value.clone()),
+            other => panic!("HGETALL pair: {other:?}"),
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
 /// MULTI EXEC DISCARD WATCH UNWATCH: queued replies, errors that abort at EXEC and those
 /// that do not, runtime errors as elements, WATCH aborts (by the client itself, by expiry, by
 /// a delete, by a TTL change), RESET, and RESP3's null for an aborted EXEC.

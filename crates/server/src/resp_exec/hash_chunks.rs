@@ -335,11 +335,24 @@ impl Large<'_> {
             encode::error(out, b"ERR unknown hash command");
             return;
         };
+        self.run_on_chunk(state, call, chunk, (&input, &args, command), out);
+    }
+
+    /// Runs `command` (its arguments `args` over `input`: a share of `call`, or `call`
+    /// itself) on chunk `chunk`, and notes what it changed.
+    fn run_on_chunk(
+        &self,
+        state: &mut State,
+        call: &Call<'_>,
+        chunk: u32,
+        (input, args, command): (&[u8], &Args, &'static table::Command),
+        out: &mut Vec<u8>,
+    ) {
         let door = ChunkDoor::new(self.families, self.key, self.owner.get(), chunk);
         let sub = Call {
             ctx: call.ctx,
-            input: &input,
-            args: &args,
+            input,
+            args,
             command,
             keys: call.keys().held_by(&door),
             in_chunk: true,
@@ -366,7 +379,8 @@ impl Large<'_> {
         }
     }
 
-    /// The command as it came, on chunk `chunk`.
+    /// The command as it came, on chunk `chunk`: run on its own parsed arguments, so nothing
+    /// is built, parsed or looked up again.
     fn on_chunk_whole(
         &self,
         state: &mut State,
@@ -374,8 +388,14 @@ impl Large<'_> {
         chunk: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), WriteError> {
-        let argv: Vec<&[u8]> = call.args_from(0).collect();
-        self.on_chunk(state, call, chunk, &argv, out);
+        debug_assert_eq!(call.arg(1), self.key, "a hash command's key comes first");
+        self.run_on_chunk(
+            state,
+            call,
+            chunk,
+            (call.input, call.args, call.command),
+            out,
+        );
         Ok(())
     }
 
@@ -403,7 +423,16 @@ impl Large<'_> {
             return self.on_chunk_whole(state, call, 0, out); // Its own arity error.
         }
         let owner = self.owner.get();
-        let mut groups: Vec<(u32, Vec<&[u8]>)> = Vec::with_capacity(1);
+        // All on one chunk (always so for one field): the command as it came, whose reply
+        // is the sum's.
+        let first = owner.chunk_of(call.arg(2));
+        if (2 + step..call.len())
+            .step_by(step)
+            .all(|at| owner.chunk_of(call.arg(at)) == first)
+        {
+            return self.on_chunk_whole(state, call, first, out);
+        }
+        let mut groups: Vec<(u32, Vec<&[u8]>)> = Vec::with_capacity(2);
         for at in (2..call.len()).step_by(step) {
             let chunk = owner.chunk_of(call.arg(at));
             let group = match groups.iter().position(|(c, _)| *c == chunk) {
