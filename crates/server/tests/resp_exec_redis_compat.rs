@@ -1606,27 +1606,25 @@ fn resp_auth_matches_redis() {
 fn resp_protocol_errors_match_redis() {
     let server = RedisServer::start();
     let mut d = differ(&server, Settings::default());
-    let cases: &[&[u8]] = &[
-        b"*abc\r\n",
-        b"*1\r\n$x\r\n",
-        b"*1\r\nx\r\n",
-        b"*1\r\n$-1\r\n",
-        b"*1\r\n$536870913\r\n",
-        b"*2147483648\r\n",
-        b"ECHO \"a\r\n",
-        b"ECHO 'a'b\r\n",
-        b"PING\r\n*1\r\n$4 \r\n",
-        b"*4\r\n$4\r\nHSET\r\n$1\r\np\r\n$1\r\nf\r\n$1\r\n1\r\n*3\r\n$4\r\nHGET\r\n$1\r\np\r\n\
-          $1\r\nf\r\n*3\r\n$4\r\nHGET\r\n$1\r\np\r\n$x\r\nf\r\n*1\r\n$4\r\nPING\r\n",
+    // Each request, and how many replies it gets before the connection closes: one for each
+    // whole command ahead of the protocol error, then the error's.
+    let cases: &[(&[u8], usize)] = &[
+        (b"*abc\r\n", 1),
+        (b"*1\r\n$x\r\n", 1),
+        (b"*1\r\nx\r\n", 1),
+        (b"*1\r\n$-1\r\n", 1),
+        (b"*1\r\n$536870913\r\n", 1),
+        (b"*2147483648\r\n", 1),
+        (b"ECHO \"a\r\n", 1),
+        (b"ECHO 'a'b\r\n", 1),
+        (b"PING\r\n*1\r\n$4 \r\n", 2),
+        (
+            b"*4\r\n$4\r\nHSET\r\n$1\r\np\r\n$1\r\nf\r\n$1\r\n1\r\n*3\r\n$4\r\nHGET\r\n$1\r\np\r\n\
+              $1\r\nf\r\n*3\r\n$4\r\nHGET\r\n$1\r\np\r\n$x\r\nf\r\n*1\r\n$4\r\nPING\r\n",
+            3,
+        ),
     ];
-    for &raw in cases {
-        let replies = if raw.starts_with(b"PING") {
-            2
-        } else if raw.starts_with(b"*4\r\n$4\r\nHSET") {
-            3
-        } else {
-            1
-        };
+    for &(raw, replies) in cases {
         d.step_closing(&server, raw, replies);
     }
     d.finish("protocol errors");
