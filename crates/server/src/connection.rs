@@ -5,6 +5,9 @@
 //! - `read_buf[..read_len]` holds input not yet consumed by the session; `read_buf.len()` is the
 //!   buffer's usable size (zero-filled when it grows, so reads need no unsafe code) and never
 //!   exceeds `Limits::read_buffer_bytes_max`.
+//! - `buffer_peak_bytes` is at least the most input held and the most output built since the
+//!   last [`Connection::release_unused_buffers`]: a buffer past
+//!   [`BUFFER_BYTES_RETAINED_MAX`] is kept while that peak says a request needed it.
 //! - `write_buf[write_pos..]` is output not yet written; `write_buf[..write_pos]` was written
 //!   and is reclaimed lazily. The session is not called while the buffer holds more than
 //!   `OutputLimits::buffered_bytes_soft` (the client is not reading), and the connection is
@@ -37,12 +40,19 @@ use crate::context::{
     OUTPUT_BUFFERED_BYTES_HARD_DEFAULT, OUTPUT_BUFFER_BYTES_BASE,
 };
 use crate::metrics::LatencyHistogram;
+use crate::stats::ServerStats;
 
 /// Initial size of a connection's read and write buffers.
 pub const BUFFER_BYTES_INITIAL: usize = 16 << 10;
-/// A drained buffer larger than this is shrunk back to the initial size, so a connection that
-/// once moved a large value does not keep its memory.
+/// A drained buffer larger than this is shrunk back to the initial size once the connection
+/// has not needed that much for a whole [`BUFFER_SWEEP_INTERVAL`] (the worker's sweep:
+/// [`Connection::release_unused_buffers`]), or at once when all clients' output nears the
+/// budget: a connection that once moved a large value does not keep its memory, and one that
+/// moves large values all the time does not grow (zero-filled, page by page) and shrink its
+/// buffers for each of them.
 pub const BUFFER_BYTES_RETAINED_MAX: usize = 1 << 20;
+/// How often the worker looks for large buffers no request needed since the last look.
+pub const BUFFER_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Read/process rounds per readiness event before the worker serves other connections.
 pub const READ_ROUNDS_MAX: usize = 8;
 /// Input handed to the session in the first call of a batch: a 16-deep pipeline of small
@@ -176,6 +186,8 @@ pub struct Connection {
     read_len: usize,
     write_buf: Vec<u8>,
     write_pos: usize,
+    /// The most input held or output built since the last sweep (module invariants).
+    buffer_peak_bytes: usize,
     /// Where in `write_buf` the replies not yet covered by an `Engine::commit` start: they may
     /// acknowledge writes that are not durable yet, so `flush` commits before sending them.
     uncommitted_from: Option<usize>,
@@ -249,6 +261,7 @@ impl Connection {
             read_len: 0,
             write_buf,
             write_pos: 0,
+            buffer_peak_bytes: 0,
             closing: None,
             input_waiting: false,
             held: false,
@@ -386,6 +399,17 @@ impl Connection {
         self.output_held_bytes = 0;
     }
 
+    /// Gives the read buffer's memory beyond the initial size back to the gauge of all
+    /// clients' input memory: the worker calls this when it removes the connection.
+    pub fn release_input(&mut self, stats: &ServerStats) {
+        let held = self.read_buf.len().saturating_sub(BUFFER_BYTES_INITIAL);
+        stats
+            .client_input_bytes
+            .fetch_sub(held as u64, Ordering::Relaxed);
+        self.read_buf = Vec::new();
+        self.read_len = 0;
+    }
+
     /// Shrinks a drained write buffer back to its initial size, however large it is, and
     /// publishes the change: what the worker does first when the budget is passed, since it
     /// frees memory without costing any client anything.
@@ -485,13 +509,14 @@ impl Connection {
     /// Usually one system call: a read that does not fill the buffer drains the socket.
     fn fill(&mut self, pass: &mut PassContext<'_>) -> Result<Fill, CloseReason> {
         if self.read_len == self.read_buf.len() {
-            self.grow_read_buffer(pass.limits)?;
+            self.grow_read_buffer(pass.limits, &pass.ctx.stats)?;
         }
         loop {
             match self.stream.read(&mut self.read_buf[self.read_len..]) {
                 Ok(0) => return Ok(Fill::Eof),
                 Ok(n) => {
                     self.read_len += n;
+                    self.buffer_peak_bytes = self.buffer_peak_bytes.max(self.read_len);
                     pass.traffic.read_bytes += n as u64;
                     self.last_active = pass.now;
                     if self.read_len == self.read_buf.len() {
@@ -511,14 +536,34 @@ impl Connection {
 
     /// Doubles the read buffer, up to the limit; a full buffer at the limit holds a request
     /// too large to serve.
-    fn grow_read_buffer(&mut self, limits: &Limits) -> Result<(), CloseReason> {
+    fn grow_read_buffer(
+        &mut self,
+        limits: &Limits,
+        stats: &ServerStats,
+    ) -> Result<(), CloseReason> {
         debug_assert_eq!(self.read_len, self.read_buf.len());
         if self.read_buf.len() >= limits.read_buffer_bytes_max {
             return Err(CloseReason::RequestTooLarge);
         }
         let size = (self.read_buf.len() * 2).min(limits.read_buffer_bytes_max);
+        let grown = size - self.read_buf.len();
         self.read_buf.resize(size, 0);
+        stats
+            .client_input_bytes
+            .fetch_add(grown as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Gives the read buffer's memory beyond the initial size back: it shrinks to that size,
+    /// and the gauge of all clients' input memory goes down by what it held. Empty buffers only.
+    fn shrink_read_buffer(&mut self, stats: &ServerStats) {
+        debug_assert_eq!(self.read_len, 0, "only a drained read buffer shrinks");
+        let held = self.read_buf.len().saturating_sub(BUFFER_BYTES_INITIAL);
+        self.read_buf.truncate(BUFFER_BYTES_INITIAL);
+        self.read_buf.shrink_to_fit();
+        stats
+            .client_input_bytes
+            .fetch_sub(held as u64, Ordering::Relaxed);
     }
 
     /// Hands the unconsumed input to the session and drops what it consumed.
@@ -578,10 +623,7 @@ impl Connection {
         pass.latency.record(started.elapsed());
         self.read_buf.copy_within(consumed..self.read_len, 0);
         self.read_len -= consumed;
-        if self.read_len == 0 && self.read_buf.len() > BUFFER_BYTES_RETAINED_MAX {
-            self.read_buf.truncate(BUFFER_BYTES_INITIAL);
-            self.read_buf.shrink_to_fit();
-        }
+        self.buffer_peak_bytes = self.buffer_peak_bytes.max(self.write_buf.len());
         let output = &pass.ctx.live.output();
         if output.past_hard(&self.write_buf) {
             tracing::warn!(
@@ -770,11 +812,40 @@ impl Connection {
         }
         self.write_buf.clear();
         self.write_pos = 0;
-        if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX {
+        let budget = &ctx.output_budget;
+        // Kept for the next large reply unless all clients' output nears the budget, where
+        // memory a drained buffer keeps could cost a client with replies still to write.
+        if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX
+            && budget.held_bytes() > budget.limit_bytes() / 2
+        {
             self.write_buf.shrink_to(BUFFER_BYTES_INITIAL);
-            self.publish_output(&ctx.output_budget);
+            self.publish_output(budget);
         }
         Ok(())
+    }
+
+    /// Whether a buffer is past [`BUFFER_BYTES_RETAINED_MAX`]: the worker's sweep then calls
+    /// [`Connection::release_unused_buffers`].
+    pub fn holds_large_buffers(&self) -> bool {
+        self.read_buf.len() > BUFFER_BYTES_RETAINED_MAX
+            || self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX
+    }
+
+    /// The worker's sweep, every [`BUFFER_SWEEP_INTERVAL`]: shrinks back each drained buffer
+    /// past [`BUFFER_BYTES_RETAINED_MAX`] if nothing since the last sweep needed that much
+    /// (the connection was idle, or its requests and replies became small), and starts the
+    /// next interval's peak. Returns whether a large buffer is still held.
+    pub fn release_unused_buffers(&mut self, ctx: &ServerContext) -> bool {
+        if self.buffer_peak_bytes <= BUFFER_BYTES_RETAINED_MAX {
+            if self.read_len == 0 && self.read_buf.len() > BUFFER_BYTES_RETAINED_MAX {
+                self.shrink_read_buffer(&ctx.stats);
+            }
+            if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX {
+                self.shrink_drained_output(&ctx.output_budget);
+            }
+        }
+        self.buffer_peak_bytes = self.read_len.max(self.output_pending_bytes());
+        self.holds_large_buffers()
     }
 
     /// Stops reading (shutdown): what was read is processed, pending output is still written.

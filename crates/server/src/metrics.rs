@@ -429,6 +429,13 @@ fn render_client_output(out: &mut String, ctx: &ServerContext) {
         "Most output buffer memory all clients may hold (--client-output-memory).",
         budget.limit_bytes() as u64,
     );
+    single(
+        out,
+        "strata_client_input_bytes",
+        "gauge",
+        "Read buffer memory all clients hold, beyond each connection's initial buffer.",
+        ctx.stats.client_input_bytes.load(Ordering::Relaxed),
+    );
 }
 
 fn render_engine(out: &mut String, ctx: &ServerContext) {

@@ -160,12 +160,16 @@ pub struct ServerStats {
     pub evicted_clients: AtomicU64,
     /// memcached's per-command outcomes, per entry of [`OUTCOME_NAMES`].
     pub outcomes: [AtomicU64; OUTCOME_NAMES.len()],
+    /// Read buffer memory all connections hold beyond their initial buffers (a buffer grown
+    /// for a large request is kept while requests need it: `connection`'s module docs).
+    pub client_input_bytes: AtomicU64,
 }
 
 impl Default for ServerStats {
     fn default() -> Self {
         ServerStats {
             connections_current: AtomicU64::new(0),
+            client_input_bytes: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             connections_rejected: AtomicU64::new(0),
             commands: std::array::from_fn(|_| AtomicU64::new(0)),

@@ -55,7 +55,9 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::connection::{CloseReason, Connection, Limits, PassContext, Status, Traffic};
+use crate::connection::{
+    CloseReason, Connection, Limits, PassContext, Status, Traffic, BUFFER_SWEEP_INTERVAL,
+};
 use crate::context::ServerContext;
 use crate::flash_io;
 use crate::health::ThreadState;
@@ -151,6 +153,7 @@ pub fn spawn(id: usize, shared: WorkerShared) -> std::io::Result<WorkerHandle> {
         largest: Largest::default(),
         drain_deadline: None,
         next_idle_sweep: Instant::now() + IDLE_SWEEP_INTERVAL,
+        next_buffer_sweep: None,
     };
     // Serving from now: its poller and queue exist, and what the acceptor hands it waits in the
     // queue until the thread's loop takes it, microseconds later.
@@ -209,6 +212,9 @@ struct Worker {
     /// Set once shutdown began.
     drain_deadline: Option<Instant>,
     next_idle_sweep: Instant,
+    /// When to look for large buffers no request needs any more; `None` while no connection
+    /// may hold one ([`Connection::release_unused_buffers`]).
+    next_buffer_sweep: Option<Instant>,
 }
 
 impl Worker {
@@ -304,6 +310,7 @@ impl Worker {
             }
             self.flush_unflushed();
             self.evict_if_requested();
+            self.sweep_buffers(now);
             self.refresh_largest();
             self.sweep_idle(now);
             self.publish_traffic();
@@ -339,10 +346,10 @@ impl Worker {
         let drain = self
             .drain_deadline
             .map(|d| d.saturating_duration_since(now));
-        match (idle, drain) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let buffers = self
+            .next_buffer_sweep
+            .map(|at| at.saturating_duration_since(now));
+        [idle, drain, buffers].into_iter().flatten().min()
     }
 
     /// New connections, finished flash read-aheads, or shutdown.
@@ -519,6 +526,9 @@ impl Worker {
             }
         }
         let bytes = connection.output_closable_bytes();
+        if self.next_buffer_sweep.is_none() && connection.holds_large_buffers() {
+            self.next_buffer_sweep = Some(now + BUFFER_SWEEP_INTERVAL);
+        }
         match status {
             Status::Open => {}
             Status::Again => self.again.push(slot),
@@ -637,6 +647,7 @@ impl Worker {
     fn remove(&mut self, slot: usize, reason: CloseReason) {
         if let Some(mut connection) = self.slots[slot].take() {
             connection.release_output(&self.shared.ctx.output_budget);
+            connection.release_input(&self.shared.ctx.stats);
             if slot == self.largest.slot {
                 self.largest.stale = true;
             }
@@ -684,6 +695,20 @@ impl Worker {
                 self.remove(slot, CloseReason::Idle);
             }
         }
+    }
+
+    /// Every [`BUFFER_SWEEP_INTERVAL`] while a connection may hold a large buffer: shrinks
+    /// those no request needed since the last sweep.
+    fn sweep_buffers(&mut self, now: Instant) {
+        if self.next_buffer_sweep.is_none_or(|at| now < at) {
+            return;
+        }
+        let mut held = false;
+        for connection in self.slots.iter_mut().flatten() {
+            held |= connection.release_unused_buffers(&self.shared.ctx);
+        }
+        self.largest.stale = true;
+        self.next_buffer_sweep = held.then_some(now + BUFFER_SWEEP_INTERVAL);
     }
 
     /// Shutdown: answer what clients already sent, stop reading, keep writing.

@@ -546,6 +546,59 @@ fn a_memcached_multiget_pauses_at_the_output_budget_and_is_never_closed() {
     assert_peak_rss_bounded(&server, before, BUDGET_BYTES + 2 * BUDGET_VALUE_BYTES);
 }
 
+/// A connection that moves large values keeps the read and write buffers they grew (before, each
+/// request zero-filled a new buffer by doubling and gave it back after: half the server's CPU
+/// at 1 MiB values), and gives them back once it stops: the gauges of all clients' buffer
+/// memory say so, and go to 0 again within a few sweeps, or at once when the client leaves.
+#[test]
+fn buffers_grown_for_large_values_are_kept_while_used_and_given_back_after() {
+    const VALUE_BYTES: usize = 4 << 20;
+    let mut server = Server::start(&["--threads", "1", "--max-value-size", "8MiB"]);
+    let mut client = Client::connect(server.resp);
+    let value = vec![b'v'; VALUE_BYTES];
+    for round in 0..3 {
+        let set = resp_command(&[b"SET", b"big", &value]);
+        assert_eq!(client.call(&set), "+OK\r\n", "round {round}");
+        client.send(b"GET big\r\n");
+        assert!(client.bulk() == Some(value.clone()), "round {round}");
+        let input = server.metric("strata_client_input_bytes");
+        let output = server.metric("strata_client_output_bytes");
+        assert!(input >= VALUE_BYTES as u64, "round {round}: input {input}");
+        assert!(
+            output >= VALUE_BYTES as u64,
+            "round {round}: output {output}"
+        );
+    }
+    // Idle now: both buffers go back, and the connection still serves.
+    server.wait_metric("strata_client_input_bytes", |n| n == 0);
+    server.wait_metric("strata_client_output_bytes", |n| n == 0);
+    assert_eq!(
+        client.call(b"STRLEN big\r\n"),
+        format!(":{VALUE_BYTES}\r\n")
+    );
+    // Small requests after large ones: given back too.
+    let set = resp_command(&[b"SET", b"big", &value]);
+    assert_eq!(client.call(&set), "+OK\r\n");
+    assert!(server.metric("strata_client_input_bytes") >= VALUE_BYTES as u64);
+    let mut pings = 0;
+    while server.metric("strata_client_input_bytes") > 0 {
+        assert_eq!(client.call(b"PING\r\n"), "+PONG\r\n");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        pings += 1;
+        assert!(pings < 3000, "the buffer stays while only PINGs come");
+    }
+    // A client that leaves takes its buffers' count with it.
+    let mut other = Client::connect(server.resp);
+    assert_eq!(other.call(&set), "+OK\r\n");
+    assert!(server.metric("strata_client_input_bytes") >= VALUE_BYTES as u64);
+    drop(other);
+    server.wait_metric("strata_client_input_bytes", |n| n == 0);
+    assert_eq!(
+        client.call(b"STRLEN big\r\n"),
+        format!(":{VALUE_BYTES}\r\n")
+    );
+}
+
 /// Issue 10, finding 7: the documented 1 MiB value limit was really 1,048,559 bytes (memcached)
 /// and 1,048,539 (RESP), what a 1 MiB segment left after the record header and the key. The
 /// default segment now holds exactly `max-value-size` with any key of up to 250 bytes, on both
