@@ -214,7 +214,9 @@ pub fn output_held_bytes(capacity: usize) -> usize {
 ///
 /// What counts is memory: each output buffer's capacity beyond [`OUTPUT_BUFFER_BYTES_BASE`],
 /// including replies already written but not yet reclaimed and capacity kept after a large
-/// reply (a drained buffer over `connection::BUFFER_BYTES_RETAINED_MAX` shrinks back).
+/// reply (a drained buffer over `connection::BUFFER_BYTES_RETAINED_MAX` shrinks back at the
+/// worker's next sweep that finds it unused, or at once while the total is past half the
+/// budget).
 ///
 /// Without locks and without shared writes per request:
 /// - a connection publishes its held bytes into `held_bytes` only when its buffer's capacity

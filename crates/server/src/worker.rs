@@ -6,7 +6,8 @@
 //!   to its removal here, so the acceptor can enforce the connection limit.
 //! - After warm-up the loop allocates nothing per request: the event list, the slot table, the
 //!   revisit list and the connection buffers are reused (buffers grow only for large requests
-//!   or output, and shrink back once drained).
+//!   or output, and shrink back once a sweep finds no request needed them since the last:
+//!   `Connection::release_unused_buffers`, every `BUFFER_SWEEP_INTERVAL` while one is large).
 //! - The worker publishes to the `OutputBudget` the held output bytes of its largest connection
 //!   that the budget may close (`largest`), comparing each connection's published figure after
 //!   its pass: a plain comparison per pass, a shared store only when the largest changes, and

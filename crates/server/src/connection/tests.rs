@@ -513,10 +513,47 @@ fn a_pausing_session_past_the_budget_reads_no_more_until_its_output_drains() {
 }
 
 #[test]
-fn a_drained_buffer_gives_its_memory_back_to_the_budget() {
-    // More than loopback socket buffers take at once, so the first pass leaves some pending.
-    const REPLY_BYTES: usize = 32 << 20;
-    let mut f = budget_fixture(256 << 20, REPLY_BYTES, false);
+fn a_drained_buffer_is_kept_a_sweep_then_gives_its_memory_back_to_the_budget() {
+    let mut f = drain_large_reply(256 << 20);
+    let held = f.connection.output_held_bytes();
+    assert!(
+        held >= DRAINED_REPLY_BYTES - BUFFER_BYTES_INITIAL,
+        "kept for the next one"
+    );
+    assert_eq!(f.ctx.output_budget.held_bytes(), held);
+    assert!(
+        f.connection.release_unused_buffers(&f.ctx),
+        "needed since the last sweep"
+    );
+    assert_eq!(f.connection.output_held_bytes(), held);
+    assert!(
+        !f.connection.release_unused_buffers(&f.ctx),
+        "not needed since"
+    );
+    assert_eq!(
+        f.connection.output_held_bytes(),
+        0,
+        "shrunk after a sweep unused"
+    );
+    assert_eq!(f.ctx.output_budget.held_bytes(), 0);
+}
+
+#[test]
+fn a_drained_buffer_near_the_budget_gives_its_memory_back_at_once() {
+    // The 32 MiB buffer is past half of a 48 MiB budget.
+    let f = drain_large_reply(48 << 20);
+    assert_eq!(f.connection.output_held_bytes(), 0, "shrunk after draining");
+    assert_eq!(f.ctx.output_budget.held_bytes(), 0);
+}
+
+/// More than loopback socket buffers take at once, so the first pass leaves some pending.
+const DRAINED_REPLY_BYTES: usize = 32 << 20;
+
+/// A connection under a budget of `budget_bytes` that built a reply of
+/// [`DRAINED_REPLY_BYTES`], wrote it in several passes and has drained it.
+fn drain_large_reply(budget_bytes: usize) -> Fixture {
+    const REPLY_BYTES: usize = DRAINED_REPLY_BYTES;
+    let mut f = budget_fixture(budget_bytes, REPLY_BYTES, false);
     f.client.write_all(b"a\n").expect("send");
     f.pass_until(|f, _| f.calls.load(Ordering::Relaxed) == 1);
     assert!(f.connection.output_pending_bytes() > 0);
@@ -532,8 +569,8 @@ fn a_drained_buffer_gives_its_memory_back_to_the_budget() {
     });
     f.pass_until(|f, _| f.traffic.written_bytes == REPLY_BYTES as u64);
     assert_eq!(drain.join().expect("reader").expect("reply"), REPLY_BYTES);
-    assert_eq!(f.connection.output_held_bytes(), 0, "shrunk after draining");
-    assert_eq!(f.ctx.output_budget.held_bytes(), 0);
+    assert_eq!(f.connection.output_pending_bytes(), 0);
+    f
 }
 
 /// Echoes lines; a line `wait` waits for flash once (`Processed::flash_wait`), then echoes.
