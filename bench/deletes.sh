@@ -5,13 +5,19 @@
 # ops/s, the keys each server holds at the end, what it evicted, its error replies.
 #
 #   bench/deletes.sh MEMTIER VALKEY
+#
+# STRATA=PATH runs another strata binary (an older build, for an A/B); PEERS=0 runs strata only
+# (VALKEY is then not used).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 memtier=${1:?memtier_benchmark binary}
-valkey=${2:?valkey-server binary}
+valkey=${2:-}
 strata=${STRATA:-target/release/strata}
 port=23981
-for server in strata valkey redis; do
+servers="strata valkey redis"
+if [ "${PEERS:-1}" = 0 ]; then servers=strata; fi
+if [ -z "$valkey" ] && [ "$servers" != strata ]; then echo "usage: bench/deletes.sh MEMTIER VALKEY" >&2; exit 2; fi
+for server in $servers; do
   case $server in
     strata) taskset -c 0 $strata serve --threads 1 --memory 64MiB --log-level warn --resp-listen 127.0.0.1:$port --memcache-listen off --admin-listen off >/dev/null 2>&1 & ;;
     valkey) taskset -c 0 $valkey --port $port --save '' --appendonly no --maxmemory 64mb --maxmemory-policy allkeys-lru >/dev/null 2>&1 & ;;
