@@ -190,6 +190,9 @@ pub(crate) struct State {
     /// it large and asking to run again (`driver::dispatch`). A hint only: a key that holds no
     /// large hash by then runs the command as it is, held, and forgets it.
     pub large_hash_hint: Option<Vec<u8>>,
+    /// Room a large hash's command builds its chunk's and owner's new encodings in, kept from
+    /// one command to the next (`hash_chunks`): at most `hash_chunks::SCRATCH_KEPT_BYTES_MAX`.
+    pub chunk_scratch: Vec<u8>,
     /// GET/SET counts not yet added to the shared counters (published once per batch).
     pub pending: PendingCounts,
     /// A KEYS that waits for, or ran on, the walk thread (`keyspace::keys_walk`): where its
@@ -304,6 +307,7 @@ impl RespSession {
                 output_capacity_at_call: 0,
                 random_state: client_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
                 large_hash_hint: None,
+                chunk_scratch: Vec::new(),
                 pending: PendingCounts::default(),
                 keys_walk: None,
                 peer: None,

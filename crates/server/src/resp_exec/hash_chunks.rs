@@ -31,6 +31,11 @@ use strata_types::hash_chunks::{chunk_bits, chunk_tag, is_chunked, Chunked, CHUN
 
 use super::{table, write_error, Call, State};
 
+/// Most capacity of the scratch buffer a connection keeps between commands on large hashes
+/// (`State::chunk_scratch`): a chunk and its growth fit many times over; one grown for a
+/// field of its own past this is dropped after its command.
+pub(crate) const SCRATCH_KEPT_BYTES_MAX: usize = 64 << 10;
+
 /// Reply for a large hash whose owner or a chunk does not decode.
 const ERR_DAMAGED: &[u8] = b"-ERR the stored hash is damaged (strata could not decode it)\r\n";
 
@@ -40,6 +45,8 @@ struct ChunkDoor<'a> {
     owner: &'a [u8],
     state: Chunked,
     chunk: u32,
+    /// Where a write builds the chunk's new encoding (lent by the command's [`Large`]).
+    scratch: Cell<Vec<u8>>,
     /// The chunk's length after this door's write (0: emptied), `None` before one.
     written_len: Cell<Option<usize>>,
     /// What this door's write changed the entries stored, and those with an expiry, by.
@@ -71,6 +78,7 @@ impl<'a> ChunkDoor<'a> {
             owner,
             state,
             chunk,
+            scratch: Cell::new(Vec::new()),
             written_len: Cell::new(None),
             counts_delta: Cell::new((0, 0)),
             counts_after: Cell::new(0),
@@ -137,6 +145,41 @@ impl<'a> ChunkDoor<'a> {
         }
         (builder.finish(None) > 0).then_some(kept)
     }
+
+    /// [`Door::modify`] with the new encoding built in `buffer` (empty).
+    fn modify_in(
+        &self,
+        buffer: &mut Vec<u8>,
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
+    ) -> Result<Option<u64>, WriteError> {
+        let (change, old) = self.with_chunk(|bytes| {
+            buffer.reserve(bytes.map_or(0, <[u8]>::len) + 128);
+            let item = bytes.map(|bytes| chunk_item(self.owner, bytes));
+            (f(item, buffer), counts_of(bytes))
+        });
+        debug_assert!(
+            !matches!(change, Change::Touch { .. }),
+            "touches are of strings, never of a chunk"
+        );
+        if matches!(change, Change::Keep | Change::Read) {
+            return Ok(None);
+        }
+        if matches!(change, Change::Delete) {
+            buffer.clear();
+        } else {
+            set_key_expiry(buffer, chunk_tag(self.state.bits_of(self.chunk)));
+        }
+        self.families.write_part(self.owner, self.chunk, buffer)?;
+        self.written_len.set(Some(buffer.len()));
+        let new = counts_of(Some(buffer));
+        self.counts_delta.set((new.0 - old.0, new.1 - old.1));
+        self.counts_after.set(new.0);
+        let latest = Hash::open(buffer)
+            .ok()
+            .and_then(|hash| hash.latest_expiry_ms());
+        self.latest_expiry_after.set(latest);
+        Ok(Some(0))
+    }
 }
 
 /// The item a chunk's bytes show the hash commands.
@@ -169,34 +212,11 @@ impl Door for ChunkDoor<'_> {
     ) -> Result<Option<u64>, WriteError> {
         debug_assert_eq!(key, self.owner, "a chunk is reached by its hash's key only");
         // The new encoding is built beside the chunk, which is borrowed, not copied.
-        let mut buffer = Vec::new();
-        let (change, old) = self.with_chunk(|bytes| {
-            buffer.reserve(bytes.map_or(0, <[u8]>::len) + 128);
-            let item = bytes.map(|bytes| chunk_item(self.owner, bytes));
-            (f(item, &mut buffer), counts_of(bytes))
-        });
-        debug_assert!(
-            !matches!(change, Change::Touch { .. }),
-            "touches are of strings, never of a chunk"
-        );
-        if matches!(change, Change::Keep | Change::Read) {
-            return Ok(None);
-        }
-        if matches!(change, Change::Delete) {
-            buffer.clear();
-        } else {
-            set_key_expiry(&mut buffer, chunk_tag(self.state.bits_of(self.chunk)));
-        }
-        self.families.write_part(self.owner, self.chunk, &buffer)?;
-        self.written_len.set(Some(buffer.len()));
-        let new = counts_of(Some(&buffer));
-        self.counts_delta.set((new.0 - old.0, new.1 - old.1));
-        self.counts_after.set(new.0);
-        let latest = Hash::open(&buffer)
-            .ok()
-            .and_then(|hash| hash.latest_expiry_ms());
-        self.latest_expiry_after.set(latest);
-        Ok(Some(0))
+        let mut buffer = self.scratch.take();
+        buffer.clear();
+        let result = self.modify_in(&mut buffer, f);
+        self.scratch.set(buffer);
+        result
     }
 
     fn set(&self, _: &[u8], _: &[u8], _: u32, _: Expiry) -> Result<u64, WriteError> {
@@ -253,6 +273,7 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let large = Large {
         families,
         key,
+        scratch: Cell::new(std::mem::take(&mut state.chunk_scratch)),
         owner: Cell::new(owner),
         oversized: Cell::new(0),
         emptied: Cell::new(false),
@@ -285,6 +306,11 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         out.clear();
         write_error(out, &error);
     }
+    let mut scratch = large.scratch.take();
+    if scratch.capacity() <= SCRATCH_KEPT_BYTES_MAX {
+        scratch.clear();
+        state.chunk_scratch = scratch;
+    }
 }
 
 /// Where a field-expiry command's field list starts: the argument after `FIELDS numfields`,
@@ -302,6 +328,9 @@ fn fields_at(call: &Call<'_>) -> Option<usize> {
 struct Large<'a> {
     families: &'a dyn Families,
     key: &'a [u8],
+    /// Where chunk writes and the owner's rewrite build their encodings (lent to each
+    /// [`ChunkDoor`] in turn; `State::chunk_scratch` between commands).
+    scratch: Cell<Vec<u8>>,
     owner: Cell<Chunked>,
     /// Chunks the command's writes left past the split size.
     oversized: Cell<u32>,
@@ -349,6 +378,7 @@ impl Large<'_> {
         out: &mut Vec<u8>,
     ) {
         let door = ChunkDoor::new(self.families, self.key, self.owner.get(), chunk);
+        door.scratch.set(self.scratch.take());
         let sub = Call {
             ctx: call.ctx,
             input,
@@ -359,6 +389,7 @@ impl Large<'_> {
             wants_held: Cell::new(false),
         };
         (command.run)(state, &sub, out);
+        self.scratch.set(door.scratch.take());
         self.changed
             .set(self.changed.get() || door.written_len.get().is_some());
         let (count_delta, expiring_delta) = door.counts_delta.get();
@@ -676,14 +707,16 @@ impl Large<'_> {
     fn settle(&self, call: &Call<'_>) -> Result<(), WriteError> {
         if self.changed.get() {
             let owner = self.owner.get();
-            let mut encoded = Vec::new();
+            let mut encoded = self.scratch.take();
+            encoded.clear();
             owner.encode(&mut encoded);
             let chunks = owner.chunks();
             // The key goes at its own expiry, or with its fields if every one expires.
             let expiry = owner.record_expiry_ms().map_or(Expiry::Never, Expiry::AtMs);
             let written =
-                (self.families).write_owner(self.key, &encoded, Kind::Hash, expiry, chunks)?;
-            if written.is_none() {
+                (self.families).write_owner(self.key, &encoded, Kind::Hash, expiry, chunks);
+            self.scratch.set(encoded);
+            if written?.is_none() {
                 return Ok(()); // Evicted as it was written.
             }
         }
