@@ -39,8 +39,20 @@ fn value(tag: u32, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The value at `key`, read joined and read again in pieces (`Engine::get_pieces`, which must
+/// agree: the same bytes, or absent for both).
 fn get(engine: &Engine, key: &[u8]) -> Option<Vec<u8>> {
-    engine.get(key, |item| item.value.to_vec())
+    let joined = engine.get(key, |item| item.value.to_vec());
+    let pieces = engine.get_pieces(key, false, |item, pieces| {
+        assert!(
+            pieces.len() == 1 || item.value.is_empty(),
+            "a large string's value is its pieces"
+        );
+        assert_eq!(pieces.len() > 1, item.parts > 1, "one piece a part");
+        pieces.concat()
+    });
+    assert!(joined == pieces, "{key:?}: joined and in pieces differ");
+    joined
 }
 
 #[test]

@@ -101,6 +101,22 @@ fn large_strings_through_both_protocols_and_the_limit() {
     reader.read_exact(&mut data).unwrap();
     assert!(data[..appended.len()] == appended[..]);
     let mut redis = Client::connect(server.resp);
+    // Replies copied from the parts unjoined: MGET beside a short value and a missing key, and
+    // GET inside MULTI (a transaction's read of the parts).
+    assert_eq!(
+        redis.call(&resp_command(&[b"SET", b"short", b"s"])),
+        "+OK\r\n"
+    );
+    redis.send(&resp_command(&[b"MGET", b"big", b"short", b"none", b"big"]));
+    assert_eq!(redis.line(), "*4\r\n");
+    assert!(redis.bulk().unwrap() == appended);
+    assert!(redis.bulk().unwrap() == b"s");
+    assert_eq!(redis.bulk(), None);
+    assert!(redis.bulk().unwrap() == appended);
+    assert_eq!(redis.call(&resp_command(&[b"MULTI"])), "+OK\r\n");
+    assert_eq!(redis.call(&resp_command(&[b"GET", b"big"])), "+QUEUED\r\n");
+    assert_eq!(redis.call(&resp_command(&[b"EXEC"])), "*1\r\n");
+    assert!(redis.bulk().unwrap() == appended, "read in a transaction");
     assert_eq!(redis.call(&resp_command(&[b"TTL", b"big"])), ":100\r\n");
     assert_eq!(
         redis.call(&resp_command(&[b"STRLEN", b"big"])),

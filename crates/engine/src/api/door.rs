@@ -15,6 +15,18 @@ pub trait Door {
     /// an access (see [`Engine::get`] and [`Engine::peek`]).
     fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R>;
 
+    /// Reads `key` like [`Door::read`] with its value in pieces (see [`Engine::get_pieces`]:
+    /// a large string's parts unjoined, the item's `value` then empty). By default the value
+    /// joined, as one piece.
+    fn read_pieces<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        self.read(key, bump, |item| f(item, &[item.value]))
+    }
+
     /// The general read-modify-write (see [`Engine::modify`]).
     fn modify(
         &self,
@@ -50,6 +62,11 @@ pub trait Door {
     /// Reads `key` as an access (see [`Engine::get`]).
     fn get<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         self.read(key, true, f)
+    }
+
+    /// Reads `key` as an access with its value in pieces (see [`Door::read_pieces`]).
+    fn get_pieces<R>(&self, key: &[u8], f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R) -> Option<R> {
+        self.read_pieces(key, true, f)
     }
 
     /// Reads `key` without counting an access (see [`Engine::peek`]).
@@ -146,6 +163,15 @@ impl Door for Engine {
         Engine::read(self, key, bump, f)
     }
 
+    fn read_pieces<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        Engine::get_pieces(self, key, bump, f)
+    }
+
     fn modify(
         &self,
         key: &[u8],
@@ -180,6 +206,15 @@ impl Door for Engine {
 impl Door for Txn<'_> {
     fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
         Txn::read(self, key, bump, f)
+    }
+
+    fn read_pieces<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        Txn::read_pieces(self, key, bump, f)
     }
 
     fn modify(
@@ -273,6 +308,14 @@ pub trait DynDoor {
     /// [`Door::read`]: `f` is called at most once; returns whether it was.
     fn read_dyn(&self, key: &[u8], bump: bool, f: &mut dyn FnMut(ItemRef<'_>)) -> bool;
 
+    /// [`Door::read_pieces`]: `f` is called at most once; returns whether it was.
+    fn read_pieces_dyn(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: &mut dyn FnMut(ItemRef<'_>, &[&[u8]]),
+    ) -> bool;
+
     /// [`Door::modify`]: `f` is called at most once.
     fn modify_dyn(
         &self,
@@ -305,6 +348,15 @@ pub trait DynDoor {
 impl<T: Door> DynDoor for T {
     fn read_dyn(&self, key: &[u8], bump: bool, f: &mut dyn FnMut(ItemRef<'_>)) -> bool {
         self.read(key, bump, f).is_some()
+    }
+
+    fn read_pieces_dyn(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: &mut dyn FnMut(ItemRef<'_>, &[&[u8]]),
+    ) -> bool {
+        self.read_pieces(key, bump, f).is_some()
     }
 
     fn modify_dyn(
@@ -347,6 +399,19 @@ impl Door for dyn DynDoor + '_ {
         let (mut f, mut answer) = (Some(f), None);
         self.read_dyn(key, bump, &mut |item| {
             answer = f.take().map(|f| f(item));
+        });
+        answer
+    }
+
+    fn read_pieces<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        let (mut f, mut answer) = (Some(f), None);
+        self.read_pieces_dyn(key, bump, &mut |item, pieces| {
+            answer = f.take().map(|f| f(item, pieces));
         });
         answer
     }

@@ -6,7 +6,8 @@
 //! several records"): `version u8 = 1 | len_bytes u64 LE | part_len_bytes u32 LE | crc32c
 //! u32 LE` (of the whole string); part `i` holds bytes `i × part_len .. min((i + 1) ×
 //! part_len, len)` of the string, and the owner owns `ceil(len / part_len)` parts. Readers
-//! get the string joined (`ItemRef::value`; the header is `ItemRef::record_value`); a family
+//! get the string joined (`ItemRef::value`; the header is `ItemRef::record_value`), or as its
+//! parts' values unjoined ([`Engine::get_pieces`], what a reply copies from); a family
 //! whose parts do not make its header's length and checksum (a part missing after damage was
 //! found, or a power cut that kept parts of two writes where no log could put the old ones
 //! back) reads as absent, never as other bytes.
@@ -72,8 +73,41 @@ pub(crate) fn is_large_string(found: &Found<'_>) -> bool {
     found.view.meta.kind == Kind::String && found.view.meta.parts > 0
 }
 
-/// The string `found` (a large string's owner, of `key` with hash `hash`) holds, its parts
-/// joined; `None` when they do not make the length its header says.
+/// The string `found` (a large string's owner, of `key` with hash `hash`) holds, as its
+/// parts' values in order (the pieces, borrowing the shard's memory); `None` when they do not
+/// make the length and checksum its header says.
+pub(crate) fn pieces<'s>(
+    inner: &Inner,
+    shard: &'s Shard,
+    key: &[u8],
+    hash: u64,
+    found: &Found<'_>,
+) -> Option<Vec<&'s [u8]>> {
+    debug_assert!(is_large_string(found));
+    let header = Header::parse(found.view.value)?;
+    let (len, part_len) = (header.len_bytes, header.part_len_bytes);
+    let parts = found.view.meta.parts as usize;
+    if len.div_ceil(part_len) != parts {
+        return None;
+    }
+    let mut pieces = Vec::with_capacity(parts);
+    let (mut name, mut taken, mut crc) = (Vec::new(), 0, 0);
+    for part in 0..found.view.meta.parts {
+        let part_hash = inner.part_name(key, hash, part, &mut name);
+        let record = shard.lookup(inner, &name, part_hash)?;
+        let expected = part_len.min(len - taken);
+        if record.view.value.len() != expected {
+            return None;
+        }
+        crc = crc32c::crc32c_append(crc, record.view.value);
+        taken += expected;
+        pieces.push(record.view.value);
+    }
+    debug_assert_eq!(taken, len);
+    (crc == header.crc).then_some(pieces)
+}
+
+/// The string `found` holds, its [`pieces`] joined into one buffer.
 pub(crate) fn join(
     inner: &Inner,
     shard: &Shard,
@@ -81,25 +115,7 @@ pub(crate) fn join(
     hash: u64,
     found: &Found<'_>,
 ) -> Option<Vec<u8>> {
-    debug_assert!(is_large_string(found));
-    let header = Header::parse(found.view.value)?;
-    let (len, part_len) = (header.len_bytes, header.part_len_bytes);
-    if len.div_ceil(part_len) != found.view.meta.parts as usize {
-        return None;
-    }
-    let mut joined = Vec::with_capacity(len);
-    let mut name = Vec::new();
-    for part in 0..found.view.meta.parts {
-        let part_hash = inner.part_name(key, hash, part, &mut name);
-        let record = shard.lookup(inner, &name, part_hash)?;
-        let expected = part_len.min(len - joined.len());
-        if record.view.value.len() != expected {
-            return None;
-        }
-        joined.extend_from_slice(record.view.value);
-    }
-    debug_assert_eq!(joined.len(), len);
-    (crc32c::crc32c(&joined) == header.crc).then_some(joined)
+    pieces(inner, shard, key, hash, found).map(|pieces| pieces.concat())
 }
 
 /// What a reader of `found` (of `key`, hash `hash`) is shown besides its record: a large
@@ -137,6 +153,26 @@ pub(crate) fn with_item<R>(
 ) -> Option<R> {
     let joined = joined(inner, shard, key, found)?;
     Some(f(seen(found, joined.as_deref())))
+}
+
+/// Calls `f` with the item `found` (of `key`, hash `hash`) and its value in pieces: a large
+/// string's parts, unjoined (the item's `value` then empty), else the one record's value. `None`
+/// for a large string whose parts do not make its header's length and checksum (see [`join`]):
+/// no piece is handed over before all were checked.
+pub(crate) fn with_pieces<R>(
+    inner: &Inner,
+    shard: &Shard,
+    (key, hash): (&[u8], u64),
+    found: &Found<'_>,
+    f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+) -> Option<R> {
+    let mut item = item(found);
+    if !is_large_string(found) {
+        return Some(f(item, &[item.value]));
+    }
+    let pieces = pieces(inner, shard, key, hash, found)?;
+    item.value = &[];
+    Some(f(item, &pieces))
 }
 
 impl Engine {

@@ -10,6 +10,15 @@ pub const PREFETCH_KEYS_MAX: usize = 32;
 /// reclaimed between its read and the recheck) before it answers from memory alone.
 const FLASH_READ_RACES_MAX: usize = 3;
 
+/// How a read hands over a large string's value (`Engine::read_as`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pieces {
+    /// Joined into one buffer: `ItemRef::value`.
+    Joined,
+    /// As its parts' values, unjoined.
+    Unjoined,
+}
+
 impl Engine {
     /// Reads `key`, calling `f` with the item while the shard's read lock is held (copy what
     /// you need; the borrow ends with the call). Returns `None` on a miss. The read counts as
@@ -43,11 +52,38 @@ impl Engine {
         })
     }
 
-    #[inline]
-    pub(super) fn read<R, F: FnOnce(ItemRef<'_>) -> R>(
+    /// Reads `key` like [`Engine::get`] (`bump`: whether it counts as an access, see
+    /// [`Engine::peek`]), calling `f` with the item and its value in pieces: a large string's
+    /// parts unjoined, in order (the item's `value` then empty), checked whole against the
+    /// string's length and checksum before `f` sees any; any other item's value as one piece.
+    /// What a reply that copies the value out takes, sparing the string's joined copy.
+    pub fn get_pieces<R>(
         &self,
         key: &[u8],
         bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        self.read_as(key, bump, Pieces::Unjoined, f)
+    }
+
+    #[inline]
+    pub(super) fn read<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>) -> R,
+    ) -> Option<R> {
+        self.read_as(key, bump, Pieces::Joined, |item, _| f(item))
+    }
+
+    /// [`Engine::read`] and [`Engine::get_pieces`]: `pieces` says how a large string is handed
+    /// over.
+    #[inline]
+    fn read_as<R, F: FnOnce(ItemRef<'_>, &[&[u8]]) -> R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        pieces: Pieces,
         f: F,
     ) -> Option<R> {
         self.maybe_flush();
@@ -57,7 +93,7 @@ impl Engine {
         // moving after as many looks, the last look is memory's alone (a miss at worst, never a
         // wrong value).
         for look in 0..=FLASH_READ_RACES_MAX {
-            match self.read_once(key, bump, look < FLASH_READ_RACES_MAX, f) {
+            match self.read_once(key, bump, pieces, look < FLASH_READ_RACES_MAX, f) {
                 Ok(found) => return found,
                 Err(back) => f = back,
             }
@@ -68,10 +104,11 @@ impl Engine {
     /// One look for `key` (see [`Engine::read`]), on flash too if `on_flash`; `Err(f)` when a
     /// flash read raced with a move of the key and the caller should look again.
     #[inline]
-    fn read_once<R, F: FnOnce(ItemRef<'_>) -> R>(
+    fn read_once<R, F: FnOnce(ItemRef<'_>, &[&[u8]]) -> R>(
         &self,
         key: &[u8],
         bump: bool,
+        pieces: Pieces,
         on_flash: bool,
         f: F,
     ) -> Result<Option<R>, F> {
@@ -103,13 +140,13 @@ impl Engine {
             shard.index.bump_freq(found.slot);
         }
         shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-        Ok(large::with_item(
-            &self.inner,
-            &shard,
-            (key, hash),
-            &found,
-            f,
-        ))
+        let key = (key, hash);
+        Ok(match pieces {
+            Pieces::Unjoined => large::with_pieces(&self.inner, &shard, key, &found, f),
+            Pieces::Joined => large::with_item(&self.inner, &shard, key, &found, |item| {
+                f(item, &[item.value])
+            }),
+        })
     }
 
     /// The read of a key found only among the flash tier's entries: each candidate's record
@@ -118,7 +155,7 @@ impl Engine {
     /// caller looks again, in memory first. A hit that makes the item read often enough moves
     /// it back to memory.
     #[cold]
-    fn read_flash<R, F: FnOnce(ItemRef<'_>) -> R>(
+    fn read_flash<R, F: FnOnce(ItemRef<'_>, &[&[u8]]) -> R>(
         &self,
         key: &[u8],
         hash: u64,
@@ -145,7 +182,9 @@ impl Engine {
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
                 flash.counters.hits.fetch_add(1, Ordering::Relaxed);
                 let f = f.take().expect("called once");
-                let result = f(flash_item(key, &item, entry));
+                // A flash record is one record (families stay in memory): one piece.
+                let found = flash_item(key, &item, entry);
+                let result = f(found, &[found.value]);
                 drop(shard);
                 if bump && entry.freq() + 1 >= tiering::PROMOTE_AFTER_READS {
                     // Best effort: a failed promotion leaves the item on flash.

@@ -198,6 +198,28 @@ impl<'e> Txn<'e> {
     /// Reads `key` (see [`Engine::read`]); a key found only on flash is read from there (a
     /// record read ahead by the plan is used without I/O) and stays there.
     pub fn read<R>(&self, key: &[u8], bump: bool, f: impl FnOnce(ItemRef<'_>) -> R) -> Option<R> {
+        self.read_as(key, bump, false, |item, _| f(item))
+    }
+
+    /// Reads `key` with its value in pieces (see [`Engine::get_pieces`]).
+    pub fn read_pieces<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        self.read_as(key, bump, true, f)
+    }
+
+    /// [`Txn::read`] and [`Txn::read_pieces`]: `unjoined` says whether a large string comes
+    /// as its parts' values.
+    fn read_as<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        unjoined: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
         let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
         let (hash, position) = self.position(&shards, key);
@@ -207,10 +229,16 @@ impl<'e> Txn<'e> {
                 shard.index.bump_freq(found.slot);
             }
             shard.counters.hits.fetch_add(1, Ordering::Relaxed);
-            return large::with_item(inner, shard, (key, hash), &found, f);
+            let key = (key, hash);
+            return if unjoined {
+                large::with_pieces(inner, shard, key, &found, f)
+            } else {
+                large::with_item(inner, shard, key, &found, |item| f(item, &[item.value]))
+            };
         }
         let found = if shard.lookup(inner, key, hash).is_none() {
-            read_from_flash(inner, shard, key, hash, bump, f)
+            // A flash record is one record (families stay in memory): one piece.
+            read_from_flash(inner, shard, key, hash, bump, |item| f(item, &[item.value]))
         } else {
             None
         };

@@ -80,6 +80,19 @@ pub fn bulk(out: &mut Vec<u8>, data: &[u8]) -> usize {
     header + data.len() + 2
 }
 
+/// A bulk string whose bytes are `pieces` in order (a large string's parts): the same bytes
+/// as [`bulk`] of them joined, with the buffer grown once for the whole reply.
+pub fn bulk_pieces(out: &mut Vec<u8>, pieces: &[&[u8]]) -> usize {
+    let len: usize = pieces.iter().map(|piece| piece.len()).sum();
+    let header = line_len(out, b'$', len);
+    out.reserve(len + 2);
+    for piece in pieces {
+        out.extend_from_slice(piece);
+    }
+    out.extend_from_slice(CRLF);
+    header + len + 2
+}
+
 /// The null reply (a missing key): RESP2 `$-1\r\n`, RESP3 `_\r\n`.
 pub fn null(out: &mut Vec<u8>, version: Version) -> usize {
     let bytes: &[u8] = match version {
@@ -228,6 +241,18 @@ mod tests {
         let written = encode(&mut out);
         assert_eq!(written, out.len() - 6, "returned length");
         out.split_off(6)
+    }
+
+    #[test]
+    fn bulk_of_pieces_is_bulk_of_them_joined() {
+        for pieces in [&[][..], &[&b""[..]], &[b"ab", b"", b"cde"], &[b"x"]] {
+            let joined = pieces.concat();
+            assert_eq!(
+                encoded(|out| bulk_pieces(out, pieces)),
+                encoded(|out| bulk(out, &joined)),
+                "{pieces:?}"
+            );
+        }
     }
 
     #[test]

@@ -94,6 +94,19 @@ impl Door for Keys<'_> {
         }
     }
 
+    fn read_pieces<R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
+    ) -> Option<R> {
+        let bump = bump && self.touch;
+        match self.reach {
+            Reach::One(engine) => Door::read_pieces(engine, key, bump, f),
+            Reach::Held(txn) => Door::read_pieces(txn, key, bump, f),
+        }
+    }
+
     fn modify(
         &self,
         key: &[u8],

@@ -24,9 +24,9 @@ use crate::context::output_held_bytes;
 pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let found = call
         .keys()
-        .get(call.arg(1), |item| {
+        .get_pieces(call.arg(1), |item, pieces| {
             if item.kind == Kind::String {
-                encode::bulk(out, item.value);
+                encode::bulk_pieces(out, pieces);
             } else {
                 out.extend_from_slice(errors::ERR_WRONGTYPE);
             }
@@ -83,9 +83,9 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         // A key of another kind is nil, as in Redis.
         let found = call
             .keys()
-            .get(key, |item| {
+            .get_pieces(key, |item, pieces| {
                 if item.kind == Kind::String {
-                    encode::bulk(out, item.value);
+                    encode::bulk_pieces(out, pieces);
                 }
                 item.kind == Kind::String
             })
