@@ -623,6 +623,14 @@ impl Connection {
         pass.latency.record(started.elapsed());
         self.read_buf.copy_within(consumed..self.read_len, 0);
         self.read_len -= consumed;
+        // A drained read buffer a large request grew is kept for the next one, unless all
+        // clients' buffers near the budget: then memory no request holds is given back now.
+        if self.read_len == 0
+            && self.read_buf.len() > BUFFER_BYTES_RETAINED_MAX
+            && buffers_near_budget(pass.ctx)
+        {
+            self.shrink_read_buffer(&pass.ctx.stats);
+        }
         self.buffer_peak_bytes = self.buffer_peak_bytes.max(self.write_buf.len());
         let output = &pass.ctx.live.output();
         if output.past_hard(&self.write_buf) {
@@ -812,14 +820,11 @@ impl Connection {
         }
         self.write_buf.clear();
         self.write_pos = 0;
-        let budget = &ctx.output_budget;
-        // Kept for the next large reply unless all clients' output nears the budget, where
+        // Kept for the next large reply unless all clients' buffers near the budget, where
         // memory a drained buffer keeps could cost a client with replies still to write.
-        if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX
-            && budget.held_bytes() > budget.limit_bytes() / 2
-        {
+        if self.write_buf.capacity() > BUFFER_BYTES_RETAINED_MAX && buffers_near_budget(ctx) {
             self.write_buf.shrink_to(BUFFER_BYTES_INITIAL);
-            self.publish_output(budget);
+            self.publish_output(&ctx.output_budget);
         }
         Ok(())
     }
@@ -880,6 +885,19 @@ impl Connection {
         self.closing
             .map_or(Status::Open, |r| self.closing_status(r))
     }
+}
+
+/// Whether all clients' buffers together, output (what `--client-output-memory` counts) and
+/// read buffers beyond their initial size (`strata_client_input_bytes`), are past half of
+/// the budget: a drained buffer past [`BUFFER_BYTES_RETAINED_MAX`] is then given back at once
+/// instead of kept for the next large request, so the memory kept for requests that may come
+/// stays under half the budget (with no budget set, nothing is kept). The buffers of requests
+/// and replies in flight are bounded per client (`--max-value-size`, the output limits).
+fn buffers_near_budget(ctx: &ServerContext) -> bool {
+    let budget = &ctx.output_budget;
+    let input = ctx.stats.client_input_bytes.load(Ordering::Relaxed);
+    let input = usize::try_from(input).unwrap_or(usize::MAX);
+    budget.held_bytes().saturating_add(input) > budget.limit_bytes() / 2
 }
 
 #[cfg(test)]

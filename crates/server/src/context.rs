@@ -215,8 +215,9 @@ pub fn output_held_bytes(capacity: usize) -> usize {
 /// What counts is memory: each output buffer's capacity beyond [`OUTPUT_BUFFER_BYTES_BASE`],
 /// including replies already written but not yet reclaimed and capacity kept after a large
 /// reply (a drained buffer over `connection::BUFFER_BYTES_RETAINED_MAX` shrinks back at the
-/// worker's next sweep that finds it unused, or at once while the total is past half the
-/// budget).
+/// worker's next sweep that finds it unused, or at once while the total with the read
+/// buffers' memory, `strata_client_input_bytes`, is past half the budget; a read buffer kept
+/// after a large request shrinks the same way).
 ///
 /// Without locks and without shared writes per request:
 /// - a connection publishes its held bytes into `held_bytes` only when its buffer's capacity
