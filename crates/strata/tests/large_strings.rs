@@ -57,6 +57,26 @@ fn memcache_value(reader: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
     Some(data)
 }
 
+/// Reads a memcached multiget's reply: each `VALUE` line's words after `VALUE` and its data,
+/// up to the `END`.
+fn memcache_values(reader: &mut BufReader<TcpStream>) -> Vec<(String, Vec<u8>)> {
+    let mut values = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "END\r\n" {
+            return values;
+        }
+        let words = line.trim_end().strip_prefix("VALUE ").unwrap().to_owned();
+        let len: usize = words.split(' ').nth(2).unwrap().parse().unwrap();
+        let mut data = vec![0; len + 2];
+        reader.read_exact(&mut data).unwrap();
+        assert_eq!(&data[len..], b"\r\n", "{words}");
+        data.truncate(len);
+        values.push((words, data));
+    }
+}
+
 /// memcached and RESP clients share large strings: a 3 MiB `set` read back through both, an
 /// append, a `gat` that keeps it whole, a meta set appending; the limit's errors at the configured size (RESP keeps
 /// the old value, memcached's `set` drops it as memcached does), the connection serving on.
@@ -113,6 +133,20 @@ fn large_strings_through_both_protocols_and_the_limit() {
     assert!(redis.bulk().unwrap() == b"s");
     assert_eq!(redis.bulk(), None);
     assert!(redis.bulk().unwrap() == appended);
+    // memcached's multiget copies the parts the same way: `gets` beside a short value and a
+    // missing key, each with its flags, length and CAS.
+    writer.write_all(b"gets big short none big\r\n").unwrap();
+    let values = memcache_values(&mut reader);
+    assert_eq!(values.len(), 3, "two hits of big, one of short");
+    for (at, expected) in [(0, &appended[..]), (1, b"s"), (2, &appended[..])] {
+        let (words, data) = &values[at];
+        assert!(data == expected, "value {at}: {words}");
+        let words: Vec<&str> = words.split(' ').collect();
+        assert_eq!(words.len(), 4, "key, flags, length and CAS: {words:?}");
+        assert_eq!(words[2], expected.len().to_string());
+    }
+    assert_eq!(values[0].0, values[2].0, "one item, one CAS");
+    assert_eq!(values[0].0.split(' ').nth(1), Some("7"), "big's flags");
     assert_eq!(redis.call(&resp_command(&[b"MULTI"])), "+OK\r\n");
     assert_eq!(redis.call(&resp_command(&[b"GET", b"big"])), "+QUEUED\r\n");
     assert_eq!(redis.call(&resp_command(&[b"EXEC"])), "*1\r\n");

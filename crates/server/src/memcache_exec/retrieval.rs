@@ -79,10 +79,10 @@ pub(super) fn execute(
         let hit = match touch {
             None => ctx
                 .engine
-                .get(key, |item| {
+                .get_pieces(key, true, |item, pieces| {
                     let string = strings_only(Some(item)).is_some();
                     if string {
-                        write_hit(out, key, &item, returns_cas);
+                        write_hit(out, key, &item, pieces, returns_cas);
                     }
                     string
                 })
@@ -121,10 +121,22 @@ fn output_stop(ctx: &ServerContext, out: &Vec<u8>, stop_len: usize) -> bool {
     ctx.live.output().past_soft(out) || ctx.output_budget.passed_by(out, stop_len)
 }
 
-/// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
-fn write_hit(out: &mut Vec<u8>, key: &[u8], item: &ItemRef<'_>, returns_cas: bool) {
+/// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`, the data from the value's
+/// pieces (a large string's parts, copied straight into `out`, not joined first).
+fn write_hit(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    item: &ItemRef<'_>,
+    pieces: &[&[u8]],
+    returns_cas: bool,
+) {
     let cas = returns_cas.then_some(item.cas);
-    encode::write_value(out, key, item.client_flags, item.value, cas);
+    let data_len = pieces.iter().map(|piece| piece.len()).sum();
+    encode::write_value_header(out, key, item.client_flags, data_len, cas);
+    for piece in pieces {
+        out.extend_from_slice(piece);
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// `gat`: writes the hit and gives the item its new expiry, keeping value, flags and CAS.
@@ -141,7 +153,7 @@ fn touch_one(
             None => Change::Keep,
             Some(item) => {
                 hit = true;
-                write_hit(out, key, &item, returns_cas);
+                write_hit(out, key, &item, &[item.value], returns_cas);
                 Change::Touch { expiry }
             }
         })
