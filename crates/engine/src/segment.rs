@@ -19,6 +19,10 @@
 
 use strata_pool::Segment;
 
+/// How far ahead of a walk over a segment's records the lines are asked for
+/// ([`OwnedSegment::for_each_trusted_record`]).
+const WALK_PREFETCH_BYTES: usize = 2048;
+
 const STATE_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = STATE_OFFSET + 1;
 const TTL_BUCKET_OFFSET: usize = VERSION_OFFSET + 1;
@@ -219,8 +223,18 @@ impl OwnedSegment {
             "only a clean segment's records are trusted"
         );
         let mut offset = 0;
+        let log = self.log();
+        let mut prefetched_to = 0;
         while offset < self.write_offset {
-            let Some(view) = crate::record::read_trusted(&self.log()[offset..]) else {
+            // The walk finds each record from the one before's length, so the CPU cannot run
+            // ahead of it: the lines a little further on are asked for now (a cold segment's
+            // walk, the cleaner's, waited on memory for most of its time).
+            let ahead_end = (offset + WALK_PREFETCH_BYTES).min(self.write_offset);
+            while prefetched_to < ahead_end {
+                strata_pool::prefetch(&log[prefetched_to]);
+                prefetched_to += strata_pool::CACHE_LINE_SIZE_BYTES;
+            }
+            let Some(view) = crate::record::read_trusted(&log[offset..]) else {
                 debug_assert!(
                     false,
                     "a clean segment holds records up to its write offset"
