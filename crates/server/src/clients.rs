@@ -48,6 +48,60 @@ pub struct Client {
     /// Commands queued after MULTI (-1: no transaction open); a relaxed store per queued
     /// command, no lock.
     pub multi: std::sync::atomic::AtomicI64,
+    /// Its connection's buffers, as its worker last saw them.
+    pub buffers: ClientBuffers,
+}
+
+/// A connection's buffers as its worker saw them after the connection's last event (what
+/// `CLIENT LIST` shows as `qbuf`, `qbuf-free`, `obl`, `oll`, `omem` and `tot-mem`): written by
+/// that worker only, a relaxed store each per event, read by anyone. The figures may be one
+/// event old and need not agree with each other; each is one the connection had.
+#[derive(Debug, Default)]
+pub struct ClientBuffers {
+    input_bytes: AtomicU64,
+    input_capacity_bytes: AtomicU64,
+    output_bytes: AtomicU64,
+    output_capacity_bytes: AtomicU64,
+}
+
+/// What [`ClientBuffers`] holds, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferFigures {
+    /// Input read and not yet consumed by the session.
+    pub input_bytes: u64,
+    /// The read buffer's size.
+    pub input_capacity_bytes: u64,
+    /// Output built and not yet written to the socket.
+    pub output_bytes: u64,
+    /// The write buffer's capacity.
+    pub output_capacity_bytes: u64,
+}
+
+impl ClientBuffers {
+    /// Publishes `figures` (the connection's worker).
+    pub fn store(&self, figures: BufferFigures) {
+        debug_assert!(figures.input_bytes <= figures.input_capacity_bytes);
+        debug_assert!(figures.output_bytes <= figures.output_capacity_bytes);
+        self.input_bytes
+            .store(figures.input_bytes, Ordering::Relaxed);
+        self.input_capacity_bytes
+            .store(figures.input_capacity_bytes, Ordering::Relaxed);
+        self.output_bytes
+            .store(figures.output_bytes, Ordering::Relaxed);
+        self.output_capacity_bytes
+            .store(figures.output_capacity_bytes, Ordering::Relaxed);
+    }
+
+    /// The figures last published.
+    #[must_use]
+    pub fn load(&self) -> BufferFigures {
+        BufferFigures {
+            input_bytes: self.input_bytes.load(Ordering::Relaxed),
+            input_capacity_bytes: self.input_capacity_bytes.load(Ordering::Relaxed),
+            output_bytes: self.output_bytes.load(Ordering::Relaxed),
+            output_capacity_bytes: self.output_capacity_bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// What a session changes rarely (names, protocol), under the client's own lock.
@@ -236,6 +290,7 @@ impl Client {
             killed: AtomicBool::new(false),
             memcache: false,
             multi: std::sync::atomic::AtomicI64::new(-1),
+            buffers: ClientBuffers::default(),
         }
     }
 

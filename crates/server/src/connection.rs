@@ -214,6 +214,9 @@ pub struct Connection {
     /// The records read ahead for this connection's requests, lent to their reads while its
     /// input is processed ([`Connection::process`]).
     read_ahead: ReadAhead,
+    /// The session's entry in the clients' registry, where [`Connection::publish_buffers`]
+    /// puts the buffers' sizes (`CLIENT LIST`); none before attach or for a session not in it.
+    client: Option<std::sync::Arc<crate::clients::Client>>,
     /// Unique for the server's life: tells a finished read-ahead which connection it is for.
     pub id: u64,
     /// Last time input arrived.
@@ -271,6 +274,7 @@ impl Connection {
             flash_waiting: false,
             flash_resumed: false,
             read_ahead: ReadAhead::default(),
+            client: None,
             id: NEXT_CONNECTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             uncommitted_from: None,
             last_active: now,
@@ -299,6 +303,21 @@ impl Connection {
     /// The session now serves slot `slot` of worker `worker` (see `Session::attach`).
     pub fn attach(&mut self, ctx: &ServerContext, worker: usize, slot: usize) {
         self.session.attach(ctx, worker, slot);
+        self.client = self.session.registry_entry();
+        self.publish_buffers();
+    }
+
+    /// Tells the clients' registry how much its buffers hold now (`CLIENT LIST`'s `qbuf`,
+    /// `omem` and the rest): the worker calls it after each event of the connection.
+    pub fn publish_buffers(&self) {
+        if let Some(client) = &self.client {
+            client.buffers.store(crate::clients::BufferFigures {
+                input_bytes: self.read_len as u64,
+                input_capacity_bytes: self.read_buf.len() as u64,
+                output_bytes: self.output_pending_bytes() as u64,
+                output_capacity_bytes: self.write_buf.capacity() as u64,
+            });
+        }
     }
 
     /// A `CLIENT KILL` marked it.

@@ -586,6 +586,12 @@ pub trait Session: Send {
         false
     }
 
+    /// Its entry in `ctx.clients` once attached (none for a session not in the registry),
+    /// where the connection publishes its buffers' sizes (`CLIENT LIST`).
+    fn registry_entry(&self) -> Option<std::sync::Arc<crate::clients::Client>> {
+        None
+    }
+
     /// Asked after a call that returned `close`: whether to close at once without writing the
     /// output the connection still holds. True after a request of another protocol (an HTTP
     /// request on a cache port), which memcached and Redis both drop with all they buffered.

@@ -238,6 +238,12 @@ impl Session for MemcacheSession {
             .is_some_and(|r| r.client.killed.load(std::sync::atomic::Ordering::Acquire))
     }
 
+    fn registry_entry(&self) -> Option<std::sync::Arc<crate::clients::Client>> {
+        self.client
+            .as_ref()
+            .map(|r| std::sync::Arc::clone(&r.client))
+    }
+
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
         if let Some(registration) = &self.client {
             registration.client.active(ctx.clients.coarse_ms());

@@ -451,6 +451,10 @@ impl Session for RespSession {
             .is_some_and(|c| c.killed.load(std::sync::atomic::Ordering::Acquire))
     }
 
+    fn registry_entry(&self) -> Option<std::sync::Arc<crate::clients::Client>> {
+        self.state.client.clone()
+    }
+
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
         self.state.output_capacity_at_call = out.capacity();
         let processed = self.process_commands(input, ctx, out);

@@ -392,7 +392,9 @@ impl Worker {
             let Some(connection) = self.slots[slot].as_mut() else {
                 continue;
             };
-            match connection.push_pending(&mut self.traffic, &self.shared.ctx) {
+            let status = connection.push_pending(&mut self.traffic, &self.shared.ctx);
+            connection.publish_buffers();
+            match status {
                 Status::Closed(reason) => self.remove(slot, reason),
                 Status::Flush => self.unflushed.push(slot),
                 Status::Held => self.hold(slot),
@@ -526,6 +528,7 @@ impl Worker {
                 self.again.push(slot);
             }
         }
+        connection.publish_buffers();
         let bytes = connection.output_closable_bytes();
         if self.next_buffer_sweep.is_none() && connection.holds_large_buffers() {
             self.next_buffer_sweep = Some(now + BUFFER_SWEEP_INTERVAL);
@@ -638,6 +641,7 @@ impl Worker {
             {
                 self.remove(slot, reason);
             } else {
+                connection.publish_buffers();
                 let bytes = connection.output_closable_bytes();
                 self.track_output(slot, bytes);
             }
@@ -707,6 +711,7 @@ impl Worker {
         let mut held = false;
         for connection in self.slots.iter_mut().flatten() {
             held |= connection.release_unused_buffers(&self.shared.ctx);
+            connection.publish_buffers();
         }
         self.largest.stale = true;
         self.next_buffer_sweep = held.then_some(now + BUFFER_SWEEP_INTERVAL);

@@ -87,6 +87,79 @@ fn client_list_shows_every_client_with_what_it_set() {
     assert_eq!(filtered.lines().count(), 1, "{filtered}");
 }
 
+/// The value of `field` in a `CLIENT LIST` line.
+fn field_of(line: &str, field: &str) -> u64 {
+    let prefix = format!("{field}=");
+    line.split(' ')
+        .find_map(|word| word.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("{field} in {line}"))
+        .parse()
+        .unwrap()
+}
+
+/// Waits (up to 10 s) until the `CLIENT LIST` line of the client at `addr` passes `ok`;
+/// returns it.
+fn wait_for_line(admin: &mut Client, addr: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let field = format!(" addr={addr} ");
+    loop {
+        let list = client_list(admin);
+        let line = list.lines().find(|l| l.contains(&field)).map(str::to_owned);
+        if let Some(line) = line.filter(|line| ok(line)) {
+            return line;
+        }
+        assert!(Instant::now() < deadline, "{addr}: {list}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// CLIENT LIST shows what each connection's buffers hold, as Redis's does: a client halfway
+/// through sending a large SET has it in `qbuf`; one that stops reading the replies to its
+/// GETs of a large value has them in `obl`, `oll` and `omem`; an idle one holds only its two
+/// base buffers. (All were 0 before.)
+#[test]
+fn client_list_shows_what_each_client_buffers() {
+    let server = Server::start(&["--threads", "2"]);
+    let mut admin = Client::connect(server.resp);
+    let value = vec![b'v'; 1 << 20];
+    assert_eq!(
+        admin.call(&resp_command(&[b"SET", b"big", &value])),
+        "+OK\r\n"
+    );
+    // Half of a 200 KB SET, the rest never sent.
+    let mut sender = Client::connect(server.resp);
+    let sender_addr = sender.stream().local_addr().unwrap().to_string();
+    let request = resp_command(&[b"SET", b"half", &vec![b'h'; 200_000]]);
+    sender.send(&request[..100_000]);
+    let line = wait_for_line(&mut admin, &sender_addr, |l| field_of(l, "qbuf") >= 100_000);
+    assert_eq!(field_of(&line, "qbuf"), 100_000, "{line}");
+    assert!(field_of(&line, "tot-mem") >= 100_000, "{line}");
+    // 64 GETs of 1 MiB, their replies never read: past what the sockets take, they wait in
+    // the connection's output.
+    let mut reader = Client::connect(server.resp);
+    let reader_addr = reader.stream().local_addr().unwrap().to_string();
+    let gets: Vec<u8> = (0..64)
+        .flat_map(|_| resp_command(&[b"GET", b"big"]))
+        .collect();
+    reader.send(&gets);
+    let line = wait_for_line(&mut admin, &reader_addr, |l| field_of(l, "omem") > 1 << 20);
+    assert_eq!(field_of(&line, "obl"), 16 << 10, "{line}");
+    assert!(field_of(&line, "oll") > 0, "{line}");
+    assert!(field_of(&line, "tot-mem") > 1 << 20, "{line}");
+    // An idle client: nothing held beyond its base buffers.
+    let mut idle = Client::connect(server.resp);
+    let idle_addr = idle.stream().local_addr().unwrap().to_string();
+    assert_eq!(idle.call(&command(&["PING"])), "+PONG\r\n");
+    let line = wait_for_line(&mut admin, &idle_addr, |l| l.contains(" cmd=ping "));
+    for (field, expected) in [("qbuf", 0), ("obl", 0), ("oll", 0), ("omem", 0)] {
+        assert_eq!(field_of(&line, field), expected, "{field}: {line}");
+    }
+    assert_eq!(field_of(&line, "qbuf-free"), 16 << 10, "{line}");
+    assert_eq!(field_of(&line, "tot-mem"), 32 << 10, "{line}");
+    drop(sender);
+    drop(reader);
+}
+
 #[test]
 fn client_kill_closes_clients_at_once_on_any_worker() {
     let server = Server::start(&["--threads", "2"]);

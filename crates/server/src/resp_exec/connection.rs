@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use strata_protocol::resp::{encode, errors, name_eq, parse_i64, Version};
 
 use super::{Call, State, CLIENT_NAME_LEN_MAX, REDIS_VERSION_COMPATIBLE};
-use crate::clients::Client;
+use crate::clients::{BufferFigures, Client};
 
 /// `PING [message]`: `+PONG`, or the message as a bulk string.
 pub(crate) fn ping(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
@@ -438,6 +438,11 @@ fn client_line(state: &State, command: &str) -> String {
         lib: (&text(&state.lib_name), &text(&state.lib_ver)),
         memcache: false,
         no_touch: state.no_touch,
+        buffers: state
+            .client
+            .as_ref()
+            .map(|client| client.buffers.load())
+            .unwrap_or_default(),
     })
 }
 
@@ -457,10 +462,37 @@ struct Line<'a> {
     memcache: bool,
     /// `CLIENT NO-TOUCH ON`.
     no_touch: bool,
+    /// Its connection's buffers (see [`buffer_fields`]).
+    buffers: BufferFigures,
 }
 
-/// Redis's client line: the fields it has, strata's where it keeps them, zeros for the buffer
-/// figures strata does not keep per client; `fd` is -1 (strata's sockets are the worker's).
+/// Redis's buffer fields of a client line, from strata's two buffers per connection. Input:
+/// `qbuf` is what was read and not yet run, `qbuf-free` the rest of the read buffer. Output:
+/// the first 16 KiB of the write buffer play Redis's fixed reply buffer (`rbs` its size,
+/// `obl` the bytes in it) and the rest its reply list, counted in Redis's 16 KiB blocks
+/// (`oll`); `omem` is the memory the buffer holds past those 16 KiB, what
+/// `--client-output-memory` counts. `tot-mem` is both buffers. strata keeps no figure for
+/// `argv-mem`, `multi-mem` and `rbp`: 0.
+fn buffer_fields(buffers: &BufferFigures) -> String {
+    let base = crate::connection::BUFFER_BYTES_INITIAL as u64;
+    let input_free = buffers
+        .input_capacity_bytes
+        .saturating_sub(buffers.input_bytes);
+    let beyond = buffers.output_bytes.saturating_sub(base);
+    format!(
+        "qbuf={} qbuf-free={input_free} argv-mem=0 multi-mem=0 rbs={} rbp=0 obl={} oll={} \
+         omem={} tot-mem={}",
+        buffers.input_bytes,
+        buffers.output_capacity_bytes.min(base),
+        buffers.output_bytes.min(base),
+        beyond.div_ceil(base),
+        buffers.output_capacity_bytes.saturating_sub(base),
+        buffers.input_capacity_bytes + buffers.output_capacity_bytes,
+    )
+}
+
+/// Redis's client line: the fields it has, strata's where it keeps them (the buffers' as
+/// [`buffer_fields`] says); `fd` is -1 (strata's sockets are the worker's).
 fn line(line: &Line<'_>) -> String {
     let address = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
     // In Redis 7.2's order: `x` (in MULTI) before `T` (no-touch); `N` for none.
@@ -472,8 +504,7 @@ fn line(line: &Line<'_>) -> String {
     };
     format!(
         "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub=0 psub=0 \
-         ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
-         omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} \
+         ssub=0 multi={} {} events=r cmd={} user=default redir=-1 resp={} lib-name={} \
          lib-ver={}{}\n",
         line.id,
         address(line.addresses.0),
@@ -482,6 +513,7 @@ fn line(line: &Line<'_>) -> String {
         line.age_secs,
         line.idle_secs,
         line.multi,
+        buffer_fields(&line.buffers),
         line.cmd,
         line.resp,
         line.lib.0,
@@ -517,6 +549,7 @@ fn other_line(client: &Client, now_ms: u64) -> String {
         lib: (&text(&info.lib_name), &text(&info.lib_ver)),
         memcache: client.memcache,
         no_touch: info.no_touch,
+        buffers: client.buffers.load(),
     })
 }
 
