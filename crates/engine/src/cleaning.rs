@@ -10,8 +10,9 @@ use crate::{Engine, Inner};
 /// Free segments, beyond the cleaner's reserve, that cleaning ahead keeps for writes.
 pub const CLEAN_AHEAD_SEGMENTS: usize = 2;
 /// Free segments written before that cleaning ahead keeps for writes on DRAM while others were
-/// never written (see [`Engine::clean_ahead`]): a few more than a 10 ms tick of writes fills at
-/// 200 MB/s, so bursts between ticks reuse memory too.
+/// never written (see [`Engine::clean_ahead`]), at least: a few more than a 10 ms tick of
+/// writes fills at 200 MB/s, so bursts between ticks reuse memory too. Faster writes get more
+/// ([`Inner::recycle_target`]).
 const RECYCLE_AHEAD_SEGMENTS: usize = 8;
 /// Most steps one call of [`Engine::clean_ahead`] runs (each frees one segment).
 const CLEAN_AHEAD_STEPS_MAX: usize = 64;
@@ -28,19 +29,36 @@ const RELEASED_SEGMENTS_PER_TICK_MAX: usize = 16;
 impl Inner {
     /// What cleaning ahead should do now: [`Ahead::Need`] while fewer than
     /// [`CLEAN_AHEAD_SEGMENTS`] segments are free for writes beyond the cleaner's reserve,
-    /// [`Ahead::Recycle`] (only victims cheap to move) while fewer than
-    /// [`RECYCLE_AHEAD_SEGMENTS`] free ones were written before and some were never written
+    /// [`Ahead::Recycle`] (only victims cheap to move) while fewer than `recycle_target`
+    /// ([`Inner::recycle_target`]) free ones were written before and some were never written
     /// (DRAM), `None` when neither.
-    fn clean_ahead_need(&self) -> Option<Ahead> {
+    fn clean_ahead_need(&self, recycle_target: usize) -> Option<Ahead> {
         let free = self.free.lock();
         let (spare, spare_touched) = free.spare(free.cleaner_reserve());
         if spare < CLEAN_AHEAD_SEGMENTS {
             Some(Ahead::Need)
-        } else if free.untouched > 0 && spare_touched < RECYCLE_AHEAD_SEGMENTS {
+        } else if free.untouched > 0 && spare_touched < recycle_target {
             Some(Ahead::Recycle)
         } else {
             None
         }
+    }
+
+    /// How many free segments written before cleaning ahead keeps for writes until its next
+    /// call: [`RECYCLE_AHEAD_SEGMENTS`], or twice the segments taken since its last call when
+    /// that is more, at most an eighth of the segments in service. Writes of large values take
+    /// a segment or more per request: SETs of 1 MiB at 1 GB/s took ten between two ticks, past
+    /// the eight kept, and the rest from segments never written, so the memory the process
+    /// held grew to 640 MiB for 20 MiB of live data while dead segments waited for the next
+    /// tick. Called once per call of [`Engine::clean_ahead`].
+    fn recycle_target(&self) -> usize {
+        let mut free = self.free.lock();
+        let since = free.taken_total - free.taken_at_last_look;
+        free.taken_at_last_look = free.taken_total;
+        let most = (free.limit / 8).max(RECYCLE_AHEAD_SEGMENTS);
+        usize::try_from(since.saturating_mul(2))
+            .unwrap_or(usize::MAX)
+            .clamp(RECYCLE_AHEAD_SEGMENTS, most)
     }
 
     /// Gives back to the OS the pages of free segments written before, beyond as many as the
@@ -90,8 +108,9 @@ impl Engine {
         let mut steps = 0;
         let mut idle_shards = 0;
         let mut at = 0;
+        let recycle_target = inner.recycle_target();
         while steps < CLEAN_AHEAD_STEPS_MAX && idle_shards < shards {
-            let Some(ahead) = inner.clean_ahead_need() else {
+            let Some(ahead) = inner.clean_ahead_need(recycle_target) else {
                 break;
             };
             let cleaned = inner.shards[at % shards]

@@ -378,6 +378,10 @@ struct FreePool {
     /// The operator's cap on segments in service (`Engine::set_memory_limit`, Redis's
     /// `CONFIG SET maxmemory`); `usize::MAX` for none.
     cap: usize,
+    /// Segments taken from the list since the pool opened (by writes and the cleaner).
+    taken_total: u64,
+    /// `taken_total` when cleaning ahead last looked (`Inner::recycle_target`).
+    taken_at_last_look: u64,
 }
 
 impl FreePool {
@@ -438,6 +442,7 @@ impl FreePool {
     /// The last segment of the list, and whether it was never written.
     fn pop(&mut self) -> Option<(Segment, bool)> {
         let segment = self.list.pop()?;
+        self.taken_total += 1;
         let untouched = self.list.len() < self.untouched;
         self.untouched = self.untouched.min(self.list.len());
         Some((segment, untouched))

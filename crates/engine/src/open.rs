@@ -704,6 +704,8 @@ fn new_inner(parts: InnerParts<'_>) -> Inner {
             retired: Vec::new(),
             index_bytes,
             cap: usize::MAX,
+            taken_total: 0,
+            taken_at_last_look: 0,
         }),
         seq: Mutex::new(SeqState {
             next: seq_reserved,
