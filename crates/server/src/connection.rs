@@ -528,7 +528,10 @@ impl Connection {
     /// Usually one system call: a read that does not fill the buffer drains the socket.
     fn fill(&mut self, pass: &mut PassContext<'_>) -> Result<Fill, CloseReason> {
         if self.read_len == self.read_buf.len() {
-            self.grow_read_buffer(pass.limits, &pass.ctx.stats)?;
+            let needed = self
+                .session
+                .input_needed(&self.read_buf[..self.read_len], pass.ctx);
+            self.grow_read_buffer(pass.limits, &pass.ctx.stats, needed)?;
         }
         loop {
             match self.stream.read(&mut self.read_buf[self.read_len..]) {
@@ -553,18 +556,26 @@ impl Connection {
         }
     }
 
-    /// Doubles the read buffer, up to the limit; a full buffer at the limit holds a request
-    /// too large to serve.
+    /// Doubles the read buffer, up to the limit, or grows it to `needed` bytes when the
+    /// pending request takes that many ([`Session::input_needed`]) and they are fewer: never
+    /// more than doubling (memory for what a client sent, not for what it says it will send),
+    /// and a 4 MiB value gets a buffer of its request's size, not 8 MiB. A full buffer at the
+    /// limit holds a request too large to serve.
     fn grow_read_buffer(
         &mut self,
         limits: &Limits,
         stats: &ServerStats,
+        needed: Option<usize>,
     ) -> Result<(), CloseReason> {
         debug_assert_eq!(self.read_len, self.read_buf.len());
         if self.read_buf.len() >= limits.read_buffer_bytes_max {
             return Err(CloseReason::RequestTooLarge);
         }
-        let size = (self.read_buf.len() * 2).min(limits.read_buffer_bytes_max);
+        let doubled = (self.read_buf.len() * 2).min(limits.read_buffer_bytes_max);
+        let size = needed
+            .filter(|&needed| needed > self.read_buf.len())
+            .map_or(doubled, |needed| needed.min(doubled));
+        debug_assert!(size > self.read_buf.len(), "a full buffer grows");
         let grown = size - self.read_buf.len();
         self.read_buf.resize(size, 0);
         stats

@@ -586,6 +586,14 @@ pub trait Session: Send {
         false
     }
 
+    /// The fewest bytes the request at the start of `input` (an incomplete one: `input` filled
+    /// the read buffer and the session consumed none of it) takes in all, when its protocol
+    /// says so before it has arrived (a large argument's or value's declared length): the
+    /// connection grows its read buffer to that rather than past it. `None` when unknown.
+    fn input_needed(&self, _input: &[u8], _ctx: &ServerContext) -> Option<usize> {
+        None
+    }
+
     /// Its entry in `ctx.clients` once attached (none for a session not in the registry),
     /// where the connection publishes its buffers' sizes (`CLIENT LIST`).
     fn registry_entry(&self) -> Option<std::sync::Arc<crate::clients::Client>> {

@@ -244,6 +244,10 @@ impl Session for MemcacheSession {
             .map(|r| std::sync::Arc::clone(&r.client))
     }
 
+    fn input_needed(&self, input: &[u8], ctx: &ServerContext) -> Option<usize> {
+        strata_protocol::memcache::bytes_needed(input, &limits(ctx))
+    }
+
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
         if let Some(registration) = &self.client {
             registration.client.active(ctx.clients.coarse_ms());

@@ -455,6 +455,10 @@ impl Session for RespSession {
         self.state.client.clone()
     }
 
+    fn input_needed(&self, input: &[u8], ctx: &ServerContext) -> Option<usize> {
+        strata_protocol::resp::bytes_needed(input, &self.limits(ctx))
+    }
+
     fn process(&mut self, input: &[u8], ctx: &ServerContext, out: &mut Vec<u8>) -> Processed {
         self.state.output_capacity_at_call = out.capacity();
         let processed = self.process_commands(input, ctx, out);

@@ -277,6 +277,27 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseErro
     parse_line(buf, text, consumed, limits)
 }
 
+/// The bytes the storage request at the start of `buf` takes, its command line, data block and
+/// the block's line end, once the command line has arrived: `set`, `add`, `replace`, `append`,
+/// `prepend` and `cas` (`<bytes>` after key, flags and exptime) and `ms` (`<datalen>` after the
+/// key). `None` for any other request, a length that is not a number, or before the line has
+/// arrived. A connection grows its read buffer to this for a large value rather than past it.
+#[must_use]
+pub fn bytes_needed(buf: &[u8], limits: &Limits) -> Option<usize> {
+    let (text, consumed) = next_line(buf, limits).ok()?;
+    let mut tokens = text.split(|&b| b == b' ').filter(|token| !token.is_empty());
+    let before_length = match tokens.next()? {
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => 3,
+        b"ms" => 1,
+        _ => return None,
+    };
+    let length: usize = std::str::from_utf8(tokens.nth(before_length)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    consumed.checked_add(length)?.checked_add(2)
+}
+
 /// A binary-protocol request at the front of `buf` (its first byte is the magic): refused
 /// once its 24-byte header has arrived, whose opcode and opaque the refusal echoes.
 #[allow(clippy::big_endian_bytes)] // the binary protocol's byte order
@@ -443,6 +464,34 @@ mod tests {
 
     fn parse_default(buf: &[u8]) -> Result<Parsed<'_>, ParseError> {
         parse(buf, &Limits::default())
+    }
+
+    #[test]
+    fn bytes_needed_reads_a_storage_commands_length() {
+        let limits = Limits::default();
+        let line = b"set k 0 0 1000000\r\n";
+        assert_eq!(
+            bytes_needed(b"set k 0 0 1000000\r\nvvv", &limits),
+            Some(line.len() + 1_000_002)
+        );
+        for (line, data_len) in [
+            (&b"cas k 1 2 40 77 noreply\r\n"[..], 40),
+            (b"ms k 5000 T0 F1\r\n", 5000),
+            (b"append  k  0 0 7\n", 7),
+        ] {
+            let needed = bytes_needed(line, &limits);
+            assert_eq!(
+                needed,
+                Some(line.len() + data_len + 2),
+                "{}",
+                line.escape_ascii()
+            );
+        }
+        // Not a storage command, no line yet, a length that is not a number.
+        assert_eq!(bytes_needed(b"get k\r\n", &limits), None);
+        assert_eq!(bytes_needed(b"set k 0 0 1000", &limits), None);
+        assert_eq!(bytes_needed(b"set k 0 0 x\r\n", &limits), None);
+        assert_eq!(bytes_needed(b"set k 0\r\n", &limits), None);
     }
 
     /// Asserts that each input is refused whole with its reply (empty under `noreply`), with

@@ -54,7 +54,7 @@ pub use limits::{
 pub use name::{lowercase_name, name_eq, COMMAND_NAME_LEN_MAX};
 pub use number::{format_double, format_i64, parse_f64, parse_i64, DOUBLE_LEN_MAX, I64_LEN_MAX};
 pub use reply::{parse_reply, Reply, ReplyError, REPLY_DEPTH_MAX};
-pub use request::{parse_bulk_header, parse_command, too_long_at, Arg, Args};
+pub use request::{bytes_needed, parse_bulk_header, parse_command, too_long_at, Arg, Args};
 
 /// The protocol version a connection speaks: RESP2 by default, RESP3 after `HELLO 3`. Encoders
 /// take it to choose between RESP3 types and their RESP2 downgrades.

@@ -316,6 +316,30 @@ pub fn too_long_at(buf: &[u8], limits: &Limits) -> Option<TooLong> {
     None
 }
 
+/// The fewest bytes the multibulk command at the start of `buf` takes, as far as the headers
+/// that arrived tell: up to the end of the first bulk whose bytes have not all arrived (the
+/// arguments after it, not known yet, are left out). `None` when `buf` does not start such a
+/// command: it is whole, another kind of request, not valid, or its next header has not
+/// arrived. A connection grows its read buffer to this for a large argument rather than past
+/// it.
+#[must_use]
+pub fn bytes_needed(buf: &[u8], limits: &Limits) -> Option<usize> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    let (count, mut position) =
+        count_line(buf, 0, limits, ProtocolError::TooBigMbulkCountString).ok()?;
+    let count = usize::try_from(count?).ok()?;
+    for _ in 0..count {
+        let (len, data_start) = bulk_header(buf, position, limits).ok()?;
+        position = data_start.checked_add(len)?.checked_add(2)?;
+        if position > buf.len() {
+            return Some(position);
+        }
+    }
+    None
+}
+
 /// Parses the `$<len>\r\n` line at the start of `buf`, as each argument of a multibulk request
 /// begins, and returns the length it declares and the bytes of the line. Lengths up to
 /// [`Limits::bulk_len_discard_max`] are accepted: the caller uses this to walk over the
@@ -456,6 +480,24 @@ mod tests {
             Line::End(_) | Line::Pending => Err(ParseError::Incomplete),
             Line::TooLong => Err(too_long.into()),
         }
+    }
+
+    #[test]
+    fn bytes_needed_counts_up_to_the_first_bulk_not_all_here() {
+        let limits = Limits::default();
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000000\r\nvvvv";
+        // 30 bytes before the data, the data and its CRLF; nothing after it is known.
+        assert_eq!(bytes_needed(set, &limits), Some(30 + 1_000_000 + 2));
+        assert_eq!(bytes_needed(&set[..30], &limits), Some(30 + 1_000_000 + 2));
+        // Its next header not here yet, whole, not multibulk, or not valid: unknown.
+        assert_eq!(bytes_needed(&set[..26], &limits), None);
+        assert_eq!(bytes_needed(b"*1\r\n$4\r\nPING\r\n", &limits), None);
+        assert_eq!(bytes_needed(b"PING\r\n", &limits), None);
+        assert_eq!(bytes_needed(b"*1\r\n$x\r\n", &limits), None);
+        assert_eq!(bytes_needed(b"", &limits), None);
+        // A whole first argument, a second one arriving: up to the second's end.
+        let two = b"*2\r\n$4\r\nECHO\r\n$10\r\nab";
+        assert_eq!(bytes_needed(two, &limits), Some(two.len() - 2 + 12));
     }
 
     #[test]
