@@ -229,7 +229,10 @@ impl OwnedSegment {
             // The walk finds each record from the one before's length, so the CPU cannot run
             // ahead of it: the lines a little further on are asked for now (a cold segment's
             // walk, the cleaner's, waited on memory for most of its time).
+            // From the current record on only: a large record's lines are skipped, not asked
+            // for (a walk over 512 KiB parts asked for every line of them).
             let ahead_end = (offset + WALK_PREFETCH_BYTES).min(self.write_offset);
+            prefetched_to = prefetched_to.max(offset);
             while prefetched_to < ahead_end {
                 strata_pool::prefetch(&log[prefetched_to]);
                 prefetched_to += strata_pool::CACHE_LINE_SIZE_BYTES;
