@@ -347,10 +347,27 @@ pub fn write_meta_value(
     ret: &MetaReturn<'_>,
     data: &[u8],
 ) -> usize {
+    write_meta_value_pieces(out, request, ret, &[data])
+}
+
+/// [`write_meta_value`] of a value in pieces (a large string's parts), copied one after
+/// another into `out` after one reservation.
+pub fn write_meta_value_pieces(
+    out: &mut Vec<u8>,
+    request: &MetaFlags<'_>,
+    ret: &MetaReturn<'_>,
+    pieces: &[&[u8]],
+) -> usize {
+    let data_len: usize = pieces.iter().map(|piece| piece.len()).sum();
     let mut written = write_parts(out, &[b"VA "]);
-    written += write_u64(out, data.len() as u64);
+    written += write_u64(out, data_len as u64);
     written += write_meta_flags(out, request, ret);
-    written + write_parts(out, &[b"\r\n", data, b"\r\n"])
+    written += write_parts(out, &[b"\r\n"]);
+    out.reserve(data_len + 2);
+    for piece in pieces {
+        out.extend_from_slice(piece);
+    }
+    written + data_len + write_parts(out, &[b"\r\n"])
 }
 
 /// Appends `<code><flags>\r\n`, a meta reply without a value (`HD`, `EN`, `NF`, `NS`, `EX`).
@@ -482,6 +499,15 @@ mod tests {
         assert_eq!(
             written(|o| write_meta_value(o, &request, &ret, b"x")),
             b"VA 1 ka f5 s1 t-1 c26 O123 h0\r\nx\r\n"
+        );
+        // The same value in pieces: the same bytes.
+        let ret = MetaReturn {
+            size: Some(5),
+            ..ret
+        };
+        assert_eq!(
+            written(|o| write_meta_value_pieces(o, &request, &ret, &[b"ab", b"", b"cde"])),
+            b"VA 5 ka f5 s5 t-1 c26 O123 h0\r\nabcde\r\n"
         );
         // A miss returns only what it knows: `mg zz v k O1` -> `EN kzz O1`.
         let miss = MetaReturn {

@@ -41,19 +41,18 @@ pub(in super::super) fn execute(
     let now = || *clock.get_or_init(|| now_ms(ctx));
     let touch = flags.ttl.map(|ttl| expiry(ttl, now));
     if touch.is_none() && flags.vivify_ttl.is_none() {
-        let reply = |item: ItemRef<'_>| {
+        // A large string's parts are copied straight into the reply (`Engine::get_pieces`).
+        let reply = |item: ItemRef<'_>, pieces: &[&[u8]]| {
             let string = strings_only(Some(item)).is_some();
             if string {
-                write_item(&get, key, &item, None, &now, ctx, out);
+                write_item(&get, key, (&item, pieces), None, &now, ctx, out);
             }
             string
         };
-        let hit = if flags.has(b'u') {
-            ctx.engine.peek(key, reply)
-        } else {
-            ctx.engine.get(key, reply)
-        }
-        .unwrap_or(false);
+        let hit = ctx
+            .engine
+            .get_pieces(key, !flags.has(b'u'), reply)
+            .unwrap_or(false);
         ctx.stats.count_gets(1, u64::from(hit));
         if !hit {
             write_miss(&get, key, out);
@@ -81,7 +80,15 @@ fn read_write(
             (Some(item), _) => {
                 hit = true;
                 let expires_at_ms = touch.map(|expiry| expires_at(expiry, item.expires_at_ms));
-                write_item(get, key, &item, expires_at_ms, now, ctx, out);
+                write_item(
+                    get,
+                    key,
+                    (&item, &[item.value]),
+                    expires_at_ms,
+                    now,
+                    ctx,
+                    out,
+                );
                 match touch {
                     None if get.flags.has(b'u') => Change::Keep,
                     None => Change::Read,
@@ -125,7 +132,7 @@ fn read_write(
                 won: true,
                 ..lease::Flags::default()
             };
-            write_reply(get, key, &item, None, won, now, out);
+            write_reply(get, key, (&item, &[item.value]), None, won, now, out);
         }
         (Ok(_), None) => write_miss(get, key, out),
     }
@@ -135,7 +142,7 @@ fn read_write(
 fn write_item(
     get: &MetaGet<'_>,
     key: &[u8],
-    item: &ItemRef<'_>,
+    (item, pieces): (&ItemRef<'_>, &[&[u8]]),
     expires_at_ms: Option<Option<u64>>,
     now: &dyn Fn() -> u64,
     ctx: &ServerContext,
@@ -146,13 +153,14 @@ fn write_item(
         ttl != -1 && ttl < recache
     });
     let lease = lease::read(ctx, key, item.cas, want_win);
-    write_reply(get, key, item, expires_at_ms, lease, now, out);
+    write_reply(get, key, (item, pieces), expires_at_ms, lease, now, out);
 }
 
+/// The reply to a hit on `item`, whose value is `pieces` (a large string's parts, unjoined).
 fn write_reply(
     get: &MetaGet<'_>,
     key: &[u8],
-    item: &ItemRef<'_>,
+    (item, pieces): (&ItemRef<'_>, &[&[u8]]),
     expires_at_ms: Option<Option<u64>>,
     lease: lease::Flags,
     now: &dyn Fn() -> u64,
@@ -163,7 +171,7 @@ fn write_reply(
         key_binary: get.flags.key_base64(),
         cas: Some(item.cas),
         client_flags: Some(item.client_flags),
-        size: Some(item.value.len()),
+        size: Some(pieces.iter().map(|piece| piece.len()).sum()),
         // Only `t` shows it (the encoder writes the flags asked for).
         ttl_secs: get
             .flags
@@ -175,7 +183,7 @@ fn write_reply(
         won: lease.won,
     };
     if get.flags.has(b'v') {
-        encode::write_meta_value(out, &get.flags, &ret, item.value);
+        encode::write_meta_value_pieces(out, &get.flags, &ret, pieces);
     } else {
         encode::write_meta_status(out, MetaStatus::Hd, &get.flags, &ret);
     }
