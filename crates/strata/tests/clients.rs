@@ -146,6 +146,25 @@ fn client_list_shows_what_each_client_buffers() {
     assert_eq!(field_of(&line, "obl"), 16 << 10, "{line}");
     assert!(field_of(&line, "oll") > 0, "{line}");
     assert!(field_of(&line, "tot-mem") > 1 << 20, "{line}");
+    // INFO clients names the largest of them, as Redis's does.
+    admin.send(&command(&["INFO", "clients"]));
+    let info = String::from_utf8(admin.bulk().expect("a bulk")).unwrap();
+    let info_field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("{name} in {info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        info_field("client_recent_max_input_buffer") >= 100_000,
+        "{info}"
+    );
+    assert!(
+        info_field("client_recent_max_output_buffer") >= field_of(&line, "omem"),
+        "{info}"
+    );
     // An idle client: nothing held beyond its base buffers.
     let mut idle = Client::connect(server.resp);
     let idle_addr = idle.stream().local_addr().unwrap().to_string();

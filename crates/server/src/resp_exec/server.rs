@@ -101,6 +101,26 @@ fn write_persistence(text: &mut InfoText, ctx: &ServerContext) {
     }
 }
 
+/// The largest read buffer of the clients connected now (its size, as Redis reports its query
+/// buffer's allocation) and the largest output memory (`omem` in CLIENT LIST: what a write
+/// buffer holds past its first 16 KiB), as their workers last published them: INFO clients'
+/// `client_recent_max_input_buffer` and `client_recent_max_output_buffer`. Redis keeps the
+/// peaks of the last few seconds; these are the current ones (a buffer grown for a large
+/// request stays about a second after it, `BUFFER_SWEEP_INTERVAL`).
+fn largest_buffers(ctx: &ServerContext) -> (u64, u64) {
+    let base = crate::connection::BUFFER_BYTES_INITIAL as u64;
+    ctx.clients
+        .all()
+        .iter()
+        .map(|client| client.buffers.load())
+        .fold((0, 0), |(input, output), buffers| {
+            (
+                input.max(buffers.input_capacity_bytes),
+                output.max(buffers.output_capacity_bytes.saturating_sub(base)),
+            )
+        })
+}
+
 /// Appends one INFO section.
 fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine: &EngineStats) {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -123,6 +143,9 @@ fn write_section(text: &mut InfoText, section: &str, ctx: &ServerContext, engine
             text.header("Clients");
             text.field("connected_clients", load(&ctx.stats.connections_current));
             text.field("maxclients", ctx.settings.connections_max);
+            let (input_max, output_max) = largest_buffers(ctx);
+            text.field("client_recent_max_input_buffer", input_max);
+            text.field("client_recent_max_output_buffer", output_max);
             text.field("blocked_clients", 0);
         }
         "memory" => write_memory(text, ctx, engine),
