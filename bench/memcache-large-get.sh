@@ -6,12 +6,13 @@
 #
 #   bench/memcache-large-get.sh MEMTIER STRATA_A STRATA_B [SECONDS] [ROUNDS] [SIZE]
 set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
 memtier=${1:?memtier_benchmark binary}
 strata_a=${2:?strata binary A}
 strata_b=${3:?strata binary B}
 seconds=${4:-4}; rounds=${5:-3}; size=${6:-4194304}
 port=23997
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 for round in $(seq "$rounds"); do
   for server in a b memcached; do
     case $server in
@@ -23,7 +24,7 @@ for round in $(seq "$rounds"); do
           >/dev/null 2>&1 & ;;
     esac
     pid=$!
-    sleep 0.5
+    wait_port $port || exit 1
     taskset -c 1 "$memtier" -s 127.0.0.1 -p $port -P memcache_text -t 1 -c 1 --ratio=1:0 \
       -d "$size" --key-minimum=1 --key-maximum=20 --key-pattern=P:P --requests=20 \
       --hide-histogram >/dev/null 2>&1

@@ -82,13 +82,20 @@ fn drive<'a>(data: &'a [u8], limits: &Limits, plan: &[usize]) -> Vec<Event<'a>> 
             match parse(buf, limits) {
                 Ok(parsed) => {
                     check_parsed(buf, &parsed, limits);
+                    check_bytes_needed(buf, &parsed, limits);
                     if let Request::TooLarge(too_large) = parsed.request {
                         swallow = too_large.swallow_len;
                     }
                     events.push(Event::Request(parsed.request, parsed.consumed));
                     start += parsed.consumed;
                 }
-                Err(ParseError::Incomplete) => break,
+                Err(ParseError::Incomplete) => {
+                    // What a connection grows its read buffer to: always more than it holds.
+                    if let Some(needed) = strata_protocol::memcache::bytes_needed(buf, limits) {
+                        assert!(needed > buf.len(), "{needed} for {} bytes", buf.len());
+                    }
+                    break;
+                }
                 Err(ParseError::Reply {
                     reply,
                     consumed,
@@ -125,6 +132,14 @@ fn drive<'a>(data: &'a [u8], limits: &Limits, plan: &[usize]) -> Vec<Event<'a>> 
     }
     events.push(Event::Pending(start, swallow));
     events
+}
+
+/// A whole storage request takes exactly the bytes `bytes_needed` says its line declares.
+fn check_bytes_needed(buf: &[u8], parsed: &Parsed<'_>, limits: &Limits) {
+    if matches!(parsed.request, Request::Store(_) | Request::MetaSet(_)) {
+        let needed = strata_protocol::memcache::bytes_needed(buf, limits);
+        assert_eq!(needed, Some(parsed.consumed), "{parsed:?}");
+    }
 }
 
 /// The command line of `buf`: its text without the line end, and the bytes through its `\n`.

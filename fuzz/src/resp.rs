@@ -80,12 +80,20 @@ fn drive(data: &[u8], limits: &Limits, plan: &[usize], args: &mut Args) -> Vec<E
             let buf = &data[start..arrived];
             match parse_command(buf, limits, args) {
                 Ok(consumed) => {
+                    let needed = strata_protocol::resp::bytes_needed(buf, limits);
+                    assert_eq!(needed, None, "a whole command needs no more bytes");
                     let owned = check_command(buf, consumed, args, limits);
                     check_round_trip(&owned, limits);
                     events.push(Event::Command(owned, consumed));
                     start += consumed;
                 }
-                Err(ParseError::Incomplete) => break,
+                Err(ParseError::Incomplete) => {
+                    // What a connection grows its read buffer to: always more than it holds.
+                    if let Some(needed) = strata_protocol::resp::bytes_needed(buf, limits) {
+                        assert!(needed > buf.len(), "{needed} for {} bytes", buf.len());
+                    }
+                    break;
+                }
                 Err(ParseError::Protocol(error)) => {
                     check_error(error);
                     events.push(Event::Protocol(error));

@@ -77,6 +77,16 @@ pub struct BufferFigures {
     pub output_capacity_bytes: u64,
 }
 
+impl BufferFigures {
+    /// The output memory the write buffer holds, as the output budget counts it
+    /// (`context::output_held_bytes`): CLIENT LIST's `omem`.
+    #[must_use]
+    pub fn output_memory_bytes(&self) -> u64 {
+        let capacity = usize::try_from(self.output_capacity_bytes).unwrap_or(usize::MAX);
+        crate::context::output_held_bytes(capacity) as u64
+    }
+}
+
 impl ClientBuffers {
     /// Publishes `figures` (the connection's worker).
     pub fn store(&self, figures: BufferFigures) {

@@ -194,7 +194,31 @@ pub fn write_value(
     data: &[u8],
     cas: Option<u64>,
 ) -> usize {
-    write_value_header(out, key, flags, data.len(), cas) + write_parts(out, &[data, b"\r\n"])
+    write_value_pieces(out, key, flags, &[data], cas)
+}
+
+/// [`write_value`] of data in pieces (a large string's parts), copied one after another into
+/// `out`: the same bytes as of them joined, the buffer grown once.
+pub fn write_value_pieces(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: u32,
+    pieces: &[&[u8]],
+    cas: Option<u64>,
+) -> usize {
+    let data_len = pieces.iter().map(|piece| piece.len()).sum();
+    write_value_header(out, key, flags, data_len, cas) + write_data(out, pieces, data_len)
+}
+
+/// Appends a value's data, `pieces` of `data_len` bytes in all, and its `\r\n`.
+fn write_data(out: &mut Vec<u8>, pieces: &[&[u8]], data_len: usize) -> usize {
+    debug_assert_eq!(data_len, pieces.iter().map(|piece| piece.len()).sum());
+    out.reserve(data_len + 2);
+    for piece in pieces {
+        out.extend_from_slice(piece);
+    }
+    out.extend_from_slice(b"\r\n");
+    data_len + 2
 }
 
 /// Appends `END\r\n`.
@@ -363,11 +387,7 @@ pub fn write_meta_value_pieces(
     written += write_u64(out, data_len as u64);
     written += write_meta_flags(out, request, ret);
     written += write_parts(out, &[b"\r\n"]);
-    out.reserve(data_len + 2);
-    for piece in pieces {
-        out.extend_from_slice(piece);
-    }
-    written + data_len + write_parts(out, &[b"\r\n"])
+    written + write_data(out, pieces, data_len)
 }
 
 /// Appends `<code><flags>\r\n`, a meta reply without a value (`HD`, `EN`, `NF`, `NS`, `EX`).
@@ -459,6 +479,10 @@ mod tests {
         assert_eq!(
             written(|o| write_value(o, b"k", u32::MAX, b"abc", Some(9))),
             b"VALUE k 4294967295 3 9\r\nabc\r\n"
+        );
+        assert_eq!(
+            written(|o| write_value_pieces(o, b"k", 1, &[b"ab", b"", b"c"], None)),
+            b"VALUE k 1 3\r\nabc\r\n"
         );
         assert_eq!(written(write_end), b"END\r\n");
         assert_eq!(written(|o| write_number(o, 12)), b"12\r\n");

@@ -285,16 +285,14 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<Parsed<'a>, ParseErro
 #[must_use]
 pub fn bytes_needed(buf: &[u8], limits: &Limits) -> Option<usize> {
     let (text, consumed) = next_line(buf, limits).ok()?;
-    let mut tokens = text.split(|&b| b == b' ').filter(|token| !token.is_empty());
+    let mut tokens = Tokens::new(text);
     let before_length = match tokens.next()? {
         b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => 3,
         b"ms" => 1,
         _ => return None,
     };
-    let length: usize = std::str::from_utf8(tokens.nth(before_length)?)
-        .ok()?
-        .parse()
-        .ok()?;
+    // Read as the storage parsers read it: what they would refuse says nothing.
+    let length = token::parse_data_len(tokens.nth(before_length)?)?;
     consumed.checked_add(length)?.checked_add(2)
 }
 
@@ -491,6 +489,11 @@ mod tests {
         assert_eq!(bytes_needed(b"get k\r\n", &limits), None);
         assert_eq!(bytes_needed(b"set k 0 0 1000", &limits), None);
         assert_eq!(bytes_needed(b"set k 0 0 x\r\n", &limits), None);
+        assert_eq!(bytes_needed(b"set k 0 0 -5\r\n", &limits), None);
+        assert_eq!(
+            bytes_needed(b"set k 0 0 18446744073709551615\r\n", &limits),
+            None
+        );
         assert_eq!(bytes_needed(b"set k 0\r\n", &limits), None);
     }
 

@@ -296,24 +296,13 @@ fn parse_multibulk(buf: &[u8], limits: &Limits, args: &mut Args) -> Result<usize
 /// a command.
 #[must_use]
 pub fn too_long_at(buf: &[u8], limits: &Limits) -> Option<TooLong> {
-    if buf.first() != Some(&b'*') {
-        return None;
-    }
-    let (count, mut position) =
-        count_line(buf, 0, limits, ProtocolError::TooBigMbulkCountString).ok()?;
-    let count = usize::try_from(count?).ok()?;
-    for index in 0..count {
-        let (len, data_start) = bulk_header(buf, position, limits).ok()?;
-        if len > limits.bulk_len_max {
-            return Some(TooLong {
-                consumed: data_start,
-                discard_len: len.saturating_add(2),
-                args_left: count - index - 1,
-            });
-        }
-        position = data_start.checked_add(len)?.checked_add(2)?;
-    }
-    None
+    find_bulk(buf, limits, |bulk| {
+        (bulk.len > limits.bulk_len_max).then(|| TooLong {
+            consumed: bulk.data_start,
+            discard_len: bulk.len.saturating_add(2),
+            args_left: bulk.count - bulk.index - 1,
+        })
+    })
 }
 
 /// The fewest bytes the multibulk command at the start of `buf` takes, as far as the headers
@@ -324,18 +313,51 @@ pub fn too_long_at(buf: &[u8], limits: &Limits) -> Option<TooLong> {
 /// it.
 #[must_use]
 pub fn bytes_needed(buf: &[u8], limits: &Limits) -> Option<usize> {
+    find_bulk(buf, limits, |bulk| {
+        let end = bulk.data_start.checked_add(bulk.len)?.checked_add(2)?;
+        (end > buf.len()).then_some(end)
+    })
+}
+
+/// A bulk of a multibulk command, as [`find_bulk`] meets its header.
+struct BulkAt {
+    /// Its place among the command's arguments.
+    index: usize,
+    /// The command's arguments.
+    count: usize,
+    /// The length its header declares (up to `bulk_len_discard_max`).
+    len: usize,
+    /// Where its data starts in the buffer.
+    data_start: usize,
+}
+
+/// Walks the bulk headers of the multibulk command at the start of `buf`, stepping over each
+/// bulk's data without reading it (it need not have arrived), and returns what `pick` makes
+/// of the first bulk it picks; `None` when it picks none before the headers end, stop at input
+/// not arrived yet, or are not valid.
+fn find_bulk<R>(
+    buf: &[u8],
+    limits: &Limits,
+    mut pick: impl FnMut(&BulkAt) -> Option<R>,
+) -> Option<R> {
     if buf.first() != Some(&b'*') {
         return None;
     }
     let (count, mut position) =
         count_line(buf, 0, limits, ProtocolError::TooBigMbulkCountString).ok()?;
     let count = usize::try_from(count?).ok()?;
-    for _ in 0..count {
+    for index in 0..count {
         let (len, data_start) = bulk_header(buf, position, limits).ok()?;
-        position = data_start.checked_add(len)?.checked_add(2)?;
-        if position > buf.len() {
-            return Some(position);
+        let bulk = BulkAt {
+            index,
+            count,
+            len,
+            data_start,
+        };
+        if let Some(picked) = pick(&bulk) {
+            return Some(picked);
         }
+        position = data_start.checked_add(len)?.checked_add(2)?;
     }
     None
 }

@@ -131,12 +131,7 @@ fn write_hit(
     returns_cas: bool,
 ) {
     let cas = returns_cas.then_some(item.cas);
-    let data_len = pieces.iter().map(|piece| piece.len()).sum();
-    encode::write_value_header(out, key, item.client_flags, data_len, cas);
-    for piece in pieces {
-        out.extend_from_slice(piece);
-    }
-    out.extend_from_slice(b"\r\n");
+    encode::write_value_pieces(out, key, item.client_flags, pieces, cas);
 }
 
 /// `gat`: writes the hit and gives the item its new expiry, keeping value, flags and CAS.

@@ -474,7 +474,7 @@ struct Line<'a> {
 /// `--client-output-memory` counts. `tot-mem` is both buffers. strata keeps no figure for
 /// `argv-mem`, `multi-mem` and `rbp`: 0.
 fn buffer_fields(buffers: &BufferFigures) -> String {
-    let base = crate::connection::BUFFER_BYTES_INITIAL as u64;
+    let base = crate::context::OUTPUT_BUFFER_BYTES_BASE as u64;
     let input_free = buffers
         .input_capacity_bytes
         .saturating_sub(buffers.input_bytes);
@@ -486,7 +486,7 @@ fn buffer_fields(buffers: &BufferFigures) -> String {
         buffers.output_capacity_bytes.min(base),
         buffers.output_bytes.min(base),
         beyond.div_ceil(base),
-        buffers.output_capacity_bytes.saturating_sub(base),
+        buffers.output_memory_bytes(),
         buffers.input_capacity_bytes + buffers.output_capacity_bytes,
     )
 }

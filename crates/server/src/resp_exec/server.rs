@@ -108,7 +108,6 @@ fn write_persistence(text: &mut InfoText, ctx: &ServerContext) {
 /// peaks of the last few seconds; these are the current ones (a buffer grown for a large
 /// request stays about a second after it, `BUFFER_SWEEP_INTERVAL`).
 fn largest_buffers(ctx: &ServerContext) -> (u64, u64) {
-    let base = crate::connection::BUFFER_BYTES_INITIAL as u64;
     ctx.clients
         .all()
         .iter()
@@ -116,7 +115,7 @@ fn largest_buffers(ctx: &ServerContext) -> (u64, u64) {
         .fold((0, 0), |(input, output), buffers| {
             (
                 input.max(buffers.input_capacity_bytes),
-                output.max(buffers.output_capacity_bytes.saturating_sub(base)),
+                output.max(buffers.output_memory_bytes()),
             )
         })
 }
