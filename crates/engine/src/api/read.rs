@@ -176,13 +176,20 @@ impl Engine {
             let read = tiering::read_record(inner, key, location, now_ms, |item| {
                 let shard = lock.read();
                 let (slot, entry) = shard.index.find(h24, |l| l == location)?;
+                if item.needs_memory() {
+                    // A large hash's chunks are read in memory: promoted, then looked for
+                    // again (a failed promotion looks again too, at most as many times).
+                    drop(shard);
+                    let _ = lock.write().promote(inner, key, hash, location, &item);
+                    return None;
+                }
                 if bump {
                     shard.index.bump_freq(slot);
                 }
                 shard.counters.hits.fetch_add(1, Ordering::Relaxed);
                 flash.counters.hits.fetch_add(1, Ordering::Relaxed);
                 let f = f.take().expect("called once");
-                // A flash record is one record (families stay in memory): one piece.
+                // One piece: a flash record's value, or a large string's bundle's parts, joined.
                 let found = flash_item(key, &item, entry);
                 let result = f(found, &[found.value]);
                 drop(shard);

@@ -20,6 +20,7 @@ use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 mod parts;
 
 use super::*;
+use crate::flash::tiering::OwnedFlashItem;
 use crate::shard::ShardChange;
 use crate::txlog::Lane;
 use crate::Observed;
@@ -220,6 +221,33 @@ impl<'e> Txn<'e> {
         unjoined: bool,
         f: impl FnOnce(ItemRef<'_>, &[&[u8]]) -> R,
     ) -> Option<R> {
+        let mut f = f;
+        // A promotion whose own writes' eviction took part of the family leaves it on flash: a
+        // few tries, then the family reads as absent (never as an owner without its parts).
+        for look in 0..=PROMOTIONS_PER_READ_MAX {
+            match self.read_once(key, bump, unjoined, look < PROMOTIONS_PER_READ_MAX, f) {
+                Ok(found) => return found,
+                Err((back, promote)) => {
+                    self.promote_read(key, promote);
+                    f = back;
+                }
+            }
+        }
+        None
+    }
+
+    /// One look for `key` ([`Txn::read_as`]); `Err` when its flash record is a family whose
+    /// parts only memory serves and the shard is held for writing (`promote` allowed): the
+    /// caller promotes it ([`Txn::promote_read`]) and looks again.
+    #[allow(clippy::type_complexity)]
+    fn read_once<R, F: FnOnce(ItemRef<'_>, &[&[u8]]) -> R>(
+        &self,
+        key: &[u8],
+        bump: bool,
+        unjoined: bool,
+        promote: bool,
+        f: F,
+    ) -> Result<Option<R>, (F, (OwnedFlashItem, u64))> {
         let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
         let (hash, position) = self.position(&shards, key);
@@ -230,22 +258,47 @@ impl<'e> Txn<'e> {
             }
             shard.counters.hits.fetch_add(1, Ordering::Relaxed);
             let key = (key, hash);
-            return if unjoined {
+            return Ok(if unjoined {
                 large::with_pieces(inner, shard, key, &found, f)
             } else {
                 large::with_item(inner, shard, key, &found, |item| f(item, &[item.value]))
-            };
+            });
         }
+        let families = match shards[position].1 {
+            Held::Write(_) if promote => Families::Promote,
+            Held::Write(_) => Families::Absent,
+            Held::Read(_) => Families::AsOwners,
+        };
         let found = if shard.lookup(inner, key, hash).is_none() {
-            // A flash record is one record (families stay in memory): one piece.
-            read_from_flash(inner, shard, key, hash, bump, |item| f(item, &[item.value]))
+            // One piece: a flash record's value, or a large string's bundle's parts, joined.
+            let mut f = Some(f);
+            let read = read_from_flash(inner, shard, (key, hash), bump, families, |item| {
+                (f.take().expect("called once"))(item, &[item.value])
+            });
+            match read {
+                FromFlash::Found(found) => Some(found),
+                FromFlash::Missing => None,
+                FromFlash::NeedsMemory(item, location) => {
+                    return Err((f.take().expect("not called"), (item, location)));
+                }
+            }
         } else {
             None
         };
         if found.is_none() {
             shard.counters.misses.fetch_add(1, Ordering::Relaxed);
         }
-        found
+        Ok(found)
+    }
+
+    /// Promotes `item`, read from flash at `location` as `key`'s, into memory in the shard
+    /// held for writing (best effort: a failed promotion leaves it on flash, read as absent).
+    fn promote_read(&self, key: &[u8], (item, location): (OwnedFlashItem, u64)) {
+        let inner: &Inner = &self.engine.inner;
+        let mut shards = self.shards.borrow_mut();
+        let (hash, position) = self.position(&shards, key);
+        let shard = shards[position].1.shard_mut();
+        let _ = shard.promote(inner, key, hash, location, &item.item());
     }
 
     /// The general read-modify-write (see [`Engine::modify`]) of a key the transaction holds.
@@ -419,17 +472,47 @@ impl Drop for Txn<'_> {
     }
 }
 
+/// Promotions one read in a transaction tries (see [`Txn::read`]).
+const PROMOTIONS_PER_READ_MAX: usize = 3;
+
+/// How a read in a transaction takes a flash record that is a family whose parts only memory
+/// serves (a large hash).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Families {
+    /// Hands it back to be promoted: the shard is held for writing.
+    Promote,
+    /// Reads it as absent: promotions failed.
+    Absent,
+    /// Reads its owner's value: the shard is held for reading (MGET's), whose reads do not
+    /// promote and read no parts.
+    AsOwners,
+}
+
+/// What a read of a key memory does not hold found on flash.
+enum FromFlash<R> {
+    /// The key's item: `f`'s result.
+    Found(R),
+    /// No record of the key (or an expired one).
+    Missing,
+    /// The key's record, a family whose parts only memory serves (a large hash): a copy, and
+    /// its location, for the caller to promote (`f` not called).
+    NeedsMemory(OwnedFlashItem, u64),
+}
+
 /// The read of a key memory does not hold at all, in a shard held (so no entry moves while it
-/// is read): each flash candidate until one is the key.
+/// is read): each flash candidate until one is the key; `families` says how a family whose
+/// parts only memory serves is taken.
 fn read_from_flash<R>(
     inner: &Inner,
     shard: &Shard,
-    key: &[u8],
-    hash: u64,
+    (key, hash): (&[u8], u64),
     bump: bool,
+    families: Families,
     f: impl FnOnce(ItemRef<'_>) -> R,
-) -> Option<R> {
-    let flash = inner.flash.as_ref()?;
+) -> FromFlash<R> {
+    let Some(flash) = inner.flash.as_ref() else {
+        return FromFlash::Missing;
+    };
     let candidates = shard.flash_candidates(inner, hash);
     let h24 = crate::index::hash24(hash);
     let now_ms = inner.now_ms();
@@ -437,23 +520,31 @@ fn read_from_flash<R>(
     for &location in candidates.as_slice() {
         let read = tiering::read_record(inner, key, location, now_ms, |item| {
             let (slot, entry) = shard.index.find(h24, |l| l == location)?;
+            match families {
+                _ if !item.needs_memory() => {}
+                Families::Promote => {
+                    return Some(FromFlash::NeedsMemory(item.to_owned(), location));
+                }
+                Families::Absent => return Some(FromFlash::Missing),
+                Families::AsOwners => {}
+            }
             if bump {
                 shard.index.bump_freq(slot);
             }
             shard.counters.hits.fetch_add(1, Ordering::Relaxed);
             flash.counters.hits.fetch_add(1, Ordering::Relaxed);
             let f = f.take().expect("called once");
-            Some(f(flash_item(key, &item, entry)))
+            Some(FromFlash::Found(f(flash_item(key, &item, entry))))
         });
         match read {
-            tiering::FlashRead::Item(found) => return found,
+            tiering::FlashRead::Item(found) => return found.unwrap_or(FromFlash::Missing),
             tiering::FlashRead::Expired => break,
             tiering::FlashRead::NotIt => {}
             tiering::FlashRead::Damaged => shard.queue_flash_damage(h24, location),
         }
     }
     flash.counters.misses.fetch_add(1, Ordering::Relaxed);
-    None
+    FromFlash::Missing
 }
 
 /// Before a change of a key memory does not hold: moves its flash record (if a candidate is

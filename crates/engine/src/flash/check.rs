@@ -82,9 +82,10 @@ pub fn check_flash_file(path: &Path) -> std::io::Result<FlashReport> {
     }
     let Some(superblock) = format::read_superblock(&block) else {
         let why = match format::superblock_version(&block) {
-            Some(version) if version != format::FORMAT_VERSION => {
+            Some(version) if !format::reads_version(version) => {
                 format!(
-                    "superblock: format version {version}, this strata reads {}",
+                    "superblock: format version {version}, this strata reads {} to {}",
+                    format::FORMAT_VERSION_READ_MIN,
                     format::FORMAT_VERSION
                 )
             }

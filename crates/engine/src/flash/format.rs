@@ -88,8 +88,18 @@ pub fn record_align_for(medium_bytes: u64, location_units_max: u64) -> Option<us
 const SUPER_MAGIC: [u8; 8] = *b"STRATAFL";
 const REGION_MAGIC: [u8; 8] = *b"STRATARG";
 /// Version of this format (2: regions end with a directory; 3: the record alignment is the
-/// superblock's, no longer always 64 bytes).
-pub const FORMAT_VERSION: u32 = 3;
+/// superblock's, no longer always 64 bytes; 4: a record that owns parts is a bundle,
+/// `flash::bundle`).
+pub const FORMAT_VERSION: u32 = 4;
+/// The older version this build still reads: the same layout, without bundles (it never wrote
+/// a record that owns parts). A region this build writes is version 4, so a build that reads
+/// only 3 drops it rather than misread a bundle as a value.
+pub const FORMAT_VERSION_READ_MIN: u32 = 3;
+
+/// Whether this build reads a superblock or region header of `version`.
+pub fn reads_version(version: u32) -> bool {
+    (FORMAT_VERSION_READ_MIN..=FORMAT_VERSION).contains(&version)
+}
 /// Bytes of one directory entry: the record's payload offset (u32) and its key's hash (u64).
 pub const DIRECTORY_ENTRY_BYTES: usize = 12;
 
@@ -226,7 +236,7 @@ pub fn read_superblock(block: &[u8]) -> Option<Superblock> {
     let align = u32_at(block, S_RECORD_ALIGN) as usize;
     if block.len() < BLOCK_SIZE_BYTES
         || block[S_MAGIC..S_MAGIC + 8] != SUPER_MAGIC
-        || u32_at(block, S_VERSION) != FORMAT_VERSION
+        || !reads_version(u32_at(block, S_VERSION))
         || !align.is_power_of_two()
         || !(RECORD_ALIGN_BYTES_MIN..=RECORD_ALIGN_BYTES_MAX).contains(&align)
         || u32_at(block, S_CRC) != crc32c::crc32c(&block[..S_CRC])
@@ -272,7 +282,7 @@ pub fn write_region_header(block: &mut [u8], header: &RegionHeader) {
 pub fn read_region_header(block: &[u8]) -> Option<RegionHeader> {
     if block.len() < BLOCK_SIZE_BYTES
         || block[R_MAGIC..R_MAGIC + 8] != REGION_MAGIC
-        || u32_at(block, R_VERSION) != FORMAT_VERSION
+        || !reads_version(u32_at(block, R_VERSION))
         || !matches!(u32_at(block, R_STATE), STATE_WRITTEN | STATE_RECLAIMED)
         || u32_at(block, R_CRC) != crc32c::crc32c(&block[..R_CRC])
         || block[R_END..BLOCK_SIZE_BYTES].iter().any(|&b| b != 0)
@@ -428,6 +438,46 @@ mod tests {
         // Eight bytes before a piece's end: padded to it.
         assert_eq!(head_padding(504), 8);
         assert_eq!(head_padding(448), 0);
+    }
+
+    /// Version 3 (before bundles) is read as it was written: its layout is this one's, and it
+    /// holds no record that owns parts. A version past this build's is not.
+    #[test]
+    fn version_3_superblocks_and_region_headers_are_read_and_a_newer_one_is_not() {
+        let sb = sample_superblock();
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        let header = RegionHeader {
+            flash_id: 7,
+            seq: 3,
+            created_ms: 11,
+            expires_at_ms: u64::MAX,
+            payload_bytes: 4096,
+            records: 2,
+            payload_crc: 5,
+            directory_crc: 6,
+            reclaimed: false,
+        };
+        let mut region = vec![0u8; BLOCK_SIZE_BYTES];
+        for (version, read) in [(3, true), (4, true), (5, false), (2, false)] {
+            write_superblock(&mut block, &sb);
+            put_u32(&mut block, S_VERSION, version);
+            let crc = crc32c::crc32c(&block[..S_CRC]);
+            put_u32(&mut block, S_CRC, crc);
+            assert_eq!(
+                read_superblock(&block) == Some(sb),
+                read,
+                "superblock {version}"
+            );
+            write_region_header(&mut region, &header);
+            put_u32(&mut region, R_VERSION, version);
+            let crc = crc32c::crc32c(&region[..R_CRC]);
+            put_u32(&mut region, R_CRC, crc);
+            assert_eq!(
+                read_region_header(&region) == Some(header),
+                read,
+                "region {version}"
+            );
+        }
     }
 
     #[test]

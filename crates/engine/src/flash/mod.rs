@@ -32,6 +32,7 @@
 //! | file          | concern                                                              |
 //! |---------------|----------------------------------------------------------------------|
 //! | `mod.rs`      | the tier's state, counters, stats, locations                         |
+//! | `bundle.rs`   | an item of several records as the one flash record it is demoted to   |
 //! | `open.rs`     | superblock (kept or formatted), region listing, key filters          |
 //! | `write.rs`    | appends to open region buffers, sealing, the flash thread's writes   |
 //! | `reclaim.rs`  | the oldest (or expired) region's entries dropped, the region freed   |
@@ -42,6 +43,7 @@
 //! | `check.rs`    | the offline check (`strata flash verify`)                            |
 //! | `tiering.rs`  | how the engine uses the tier: the flash thread, demotion, promotion  |
 
+pub(crate) mod bundle;
 pub(crate) mod check;
 pub(crate) mod filter;
 pub(crate) mod format;
@@ -544,6 +546,15 @@ impl FlashTier {
 
     fn stamp(&self, seq: u64) -> u64 {
         format::record_stamp(self.superblock.flash_id, seq)
+    }
+
+    /// Whether a record of `record_len` bytes fits a region (an empty one: its header, the
+    /// stamped record, one directory entry). Memory records always do (a region is at least
+    /// a segment); a family's bundle may not.
+    pub(crate) fn holds_record(&self, record_len: usize) -> bool {
+        let size = (STAMP_BYTES + record_len).next_multiple_of(self.record_align());
+        format::directory_start(size as u64) as usize + DIRECTORY_ENTRY_BYTES
+            <= self.superblock.region_size_bytes as usize
     }
 
     /// Bytes records are aligned to, and index locations count in (the superblock's).

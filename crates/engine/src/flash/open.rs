@@ -20,9 +20,9 @@ fn why_not_kept(
     geometry: &Geometry,
 ) -> Option<&'static str> {
     match found {
-        None if format::superblock_version(first).is_some_and(|v| v != format::FORMAT_VERSION) => {
-            const _: () = assert!(format::FORMAT_VERSION == 3, "update the message");
-            Some("it is in another version of the flash format (this build's is 3)")
+        None if format::superblock_version(first).is_some_and(|v| !format::reads_version(v)) => {
+            const _: () = assert!(format::FORMAT_VERSION == 4, "update the message");
+            Some("it is in another version of the flash format (this build reads 3 and 4)")
         }
         None => Some("no strata flash superblock (a new or foreign medium, or damage)"),
         Some(_) if !keep => Some("the memory tier did not keep its items"),

@@ -448,7 +448,7 @@ fn a_reopen_keeps_written_regions_and_a_foreign_or_reclaimed_one_is_not_read() {
     let (_, opened) = reopen(Arc::clone(&medium), 8);
     assert_eq!(
         opened.formatted_because,
-        Some("it is in another version of the flash format (this build's is 3)")
+        Some("it is in another version of the flash format (this build reads 3 and 4)")
     );
 }
 

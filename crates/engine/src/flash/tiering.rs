@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use strata_pool::AlignedBuf;
 
+use crate::flash::bundle::Bundle;
 use crate::flash::{ReadFor, RecordKey};
 use crate::index;
 use crate::record::{self, RecordMeta};
@@ -40,10 +41,89 @@ thread_local! {
 
 /// A record read from flash, as the read path hands it on.
 pub(crate) struct FlashItem<'a> {
+    /// What readers see: the record's value, or for an item of several records (a
+    /// [`Bundle`]) a large string's bytes joined, another kind's owner value.
     pub(crate) value: &'a [u8],
+    /// The record's fields; for a large string's bundle, those of the one string readers see
+    /// (no parts).
     pub(crate) meta: RecordMeta,
     /// The item's CAS (flash records always carry it).
     pub(crate) cas: u64,
+    /// The owner and parts, for an item of several records (`None`: a single record).
+    pub(crate) bundle: Option<Bundle<'a>>,
+}
+
+impl<'a> FlashItem<'a> {
+    /// The item of the live record `view` (of the key read): a bundle when it owns parts;
+    /// `None` when it says it owns parts and its value is no bundle (damage the record's
+    /// checksum did not catch, or another version).
+    fn of(view: &record::RecordView<'a>) -> Option<FlashItem<'a>> {
+        FlashItem::of_fields(view.value, view.meta)
+    }
+
+    /// [`FlashItem::of`] a record's value and fields.
+    fn of_fields(record_value: &'a [u8], record_meta: RecordMeta) -> Option<FlashItem<'a>> {
+        let cas = record_meta.cas.unwrap_or(0);
+        if record_meta.parts == 0 {
+            return Some(FlashItem {
+                value: record_value,
+                meta: record_meta,
+                cas,
+                bundle: None,
+            });
+        }
+        let bundle = Bundle::parse(record_value, record_meta.parts)?;
+        let (value, meta) = if record_meta.kind == record::Kind::String {
+            let meta = RecordMeta {
+                parts: 0,
+                ..record_meta
+            };
+            (bundle.parts_joined(), meta)
+        } else {
+            (bundle.owner_value(), record_meta)
+        };
+        Some(FlashItem {
+            value,
+            meta,
+            cas,
+            bundle: Some(bundle),
+        })
+    }
+
+    /// Whether readers must wait for the item to be promoted: an item of several records
+    /// that is not a string, whose parts only memory serves (a large hash's chunks).
+    pub(crate) fn needs_memory(&self) -> bool {
+        self.bundle.is_some() && self.meta.kind != record::Kind::String
+    }
+
+    /// A copy that outlives the read buffer, for a promotion after the read.
+    pub(crate) fn to_owned(&self) -> OwnedFlashItem {
+        let (value, parts) = match self.bundle {
+            Some(bundle) => (bundle.bytes().to_vec(), bundle.part_count()),
+            None => (self.value.to_vec(), 0),
+        };
+        OwnedFlashItem {
+            record_value: value,
+            record_meta: RecordMeta {
+                cas: Some(self.cas),
+                parts,
+                ..self.meta
+            },
+        }
+    }
+}
+
+/// A [`FlashItem`] copied out of the read buffer.
+pub(crate) struct OwnedFlashItem {
+    record_value: Vec<u8>,
+    record_meta: RecordMeta,
+}
+
+impl OwnedFlashItem {
+    /// The item again, as the read saw it.
+    pub(crate) fn item(&self) -> FlashItem<'_> {
+        FlashItem::of_fields(&self.record_value, self.record_meta).expect("read as one before")
+    }
 }
 
 /// What a flash read of a key found.
@@ -84,11 +164,16 @@ pub(crate) fn read_record<R>(
                 if view.meta.expires_at_ms.is_some_and(|at| at <= now_ms) {
                     return FlashRead::Expired;
                 }
-                FlashRead::Item(f(FlashItem {
-                    value: view.value,
-                    meta: view.meta,
-                    cas: view.meta.cas.unwrap_or(0),
-                }))
+                match FlashItem::of(&view) {
+                    Some(item) => FlashRead::Item(f(item)),
+                    None => {
+                        flash
+                            .counters
+                            .damaged_records
+                            .fetch_add(1, Ordering::Relaxed);
+                        FlashRead::Damaged
+                    }
+                }
             }
             record::Scan::Record(view) if view.live => FlashRead::NotIt,
             _ => {

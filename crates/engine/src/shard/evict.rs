@@ -108,6 +108,11 @@ impl Shard {
         }
         self.seal(id);
         self.clean_heads.retain(|&(_, head)| head != id);
+        let now_ms = inner.now_ms();
+        if matches!(reason, FreeReason::Evict { .. }) {
+            // While its records are still in the table (see `flash_families`).
+            self.demote_families_in(inner, id, now_ms);
+        }
         let owned = *self.segments[id as usize]
             .take()
             .expect("freeing an owned segment");
@@ -116,7 +121,6 @@ impl Shard {
             assert_eq!(owned.live_items, 0, "the cleaner moved every live record");
             return self.release_freed(inner, owned);
         }
-        let now_ms = inner.now_ms();
         let survivor_budget = owned.segment.data().len() / 2;
         let release = |shard: &mut Shard, offset: usize, view: RecordView<'_>| {
             if view.live {
@@ -192,7 +196,7 @@ impl Shard {
             return;
         };
         let expired = view.meta.expires_at_ms.is_some_and(|at| at <= now_ms);
-        // A family goes whole, and only to be dropped (see `parts`).
+        // A family goes whole: to flash as one bundle, or dropped (`parts`, `flash_families`).
         let family = Shard::is_family(&view);
         let keep = matches!(reason, FreeReason::Evict { keep_hot: true })
             && !expired
@@ -206,6 +210,14 @@ impl Shard {
             && self.demote(inner, owned, slot, entry, &view, location, now_ms)
         {
             return;
+        }
+        if family && !expired && matches!(reason, FreeReason::Evict { .. }) {
+            if let Some(to) =
+                self.demote_walked_family(inner, owned, &view, (location, entry), now_ms)
+            {
+                self.move_walked_owner(slot, h24, &view, to);
+                return;
+            }
         }
         if keep {
             let (_, offset) = inner.split_location(location);

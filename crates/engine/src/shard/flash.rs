@@ -440,6 +440,9 @@ impl Shard {
         {
             return Ok(false);
         }
+        if let Some(bundle) = item.bundle {
+            return self.promote_family(inner, (key, hash), location, item, bundle);
+        }
         let meta = RecordMeta {
             cas: Some(item.cas),
             ..item.meta
@@ -447,6 +450,19 @@ impl Shard {
         // With no memory record, the write indexes the new record as read once (a touch); the
         // flash copy it was read from is dropped here, not left to the flash thread.
         self.write(inner, key, hash, item.value, meta, true)?;
+        self.promoted_from(inner, hash, location);
+        Ok(true)
+    }
+
+    /// Takes `suspect` off the list, if it is on it (its entry is known to be the key's only
+    /// copy again).
+    pub(super) fn flash_suspects_forget(&mut self, suspect: FlashSuspect) {
+        self.flash_suspects.remove(suspect);
+    }
+
+    /// After a promotion of the key with `hash` wrote it to memory: its flash entry at
+    /// `location` goes (not left to the flash thread), counted as promoted.
+    pub(super) fn promoted_from(&mut self, inner: &Inner, hash: u64, location: u64) {
         let h24 = index::hash24(hash);
         self.flash_suspects.remove(FlashSuspect { h24, location });
         self.unindex_flash(h24, location);
@@ -456,7 +472,6 @@ impl Shard {
                 .promoted_items
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(true)
     }
 
     /// Offers an evicted memory record to the flash tier; on success its entry points there

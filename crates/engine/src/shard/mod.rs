@@ -2,7 +2,8 @@
 //! This file holds the shard's state, its lock and lookups; each concern of `impl Shard` has a
 //! file of its own: `write` (writes, deletes, indexing), `durability` (what is persisted and
 //! when), `segments` (TTL chains, open and fresh segments), `evict` (eviction, expiry, flush,
-//! freeing), `clean` (the cleaner), `flash` (demotion and promotion), `recover` (rebuilding
+//! freeing), `clean` (the cleaner), `flash` (demotion and promotion), `flash_families` (the same for items
+//! of several records), `recover` (rebuilding
 //! from the logs) and `scrub` (checking what a restart adopted, damage, integrity).
 //!
 //! Invariants (checked by `check_integrity` in tests):
@@ -31,6 +32,7 @@ mod clean;
 mod durability;
 mod evict;
 mod flash;
+mod flash_families;
 mod parts;
 mod recover;
 mod scrub;
@@ -124,6 +126,10 @@ pub(crate) struct Shard {
     survivor_slots: Vec<(u32, u64)>,
     /// Family members a segment being freed dropped (see `parts`).
     family_drops: Vec<parts::FamilyDrop>,
+    /// The families a segment being freed offered to the flash tier, by owner key: where the
+    /// bundle went (tier bit set), or `None` when it stays to be dropped (see
+    /// `flash_families`). Emptied with `family_drops`.
+    family_demotions: HashMap<Vec<u8>, Option<u64>>,
     /// Owners whose families a transaction holding the shard is writing, each with the
     /// segments the shard had freed when it began: their new parts are not orphans yet, and a
     /// segment freed since may have taken part of the family (see `parts`).
@@ -190,6 +196,8 @@ pub(crate) struct Shard {
     flash_items: u64,
     /// A record being demoted to flash, kept to reuse its allocation.
     demote_scratch: Vec<u8>,
+    /// A family's bundle being built for demotion (`flash_families`), kept while small.
+    bundle_scratch: Vec<u8>,
     /// Flash entries that may be older copies of keys written to memory since (see
     /// `flash::FlashSuspect`).
     flash_suspects: flash::Suspects,
@@ -452,6 +460,7 @@ impl Shard {
             survivors: Vec::new(),
             survivor_slots: Vec::new(),
             family_drops: Vec::new(),
+            family_demotions: HashMap::new(),
             building: Vec::new(),
             defer_part_drops: false,
             deferred_parts: Vec::new(),
@@ -482,6 +491,7 @@ impl Shard {
             evicted_seen_at_ms: None,
             flash_items: 0,
             demote_scratch: Vec::new(),
+            bundle_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),
             salvaged_flash: Vec::new(),
             expired_h24: std::collections::HashSet::new(),

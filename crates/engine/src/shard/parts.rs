@@ -10,8 +10,9 @@
 //!   item: dropping its owner drops its parts, dropping a part drops its owner and the other
 //!   parts. A freed segment's family members are collected while its records are unindexed
 //!   and dropped after (the segment being freed is out of the shard's table by then).
-//!   Neither an owner nor a part is kept by merge eviction or demoted to the flash tier: a
-//!   cache never keeps half an item, and the flash tier holds single records.
+//!   Neither an owner nor a part is kept by merge eviction: a cache never keeps half an
+//!   item. An evicted family goes to the flash tier whole, as one record (a bundle), or is
+//!   dropped whole (`flash_families`).
 //! - Dropping parts never breaks a family across a crash: an owner's record goes durably
 //!   before its parts' dead marks are written (a delete or a family drop persists the owner's
 //!   mark first; eviction frees the owner's segment first; a transaction's undo drops the
@@ -92,7 +93,13 @@ impl Shard {
                 None => {
                     match self.lookup(inner, &drop.owner, owner_hash) {
                         Some(found) if found.view.meta.parts > 0 => {
-                            self.kill_item(inner, Held::of(found), &drop.owner, owner_hash)?;
+                            let held = Held::of(found);
+                            if let Some(location) = self.demoted_to(&drop.owner) {
+                                let owner = (&drop.owner[..], owner_hash);
+                                self.move_owner_to_flash(inner, held, owner, location)?;
+                                continue;
+                            }
+                            self.kill_item(inner, held, &drop.owner, owner_hash)?;
                             let counter = match reason {
                                 FreeReason::Evict { .. } => &self.counters.evicted_items,
                                 _ => &self.counters.expired_items,
@@ -109,6 +116,7 @@ impl Shard {
         }
         self.family_drops = drops;
         self.family_drops.clear();
+        self.forget_family_demotions();
         Ok(())
     }
 
@@ -266,6 +274,12 @@ impl Shard {
             let freed = self.segments_freed();
             self.building.push((owner.to_vec(), freed));
         }
+    }
+
+    /// Notes that `owner`'s family is written (a promotion's end: a transaction's building
+    /// lasts until it ends).
+    pub(crate) fn end_building(&mut self, owner: &[u8]) {
+        self.building.retain(|(building, _)| building[..] != *owner);
     }
 
     /// The segments this shard had freed when the holding transaction began writing `owner`'s

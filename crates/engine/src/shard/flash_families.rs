@@ -1,0 +1,314 @@
+//! Items of several records (an owner and its parts: `parts`) on the flash tier: an evicted
+//! family is demoted whole, as one flash record (a bundle: `crate::flash::bundle`), and comes
+//! back whole.
+//!
+//! - **Demotion** happens while a segment that holds one of the family's records is freed for
+//!   eviction. The first member its walk meets gathers the whole family (every member is still
+//!   indexed then) and appends the bundle ([`Shard::demote_family`]); the walk and
+//!   `drop_families` then drop the memory records as they drop any evicted family, except that
+//!   the owner's index entry is moved to the bundle instead of removed. A family is not
+//!   demoted when it is expired, incomplete, being written by the transaction holding the
+//!   shard (`Shard::building`: its parts may be half old, half new), larger than a region, or
+//!   refused by admission or a tier that is behind: then it is dropped, as before.
+//! - **Promotion** ([`Shard::promote`] of a bundle) writes the parts, then the owner, as a
+//!   transaction writes a family, under `building` so that the cleaner the writes may run
+//!   moves the new parts rather than dropping them as orphans. If the writes' own eviction took
+//!   part of the family, it is dropped from memory and the bundle stays the item.
+//! - A crash between the steps loses nothing a reader was told of: until the owner's entry
+//!   points at the bundle, memory holds the family; after, the bundle does, and memory records
+//!   left behind are orphans (a part) or an owner that lacks parts, which recovery drops
+//!   before any read (`drop_recovered_broken_families`). The flash copy is the item's only
+//!   copy, as for any demoted item: the tier may lose it, which is an eviction.
+
+use crate::error::WriteError;
+use crate::flash::{self, bundle, bundle::Bundle, tiering};
+use crate::index::{self, Entry, SlotRef};
+use crate::record::{self, Kind, RecordMeta, RecordView};
+use crate::segment::OwnedSegment;
+use crate::Inner;
+
+use super::flash::FlashSuspect;
+use super::{Held, Shard};
+
+/// Scratch past this size is given back after a demotion (a large family's bundle is MiBs).
+const SCRATCH_KEPT_BYTES_MAX: usize = 64 << 10;
+
+/// An owner record met by the walk of a segment already out of the shard's table (so a
+/// lookup would not find it): what its bundle takes from it.
+pub(super) struct WalkedOwner<'v> {
+    pub(super) value: &'v [u8],
+    pub(super) meta: RecordMeta,
+    pub(super) cas: u64,
+    pub(super) fetched: bool,
+}
+
+impl Shard {
+    /// Before segment `id` is freed for eviction, while its records are still indexed and in
+    /// the table: demotes the families its parts belong to ([`Shard::demote_family`]). An
+    /// owner alone in the segment is demoted when the walk meets it.
+    pub(super) fn demote_families_in(&mut self, inner: &Inner, id: u32, now_ms: u64) {
+        let Some(owned) = self.segments[id as usize].as_ref() else {
+            return;
+        };
+        if inner.flash.is_none() || owned.live_parts == 0 || !owned.is_clean() {
+            return;
+        }
+        let mut owners: Vec<Vec<u8>> = Vec::new();
+        owned.for_each_trusted_record(|_, view| {
+            if view.live && view.meta.kind == Kind::Part {
+                let owner = record::split_part_key(view.key).0;
+                if owners.last().is_none_or(|last| last[..] != *owner) {
+                    owners.push(owner.to_vec());
+                }
+            }
+        });
+        for owner in owners {
+            self.demote_family(inner, &owner, None, now_ms);
+        }
+    }
+
+    /// The flash location (tier bit set) of the bundle the family of `owner` went to,
+    /// demoting it now if nothing earlier in this free did (see the module docs); `None` when
+    /// it stays to be dropped. `walked`: the owner's record, when the walk of the segment
+    /// being freed met it.
+    pub(super) fn demote_family(
+        &mut self,
+        inner: &Inner,
+        owner: &[u8],
+        walked: Option<WalkedOwner<'_>>,
+        now_ms: u64,
+    ) -> Option<u64> {
+        if let Some(&done) = self.family_demotions.get(owner) {
+            return done;
+        }
+        let demoted = self.append_bundle(inner, owner, walked, now_ms);
+        self.family_demotions.insert(owner.to_vec(), demoted);
+        demoted
+    }
+
+    /// Gathers the family of `owner` and appends its bundle to the flash tier; its location
+    /// (tier bit set), or `None` (see the module docs for when).
+    fn append_bundle(
+        &mut self,
+        inner: &Inner,
+        owner: &[u8],
+        walked: Option<WalkedOwner<'_>>,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let flash = inner.flash.as_ref()?;
+        if self
+            .building
+            .iter()
+            .any(|(building, _)| building[..] == *owner)
+        {
+            return None;
+        }
+        if self.flash_items >= inner.flash_items_per_shard_max {
+            flash
+                .counters
+                .refused_items
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return None;
+        }
+        let owner_hash = inner.hash(owner);
+        let mut value = std::mem::take(&mut self.bundle_scratch);
+        let mut record = std::mem::take(&mut self.demote_scratch);
+        let bundled = self.bundle_of(inner, (owner, owner_hash), walked, now_ms, &mut value);
+        let placed = bundled.and_then(|(meta, cas, joined_bytes)| {
+            tiering::demoted_record(&mut record, owner, &value, meta, cas);
+            if !flash.holds_record(record.len()) {
+                return None;
+            }
+            let class = flash::class_of(meta.expires_at_ms, now_ms);
+            flash.append(&record, joined_bytes, class, meta.expires_at_ms, owner_hash)
+        });
+        if value.capacity() <= SCRATCH_KEPT_BYTES_MAX {
+            self.bundle_scratch = value;
+        }
+        if record.capacity() <= SCRATCH_KEPT_BYTES_MAX {
+            self.demote_scratch = record;
+        }
+        placed.map(index::flash_location)
+    }
+
+    /// Builds in `value` the bundle of the family of `owner` as memory holds it (its owner's
+    /// record `walked`, or looked up); returns the owner's fields, its CAS and the parts'
+    /// bytes, or `None` when the family is not whole, expired, or admission refuses it.
+    fn bundle_of(
+        &self,
+        inner: &Inner,
+        (owner, owner_hash): (&[u8], u64),
+        walked: Option<WalkedOwner<'_>>,
+        now_ms: u64,
+        value: &mut Vec<u8>,
+    ) -> Option<(RecordMeta, u64, usize)> {
+        let looked_up;
+        let record = match walked {
+            Some(walked) => walked,
+            None => {
+                looked_up = self.lookup(inner, owner, owner_hash)?;
+                WalkedOwner {
+                    value: looked_up.view.value,
+                    meta: looked_up.view.meta,
+                    cas: looked_up.cas,
+                    fetched: looked_up.entry.fetched(),
+                }
+            }
+        };
+        let meta = record.meta;
+        if meta.parts == 0 || meta.expires_at_ms.is_some_and(|at| at <= now_ms) {
+            return None; // An orphan's owner, a single record by now, or expired.
+        }
+        if inner.flash_admission == crate::config::FlashAdmission::Fetched && !record.fetched {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(meta.parts as usize);
+        let mut name = Vec::new();
+        for part in 0..meta.parts {
+            let part_hash = inner.part_name(owner, owner_hash, part, &mut name);
+            parts.push(self.lookup(inner, &name, part_hash)?.view.value);
+        }
+        bundle::encode(value, record.value, &parts);
+        Some((meta, record.cas, parts.iter().map(|part| part.len()).sum()))
+    }
+
+    /// The walk of a segment freed for eviction met `view` (at `location`, indexed as
+    /// `entry`), a member of a family: the bundle's location when the family went to flash
+    /// and `view` is its owner, whose entry is then moved there ([`Shard::move_walked_owner`]).
+    /// A part's family was offered before the walk (`demote_families_in`).
+    pub(super) fn demote_walked_family(
+        &mut self,
+        inner: &Inner,
+        owned: &OwnedSegment,
+        view: &RecordView<'_>,
+        (location, entry): (u64, Entry),
+        now_ms: u64,
+    ) -> Option<u64> {
+        if view.meta.kind == Kind::Part {
+            return None;
+        }
+        let (_, offset) = inner.split_location(location);
+        let walked = WalkedOwner {
+            value: view.value,
+            meta: view.meta,
+            cas: view.meta.cas.unwrap_or_else(|| owned.cas_at(offset)),
+            fetched: entry.fetched(),
+        };
+        self.demote_family(inner, view.key, Some(walked), now_ms)
+    }
+
+    /// The walk of a segment freed for eviction met the owner `view` in `slot` (hash bits
+    /// `h24`) of a family demoted to flash at `location`: its entry now points there (reads
+    /// reset), and the family's drop is noted for its parts.
+    pub(super) fn move_walked_owner(
+        &mut self,
+        slot: SlotRef,
+        h24: u32,
+        view: &RecordView<'_>,
+        location: u64,
+    ) {
+        debug_assert!(view.meta.parts > 0 && view.meta.kind != Kind::Part);
+        self.index.relocate(slot, location);
+        self.index.set_freq(slot, 0);
+        self.flash_items += 1;
+        // As for any demotion: older flash copies among the suspects go (`flash`'s docs).
+        self.drop_suspects(h24);
+        self.note_family_drop(view);
+    }
+
+    /// Where the bundle of `owner`'s family went, if this free demoted it.
+    pub(super) fn demoted_to(&self, owner: &[u8]) -> Option<u64> {
+        self.family_demotions.get(owner).copied().flatten()
+    }
+
+    /// `drop_families` for a family demoted to `location` whose owner (`found`, hash
+    /// `owner_hash`) is in a segment that stays: its record is marked dead and durable
+    /// before the parts' marks (`parts`' crash rule), and its entry moves to the bundle.
+    pub(super) fn move_owner_to_flash(
+        &mut self,
+        inner: &Inner,
+        held: Held,
+        (owner, owner_hash): (&[u8], u64),
+        location: u64,
+    ) -> Result<(), WriteError> {
+        self.kill_record(inner, held, None)?;
+        let h24 = index::hash24(owner_hash);
+        self.index.relocate(held.slot, location);
+        self.index.set_freq(held.slot, 0);
+        self.flash_items += 1;
+        self.drop_suspects(h24);
+        if inner.track_dirty {
+            self.persist_dirty(inner)?;
+        }
+        self.drop_parts(inner, owner, owner_hash, 0..held.parts, false)
+    }
+
+    /// Forgets the families this free offered to flash (with `family_drops`).
+    pub(super) fn forget_family_demotions(&mut self) {
+        self.family_demotions.clear();
+    }
+
+    /// Promotes the bundle `bundle` of `key` (hash `hash`), read from the flash `location` as
+    /// `item`: parts, then owner (see the module docs). Returns false, leaving the bundle the
+    /// item, when the transaction holding the shard is writing the key's family, or the writes'
+    /// eviction took part of it.
+    pub(super) fn promote_family(
+        &mut self,
+        inner: &Inner,
+        (key, hash): (&[u8], u64),
+        location: u64,
+        item: &tiering::FlashItem<'_>,
+        bundle: Bundle<'_>,
+    ) -> Result<bool, WriteError> {
+        if self
+            .building
+            .iter()
+            .any(|(building, _)| building[..] == *key)
+        {
+            return Ok(false);
+        }
+        self.begin_building(key);
+        let freed_before = self.segments_freed();
+        let written = self.write_bundle(inner, (key, hash), item, bundle);
+        self.end_building(key);
+        written?;
+        let whole = self.lookup(inner, key, hash).is_some() && self.family_is_whole(inner, key);
+        if self.segments_freed() != freed_before && !whole {
+            // The bundle stays the item: the owner's write listed it as a suspect, which the
+            // owner's drop would drop with it.
+            let h24 = index::hash24(hash);
+            self.flash_suspects_forget(FlashSuspect { h24, location });
+            if let Some(found) = self.lookup(inner, key, hash) {
+                self.kill_item(inner, Held::of(found), key, hash)?;
+            }
+            return Ok(false);
+        }
+        self.promoted_from(inner, hash, location);
+        Ok(true)
+    }
+
+    /// Writes the bundle's parts, then its owner, into memory.
+    fn write_bundle(
+        &mut self,
+        inner: &Inner,
+        (key, hash): (&[u8], u64),
+        item: &tiering::FlashItem<'_>,
+        bundle: Bundle<'_>,
+    ) -> Result<u64, WriteError> {
+        let part_meta = RecordMeta {
+            kind: Kind::Part,
+            ..RecordMeta::default()
+        };
+        let mut name = Vec::new();
+        for (part, value) in (0u32..).zip(bundle.parts()) {
+            let part_hash = inner.part_name(key, hash, part, &mut name);
+            self.write(inner, &name, part_hash, value, part_meta, false)?;
+        }
+        let meta = RecordMeta {
+            cas: Some(item.cas),
+            parts: bundle.part_count(),
+            ..item.meta
+        };
+        self.write(inner, key, hash, bundle.owner_value(), meta, true)
+    }
+}
