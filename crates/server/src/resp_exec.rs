@@ -644,8 +644,10 @@ impl RespSession {
                 // The command waits, unconsumed, while I/O threads read its keys ahead (in
                 // parallel) with those of the commands pipelined behind it; the commands
                 // before it have run.
+                // Those the piece the connection handed back holds: a parked batch may come
+                // back in a shorter one than it was parsed from (see above).
                 let behind = self.batch[first..].iter().zip(ranges);
-                let behind = behind.filter(|&(_, &(s, _))| s > start);
+                let behind = behind.filter(|&(_, &(s, e))| s > start && e <= input.len());
                 let behind = behind.flat_map(|(args, &(s, e))| flash_keys(args, &input[s..e]));
                 self.flash_wait.read_ahead_too(ctx, behind);
                 self.parked = Some(park(first + at, &ranges[at..], start));
