@@ -294,20 +294,34 @@ pub fn record_size(key_len: usize, value_len: usize, meta: &RecordMeta) -> usize
 /// of it, the padding zeroed (a DRAM segment is not zeroed before reuse). Returns the bytes
 /// written.
 pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usize {
-    let size = record_size(key.len(), value.len(), meta);
+    write_with(out, key, value.len(), meta, |into| {
+        into.copy_from_slice(value)
+    })
+}
+
+/// [`write`] of a value of `value_len` bytes that `fill` writes in place (every byte of the
+/// slice it is given), so a value built of pieces is copied once.
+pub fn write_with(
+    out: &mut [u8],
+    key: &[u8],
+    value_len: usize,
+    meta: &RecordMeta,
+    fill: impl FnOnce(&mut [u8]),
+) -> usize {
+    let size = record_size(key.len(), value_len, meta);
     assert_eq!(out.len(), size, "record buffer sized by record_size");
     assert!(!key.is_empty() && key.len() <= KEY_LEN_MAX);
-    let (flags, _) = optional_fields_size(key.len(), value.len(), meta);
+    let (flags, _) = optional_fields_size(key.len(), value_len, meta);
     let mut at = HEADER_SIZE_BYTES;
     if flags & FLAG_WIDE == 0 {
         out[1] = key.len() as u8;
-        out[2..4].copy_from_slice(&(value.len() as u16).to_le_bytes());
+        out[2..4].copy_from_slice(&(value_len as u16).to_le_bytes());
     } else {
         out[1] = meta.kind.code();
         out[2] = if meta.parts != 0 { FLAG2_PARTS } else { 0 };
         out[3] = 0;
         out[at..at + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
-        out[at + 4..at + 8].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        out[at + 4..at + 8].copy_from_slice(&(value_len as u32).to_le_bytes());
         at += 8;
     }
     if let Some(expires_at_ms) = meta.expires_at_ms {
@@ -328,8 +342,8 @@ pub fn write(out: &mut [u8], key: &[u8], value: &[u8], meta: &RecordMeta) -> usi
     }
     out[at..at + key.len()].copy_from_slice(key);
     at += key.len();
-    out[at..at + value.len()].copy_from_slice(value);
-    at += value.len();
+    fill(&mut out[at..at + value_len]);
+    at += value_len;
     out[at..].fill(0);
     out[0] = STATE_LIVE | flags;
     let crc = checksum(out, at);

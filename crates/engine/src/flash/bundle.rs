@@ -22,20 +22,26 @@ pub(crate) fn encoded_len(owner_value: &[u8], parts: &[&[u8]]) -> usize {
     HEAD_BYTES + 4 * parts.len() + owner_value.len() + parts.iter().map(|p| p.len()).sum::<usize>()
 }
 
-/// Writes the bundle of `owner_value` and `parts` into `out` (cleared first).
-pub(crate) fn encode(out: &mut Vec<u8>, owner_value: &[u8], parts: &[&[u8]]) {
-    out.clear();
-    out.reserve(encoded_len(owner_value, parts));
-    out.push(VERSION);
-    out.extend_from_slice(&len_u32(owner_value.len()).to_le_bytes());
+/// Writes the bundle of `owner_value` and `parts` into `out`, exactly
+/// [`encoded_len`] bytes.
+pub(crate) fn encode_into(out: &mut [u8], owner_value: &[u8], parts: &[&[u8]]) {
+    assert_eq!(
+        out.len(),
+        encoded_len(owner_value, parts),
+        "sized by encoded_len"
+    );
+    out[0] = VERSION;
+    let mut at = HEAD_BYTES;
+    out[1..at].copy_from_slice(&len_u32(owner_value.len()).to_le_bytes());
     for part in parts {
-        out.extend_from_slice(&len_u32(part.len()).to_le_bytes());
+        out[at..at + 4].copy_from_slice(&len_u32(part.len()).to_le_bytes());
+        at += 4;
     }
-    out.extend_from_slice(owner_value);
-    for part in parts {
-        out.extend_from_slice(part);
+    for piece in std::iter::once(&owner_value).chain(parts) {
+        out[at..at + piece.len()].copy_from_slice(piece);
+        at += piece.len();
     }
-    debug_assert_eq!(out.len(), encoded_len(owner_value, parts));
+    debug_assert_eq!(at, out.len());
 }
 
 fn len_u32(len: usize) -> u32 {
@@ -119,9 +125,8 @@ mod tests {
     #[test]
     fn a_bundle_round_trips_and_lengths_that_do_not_add_up_are_refused() {
         let parts: [&[u8]; 3] = [b"first part", b"", b"third"];
-        let mut bytes = Vec::new();
-        encode(&mut bytes, b"owner", &parts);
-        assert_eq!(bytes.len(), encoded_len(b"owner", &parts));
+        let mut bytes = vec![0xAA; encoded_len(b"owner", &parts)];
+        encode_into(&mut bytes, b"owner", &parts);
         let bundle = Bundle::parse(&bytes, 3).expect("a bundle");
         assert_eq!(bundle.owner_value(), b"owner");
         assert_eq!(bundle.part_count(), 3);

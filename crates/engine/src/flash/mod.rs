@@ -54,6 +54,8 @@ mod reclaim;
 pub(crate) mod tiering;
 mod write;
 
+pub(crate) use write::RecordPlacement;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

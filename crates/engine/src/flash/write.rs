@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// Where an appended record goes and what the tier counts of it (see [`FlashTier::append`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordPlacement {
+    /// The item's value bytes (counted as `appended_value_bytes`).
+    pub(crate) value_len: usize,
+    /// Its expiry class.
+    pub(crate) class: usize,
+    pub(crate) expires_at_ms: Option<u64>,
+    /// The engine's hash of its key, for the region's directory.
+    pub(crate) key_hash: u64,
+}
+
 impl FlashTier {
     /// Appends a record (its bytes as the memory tier holds them, CAS written out) to the open
     /// region of `class`; returns its location, or `None` when the tier is behind (no buffer
@@ -17,7 +29,31 @@ impl FlashTier {
         expires_at_ms: Option<u64>,
         key_hash: u64,
     ) -> Option<u64> {
-        let size = (STAMP_BYTES + record.len()).next_multiple_of(self.record_align());
+        let placement = RecordPlacement {
+            value_len,
+            class,
+            expires_at_ms,
+            key_hash,
+        };
+        self.append_with(record.len(), placement, |into| into.copy_from_slice(record))
+    }
+
+    /// [`FlashTier::append`] of a record of `record_len` bytes that `write` writes in place
+    /// (every byte of the slice it is given), under the regions' lock: a record built of
+    /// pieces (a family's bundle) is copied once.
+    pub(crate) fn append_with(
+        &self,
+        record_len: usize,
+        placement: RecordPlacement,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Option<u64> {
+        let RecordPlacement {
+            value_len,
+            class,
+            expires_at_ms,
+            key_hash,
+        } = placement;
+        let size = (STAMP_BYTES + record_len).next_multiple_of(self.record_align());
         let region_bytes = self.superblock.region_size_bytes as usize;
         let mut regions = self.regions.lock().expect("regions lock");
         let needs_new = regions.open[class].as_ref().is_none_or(|open| {
@@ -44,8 +80,8 @@ impl FlashTier {
         let stamp = self.stamp(open.seq);
         open.buf[at..at + STAMP_BYTES].copy_from_slice(&stamp.to_le_bytes());
         let body = at + STAMP_BYTES;
-        open.buf[body..body + record.len()].copy_from_slice(record);
-        open.buf[body + record.len()..at + size].fill(0);
+        write(&mut open.buf[body..body + record_len]);
+        open.buf[body + record_len..at + size].fill(0);
         let location = self.location_of(open.index, open.payload_len);
         let entry = region_bytes - (open.records as usize + 1) * DIRECTORY_ENTRY_BYTES;
         format::write_directory_entry(

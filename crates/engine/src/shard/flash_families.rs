@@ -30,9 +30,6 @@ use crate::Inner;
 use super::flash::FlashSuspect;
 use super::{Held, Shard};
 
-/// Scratch past this size is given back after a demotion (a large family's bundle is MiBs).
-const SCRATCH_KEPT_BYTES_MAX: usize = 64 << 10;
-
 /// An owner record met by the walk of a segment already out of the shard's table (so a
 /// lookup would not find it): what its bundle takes from it.
 pub(super) struct WalkedOwner<'v> {
@@ -86,10 +83,11 @@ impl Shard {
         demoted
     }
 
-    /// Gathers the family of `owner` and appends its bundle to the flash tier; its location
-    /// (tier bit set), or `None` (see the module docs for when).
+    /// Gathers the family of `owner` and appends its bundle to the flash tier, its record
+    /// written straight into the region's buffer; its location (tier bit set), or `None` (see
+    /// the module docs for when).
     fn append_bundle(
-        &mut self,
+        &self,
         inner: &Inner,
         owner: &[u8],
         walked: Option<WalkedOwner<'_>>,
@@ -111,47 +109,49 @@ impl Shard {
             return None;
         }
         let owner_hash = inner.hash(owner);
-        let mut value = std::mem::take(&mut self.bundle_scratch);
-        let mut record = std::mem::take(&mut self.demote_scratch);
-        let bundled = self.bundle_of(inner, (owner, owner_hash), walked, now_ms, &mut value);
-        let placed = bundled.and_then(|(meta, cas, joined_bytes)| {
-            tiering::demoted_record(&mut record, owner, &value, meta, cas);
-            if !flash.holds_record(record.len()) {
-                return None;
-            }
-            let class = flash::class_of(meta.expires_at_ms, now_ms);
-            flash.append(&record, joined_bytes, class, meta.expires_at_ms, owner_hash)
+        let (record, parts) = self.family_of(inner, (owner, owner_hash), walked, now_ms)?;
+        let meta = RecordMeta {
+            cas: Some(record.cas),
+            ..record.meta
+        };
+        let value_len = bundle::encoded_len(record.value, &parts);
+        let record_len = record::record_size(owner.len(), value_len, &meta);
+        if !flash.holds_record(record_len) {
+            return None;
+        }
+        let placement = flash::RecordPlacement {
+            value_len: parts.iter().map(|part| part.len()).sum(),
+            class: flash::class_of(meta.expires_at_ms, now_ms),
+            expires_at_ms: meta.expires_at_ms,
+            key_hash: owner_hash,
+        };
+        let placed = flash.append_with(record_len, placement, |into| {
+            record::write_with(into, owner, value_len, &meta, |value| {
+                bundle::encode_into(value, record.value, &parts);
+            });
         });
-        if value.capacity() <= SCRATCH_KEPT_BYTES_MAX {
-            self.bundle_scratch = value;
-        }
-        if record.capacity() <= SCRATCH_KEPT_BYTES_MAX {
-            self.demote_scratch = record;
-        }
         placed.map(index::flash_location)
     }
 
-    /// Builds in `value` the bundle of the family of `owner` as memory holds it (its owner's
-    /// record `walked`, or looked up); returns the owner's fields, its CAS and the parts'
-    /// bytes, or `None` when the family is not whole, expired, or admission refuses it.
-    fn bundle_of(
-        &self,
+    /// The family of `owner` (hash `owner_hash`) as memory holds it: its owner's record
+    /// (`walked`, or looked up) and its parts' values; `None` when it is not whole, expired,
+    /// or admission refuses it.
+    fn family_of<'s>(
+        &'s self,
         inner: &Inner,
         (owner, owner_hash): (&[u8], u64),
-        walked: Option<WalkedOwner<'_>>,
+        walked: Option<WalkedOwner<'s>>,
         now_ms: u64,
-        value: &mut Vec<u8>,
-    ) -> Option<(RecordMeta, u64, usize)> {
-        let looked_up;
+    ) -> Option<(WalkedOwner<'s>, Vec<&'s [u8]>)> {
         let record = match walked {
             Some(walked) => walked,
             None => {
-                looked_up = self.lookup(inner, owner, owner_hash)?;
+                let found = self.lookup(inner, owner, owner_hash)?;
                 WalkedOwner {
-                    value: looked_up.view.value,
-                    meta: looked_up.view.meta,
-                    cas: looked_up.cas,
-                    fetched: looked_up.entry.fetched(),
+                    value: found.view.value,
+                    meta: found.view.meta,
+                    cas: found.cas,
+                    fetched: found.entry.fetched(),
                 }
             }
         };
@@ -168,8 +168,7 @@ impl Shard {
             let part_hash = inner.part_name(owner, owner_hash, part, &mut name);
             parts.push(self.lookup(inner, &name, part_hash)?.view.value);
         }
-        bundle::encode(value, record.value, &parts);
-        Some((meta, record.cas, parts.iter().map(|part| part.len()).sum()))
+        Some((record, parts))
     }
 
     /// The walk of a segment freed for eviction met `view` (at `location`, indexed as

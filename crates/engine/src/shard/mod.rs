@@ -196,8 +196,6 @@ pub(crate) struct Shard {
     flash_items: u64,
     /// A record being demoted to flash, kept to reuse its allocation.
     demote_scratch: Vec<u8>,
-    /// A family's bundle being built for demotion (`flash_families`), kept while small.
-    bundle_scratch: Vec<u8>,
     /// Flash entries that may be older copies of keys written to memory since (see
     /// `flash::FlashSuspect`).
     flash_suspects: flash::Suspects,
@@ -491,7 +489,6 @@ impl Shard {
             evicted_seen_at_ms: None,
             flash_items: 0,
             demote_scratch: Vec::new(),
-            bundle_scratch: Vec::new(),
             flash_suspects: flash::Suspects::default(),
             salvaged_flash: Vec::new(),
             expired_h24: std::collections::HashSet::new(),
