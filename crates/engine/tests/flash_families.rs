@@ -239,6 +239,32 @@ fn families_evicted_to_flash_come_back_whole_when_read() {
         engine.stats().flash
     );
     assert_eq!(engine.stats().evicted_items, 0);
+    // A read-only hold (a large hash's read command) reads a flash-resident family whole from
+    // its flash copy, without promoting it.
+    let cold = owner_key(on_flash[1]);
+    let together = engine.read_together(&[&cold]);
+    let (tag, parts_seen) = together
+        .read(&cold, false, |item| (item.value.to_vec(), item.parts))
+        .expect("on flash, still there");
+    assert_eq!(tag, format!("tag={}", on_flash[1]).into_bytes());
+    assert_eq!(parts_seen, parts);
+    for part in 0..parts {
+        let got = together.read_part(&cold, part, <[u8]>::to_vec);
+        assert!(
+            got == Some(part_value(&cold, part, on_flash[1])),
+            "part {part}"
+        );
+    }
+    assert_eq!(
+        together.read_part(&cold, parts, <[u8]>::to_vec),
+        None,
+        "past its count"
+    );
+    drop(together);
+    assert!(
+        engine.flash_read_needed(&cold),
+        "a read-only hold promotes nothing"
+    );
     // A plain read of a flash-resident family (TYPE, a first look) promotes it: its parts are
     // read in memory only.
     let first = owner_key(on_flash[0]);
@@ -298,12 +324,17 @@ fn a_clean_reopen_keeps_families_on_flash() {
     assert_eq!(engine.flash_items(), on_flash_before, "the flash tier kept");
     for i in 0..40u32 {
         let got = peek_string(&engine, &string_key(i));
-        assert!(got == Some(value(i, len)), "string {i}");
-        assert_eq!(
-            read_family(&engine, &owner_key(i)),
-            Some((i, 6)),
-            "family {i}"
+        let refused = flash_stats(&engine).refused_items;
+        assert!(
+            got == Some(value(i, len)),
+            "string {i} ({refused} refused) {:?}",
+            engine.stats()
         );
+        let family = read_family(&engine, &owner_key(i));
+        let refused = flash_stats(&engine).refused_items;
+        assert_eq!(family, Some((i, 6)), "family {i} ({refused} refused)");
+        // The family's promotion demoted others: let the flash thread write them.
+        drain(&engine);
     }
     engine.check_integrity().unwrap();
     drop(engine);

@@ -188,6 +188,23 @@ fn large_hashes_and_strings_evicted_to_flash_come_back_whole() {
         "{hashes} hashes and {strings} strings found, {refused} items refused by flash"
     );
     assert!(hashes > HASHES / 2, "{hashes} of {HASHES} hashes");
+    // A connection that met a large hash sends its next command on it held at once (its
+    // hint); a read-only hold reads a hash gone back to flash meanwhile from its flash copy.
+    let mut hinted = Client::connect(server.resp);
+    let mut other = HASHES;
+    for h in [3, 5, 8] {
+        let key = format!("lh{h}");
+        for round in 0..2 {
+            hinted.send(&resp_command(&[b"HGET", key.as_bytes(), b"field-3"]));
+            let reply = hinted.bulk();
+            assert!(reply == Some(field_value(h, 1, 3)), "{key}, round {round}");
+            // 18 MB of other hashes push it back to flash.
+            for _ in 0..2_000 {
+                assert_eq!(client.call(&hset(other, 1)), format!(":{FIELDS}\r\n"));
+                other += 1;
+            }
+        }
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }

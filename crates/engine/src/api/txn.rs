@@ -79,6 +79,9 @@ pub struct Txn<'e> {
     /// write is a part's (one write of the log, not two), and not at all when the
     /// transaction writes nothing.
     log_pending: Cell<bool>,
+    /// Families a read-only hold read on flash (a large hash, which it cannot promote), by
+    /// owner key: their parts are read from these copies ([`Txn::read_part`]).
+    flash_families: RefCell<Vec<(Vec<u8>, OwnedFlashItem)>>,
 }
 
 impl Engine {
@@ -154,6 +157,7 @@ impl<'e> Txn<'e> {
             logged: false,
             logged_parts: RefCell::default(),
             log_pending: Cell::new(false),
+            flash_families: RefCell::default(),
         }
     }
 
@@ -272,9 +276,16 @@ impl<'e> Txn<'e> {
         let found = if shard.lookup(inner, key, hash).is_none() {
             // One piece: a flash record's value, or a large string's bundle's parts, joined.
             let mut f = Some(f);
-            let read = read_from_flash(inner, shard, (key, hash), bump, families, |item| {
+            let mut kept = None;
+            let flash = (shard, &mut kept);
+            let read = read_from_flash(inner, flash, (key, hash), bump, families, |item| {
                 (f.take().expect("called once"))(item, &[item.value])
             });
+            if let Some(family) = kept {
+                self.flash_families
+                    .borrow_mut()
+                    .push((key.to_vec(), family));
+            }
             match read {
                 FromFlash::Found(found) => Some(found),
                 FromFlash::Missing => None,
@@ -483,8 +494,8 @@ enum Families {
     Promote,
     /// Reads it as absent: promotions failed.
     Absent,
-    /// Reads its owner's value: the shard is held for reading (MGET's), whose reads do not
-    /// promote and read no parts.
+    /// Reads its owner's value, and keeps a copy whose parts [`Txn::read_part`] reads: the
+    /// shard is held for reading (a read-only command's), whose reads do not promote.
     AsOwners,
 }
 
@@ -501,10 +512,10 @@ enum FromFlash<R> {
 
 /// The read of a key memory does not hold at all, in a shard held (so no entry moves while it
 /// is read): each flash candidate until one is the key; `families` says how a family whose
-/// parts only memory serves is taken.
+/// parts only memory serves is taken (with [`Families::AsOwners`], its copy goes to `kept`).
 fn read_from_flash<R>(
     inner: &Inner,
-    shard: &Shard,
+    (shard, kept): (&Shard, &mut Option<OwnedFlashItem>),
     (key, hash): (&[u8], u64),
     bump: bool,
     families: Families,
@@ -526,7 +537,7 @@ fn read_from_flash<R>(
                     return Some(FromFlash::NeedsMemory(item.to_owned(), location));
                 }
                 Families::Absent => return Some(FromFlash::Missing),
-                Families::AsOwners => {}
+                Families::AsOwners => *kept = Some(item.to_owned()),
             }
             if bump {
                 shard.index.bump_freq(slot);

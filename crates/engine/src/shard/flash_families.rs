@@ -47,18 +47,31 @@ impl Shard {
         let Some(owned) = self.segments[id as usize].as_ref() else {
             return;
         };
-        if inner.flash.is_none() || owned.live_parts == 0 || !owned.is_clean() {
+        // (A segment adopted from its book at a restart counts no parts until the scrub
+        // walks it: it is walked whatever its count says.)
+        if inner.flash.is_none() || (owned.live_parts == 0 && owned.is_clean()) {
             return;
         }
         let mut owners: Vec<Vec<u8>> = Vec::new();
-        owned.for_each_trusted_record(|_, view| {
+        let mut note = |view: RecordView<'_>| {
             if view.live && view.meta.kind == Kind::Part {
                 let owner = record::split_part_key(view.key).0;
                 if owners.last().is_none_or(|last| last[..] != *owner) {
                     owners.push(owner.to_vec());
                 }
             }
-        });
+        };
+        if owned.is_clean() {
+            owned.for_each_trusted_record(|_, view| note(view));
+        } else {
+            // Not verified yet (adopted unread at a restart): each record's checksum is
+            // checked, as the free's own walk checks them.
+            for step in record::walk(owned.log()) {
+                if let record::Step::Record { view, .. } = step {
+                    note(view);
+                }
+            }
+        }
         for owner in owners {
             self.demote_family(inner, &owner, None, now_ms);
         }

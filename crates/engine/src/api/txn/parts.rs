@@ -110,15 +110,25 @@ impl Txn<'_> {
     }
 
     /// Reads part `part` of the owner `owner` (a key the transaction holds): `f` gets its
-    /// value. `None` when the index holds no such part.
+    /// value. `None` when the index holds no such part. Of a family this transaction read on
+    /// flash without promoting it (a read-only hold), the part is its copy's.
     pub fn read_part<R>(&self, owner: &[u8], part: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
         let (owner_hash, position) = self.position(&shards, owner);
         let shard = shards[position].1.shard();
         let (name, hash) = inner.part_key(owner, owner_hash, part);
-        let found = shard.lookup(inner, name.as_bytes(), hash)?;
-        Some(f(found.view.value))
+        if let Some(found) = shard.lookup(inner, name.as_bytes(), hash) {
+            return Some(f(found.view.value));
+        }
+        if shard.lookup(inner, owner, owner_hash).is_some() {
+            return None; // Memory's owner lacks it: never a flash copy's part beside it.
+        }
+        let families = self.flash_families.borrow();
+        let (_, family) = families.iter().find(|(key, _)| key[..] == *owner)?;
+        let item = family.item();
+        let value = item.bundle?.parts().nth(part as usize)?;
+        Some(f(value))
     }
 
     /// Writes part `part` of the owner `owner` (a key the transaction holds), replacing the
