@@ -13,6 +13,7 @@
 //! | [`pool`]     | `pool_open`      | `strata_engine::Engine::open` and `check_pool_file`  |
 //! | [`session`]  | `resp_session`   | a Redis session over an engine: every command        |
 //! | [`hash`]     | `hash_decode`    | `strata_types::hash`: a stored hash's encoding       |
+//! | [`bundle`]   | `flash_bundle`   | a family's bundle on the flash tier (`strata_engine`) |
 //!
 //! Every check is deterministic: whatever it derives from the input (how to split a stream into
 //! reads, which options to open a pool with) comes from the input's bytes, so a saved input
@@ -20,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bundle;
 pub mod hash;
 pub mod memcache;
 pub mod pool;

@@ -125,3 +125,14 @@ fn hash_seeds_and_regressions_pass() {
         strata_fuzz::hash::check,
     );
 }
+
+#[test]
+fn bundle_seeds_and_regressions_pass() {
+    let seeds = inputs("seeds", "flash_bundle");
+    assert!(seeds.len() >= 2, "the bundle seed corpus is missing");
+    replay(&seeds, strata_fuzz::bundle::check);
+    replay(
+        &inputs("regressions", "flash_bundle"),
+        strata_fuzz::bundle::check,
+    );
+}

@@ -62,6 +62,13 @@ pub use flash::format::Superblock as FlashSuperblock;
 pub use flash::read_ahead::ReadAhead;
 pub use flash::{FlashError, FlashOpened, FlashRead, FlashStats, ReadOutcome};
 pub use record::{Kind, KEY_LEN_MAX};
+
+/// The engine's decoders the fuzz targets drive (`fuzz/`), not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The `flash_bundle` target's checks (see `flash::bundle::check_any`).
+    pub use crate::flash::bundle::check_any as check_flash_bundle;
+}
 pub use recovery::{RecoveryPlan, RecoveryReport};
 pub use strata_pool::{Backend, PersistenceDomain};
 pub use txlog::{Image, ImageItem};

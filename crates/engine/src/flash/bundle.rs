@@ -113,6 +113,46 @@ impl<'a> Bundle<'a> {
     }
 }
 
+/// The fuzz target `flash_bundle`'s checks, on any bytes: the first byte is a part count, the
+/// rest a bundle's bytes. Parsing never panics or reads past them; a bundle it accepts holds
+/// the owner's value and exactly that many parts, which tile the bytes after the lengths, whose
+/// values joined are [`Bundle::parts_joined`], and which encode back to the very bytes. Then the
+/// rest is cut (by its own bytes) into an owner's value and parts that must round-trip.
+#[doc(hidden)]
+pub fn check_any(data: &[u8]) {
+    let Some((&parts, rest)) = data.split_first() else {
+        return;
+    };
+    if let Some(bundle) = Bundle::parse(rest, u32::from(parts)) {
+        let values: Vec<&[u8]> = bundle.parts().collect();
+        assert_eq!(values.len(), usize::from(parts));
+        assert_eq!(bundle.parts_joined(), values.concat());
+        let mut again = vec![0; encoded_len(bundle.owner_value(), &values)];
+        encode_into(&mut again, bundle.owner_value(), &values);
+        assert_eq!(again, rest, "a bundle encodes back to its bytes");
+    }
+    let mut pieces: Vec<&[u8]> = Vec::new();
+    let mut left = rest;
+    while let Some((&len, tail)) = left.split_first() {
+        let len = usize::from(len).min(tail.len());
+        pieces.push(&tail[..len]);
+        left = &tail[len..];
+    }
+    let Some((owner, parts)) = pieces.split_first() else {
+        return;
+    };
+    let mut bytes = vec![0; encoded_len(owner, parts)];
+    encode_into(&mut bytes, owner, parts);
+    let count = u32::try_from(parts.len()).expect("fewer parts than bytes");
+    match Bundle::parse(&bytes, count) {
+        Some(bundle) => {
+            assert_eq!(bundle.owner_value(), *owner);
+            assert!(bundle.parts().eq(parts.iter().copied()));
+        }
+        None => assert!(parts.is_empty(), "an encoded bundle with parts parses"),
+    }
+}
+
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
     let field = bytes.get(at..at.checked_add(4)?)?;
     Some(u32::from_le_bytes(field.try_into().expect("4 bytes")))

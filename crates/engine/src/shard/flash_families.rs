@@ -3,13 +3,20 @@
 //! back whole.
 //!
 //! - **Demotion** happens while a segment that holds one of the family's records is freed for
-//!   eviction. The first member its walk meets gathers the whole family (every member is still
-//!   indexed then) and appends the bundle ([`Shard::demote_family`]); the walk and
+//!   eviction. Before the segment leaves the shard's table, the families of its parts are
+//!   gathered whole (every member is still indexed and readable then) and their bundles
+//!   appended ([`Shard::demote_families_in`]; a segment adopted unread at a restart is walked
+//!   whatever its part count says, which stays 0 until the scrub walks it); an owner whose
+//!   parts are all elsewhere is demoted when the walk meets it
+//!   ([`Shard::demote_walked_family`]); the walk and
 //!   `drop_families` then drop the memory records as they drop any evicted family, except that
 //!   the owner's index entry is moved to the bundle instead of removed. A family is not
 //!   demoted when it is expired, incomplete, being written by the transaction holding the
 //!   shard (`Shard::building`: its parts may be half old, half new), larger than a region, or
 //!   refused by admission or a tier that is behind: then it is dropped, as before.
+//! - **Reads** (`crate::flash::tiering::FlashItem`): a large string's bundle is served as it
+//!   lies; a large hash's is promoted first, or, under a read-only hold that cannot promote,
+//!   read from a copy the transaction keeps (`Txn::read_part`).
 //! - **Promotion** ([`Shard::promote`] of a bundle) writes the parts, then the owner, as a
 //!   transaction writes a family, under `building` so that the cleaner the writes may run
 //!   moves the new parts rather than dropping them as orphans. If the writes' own eviction took
