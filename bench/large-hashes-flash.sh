@@ -4,7 +4,8 @@
 # 100-byte values (about 10 KB each: a chunked hash in strata, a hashtable in the peers),
 # about 3× MEMORY in all, are written once by memtier_benchmark (--command mode, each key once),
 # then memtier reads one field of uniformly random hashes for SECONDS (4 connections, 16
-# pipelined; server on CPU 0, memtier on CPU 1). Printed: the fill's rate, the hashes kept
+# pipelined; server on CPU 0, memtier on CPU 1). Printed: the fill's rate (memtier's, noisy
+# for a fill of about a second) and server CPU per HSET, the hashes kept
 # (DBSIZE), the reads' rate and server CPU per HGET, then the hit ratio of 2,000 HGETs of
 # random hashes after them (redis-py; strata's keyspace_hits counts string reads only).
 # A strata build before large items demoted to flash (af357f0) drops every evicted hash.
@@ -34,12 +35,12 @@ for server in ${SERVERS:-strata valkey redis}; do
     redis-cli -p $port config set maxmemory "${memory_mib}mb" >/dev/null
     redis-cli -p $port config set maxmemory-policy allkeys-lru >/dev/null
   fi
-  fill_started=$(date +%s.%N); fill_ticks=$(cpu_ticks $pid)
-  taskset -c 1 "$memtier" -s 127.0.0.1 -p $port -P redis -t 1 -c 4 --pipeline=4 \
+  fill_ticks=$(cpu_ticks $pid)
+  # (memtier's own rate: its process ends on a whole second of its report loop.)
+  fill_ops=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p $port -P redis -t 1 -c 4 --pipeline=4 \
     --requests=$((hashes / 4)) --hide-histogram -d 100 --key-prefix=lh: --key-minimum=1 \
     --key-maximum="$hashes" --command="HSET __key__$fields" --command-key-pattern=P \
-    >/dev/null 2>&1
-  fill_secs=$(echo "$(date +%s.%N) - $fill_started" | bc)
+    2>/dev/null | awk '/^Totals/ {print $2}')
   fill_ticks=$(( $(cpu_ticks $pid) - fill_ticks ))
   sleep 2 # strata's flash thread writes what was sealed
   kept=$(redis-cli -p $port dbsize); before=$(cpu_ticks $pid)
@@ -61,7 +62,8 @@ PY
 )
   python3 -c "
 ops = float('$ops'); ticks = $after - $before
-print(f'$server hashes=$hashes memory=${memory_mib}MiB fill_hsets_per_s={$hashes / $fill_secs:.0f} '
+fill_ops = float('$fill_ops')
+print(f'$server hashes=$hashes memory=${memory_mib}MiB fill_hsets_per_s={fill_ops:.0f} '
       f'fill_cpu_us_per_hset={$fill_ticks * 1e4 / $hashes:.1f} keys=${PATTERN:-R} '
       f'kept={$kept} hget_ops_per_s={ops:.0f} cpu_us_per_hget={ticks * 1e6 / 100 / max(ops * $seconds, 1):.2f} '
       f'hit_ratio_after={$hit_ratio} rss_mib={$rss / 1024:.0f}')"
