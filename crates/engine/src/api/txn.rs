@@ -79,9 +79,11 @@ pub struct Txn<'e> {
     /// write is a part's (one write of the log, not two), and not at all when the
     /// transaction writes nothing.
     log_pending: Cell<bool>,
-    /// Families a read-only hold read on flash (a large hash, which it cannot promote), by
-    /// owner key: their parts are read from these copies ([`Txn::read_part`]).
-    flash_families: RefCell<Vec<(Vec<u8>, OwnedFlashItem)>>,
+    /// The family a read-only hold read on flash last (a large hash, which it cannot
+    /// promote), by owner key: its parts are read from this copy ([`Txn::read_part`]). One
+    /// only (a command reads one large hash's chunks at a time), so a read of many keys holds
+    /// one region's worth of copies at most.
+    flash_family: RefCell<Option<(Vec<u8>, OwnedFlashItem)>>,
 }
 
 impl Engine {
@@ -157,7 +159,7 @@ impl<'e> Txn<'e> {
             logged: false,
             logged_parts: RefCell::default(),
             log_pending: Cell::new(false),
-            flash_families: RefCell::default(),
+            flash_family: RefCell::default(),
         }
     }
 
@@ -282,9 +284,7 @@ impl<'e> Txn<'e> {
                 (f.take().expect("called once"))(item, &[item.value])
             });
             if let Some(family) = kept {
-                self.flash_families
-                    .borrow_mut()
-                    .push((key.to_vec(), family));
+                *self.flash_family.borrow_mut() = Some((key.to_vec(), family));
             }
             match read {
                 FromFlash::Found(found) => Some(found),

@@ -110,8 +110,8 @@ impl Txn<'_> {
     }
 
     /// Reads part `part` of the owner `owner` (a key the transaction holds): `f` gets its
-    /// value. `None` when the index holds no such part. Of a family this transaction read on
-    /// flash without promoting it (a read-only hold), the part is its copy's.
+    /// value. `None` when the index holds no such part. Of the family this transaction read
+    /// on flash last without promoting it (a read-only hold), the part is its copy's.
     pub fn read_part<R>(&self, owner: &[u8], part: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
@@ -124,8 +124,8 @@ impl Txn<'_> {
         if shard.lookup(inner, owner, owner_hash).is_some() {
             return None; // Memory's owner lacks it: never a flash copy's part beside it.
         }
-        let families = self.flash_families.borrow();
-        let (_, family) = families.iter().find(|(key, _)| key[..] == *owner)?;
+        let family = self.flash_family.borrow();
+        let (_, family) = family.as_ref().filter(|(key, _)| key[..] == *owner)?;
         let item = family.item();
         let value = item.bundle?.parts().nth(part as usize)?;
         Some(f(value))
