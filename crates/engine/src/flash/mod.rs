@@ -553,7 +553,7 @@ impl FlashTier {
     /// Whether a record of `record_len` bytes fits a region (an empty one: its header, the
     /// stamped record, one directory entry). Memory records always do (a region is at least
     /// a segment); a family's bundle may not.
-    pub(crate) fn holds_record(&self, record_len: usize) -> bool {
+    fn holds_record(&self, record_len: usize) -> bool {
         let size = (STAMP_BYTES + record_len).next_multiple_of(self.record_align());
         format::directory_start(size as u64) as usize + DIRECTORY_ENTRY_BYTES
             <= self.superblock.region_size_bytes as usize

@@ -40,7 +40,8 @@ impl FlashTier {
 
     /// [`FlashTier::append`] of a record of `record_len` bytes that `write` writes in place
     /// (every byte of the slice it is given), under the regions' lock: a record built of
-    /// pieces (a family's bundle) is copied once.
+    /// pieces (a family's bundle) is copied once. `None` too for a record larger than a
+    /// region, which no region can take.
     pub(crate) fn append_with(
         &self,
         record_len: usize,
@@ -53,6 +54,9 @@ impl FlashTier {
             expires_at_ms,
             key_hash,
         } = placement;
+        if !self.holds_record(record_len) {
+            return None; // Larger than a region (a family's bundle can be): never placed.
+        }
         let size = (STAMP_BYTES + record_len).next_multiple_of(self.record_align());
         let region_bytes = self.superblock.region_size_bytes as usize;
         let mut regions = self.regions.lock().expect("regions lock");

@@ -474,6 +474,34 @@ impl Shard {
         }
     }
 
+    /// Whether the index's share for flash entries has room for one more; when it has not,
+    /// the flash thread reclaims the oldest region, and until then evicted items are dropped,
+    /// counted as refused.
+    pub(super) fn flash_index_has_room(&self, inner: &Inner) -> bool {
+        if self.flash_items < inner.flash_items_per_shard_max {
+            return true;
+        }
+        if let Some(flash) = inner.flash.as_ref() {
+            flash
+                .counters
+                .refused_items
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// Points the memory entry in `slot` (hash bits `h24`) at its item's new flash record at
+    /// `location` (tier bit set): a demotion. Its reads start over, and the key's older flash
+    /// copies among the suspects go (see the module docs); the new entry is not a suspect.
+    pub(super) fn point_at_flash(&mut self, slot: SlotRef, h24: u32, location: u64) {
+        debug_assert!(is_flash(location));
+        self.index.relocate(slot, location);
+        self.index.set_freq(slot, 0);
+        self.flash_items += 1;
+        // Removing slots may move others, so this comes after the last use of `slot`.
+        self.drop_suspects(h24);
+    }
+
     /// Offers an evicted memory record to the flash tier; on success its entry points there
     /// (frequency reset, fetched kept) and the caller keeps it indexed. False when there is no
     /// flash tier, admission refuses the item, or the tier is behind.
@@ -494,13 +522,7 @@ impl Shard {
         if inner.flash_admission == FlashAdmission::Fetched && !entry.fetched() {
             return false;
         }
-        if self.flash_items >= inner.flash_items_per_shard_max {
-            // The index share for flash items is full: the flash thread reclaims the oldest
-            // region; until then evicted items are dropped, counted as refused.
-            flash
-                .counters
-                .refused_items
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !self.flash_index_has_room(inner) {
             return false;
         }
         let (_, offset) = inner.split_location(location);
@@ -519,14 +541,7 @@ impl Shard {
         let Some(flash_location) = placed else {
             return false;
         };
-        self.index
-            .relocate(slot, index::flash_location(flash_location));
-        self.index.set_freq(slot, 0);
-        self.flash_items += 1;
-        // The key left memory: its older flash copies, if any are among the suspects, must
-        // not outlive that (the new entry is not a suspect). Removing slots may move others,
-        // so this comes after the last use of `slot`.
-        self.drop_suspects(entry.hash24);
+        self.point_at_flash(slot, entry.hash24, index::flash_location(flash_location));
         true
     }
 }

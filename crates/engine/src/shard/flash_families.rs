@@ -114,18 +114,7 @@ impl Shard {
         now_ms: u64,
     ) -> Option<u64> {
         let flash = inner.flash.as_ref()?;
-        if self
-            .building
-            .iter()
-            .any(|(building, _)| building[..] == *owner)
-        {
-            return None;
-        }
-        if self.flash_items >= inner.flash_items_per_shard_max {
-            flash
-                .counters
-                .refused_items
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.is_building(owner) || !self.flash_index_has_room(inner) {
             return None;
         }
         let owner_hash = inner.hash(owner);
@@ -136,9 +125,6 @@ impl Shard {
         };
         let value_len = bundle::encoded_len(record.value, &parts);
         let record_len = record::record_size(owner.len(), value_len, &meta);
-        if !flash.holds_record(record_len) {
-            return None;
-        }
         let placement = flash::RecordPlacement {
             value_len: parts.iter().map(|part| part.len()).sum(),
             class: flash::class_of(meta.expires_at_ms, now_ms),
@@ -227,11 +213,7 @@ impl Shard {
         location: u64,
     ) {
         debug_assert!(view.meta.parts > 0 && view.meta.kind != Kind::Part);
-        self.index.relocate(slot, location);
-        self.index.set_freq(slot, 0);
-        self.flash_items += 1;
-        // As for any demotion: older flash copies among the suspects go (`flash`'s docs).
-        self.drop_suspects(h24);
+        self.point_at_flash(slot, h24, location);
         self.note_family_drop(view);
     }
 
@@ -251,11 +233,7 @@ impl Shard {
         location: u64,
     ) -> Result<(), WriteError> {
         self.kill_record(inner, held, None)?;
-        let h24 = index::hash24(owner_hash);
-        self.index.relocate(held.slot, location);
-        self.index.set_freq(held.slot, 0);
-        self.flash_items += 1;
-        self.drop_suspects(h24);
+        self.point_at_flash(held.slot, index::hash24(owner_hash), location);
         if inner.track_dirty {
             self.persist_dirty(inner)?;
         }
@@ -279,11 +257,7 @@ impl Shard {
         item: &tiering::FlashItem<'_>,
         bundle: Bundle<'_>,
     ) -> Result<bool, WriteError> {
-        if self
-            .building
-            .iter()
-            .any(|(building, _)| building[..] == *key)
-        {
+        if self.is_building(key) {
             return Ok(false);
         }
         self.begin_building(key);

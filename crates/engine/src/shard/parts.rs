@@ -211,11 +211,7 @@ impl Shard {
     ) -> Result<(), WriteError> {
         for key in part_keys {
             let (owner, number) = record::split_part_key(key);
-            if self
-                .building
-                .iter()
-                .any(|(building, _)| building[..] == *owner)
-            {
+            if self.is_building(owner) {
                 continue; // Its owner is being written (by the transaction holding the shard).
             }
             let owner_hash = inner.hash(owner);
@@ -263,14 +259,17 @@ impl Shard {
         })
     }
 
+    /// Whether `owner`'s family is being written (see `Shard::building`).
+    pub(crate) fn is_building(&self, owner: &[u8]) -> bool {
+        self.building
+            .iter()
+            .any(|(building, _)| building[..] == *owner)
+    }
+
     /// Notes that the transaction holding the shard began writing `owner`'s family (see
     /// `Shard::building`).
     pub(crate) fn begin_building(&mut self, owner: &[u8]) {
-        if !self
-            .building
-            .iter()
-            .any(|(building, _)| building[..] == *owner)
-        {
+        if !self.is_building(owner) {
             let freed = self.segments_freed();
             self.building.push((owner.to_vec(), freed));
         }
