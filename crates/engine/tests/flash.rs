@@ -9,11 +9,14 @@
 )]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strata_engine::*;
 use strata_pool::testing::MemoryMedium;
 use strata_pool::Medium;
+
+mod support;
+use support::{flash_stats, wait_for};
 
 const REGION_SIZE_BYTES: u64 = 16 << 10;
 
@@ -55,22 +58,6 @@ fn keys_on_flash<'k>(engine: &Engine, keys: &'k [Vec<u8>]) -> Vec<&'k [u8]> {
         .filter(|key| engine.flash_read_needed(key))
         .map(|key| &key[..])
         .collect()
-}
-
-fn flash_stats(engine: &Engine) -> FlashStats {
-    engine.stats().flash.expect("a flash tier")
-}
-
-/// Polls `done` for up to ten seconds (the flash thread works in the background).
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let began = Instant::now();
-    while !done() {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 fn get(engine: &Engine, key: &[u8]) -> Option<Vec<u8>> {

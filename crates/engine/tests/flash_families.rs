@@ -10,11 +10,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strata_engine::*;
 use strata_pool::testing::MemoryMedium;
 use strata_pool::Medium;
+
+mod support;
+use support::{flash_stats, value, wait_for};
 
 /// Segments of 64 KiB: a string past about 64 KiB takes parts (of 28 KiB).
 const SEGMENT_BYTES: u64 = 64 << 10;
@@ -44,33 +47,6 @@ fn config(medium: Arc<dyn Medium>) -> EngineConfig {
             read_delay_for_tests: Duration::ZERO,
         }),
         ..EngineConfig::default()
-    }
-}
-
-/// `len` bytes that say which write made them (`tag`) and where each byte is.
-fn value(tag: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(31)
-                .wrapping_add(tag.wrapping_mul(7919)) as u8
-        })
-        .collect()
-}
-
-fn flash_stats(engine: &Engine) -> FlashStats {
-    engine.stats().flash.expect("a flash tier")
-}
-
-/// Polls `done` for up to ten seconds (the flash thread works in the background).
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let began = Instant::now();
-    while !done() {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use strata_engine::*;
 
 mod support;
-use support::{crash_copy, flip_in_file, temp_pool};
+use support::{crash_copy, flip_in_file, temp_pool, value};
 
 /// Segments of 64 KiB: a string past about 64 KiB takes parts (of 28 KiB).
 const SEGMENT_BYTES: u64 = 64 << 10;
@@ -25,18 +25,6 @@ fn config(memory_bytes: u64) -> EngineConfig {
         value_len_max: 4 << 20,
         ..EngineConfig::default()
     }
-}
-
-/// `len` bytes that say which write made them (`tag`) and where each byte is: a part served
-/// in the wrong place or from another write shows.
-fn value(tag: u32, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(31)
-                .wrapping_add(tag.wrapping_mul(7919)) as u8
-        })
-        .collect()
 }
 
 /// The value at `key`, read joined and read again in pieces (`Engine::get_pieces`, which must

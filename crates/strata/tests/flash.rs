@@ -8,7 +8,7 @@
 
 mod harness;
 
-use harness::{resp_command, run_to_exit, Client, PoolFile, Server};
+use harness::{flash_dir, resp_command, run_to_exit, stat, tier_medium, Client, PoolFile, Server};
 
 /// Keys written: 24,000 values of 1,000 bytes (24 MB) into a 16 MiB memory tier.
 const KEYS: usize = 24_000;
@@ -71,38 +71,6 @@ fn assert_no_reply_yet(client: &mut Client, what: &str) {
         "{what}: {early:?}"
     );
     client.stream().set_nonblocking(false).expect("blocking");
-}
-
-/// One `stats` line's value.
-fn stat(client: &mut Client, name: &str) -> u64 {
-    client.send(b"stats\r\n");
-    let mut value = None;
-    loop {
-        let line = client.line();
-        if line == "END\r\n" || line.is_empty() {
-            break;
-        }
-        if let Some(rest) = line.strip_prefix(&format!("STAT {name} ")) {
-            value = rest.trim_end().parse().ok();
-        }
-    }
-    value.unwrap_or_else(|| panic!("no stat {name}"))
-}
-
-fn flash_dir(name: &str) -> std::path::PathBuf {
-    // The VM disk, so direct I/O is used where the file system allows it.
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("flash-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("flash dir");
-    dir
-}
-
-/// A test's flash directory (the test removes it at its end) and the path of the tier's
-/// medium in it.
-fn tier_medium(name: &str) -> (std::path::PathBuf, String) {
-    let dir = flash_dir(name);
-    let medium = dir.join("tier.flash").to_str().expect("utf-8").to_owned();
-    (dir, medium)
 }
 
 /// [`flash_flags`] for the small tier most tests use: 96 MiB in 1 MiB regions.

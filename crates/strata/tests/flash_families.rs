@@ -11,36 +11,12 @@ mod harness;
 
 use std::collections::HashSet;
 
-use harness::{resp_command, Client, PoolFile, Server};
+use harness::{resp_command, stat, tier_medium, Client, PoolFile, Server};
 
 /// Fields of each large hash: 150 of 60 bytes, past the 8 KiB a compact hash holds.
 const FIELDS: usize = 150;
 /// Bytes of each large string: parts of 28 KiB with 64 KiB segments.
 const STRING_BYTES: usize = 200 << 10;
-
-fn stat(client: &mut Client, name: &str) -> u64 {
-    client.send(b"stats\r\n");
-    let mut value = None;
-    loop {
-        let line = client.line();
-        if line == "END\r\n" || line.is_empty() {
-            break;
-        }
-        if let Some(rest) = line.strip_prefix(&format!("STAT {name} ")) {
-            value = rest.trim_end().parse().ok();
-        }
-    }
-    value.unwrap_or_else(|| panic!("no stat {name}"))
-}
-
-/// A directory for a test's flash medium (the test removes it) and the medium's path.
-fn tier_medium(name: &str) -> (std::path::PathBuf, String) {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("flash-families-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("flash dir");
-    let medium = dir.join("tier.flash").to_str().expect("utf-8").to_owned();
-    (dir, medium)
-}
 
 /// A 16 MiB memory tier (the harness's) of 64 KiB segments over 192 MiB of flash in 1 MiB
 /// regions (room for all a test writes), values up to 1 MiB, then `extra`.
@@ -147,7 +123,7 @@ fn read_string(client: &mut Client, s: usize) -> Option<u64> {
 fn large_hashes_and_strings_evicted_to_flash_come_back_whole() {
     const HASHES: usize = 1_600;
     const STRINGS: usize = 100;
-    let (dir, medium) = tier_medium("come-back");
+    let (dir, medium) = tier_medium("families-come-back");
     let server = Server::start(&flags(&medium, &[]));
     let mut client = Client::connect(server.resp);
     for h in 0..HASHES {
@@ -344,7 +320,7 @@ impl Model {
 fn kill_9_while_large_items_move_between_memory_and_flash_serves_none_mixed() {
     for (cell, durability) in [(0, "none"), (1, "sync")] {
         let pool_file = PoolFile::new(&format!("flash-families-kill-{cell}"));
-        let (dir, medium) = tier_medium(&format!("kill-{cell}"));
+        let (dir, medium) = tier_medium(&format!("families-kill-{cell}"));
         let extra = [
             "--pool",
             pool_file.path(),

@@ -1,5 +1,7 @@
 //! What the engine's integration tests share: a pool file of their own, removed with every
-//! file beside it (sidecar, transaction logs, index directory) when the test ends.
+//! file beside it (sidecar, transaction logs, index directory) when the test ends; values that
+//! say which write made them; waits on the flash thread.
+#![allow(dead_code)] // Each test file uses a different part of it.
 
 use std::path::{Path, PathBuf};
 
@@ -65,4 +67,33 @@ pub fn flip_in_file(path: &std::path::Path, needle: &[u8], into: usize) {
         .expect("the pool holds the record");
     bytes[at + into] ^= 0x20;
     std::fs::write(path, bytes).unwrap();
+}
+
+/// `len` bytes that say which write made them (`tag`) and where each byte is: a part served
+/// in the wrong place or from another write shows.
+pub fn value(tag: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(tag.wrapping_mul(7919)) as u8
+        })
+        .collect()
+}
+
+/// The engine's flash tier's figures.
+pub fn flash_stats(engine: &strata_engine::Engine) -> strata_engine::FlashStats {
+    engine.stats().flash.expect("a flash tier")
+}
+
+/// Polls `done` for up to ten seconds (the flash thread works in the background).
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let began = std::time::Instant::now();
+    while !done() {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }

@@ -472,3 +472,36 @@ pub fn kill_9_under_writers(
         thread.join().expect("writer");
     }
 }
+
+/// One memcached `stats` line's value, asked over `client` (a memcached connection).
+pub fn stat(client: &mut Client, name: &str) -> u64 {
+    client.send(b"stats\r\n");
+    let mut value = None;
+    loop {
+        let line = client.line();
+        if line == "END\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some(rest) = line.strip_prefix(&format!("STAT {name} ")) {
+            value = rest.trim_end().parse().ok();
+        }
+    }
+    value.unwrap_or_else(|| panic!("no stat {name}"))
+}
+
+/// A directory for a test's flash medium on the VM disk (the test removes it).
+pub fn flash_dir(name: &str) -> std::path::PathBuf {
+    // The VM disk, so direct I/O is used where the file system allows it.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("flash-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("flash dir");
+    dir
+}
+
+/// A test's flash directory (the test removes it at its end) and the path of the tier's
+/// medium in it.
+pub fn tier_medium(name: &str) -> (std::path::PathBuf, String) {
+    let dir = flash_dir(name);
+    let medium = dir.join("tier.flash").to_str().expect("utf-8").to_owned();
+    (dir, medium)
+}
