@@ -606,12 +606,15 @@ impl RespSession {
         out: &mut Vec<u8>,
     ) -> Option<Processed> {
         debug_assert!(first + ranges.len() <= self.batch.len());
-        self.state.command_ended = None; // (The parse is no command's time.)
+        // (The parse is no command's time.)
+        self.state.command_ended = None;
+        // A parked batch the connection hands back in a shorter piece than it was parsed from
+        // (its first chunk is small): only the commands the piece holds run or are read ahead.
+        let in_piece = ranges.partition_point(|&(_, end)| end <= input.len());
         for (at, (args, &(start, end))) in self.batch[first..].iter().zip(ranges).enumerate() {
-            if end > input.len() {
-                // A parked batch the connection hands back in a shorter piece than it was
-                // parsed from (its first chunk is small): the rest stays parked until it hands
-                // more, from this command (nothing run: it doubles its chunk).
+            if at == in_piece {
+                // The rest stays parked until the connection hands more, from this command
+                // (nothing run: it doubles its chunk).
                 self.parked = Some(park(first + at, &ranges[at..], start));
                 return Some(Processed::open(start));
             }
@@ -644,10 +647,8 @@ impl RespSession {
                 // The command waits, unconsumed, while I/O threads read its keys ahead (in
                 // parallel) with those of the commands pipelined behind it; the commands
                 // before it have run.
-                // Those the piece the connection handed back holds: a parked batch may come
-                // back in a shorter one than it was parsed from (see above).
-                let behind = self.batch[first..].iter().zip(ranges);
-                let behind = behind.filter(|&(_, &(s, e))| s > start && e <= input.len());
+                let behind = self.batch[first..].iter().zip(&ranges[..in_piece]);
+                let behind = behind.filter(|&(_, &(s, _))| s > start);
                 let behind = behind.flat_map(|(args, &(s, e))| flash_keys(args, &input[s..e]));
                 self.flash_wait.read_ahead_too(ctx, behind);
                 self.parked = Some(park(first + at, &ranges[at..], start));
