@@ -239,6 +239,13 @@ impl Shard {
                 None
             }
             Some((_, other, _)) if other == location => return,
+            Some((slot, other, _)) if !self.starts_a_walked_record(inner, other) => {
+                // The entry points inside another record (damage that reads accept): the walked
+                // record takes its place, and nothing is marked, which would write into the
+                // record around it.
+                self.index.relocate(slot, location);
+                None
+            }
             Some((slot, other, other_size)) => {
                 let (other_id, other_offset) = inner.split_location(other);
                 if (self.seq_of(other_id), other_offset) < (self.seq_of(id), offset) {
@@ -268,6 +275,30 @@ impl Shard {
             Damage::Location,
             "index entry restored",
         );
+    }
+
+    /// Whether `location` is where a walk of its segment's log finds a record start (an entry
+    /// of damage may point inside another record, at bytes that read as one). Costs a walk of
+    /// the segment: for damage only.
+    fn starts_a_walked_record(&self, inner: &Inner, location: u64) -> bool {
+        let (id, offset) = inner.split_location(location);
+        let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) else {
+            return false;
+        };
+        for step in record::walk(owned.log()) {
+            match step {
+                record::Step::Record { offset: at, .. } if at == offset => return true,
+                record::Step::Record { offset: at, .. }
+                | record::Step::Damaged { offset: at, .. }
+                    if at > offset =>
+                {
+                    return false
+                }
+                record::Step::Tail { .. } => return false,
+                _ => {}
+            }
+        }
+        false
     }
 
     /// The scrub's check of the entries of index buckets `[cursor, cursor + budget)`: those
