@@ -206,6 +206,8 @@ pub(crate) struct State {
     pub hot: commandstats::HotCounts,
     /// The transaction being queued, after `MULTI`.
     pub multi: Option<multi::Multi>,
+    /// A finished transaction's buffers, for the next `MULTI` to reuse.
+    pub spare_multi: Option<multi::Multi>,
     /// Keys under `WATCH`.
     pub watched: Vec<multi::Watched>,
     /// MONITOR's backlog, while the connection monitors.
@@ -314,6 +316,7 @@ impl RespSession {
                 local: None,
                 hot: commandstats::HotCounts::default(),
                 multi: None,
+                spare_multi: None,
                 watched: Vec::new(),
                 monitor: None,
                 client: None,
@@ -404,7 +407,7 @@ fn held_by_pause(held: crate::pause::Held, state: &State, args: &Args, command: 
         _ if entry.name == "client" => false,
         crate::pause::Held::All => true,
         crate::pause::Held::Writes => {
-            entry.flags.contains(&"write")
+            entry.writes
                 || (entry.name == "exec" && state.multi.as_ref().is_some_and(multi::queues_a_write))
         }
     }

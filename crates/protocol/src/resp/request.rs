@@ -60,10 +60,26 @@ pub enum Arg {
 /// assert_eq!(consumed, buf.len());
 /// assert_eq!(args.get(buf, 2), Some(&b"a b"[..]));
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Args {
     list: Vec<Arg>,
     scratch: Vec<u8>,
+}
+
+impl Clone for Args {
+    fn clone(&self) -> Self {
+        Self {
+            list: self.list.clone(),
+            scratch: self.scratch.clone(),
+        }
+    }
+
+    /// Copies `source` into the lists already allocated (a server that keeps parsed commands,
+    /// a transaction's queue, reuses them).
+    fn clone_from(&mut self, source: &Self) {
+        self.list.clone_from(&source.list);
+        self.scratch.clone_from(&source.scratch);
+    }
 }
 
 impl Args {

@@ -23,7 +23,7 @@ pub(super) fn execute(
     let reply_start = out.len();
     let skip_this = state.reply_skip_next;
     state.reply_skip_next = false;
-    if state.multi.is_some() && multi::queue(state, ctx, input, args, out) {
+    if state.multi.is_some() && multi::queue(state, ctx, (input, args, found), out) {
         if state.reply_off || skip_this {
             out.truncate(reply_start);
         }
@@ -83,7 +83,7 @@ fn dispatch(state: &mut State, call: &Call<'_>, reply_start: usize, out: &mut Ve
             .key_positions(call.len())
             .map(|position| call.arg(position))
             .collect();
-        let hold = held::Hold::for_writes(command.flags.contains(&"write"));
+        let hold = held::Hold::for_writes(command.writes);
         held::run_held(call, &keys, hold, out, |call, out| {
             (command.run)(state, call, out);
         });
@@ -119,7 +119,7 @@ fn run_on_chunks(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         hash_chunks::run(state, call, out);
         return;
     }
-    let writes = call.command.flags.contains(&"write");
+    let writes = call.command.writes;
     // Logged: a command's writes to several chunks are all there after a crash or none. Inside
     // an atomic group (an EXEC running alone) the group's log holds the hash already.
     let hold = match (writes, call.ctx.exclusive.is_alone()) {
@@ -218,7 +218,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     state.last_row = Some(row);
     dispatch(state, call, reply_start, out);
     // After it ran, as Redis does: an EXEC's line follows those of the commands it ran.
-    if call.ctx.monitors.active() && !command.flags.contains(&"admin") {
+    if call.ctx.monitors.active() && !command.admin {
         feed_monitors(state, call);
     }
     let ended = quanta::Instant::now();
@@ -226,7 +226,7 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let elapsed_ns = u64::try_from((ended - started).as_nanos()).unwrap_or(u64::MAX);
     let elapsed_us = elapsed_ns / 1000;
     if call.ctx.latency.threshold_ms() > 0 {
-        let fast = command.flags.contains(&"fast");
+        let fast = command.fast;
         call.ctx.latency.command(fast, elapsed_us);
     }
     let failed = out.get(reply_start) == Some(&b'-');

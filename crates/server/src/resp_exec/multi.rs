@@ -58,7 +58,16 @@ pub(crate) struct Multi {
     memory_bytes: usize,
     /// A command failed to queue: `EXEC` refuses the transaction.
     dirty: bool,
+    /// Argument lists of an earlier transaction's commands, kept for the next to fill
+    /// (`Multi::recycled`).
+    spare_args: Vec<Args>,
 }
+
+/// Most bytes of queued commands a finished transaction's buffer keeps for the connection's
+/// next one; a larger buffer is freed.
+const RECYCLED_BYTES_MAX: usize = 64 << 10;
+/// Most argument lists a finished transaction keeps for the next.
+const RECYCLED_ARGS_MAX: usize = 64;
 
 /// A queued command, parsed and looked up once, when it was queued: `EXEC` neither parses
 /// nor looks it up again.
@@ -82,6 +91,27 @@ impl Queued {
 }
 
 impl Multi {
+    /// This transaction emptied for the connection's next one, keeping what it allocated (up
+    /// to [`RECYCLED_BYTES_MAX`] and [`RECYCLED_ARGS_MAX`]): a client that runs transactions
+    /// back to back allocates nothing per transaction.
+    fn recycled(mut self) -> Multi {
+        let mut spare_args = std::mem::take(&mut self.spare_args);
+        let room = RECYCLED_ARGS_MAX.saturating_sub(spare_args.len());
+        spare_args.extend(self.queued.drain(..).map(|q| q.args).take(room));
+        let mut bytes = std::mem::take(&mut self.bytes);
+        bytes.clear();
+        if bytes.capacity() > RECYCLED_BYTES_MAX {
+            bytes = Vec::new();
+        }
+        Multi {
+            bytes,
+            queued: self.queued,
+            memory_bytes: 0,
+            dirty: false,
+            spare_args,
+        }
+    }
+
     /// Commands queued so far.
     pub(crate) fn queued(&self) -> usize {
         self.queued.len()
@@ -113,17 +143,20 @@ fn runs_at_once(name: &str) -> bool {
 
 /// Inside `MULTI`: queues the command `input` (parsed as `args`), or refuses it and marks the
 /// transaction. Returns false when the command runs at once instead (see [`runs_at_once`]).
+/// `command` is its table row (`None`: a name the table lacks), looked up by the caller.
 pub(crate) fn queue(
     state: &mut State,
     ctx: &ServerContext,
-    input: &[u8],
-    args: &Args,
+    (input, args, command): (&[u8], &Args, Option<&'static table::Command>),
     out: &mut Vec<u8>,
 ) -> bool {
     let Some(queued_bytes) = state.multi.as_ref().map(|m| m.memory_bytes) else {
         return false;
     };
-    let command = table::lookup(args.arg(input, 0));
+    debug_assert_eq!(
+        command.map(|c| c.name),
+        table::lookup(args.arg(input, 0)).map(|c| c.name)
+    );
     if command.is_some_and(|c| runs_at_once(c.name)) {
         return false;
     }
@@ -141,9 +174,11 @@ pub(crate) fn queue(
                 let multi = state.multi.as_mut().expect("checked above");
                 multi.bytes.extend_from_slice(input);
                 multi.memory_bytes += Queued::memory_bytes(input, args);
+                let mut queued_args = multi.spare_args.pop().unwrap_or_default();
+                queued_args.clone_from(args);
                 multi.queued.push(Queued {
                     end: multi.bytes.len(),
-                    args: args.clone(),
+                    args: queued_args,
                     entry: c,
                 });
                 // CLIENT LIST names a queued command as the client's last, as Redis does.
@@ -172,16 +207,17 @@ pub(crate) fn multi(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(ERR_NESTED);
         return;
     }
-    state.multi = Some(Multi::default());
+    state.multi = Some(state.spare_multi.take().unwrap_or_default());
     encode::ok(out);
 }
 
 /// `DISCARD`: drops the queued commands and the watched keys.
 pub(crate) fn discard(state: &mut State, _: &Call<'_>, out: &mut Vec<u8>) {
-    if state.multi.take().is_none() {
+    let Some(multi) = state.multi.take() else {
         out.extend_from_slice(ERR_DISCARD_WITHOUT);
         return;
-    }
+    };
+    state.spare_multi = Some(multi.recycled());
     state.watched.clear();
     encode::ok(out);
 }
@@ -224,6 +260,7 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let watched = std::mem::take(&mut state.watched);
     if multi.dirty {
         out.extend_from_slice(ERR_EXECABORT);
+        state.spare_multi = Some(multi.recycled());
         return;
     }
     let plan = plan(&multi, &watched);
@@ -248,6 +285,8 @@ pub(crate) fn exec(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     } else {
         super::alone_and_atomic(call.ctx, &plan.written, out, |out| run(state, call, out));
     }
+    drop(plan);
+    state.spare_multi = Some(multi.recycled());
 }
 
 /// What `EXEC` holds while it runs (see `held`).
@@ -272,7 +311,7 @@ fn plan<'m>(multi: &'m Multi, watched: &'m [Watched]) -> Plan<'m> {
     };
     for (command, args, entry) in multi.commands() {
         plan.on_its_keys &= held::runs_on_its_keys(entry);
-        let writes = entry.flags.contains(&"write");
+        let writes = entry.writes;
         plan.writes |= writes;
         for position in entry.key_positions(args.len()) {
             let Some(key) = args.get(command, position) else {
@@ -293,9 +332,7 @@ fn plan<'m>(multi: &'m Multi, watched: &'m [Watched]) -> Plan<'m> {
 
 /// Whether a queued command writes (CLIENT PAUSE WRITE holds such an EXEC).
 pub(crate) fn queues_a_write(multi: &Multi) -> bool {
-    multi
-        .commands()
-        .any(|(_, _, entry)| entry.flags.contains(&"write"))
+    multi.commands().any(|(_, _, entry)| entry.writes)
 }
 
 /// Runs the queued commands, each reply an element of `EXEC`'s.

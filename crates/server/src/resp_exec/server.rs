@@ -900,9 +900,9 @@ fn command_info(version: Version, command: &Command, out: &mut Vec<u8>) {
     encode::integer(out, i64::from(first));
     encode::integer(out, i64::from(last));
     encode::integer(out, i64::from(step));
-    let access = if command.flags.contains(&"write") {
+    let access = if command.writes {
         "@write"
-    } else if command.flags.contains(&"readonly") {
+    } else if command.readonly {
         "@read"
     } else {
         "@slow"

@@ -23,8 +23,18 @@ pub(crate) struct Command {
     pub name: &'static str,
     /// Redis arity: `n` exactly n arguments (name included), `-n` at least n.
     pub arity: i32,
-    /// `COMMAND INFO` flags (`write`, `readonly`, `fast`, ...).
+    /// `COMMAND INFO` flags (`write`, `readonly`, `fast`, ...), as `COMMAND` lists them; the
+    /// server acts on them through the typed fields below, read from them once, here.
     pub flags: &'static [&'static str],
+    /// It may change its keys (`write`): held for writing, logged, refused by CLIENT PAUSE
+    /// WRITE.
+    pub writes: bool,
+    /// It only reads (`readonly`).
+    pub readonly: bool,
+    /// It runs in constant time (`fast`): the latency monitor's `fast-command` event.
+    pub fast: bool,
+    /// It is an administrative command (`admin`): MONITOR does not show it.
+    pub admin: bool,
     /// First key, last key (negative: from the end) and key step; zeros for no keys.
     pub keys: (i32, i32, i32),
     /// ACL category group (`string`, `keyspace`, `connection`, `server`).
@@ -153,6 +163,10 @@ const fn row(
         name,
         arity,
         flags,
+        writes: has_flag(flags, "write"),
+        readonly: has_flag(flags, "readonly"),
+        fast: has_flag(flags, "fast"),
+        admin: has_flag(flags, "admin"),
         keys,
         group,
         kind: kind_of_group(group),
@@ -175,6 +189,18 @@ const fn kind_of_group(group: &str) -> Option<Kind> {
     } else {
         None
     }
+}
+
+/// Whether `flags` holds `flag`, in a `const fn`.
+const fn has_flag(flags: &[&str], flag: &str) -> bool {
+    let mut i = 0;
+    while i < flags.len() {
+        if str_eq(flags[i], flag) {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// `a == b`, in a `const fn`.
@@ -387,7 +413,7 @@ mod tests {
         // The writes that name several keys, held together in one transaction (`held`).
         let several: Vec<&str> = COMMANDS
             .iter()
-            .filter(|c| c.flags.contains(&"write") && c.key_positions(5).nth(1).is_some())
+            .filter(|c| c.writes && c.key_positions(5).nth(1).is_some())
             .map(|c| c.name)
             .collect();
         assert_eq!(
