@@ -25,6 +25,10 @@ pub(crate) struct Call<'a> {
     /// It met an item it can only reach with its key held (a large hash): the driver runs
     /// it again so ([`Call::want_held`]).
     pub(super) wants_held: std::cell::Cell<bool>,
+    /// Whether the key a read command looked up was there (`None`: none looked up yet), for
+    /// `keyspace_hits`/`keyspace_misses`, which the driver counts once the command ran
+    /// ([`Call::looked_up`]). Shared by the calls the command runs as (held, on chunks).
+    pub(super) key_found: &'a std::cell::Cell<Option<bool>>,
 }
 
 impl<'a> Call<'a> {
@@ -66,6 +70,16 @@ impl<'a> Call<'a> {
             keys,
             in_chunk: self.in_chunk,
             wants_held: std::cell::Cell::new(false),
+            key_found: self.key_found,
+        }
+    }
+
+    /// Notes that a read command looked its key up and whether it was there (of any type), as
+    /// Redis counts a read's lookup in `keyspace_hits` or `keyspace_misses`; the command's
+    /// last look counts, once. Not on one chunk of a large hash: its owner's look counts.
+    pub fn looked_up(&self, found: bool) {
+        if self.command.readonly && !self.in_chunk {
+            self.key_found.set(Some(found));
         }
     }
 

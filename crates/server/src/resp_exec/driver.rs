@@ -55,6 +55,7 @@ pub(super) fn run_known(
     (ctx, keys): (&ServerContext, Keys<'_>),
     out: &mut Vec<u8>,
 ) {
+    let key_found = std::cell::Cell::new(None);
     let call = Call {
         ctx,
         input,
@@ -63,8 +64,12 @@ pub(super) fn run_known(
         keys,
         in_chunk: false,
         wants_held: std::cell::Cell::new(false),
+        key_found: &key_found,
     };
     run(state, &call, out);
+    if let Some(found) = key_found.get() {
+        state.pending.count_gets(1, u64::from(found));
+    }
 }
 
 /// Runs the command's handler: held with its keys when it names several; on the chunks at

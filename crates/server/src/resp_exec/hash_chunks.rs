@@ -243,12 +243,12 @@ impl Door for ChunkDoor<'_> {
 /// The large hash at `key` as the call's keys hold it: its state, or `None` when the key
 /// holds no large hash (any more: it may have changed before the command reran held).
 fn owner_state(call: &Call<'_>, key: &[u8]) -> Option<Result<Chunked, ()>> {
-    call.keys()
-        .peek(key, |item| {
-            (item.kind == Kind::Hash && is_chunked(item.value))
-                .then(|| Chunked::parse(item.value).map_err(|_| ()))
-        })
-        .flatten()
+    let found = call.keys().peek(key, |item| {
+        (item.kind == Kind::Hash && is_chunked(item.value))
+            .then(|| Chunked::parse(item.value).map_err(|_| ()))
+    });
+    call.looked_up(found.is_some());
+    found.flatten()
 }
 
 /// Runs the hash command `call` on the large hash at its key, which the call holds (the
@@ -387,6 +387,7 @@ impl Large<'_> {
             keys: call.keys().held_by(&door),
             in_chunk: true,
             wants_held: Cell::new(false),
+            key_found: call.key_found,
         };
         (command.run)(state, &sub, out);
         self.scratch.set(door.scratch.take());

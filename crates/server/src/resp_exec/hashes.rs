@@ -86,6 +86,8 @@ pub(crate) fn read_hash<R>(
             Read::Found(f(&hash, now_ms, out))
         }
     });
+    // A key of another type or a damaged hash was there: a hit, as Redis counts WRONGTYPE.
+    call.looked_up(matches!(found, Some(Read::Found(_) | Read::Refused)));
     found.unwrap_or(Read::Missing)
 }
 

@@ -915,3 +915,35 @@ fn transactions_back_to_back_start_empty() {
         );
     }
 }
+
+/// Hash reads count in `keyspace_hits`/`keyspace_misses` as Redis 7.0.15 counts them (the
+/// figures are its, for the same commands): one per read command's key, a hit when the key is
+/// there whatever it holds (a WRONGTYPE read is a hit), a miss when it is not; writes count
+/// nothing; a read queued in a transaction counts when EXEC runs it.
+#[test]
+fn hash_reads_count_as_keyspace_hits_and_misses() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(ctx.next_client_id());
+    for line in [
+        "HSET h f v",
+        "HGET h f",
+        "HGET h nope",
+        "HGET nokey f",
+        "HLEN nokey",
+        "SET s v",
+        "HGET s f",
+        "HGETALL h",
+        "HSET h f2 v2",
+        "HINCRBY h n 1",
+        "MULTI",
+        "HGET h f",
+        "EXEC",
+    ] {
+        run(&mut session, &ctx, line);
+    }
+    let info = String::from_utf8(run(&mut session, &ctx, "INFO stats")).unwrap();
+    assert!(
+        info.contains("keyspace_hits:5\r\nkeyspace_misses:2\r\n"),
+        "{info}"
+    );
+}
