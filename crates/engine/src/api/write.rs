@@ -11,6 +11,8 @@ struct Current {
     slot: SlotRef,
     kind: Kind,
     parts: u32,
+    /// The record, for the write that replaces it (no second lookup).
+    looked: crate::shard::Looked,
 }
 
 /// What a delete did.
@@ -241,6 +243,7 @@ impl Engine {
                 slot: found.slot,
                 kind: found.view.meta.kind,
                 parts: found.view.meta.parts,
+                looked: crate::shard::Looked::of(found),
             });
             let seen = found
                 .as_ref()
@@ -336,8 +339,9 @@ impl Engine {
                 .write_large(shard, (key, hash), buffer, meta, log)
                 .map(Some);
         }
+        let looked = current.map(|current| current.looked);
         shard
-            .write(&self.inner, key, hash, buffer, meta, touch)
+            .write_over(&self.inner, (key, hash), buffer, meta, touch, looked)
             .map(Some)
     }
 

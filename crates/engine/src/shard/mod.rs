@@ -408,7 +408,7 @@ pub(crate) struct Found<'a> {
 }
 
 /// What a change needs of a record a lookup found, without borrowing the shard.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Held {
     slot: SlotRef,
     location: u64,
@@ -417,6 +417,24 @@ struct Held {
     part: bool,
     /// The parts the record owns.
     parts: u32,
+}
+
+/// The record a lookup of a key found, kept by a caller that changes the key next under the
+/// same hold of the shard ([`Shard::write_over`]), so the write need not look it up again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Looked(Held);
+
+impl Looked {
+    /// What `found` (the first record of its key the index finds) is.
+    pub(crate) fn of(found: &Found<'_>) -> Looked {
+        Looked(Held {
+            slot: found.slot,
+            location: found.entry.location,
+            size_bytes: found.view.size_bytes,
+            part: found.view.meta.kind == record::Kind::Part,
+            parts: found.view.meta.parts,
+        })
+    }
 }
 
 impl Held {

@@ -22,6 +22,21 @@ impl Shard {
         meta: RecordMeta,
         touch: bool,
     ) -> Result<u64, WriteError> {
+        self.write_over(inner, (key, hash), value, meta, touch, None)
+    }
+
+    /// [`Shard::write`] by a caller that looked the key up under this same hold of the shard
+    /// and found `looked` (the record the write replaces; `None`: not looked up, or nothing
+    /// found, which may still hide an expired record: looked up here).
+    pub(crate) fn write_over(
+        &mut self,
+        inner: &Inner,
+        (key, hash): (&[u8], u64),
+        value: &[u8],
+        meta: RecordMeta,
+        touch: bool,
+        looked: Option<super::Looked>,
+    ) -> Result<u64, WriteError> {
         inner.check_writable()?;
         let size = record::record_size(key.len(), value.len(), &meta);
         assert!(
@@ -32,7 +47,17 @@ impl Shard {
             .expires_at_ms
             .map(|at| at.saturating_sub(inner.now_ms()));
         let bucket = ttl::bucket_for(ttl_ms);
-        let current = self.lookup(inner, key, hash).map(Held::of);
+        let current = match looked {
+            Some(super::Looked(held)) => {
+                debug_assert_eq!(
+                    self.lookup(inner, key, hash).map(Held::of),
+                    Some(held),
+                    "the record looked up under this hold is still the key's"
+                );
+                Some(held)
+            }
+            None => self.lookup(inner, key, hash).map(Held::of),
+        };
         let current_seq = current.map(|held| self.seq_at(inner, held.location));
         let Reserved { id, opened } = self.reserve(inner, bucket, size, current_seq)?;
         // Opening a segment may have evicted or moved the key's record: look it up again.
