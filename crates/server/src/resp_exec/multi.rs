@@ -4,14 +4,14 @@
 //!   arity, authentication) and queued with its exact bytes (`+QUEUED`); one that fails a check
 //!   gets its error and marks the transaction, which `EXEC` then refuses (`-EXECABORT`).
 //!   `MULTI` and `WATCH` inside one are refused without marking it, as in Redis.
-//! - `EXEC` runs the queued commands in order, each parsed again and run as if sent alone (its
-//!   errors are its own elements of the reply; the others still run), inside one transaction
-//!   over every key they name and the watched ones (`held`: their shards locked in one order):
-//!   nobody sees part of it, nothing runs between its commands on its keys, and other keys'
-//!   commands run on meanwhile. An `EXEC` queuing a command that acts on the whole keyspace
-//!   (FLUSHALL, SCAN, DBSIZE...) runs alone instead, while no other client's command runs on
-//!   any worker (`crate::exclusive`). Before either, the keys the queued commands read that
-//!   are on flash are read ahead like any command's (`resp_exec::flash_keys`).
+//! - `EXEC` runs the queued commands in order, each as parsed and looked up when queued and as
+//!   if sent alone (its errors are its own elements of the reply; the others still run), inside
+//!   one transaction over every key they name and the watched ones (`held`: their shards locked
+//!   in one order): nobody sees part of it, nothing runs between its commands on its keys, and
+//!   other keys' commands run on meanwhile. An `EXEC` queuing a command that acts on the whole
+//!   keyspace (FLUSHALL, SCAN, DBSIZE...) runs alone instead, while no other client's command
+//!   runs on any worker (`crate::exclusive`). Before either, the keys the queued commands read
+//!   that are on flash are read ahead like any command's (`resp_exec::flash_keys`).
 //! - `WATCH` notes, per key, what `Engine::observe` sees: the item's CAS and expiry (or its
 //!   absence) and how many entries of the key's hash slot left the index. `EXEC` compares them
 //!   again inside its transaction: a write, delete, expiry, eviction, flush or TTL change by
