@@ -1,7 +1,8 @@
 //! `strata flash verify`: a flash tier's file or block device checked offline, read-only, as
 //! docs/FLASH_FORMAT.md defines it: the superblock, every region header, and in each written
 //! region the payload checksum, the directory checksum, and every record the directory names
-//! (its stamp, its own CRC32C, lengths and state).
+//! (its stamp, its own CRC32C, lengths and state, and for a record that owns parts the bundle
+//! its value holds, whose lengths must add up to it, as a read requires).
 //!
 //! A server holds the medium under an exclusive `flock` while it runs; the check takes a
 //! shared one and is refused while a server has it. It never writes.
@@ -184,14 +185,31 @@ fn check_region(
     for entry in directory.chunks_exact(DIRECTORY_ENTRY_BYTES) {
         let (offset, _hash) = format::read_directory_entry(entry);
         report.records += 1;
-        if stamped_record_size(&payload, offset as usize, &stamp).is_none() {
+        if let Some(wrong) = record_problem(&payload, offset as usize, &stamp) {
             report.records_damaged += 1;
             report.problem(format!(
-                "region {index}: record at payload offset {offset}: stamp, checksum, lengths or state wrong"
+                "region {index}: record at payload offset {offset}: {wrong}"
             ));
         }
     }
     Ok(())
+}
+
+/// What is wrong with the record a directory entry puts at `offset` of `payload`, as a read
+/// would find it: its stamp, its own checks, and for an item of several records (a record that
+/// owns parts) the bundle its value must hold, whose lengths must add up to it
+/// (docs/FLASH_FORMAT.md, "Items of several records"). `None`: nothing.
+fn record_problem(payload: &[u8], offset: usize, stamp: &[u8; 8]) -> Option<&'static str> {
+    if stamped_record_size(payload, offset, stamp).is_none() {
+        return Some("stamp, checksum, lengths or state wrong");
+    }
+    let crate::record::Scan::Record(view) = crate::record::read(&payload[offset + stamp.len()..])
+    else {
+        return Some("stamp, checksum, lengths or state wrong");
+    };
+    let parts = view.meta.parts;
+    (parts > 0 && super::bundle::Bundle::parse(view.value, parts).is_none())
+        .then_some("an item of several records whose bundle's lengths do not add up")
 }
 
 #[cfg(test)]
@@ -273,6 +291,76 @@ mod tests {
             report.problems[1].contains("the medium ends within region 1"),
             "{report:?}"
         );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// One region of `records` (each `(value, parts)`, a record of key `k{i}`), every
+    /// checksum right: what a check of the records themselves reads.
+    fn medium_of_records(name: &str, records: &[(&[u8], u32)]) -> std::path::PathBuf {
+        let sb_fields = superblock(4 * BLOCK_SIZE_BYTES as u64, 1);
+        let stamp = format::record_stamp(sb_fields.flash_id, 1).to_le_bytes();
+        let (mut payload, mut directory) = (Vec::new(), Vec::new());
+        for (i, &(value, parts)) in records.iter().enumerate() {
+            let key = format!("k{i}");
+            let meta = crate::record::RecordMeta {
+                kind: crate::record::Kind::Hash,
+                parts,
+                ..Default::default()
+            };
+            let mut bytes = vec![0u8; crate::record::record_size(key.len(), value.len(), &meta)];
+            crate::record::write(&mut bytes, key.as_bytes(), value, &meta);
+            let mut entry = [0u8; DIRECTORY_ENTRY_BYTES];
+            format::write_directory_entry(&mut entry, payload.len() as u32, i as u64);
+            directory.extend_from_slice(&entry);
+            payload.extend_from_slice(&stamp);
+            payload.extend_from_slice(&bytes);
+        }
+        let header = format::RegionHeader {
+            flash_id: sb_fields.flash_id,
+            seq: 1,
+            created_ms: 0,
+            expires_at_ms: u64::MAX,
+            payload_bytes: payload.len() as u64,
+            records: records.len() as u64,
+            payload_crc: crc32c::crc32c(&payload),
+            directory_crc: crc32c::crc32c(&directory),
+            reclaimed: false,
+        };
+        let mut region = vec![0u8; 4 * BLOCK_SIZE_BYTES];
+        format::write_region_header(&mut region[..BLOCK_SIZE_BYTES], &header);
+        region[BLOCK_SIZE_BYTES..BLOCK_SIZE_BYTES + payload.len()].copy_from_slice(&payload);
+        let at = format::directory_start(header.payload_bytes) as usize;
+        region[at..at + directory.len()].copy_from_slice(&directory);
+        let mut sb = block();
+        format::write_superblock(&mut sb, &sb_fields);
+        medium(name, &[sb, region])
+    }
+
+    /// A record that owns parts must hold a bundle whose lengths add up, as a read requires:
+    /// one whose record checksum holds but whose bundle does not is a damaged record, reported,
+    /// beside a sound bundle and a plain record that pass.
+    #[test]
+    fn a_bundle_whose_lengths_do_not_add_up_is_a_damaged_record() {
+        let mut sound = vec![0u8; super::super::bundle::encoded_len(b"owner", &[b"p1", b"p22"])];
+        super::super::bundle::encode_into(&mut sound, b"owner", &[b"p1", b"p22"]);
+        let mut short = sound.clone();
+        short.pop();
+        let path = medium_of_records(
+            "bundles",
+            &[(b"plain value", 0), (&sound, 2), (&short, 2), (&sound, 3)],
+        );
+        let report = check_flash_file(&path).unwrap();
+        assert_eq!(
+            (report.records, report.records_damaged),
+            (4, 2),
+            "{report:?}"
+        );
+        for (problem, record) in report.problems.iter().zip([2, 3]) {
+            assert!(
+                problem.contains("bundle's lengths do not add up"),
+                "record {record}: {problem}"
+            );
+        }
         let _ = std::fs::remove_file(&path);
     }
 }
