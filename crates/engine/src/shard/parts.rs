@@ -372,6 +372,14 @@ impl Shard {
                 continue;
             };
             let location = found.entry.location;
+            if !self.starts_a_walked_record(inner, location) {
+                // A damaged entry inside another record, at bytes that read as this owner:
+                // dropped alone; marking them dead would write into the record around them.
+                let (slot, h24) = (found.slot, found.entry.hash24);
+                self.remove_memory_slot(slot, h24);
+                self.dropped(inner, location);
+                continue;
+            }
             // A failed persist latches the engine; what it did not mark, a later recovery does.
             let _ = self.kill_item(inner, Held::of(found), owner, hash);
             bump(&self.counters.damaged_items_dropped, 1);

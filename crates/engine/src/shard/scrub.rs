@@ -280,7 +280,7 @@ impl Shard {
     /// Whether `location` is where a walk of its segment's log finds a record start (an entry
     /// of damage may point inside another record, at bytes that read as one). Costs a walk of
     /// the segment: for damage only.
-    fn starts_a_walked_record(&self, inner: &Inner, location: u64) -> bool {
+    pub(super) fn starts_a_walked_record(&self, inner: &Inner, location: u64) -> bool {
         let (id, offset) = inner.split_location(location);
         let Some(owned) = self.segments.get(id as usize).and_then(|s| s.as_deref()) else {
             return false;
