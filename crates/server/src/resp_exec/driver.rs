@@ -207,8 +207,11 @@ fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         return;
     }
     let hot = state.pending.count_command(command.stat);
-    if !hot {
-        // Whatever runs may read the counters (INFO): bring them up to date.
+    if !hot && !command.batches {
+        // Whatever runs may read the counters (INFO): bring them up to date. A data command
+        // (`Command::batches`: a string, bitmap, hash or keyspace command on its key) reads
+        // none, so the run times of a pipeline of HSETs stay buffered (`HotCounts`) until a
+        // command that may read them, or the batch's end.
         state.pending.publish(&call.ctx.stats);
         state.hot.publish(&call.ctx.resp_commands);
     }

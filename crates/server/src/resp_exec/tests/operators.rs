@@ -371,3 +371,32 @@ fn config_set_changes_the_timeout_and_output_limits_live() {
         "{get}"
     );
 }
+
+/// A pipeline of data commands buffers their run times (no publish before each): a command
+/// later in the same input that reads the histograms (`LATENCY HISTOGRAM`, `INFO
+/// latencystats`) sees every call before it, and so does one in the next input.
+#[test]
+fn latency_of_a_pipelined_batch_is_seen_by_a_command_behind_it() {
+    let ctx = context(Settings::default());
+    let mut session = RespSession::new(1);
+    let mut input = Vec::new();
+    for i in 0..5 {
+        input.extend_from_slice(&super::command(&["HSET", "h", &format!("f{i}"), "v"]));
+    }
+    input.extend_from_slice(&super::command(&["HGET", "h", "f1"]));
+    input.extend_from_slice(&super::command(&["LATENCY", "HISTOGRAM", "hset", "hget"]));
+    let mut out = Vec::new();
+    session.process(&input, &ctx, &mut out);
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("$4\r\nhset\r\n*4\r\n$5\r\ncalls\r\n:5\r\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("$4\r\nhget\r\n*4\r\n$5\r\ncalls\r\n:1\r\n"),
+        "{out}"
+    );
+    run(&mut session, &ctx, "HSET h f9 v");
+    let info = String::from_utf8(run(&mut session, &ctx, "LATENCY HISTOGRAM hset")).unwrap();
+    assert!(info.contains("calls\r\n:6\r\n"), "{info}");
+}
