@@ -25,10 +25,10 @@ pub(crate) struct Call<'a> {
     /// It met an item it can only reach with its key held (a large hash): the driver runs
     /// it again so ([`Call::want_held`]).
     pub(super) wants_held: std::cell::Cell<bool>,
-    /// Whether the key a read command looked up was there (`None`: none looked up yet), for
-    /// `keyspace_hits`/`keyspace_misses`, which the driver counts once the command ran
-    /// ([`Call::looked_up`]). Shared by the calls the command runs as (held, on chunks).
-    pub(super) key_found: &'a std::cell::Cell<Option<bool>>,
+    /// The keys a read command looked up and how many were there (`None`: none looked up
+    /// yet), for `keyspace_hits`/`keyspace_misses`, which the driver counts once the command
+    /// ran ([`Call::looked_up`]). Shared by the calls the command runs as (held, on chunks).
+    pub(super) key_found: &'a std::cell::Cell<Option<(u64, u64)>>,
 }
 
 impl<'a> Call<'a> {
@@ -78,8 +78,15 @@ impl<'a> Call<'a> {
     /// Redis counts a read's lookup in `keyspace_hits` or `keyspace_misses`; the command's
     /// last look counts, once. Not on one chunk of a large hash: its owner's look counts.
     pub fn looked_up(&self, found: bool) {
+        self.looked_up_keys(1, u64::from(found));
+    }
+
+    /// [`Call::looked_up`] for a read command of several keys: it looked up `keys` of which
+    /// `hits` were there (EXISTS, TOUCH, MGET...).
+    pub fn looked_up_keys(&self, keys: u64, hits: u64) {
+        debug_assert!(hits <= keys);
         if self.command.readonly && !self.in_chunk {
-            self.key_found.set(Some(found));
+            self.key_found.set(Some((keys, hits)));
         }
     }
 
@@ -117,15 +124,16 @@ impl<'a> Call<'a> {
         f: impl FnOnce(ItemRef<'_>) -> R,
     ) -> Result<Option<R>, WriteError> {
         let kind = self.kind();
-        self.keys()
-            .get(key, |item| {
-                if item.kind == kind {
-                    Ok(f(item))
-                } else {
-                    Err(WriteError::WrongKind)
-                }
-            })
-            .transpose()
+        let found = self.keys().get(key, |item| {
+            if item.kind == kind {
+                Ok(f(item))
+            } else {
+                Err(WriteError::WrongKind)
+            }
+        });
+        // A key of another type was there: a hit, as Redis counts WRONGTYPE.
+        self.looked_up(found.is_some());
+        found.transpose()
     }
 
     /// The largest value a write of `key` may leave: the server's value limit, exact for keys

@@ -67,8 +67,8 @@ pub(super) fn run_known(
         key_found: &key_found,
     };
     run(state, &call, out);
-    if let Some(found) = key_found.get() {
-        state.pending.count_gets(1, u64::from(found));
+    if let Some((keys, hits)) = key_found.get() {
+        state.pending.count_gets(keys, hits);
     }
 }
 

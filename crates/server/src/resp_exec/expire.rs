@@ -256,6 +256,7 @@ enum TtlForm {
 /// `ttlGenericCommand` (remaining time never below zero, seconds rounded to nearest).
 fn ttl_generic(call: &Call<'_>, out: &mut Vec<u8>, form: TtlForm) {
     let expires_at_ms = call.keys().get(call.arg(1), |item| key_expiry(&item));
+    call.looked_up(expires_at_ms.is_some());
     let reply = match expires_at_ms {
         None => -2,
         Some(None) => -1,

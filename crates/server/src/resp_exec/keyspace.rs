@@ -60,6 +60,7 @@ pub(crate) fn exists(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         .args_from(1)
         .filter(|key| call.keys().contains(key))
         .count();
+    call.looked_up_keys(call.len() as u64 - 1, count as u64);
     encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
 }
 
@@ -71,6 +72,7 @@ pub(crate) fn touch(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         .args_from(1)
         .filter(|key| keys.get(key, |_| ()).is_some())
         .count();
+    call.looked_up_keys(call.len() as u64 - 1, count as u64);
     encode::integer(out, i64::try_from(count).unwrap_or(i64::MAX));
 }
 
@@ -159,6 +161,7 @@ fn copy_options(call: &Call<'_>, out: &mut Vec<u8>) -> Option<bool> {
 /// `TYPE key`: `+string`, `+hash` or `+none`.
 pub(crate) fn type_(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let kind = call.keys().peek(call.arg(1), |item| item.kind);
+    call.looked_up(kind.is_some_and(|kind| kind != Kind::Part));
     let name: &[u8] = match kind {
         // The engine never hands out a part (one record of a larger item) as a key's item.
         None | Some(Kind::Part) => b"none",

@@ -46,6 +46,7 @@ pub(crate) fn object(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::error(out, IDLE_TIME_NOT_TRACKED);
         }
     });
+    call.looked_up(found.is_some());
     if found.is_none() {
         encode::null(out, state.version);
     }

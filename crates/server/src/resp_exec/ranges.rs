@@ -77,7 +77,7 @@ pub(crate) fn range_of(start: i64, end: i64, len: usize) -> Option<(usize, usize
 }
 
 /// `GETRANGE key start end`: an empty string for a missing key or an empty range.
-pub(crate) fn getrange(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
+pub(crate) fn getrange(_: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     let (Some(start), Some(end)) = (parse_i64(call.arg(2)), parse_i64(call.arg(3))) else {
         out.extend_from_slice(errors::ERR_NOT_INTEGER);
         return;
@@ -95,7 +95,6 @@ pub(crate) fn getrange(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if found.is_none() {
         encode::bulk(out, b"");
     }
-    state.pending.count_gets(1, u64::from(found.is_some()));
 }
 
 /// `SETRANGE key offset value`: overwrites from `offset`, zero-padding a shorter string;

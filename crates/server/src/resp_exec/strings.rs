@@ -80,19 +80,16 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             break;
         }
         keys += 1;
-        // A key of another kind is nil, as in Redis.
-        let found = call
-            .keys()
-            .get_pieces(key, |item, pieces| {
-                if item.kind == Kind::String {
-                    encode::bulk_pieces(out, pieces);
-                }
-                item.kind == Kind::String
-            })
-            .unwrap_or(false);
-        if found {
-            hits += 1;
-        } else {
+        // A key of another kind is nil, as in Redis, and a hit (the key is there), as Redis
+        // counts it.
+        let found = call.keys().get_pieces(key, |item, pieces| {
+            if item.kind == Kind::String {
+                encode::bulk_pieces(out, pieces);
+            }
+            item.kind == Kind::String
+        });
+        hits += u64::from(found.is_some());
+        if found != Some(true) {
             encode::null(out, state.version);
         }
     }
@@ -297,7 +294,7 @@ fn set_keeping_ttl(
 /// `SET ... GET`: replies with the old value (or null) whether or not the condition let the
 /// write happen, all under the key's lock.
 fn set_and_get(
-    state: &State,
+    state: &mut State,
     call: &Call<'_>,
     out: &mut Vec<u8>,
     condition: Condition,
@@ -305,10 +302,13 @@ fn set_and_get(
 ) {
     let mark = out.len();
     let value = call.arg(2);
+    let version = state.version;
+    let mut found = false;
     let result = call.modify_typed(call.arg(1), |current, buffer| {
+        found = current.is_some();
         match &current {
             Some(item) => encode::bulk(out, item.value),
-            None => encode::null(out, state.version),
+            None => encode::null(out, version),
         };
         if !presence_allows(condition, current.is_some()) {
             return Change::Keep;
@@ -320,6 +320,9 @@ fn set_and_get(
             keep_cas: false,
         }
     });
+    // The old value's read counts as Redis counts it (a key of another type: a hit).
+    let hit = found || matches!(result, Err(strata_engine::WriteError::WrongKind));
+    state.pending.count_gets(1, u64::from(hit));
     if let Err(error) = result {
         out.truncate(mark);
         write_error(out, &error);
