@@ -1953,7 +1953,7 @@ fn keyspace_counts(bytes: &[u8]) -> (u64, u64) {
 /// command by command: a hit for a key that is there whatever it holds (a WRONGTYPE read, MGET's
 /// nil for a hash), a miss for one that is not, one per key of EXISTS/TOUCH/MGET, SET ... GET
 /// and GETSET counting their read, and writes nothing. (Not compared: DUMP, which strata
-/// refuses, and LCS, which counts nothing in strata yet.)
+/// refuses, and LCS, which strata refuses too.)
 #[test]
 fn keyspace_hits_and_misses_match_redis() {
     let server = RedisServer::start();

@@ -29,6 +29,7 @@ use strata_protocol::resp::{encode, name_eq, parse_command, parse_i64, Args, Lim
 use strata_types::hash::{set_key_expiry, Builder, Hash};
 use strata_types::hash_chunks::{chunk_bits, chunk_tag, is_chunked, Chunked, CHUNK_SPLIT_BYTES};
 
+use super::table::OnChunks;
 use super::{table, write_error, Call, State};
 
 /// Most capacity of the scratch buffer a connection keeps between commands on large hashes
@@ -279,23 +280,20 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         emptied: Cell::new(false),
         changed: Cell::new(false),
     };
-    let name = call.command.name;
-    let result = match name {
-        "hget" | "hexists" | "hstrlen" | "hsetnx" | "hincrby" | "hincrbyfloat" => {
-            large.on_field(state, call, out)
-        }
-        "hset" | "hmset" | "hdel" => large.by_chunk(state, call, out),
-        "hmget" => large.each_field(state, call, 2, out),
-        "hexpire" | "hpexpire" | "hexpireat" | "hpexpireat" | "httl" | "hpttl" | "hexpiretime"
-        | "hpexpiretime" | "hpersist" => match fields_at(call) {
+    let result = match call.command.on_chunks {
+        OnChunks::OneField => large.on_field(state, call, out),
+        OnChunks::ByChunk => large.by_chunk(state, call, out),
+        OnChunks::EachField => large.each_field(state, call, 2, out),
+        OnChunks::EachExpiryField => match fields_at(call) {
             Some(at) => large.each_field(state, call, at, out),
             None => large.on_chunk_whole(state, call, 0, out), // Its own error reply.
         },
-        "hlen" => large.len(call, out),
-        "hgetall" | "hkeys" | "hvals" => large.every_chunk(state, call, out),
-        "hscan" => large.scan(state, call, out),
-        "hrandfield" => large.random(state, call, out),
-        _ => {
+        OnChunks::Len => large.len(call, out),
+        OnChunks::EveryChunk => large.every_chunk(state, call, out),
+        OnChunks::Scan => large.scan(state, call, out),
+        OnChunks::Random => large.random(state, call, out),
+        OnChunks::No => {
+            let name = call.command.name;
             let message = format!("ERR strata does not run {name} on a large hash yet");
             encode::error(out, message.as_bytes());
             Ok(())

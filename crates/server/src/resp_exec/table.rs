@@ -62,6 +62,9 @@ pub(crate) struct Command {
     /// first argument is its key. None of those changes what the parse of the commands behind
     /// it depends on (authentication, the limits) or how they run (MULTI, CLIENT REPLY).
     pub batches: bool,
+    /// How a hash command runs on a large hash's chunks (`hash_chunks`); `OnChunks::No` for
+    /// any other command. A new hash command names its way here, not in `hash_chunks`.
+    pub on_chunks: OnChunks,
     /// How it differs from Redis 7.0.15, for docs/COMPATIBILITY.md; empty when it does not
     /// (the differential tests check its replies byte for byte).
     #[cfg_attr(
@@ -72,6 +75,30 @@ pub(crate) struct Command {
         )
     )]
     pub differs: &'static str,
+}
+
+/// How a hash command runs on a large hash (one kept in chunks, `hash_chunks`), by what it
+/// names (see `Command::on_chunks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnChunks {
+    /// Not a hash command: it never runs on chunks.
+    No,
+    /// One field, its argument 2 (HGET, HSETNX, HINCRBY...): on the chunk that holds it.
+    OneField,
+    /// Field-value pairs or fields from argument 2 (HSET, HMSET, HDEL): chunk by chunk.
+    ByChunk,
+    /// Fields from argument 2, answered one by one in order (HMGET).
+    EachField,
+    /// The fields after `FIELDS numfields` (HEXPIRE, HTTL, HPERSIST...), one by one.
+    EachExpiryField,
+    /// The field count (HLEN), from the owner.
+    Len,
+    /// Every field (HGETALL, HKEYS, HVALS), chunk after chunk.
+    EveryChunk,
+    /// A page of fields by cursor (HSCAN).
+    Scan,
+    /// Fields drawn at random (HRANDFIELD).
+    Random,
 }
 
 /// Which existing items a command reads (see `Command::reads`).
@@ -176,7 +203,16 @@ const fn row(
         before_auth: false,
         changes_client: false,
         batches: keys.0 == 1 && (kind_of_group(group).is_some() || str_eq(group, "keyspace")),
+        on_chunks: OnChunks::No,
         differs: "",
+    }
+}
+
+/// `command`, a hash command that runs on a large hash's chunks as `how` says.
+const fn on_chunks(how: OnChunks, command: Command) -> Command {
+    Command {
+        on_chunks: how,
+        ..command
     }
 }
 
@@ -336,6 +372,22 @@ pub(crate) fn hot(name: &[u8]) -> Option<&'static Command> {
 mod tests {
     use super::*;
     use crate::stats::COMMAND_NAMES;
+
+    /// Every hash command says how it runs on a large hash's chunks, and no other command
+    /// does: a hash command added without it would answer "does not run ... on a large hash".
+    #[test]
+    fn hash_commands_and_only_they_run_on_chunks() {
+        for command in COMMANDS {
+            let hash = command.kind == Some(Kind::Hash);
+            assert_eq!(
+                command.on_chunks != OnChunks::No,
+                hash,
+                "{}: {:?}",
+                command.name,
+                command.on_chunks
+            );
+        }
+    }
 
     #[test]
     fn hot_finds_get_and_set_in_any_case_and_nothing_else() {
