@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::format::{self, BLOCK_SIZE_BYTES, DIRECTORY_ENTRY_BYTES};
-use super::stamped_record_size;
+use super::stamped_record;
 
 /// What [`check_flash_file`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -200,11 +200,7 @@ fn check_region(
 /// owns parts) the bundle its value must hold, whose lengths must add up to it
 /// (docs/FLASH_FORMAT.md, "Items of several records"). `None`: nothing.
 fn record_problem(payload: &[u8], offset: usize, stamp: &[u8; 8]) -> Option<&'static str> {
-    if stamped_record_size(payload, offset, stamp).is_none() {
-        return Some("stamp, checksum, lengths or state wrong");
-    }
-    let crate::record::Scan::Record(view) = crate::record::read(&payload[offset + stamp.len()..])
-    else {
+    let Some(view) = stamped_record(payload, offset, stamp) else {
         return Some("stamp, checksum, lengths or state wrong");
     };
     let parts = view.meta.parts;

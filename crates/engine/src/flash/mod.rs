@@ -95,11 +95,21 @@ pub(crate) fn stamped_record_size(
     at: usize,
     stamp: &[u8; STAMP_BYTES],
 ) -> Option<usize> {
+    stamped_record(payload, at, stamp).map(|view| view.size_bytes)
+}
+
+/// The record at `payload[at..]` after its stamp, when the stamp is `stamp` and the record
+/// passes its own checks (see [`stamped_record_size`]).
+pub(crate) fn stamped_record<'a>(
+    payload: &'a [u8],
+    at: usize,
+    stamp: &[u8; STAMP_BYTES],
+) -> Option<crate::record::RecordView<'a>> {
     if payload.get(at..at.checked_add(STAMP_BYTES)?)? != stamp {
         return None;
     }
     match crate::record::read(&payload[at + STAMP_BYTES..]) {
-        crate::record::Scan::Record(view) => Some(view.size_bytes),
+        crate::record::Scan::Record(view) => Some(view),
         _ => None,
     }
 }

@@ -427,18 +427,16 @@ pub(crate) struct Looked(Held);
 impl Looked {
     /// What `found` (the first record of its key the index finds) is.
     pub(crate) fn of(found: &Found<'_>) -> Looked {
-        Looked(Held {
-            slot: found.slot,
-            location: found.entry.location,
-            size_bytes: found.view.size_bytes,
-            part: found.view.meta.kind == record::Kind::Part,
-            parts: found.view.meta.parts,
-        })
+        Looked(Held::of_ref(found))
     }
 }
 
 impl Held {
     fn of(found: Found<'_>) -> Held {
+        Held::of_ref(&found)
+    }
+
+    fn of_ref(found: &Found<'_>) -> Held {
         Held {
             slot: found.slot,
             location: found.entry.location,
