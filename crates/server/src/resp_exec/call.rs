@@ -76,7 +76,10 @@ impl<'a> Call<'a> {
 
     /// Notes that a read command looked its key up and whether it was there (of any type), as
     /// Redis counts a read's lookup in `keyspace_hits` or `keyspace_misses`; the command's
-    /// last look counts, once. Not on one chunk of a large hash: its owner's look counts.
+    /// last look counts, once. Not on one chunk of a large hash: its owner's look counts. Read
+    /// commands only (the table's `readonly`): a write's looks count nothing, as Redis's
+    /// write lookups do, and the writes that return the old value (GETSET, GETDEL, GETEX,
+    /// SET … GET) count their read themselves.
     pub fn looked_up(&self, found: bool) {
         self.looked_up_keys(1, u64::from(found));
     }

@@ -35,6 +35,7 @@ pub(crate) fn get(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     if !found {
         encode::null(out, state.version);
     }
+    // Counted here, not through `Call::looked_up`: GETEX without options, a write, runs this.
     state.pending.count_gets(1, u64::from(found));
 }
 
@@ -93,7 +94,7 @@ pub(crate) fn mget(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             encode::null(out, state.version);
         }
     }
-    state.pending.count_gets(keys, hits);
+    call.looked_up_keys(keys, hits);
 }
 
 /// Which expire option a SET or GETEX carries.

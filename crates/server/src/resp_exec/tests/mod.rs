@@ -876,44 +876,37 @@ fn a_transaction_of_tiny_commands_is_bounded_by_what_it_holds() {
 #[test]
 fn transactions_back_to_back_start_empty() {
     let ctx = context(Settings::default());
-    let mut session = RespSession::new(ctx.next_client_id());
-    let long_value = "v".repeat(100_000);
-    let script: &[(&[&str], &str)] = &[
-        (&["MULTI"], "+OK\r\n"),
-        (&["SET", "a", &long_value], "+QUEUED\r\n"),
-        (&["SET", "b", "2", "EX", "100"], "+QUEUED\r\n"),
-        (&["EXEC"], "*2\r\n+OK\r\n+OK\r\n"),
-        (&["MULTI"], "+OK\r\n"),
-        (&["STRLEN", "a"], "+QUEUED\r\n"),
-        (&["EXEC"], "*1\r\n:100000\r\n"),
-        (&["MULTI"], "+OK\r\n"),
-        (
-            &["NOSUCH"],
-            "-ERR unknown command 'NOSUCH', with args beginning with: \r\n",
-        ),
-        (
-            &["EXEC"],
-            "-EXECABORT Transaction discarded because of previous errors.\r\n",
-        ),
-        (&["MULTI"], "+OK\r\n"),
-        (&["GET", "b"], "+QUEUED\r\n"),
-        (&["DISCARD"], "+OK\r\n"),
-        (&["MULTI"], "+OK\r\n"),
-        (&["TTL", "b"], "+QUEUED\r\n"),
-        (&["GET", "b"], "+QUEUED\r\n"),
-        (&["EXEC"], "*2\r\n:100\r\n$1\r\n2\r\n"),
-        (&["MULTI"], "+OK\r\n"),
-        (&["EXEC"], "*0\r\n"),
-    ];
-    for (args, reply) in script {
-        let mut out = Vec::new();
-        session.process(&command(args), &ctx, &mut out);
-        assert_eq!(
-            out.escape_ascii().to_string(),
-            reply.as_bytes().escape_ascii().to_string(),
-            "{args:?}"
-        );
-    }
+    let set_long = format!("SET a {}", "v".repeat(100_000));
+    check(
+        &ctx,
+        &[
+            ("MULTI", "+OK\r\n"),
+            (&set_long, "+QUEUED\r\n"),
+            ("SET b 2 EX 100", "+QUEUED\r\n"),
+            ("EXEC", "*2\r\n+OK\r\n+OK\r\n"),
+            ("MULTI", "+OK\r\n"),
+            ("STRLEN a", "+QUEUED\r\n"),
+            ("EXEC", "*1\r\n:100000\r\n"),
+            ("MULTI", "+OK\r\n"),
+            (
+                "NOSUCH",
+                "-ERR unknown command 'NOSUCH', with args beginning with: \r\n",
+            ),
+            (
+                "EXEC",
+                "-EXECABORT Transaction discarded because of previous errors.\r\n",
+            ),
+            ("MULTI", "+OK\r\n"),
+            ("GET b", "+QUEUED\r\n"),
+            ("DISCARD", "+OK\r\n"),
+            ("MULTI", "+OK\r\n"),
+            ("TTL b", "+QUEUED\r\n"),
+            ("GET b", "+QUEUED\r\n"),
+            ("EXEC", "*2\r\n:100\r\n$1\r\n2\r\n"),
+            ("MULTI", "+OK\r\n"),
+            ("EXEC", "*0\r\n"),
+        ],
+    );
 }
 
 /// Hash reads count in `keyspace_hits`/`keyspace_misses` as Redis 7.0.15 counts them (the
