@@ -26,6 +26,14 @@ pub enum OpenError {
     Txlog(String),
 }
 
+/// A read of an item of several records (an owner and its parts) found its owner owning a
+/// part the index lacks: damage, found as it was read. The engine drops the item whole at its
+/// next repair (`Engine::repair`); until then a read of that part answers this, so nobody is
+/// served the item with a part left out.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+#[error("the item lacks a part it owns (damaged); it is dropped at the next repair")]
+pub struct FamilyBroken;
+
 /// Why a write was refused.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]

@@ -56,7 +56,7 @@ pub use config::{
     MEMORY_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_MAX, SHARD_COUNT_DEFAULT,
     VALUE_LEN_MAX_DEFAULT,
 };
-pub use error::{OpenError, WriteError};
+pub use error::{FamilyBroken, OpenError, WriteError};
 pub use flash::check::{check_flash_file, FlashReport};
 pub use flash::format::Superblock as FlashSuperblock;
 pub use flash::read_ahead::ReadAhead;

@@ -138,17 +138,24 @@ pub(crate) fn step(inner: &Inner, state: &mut ScrubState) -> bool {
     true
 }
 
-/// Drops the index entries that reads found pointing at no valid record. Returns how many.
+/// Drops the index entries that reads found pointing at no valid record, and the families
+/// (an owner and its parts) left lacking a part. Returns how many entries.
 pub(crate) fn repair(inner: &Inner) -> u64 {
     let mut dropped = 0;
     for lock in inner.shards.iter() {
-        let found = lock.0.read().take_damaged_reads();
-        if found.is_empty() {
+        let (found, broken_family) = {
+            let shard = lock.0.read();
+            (shard.take_damaged_reads(), shard.take_broken_family_read())
+        };
+        if found.is_empty() && !broken_family {
             continue;
         }
         let mut shard = lock.0.write();
         for (h24, location) in found {
             dropped += u64::from(shard.drop_if_damaged(inner, h24, location));
+        }
+        if broken_family {
+            shard.suspect_families();
         }
         shard.drop_broken_families(inner);
     }

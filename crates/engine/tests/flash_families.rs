@@ -190,7 +190,7 @@ fn read_family(engine: &Engine, owner: &[u8]) -> Option<(u32, u32)> {
     for part in 0..parts {
         let got = txn.read_part(owner, part, <[u8]>::to_vec);
         assert!(
-            got == Some(part_value(owner, part, tag)),
+            got == Ok(Some(part_value(owner, part, tag))),
             "{owner:?} part {part}: missing or not of tag {tag}"
         );
     }
@@ -227,13 +227,13 @@ fn families_evicted_to_flash_come_back_whole_when_read() {
     for part in 0..parts {
         let got = together.read_part(&cold, part, <[u8]>::to_vec);
         assert!(
-            got == Some(part_value(&cold, part, on_flash[1])),
+            got == Ok(Some(part_value(&cold, part, on_flash[1]))),
             "part {part}"
         );
     }
     assert_eq!(
         together.read_part(&cold, parts, <[u8]>::to_vec),
-        None,
+        Ok(None),
         "past its count"
     );
     drop(together);

@@ -86,7 +86,9 @@ fn read_family_after(engine: &Engine, owner: &[u8], after: After) -> Option<(u32
     });
     let parts = found.map_or(0, |(_, parts)| parts);
     for part in 0..PARTS_MAX.max(parts) {
-        let value = txn.read_part(owner, part, <[u8]>::to_vec);
+        let Ok(value) = txn.read_part(owner, part, <[u8]>::to_vec) else {
+            panic!("{owner:?} ({found:?}) lacks part {part}, which it owns");
+        };
         match (found, value) {
             (Some((tag, parts)), Some(value)) if part < parts => {
                 let expected = part_value(owner, part, tag, value.len());
@@ -585,6 +587,66 @@ fn a_flipped_byte_in_a_part_or_an_owner_drops_that_item_and_serves_no_half() {
         assert_eq!(read_family(&engine, &owner(5)), Some((500, 6)), "{case}");
         engine.check_integrity().unwrap();
     }
+}
+
+/// A part whose record a stopped server's pool damaged, read after a clean close and before
+/// the scrub has walked its segment (the read itself finds the damage): the read says the
+/// family is broken, never that the part is absent (a large hash would be served without that
+/// chunk's fields), and the family is dropped whole as the reading transaction ends, with no
+/// repair tick or scrub step between.
+#[test]
+fn a_part_found_damaged_by_a_read_drops_its_family_before_the_reader_answers() {
+    let pool = temp_pool("parts-read-broken");
+    let config = EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        pool: PoolLocation::File(pool.0.clone()),
+        ..EngineConfig::default()
+    };
+    {
+        let engine = Engine::open(config.clone()).unwrap();
+        for i in 0..30 {
+            assert!(write_family(&engine, &owner(i), 4, i, 500));
+        }
+        engine.close().unwrap();
+    }
+    let mut part = owner(5);
+    part.extend_from_slice(&2u32.to_le_bytes());
+    part.extend_from_slice(b"owner:000005/2/");
+    flip_in_file(&pool.0, &part, part.len() - 2);
+    let engine = Engine::open(config).unwrap();
+    let dropped_before = engine.stats().damaged_items_dropped;
+    {
+        let txn = engine.transaction(&[&owner(5)], &[]).unwrap();
+        let parts = txn.read(&owner(5), false, |item| item.parts);
+        assert_eq!(parts, Some(4), "the owner is sound");
+        for part in [0, 1, 3] {
+            let read = txn.read_part(&owner(5), part, <[u8]>::len);
+            assert_eq!(read, Ok(Some(500)), "part {part} is sound");
+        }
+        assert_eq!(
+            txn.read_part(&owner(5), 2, <[u8]>::len),
+            Err(FamilyBroken),
+            "the damaged part"
+        );
+        assert_eq!(
+            txn.read_part(&owner(5), 4, <[u8]>::len),
+            Ok(None),
+            "past its count"
+        );
+    }
+    // The transaction repaired the engine as it ended: the family is gone before the reader
+    // answers anyone, with no repair tick between. The damaged entry (its key unreadable,
+    // counted as an item) and the family it broke were dropped.
+    assert_eq!(read_family_after(&engine, &owner(5), After::Orphans), None);
+    assert_eq!(engine.stats().damaged_items_dropped, dropped_before + 2);
+    for i in (0..30).filter(|&i| i != 5) {
+        assert_eq!(read_family(&engine, &owner(i)), Some((i, 4)), "owner {i}");
+    }
+    while !engine.scrub_step() {}
+    engine.repair();
+    assert_eq!(engine.len(), 29);
+    engine.check_integrity().unwrap();
 }
 
 /// A logged transaction (EXEC on a pool) that rewrites one family larger, deletes another and

@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::record::Kind;
-use crate::{DeleteOutcome, Observed, Txn};
+use crate::{DeleteOutcome, FamilyBroken, Observed, Txn};
 
 /// Typed reads and changes of single keys (see the module docs).
 pub trait Door {
@@ -256,8 +256,14 @@ impl Door for Txn<'_> {
 /// transaction that holds the owner's key, as a trait object.
 pub trait Families {
     /// [`Txn::read_part`]: `f` is called with the part's value when the index holds it;
-    /// returns whether it was.
-    fn read_part_dyn(&self, owner: &[u8], part: u32, f: &mut dyn FnMut(&[u8])) -> bool;
+    /// returns whether it was, or [`FamilyBroken`] for an owner that owns a part the index
+    /// lacks.
+    fn read_part_dyn(
+        &self,
+        owner: &[u8],
+        part: u32,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, FamilyBroken>;
 
     /// [`Txn::write_part`].
     fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError>;
@@ -277,8 +283,13 @@ pub trait Families {
 }
 
 impl Families for Txn<'_> {
-    fn read_part_dyn(&self, owner: &[u8], part: u32, f: &mut dyn FnMut(&[u8])) -> bool {
-        self.read_part(owner, part, f).is_some()
+    fn read_part_dyn(
+        &self,
+        owner: &[u8],
+        part: u32,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, FamilyBroken> {
+        self.read_part(owner, part, f).map(|read| read.is_some())
     }
 
     fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError> {

@@ -84,6 +84,11 @@ pub struct Txn<'e> {
     /// only (a command reads one large hash's chunks at a time), so a read of many keys holds
     /// one region's worth of copies at most.
     flash_family: RefCell<Option<(Vec<u8>, OwnedFlashItem)>>,
+    /// A read met a family lacking a part its owner owns ([`Txn::read_part`]'s
+    /// [`FamilyBroken`]): the transaction repairs the engine as it ends, its shards released,
+    /// so the family is gone before its caller answers anyone (no later reader is shown its
+    /// owner without the part: a large hash's count without its fields).
+    broken_family: Cell<bool>,
 }
 
 impl Engine {
@@ -160,6 +165,7 @@ impl<'e> Txn<'e> {
             logged_parts: RefCell::default(),
             log_pending: Cell::new(false),
             flash_family: RefCell::default(),
+            broken_family: Cell::new(false),
         }
     }
 
@@ -480,6 +486,10 @@ impl Drop for Txn<'_> {
             }
         }
         IN_TRANSACTION.with(|open| open.set(false));
+        if self.broken_family.get() {
+            drop(std::mem::take(self.shards.get_mut())); // Released: repair takes each lock.
+            crate::scrub::repair(&self.engine.inner);
+        }
     }
 }
 

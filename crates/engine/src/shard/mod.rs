@@ -177,6 +177,9 @@ pub(crate) struct Shard {
     /// entry's key: dropped from the index at the next `repair` (rare; only damage puts them
     /// here).
     damaged_reads: parking_lot::Mutex<Vec<(u32, u64)>>,
+    /// A read under the read lock met a live owner whose part the index lacks (a part's
+    /// damaged record, or an entry lost): the next `repair` checks the shard's families.
+    broken_family_read: std::sync::atomic::AtomicBool,
     /// Recovery's list of a segment's valid record offsets, kept to reuse its allocation.
     scan_offsets: Vec<u32>,
     /// `counters.written_bytes` when cleaning ahead last looked for a victim to recycle and
@@ -497,6 +500,7 @@ impl Shard {
             rebuilding,
             index_verified: true,
             damaged_reads: parking_lot::Mutex::new(Vec::new()),
+            broken_family_read: std::sync::atomic::AtomicBool::new(false),
             scan_offsets: Vec::new(),
             recycle_scanned_at_written: 0,
             compact_scanned_at_written: 0,

@@ -16,6 +16,17 @@ impl Shard {
         std::mem::take(&mut *self.damaged_reads.lock())
     }
 
+    /// Notes that a reader met a live owner lacking a part it owns (see
+    /// `Shard::broken_family_read`).
+    pub(crate) fn note_broken_family_read(&self) {
+        (self.broken_family_read).store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Takes the note of [`Shard::note_broken_family_read`].
+    pub(crate) fn take_broken_family_read(&self) -> bool {
+        (self.broken_family_read).swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether the entry (hash bits, location) points at the start of a valid, live record of
     /// a key with those hash bits, in a segment of this shard. Validates the record whatever
     /// the segment's state.

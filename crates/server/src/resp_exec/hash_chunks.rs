@@ -24,7 +24,9 @@
 
 use std::cell::Cell;
 
-use strata_engine::{Change, Door, Expiry, Families, ItemRef, Kind, Observed, WriteError};
+use strata_engine::{
+    Change, Door, Expiry, Families, FamilyBroken, ItemRef, Kind, Observed, WriteError,
+};
 use strata_protocol::resp::{encode, name_eq, parse_command, parse_i64, Args, Limits, Version};
 use strata_types::hash::{set_key_expiry, Builder, Hash};
 use strata_types::hash_chunks::{chunk_bits, chunk_tag, is_chunked, Chunked, CHUNK_SPLIT_BYTES};
@@ -57,6 +59,10 @@ struct ChunkDoor<'a> {
     /// The latest expiry of a field the chunk holds after this door's write (`None`: no field
     /// of it expires), which the owner's bound on its fields' expiries takes.
     latest_expiry_after: Cell<Option<u64>>,
+    /// The owner owns this chunk and the index lacks it ([`FamilyBroken`]: its record was
+    /// found damaged). The command runs on no fields and writes nothing, and its reply is
+    /// replaced by [`ERR_DAMAGED`] (the engine drops the hash whole at its next repair).
+    broken: Cell<bool>,
 }
 
 /// The entries a chunk's bytes store, and those with an expiry (0 for none or damage).
@@ -84,6 +90,7 @@ impl<'a> ChunkDoor<'a> {
             counts_delta: Cell::new((0, 0)),
             counts_after: Cell::new(0),
             latest_expiry_after: Cell::new(None),
+            broken: Cell::new(false),
         }
     }
 
@@ -92,7 +99,8 @@ impl<'a> ChunkDoor<'a> {
     fn with_chunk<R>(&self, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
         let mut f = Some(f);
         let mut answer = None;
-        self.families
+        let read = self
+            .families
             .read_part_dyn(self.owner, self.chunk, &mut |value| {
                 let fresh = value.is_empty()
                     || Hash::open(value).map_or(true, |hash| {
@@ -104,6 +112,10 @@ impl<'a> ChunkDoor<'a> {
                     answer = Some(f(Some(value).filter(|value| !value.is_empty())));
                 }
             });
+        if read.is_err() {
+            self.broken.set(true);
+            return f.take().expect("not run on a broken chunk")(None);
+        }
         // Not found, or stale: read again, filtered (an absent chunk reads as no field).
         match f {
             Some(f) => f(self.load().as_deref()),
@@ -115,13 +127,17 @@ impl<'a> ChunkDoor<'a> {
     /// left behind (they route to another chunk now) are dropped from what is shown.
     fn load(&self) -> Option<Vec<u8>> {
         let mut bytes = Vec::new();
-        let found = self
+        let read = self
             .families
             .read_part_dyn(self.owner, self.chunk, &mut |value| {
                 // Room for a write's growth too: the modify builds its encoding beside it.
                 bytes.reserve_exact(value.len());
                 bytes.extend_from_slice(value);
             });
+        let found = read.unwrap_or_else(|FamilyBroken| {
+            self.broken.set(true);
+            false
+        });
         if !found || bytes.is_empty() {
             return None;
         }
@@ -158,6 +174,9 @@ impl<'a> ChunkDoor<'a> {
             let item = bytes.map(|bytes| chunk_item(self.owner, bytes));
             (f(item, buffer), counts_of(bytes))
         });
+        if self.broken.get() {
+            return Ok(None); // Never written over: the hash is dropped whole, not repaired.
+        }
         debug_assert!(
             !matches!(change, Change::Touch { .. }),
             "touches are of strings, never of a chunk"
@@ -271,6 +290,7 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         Some(Err(())) => return out.extend_from_slice(ERR_DAMAGED),
         Some(Ok(owner)) => owner,
     };
+    let reply_start = out.len();
     let large = Large {
         families,
         key,
@@ -279,6 +299,7 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
         oversized: Cell::new(0),
         emptied: Cell::new(false),
         changed: Cell::new(false),
+        broken: Cell::new(false),
     };
     let result = match call.command.on_chunks {
         OnChunks::OneField => large.on_field(state, call, out),
@@ -299,9 +320,16 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
             Ok(())
         }
     };
-    let settled = result.and_then(|()| large.settle(call));
-    if let Err(error) = settled {
-        out.clear();
+    // A broken chunk met: nothing more is written (no owner, split or removal).
+    let settled = result.and_then(|()| match large.broken.get() {
+        true => Ok(()),
+        false => large.settle(call),
+    });
+    if large.broken.get() {
+        out.truncate(reply_start);
+        out.extend_from_slice(ERR_DAMAGED);
+    } else if let Err(error) = settled {
+        out.truncate(reply_start);
         write_error(out, &error);
     }
     let mut scratch = large.scratch.take();
@@ -337,6 +365,9 @@ struct Large<'a> {
     /// A chunk was written: the owner is written again too, for a new CAS (what WATCH and
     /// memcached's `gets` compare: a large hash changes as a whole).
     changed: Cell<bool>,
+    /// A chunk the command met is broken (`ChunkDoor::broken`): the reply is
+    /// [`ERR_DAMAGED`].
+    broken: Cell<bool>,
 }
 
 impl Large<'_> {
@@ -391,6 +422,7 @@ impl Large<'_> {
         self.scratch.set(door.scratch.take());
         self.changed
             .set(self.changed.get() || door.written_len.get().is_some());
+        self.broken.set(self.broken.get() || door.broken.get());
         let (count_delta, expiring_delta) = door.counts_delta.get();
         let latest = door.latest_expiry_after.get();
         self.owner.set(
@@ -533,7 +565,7 @@ impl Large<'_> {
     /// The chunk's live field count, or `Err` for a damaged chunk.
     fn chunk_len(&self, chunk: u32, now_ms: u64) -> Result<usize, ()> {
         let door = ChunkDoor::new(self.families, self.key, self.owner.get(), chunk);
-        door.with_chunk(|bytes| match bytes {
+        let len = door.with_chunk(|bytes| match bytes {
             None => Ok(0),
             Some(bytes) => {
                 let hash = Hash::open(bytes).map_err(|_| ())?;
@@ -543,7 +575,11 @@ impl Large<'_> {
                     Ok(hash.len(now_ms))
                 }
             }
-        })
+        });
+        if door.broken.get() {
+            return Err(());
+        }
+        len
     }
 
     /// HLEN: the owner's count where no field has an expiry (O(1), as in Redis), else the
@@ -725,6 +761,9 @@ impl Large<'_> {
                 break;
             }
             self.split()?;
+            if self.broken.get() {
+                return Ok(()); // A chunk the split would read is broken.
+            }
         }
         if self.emptied.get() && self.owner.get().count() == 0 {
             call.keys().delete(self.key, None)?;
@@ -743,6 +782,10 @@ impl Large<'_> {
         let (from, to, next) = owner.split_next();
         let door = ChunkDoor::new(self.families, self.key, owner, from);
         let bytes = door.load();
+        if door.broken.get() {
+            self.broken.set(true);
+            return Ok(()); // Left as it is: dropped whole at the engine's next repair.
+        }
         let hash = match bytes.as_deref().map(Hash::parse) {
             Some(Err(_)) => return Ok(()), // Damaged: left as it is.
             other => other.map(Result::unwrap),

@@ -226,7 +226,9 @@ fn copy_family(
     let mut value = Vec::new();
     for part in 0..copied.parts {
         value.clear();
-        if !families.read_part_dyn(source, part, &mut |bytes| value.extend_from_slice(bytes)) {
+        let read =
+            families.read_part_dyn(source, part, &mut |bytes| value.extend_from_slice(bytes));
+        if read != Ok(true) {
             return Err(MoveError::LargeItem);
         }
         families.write_part(target, part, &value)?;

@@ -20,7 +20,7 @@
 use super::*;
 use crate::record::RecordMeta;
 use crate::txlog::ItemFields;
-use crate::Kind;
+use crate::{FamilyBroken, Kind};
 
 impl Txn<'_> {
     /// In a logged transaction, appends the before-image of part `part` of `owner` to the
@@ -110,25 +110,44 @@ impl Txn<'_> {
     }
 
     /// Reads part `part` of the owner `owner` (a key the transaction holds): `f` gets its
-    /// value. `None` when the index holds no such part. Of the family this transaction read
-    /// on flash last without promoting it (a read-only hold), the part is its copy's.
-    pub fn read_part<R>(&self, owner: &[u8], part: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    /// value. `Ok(None)` when the index holds no such part and the owner does not own it.
+    /// Of the family this transaction read on flash last without promoting it (a read-only
+    /// hold), the part is its copy's. [`FamilyBroken`] when memory's owner owns the part and
+    /// the index lacks it (a part's record found damaged): the item is dropped whole as the
+    /// transaction ends (a repair), and the caller answers it as damaged, never as the item
+    /// without the part.
+    pub fn read_part<R>(
+        &self,
+        owner: &[u8],
+        part: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, FamilyBroken> {
         let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
         let (owner_hash, position) = self.position(&shards, owner);
         let shard = shards[position].1.shard();
         let (name, hash) = inner.part_key(owner, owner_hash, part);
         if let Some(found) = shard.lookup(inner, name.as_bytes(), hash) {
-            return Some(f(found.view.value));
+            return Ok(Some(f(found.view.value)));
         }
-        if shard.lookup(inner, owner, owner_hash).is_some() {
-            return None; // Memory's owner lacks it: never a flash copy's part beside it.
+        if let Some(found) = shard.lookup(inner, owner, owner_hash) {
+            // Memory's owner lacks it: never a flash copy's part beside it.
+            if part < found.view.meta.parts {
+                shard.note_broken_family_read();
+                self.broken_family.set(true);
+                return Err(FamilyBroken);
+            }
+            return Ok(None);
         }
         let family = self.flash_family.borrow();
-        let (_, family) = family.as_ref().filter(|(key, _)| key[..] == *owner)?;
+        let Some((_, family)) = family.as_ref().filter(|(key, _)| key[..] == *owner) else {
+            return Ok(None);
+        };
         let item = family.item();
-        let value = item.bundle?.parts().nth(part as usize)?;
-        Some(f(value))
+        let value = item
+            .bundle
+            .and_then(|bundle| bundle.parts().nth(part as usize));
+        Ok(value.map(f))
     }
 
     /// Writes part `part` of the owner `owner` (a key the transaction holds), replacing the
