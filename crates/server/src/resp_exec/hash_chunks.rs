@@ -303,7 +303,10 @@ pub(crate) fn run(state: &mut State, call: &Call<'_>, out: &mut Vec<u8>) {
     };
     let result = match call.command.on_chunks {
         OnChunks::OneField => large.on_field(state, call, out),
-        OnChunks::ByChunk => large.by_chunk(state, call, out),
+        OnChunks::ByChunk {
+            args_per_field,
+            replies_ok,
+        } => large.by_chunk(state, call, (args_per_field, replies_ok), out),
         OnChunks::EachField => large.each_field(state, call, 2, out),
         OnChunks::EachExpiryField => match fields_at(call) {
             Some(at) => large.each_field(state, call, at, out),
@@ -472,15 +475,15 @@ impl Large<'_> {
         self.on_chunk_whole(state, call, chunk, out)
     }
 
-    /// HSET, HMSET (field, value pairs) and HDEL (fields): each chunk's share on it, the
-    /// integer replies added (HMSET's `+OK` kept).
+    /// HSET, HMSET (field, value pairs: `step` 2) and HDEL (fields: 1): each chunk's share on
+    /// it, the integer replies added, or `+OK` when `replies_ok` (HMSET).
     fn by_chunk(
         &self,
         state: &mut State,
         call: &Call<'_>,
+        (step, replies_ok): (usize, bool),
         out: &mut Vec<u8>,
     ) -> Result<(), WriteError> {
-        let step = if call.command.name == "hdel" { 1 } else { 2 };
         if !(call.len() - 2).is_multiple_of(step) {
             return self.on_chunk_whole(state, call, 0, out); // Its own arity error.
         }
@@ -521,7 +524,7 @@ impl Large<'_> {
                 }
             }
         }
-        if call.command.name == "hmset" {
+        if replies_ok {
             encode::ok(out);
         } else {
             encode::integer(out, total);

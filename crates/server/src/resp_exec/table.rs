@@ -85,8 +85,13 @@ pub(crate) enum OnChunks {
     No,
     /// One field, its argument 2 (HGET, HSETNX, HINCRBY...): on the chunk that holds it.
     OneField,
-    /// Field-value pairs or fields from argument 2 (HSET, HMSET, HDEL): chunk by chunk.
-    ByChunk,
+    /// Fields from argument 2, each `args_per_field` arguments long (2: field-value pairs,
+    /// HSET and HMSET; 1: names, HDEL): chunk by chunk, the chunks' integer replies added,
+    /// or `+OK` when `replies_ok` (HMSET).
+    ByChunk {
+        args_per_field: usize,
+        replies_ok: bool,
+    },
     /// Fields from argument 2, answered one by one in order (HMGET).
     EachField,
     /// The fields after `FIELDS numfields` (HEXPIRE, HTTL, HPERSIST...), one by one.
