@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(memcache_parse resp_parse pool_open resp_session hash_decode flash_bundle)
+[ ${#targets[@]} -gt 0 ] || targets=(memcache_parse resp_parse pool_open resp_session hash_decode flash_bundle flash_verify)
 
 # Stable Rust with `--sanitizer none`: cargo fuzz then passes only stable flags (SanitizerCoverage
 # through -Cpasses/-Cllvm-args), so neither nightly nor RUSTC_BOOTSTRAP is needed. The code under
@@ -50,6 +50,7 @@ declare -A options=(
   [pool_open]="-max_len=65536"
   [hash_decode]="-max_len=4096"
   [flash_bundle]="-max_len=4096"
+  [flash_verify]="-max_len=65536"
 )
 
 echo "building the fuzz targets"

@@ -12,15 +12,22 @@
 //! sidecar and its index directory are packed into one fuzzer input with `PoolInput::encode`.
 //! The pool file is stored without its trailing zeros (the harness pads it back, `OPT_PAD`).
 //!
-//! Running it again rewrites every seed; pool seeds differ from run to run only in the pool's
-//! random id and creation time (their boot id is a fixed one no machine has).
+//! Flash seeds are a medium the engine wrote: a tier of small regions under a small memory,
+//! filled past both with strings of several sizes (some with a TTL), overwrites, deletes and
+//! items of several records (bundles), so regions were written, reclaimed and written again;
+//! then a clean close. Each is stored sparse (`strata_fuzz::flash`), as it is
+//! (`*-unchanged`: it must check sound) and with checksums fixed.
+//!
+//! Running it again rewrites every seed (`-- TARGET...`: only those targets'); pool and flash
+//! seeds differ from run to run only in random ids and creation times (the pools' boot id is a
+//! fixed one no machine has).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use strata_engine::{
-    Change, Durability, Engine, EngineConfig, EvictionPolicy, Expiry, IndexPlacement, ManualClock,
-    PoolLocation,
+    Change, Durability, Engine, EngineConfig, EvictionPolicy, Expiry, FlashAdmission, FlashConfig,
+    FlashMedium, IndexPlacement, Kind, ManualClock, PoolLocation,
 };
 use strata_fuzz::pool::{
     pack_sparse, PoolInput, TableFile, CLOCK_START_MS, OPT_DURABILITY_SHIFT, OPT_FIX_CHECKSUMS,
@@ -30,10 +37,27 @@ use strata_fuzz::pool::{
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
-    write_all(&root.join("memcache_parse"), &memcache_seeds());
-    write_all(&root.join("resp_parse"), &resp_seeds());
-    write_all(&root.join("pool_open"), &pool_seeds());
+    // Targets named on the command line only, else every one.
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    let wanted = |target: &str| only.is_empty() || only.iter().any(|name| name == target);
+    let makers: [(&str, SeedMaker); 4] = [
+        ("memcache_parse", memcache_seeds),
+        ("resp_parse", resp_seeds),
+        ("pool_open", pool_seeds),
+        ("flash_verify", flash_seeds),
+    ];
+    for (target, make) in makers {
+        if wanted(target) {
+            write_all(&root.join(target), &make());
+        }
+    }
 }
+
+/// A target's seeds: file names and contents.
+type Seeds = Vec<(String, Vec<u8>)>;
+
+/// What writes a target's seeds.
+type SeedMaker = fn() -> Seeds;
 
 /// Replaces the files of `dir` with `seeds`.
 fn write_all(dir: &Path, seeds: &[(String, Vec<u8>)]) {
@@ -454,4 +478,116 @@ fn table_name(name: &str) -> Option<(u16, u8, u8)> {
     let kind = *rest.as_bytes().first()?;
     let generation = rest[1..].parse().ok()?;
     (kind == b'p' || kind == b'o').then_some((shard.parse().ok()?, kind, generation))
+}
+
+/// Media the engine wrote (module docs): one filled with strings, one with strings and items of
+/// several records, each as it is and with checksums fixed.
+fn flash_seeds() -> Vec<(String, Vec<u8>)> {
+    use strata_fuzz::flash::{OPT_FIX_CHECKSUMS, OPT_SPARSE};
+    let mut seeds = Vec::new();
+    for (name, families) in [("strings", false), ("families", true)] {
+        let medium = flash_medium(families);
+        let packed = pack_sparse(&medium);
+        let unchanged = [&[OPT_SPARSE][..], &packed].concat();
+        strata_fuzz::flash::check_sound(&unchanged);
+        seeds.push((format!("{name}-unchanged"), unchanged));
+        let fixed = [&[OPT_FIX_CHECKSUMS | OPT_SPARSE][..], &packed].concat();
+        seeds.push((format!("{name}-checksums-fixed"), fixed));
+    }
+    seeds
+}
+
+/// Region size of the flash seeds (it must hold the largest item, `value_len_max`).
+const FLASH_REGION_BYTES: u64 = 16 << 10;
+/// Regions of a flash seed's medium: the fewest the tier takes, and two more.
+const FLASH_REGIONS: u64 = 8;
+
+/// The bytes of a medium the engine filled and closed (see [`flash_seeds`]).
+fn flash_medium(families: bool) -> Vec<u8> {
+    let path = PathBuf::from(if Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    })
+    .join(format!("strata-seeds-flash-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let engine = Engine::open(EngineConfig {
+        memory_bytes: SEGMENT_SIZE_BYTES * 16,
+        segment_size_bytes: SEGMENT_SIZE_BYTES,
+        shard_count: 2,
+        value_len_max: 3000,
+        clock: Arc::new(ManualClock::new(CLOCK_START_MS)),
+        flash: Some(FlashConfig {
+            medium: FlashMedium::File {
+                path: path.clone(),
+                size_bytes: 4096 + FLASH_REGIONS * FLASH_REGION_BYTES,
+            },
+            region_size_bytes: FLASH_REGION_BYTES,
+            admission: FlashAdmission::All,
+            write_bytes_per_sec_max: 0,
+            read_delay_for_tests: std::time::Duration::ZERO,
+        }),
+        ..EngineConfig::default()
+    })
+    .expect("open a seed engine with a flash tier");
+    let in_an_hour = Expiry::AtMs(CLOCK_START_MS + 3_600_000);
+    for i in 0..400u32 {
+        let key = format!("f:{:04}", i % 300);
+        // A tag, then zeros: the sparse seed keeps the headers and little of the values.
+        let mut value = format!("v{i}").into_bytes();
+        value.resize([12, 200, 700, 1500][(i % 4) as usize], 0);
+        let expiry = if i % 5 == 0 {
+            in_an_hour
+        } else {
+            Expiry::Never
+        };
+        engine
+            .set(key.as_bytes(), &value, i, expiry)
+            .expect("a seed write");
+        if i % 7 == 0 {
+            let _ = engine.delete(format!("f:{:04}", i / 2).as_bytes(), None);
+        }
+        if families && i % 40 == 0 {
+            write_seed_family(&engine, i);
+        }
+        wait_for_flash_writes(&engine);
+    }
+    engine.close().expect("close the seed engine");
+    drop(engine);
+    let medium = std::fs::read(&path).expect("read the seed medium");
+    std::fs::remove_file(&path).expect("remove the seed medium");
+    medium
+}
+
+/// An owner and three parts (demoted whole, as a bundle).
+fn write_seed_family(engine: &Engine, i: u32) {
+    let owner = format!("family:{i:04}");
+    let txn = engine
+        .transaction(&[owner.as_bytes()], &[])
+        .expect("a seed transaction");
+    for part in 0..3 {
+        let mut value = format!("{owner}/{part}/").into_bytes();
+        value.resize(300, 0);
+        txn.write_part(owner.as_bytes(), part, &value)
+            .expect("a seed part");
+    }
+    txn.write_owner(owner.as_bytes(), b"owner", Kind::Hash, Expiry::Never, 3)
+        .expect("a seed owner");
+    txn.finish().expect("finish a seed transaction");
+}
+
+/// Waits until the flash thread has written what memory sealed for it.
+fn wait_for_flash_writes(engine: &Engine) {
+    let began = std::time::Instant::now();
+    while engine
+        .stats()
+        .flash
+        .is_some_and(|flash| flash.regions_queued > 0)
+    {
+        assert!(
+            began.elapsed().as_secs() < 10,
+            "the flash writes do not drain"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

@@ -7,6 +7,7 @@ fn main() {
         "memcache_parse" => strata_fuzz::memcache::check,
         "resp_parse" => strata_fuzz::resp::check,
         "pool_open" => |data| println!("{:?}", strata_fuzz::pool::run(data)),
+        "flash_verify" => strata_fuzz::flash::check,
         other => panic!("no target {other}"),
     };
     let mut failed = 0;

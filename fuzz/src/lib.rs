@@ -14,6 +14,7 @@
 //! | [`session`]  | `resp_session`   | a Redis session over an engine: every command        |
 //! | [`hash`]     | `hash_decode`    | `strata_types::hash`: a stored hash's encoding       |
 //! | [`bundle`]   | `flash_bundle`   | a family's bundle on the flash tier (`strata_engine`) |
+//! | [`flash`]    | `flash_verify`   | `strata_engine::check_flash_file` on a flash medium   |
 //!
 //! Every check is deterministic: whatever it derives from the input (how to split a stream into
 //! reads, which options to open a pool with) comes from the input's bytes, so a saved input
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod flash;
 pub mod hash;
 pub mod memcache;
 pub mod pool;

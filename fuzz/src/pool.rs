@@ -330,7 +330,7 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
 }
 
-fn scratch_dir() -> PathBuf {
+pub(crate) fn scratch_dir() -> PathBuf {
     static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     SCRATCH.with_borrow_mut(|dir| {
         dir.get_or_insert_with(|| {
@@ -524,13 +524,20 @@ pub fn fix_pool_checksums(pool: &mut [u8]) {
 /// the log ends or a record does not fit.
 fn fix_record_checksums(segment: &mut [u8]) {
     let mut offset = 0;
-    while let Some(end) = record_end(&segment[offset..]) {
-        let record = &mut segment[offset..];
-        let head = [record[0] & 0x0F, record[1], record[2], record[3]];
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&head), &record[8..end]);
-        record[4..8].copy_from_slice(&crc.to_le_bytes());
+    while let Some(end) = fix_record_checksum(&mut segment[offset..]) {
         offset += end.next_multiple_of(8);
     }
+}
+
+/// Recomputes the checksum of the record at the start of `bytes` (docs/POOL_FORMAT.md,
+/// "Records"); returns where its key and value end, or `None` (nothing written) when no
+/// record fits there.
+pub fn fix_record_checksum(bytes: &mut [u8]) -> Option<usize> {
+    let end = record_end(bytes)?;
+    let head = [bytes[0] & 0x0F, bytes[1], bytes[2], bytes[3]];
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head), &bytes[8..end]);
+    bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+    Some(end)
 }
 
 /// The end of the key and value of the record at the start of `bytes` (live or dead), or `None`

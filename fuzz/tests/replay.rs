@@ -136,3 +136,39 @@ fn bundle_seeds_and_regressions_pass() {
         strata_fuzz::bundle::check,
     );
 }
+
+#[test]
+fn flash_medium_seeds_and_regressions_pass() {
+    let seeds = inputs("seeds", "flash_verify");
+    assert!(seeds.len() >= 4, "the flash medium seed corpus is missing");
+    replay(&seeds, strata_fuzz::flash::check);
+    let unchanged: Vec<PathBuf> = seeds
+        .into_iter()
+        .filter(|path| path.to_string_lossy().ends_with("-unchanged"))
+        .collect();
+    assert!(unchanged.len() >= 2, "media as the engine wrote them");
+    replay(&unchanged, strata_fuzz::flash::check_sound);
+    replay(
+        &inputs("regressions", "flash_verify"),
+        strata_fuzz::flash::check,
+    );
+}
+
+/// A byte flipped in a region header of a seed (its checksum left as it was) makes the sound
+/// check fail (the region is reported damaged), and the plain check pass: the invariant can
+/// fail.
+#[test]
+fn a_flipped_byte_in_a_flash_seed_is_reported() {
+    let mut seed = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/flash_verify/families-unchanged"),
+    )
+    .expect("the seed");
+    let at = seed
+        .windows(8)
+        .position(|window| window == b"STRATARG")
+        .expect("a region header in the seed");
+    seed[at + 16] ^= 1; // Its flash id.
+    let report = strata_fuzz::flash::run(&seed).expect("a medium");
+    assert_eq!(report.regions_damaged, 1, "{report:?}");
+    assert!(std::panic::catch_unwind(|| strata_fuzz::flash::check_sound(&seed)).is_err());
+}

@@ -8,6 +8,7 @@
 //! shared one and is refused while a server has it. It never writes.
 
 use std::fs::File;
+use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -106,25 +107,27 @@ pub fn check_flash_file(path: &Path) -> std::io::Result<FlashReport> {
         ));
         return Ok(report);
     }
+    // A block device's metadata says 0 bytes: its end is where a seek to the end lands.
+    let medium_bytes = (&file).seek(SeekFrom::End(0))?;
     for index in 0..superblock.region_count {
-        let Some(start) = index
+        let start = index
             .checked_mul(region_size)
-            .and_then(|at| at.checked_add(BLOCK_SIZE_BYTES as u64))
-        else {
+            .and_then(|at| at.checked_add(BLOCK_SIZE_BYTES as u64));
+        // A region past the medium's end is never read (nor its buffers sized from a header).
+        let within = |at: &u64| {
+            at.checked_add(region_size)
+                .is_some_and(|end| end <= medium_bytes)
+        };
+        let Some(start) = start.filter(within) else {
+            report.problem(format!(
+                "superblock: {} regions, but the medium ends within region {index}",
+                superblock.region_count
+            ));
+            report.regions_damaged += 1;
             break;
         };
-        match file.read_exact_at(&mut block, start) {
-            Ok(()) => check_region(&file, &superblock, index, start, &block, &mut report)?,
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                report.problem(format!(
-                    "superblock: {} regions, but the medium ends within region {index}",
-                    superblock.region_count
-                ));
-                report.regions_damaged += 1;
-                break;
-            }
-            Err(e) => return Err(e),
-        }
+        file.read_exact_at(&mut block, start)?;
+        check_region(&file, &superblock, index, start, &block, &mut report)?;
     }
     Ok(report)
 }
@@ -285,6 +288,52 @@ mod tests {
         );
         assert!(
             report.problems[1].contains("the medium ends within region 1"),
+            "{report:?}"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A medium cut short inside a region whose header is there (a truncated file), and a
+    /// superblock whose regions would end past the last byte a u64 reaches: each is a
+    /// reported problem, never an error of the check or a read past the medium's end.
+    #[test]
+    fn a_medium_cut_inside_a_region_is_a_problem() {
+        let region_size = 4 * BLOCK_SIZE_BYTES as u64;
+        let mut sb = block();
+        format::write_superblock(&mut sb, &superblock(region_size, 2));
+        let mut header = block();
+        format::write_region_header(
+            &mut header,
+            &format::RegionHeader {
+                flash_id: 7,
+                seq: 1,
+                created_ms: 0,
+                expires_at_ms: u64::MAX,
+                payload_bytes: 2 * BLOCK_SIZE_BYTES as u64,
+                records: 0,
+                payload_crc: 0,
+                directory_crc: 0,
+                reclaimed: false,
+            },
+        );
+        let whole = [header.clone(), block(), block(), block()].concat();
+        let path = medium("cut", &[sb, whole, header, block()]);
+        let report = check_flash_file(&path).unwrap();
+        assert_eq!((report.regions_written, report.regions_damaged), (1, 1));
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.contains("ends within region 1")),
+            "{report:?}"
+        );
+        let _ = std::fs::remove_file(&path);
+        let mut sb = block();
+        format::write_superblock(&mut sb, &superblock(u64::MAX & !4095, 3));
+        let path = medium("past-u64", &[sb, block(), block()]);
+        let report = check_flash_file(&path).unwrap();
+        assert!(
+            report.problems[0].contains("ends within region 0"),
             "{report:?}"
         );
         let _ = std::fs::remove_file(&path);
