@@ -10,7 +10,8 @@
 #   bench/hash-ab.sh MEMTIER VALKEY BUILD_A BUILD_B [SECONDS] [ROUNDS]
 #
 # DEPTH=16 (default) or 1 is memtier's pipeline depth (a transaction of 7 commands is sent
-# 14 deep when DEPTH is 16). Printed: each run's server CPU µs per request, then per command
+# 14 deep when DEPTH is 16); CONNS=4 (default) is memtier's connection count (CONNS=200: many
+# clients, each wake-up of the server then finds more of them ready). Printed: each run's server CPU µs per request, then per command
 # the medians over the rounds and the median of each round's B/A and B/Valkey ratios (a
 # paired median cancels the VM's drift between rounds).
 set -euo pipefail
@@ -22,6 +23,7 @@ build_b=${4:?strata binary B}
 seconds=${5:-2}
 rounds=${6:-7}
 depth=${DEPTH:-16}
+conns=${CONNS:-4}
 source bench/lib.sh
 declare -A ports=([A]=23981 [B]=23982 [V]=23983) pids
 out=$(mktemp)
@@ -47,7 +49,7 @@ each() {
   for name in A B V; do
     pid=${pids[$name]}
     before=$(cpu_ticks "$pid")
-    requests=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p "${ports[$name]}" -P redis -t 1 -c 4 \
+    requests=$(taskset -c 1 "$memtier" -s 127.0.0.1 -p "${ports[$name]}" -P redis -t 1 -c "$conns" \
       --pipeline="$pipeline" --test-time="$seconds" --hide-histogram -d 20 \
       --key-prefix="$prefix" --key-minimum=1 --key-maximum=10000 "$@" 2>/dev/null \
       | awk -v c="$column" '$1 == c {print $2}')
@@ -76,13 +78,13 @@ for round in $(seq "$rounds"); do
   each TX str: Execs "$tx_depth" "${tx[@]}"
 done
 
-python3 - "$out" "$depth" <<'PY'
+python3 - "$out" "$depth" "$conns" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     label, name, cpu, _share = line.split()
     runs[(label, name)].append(float(cpu))
-print(f"medians, DEPTH={sys.argv[2]} (TX: µs per transaction)")
+print(f"medians, DEPTH={sys.argv[2]}, CONNS={sys.argv[3]} (TX: µs per transaction)")
 print("command      A       B       Valkey  B/A (paired)  B/Valkey (paired)")
 for label in dict.fromkeys(l for l, _ in runs):
     a, b, v = (runs[(label, n)] for n in "ABV")
