@@ -32,8 +32,9 @@
 //!   (`drop_recovered_broken_families`), and after damage is found (a damaged record may have
 //!   been a part) or a mapped index was adopted after a power loss, the next scrub step or
 //!   repair walks the shard for owners (`drop_broken_families`); an owner that lacks a part is
-//!   dropped with its parts, counted as a damaged item. Between the finding and that step a
-//!   read of the missing part answers `None`, never other bytes.
+//!   dropped with its parts, counted as a damaged item. A transaction's read of the missing
+//!   part (`Txn::read_part`) answers `FamilyBroken`, never other bytes or an absent part, and
+//!   the transaction runs that repair as it ends.
 //! - A part a transaction writes before its owner (`Txn::write_owner` comes last) is not an
 //!   orphan while the transaction holds the shard (`Shard::building`): the cleaner, which a
 //!   write of the same transaction may run, moves it.

@@ -513,6 +513,9 @@ impl Large<'_> {
         }
         let mut total = 0i64;
         for (chunk, argv) in &groups {
+            if self.broken.get() {
+                return Ok(()); // No chunk past a broken one is written (`run` answers).
+            }
             let mut reply = Vec::new();
             self.on_chunk(state, call, *chunk, argv, &mut reply);
             match reply.first() {
@@ -547,6 +550,9 @@ impl Large<'_> {
         let mut elements = Vec::new();
         let fields = call.len() - first;
         for name in call.args_from(first) {
+            if self.broken.get() {
+                return Ok(()); // No chunk past a broken one is read or written (`run` answers).
+            }
             let mut argv = fixed.clone();
             if counted {
                 argv[first - 1] = b"1";

@@ -212,7 +212,10 @@ impl From<WriteError> for MoveError {
 
 /// Copies the item of several records `copied` at `source` to `target`, parts first, then
 /// the owner (replacing what `target` held, its extra parts dropped), with both keys held by
-/// the call's transaction; the target is left as it was when that cannot be done.
+/// the call's transaction. A source that lacks a part (damage found: `FamilyBroken`) moves
+/// nothing, the target left as it was; a copy that fails once it has written a part (out of
+/// memory, or its own writes evicted a part of the source) drops the target whole, as an
+/// eviction would, rather than leave its owner beside another item's parts.
 fn copy_family(
     call: &Call<'_>,
     source: &[u8],
@@ -223,24 +226,35 @@ fn copy_family(
     // Not held by a transaction (inside an EXEC that runs alone): the driver runs the command
     // again with its keys held, the group's log holding them already.
     let families = keys.families().ok_or(WriteError::NeedsTransaction)?;
-    let mut value = Vec::new();
     for part in 0..copied.parts {
-        value.clear();
-        let read =
-            families.read_part_dyn(source, part, &mut |bytes| value.extend_from_slice(bytes));
-        if read != Ok(true) {
+        if families.read_part_dyn(source, part, &mut |_| {}) != Ok(true) {
             return Err(MoveError::LargeItem);
         }
-        families.write_part(target, part, &value)?;
     }
-    families.write_owner(
-        target,
-        &copied.value,
-        copied.kind,
-        copied.expiry,
-        copied.parts,
-    )?;
-    Ok(())
+    let copy = || -> Result<(), MoveError> {
+        let mut value = Vec::new();
+        for part in 0..copied.parts {
+            value.clear();
+            let read =
+                families.read_part_dyn(source, part, &mut |bytes| value.extend_from_slice(bytes));
+            if read != Ok(true) {
+                return Err(MoveError::LargeItem);
+            }
+            families.write_part(target, part, &value)?;
+        }
+        families.write_owner(
+            target,
+            &copied.value,
+            copied.kind,
+            copied.expiry,
+            copied.parts,
+        )?;
+        Ok(())
+    };
+    copy().inspect_err(|_| {
+        // A failed persist latches the engine; what this leaves, recovery drops whole.
+        let _ = keys.delete(target, None);
+    })
 }
 
 /// Moves `source` to `target` (keeping its expiry); `Ok(false)` when `source` is missing.
