@@ -254,6 +254,10 @@ fn spawn_scrub(engine: Arc<Engine>) -> std::io::Result<()> {
         .name("strata-scrub".into())
         .spawn(move || {
             strata_pool::lower_thread_priority();
+            let delay_ms = std::env::var(SCRUB_DELAY_ENV)
+                .ok()
+                .and_then(|ms| ms.parse().ok());
+            std::thread::sleep(Duration::from_millis(delay_ms.unwrap_or(0)));
             let began = Instant::now();
             let mut steps = 0u64;
             loop {
@@ -281,6 +285,9 @@ pub const RECOVERY_STALL_ENV: &str = "STRATA_TEST_RECOVERY_STALL_MS";
 /// Tests only: EXEC sleeps this many milliseconds halfway through its commands, after logging
 /// "stalling inside EXEC for a test", so a crash test can `kill -9` it there.
 pub const EXEC_STALL_ENV: &str = "STRATA_TEST_EXEC_STALL_MS";
+/// Tests only: the scrub waits this many milliseconds before its first step, so a test's
+/// reads meet damage the scrub has not found yet (crates/strata/tests/damaged_pool.rs).
+pub const SCRUB_DELAY_ENV: &str = "STRATA_TEST_SCRUB_DELAY_MS";
 /// Tests only: every read of the flash medium takes this many milliseconds longer, as on a
 /// very slow device, so a test can see that a worker serves other connections meanwhile.
 pub const FLASH_READ_DELAY_ENV: &str = "STRATA_TEST_FLASH_READ_DELAY_MS";
