@@ -589,11 +589,12 @@ fn a_flipped_byte_in_a_part_or_an_owner_drops_that_item_and_serves_no_half() {
     }
 }
 
-/// A part whose record a stopped server's pool damaged, read after a clean close and before
-/// the scrub has walked its segment (the read itself finds the damage): the read says the
+/// Parts whose records a stopped server's pool damaged, read after a clean close and before
+/// the scrub has walked their segments (the read itself finds the damage): the read says the
 /// family is broken, never that the part is absent (a large hash would be served without that
-/// chunk's fields), and the family is dropped whole as the reading transaction ends, with no
-/// repair tick or scrub step between.
+/// chunk's fields), and the family is dropped whole before the reader answers anyone: at once
+/// under a write hold (the same transaction then finds the key absent), as a read-only hold
+/// ends (its repair) otherwise, with no repair tick or scrub step between.
 #[test]
 fn a_part_found_damaged_by_a_read_drops_its_family_before_the_reader_answers() {
     let pool = temp_pool("parts-read-broken");
@@ -610,10 +611,12 @@ fn a_part_found_damaged_by_a_read_drops_its_family_before_the_reader_answers() {
         }
         engine.close().unwrap();
     }
-    let mut part = owner(5);
-    part.extend_from_slice(&2u32.to_le_bytes());
-    part.extend_from_slice(b"owner:000005/2/");
-    flip_in_file(&pool.0, &part, part.len() - 2);
+    for (i, damaged) in [(5, 2u32), (7, 1)] {
+        let mut part = owner(i);
+        part.extend_from_slice(&damaged.to_le_bytes());
+        part.extend_from_slice(format!("owner:{i:06}/{damaged}/").as_bytes());
+        flip_in_file(&pool.0, &part, part.len() - 2);
+    }
     let engine = Engine::open(config).unwrap();
     let dropped_before = engine.stats().damaged_items_dropped;
     {
@@ -629,23 +632,28 @@ fn a_part_found_damaged_by_a_read_drops_its_family_before_the_reader_answers() {
             Err(FamilyBroken),
             "the damaged part"
         );
-        assert_eq!(
-            txn.read_part(&owner(5), 4, <[u8]>::len),
-            Ok(None),
-            "past its count"
-        );
+        // Dropped at once: the rest of the transaction finds no item and no part.
+        assert_eq!(txn.read(&owner(5), false, |item| item.parts), None);
+        assert_eq!(txn.read_part(&owner(5), 0, <[u8]>::len), Ok(None));
     }
-    // The transaction repaired the engine as it ended: the family is gone before the reader
-    // answers anyone, with no repair tick between. The damaged entry (its key unreadable,
-    // counted as an item) and the family it broke were dropped.
+    assert_eq!(engine.stats().damaged_items_dropped, dropped_before + 1);
+    {
+        let txn = engine.read_together(&[&owner(7)]);
+        assert_eq!(txn.read(&owner(7), false, |item| item.parts), Some(4));
+        let read = txn.read_part(&owner(7), 1, <[u8]>::len);
+        assert_eq!(read, Err(FamilyBroken), "the damaged part, read-only");
+    }
+    // The read-only transaction repaired the engine as it ended: the damaged entries (their
+    // keys unreadable, each counted as an item) and the family went.
     assert_eq!(read_family_after(&engine, &owner(5), After::Orphans), None);
-    assert_eq!(engine.stats().damaged_items_dropped, dropped_before + 2);
-    for i in (0..30).filter(|&i| i != 5) {
+    assert_eq!(read_family_after(&engine, &owner(7), After::Orphans), None);
+    assert_eq!(engine.stats().damaged_items_dropped, dropped_before + 4);
+    for i in (0..30).filter(|&i| i != 5 && i != 7) {
         assert_eq!(read_family(&engine, &owner(i)), Some((i, 4)), "owner {i}");
     }
     while !engine.scrub_step() {}
     engine.repair();
-    assert_eq!(engine.len(), 29);
+    assert_eq!(engine.len(), 28);
     engine.check_integrity().unwrap();
 }
 

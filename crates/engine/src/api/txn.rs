@@ -84,10 +84,11 @@ pub struct Txn<'e> {
     /// only (a command reads one large hash's chunks at a time), so a read of many keys holds
     /// one region's worth of copies at most.
     flash_family: RefCell<Option<(Vec<u8>, OwnedFlashItem)>>,
-    /// A read met a family lacking a part its owner owns ([`Txn::read_part`]'s
-    /// [`FamilyBroken`]): the transaction repairs the engine as it ends, its shards released,
-    /// so the family is gone before its caller answers anyone (no later reader is shown its
-    /// owner without the part: a large hash's count without its fields).
+    /// A read under a read-only hold met a family lacking a part its owner owns
+    /// ([`Txn::read_part`]'s [`FamilyBroken`]; a write hold drops it at once): the transaction
+    /// repairs the engine as it ends, its shards released, so the family is gone before its
+    /// caller answers anyone (no later reader is shown its owner without the part: a large
+    /// hash's count without its fields).
     broken_family: Cell<bool>,
 }
 

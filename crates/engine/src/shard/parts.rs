@@ -34,7 +34,7 @@
 //!   repair walks the shard for owners (`drop_broken_families`); an owner that lacks a part is
 //!   dropped with its parts, counted as a damaged item. A transaction's read of the missing
 //!   part (`Txn::read_part`) answers `FamilyBroken`, never other bytes or an absent part, and
-//!   the transaction runs that repair as it ends.
+//!   the family is dropped then (a write hold) or as the transaction ends (a read-only one).
 //! - A part a transaction writes before its owner (`Txn::write_owner` comes last) is not an
 //!   orphan while the transaction holds the shard (`Shard::building`): the cleaner, which a
 //!   write of the same transaction may run, moves it.

@@ -113,9 +113,9 @@ impl Txn<'_> {
     /// value. `Ok(None)` when the index holds no such part and the owner does not own it.
     /// Of the family this transaction read on flash last without promoting it (a read-only
     /// hold), the part is its copy's. [`FamilyBroken`] when memory's owner owns the part and
-    /// the index lacks it (a part's record found damaged): the item is dropped whole as the
-    /// transaction ends (a repair), and the caller answers it as damaged, never as the item
-    /// without the part.
+    /// the index lacks it (a part's record found damaged): the caller answers it as damaged,
+    /// never as the item without the part, and the item is dropped whole
+    /// ([`Txn::drop_broken_family`]).
     pub fn read_part<R>(
         &self,
         owner: &[u8],
@@ -123,21 +123,24 @@ impl Txn<'_> {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Option<R>, FamilyBroken> {
         let inner: &Inner = &self.engine.inner;
-        let shards = self.shards.borrow();
-        let (owner_hash, position) = self.position(&shards, owner);
-        let shard = shards[position].1.shard();
-        let (name, hash) = inner.part_key(owner, owner_hash, part);
-        if let Some(found) = shard.lookup(inner, name.as_bytes(), hash) {
-            return Ok(Some(f(found.view.value)));
-        }
-        if let Some(found) = shard.lookup(inner, owner, owner_hash) {
-            // Memory's owner lacks it: never a flash copy's part beside it.
-            if part < found.view.meta.parts {
-                shard.note_broken_family_read();
-                self.broken_family.set(true);
-                return Err(FamilyBroken);
+        let broken = {
+            let shards = self.shards.borrow();
+            let (owner_hash, position) = self.position(&shards, owner);
+            let shard = shards[position].1.shard();
+            let (name, hash) = inner.part_key(owner, owner_hash, part);
+            if let Some(found) = shard.lookup(inner, name.as_bytes(), hash) {
+                return Ok(Some(f(found.view.value)));
             }
-            return Ok(None);
+            // Memory's owner lacks it: never a flash copy's part beside it.
+            match shard.lookup(inner, owner, owner_hash) {
+                Some(found) if part < found.view.meta.parts => true,
+                Some(_) => return Ok(None),
+                None => false,
+            }
+        };
+        if broken {
+            self.drop_broken_family(owner);
+            return Err(FamilyBroken);
         }
         let family = self.flash_family.borrow();
         let Some((_, family)) = family.as_ref().filter(|(key, _)| key[..] == *owner) else {
@@ -148,6 +151,26 @@ impl Txn<'_> {
             .bundle
             .and_then(|bundle| bundle.parts().nth(part as usize));
         Ok(value.map(f))
+    }
+
+    /// Drops `owner`'s family, which lacks a part its owner owns, whole: now, where the
+    /// transaction holds its shard for writing (its later commands, inside an EXEC, find the
+    /// key absent); else (a read-only hold) by the repair the transaction runs as it ends, its
+    /// shards released, so the family is gone before its caller answers anyone.
+    fn drop_broken_family(&self, owner: &[u8]) {
+        let write_held = {
+            let shards = self.shards.borrow();
+            let (_, position) = self.position(&shards, owner);
+            matches!(shards[position].1, Held::Write(_))
+        };
+        if write_held {
+            self.drop_family_if_broken(owner);
+            return;
+        }
+        let shards = self.shards.borrow();
+        let (_, position) = self.position(&shards, owner);
+        shards[position].1.shard().note_broken_family_read();
+        self.broken_family.set(true);
     }
 
     /// Writes part `part` of the owner `owner` (a key the transaction holds), replacing the
