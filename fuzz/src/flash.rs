@@ -24,6 +24,8 @@ use std::path::PathBuf;
 
 use strata_engine::{check_flash_file, FlashReport};
 
+use crate::pool::{put_crc, read_u64};
+
 /// Options byte: recompute every checksum after the fuzzer's changes.
 pub const OPT_FIX_CHECKSUMS: u8 = 0x01;
 /// Options byte: the medium is sparse (runs of bytes laid on zeros).
@@ -93,8 +95,8 @@ pub fn run(data: &[u8]) -> Option<FlashReport> {
 /// Pads a sparse medium with the zeros its packing left off its end, to the length its
 /// superblock's geometry gives (when that is within [`MEDIUM_LEN_MAX`]).
 fn pad_to_geometry(medium: &mut Vec<u8>) {
-    let geometry = u64_at(medium, 32)
-        .zip(u64_at(medium, 40))
+    let geometry = read_u64(medium, 32)
+        .zip(read_u64(medium, 40))
         .and_then(|(region_bytes, regions)| region_bytes.checked_mul(regions))
         .and_then(|bytes| bytes.checked_add(BLOCK_BYTES as u64))
         .and_then(|bytes| usize::try_from(bytes).ok());
@@ -108,22 +110,10 @@ fn scratch_file() -> PathBuf {
     crate::pool::scratch_dir().join("flash-medium")
 }
 
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// Writes at `at` the CRC32C of `covered`, if both fit in `bytes`.
-fn put_crc(bytes: &mut [u8], at: usize, covered: std::ops::Range<usize>) {
-    if at + 4 <= bytes.len() && covered.end <= bytes.len() {
-        let crc = crc32c::crc32c(&bytes[covered]);
-        bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-}
-
 /// Recomputes a medium's checksums as docs/FLASH_FORMAT.md defines them (module docs).
 pub fn fix_medium_checksums(medium: &mut [u8]) {
     put_crc(medium, 56, 0..56);
-    let (Some(region_bytes), Some(regions)) = (u64_at(medium, 32), u64_at(medium, 40)) else {
+    let (Some(region_bytes), Some(regions)) = (read_u64(medium, 32), read_u64(medium, 40)) else {
         return;
     };
     let region_bytes = usize::try_from(region_bytes).unwrap_or(usize::MAX);
@@ -149,7 +139,7 @@ fn fix_region_checksums(region: &mut [u8]) {
     if &region[..8] != REGION_MAGIC {
         return;
     }
-    let (Some(payload_bytes), Some(records)) = (u64_at(region, 48), u64_at(region, 56)) else {
+    let (Some(payload_bytes), Some(records)) = (read_u64(region, 48), read_u64(region, 56)) else {
         return;
     };
     let payload_end = usize::try_from(payload_bytes)

@@ -485,12 +485,12 @@ pub fn pool_len_bytes((segment_size_bytes, segment_count): (u64, u64)) -> u64 {
     data_offset(segment_count) + segment_size_bytes * segment_count
 }
 
-fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// Writes at `at` the CRC32C of `covered`, if both fit in `bytes`.
-fn put_crc(bytes: &mut [u8], at: usize, covered: std::ops::Range<usize>) {
+pub(crate) fn put_crc(bytes: &mut [u8], at: usize, covered: std::ops::Range<usize>) {
     if at + 4 <= bytes.len() && covered.end <= bytes.len() {
         let crc = crc32c::crc32c(&bytes[covered]);
         bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());

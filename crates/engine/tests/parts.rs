@@ -528,6 +528,34 @@ fn a_crash_between_writes_leaves_every_family_whole() {
     }
 }
 
+/// A pool at `path` holding 30 families of 4 parts of 500 bytes (owner `i` tagged `i`),
+/// closed cleanly or not (a crash: the engine dropped); returns its configuration.
+fn pool_of_families(path: &std::path::Path, clean: bool) -> EngineConfig {
+    let config = EngineConfig {
+        memory_bytes: 8 << 20,
+        segment_size_bytes: 64 << 10,
+        pool: PoolLocation::File(path.to_path_buf()),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(config.clone()).unwrap();
+    for i in 0..30 {
+        assert!(write_family(&engine, &owner(i), 4, i, 500));
+    }
+    if clean {
+        engine.close().unwrap();
+    }
+    config
+}
+
+/// Flips a byte of part `part` of owner `i` in every copy in the pool file: its key (the
+/// owner's, then the part as u32 LE), then its value.
+fn flip_part(path: &std::path::Path, i: u32, part: u32) {
+    let mut record = owner(i);
+    record.extend_from_slice(&part.to_le_bytes());
+    record.extend_from_slice(format!("owner:{i:06}/{part}/").as_bytes());
+    flip_in_file(path, &record, record.len() - 2);
+}
+
 /// A flipped byte in a pool file, in one family's part and in another's owner, after a clean
 /// close (the snapshot adopts the segments unread; the scrub walks them) and after a crash
 /// (recovery walks them): neither is ever served as it was damaged. The family that lost a part
@@ -537,26 +565,8 @@ fn a_crash_between_writes_leaves_every_family_whole() {
 fn a_flipped_byte_in_a_part_or_an_owner_drops_that_item_and_serves_no_half() {
     for clean in [true, false] {
         let pool = temp_pool(&format!("parts-flip-{clean}"));
-        let config = EngineConfig {
-            memory_bytes: 8 << 20,
-            segment_size_bytes: 64 << 10,
-            pool: PoolLocation::File(pool.0.clone()),
-            ..EngineConfig::default()
-        };
-        {
-            let engine = Engine::open(config.clone()).unwrap();
-            for i in 0..30 {
-                assert!(write_family(&engine, &owner(i), 4, i, 500));
-            }
-            if clean {
-                engine.close().unwrap();
-            }
-        }
-        // Part 2 of owner 5: its key (the owner's, then 2 as u32 LE), then its value.
-        let mut part = owner(5);
-        part.extend_from_slice(&2u32.to_le_bytes());
-        part.extend_from_slice(b"owner:000005/2/");
-        flip_in_file(&pool.0, &part, part.len() - 2);
+        let config = pool_of_families(&pool.0, clean);
+        flip_part(&pool.0, 5, 2);
         // Owner 3: its key, then its value.
         let owner_record = [owner(3), owner_value(3)].concat();
         flip_in_file(&pool.0, &owner_record, owner_record.len() - 1);
@@ -598,25 +608,9 @@ fn a_flipped_byte_in_a_part_or_an_owner_drops_that_item_and_serves_no_half() {
 #[test]
 fn a_part_found_damaged_by_a_read_drops_its_family_before_the_reader_answers() {
     let pool = temp_pool("parts-read-broken");
-    let config = EngineConfig {
-        memory_bytes: 8 << 20,
-        segment_size_bytes: 64 << 10,
-        pool: PoolLocation::File(pool.0.clone()),
-        ..EngineConfig::default()
-    };
-    {
-        let engine = Engine::open(config.clone()).unwrap();
-        for i in 0..30 {
-            assert!(write_family(&engine, &owner(i), 4, i, 500));
-        }
-        engine.close().unwrap();
-    }
-    for (i, damaged) in [(5, 2u32), (7, 1)] {
-        let mut part = owner(i);
-        part.extend_from_slice(&damaged.to_le_bytes());
-        part.extend_from_slice(format!("owner:{i:06}/{damaged}/").as_bytes());
-        flip_in_file(&pool.0, &part, part.len() - 2);
-    }
+    let config = pool_of_families(&pool.0, true);
+    flip_part(&pool.0, 5, 2);
+    flip_part(&pool.0, 7, 1);
     let engine = Engine::open(config).unwrap();
     let dropped_before = engine.stats().damaged_items_dropped;
     {

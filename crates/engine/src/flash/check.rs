@@ -237,6 +237,27 @@ mod tests {
         vec![0u8; BLOCK_SIZE_BYTES]
     }
 
+    /// A written region's header block of [`superblock`]'s medium, its checksums of the
+    /// payload and directory zero.
+    fn header_block(payload_bytes: u64, records: u64) -> Vec<u8> {
+        let mut header = block();
+        format::write_region_header(
+            &mut header,
+            &format::RegionHeader {
+                flash_id: 7,
+                seq: 1,
+                created_ms: 0,
+                expires_at_ms: u64::MAX,
+                payload_bytes,
+                records,
+                payload_crc: 0,
+                directory_crc: 0,
+                reclaimed: false,
+            },
+        );
+        header
+    }
+
     /// Headers whose checksums hold but whose numbers are hostile: more regions than the file
     /// holds, a region size that is no multiple of 4 KiB, a payload and record count past the
     /// region. Each is a reported problem, never a panic or a huge allocation.
@@ -263,21 +284,7 @@ mod tests {
         let region_size = 4 * BLOCK_SIZE_BYTES as u64;
         let mut sb = block();
         format::write_superblock(&mut sb, &superblock(region_size, u64::MAX));
-        let mut header = block();
-        format::write_region_header(
-            &mut header,
-            &format::RegionHeader {
-                flash_id: 7,
-                seq: 1,
-                created_ms: 0,
-                expires_at_ms: u64::MAX,
-                payload_bytes: u64::MAX - 100,
-                records: u64::MAX,
-                payload_crc: 0,
-                directory_crc: 0,
-                reclaimed: false,
-            },
-        );
+        let header = header_block(u64::MAX - 100, u64::MAX);
         let region = [header, block(), block(), block()].concat();
         let path = medium("hostile", &[sb, region]);
         let report = check_flash_file(&path).unwrap();
@@ -301,21 +308,7 @@ mod tests {
         let region_size = 4 * BLOCK_SIZE_BYTES as u64;
         let mut sb = block();
         format::write_superblock(&mut sb, &superblock(region_size, 2));
-        let mut header = block();
-        format::write_region_header(
-            &mut header,
-            &format::RegionHeader {
-                flash_id: 7,
-                seq: 1,
-                created_ms: 0,
-                expires_at_ms: u64::MAX,
-                payload_bytes: 2 * BLOCK_SIZE_BYTES as u64,
-                records: 0,
-                payload_crc: 0,
-                directory_crc: 0,
-                reclaimed: false,
-            },
-        );
+        let header = header_block(2 * BLOCK_SIZE_BYTES as u64, 0);
         let whole = [header.clone(), block(), block(), block()].concat();
         let path = medium("cut", &[sb, whole, header, block()]);
         let report = check_flash_file(&path).unwrap();
