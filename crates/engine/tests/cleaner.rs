@@ -138,6 +138,64 @@ fn a_cache_evicts_nothing_while_live_data_fits() {
     assert_eq!(stats.evicted_items, 0, "skewed: {stats:?}");
 }
 
+/// A transaction's writes evict nothing while the dead space lies in the other shards it
+/// holds: a write's own cleaner pass cannot take their locks (the transaction holds them), so
+/// the transaction cleans them itself. Before, its writes took the cleaner's reserve, the next
+/// pass found no destination, and a write evicted live items: the kill loop's MULTI batches
+/// met it after a restart, with the pool full of the segments each restart seals.
+#[test]
+fn a_transaction_evicts_nothing_while_the_shards_it_holds_have_dead_space() {
+    let engine = engine(EvictionPolicy::Merge);
+    let shards = shard_count_for(MEMORY_BYTES, SEGMENT_SIZE_BYTES_DEFAULT);
+    let value = vec![b'v'; 1000];
+    // Dead space everywhere but shard 0: a small working set overwritten until the pool has
+    // been written twice over (writes clean their own shards, leaving the reserve free).
+    let churn: Vec<Vec<u8>> = (0u64..)
+        .map(|i| format!("churn:{i}").into_bytes())
+        .filter(|k| engine.shard_index(k) != 0)
+        .take(2_000)
+        .collect();
+    let mut rng = SmallRng::seed_from_u64(18);
+    for _ in 0..(2 * MEMORY_BYTES / 1000) {
+        let k = &churn[rng.gen_range(0..churn.len())];
+        engine.set(k, &value, 0, Expiry::Never).unwrap();
+    }
+    let anchors: Vec<Vec<u8>> = (0..shards)
+        .map(|shard| {
+            (0u64..)
+                .map(|i| format!("anchor:{i}").into_bytes())
+                .find(|k| engine.shard_index(k) == shard)
+                .unwrap()
+        })
+        .collect();
+    // New keys into shard 0 only, 20 to a transaction that holds every shard: shard 0 has
+    // nothing to clean, and a quarter of memory in new items is far more than the reserve.
+    let mut fresh = (0u64..)
+        .map(|i| format!("fresh:{i}").into_bytes())
+        .filter(|k| engine.shard_index(k) == 0);
+    let mut written = Vec::new();
+    while written.len() < (MEMORY_BYTES / 4 / 1000) as usize {
+        let batch: Vec<Vec<u8>> = fresh.by_ref().take(20).collect();
+        let keys: Vec<&[u8]> = anchors.iter().chain(&batch).map(Vec::as_slice).collect();
+        let txn = engine.transaction(&keys, &[]).unwrap();
+        for k in &batch {
+            txn.set(k, &value, 0, Expiry::Never).unwrap();
+        }
+        txn.finish().unwrap();
+        written.extend(batch);
+    }
+    let stats = engine.stats();
+    assert_eq!(stats.evicted_items, 0, "{stats:?}");
+    for k in written.iter().chain(&churn) {
+        assert!(
+            engine.get(k, |_| ()).is_some(),
+            "{}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    engine.check_integrity().unwrap();
+}
+
 /// With more live data than memory holds, a cache evicts, and the cleaner still works beside
 /// eviction: what is held is most of what fits.
 #[test]

@@ -397,6 +397,7 @@ fn a_damaged_chunk_or_owner_of_a_large_hash_is_never_served_as_half_a_hash() {
             let rename = resp.call(&resp_command(&[b"RENAME", b"big:2", b"big:0"]));
             assert!(rename.starts_with("-ERR"), "{case}: RENAME {rename:?}");
         }
+        check_read_only_exec_sees_one_state(&mut resp, &hash_key(2), &case);
         let whole_before = check_hashes_whole_or_absent(&mut resp, &case);
         server.wait_until(|s| s.log().contains("scrub done"), "the scrub");
         let whole_after = check_hashes_whole_or_absent(&mut resp, &case);
@@ -506,6 +507,46 @@ fn check_hashes_whole_or_absent(resp: &mut Client, case: &str) -> Vec<bool> {
             whole
         })
         .collect()
+}
+
+/// A read-only EXEC of HGETALL, HLEN, HGET and EXISTS of a hash with a damaged chunk (on a
+/// DRAM index, the first commands to meet the damage: they hold its shard for reading, so the
+/// hash is dropped only as the EXEC ends): once HGETALL says the hash is damaged or absent,
+/// the EXEC's later commands find it absent too, never its count without its fields.
+fn check_read_only_exec_sees_one_state(resp: &mut Client, key: &str, case: &str) {
+    let key = key.as_bytes();
+    let mut exec = resp_command(&[b"MULTI"]);
+    exec.extend_from_slice(&resp_command(&[b"HGETALL", key]));
+    exec.extend_from_slice(&resp_command(&[b"HLEN", key]));
+    exec.extend_from_slice(&resp_command(&[b"HGET", key, b"f0"]));
+    exec.extend_from_slice(&resp_command(&[b"EXISTS", key]));
+    exec.extend_from_slice(&resp_command(&[b"EXEC"]));
+    resp.send(&exec);
+    assert_eq!(resp.line(), "+OK\r\n", "{case}: MULTI");
+    for _ in 0..4 {
+        assert_eq!(resp.line(), "+QUEUED\r\n", "{case}");
+    }
+    assert_eq!(resp.line(), "*4\r\n", "{case}: EXEC");
+    let all = resp.line();
+    assert!(
+        all.starts_with("-ERR") || all == "*0\r\n",
+        "{case}: HGETALL of the damaged hash inside EXEC: {all:?}"
+    );
+    assert_eq!(
+        resp.line(),
+        ":0\r\n",
+        "{case}: HLEN after HGETALL said {all:?}"
+    );
+    assert_eq!(
+        resp.line(),
+        "$-1\r\n",
+        "{case}: HGET after HGETALL said {all:?}"
+    );
+    assert_eq!(
+        resp.line(),
+        ":0\r\n",
+        "{case}: EXISTS after HGETALL said {all:?}"
+    );
 }
 
 /// `HGETALL key`'s fields in field order (`f0`, `f1`, ...), or `None` for an empty reply or

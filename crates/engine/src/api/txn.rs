@@ -28,6 +28,26 @@ use crate::Observed;
 thread_local! {
     /// Whether this thread holds an open transaction.
     static IN_TRANSACTION: Cell<bool> = const { Cell::new(false) };
+    /// The shards (by index) this thread's open transaction holds: a write's cleaner pass in
+    /// another shard cannot take their locks, nor gains by waiting for them
+    /// (`Inner::clean_for`).
+    static HELD_SHARDS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// A write of this thread's open transaction took a segment of the cleaner's reserve
+    /// (`Inner::obtain_segment`): before its next write the transaction cleans the other
+    /// shards it holds ([`Txn::make_room`]), which that write's pass could not.
+    static RESERVE_TAKEN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The shards this thread's open transaction holds (none outside one).
+pub(crate) fn shards_held_here() -> Vec<usize> {
+    HELD_SHARDS.with(|held| held.borrow().clone())
+}
+
+/// Notes, inside a transaction, that a write took a segment of the cleaner's reserve.
+pub(crate) fn note_reserve_taken() {
+    if IN_TRANSACTION.with(Cell::get) {
+        RESERVE_TAKEN.with(|taken| taken.set(true));
+    }
 }
 
 /// Panics when this thread holds an open transaction: it is about to wait for a shard lock,
@@ -84,12 +104,13 @@ pub struct Txn<'e> {
     /// only (a command reads one large hash's chunks at a time), so a read of many keys holds
     /// one region's worth of copies at most.
     flash_family: RefCell<Option<(Vec<u8>, OwnedFlashItem)>>,
-    /// A read under a read-only hold met a family lacking a part its owner owns
-    /// ([`Txn::read_part`]'s [`FamilyBroken`]; a write hold drops it at once): the transaction
-    /// repairs the engine as it ends, its shards released, so the family is gone before its
-    /// caller answers anyone (no later reader is shown its owner without the part: a large
-    /// hash's count without its fields).
-    broken_family: Cell<bool>,
+    /// The owners of families that a read under a read-only hold found lacking a part their
+    /// owner owns ([`Txn::read_part`]'s [`FamilyBroken`]; a write hold drops such a family at
+    /// once). The transaction's later reads find them absent, as after a write hold's drop
+    /// (a large hash's count is never shown without its fields, even inside the EXEC that met
+    /// the damage), and it repairs the engine as it ends, its shards released, so each family
+    /// is gone before its caller answers anyone.
+    broken_families: RefCell<Vec<Vec<u8>>>,
 }
 
 impl Engine {
@@ -109,6 +130,7 @@ impl Engine {
         let all = keys.iter().chain(logged);
         let shards = self.lock_shards(all, |lock| Held::Write(lock.write_for_transaction()));
         let mut txn = Txn::open(self, shards, log);
+        txn.make_room()?;
         if let Some(mut log) = txn.log.get_mut().take() {
             log.start();
             // An owner's parts are logged as the transaction first writes each (`parts`).
@@ -158,6 +180,12 @@ impl<'e> Txn<'e> {
     fn open(engine: &'e Engine, shards: Vec<(usize, Held<'e>)>, log: Option<Lane<'e>>) -> Txn<'e> {
         debug_assert!(shards.windows(2).all(|pair| pair[0].0 < pair[1].0));
         IN_TRANSACTION.with(|open| open.set(true));
+        HELD_SHARDS.with(|held| {
+            let mut held = held.borrow_mut();
+            held.clear();
+            held.extend(shards.iter().map(|&(index, _)| index));
+        });
+        RESERVE_TAKEN.with(|taken| taken.set(false));
         Txn {
             engine,
             shards: RefCell::new(shards),
@@ -166,7 +194,7 @@ impl<'e> Txn<'e> {
             logged_parts: RefCell::default(),
             log_pending: Cell::new(false),
             flash_family: RefCell::default(),
-            broken_family: Cell::new(false),
+            broken_families: RefCell::new(Vec::new()),
         }
     }
 
@@ -265,6 +293,10 @@ impl<'e> Txn<'e> {
         let shards = self.shards.borrow();
         let (hash, position) = self.position(&shards, key);
         let shard = shards[position].1.shard();
+        if self.found_broken(key) {
+            shard.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
         if let Some(found) = shard.lookup_unexpired(inner, key, hash) {
             if bump {
                 shard.index.bump_freq(found.slot);
@@ -326,7 +358,7 @@ impl<'e> Txn<'e> {
         f: impl FnOnce(Option<ItemRef<'_>>, &mut Vec<u8>) -> Change,
     ) -> Result<Option<u64>, WriteError> {
         check_key(key)?;
-        self.begin_log()?;
+        self.before_write()?;
         let engine = self.engine;
         let mut shards = self.shards.borrow_mut();
         let (hash, position) = self.position(&shards, key);
@@ -351,7 +383,7 @@ impl<'e> Txn<'e> {
         client_flags: u32,
         expiry: Expiry,
     ) -> Result<u64, WriteError> {
-        self.begin_log()?;
+        self.before_write()?;
         let engine = self.engine;
         let Some(meta) = engine.set_meta(key, value, client_flags, expiry)? else {
             return super::write::unconditional_store(self, key, value, client_flags, expiry);
@@ -365,6 +397,9 @@ impl<'e> Txn<'e> {
 
     /// Whether `key` is present and unexpired, counting no hit or miss.
     pub fn contains(&self, key: &[u8]) -> bool {
+        if self.found_broken(key) {
+            return false;
+        }
         let inner: &Inner = &self.engine.inner;
         let shards = self.shards.borrow();
         let (hash, position) = self.position(&shards, key);
@@ -388,6 +423,15 @@ impl<'e> Txn<'e> {
         }
     }
 
+    /// Whether a read of this transaction found `key`'s family broken under a read-only hold
+    /// (`Txn::broken_families`): it reads as absent until the transaction ends.
+    fn found_broken(&self, key: &[u8]) -> bool {
+        self.broken_families
+            .borrow()
+            .iter()
+            .any(|owner| owner[..] == *key)
+    }
+
     /// What a WATCH of `key` compares (see [`Engine::observe`]).
     pub fn observe(&self, key: &[u8]) -> Observed {
         let seen = {
@@ -404,6 +448,9 @@ impl<'e> Txn<'e> {
 
     /// What `key`'s item costs in memory (see [`Engine::memory_usage`]).
     pub fn memory_usage(&self, key: &[u8]) -> Option<u64> {
+        if self.found_broken(key) {
+            return None;
+        }
         let inner: &Inner = &self.engine.inner;
         {
             let shards = self.shards.borrow();
@@ -421,6 +468,46 @@ impl<'e> Txn<'e> {
 
     /// Writes the log built at the transaction's start, before its first write (see
     /// `log_pending`); nothing to do when it is written or the transaction logs nothing.
+    /// Before each write of the transaction: room first where its last write took the
+    /// cleaner's reserve, then the log ([`Txn::begin_log`]).
+    pub(super) fn before_write(&self) -> Result<(), WriteError> {
+        self.room_if_reserve_taken()?;
+        self.begin_log()
+    }
+
+    /// [`Txn::make_room`] when a write since the last look took the cleaner's reserve.
+    fn room_if_reserve_taken(&self) -> Result<(), WriteError> {
+        if RESERVE_TAKEN.with(|taken| taken.replace(false)) {
+            self.make_room()?;
+        }
+        Ok(())
+    }
+
+    /// Cleans the shards this transaction holds for writing, while fewer than
+    /// [`crate::cleaning::CLEAN_AHEAD_SEGMENTS`] segments beyond the cleaner's reserve are
+    /// free: as it opens and after a write took the reserve. A write's own pass cleans only
+    /// its shard and those no one holds, so without this, the dead space of the transaction's
+    /// other shards was out of reach: its writes took the reserve, a later pass found no
+    /// destination, and a write evicted live items (issue 18). One shard held: its writes'
+    /// passes reach it.
+    fn make_room(&self) -> Result<(), WriteError> {
+        let inner: &Inner = &self.engine.inner;
+        let mut shards = self.shards.borrow_mut();
+        if shards.len() < 2 || !inner.free_is_low() {
+            return Ok(());
+        }
+        for (_, held) in shards.iter_mut() {
+            let Held::Write(_) = held else { continue };
+            let mut shard = ShardChange::begin(held.shard_mut());
+            while let crate::shard::CleanOutcome::Gained(_) = shard.clean(inner)? {
+                if !inner.free_is_low() {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn begin_log(&self) -> Result<(), WriteError> {
         if !self.log_pending.get() {
             return Ok(());
@@ -487,7 +574,9 @@ impl Drop for Txn<'_> {
             }
         }
         IN_TRANSACTION.with(|open| open.set(false));
-        if self.broken_family.get() {
+        HELD_SHARDS.with(|held| held.borrow_mut().clear());
+        RESERVE_TAKEN.with(|taken| taken.set(false));
+        if !self.broken_families.get_mut().is_empty() {
             drop(std::mem::take(self.shards.get_mut())); // Released: repair takes each lock.
             crate::scrub::repair(&self.engine.inner);
         }

@@ -101,7 +101,7 @@ impl Txn<'_> {
     /// Drops part `part` of `owner` (a key the transaction holds) now: a restore's undo of a
     /// part its group made. The owner must not own it by the time the transaction ends.
     pub(crate) fn delete_part(&self, owner: &[u8], part: u32) -> Result<(), WriteError> {
-        self.begin_log()?;
+        self.before_write()?;
         let inner: &Inner = &self.engine.inner;
         let mut shards = self.shards.borrow_mut();
         let (owner_hash, position) = self.position(&shards, owner);
@@ -156,7 +156,8 @@ impl Txn<'_> {
     /// Drops `owner`'s family, which lacks a part its owner owns, whole: now, where the
     /// transaction holds its shard for writing (its later commands, inside an EXEC, find the
     /// key absent); else (a read-only hold) by the repair the transaction runs as it ends, its
-    /// shards released, so the family is gone before its caller answers anyone.
+    /// shards released, so the family is gone before its caller answers anyone; until then
+    /// the transaction's own reads find the key absent (`Txn::found_broken`).
     fn drop_broken_family(&self, owner: &[u8]) {
         let write_held = {
             let shards = self.shards.borrow();
@@ -170,13 +171,17 @@ impl Txn<'_> {
         let shards = self.shards.borrow();
         let (_, position) = self.position(&shards, owner);
         shards[position].1.shard().note_broken_family_read();
-        self.broken_family.set(true);
+        let mut broken = self.broken_families.borrow_mut();
+        if !broken.iter().any(|known| known[..] == *owner) {
+            broken.push(owner.to_vec());
+        }
     }
 
     /// Writes part `part` of the owner `owner` (a key the transaction holds), replacing the
     /// part's earlier value. The owner must own it by the time the transaction ends
     /// ([`Txn::write_owner`]); a part it does not own is an orphan (module docs).
     pub fn write_part(&self, owner: &[u8], part: u32, value: &[u8]) -> Result<(), WriteError> {
+        self.room_if_reserve_taken()?;
         self.log_part(owner, part)?;
         let engine = self.engine;
         let meta = RecordMeta {
@@ -209,7 +214,7 @@ impl Txn<'_> {
         parts: u32,
     ) -> Result<Option<u64>, WriteError> {
         assert!(kind != Kind::Part, "an owner is an item");
-        self.begin_log()?;
+        self.before_write()?;
         let engine = self.engine;
         let mut shards = self.shards.borrow_mut();
         let (hash, position) = self.position(&shards, owner);
