@@ -130,7 +130,6 @@ impl Engine {
         let all = keys.iter().chain(logged);
         let shards = self.lock_shards(all, |lock| Held::Write(lock.write_for_transaction()));
         let mut txn = Txn::open(self, shards, log);
-        txn.make_room()?;
         if let Some(mut log) = txn.log.get_mut().take() {
             log.start();
             // An owner's parts are logged as the transaction first writes each (`parts`).
@@ -485,7 +484,8 @@ impl<'e> Txn<'e> {
 
     /// Cleans the shards this transaction holds for writing, while fewer than
     /// [`crate::cleaning::CLEAN_AHEAD_SEGMENTS`] segments beyond the cleaner's reserve are
-    /// free: as it opens and after a write took the reserve. A write's own pass cleans only
+    /// free, after a write took the reserve (checked then only: a look at the free pool is a
+    /// global lock, which each opening of a transaction would take). A write's own pass cleans only
     /// its shard and those no one holds, so without this, the dead space of the transaction's
     /// other shards was out of reach: its writes took the reserve, a later pass found no
     /// destination, and a write evicted live items (issue 18). One shard held: its writes'
