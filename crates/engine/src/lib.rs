@@ -816,9 +816,10 @@ impl Inner {
     ) -> Result<(CleanOutcome, bool), WriteError> {
         if seen.is_empty() {
             seen.resize(self.shards.len(), false);
-            // Its own transaction's shards: their locks are this thread's (see `Txn::make_room`).
+            // Its own transaction's other shards: their locks are this thread's (see
+            // `Txn::make_room`). Its own shard, which it holds, it can clean.
             for held in api::shards_held_here() {
-                seen[held] = true;
+                seen[held] = held != usize::from(shard.id);
             }
         }
         let me = usize::from(shard.id);

@@ -196,6 +196,35 @@ fn a_transaction_evicts_nothing_while_the_shards_it_holds_have_dead_space() {
     engine.check_integrity().unwrap();
 }
 
+/// Overwrites through transactions of one key each (as a hash command's are) clean the shard
+/// the transaction holds: its lock is the writer's own, and a pass there gains. Keys of one
+/// shard only, so no other shard's pass can make the room instead; cold keys written once
+/// first, so an eviction of the oldest segment loses live items, and the hot ones overwritten
+/// until memory was written twice.
+#[test]
+fn a_transaction_of_one_key_cleans_its_own_shard() {
+    let engine = engine(EvictionPolicy::Merge);
+    let keys: Vec<Vec<u8>> = (0u64..)
+        .map(key)
+        .filter(|k| engine.shard_index(k) == 0)
+        .take(4_000)
+        .collect();
+    let (cold, hot) = keys.split_at(2_000);
+    let value = vec![b'v'; 1000];
+    let mut rng = SmallRng::seed_from_u64(19);
+    let writes = (cold.iter().chain(hot))
+        .chain((0..2 * MEMORY_BYTES / 1000).map(|_| &hot[rng.gen_range(0..hot.len())]));
+    for k in writes {
+        let txn = engine.transaction(&[k], &[]).unwrap();
+        txn.set(k, &value, 0, Expiry::Never).unwrap();
+        txn.finish().unwrap();
+    }
+    let stats = engine.stats();
+    assert_eq!(stats.evicted_segments, 0, "{stats:?}");
+    assert!(stats.cleaner_passes > 0, "{stats:?}");
+    assert_eq!(stats.items, keys.len() as u64, "{stats:?}");
+}
+
 /// With more live data than memory holds, a cache evicts, and the cleaner still works beside
 /// eviction: what is held is most of what fits.
 #[test]
