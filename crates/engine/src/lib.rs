@@ -729,7 +729,6 @@ impl Inner {
         shard: &mut Shard,
         keep_hot: bool,
     ) -> Result<Segment, WriteError> {
-        let mut seen = Vec::new();
         for attempt in 0..64 {
             let (over_limit, reserve) = {
                 let mut free = self.free.lock();
@@ -741,17 +740,8 @@ impl Inner {
                 (free.in_use > free.limit, reserve)
             };
             if !over_limit {
-                let (outcome, unseen) = self.clean_for(shard, &mut seen)?;
-                match outcome {
+                match self.clean_for(shard)? {
                     CleanOutcome::Gained(_) => continue,
-                    CleanOutcome::NothingToGain if unseen && attempt < BUSY_SHARD_WAITS_MAX => {
-                        // Some shard could not be looked at (a worker, the flash thread or
-                        // the cleaner holds it): the dead space may be there. Taking the
-                        // reserve now, on a look at part of the pool, left a later pass no
-                        // destination, and that write evicted live items (issue 18).
-                        wait_for_shards(attempt);
-                        continue;
-                    }
                     CleanOutcome::NoDestination if self.policy() == EvictionPolicy::None => {
                         // Another shard's pass holds the reserve for now.
                         std::thread::yield_now();
@@ -805,47 +795,25 @@ impl Inner {
         free.spare(free.cleaner_reserve()).0 < cleaning::CLEAN_AHEAD_SEGMENTS
     }
 
-    /// A cleaner pass in `shard`, else in another shard whose lock is free right now, of those
-    /// not `seen` to have nothing to gain since the last gain (`seen`, by shard index, is
-    /// empty then); with whether some shard is still unseen, locked each time it was tried
-    /// (`NothingToGain` then speaks only for the shards seen).
-    fn clean_for(
-        &self,
-        shard: &mut Shard,
-        seen: &mut Vec<bool>,
-    ) -> Result<(CleanOutcome, bool), WriteError> {
-        if seen.is_empty() {
-            seen.resize(self.shards.len(), false);
-            // Its own transaction's other shards: their locks are this thread's (see
-            // `Txn::make_room`). Its own shard, which it holds, it can clean.
-            for held in api::shards_held_here() {
-                seen[held] = held != usize::from(shard.id);
-            }
-        }
-        let me = usize::from(shard.id);
-        if !seen[me] {
-            let outcome = shard.clean(self)?;
-            if outcome != CleanOutcome::NothingToGain {
-                seen.clear();
-                return Ok((outcome, false));
-            }
-            seen[me] = true;
+    /// A cleaner pass in `shard`, else in another shard whose lock is free right now (not one
+    /// this thread's transaction holds: `Txn::make_room` cleans those).
+    fn clean_for(&self, shard: &mut Shard) -> Result<CleanOutcome, WriteError> {
+        let outcome = shard.clean(self)?;
+        if outcome != CleanOutcome::NothingToGain {
+            return Ok(outcome);
         }
         for (i, other) in self.shards.iter().enumerate() {
-            if seen[i] {
+            if i == usize::from(shard.id) {
                 continue;
             }
-            let Some(mut other) = other.0.try_write() else {
-                continue;
-            };
-            let outcome = other.clean(self)?;
-            if outcome != CleanOutcome::NothingToGain {
-                seen.clear();
-                return Ok((outcome, false));
+            if let Some(mut other) = other.0.try_write() {
+                let outcome = other.clean(self)?;
+                if outcome != CleanOutcome::NothingToGain {
+                    return Ok(outcome);
+                }
             }
-            seen[i] = true;
         }
-        Ok((CleanOutcome::NothingToGain, seen.contains(&false)))
+        Ok(CleanOutcome::NothingToGain)
     }
 
     /// An evicted segment (`None` when no shard could give one right now: the caller tries
@@ -865,7 +833,11 @@ impl Inner {
         // This shard has no segment of its own and every other shard that has one is locked
         // right now (a worker, or the flash thread): wait for one rather than refuse the write
         // a cache can make room for.
-        wait_for_shards(attempt);
+        if attempt < 8 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
         Ok(None)
     }
 
@@ -971,25 +943,6 @@ impl std::fmt::Debug for Engine {
 
 mod api;
 mod open;
-
-/// Of `Inner::obtain_segment`'s 64 tries, those that may wait (a yield each:
-/// [`wait_for_shards`]) for a shard another thread holds before the write takes the cleaner's
-/// reserve: a worker holds a shard for one command, and each shard is looked at once
-/// (`Inner::clean_for`'s `seen`), so a few tries see them all, unless the holder holds it
-/// longer (a commit's persist, a transaction), or waits for this shard itself (a commit, or a
-/// transaction, locking shards in order): no longer wait for those.
-const BUSY_SHARD_WAITS_MAX: usize = 8;
-
-/// Waits a little before `Inner::obtain_segment`'s try `attempt + 1`, while the shards it
-/// needs are locked: a yield for the first tries, then 100 µs sleeps (the holder may be off
-/// the CPU, where the workers, the flash thread and the clients share few cores).
-fn wait_for_shards(attempt: usize) {
-    if attempt < 8 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(100));
-    }
-}
 
 /// An eviction policy as `Inner::policy` stores it.
 pub(crate) fn policy_code(policy: EvictionPolicy) -> u8 {

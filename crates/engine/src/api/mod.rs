@@ -26,7 +26,7 @@ pub use read::*;
 pub use txn::Txn;
 pub use write::*;
 
-pub(crate) use txn::{assert_no_transaction, note_reserve_taken, shards_held_here};
+pub(crate) use txn::{assert_no_transaction, note_reserve_taken};
 
 use std::sync::atomic::Ordering;
 

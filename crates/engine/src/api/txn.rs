@@ -28,19 +28,10 @@ use crate::Observed;
 thread_local! {
     /// Whether this thread holds an open transaction.
     static IN_TRANSACTION: Cell<bool> = const { Cell::new(false) };
-    /// The shards (by index) this thread's open transaction holds: a write's cleaner pass in
-    /// another shard cannot take their locks, nor gains by waiting for them
-    /// (`Inner::clean_for`).
-    static HELD_SHARDS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     /// A write of this thread's open transaction took a segment of the cleaner's reserve
     /// (`Inner::obtain_segment`): before its next write the transaction cleans the other
     /// shards it holds ([`Txn::make_room`]), which that write's pass could not.
     static RESERVE_TAKEN: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The shards this thread's open transaction holds (none outside one).
-pub(crate) fn shards_held_here() -> Vec<usize> {
-    HELD_SHARDS.with(|held| held.borrow().clone())
 }
 
 /// Notes, inside a transaction, that a write took a segment of the cleaner's reserve.
@@ -179,11 +170,6 @@ impl<'e> Txn<'e> {
     fn open(engine: &'e Engine, shards: Vec<(usize, Held<'e>)>, log: Option<Lane<'e>>) -> Txn<'e> {
         debug_assert!(shards.windows(2).all(|pair| pair[0].0 < pair[1].0));
         IN_TRANSACTION.with(|open| open.set(true));
-        HELD_SHARDS.with(|held| {
-            let mut held = held.borrow_mut();
-            held.clear();
-            held.extend(shards.iter().map(|&(index, _)| index));
-        });
         RESERVE_TAKEN.with(|taken| taken.set(false));
         Txn {
             engine,
@@ -574,7 +560,6 @@ impl Drop for Txn<'_> {
             }
         }
         IN_TRANSACTION.with(|open| open.set(false));
-        HELD_SHARDS.with(|held| held.borrow_mut().clear());
         RESERVE_TAKEN.with(|taken| taken.set(false));
         if !self.broken_families.get_mut().is_empty() {
             drop(std::mem::take(self.shards.get_mut())); // Released: repair takes each lock.
