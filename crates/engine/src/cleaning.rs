@@ -34,8 +34,8 @@ impl Inner {
     /// (DRAM), `None` when neither.
     fn clean_ahead_need(&self, recycle_target: usize) -> Option<Ahead> {
         let free = self.free.lock();
-        let (spare, spare_touched) = free.spare(free.cleaner_reserve());
-        if spare < CLEAN_AHEAD_SEGMENTS {
+        let (_, spare_touched) = free.spare(free.cleaner_reserve());
+        if free.below_clean_ahead_target() {
             Some(Ahead::Need)
         } else if free.untouched > 0 && spare_touched < recycle_target {
             Some(Ahead::Recycle)

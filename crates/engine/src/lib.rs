@@ -469,6 +469,12 @@ impl FreePool {
         true
     }
 
+    /// Whether fewer than [`cleaning::CLEAN_AHEAD_SEGMENTS`] segments are free for writes
+    /// beyond the cleaner's reserve: what cleaning ahead restores, and `Txn::make_room` too.
+    fn below_clean_ahead_target(&self) -> bool {
+        self.spare(self.cleaner_reserve()).0 < cleaning::CLEAN_AHEAD_SEGMENTS
+    }
+
     /// Free segments a write may take now beyond `reserve`, and of those, how many were
     /// written before (their pages backed).
     fn spare(&self, reserve: usize) -> (usize, usize) {
@@ -791,8 +797,7 @@ impl Inner {
     /// Whether fewer than [`cleaning::CLEAN_AHEAD_SEGMENTS`] segments are free for writes
     /// beyond the cleaner's reserve (cleaning ahead's target: see `Txn::make_room`).
     pub(crate) fn free_is_low(&self) -> bool {
-        let free = self.free.lock();
-        free.spare(free.cleaner_reserve()).0 < cleaning::CLEAN_AHEAD_SEGMENTS
+        self.free.lock().below_clean_ahead_target()
     }
 
     /// A cleaner pass in `shard`, else in another shard whose lock is free right now (not one

@@ -170,7 +170,6 @@ impl<'e> Txn<'e> {
     fn open(engine: &'e Engine, shards: Vec<(usize, Held<'e>)>, log: Option<Lane<'e>>) -> Txn<'e> {
         debug_assert!(shards.windows(2).all(|pair| pair[0].0 < pair[1].0));
         IN_TRANSACTION.with(|open| open.set(true));
-        RESERVE_TAKEN.with(|taken| taken.set(false));
         Txn {
             engine,
             shards: RefCell::new(shards),
@@ -451,8 +450,6 @@ impl<'e> Txn<'e> {
         self.read(key, false, |item| item.memory_bytes())
     }
 
-    /// Writes the log built at the transaction's start, before its first write (see
-    /// `log_pending`); nothing to do when it is written or the transaction logs nothing.
     /// Before each write of the transaction: room first where its last write took the
     /// cleaner's reserve, then the log ([`Txn::begin_log`]).
     pub(super) fn before_write(&self) -> Result<(), WriteError> {
@@ -471,11 +468,11 @@ impl<'e> Txn<'e> {
     /// Cleans the shards this transaction holds for writing, while fewer than
     /// [`crate::cleaning::CLEAN_AHEAD_SEGMENTS`] segments beyond the cleaner's reserve are
     /// free, after a write took the reserve (checked then only: a look at the free pool is a
-    /// global lock, which each opening of a transaction would take). A write's own pass cleans only
-    /// its shard and those no one holds, so without this, the dead space of the transaction's
-    /// other shards was out of reach: its writes took the reserve, a later pass found no
-    /// destination, and a write evicted live items (issue 18). One shard held: its writes'
-    /// passes reach it.
+    /// global lock, which each opening of a transaction would take). A write's own pass
+    /// cleans only its shard and those no one holds, so without this, the dead space of the
+    /// transaction's other shards was out of reach: its writes took the reserve, a later pass
+    /// found no destination, and a write evicted live items (issue 18). One shard held: its
+    /// writes' passes reach it.
     fn make_room(&self) -> Result<(), WriteError> {
         let inner: &Inner = &self.engine.inner;
         let mut shards = self.shards.borrow_mut();
@@ -494,6 +491,8 @@ impl<'e> Txn<'e> {
         Ok(())
     }
 
+    /// Writes the log built at the transaction's start, before its first write (see
+    /// `log_pending`); nothing to do when it is written or the transaction logs nothing.
     pub(super) fn begin_log(&self) -> Result<(), WriteError> {
         if !self.log_pending.get() {
             return Ok(());
