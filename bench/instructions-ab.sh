@@ -14,7 +14,7 @@
 # on a fresh server, HIGH requests per connection; printed per command and server:
 # (instructions(HIGH) - instructions(LOW)) / (4 × (HIGH - LOW)), which cancels the start, the
 # fill and the connections' setup. A transaction's request is each of its 7 commands.
-# LOW=2800 HIGH=28000 by default.
+# LOW=2800 HIGH=28000 by default; COMMANDS="HGET TX" counts only those (default: all eight).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 memtier=${1:?memtier_benchmark binary}
@@ -67,7 +67,7 @@ tx+=(--command="EXEC")
 printf '%-8s' command
 for binary in "$@"; do printf ' %14s' "$(basename "$binary")"; done
 printf ' %14s\n' valkey
-for command in HGET HSET HINCRBY HGETALL GET SET PING TX; do
+for command in ${COMMANDS:-HGET HSET HINCRBY HGETALL GET SET PING TX}; do
   case $command in
     HGET) load=(user: --command="HGET __key__ field002") ;;
     HSET) load=(user: --command="HSET __key__ field001 __data__") ;;

@@ -1,14 +1,14 @@
 //! The command table: what `COMMAND` reports and what the dispatcher runs.
 //!
 //! `GET` and `SET` are recognised with one word comparison each ([`hot`]); any other name is
-//! lowered into a stack buffer and looked up in the table. Nothing is allocated.
+//! found in an index of the table by name that ignores case (`names`). Nothing is allocated.
 
 use strata_engine::Kind;
-use strata_protocol::resp::{lowercase_name, COMMAND_NAME_LEN_MAX};
 
 use super::{Call, State};
 
 mod commands;
+mod names;
 
 use crate::stats::command_index;
 pub(crate) use commands::COMMANDS;
@@ -302,58 +302,7 @@ const fn differs(how: &'static str, command: Command) -> Command {
 
 /// The table entry for a command name in any case, or `None`.
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Command> {
-    if let Some(command) = hot(name) {
-        return Some(command);
-    }
-    let mut buf = [0u8; COMMAND_NAME_LEN_MAX];
-    let lower = lowercase_name(name, &mut buf)?;
-    by_name().get(lower).copied()
-}
-
-/// The table by lower-case name: a hash lookup instead of a walk comparing names (MULTI and
-/// EXEC, far down the table, cost two dozen comparisons each; perf put `memcmp` at 2.4% of a
-/// pipelined transaction load's server CPU), hashed with FNV-1a rather than the standard
-/// SipHash (which perf put at 2% of a pipelined HSET's server CPU: names are short, and the
-/// table is fixed, so nothing is gained from a keyed hash).
-fn by_name() -> &'static NameMap {
-    static BY_NAME: std::sync::OnceLock<NameMap> = std::sync::OnceLock::new();
-    BY_NAME.get_or_init(|| {
-        COMMANDS
-            .iter()
-            .map(|command| (command.name.as_bytes(), command))
-            .collect()
-    })
-}
-
-/// The table's index by name.
-type NameMap = std::collections::HashMap<
-    &'static [u8],
-    &'static Command,
-    std::hash::BuildHasherDefault<NameHasher>,
->;
-
-/// FNV-1a, 64 bits: for command names (short, from a fixed set; lookups never insert, so no
-/// name a client sends can lengthen a probe sequence), not for client-chosen keys.
-#[derive(Default)]
-struct NameHasher(u64);
-
-impl std::hash::Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        let mut hash = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &byte in bytes {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(PRIME);
-        }
-        self.0 = hash;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
+    hot(name).or_else(|| names::find(name))
 }
 
 /// GET or SET (the table's first two rows) in any case, found with one comparison each: their
@@ -377,6 +326,7 @@ pub(crate) fn hot(name: &[u8]) -> Option<&'static Command> {
 mod tests {
     use super::*;
     use crate::stats::COMMAND_NAMES;
+    use strata_protocol::resp::COMMAND_NAME_LEN_MAX;
 
     /// Every hash command says how it runs on a large hash's chunks, and no other command
     /// does: a hash command added without it would answer "does not run ... on a large hash".
