@@ -148,21 +148,33 @@ impl Engine {
         Txn::open(self, shards, None)
     }
 
-    /// The shards of `keys`, each locked once with `lock`, in ascending shard order.
+    /// The shards of `keys`, each locked once with `lock`, in ascending shard order: marked
+    /// in a bit set on the stack and walked in order (no vector of indexes to sort and free).
     fn lock_shards<'e, 'k>(
         &'e self,
         keys: impl Iterator<Item = &'k &'k [u8]>,
         lock: impl Fn(&'e ShardLock) -> Held<'e>,
     ) -> Vec<(usize, Held<'e>)> {
-        let mut indexes: Vec<usize> = keys
-            .map(|key| self.inner.shard_of(self.inner.hash(key)))
-            .collect();
-        indexes.sort_unstable();
-        indexes.dedup();
-        indexes
-            .into_iter()
-            .map(|index| (index, lock(&self.inner.shards[index].0)))
-            .collect()
+        const WORD_BITS: usize = u64::BITS as usize;
+        let mut marked = [0u64; crate::config::SHARD_COUNT_MAX / WORD_BITS];
+        let mut count = 0;
+        for key in keys {
+            let index = self.inner.shard_of(self.inner.hash(key));
+            let (word, bit) = (index / WORD_BITS, 1u64 << (index % WORD_BITS));
+            count += usize::from(marked[word] & bit == 0);
+            marked[word] |= bit;
+        }
+        let mut shards = Vec::with_capacity(count);
+        for (word, &bits) in marked.iter().enumerate() {
+            let mut rest = bits;
+            while rest != 0 {
+                let index = word * WORD_BITS + rest.trailing_zeros() as usize;
+                shards.push((index, lock(&self.inner.shards[index].0)));
+                rest &= rest - 1;
+            }
+        }
+        debug_assert_eq!(shards.len(), count);
+        shards
     }
 }
 
