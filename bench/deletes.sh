@@ -26,19 +26,22 @@ servers="strata valkey redis"
 if [ "${PEERS:-1}" = 0 ]; then servers=strata; fi
 if [ -z "$valkey" ] && [ "$servers" != strata ]; then echo "usage: bench/deletes.sh MEMTIER VALKEY" >&2; exit 2; fi
 
+timing=$(mktemp)
+trap 'rm -f "$timing"' EXIT
+
 # mix SECS [MEMTIER FLAGS]: one phase of the mix; prints "OPS SERVER_CPU% GENERATOR_CPU% US/REQ".
 mix() {
   local secs=$1; shift
   local before after out ops
   before=$(cpu_ticks $pid)
-  out=$(/usr/bin/time -f "%U %S" -o /tmp/strata-deletes.time taskset -c 1 $memtier -s 127.0.0.1 -p $port \
+  out=$(/usr/bin/time -f "%U %S" -o "$timing" taskset -c 1 $memtier -s 127.0.0.1 -p $port \
     -P redis -t 1 -c $connections --pipeline=4 -d 1024 --key-maximum=52428 --test-time=$secs --hide-histogram "$@" \
     --command="SET __key__ __data__" --command-ratio=4 --command-key-pattern=R \
     --command="DEL __key__" --command-ratio=1 --command-key-pattern=R \
     --command="GET __key__" --command-ratio=5 --command-key-pattern=R 2>/dev/null)
   after=$(cpu_ticks $pid)
   ops=$(echo "$out" | awk '/^Totals/ {print $2}')
-  awk -v ops="$ops" -v secs=$secs -v ticks=$((after - before)) -v gen="$(cat /tmp/strata-deletes.time)" 'BEGIN {
+  awk -v ops="$ops" -v secs=$secs -v ticks=$((after - before)) -v gen="$(cat "$timing")" 'BEGIN {
     split(gen, g, " ");
     printf "%.0f %.0f%% %.0f%% %.2f", ops, ticks / secs, (g[1] + g[2]) * 100 / secs, ticks * 1e4 / (ops * secs) }'
 }

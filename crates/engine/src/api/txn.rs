@@ -165,7 +165,8 @@ impl Engine {
             marked[word] |= bit;
         }
         let mut shards = Vec::with_capacity(count);
-        for (word, &bits) in marked.iter().enumerate() {
+        let words = self.inner.shards.len().div_ceil(WORD_BITS);
+        for (word, &bits) in marked[..words].iter().enumerate() {
             let mut rest = bits;
             while rest != 0 {
                 let index = word * WORD_BITS + rest.trailing_zeros() as usize;

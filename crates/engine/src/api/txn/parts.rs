@@ -171,9 +171,8 @@ impl Txn<'_> {
         let shards = self.shards.borrow();
         let (_, position) = self.position(&shards, owner);
         shards[position].1.shard().note_broken_family_read();
-        let mut broken = self.broken_families.borrow_mut();
-        if !broken.iter().any(|known| known[..] == *owner) {
-            broken.push(owner.to_vec());
+        if !self.found_broken(owner) {
+            self.broken_families.borrow_mut().push(owner.to_vec());
         }
     }
 
