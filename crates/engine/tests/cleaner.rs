@@ -784,3 +784,94 @@ fn segments_reused_without_a_zero_fill_hold_only_whole_records() {
     assert_eq!(stats.records_damaged.iter().sum::<u64>(), 0, "{stats:?}");
     store.check_integrity().unwrap();
 }
+
+/// The scenario of `a_transaction_evicts_nothing_while_the_shards_it_holds_have_dead_space`
+/// on a simulated pool whose persists fail from one number on, at points spread over its
+/// transactions, where `Txn::make_room` cleans the shards they hold (in a diagnostic build, 5
+/// of the 12 points failed inside one of its passes, the rest in the writes): every
+/// transaction that finished keeps every item it wrote, with its value; the first failure is
+/// a persist error (not an eviction or a wrong value), every write after it is refused, and
+/// the engine's structures stay whole.
+#[test]
+fn a_failed_persist_while_transactions_make_room_loses_no_finished_transaction() {
+    let value = vec![b'v'; 1000];
+    let run = |simulation: std::sync::Arc<strata_pool::testing::SimulatedPersistence>| {
+        let engine = Engine::open(EngineConfig {
+            memory_bytes: MEMORY_BYTES,
+            eviction: EvictionPolicy::Merge,
+            shard_count: shard_count_for(MEMORY_BYTES, SEGMENT_SIZE_BYTES_DEFAULT),
+            pool: PoolLocation::Simulated(simulation.clone()),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let churn: Vec<Vec<u8>> = (0u64..)
+            .map(|i| format!("churn:{i}").into_bytes())
+            .filter(|k| engine.shard_index(k) != 0)
+            .take(2_000)
+            .collect();
+        let mut rng = SmallRng::seed_from_u64(18);
+        for _ in 0..(2 * MEMORY_BYTES / 1000) {
+            let k = &churn[rng.gen_range(0..churn.len())];
+            engine.set(k, &value, 0, Expiry::Never).unwrap();
+        }
+        let before = (simulation.persist_calls(), engine.stats().cleaner_passes);
+        let shards = shard_count_for(MEMORY_BYTES, SEGMENT_SIZE_BYTES_DEFAULT);
+        let anchors: Vec<Vec<u8>> = (0..shards)
+            .map(|shard| {
+                (0u64..)
+                    .map(|i| format!("anchor:{i}").into_bytes())
+                    .find(|k| engine.shard_index(k) == shard)
+                    .unwrap()
+            })
+            .collect();
+        let mut fresh = (0u64..)
+            .map(|i| format!("fresh:{i}").into_bytes())
+            .filter(|k| engine.shard_index(k) == 0);
+        let (mut finished, mut failure) = (Vec::new(), None);
+        while finished.len() < (MEMORY_BYTES / 4 / 1000) as usize {
+            let batch: Vec<Vec<u8>> = fresh.by_ref().take(20).collect();
+            let keys: Vec<&[u8]> = anchors.iter().chain(&batch).map(Vec::as_slice).collect();
+            let outcome = engine.transaction(&keys, &[]).and_then(|txn| {
+                for k in &batch {
+                    txn.set(k, &value, 0, Expiry::Never)?;
+                }
+                txn.finish()
+            });
+            match outcome {
+                Ok(()) => finished.extend(batch),
+                Err(err) => {
+                    failure = Some(err);
+                    break;
+                }
+            }
+        }
+        let after = (simulation.persist_calls(), engine.stats().cleaner_passes);
+        (engine, churn, finished, failure, before, after)
+    };
+    let (_, _, _, failure, before, after) = run(strata_pool::testing::SimulatedPersistence::new());
+    assert!(failure.is_none(), "{failure:?}");
+    assert!(after.1 > before.1, "the transactions ran cleaner passes");
+    let span = after.0 - before.0;
+    for point in 1..=12 {
+        let fail_from = before.0 + span * point / 13;
+        let simulation = strata_pool::testing::SimulatedPersistence::failing_from(fail_from);
+        let (engine, churn, finished, failure, _, _) = run(simulation);
+        let Some(WriteError::Persist(_)) = failure else {
+            panic!("persist {fail_from} of {}: {failure:?}", after.0);
+        };
+        assert_eq!(engine.stats().evicted_items, 0, "persist {fail_from}");
+        for k in finished.iter().chain(&churn) {
+            assert_eq!(
+                engine.get(k, |item| item.value == &value[..]),
+                Some(true),
+                "persist {fail_from}: {}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        assert!(
+            engine.set(b"later", b"x", 0, Expiry::Never).is_err(),
+            "persist {fail_from}: a write after the failure is refused"
+        );
+        engine.check_integrity().unwrap();
+    }
+}
